@@ -10,4 +10,8 @@ var (
 	ErrUnsupportedVersion = errors.New("unsupported format version")
 	// ErrBaseMismatch marks a patch or delta applied to bytes that are not its base.
 	ErrBaseMismatch = errors.New("base does not match")
+	// ErrInvalidArgument marks a call that breaks its function's contract: a width other than
+	// 1, 2, 4 or 8, slices of unequal or unaligned length, indices out of range or out of
+	// order. It is the caller's bug, not bad input data.
+	ErrInvalidArgument = errors.New("invalid argument")
 )

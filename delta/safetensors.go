@@ -1,20 +1,67 @@
 package delta
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/bits"
+	"slices"
+	"strconv"
+	"unicode/utf8"
 )
 
-// API CONTRACT (bodies to be replaced by the implementation).
+// API CONTRACT (implemented here; see docs/format.md for the layout).
 
 // DType is a safetensors element type, spelled as in the format ("BF16", "F32", ...).
 type DType string
 
+// The dtypes of the safetensors format.
+const (
+	DTypeBool    DType = "BOOL"
+	DTypeU8      DType = "U8"
+	DTypeI8      DType = "I8"
+	DTypeU16     DType = "U16"
+	DTypeI16     DType = "I16"
+	DTypeU32     DType = "U32"
+	DTypeI32     DType = "I32"
+	DTypeU64     DType = "U64"
+	DTypeI64     DType = "I64"
+	DTypeF8E4M3  DType = "F8_E4M3"
+	DTypeF8E5M2  DType = "F8_E5M2"
+	DTypeBF16    DType = "BF16"
+	DTypeF16     DType = "F16"
+	DTypeF32     DType = "F32"
+	DTypeF64     DType = "F64"
+	metadataKey        = "__metadata__"
+	headerLenLen       = 8 // bytes of the little-endian u64 that opens every file
+)
+
 // Size is the width of one element in bytes, or 0 for an unknown dtype.
-func (d DType) Size() int { return 0 }
+func (d DType) Size() int {
+	switch d {
+	case DTypeBool, DTypeU8, DTypeI8, DTypeF8E4M3, DTypeF8E5M2:
+		return 1
+	case DTypeU16, DTypeI16, DTypeBF16, DTypeF16:
+		return 2
+	case DTypeU32, DTypeI32, DTypeF32:
+		return 4
+	case DTypeU64, DTypeI64, DTypeF64:
+		return 8
+	}
+	return 0
+}
 
 // IsFloat reports whether d is a floating-point type (its bits are sign-magnitude).
-func (d DType) IsFloat() bool { return false }
+func (d DType) IsFloat() bool {
+	switch d {
+	case DTypeF8E4M3, DTypeF8E5M2, DTypeBF16, DTypeF16, DTypeF32, DTypeF64:
+		return true
+	}
+	return false
+}
 
 // Tensor is one entry of a safetensors header. Begin and End are byte offsets relative to the
 // start of the data section, as in the file.
@@ -26,8 +73,39 @@ type Tensor struct {
 	End   int64
 }
 
-// Elements is the product of the shape (1 for a scalar).
-func (t Tensor) Elements() int64 { return 0 }
+// Elements is the product of the shape (1 for a scalar). For a tensor that came out of
+// ParseHeader it cannot overflow; for others use checkedElements.
+func (t Tensor) Elements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// ByteLen is End - Begin, the length of the tensor's raw bytes.
+func (t Tensor) ByteLen() int64 { return t.End - t.Begin }
+
+// checkedElements is the product of shape, refusing negative dimensions and products (also
+// times the element size) that do not fit in an int64.
+func checkedElements(shape []int64, size int) (elements, byteLen int64, err error) {
+	n := uint64(1)
+	for i, d := range shape {
+		if d < 0 {
+			return 0, 0, fmt.Errorf("dimension %d of shape %v is negative", i, shape)
+		}
+		hi, lo := bits.Mul64(n, uint64(d))
+		if hi != 0 || lo > 1<<63-1 {
+			return 0, 0, fmt.Errorf("shape %v has more elements than fit in int64", shape)
+		}
+		n = lo
+	}
+	hi, lo := bits.Mul64(n, uint64(size))
+	if hi != 0 || lo > 1<<63-1 {
+		return 0, 0, fmt.Errorf("shape %v times %d bytes overflows int64", shape, size)
+	}
+	return int64(n), int64(lo), nil
+}
 
 // Header is a parsed and validated safetensors header.
 type Header struct {
@@ -39,27 +117,228 @@ type Header struct {
 // DataStart is the file offset of the data section: 8 + HeaderLen.
 func (h *Header) DataStart() int64 { return 8 + h.HeaderLen }
 
+// Tensor returns the tensor called name.
+func (h *Header) Tensor(name string) (Tensor, bool) {
+	for _, t := range h.Tensors {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tensor{}, false
+}
+
+// errNotYet is returned by the stubs of the package that are still to be written (other
+// files use it); it goes away with the last stub.
+var errNotYet = errors.New("not implemented yet")
+
 // MaxHeaderLen bounds the JSON header; larger headers are refused as malformed.
 const MaxHeaderLen = 100 << 20
 
-var errNotYet = errors.New("not implemented yet")
-
 // HeaderLength decodes the first 8 bytes of a safetensors file (little-endian u64) and checks
 // it against MaxHeaderLen and the file size.
-func HeaderLength(first8 []byte, fileSize int64) (int64, error) { return 0, errNotYet }
+func HeaderLength(first8 []byte, fileSize int64) (int64, error) {
+	if len(first8) < headerLenLen || fileSize < headerLenLen {
+		return 0, fmt.Errorf("%w: file of %d bytes is shorter than the 8-byte header length", ErrMalformed, fileSize)
+	}
+	n := binary.LittleEndian.Uint64(first8)
+	if n > MaxHeaderLen {
+		return 0, fmt.Errorf("%w: header length %d exceeds the limit of %d bytes", ErrMalformed, n, MaxHeaderLen)
+	}
+	if int64(n) > fileSize-headerLenLen {
+		return 0, fmt.Errorf("%w: header length %d runs past the end of the %d-byte file", ErrMalformed, n, fileSize)
+	}
+	return int64(n), nil
+}
 
 // ParseHeader parses and validates the header held in prefix (which must hold at least
 // 8+HeaderLen bytes) of a file of fileSize bytes: every dtype known, every tensor's byte
 // length equal to elements x dtype size, tensors contiguous from offset 0 and ending exactly
 // at the end of the file. Errors wrap ErrMalformed and say what is wrong.
-func ParseHeader(prefix []byte, fileSize int64) (*Header, error) { return nil, errNotYet }
+func ParseHeader(prefix []byte, fileSize int64) (*Header, error) {
+	n, err := HeaderLength(prefix, fileSize)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(prefix)) < headerLenLen+n {
+		return nil, fmt.Errorf("%w: header needs %d bytes, only %d given", ErrMalformed, headerLenLen+n, len(prefix))
+	}
+	h := &Header{HeaderLen: n}
+	if err := parseHeaderJSON(prefix[headerLenLen:headerLenLen+n], h); err != nil {
+		return nil, err
+	}
+	if err := checkLayout(h.Tensors, fileSize-h.DataStart()); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// checkLayout sorts tensors by offset and checks they tile [0, dataLen) exactly.
+func checkLayout(tensors []Tensor, dataLen int64) error {
+	// Sorting by (Begin, End) puts zero-length tensors before a tensor starting at the same
+	// offset, so ties cannot break contiguity; the name makes the order total.
+	slices.SortFunc(tensors, func(a, b Tensor) int {
+		if c := cmpInt64(a.Begin, b.Begin); c != 0 {
+			return c
+		}
+		if c := cmpInt64(a.End, b.End); c != 0 {
+			return c
+		}
+		return bytes.Compare([]byte(a.Name), []byte(b.Name))
+	})
+	var end int64
+	prev := ""
+	for _, t := range tensors {
+		switch {
+		case t.Begin > end && prev == "":
+			return fmt.Errorf("%w: first tensor %q starts at %d, not 0 (gap)", ErrMalformed, t.Name, t.Begin)
+		case t.Begin > end:
+			return fmt.Errorf("%w: tensor %q starts at %d but previous tensor %q ends at %d (gap)", ErrMalformed, t.Name, t.Begin, prev, end)
+		case t.Begin < end:
+			return fmt.Errorf("%w: tensor %q at [%d, %d] overlaps previous tensor %q ending at %d", ErrMalformed, t.Name, t.Begin, t.End, prev, end)
+		}
+		end, prev = t.End, t.Name
+	}
+	if end != dataLen {
+		return fmt.Errorf("%w: tensors end at data offset %d but the data section holds %d bytes", ErrMalformed, end, dataLen)
+	}
+	return nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
 
 // ReadHeader reads and parses the header of a safetensors file of size bytes from r.
-func ReadHeader(r io.ReaderAt, size int64) (*Header, error) { return nil, errNotYet }
+func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
+	var first8 [headerLenLen]byte
+	if size >= headerLenLen {
+		if got, err := r.ReadAt(first8[:], 0); err != nil && (err != io.EOF || got != headerLenLen) {
+			return nil, fmt.Errorf("read safetensors header length: %w", err)
+		}
+	}
+	n, err := HeaderLength(first8[:], size)
+	if err != nil {
+		return nil, err
+	}
+	prefix := make([]byte, headerLenLen+n)
+	copy(prefix, first8[:])
+	// ReaderAt may report io.EOF together with a full read that ends at the end of the file.
+	if got, err := r.ReadAt(prefix[headerLenLen:], headerLenLen); err != nil && (err != io.EOF || int64(got) != n) {
+		return nil, fmt.Errorf("read safetensors header of %d bytes: %w", n, err)
+	}
+	return ParseHeader(prefix, size)
+}
 
 // EncodeHeader returns the 8-byte length and the JSON header for tensors laid out in the given
 // order, contiguous from offset 0 (it sets Begin and End of each), padded with spaces to a
 // multiple of 8 bytes. meta, if non-nil, becomes __metadata__.
+//
+// Keys are written in a fixed order (__metadata__ first with its keys sorted, then the
+// tensors in the given order), so equal input gives equal bytes.
 func EncodeHeader(meta map[string]string, tensors []Tensor) ([]byte, error) {
-	return nil, errNotYet
+	var buf bytes.Buffer
+	buf.Write(make([]byte, headerLenLen))
+	buf.WriteByte('{')
+	first := true
+	if meta != nil {
+		keys := make([]string, 0, len(meta))
+		for k := range meta {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		buf.WriteString(`"__metadata__":{`)
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := writeJSONString(&buf, k); err != nil {
+				return nil, fmt.Errorf("encode metadata key: %w", err)
+			}
+			buf.WriteByte(':')
+			if err := writeJSONString(&buf, meta[k]); err != nil {
+				return nil, fmt.Errorf("encode metadata value of %q: %w", k, err)
+			}
+		}
+		buf.WriteByte('}')
+		first = false
+	}
+	seen := make(map[string]struct{}, len(tensors))
+	var offset int64
+	for i := range tensors {
+		t := &tensors[i]
+		if t.Name == metadataKey {
+			return nil, fmt.Errorf("encode header: tensor name %q is reserved", t.Name)
+		}
+		if _, dup := seen[t.Name]; dup {
+			return nil, fmt.Errorf("encode header: duplicate tensor name %q", t.Name)
+		}
+		seen[t.Name] = struct{}{}
+		size := t.DType.Size()
+		if size == 0 {
+			return nil, fmt.Errorf("encode header: tensor %q has unknown dtype %q", t.Name, t.DType)
+		}
+		_, byteLen, err := checkedElements(t.Shape, size)
+		if err != nil {
+			return nil, fmt.Errorf("encode header: tensor %q: %w", t.Name, err)
+		}
+		if offset > 1<<63-1-byteLen {
+			return nil, fmt.Errorf("encode header: tensor %q: data section exceeds int64", t.Name)
+		}
+		t.Begin, t.End = offset, offset+byteLen
+		offset = t.End
+		if !first {
+			buf.WriteByte(',')
+		}
+		first = false
+		if err := writeJSONString(&buf, t.Name); err != nil {
+			return nil, fmt.Errorf("encode tensor name: %w", err)
+		}
+		buf.WriteString(`:{"dtype":`)
+		_ = writeJSONString(&buf, string(t.DType)) // a known dtype is plain ASCII
+		buf.WriteString(`,"shape":[`)
+		for j, d := range t.Shape {
+			if j > 0 {
+				buf.WriteByte(',')
+			}
+			buf.WriteString(strconv.FormatInt(d, 10))
+		}
+		buf.WriteString(`],"data_offsets":[`)
+		buf.WriteString(strconv.FormatInt(t.Begin, 10))
+		buf.WriteByte(',')
+		buf.WriteString(strconv.FormatInt(t.End, 10))
+		buf.WriteString("]}")
+	}
+	buf.WriteByte('}')
+	// Pad so the data section starts 8-aligned, as the official writer does.
+	for buf.Len()%8 != 0 {
+		buf.WriteByte(' ')
+	}
+	out := buf.Bytes()
+	n := int64(len(out) - headerLenLen)
+	if n > MaxHeaderLen {
+		return nil, fmt.Errorf("encode header: %d bytes exceed the limit of %d", n, MaxHeaderLen)
+	}
+	binary.LittleEndian.PutUint64(out, uint64(n))
+	return out, nil
+}
+
+// writeJSONString writes s as a JSON string. Invalid UTF-8 is refused rather than silently
+// replaced, so what is written reads back as the same string.
+func writeJSONString(buf *bytes.Buffer, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("string %q is not valid UTF-8", s)
+	}
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return err
+	}
+	buf.Truncate(buf.Len() - 1) // Encode appends a newline
+	return nil
 }

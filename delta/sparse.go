@@ -1,6 +1,18 @@
 package delta
 
-// API CONTRACT (bodies to be replaced by the implementation).
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// API CONTRACT (implemented here; the body layout is in docs/format-delta.md).
+//
+// A sparse delta turns one tensor's raw bytes (the base) into another of the same dtype and
+// shape (the new bytes) and back. It stores, per changed element, its position (Rice-coded
+// gaps, sparse_rice.go) and the difference of its value from the base in ordered-integer
+// space (ordered.go), entropy-coded (sparse_block.go). Elements are grouped in blocks of
+// 2^20 that are coded independently behind a table (sparse_format.go), so ApplyDelta over a
+// range decodes only the blocks it touches.
 
 // Direction says which way a delta is applied.
 type Direction int
@@ -13,19 +25,164 @@ const (
 )
 
 // DeltaEncoder builds the sparse delta of one tensor. Not safe for concurrent use.
-type DeltaEncoder struct{}
+//
+// It streams: changes arrive in ascending order through Add and each block is coded as soon
+// as a change beyond it arrives, so memory is the encoded output plus one block's working
+// set. Errors are sticky: after the first, every call returns it.
+type DeltaEncoder struct {
+	width    int
+	elements int64
+	shift    uint
+	values   valueMap // the value arithmetic of the element type
+
+	out     []byte // header, block table, and the blocks coded so far
+	block   int64  // the block being collected, -1 before the first change
+	next    int64  // the smallest element index the next change may take
+	changed int64
+	cur     blockEncoder
+
+	baseValues []byte // AddChanges' gathered base values, reused from call to call
+
+	err  error
+	done bool
+}
 
 // NewDeltaEncoder starts the delta of a tensor of elements elements of width bytes each; float
 // selects the ordered-integer mapping of sign-magnitude floats for the value differences.
-func NewDeltaEncoder(width int, float bool, elements int64) *DeltaEncoder { return nil }
+// Invalid arguments (a width other than 1, 2, 4, 8; elements negative or above 2^40) make
+// every later call fail with ErrInvalidArgument.
+func NewDeltaEncoder(width int, float bool, elements int64) *DeltaEncoder {
+	return newDeltaEncoderShift(width, float, elements, defaultBlockShift)
+}
+
+// newDeltaEncoderShift is NewDeltaEncoder with blocks of 2^shift elements (tests use small
+// blocks to get many of them from little data).
+func newDeltaEncoderShift(width int, float bool, elements int64, shift uint) *DeltaEncoder {
+	e := &DeltaEncoder{width: width, elements: elements, shift: shift, block: -1,
+		values: newValueMap(width, float)}
+	switch {
+	case !validWidth(width):
+		e.err = fmt.Errorf("new delta encoder: %w: element width %d is not 1, 2, 4 or 8", ErrInvalidArgument, width)
+	case elements < 0 || elements > maxDeltaElements:
+		e.err = fmt.Errorf("new delta encoder: %w: %d elements outside 0..2^40", ErrInvalidArgument, elements)
+	case shift < minBlockShift || shift > maxBlockShift:
+		e.err = fmt.Errorf("new delta encoder: %w: block shift %d outside %d..%d", ErrInvalidArgument, shift, minBlockShift, maxBlockShift)
+	default:
+		blocks := (elements + 1<<shift - 1) >> shift
+		e.out = appendDeltaHeader(nil, width, float, shift, elements, blocks)
+		e.cur.reset()
+	}
+	return e
+}
 
 // Add records changed elements: first is the absolute element index of chunk-relative index
 // 0, idx the ascending chunk-relative indices, base and cur the old and new values (width
 // bytes each, in the order of idx). Calls must come in ascending order of element index.
-func (e *DeltaEncoder) Add(first int64, idx []uint32, base, cur []byte) error { return errNotYet }
+// An element whose base and cur bytes are equal is refused (ErrInvalidArgument): the delta
+// stores changes only.
+func (e *DeltaEncoder) Add(first int64, idx []uint32, base, cur []byte) error {
+	if e.err != nil {
+		return e.err
+	}
+	if e.done {
+		return fmt.Errorf("delta encoder: %w: Add after Finish", ErrInvalidArgument)
+	}
+	if len(base) != len(idx)*e.width || len(cur) != len(base) {
+		e.err = fmt.Errorf("delta encoder: %w: %d indices with %d base and %d new value bytes at width %d",
+			ErrInvalidArgument, len(idx), len(base), len(cur), e.width)
+		return e.err
+	}
+	if first < 0 || first > e.elements {
+		e.err = fmt.Errorf("delta encoder: %w: chunk start %d outside the tensor's %d elements", ErrInvalidArgument, first, e.elements)
+		return e.err
+	}
+	w := e.width
+	for i, rel := range idx {
+		at := first + int64(rel)
+		if at < e.next || at >= e.elements {
+			e.err = fmt.Errorf("delta encoder: %w: element %d out of order or out of range (next allowed %d, elements %d)",
+				ErrInvalidArgument, at, e.next, e.elements)
+			return e.err
+		}
+		code := e.values.code(loadElement(base[i*w:], w), loadElement(cur[i*w:], w))
+		if code == 0 {
+			e.err = fmt.Errorf("delta encoder: %w: element %d is unchanged", ErrInvalidArgument, at)
+			return e.err
+		}
+		if block := at >> e.shift; block != e.block {
+			if err := e.flushBlock(); err != nil {
+				return err
+			}
+			e.block = block
+		}
+		e.cur.add(at-e.block<<e.shift, code)
+		e.next = at + 1
+		e.changed++
+	}
+	return nil
+}
 
-// Finish returns the encoded delta body (format in docs/format.md).
-func (e *DeltaEncoder) Finish() ([]byte, error) { return nil, errNotYet }
+// AddChanges records the output of a Diff of one chunk: first is the absolute element index
+// of the chunk's start, baseChunk the chunk's base bytes (the base values are taken from it
+// at c.Index), c the changes with their new values.
+func (e *DeltaEncoder) AddChanges(first int64, baseChunk []byte, c *Changes) error {
+	if e.err != nil {
+		return e.err
+	}
+	w := e.width
+	baseValues := e.baseValues[:0]
+	for _, i := range c.Index {
+		if uint64(i+1)*uint64(w) > uint64(len(baseChunk)) {
+			e.err = fmt.Errorf("delta encoder: %w: change at chunk index %d beyond the %d-byte base chunk", ErrInvalidArgument, i, len(baseChunk))
+			return e.err
+		}
+		baseValues = append(baseValues, baseChunk[int(i)*w:int(i+1)*w]...)
+	}
+	e.baseValues = baseValues // reused by the next call
+	return e.Add(first, c.Index, baseValues, c.Values)
+}
+
+// flushBlock codes the block being collected, appends it to the output and fills in its
+// table entry.
+func (e *DeltaEncoder) flushBlock() error {
+	count := len(e.cur.gaps)
+	if count == 0 {
+		return nil
+	}
+	start := len(e.out)
+	out, err := e.cur.appendTo(e.out)
+	if err != nil {
+		e.err = fmt.Errorf("delta encoder: block %d: %w", e.block, err)
+		return e.err
+	}
+	e.out = out
+	entry := e.out[deltaHeaderSize+e.block*blockEntrySize:]
+	binary.LittleEndian.PutUint32(entry, uint32(count))
+	binary.LittleEndian.PutUint32(entry[4:], uint32(len(e.out)-start))
+	e.cur.reset()
+	return nil
+}
+
+// Finish returns the encoded delta body (format in docs/format-delta.md). The encoder cannot
+// be used afterwards.
+func (e *DeltaEncoder) Finish() ([]byte, error) {
+	if e.err != nil {
+		return nil, e.err
+	}
+	if e.done {
+		return nil, fmt.Errorf("delta encoder: %w: Finish called twice", ErrInvalidArgument)
+	}
+	if err := e.flushBlock(); err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint64(e.out[16:], uint64(e.changed))
+	body := e.out
+	e.out, e.done = nil, true
+	return body, nil
+}
+
+// Changed is the number of changes added so far.
+func (e *DeltaEncoder) Changed() int64 { return e.changed }
 
 // DeltaInfo describes an encoded delta body.
 type DeltaInfo struct {
@@ -35,9 +192,69 @@ type DeltaInfo struct {
 	Changed  int64
 }
 
-// ParseDelta validates the framing of an encoded delta body and describes it.
-func ParseDelta(body []byte) (DeltaInfo, error) { return DeltaInfo{}, errNotYet }
+// ParseDelta validates the framing of an encoded delta body and describes it: magic, version
+// (ErrUnsupportedVersion if unknown), header fields and the block table (ErrMalformed). It
+// does not decode the blocks; ApplyDelta checks those as it decodes them.
+func ParseDelta(body []byte) (DeltaInfo, error) {
+	l, err := parseLayout(body)
+	if err != nil {
+		return DeltaInfo{}, fmt.Errorf("parse sparse delta: %w", err)
+	}
+	return l.DeltaInfo, nil
+}
 
 // ApplyDelta applies the changes of body that fall in elements [first, first+len(dst)/width)
 // to dst in place, in the given direction. Only blocks touching that range are decoded.
-func ApplyDelta(body []byte, dst []byte, first int64, dir Direction) error { return errNotYet }
+//
+// Each block is decoded and checked completely before any element of dst is written, so a
+// corrupt block is reported (ErrMalformed) without touching dst; blocks before it in the range
+// have been applied by then, so on error the caller must treat dst as garbage. Out-of-range
+// arguments are ErrInvalidArgument.
+func ApplyDelta(body []byte, dst []byte, first int64, dir Direction) error {
+	l, err := parseLayout(body)
+	if err != nil {
+		return fmt.Errorf("apply sparse delta: %w", err)
+	}
+	w := l.Width
+	n := int64(len(dst) / w)
+	switch {
+	case dir != Forward && dir != Backward:
+		return fmt.Errorf("apply sparse delta: %w: direction %d", ErrInvalidArgument, dir)
+	case len(dst)%w != 0:
+		return fmt.Errorf("apply sparse delta: %w: %d bytes are not a whole number of %d-byte elements", ErrInvalidArgument, len(dst), w)
+	case first < 0 || first > l.Elements || n > l.Elements-first:
+		return fmt.Errorf("apply sparse delta: %w: elements [%d, %d) outside the tensor's %d", ErrInvalidArgument, first, first+n, l.Elements)
+	case n == 0 || l.Changed == 0:
+		return nil
+	}
+	end := first + n
+	firstBlock, lastBlock := first>>l.shift, (end-1)>>l.shift
+	offset := l.payloadStart()
+	for b := range firstBlock {
+		_, size := l.entry(b)
+		offset += int64(size)
+	}
+	dec := blockDecoder{width: w}
+	values := newValueMap(w, l.Float)
+	for b := firstBlock; b <= lastBlock; b++ {
+		count, size := l.entry(b)
+		payload := body[offset : offset+int64(size)]
+		offset += int64(size)
+		if count == 0 {
+			continue
+		}
+		if err := dec.decode(payload, int(count), l.blockLen(b)); err != nil {
+			return fmt.Errorf("apply sparse delta: block %d: %w", b, err)
+		}
+		blockStart := b << l.shift
+		for i, p := range dec.pos {
+			at := blockStart + int64(p)
+			if at < first || at >= end {
+				continue
+			}
+			elem := dst[(at-first)*int64(w):]
+			storeElement(elem, values.apply(loadElement(elem, w), dec.codes[i], dir), w)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	wfs "github.com/weightfs/weightfs/fs"
+	"github.com/weightfs/weightfs/gpu"
+	"github.com/weightfs/weightfs/store"
+)
+
+func cmdMount(e *env, args []string) error {
+	fs := newFlags("mount")
+	readOnly := fs.Bool("read-only", false, "serve sealed versions only; every modification fails with EROFS")
+	version := fs.String("version", "", "with --read-only: serve this version (a number or 'latest') at the mount root")
+	cacheDir := fs.String("cache-dir", "", "this process's index and materialized copy (default: STORE/cache for the writer, a per-process directory for readers)")
+	diffMode := fs.String("diff", "auto", "diff backend: auto, cpu or gpu")
+	poll := fs.Duration("poll", 500*time.Millisecond, "with --read-only: how often to look for newly sealed versions")
+	debug := fs.Bool("debug", false, "print every FUSE request")
+	pos, err := parse(e, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if *version != "" && !*readOnly {
+		return usagef("--version serves a sealed version and needs --read-only")
+	}
+	opts := store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logTo(e)}
+	if !*readOnly {
+		if opts.Diff, err = selectDiff(e, *diffMode); err != nil {
+			return err
+		}
+	}
+	st, err := store.Open(pos[0], opts)
+	if err != nil {
+		gpu.CloseBackend(opts.Diff)
+		return err
+	}
+	defer gpu.CloseBackend(opts.Diff)
+	defer st.Close()
+	mopts := wfs.Options{ReadOnly: *readOnly, Debug: *debug, Logf: logTo(e), PollInterval: *poll}
+	if *version != "" {
+		v, err := resolveVersion(st, *version)
+		if err != nil {
+			return err
+		}
+		mopts.Version = v
+	}
+	srv, err := wfs.Mount(st, pos[1], mopts)
+	if err != nil {
+		return err
+	}
+	mode := "read-write"
+	if *readOnly {
+		mode = "read-only"
+	}
+	fmt.Fprintf(e.stderr, "weightfs: serving %s %s at %s (unmount with 'umount %s' or Ctrl-C)\n", pos[0], mode, pos[1], pos[1])
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		s, ok := <-sigs
+		if !ok {
+			return
+		}
+		fmt.Fprintf(e.stderr, "weightfs: %v: unmounting %s\n", s, pos[1])
+		if err := srv.Unmount(); err != nil {
+			fmt.Fprintf(e.stderr, "weightfs: unmount %s: %v\n", pos[1], err)
+		}
+	}()
+	srv.Wait()
+	return st.Close()
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+func cmdPatch(e *env, args []string) error {
+	fs := newFlags("patch")
+	out := fs.String("o", "", "the patch file to write (required)")
+	pos, err := parse(e, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("-o FILE is required")
+	}
+	st, err := openStore(e, pos[0], true, "")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	v, err := resolveVersion(st, pos[1])
+	if err != nil {
+		return err
+	}
+	tmp := *out + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	n, err := st.WritePatch(v, f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, *out)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: patch of weight_v%06d, %s\n", *out, v, humanBytes(n))
+	return nil
+}
+
+func cmdApply(e *env, args []string) error {
+	fs := newFlags("apply")
+	pos, err := parse(e, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	res, err := delta.ApplyPatchFile(pos[0], pos[1])
+	if err != nil {
+		return fmt.Errorf("apply %s to %s: %w", pos[0], filepath.Base(pos[1]), err)
+	}
+	fmt.Fprintf(e.stdout, "%s\n", res)
+	return nil
+}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/gpu"
+	"github.com/weightfs/weightfs/store"
+)
+
+func cmdInit(e *env, args []string) error {
+	fs := newFlags("init")
+	pos, err := parse(e, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if err := store.Init(pos[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "initialized empty weightfs store in %s\n", pos[0])
+	return nil
+}
+
+// openStore opens STORE for a command, logging to stderr. With a diff mode it selects the
+// diff backend; closing the returned store releases the backend too.
+func openStore(e *env, path string, readOnly bool, diffMode string) (*cliStore, error) {
+	opts := store.Options{ReadOnly: readOnly, Logf: logTo(e)}
+	if diffMode != "" {
+		backend, err := selectDiff(e, diffMode)
+		if err != nil {
+			return nil, err
+		}
+		opts.Diff = backend
+	}
+	st, err := store.Open(path, opts)
+	if err != nil {
+		gpu.CloseBackend(opts.Diff)
+		return nil, err
+	}
+	return &cliStore{Store: st, backend: opts.Diff}, nil
+}
+
+// cliStore is an open store and the diff backend it was given; Close may be called twice.
+type cliStore struct {
+	*store.Store
+	backend delta.DiffBackend
+	closed  bool
+}
+
+func (c *cliStore) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	err := c.Store.Close()
+	gpu.CloseBackend(c.backend)
+	return err
+}
+
+func logTo(e *env) func(string, ...any) {
+	return func(format string, args ...any) {
+		fmt.Fprintf(e.stderr, "weightfs: "+strings.TrimSuffix(format, "\n")+"\n", args...)
+	}
+}
+
+func cmdCommit(e *env, args []string) error {
+	fs := newFlags("commit")
+	version := fs.String("version", "", "version number to create (default: latest + 1)")
+	diffMode := fs.String("diff", "auto", "diff backend: auto, cpu or gpu")
+	pos, err := parse(e, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	var v uint64
+	if *version != "" {
+		if v, err = parseVersionNumber(*version); err != nil {
+			return usagef("--version: %v", err)
+		}
+	}
+	st, err := openStore(e, pos[0], false, *diffMode)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p := newProgress(e, "commit")
+	start := time.Now()
+	info, err := st.Commit(pos[1], store.CommitOptions{Version: v, Progress: p.update})
+	p.done()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "committed weight_v%06d: %d files, %s logical, %s stored (%.2f%%), %s changed, in %s\n",
+		info.Number, info.Files, humanBytes(info.LogicalBytes), humanBytes(info.StoredBytes),
+		percent(info.StoredBytes, info.LogicalBytes), changedText(info), time.Since(start).Round(time.Millisecond))
+	return st.Close()
+}
+
+func changedText(info store.VersionInfo) string {
+	if info.Anchor {
+		return "all (no predecessor)"
+	}
+	return fmt.Sprintf("%.3f%% of elements", percent(info.ChangedElems, info.TotalElems))
+}
+
+func percent(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+func cmdLog(e *env, args []string) error {
+	fs := newFlags("log")
+	pos, err := parse(e, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(e, pos[0], true, "")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "VERSION\tCREATED\tFILES\tLOGICAL\tSTORED\tSTORED%\tCHANGED\t")
+	var logical, stored int64
+	for _, v := range st.Versions() {
+		changed := "anchor"
+		if !v.Anchor {
+			changed = fmt.Sprintf("%.3f%%", percent(v.ChangedElems, v.TotalElems))
+		}
+		fmt.Fprintf(tw, "weight_v%06d\t%s\t%d\t%s\t%s\t%.2f%%\t%s\t\n", v.Number, v.Created.Local().Format("2006-01-02 15:04:05"),
+			v.Files, humanBytes(v.LogicalBytes), humanBytes(v.StoredBytes), percent(v.StoredBytes, v.LogicalBytes), changed)
+		logical += v.LogicalBytes
+		stored += v.StoredBytes
+	}
+	fmt.Fprintf(tw, "total\t\t\t%s\t%s\t%.2f%%\t\t\n", humanBytes(logical), humanBytes(stored), percent(stored, logical))
+	return tw.Flush()
+}
+
+// parseVersionNumber accepts 43, v43, weight_v000043.
+func parseVersionNumber(s string) (uint64, error) {
+	t := strings.TrimPrefix(strings.TrimPrefix(s, "weight_"), "v")
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%q is not a version number (expected e.g. 43, v43 or weight_v000043)", s)
+	}
+	return n, nil
+}
+
+// resolveVersion accepts a version number or "latest".
+func resolveVersion(st interface{ Latest() (uint64, bool) }, s string) (uint64, error) {
+	if s == "latest" {
+		v, ok := st.Latest()
+		if !ok {
+			return 0, fmt.Errorf("the store has no sealed version yet")
+		}
+		return v, nil
+	}
+	return parseVersionNumber(s)
+}
+
+func cmdDiff(e *env, args []string) error {
+	fs := newFlags("diff")
+	all := fs.Bool("all", false, "list unchanged tensors too")
+	pos, err := parse(e, fs, args, 3, 3)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(e, pos[0], true, "")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := resolveVersion(st, pos[1])
+	if err != nil {
+		return err
+	}
+	b, err := resolveVersion(st, pos[2])
+	if err != nil {
+		return err
+	}
+	diffs, err := st.Diff(a, b)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FILE\tTENSOR\tCHANGED\tELEMENTS\tFRACTION")
+	var changed, total int64
+	for _, d := range diffs {
+		changed += d.Changed
+		total += d.Elements
+		if d.Changed == 0 && !*all && d.Status == "" {
+			continue
+		}
+		frac := fmt.Sprintf("%.4f%%", percent(d.Changed, d.Elements))
+		if d.Status != "" {
+			frac = d.Status
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", d.File, d.Tensor, d.Changed, d.Elements, frac)
+	}
+	fmt.Fprintf(tw, "total\t\t%d\t%d\t%.4f%%\n", changed, total, percent(changed, total))
+	return tw.Flush()
+}
+
+func cmdExport(e *env, args []string) error {
+	fs := newFlags("export")
+	pos, err := parse(e, fs, args, 3, 3)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(e, pos[0], true, "")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	v, err := resolveVersion(st, pos[1])
+	if err != nil {
+		return err
+	}
+	p := newProgress(e, "export")
+	err = st.Export(v, pos[2], p.update)
+	p.done()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "exported weight_v%06d to %s (every file's SHA-256 checked)\n", v, pos[2])
+	return nil
+}
+
+func cmdVerify(e *env, args []string) error {
+	fs := newFlags("verify")
+	pos, err := parse(e, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(e, pos[0], true, "")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p := newProgress(e, "verify")
+	rep, err := st.Verify(p.update)
+	p.done()
+	for _, d := range rep.Damaged {
+		fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "verified %d versions, %d objects: no damage\n", rep.Versions, rep.Objects)
+	return nil
+}
+
+func cmdGC(e *env, args []string) error {
+	fs := newFlags("gc")
+	keep := fs.Int("keep-last", 0, "number of newest versions to keep (required, at least 1)")
+	pos, err := parse(e, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *keep < 1 {
+		return usagef("--keep-last N is required and must be at least 1")
+	}
+	st, err := openStore(e, pos[0], false, "")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	rep, err := st.GC(*keep)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "gc: dropped %d versions, deleted %d objects (%s), re-anchored %d objects\n",
+		rep.DroppedVersions, rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.Reanchored)
+	return st.Close()
+}

@@ -1,0 +1,501 @@
+package delta
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// The one-file sparse patch (DESIGN §3.1, byte layout in docs/format-patches.md): a valid
+// safetensors file holding, for every changed tensor NAME, NAME.indices (I32, or I64 when the
+// tensor has 2^31 or more elements; ascending flat element indices) and NAME.values (the
+// tensor's dtype: the new values), plus every changed non-safetensors file carried whole as a
+// U8 tensor named WholeFilePrefix+path. Metadata keys follow TRL's PatchMetadata.
+
+// Metadata keys and values of a patch.
+const (
+	PatchFormat  = "sparse_weight_patch" // value of "format"
+	PatchVersion = "1"                   // value of "version"
+
+	// WholeFilePrefix starts the tensor name of a file carried whole. Model tensor names never
+	// contain ':', and a collision with an emitted name is refused when the patch is planned.
+	WholeFilePrefix = "__file__:"
+
+	metaFormat        = "format"
+	metaVersion       = "version"
+	metaSparse        = "sparse"
+	metaEncoding      = "encoding" // TRL's index encoding; ours is always "raw"
+	metaModelVersion  = "model_version"
+	metaBaseVersion   = "base_version"
+	metaNumChanged    = "num_changed_params"
+	metaTotalChanged  = "total_changed_elements"
+	metaTotalElements = "total_elements"
+	metaSparsity      = "sparsity"
+	metaChangedParams = "changed_params"
+	metaFiles         = "files"
+	metaWholeFiles    = "whole_files"
+	metaBasePrefix    = "base_sha256:"   // + file path: SHA-256 (hex) of the file before
+	metaResultPrefix  = "result_sha256:" // + file path: SHA-256 (hex) of the file after
+	metaParamsPrefix  = "params:"        // + file path: JSON {name: {"dtype", "elements"}}
+
+	indicesSuffix = ".indices"
+	valuesSuffix  = ".values"
+	i64Threshold  = 1 << 31 // tensors with this many elements or more get I64 indices
+)
+
+// PatchTensor is one changed tensor of a patch.
+type PatchTensor struct {
+	File     string // the safetensors file (path in the version) holding the tensor
+	Name     string
+	DType    DType
+	Elements int64 // elements of the whole tensor
+	Changed  int64 // changed elements carried by the patch, 1..Elements
+}
+
+// IndexDType is the dtype of the tensor's .indices entry.
+func (t PatchTensor) IndexDType() DType {
+	if t.Elements >= i64Threshold {
+		return DTypeI64
+	}
+	return DTypeI32
+}
+
+// PatchFile is one source file the patch changes.
+type PatchFile struct {
+	Name string // slash-separated path relative to the version root
+	// BaseSHA256 is the file before the patch; the zero value means the file is new (only
+	// possible for a file carried whole).
+	BaseSHA256   [32]byte
+	ResultSHA256 [32]byte
+	// Whole carries the file's new bytes as one U8 tensor (a non-safetensors file, or a
+	// safetensors file whose header changed); WholeSize is their length.
+	Whole     bool
+	WholeSize int64
+}
+
+// PatchPlan describes a patch before its data is written.
+type PatchPlan struct {
+	ModelVersion  uint64
+	BaseVersion   uint64
+	TotalElements int64         // elements of every tensor of the result version, changed or not
+	Files         []PatchFile   // changed files; whole files' data follows the tensors, in this order
+	Tensors       []PatchTensor // changed tensors, in the order their data is written
+}
+
+// TotalChanged is the sum of the tensors' changed elements.
+func (p *PatchPlan) TotalChanged() int64 {
+	var n int64
+	for _, t := range p.Tensors {
+		n += t.Changed
+	}
+	return n
+}
+
+// file returns the plan entry of the file called name.
+func (p *PatchPlan) file(name string) (PatchFile, bool) {
+	for _, f := range p.Files {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return PatchFile{}, false
+}
+
+// validate checks that the plan describes a patch that can be written and read back.
+func (p *PatchPlan) validate() error {
+	files := make(map[string]PatchFile, len(p.Files))
+	for _, f := range p.Files {
+		if f.Name == "" {
+			return fmt.Errorf("patch plan: a file has an empty name")
+		}
+		if _, dup := files[f.Name]; dup {
+			return fmt.Errorf("patch plan: file %q listed twice", f.Name)
+		}
+		if !f.Whole && f.BaseSHA256 == ([32]byte{}) {
+			return fmt.Errorf("patch plan: file %q is patched sparsely but has no base hash", f.Name)
+		}
+		if f.Whole && f.WholeSize < 0 {
+			return fmt.Errorf("patch plan: file %q has negative size %d", f.Name, f.WholeSize)
+		}
+		files[f.Name] = f
+	}
+	perFile := make(map[string]int)
+	var changed int64
+	for _, t := range p.Tensors {
+		f, ok := files[t.File]
+		switch {
+		case !ok:
+			return fmt.Errorf("patch plan: tensor %q is in file %q, which the plan does not list", t.Name, t.File)
+		case f.Whole:
+			return fmt.Errorf("patch plan: tensor %q is in file %q, which is carried whole", t.Name, t.File)
+		case t.DType.Size() == 0:
+			return fmt.Errorf("patch plan: tensor %q has unknown dtype %q", t.Name, t.DType)
+		case t.Changed < 1 || t.Changed > t.Elements:
+			return fmt.Errorf("patch plan: tensor %q has %d changed of %d elements", t.Name, t.Changed, t.Elements)
+		case t.Changed > math.MaxInt64/8:
+			return fmt.Errorf("patch plan: tensor %q: %d changes overflow the data section", t.Name, t.Changed)
+		}
+		perFile[t.File]++
+		changed += t.Changed
+		if changed < 0 {
+			return fmt.Errorf("patch plan: total changed elements overflow int64")
+		}
+	}
+	for _, f := range p.Files {
+		if !f.Whole && perFile[f.Name] == 0 {
+			return fmt.Errorf("patch plan: file %q is patched sparsely but has no changed tensor", f.Name)
+		}
+	}
+	if p.TotalElements < changed {
+		return fmt.Errorf("patch plan: total elements %d is below the %d changed elements", p.TotalElements, changed)
+	}
+	return nil
+}
+
+// layout returns the patch's safetensors entries, in data order: per tensor its indices and
+// values, then the whole files. EncodeHeader refuses duplicate names, so a collision between
+// an emitted name and another (say a tensor literally called "x.indices") is an error.
+func (p *PatchPlan) layout() []Tensor {
+	out := make([]Tensor, 0, 2*len(p.Tensors)+len(p.Files))
+	for _, t := range p.Tensors {
+		out = append(out,
+			Tensor{Name: t.Name + indicesSuffix, DType: t.IndexDType(), Shape: []int64{t.Changed}},
+			Tensor{Name: t.Name + valuesSuffix, DType: t.DType, Shape: []int64{t.Changed}})
+	}
+	for _, f := range p.Files {
+		if f.Whole {
+			out = append(out, Tensor{Name: WholeFilePrefix + f.Name, DType: DTypeU8, Shape: []int64{f.WholeSize}})
+		}
+	}
+	return out
+}
+
+// patchParam is the per-tensor entry of the params:FILE metadata.
+type patchParam struct {
+	DType    DType `json:"dtype"`
+	Elements int64 `json:"elements"`
+}
+
+// metadata returns the __metadata__ of the patch.
+func (p *PatchPlan) metadata() (map[string]string, error) {
+	changed := p.TotalChanged()
+	names := make([]string, 0, len(p.Tensors))
+	params := make(map[string]map[string]patchParam)
+	for _, t := range p.Tensors {
+		names = append(names, t.Name)
+		if params[t.File] == nil {
+			params[t.File] = make(map[string]patchParam)
+		}
+		params[t.File][t.Name] = patchParam{DType: t.DType, Elements: t.Elements}
+	}
+	files := make([]string, 0, len(p.Files))
+	whole := []string{}
+	meta := map[string]string{
+		metaFormat:        PatchFormat,
+		metaVersion:       PatchVersion,
+		metaSparse:        "True",
+		metaEncoding:      "raw",
+		metaModelVersion:  strconv.FormatUint(p.ModelVersion, 10),
+		metaBaseVersion:   strconv.FormatUint(p.BaseVersion, 10),
+		metaNumChanged:    strconv.Itoa(len(p.Tensors)),
+		metaTotalChanged:  strconv.FormatInt(changed, 10),
+		metaTotalElements: strconv.FormatInt(p.TotalElements, 10),
+		metaSparsity:      pythonFloat(sparsity(changed, p.TotalElements)),
+	}
+	for _, f := range p.Files {
+		files = append(files, f.Name)
+		if f.BaseSHA256 != ([32]byte{}) {
+			meta[metaBasePrefix+f.Name] = hex.EncodeToString(f.BaseSHA256[:])
+		}
+		meta[metaResultPrefix+f.Name] = hex.EncodeToString(f.ResultSHA256[:])
+		if f.Whole {
+			whole = append(whole, f.Name)
+			continue
+		}
+		js, err := marshalJSON(params[f.Name])
+		if err != nil {
+			return nil, err
+		}
+		meta[metaParamsPrefix+f.Name] = js
+	}
+	for key, list := range map[string][]string{metaChangedParams: names, metaFiles: files, metaWholeFiles: whole} {
+		js, err := marshalJSON(list)
+		if err != nil {
+			return nil, err
+		}
+		meta[key] = js
+	}
+	return meta, nil
+}
+
+// sparsity is TRL's 1 - changed/max(total, 1).
+func sparsity(changed, total int64) float64 {
+	return 1 - float64(changed)/float64(max(total, 1))
+}
+
+// pythonFloat formats v as Python's str(float) does for values in [0, 1] ("1.0", "0.25",
+// "1e-05"), so TRL-written and weightfs-written metadata look alike.
+func pythonFloat(v float64) string {
+	s := strconv.FormatFloat(v, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eEnN") {
+		s += ".0"
+	}
+	return s
+}
+
+// marshalJSON encodes v compactly without HTML escaping, refusing invalid UTF-8.
+func marshalJSON(v any) (string, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", fmt.Errorf("encode patch metadata: %w", err)
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+// EncodePatchHeader returns the safetensors header of the patch described by plan and the
+// total size of the patch file in bytes.
+func EncodePatchHeader(plan PatchPlan) (header []byte, size int64, err error) {
+	header, entries, err := encodePatchHeader(plan)
+	if err != nil {
+		return nil, 0, err
+	}
+	size = int64(len(header))
+	if n := len(entries); n > 0 {
+		size += entries[n-1].End
+	}
+	return header, size, nil
+}
+
+// encodePatchHeader also returns the entries with their data offsets.
+func encodePatchHeader(plan PatchPlan) ([]byte, []Tensor, error) {
+	if err := plan.validate(); err != nil {
+		return nil, nil, err
+	}
+	meta, err := plan.metadata()
+	if err != nil {
+		return nil, nil, err
+	}
+	entries := plan.layout()
+	header, err := EncodeHeader(meta, entries)
+	if err != nil {
+		return nil, nil, fmt.Errorf("patch header: %w", err)
+	}
+	return header, entries, nil
+}
+
+// PatchWriter writes a patch file through an io.WriterAt, holding only small buffers: the
+// header goes first, then the caller feeds each tensor's changes in plan order (Add, in as
+// many pieces as it likes) and then each whole file's bytes (AddWhole). Equal input gives
+// equal bytes. The writer is unusable after its first error. Not safe for concurrent use.
+type PatchWriter struct {
+	w        io.WriterAt
+	plan     PatchPlan
+	entries  []Tensor // from EncodeHeader: offsets relative to dataStart
+	dataOff  int64
+	size     int64
+	tensor   int   // index into plan.Tensors of the tensor being fed
+	fed      int64 // changes fed to the current tensor
+	lastIdx  int64 // last index fed to the current tensor, -1 before the first
+	whole    int   // index into plan.Files of the next whole file to feed
+	wholeFed int64
+	idxBuf   []byte
+	valBuf   []byte
+	idxAt    int64 // file offset where idxBuf starts
+	valAt    int64
+	err      error
+}
+
+// patchBufSize bounds each of the writer's two buffers.
+const patchBufSize = 1 << 20
+
+// NewPatchWriter validates plan and writes the patch header at offset 0 of w.
+func NewPatchWriter(w io.WriterAt, plan PatchPlan) (*PatchWriter, error) {
+	plan.Files = append([]PatchFile(nil), plan.Files...)
+	plan.Tensors = append([]PatchTensor(nil), plan.Tensors...)
+	header, entries, err := encodePatchHeader(plan)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.WriteAt(header, 0); err != nil {
+		return nil, fmt.Errorf("write patch header: %w", err)
+	}
+	pw := &PatchWriter{w: w, plan: plan, entries: entries, dataOff: int64(len(header)), size: int64(len(header)), lastIdx: -1}
+	if n := len(entries); n > 0 {
+		pw.size += entries[n-1].End
+	}
+	pw.startTensor()
+	return pw, nil
+}
+
+// Size is the size of the finished patch file.
+func (pw *PatchWriter) Size() int64 { return pw.size }
+
+// startTensor points the buffers at the current tensor's indices and values.
+func (pw *PatchWriter) startTensor() {
+	pw.fed, pw.lastIdx = 0, -1
+	if pw.tensor < len(pw.plan.Tensors) {
+		pw.idxAt = pw.dataOff + pw.entries[2*pw.tensor].Begin
+		pw.valAt = pw.dataOff + pw.entries[2*pw.tensor+1].Begin
+	}
+}
+
+func (pw *PatchWriter) fail(err error) error {
+	if pw.err == nil {
+		pw.err = err
+	}
+	return pw.err
+}
+
+// Add feeds changes of the current tensor: element first+idx[i] takes the value
+// values[i*w:(i+1)*w], w the dtype size. Indices must ascend across calls. A call feeds one
+// tensor only; once the tensor's planned count is reached, the next call feeds the next one.
+func (pw *PatchWriter) Add(first int64, idx []uint32, values []byte) error {
+	if pw.err != nil {
+		return pw.err
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	if pw.tensor >= len(pw.plan.Tensors) {
+		return pw.fail(fmt.Errorf("patch writer: %d changes beyond the planned tensors", len(idx)))
+	}
+	t := pw.plan.Tensors[pw.tensor]
+	width := t.DType.Size()
+	if len(values) != len(idx)*width {
+		return pw.fail(fmt.Errorf("patch writer: tensor %q: %d bytes of values for %d indices of %d bytes", t.Name, len(values), len(idx), width))
+	}
+	if int64(len(idx)) > t.Changed-pw.fed {
+		return pw.fail(fmt.Errorf("patch writer: tensor %q needs %d more changes, got %d", t.Name, t.Changed-pw.fed, len(idx)))
+	}
+	wide := t.IndexDType() == DTypeI64
+	for _, i := range idx {
+		abs := first + int64(i)
+		if abs <= pw.lastIdx || abs >= t.Elements {
+			return pw.fail(fmt.Errorf("patch writer: tensor %q: index %d after %d is not ascending within %d elements", t.Name, abs, pw.lastIdx, t.Elements))
+		}
+		pw.lastIdx = abs
+		if wide {
+			pw.idxBuf = binary.LittleEndian.AppendUint64(pw.idxBuf, uint64(abs))
+		} else {
+			pw.idxBuf = binary.LittleEndian.AppendUint32(pw.idxBuf, uint32(abs))
+		}
+		if len(pw.idxBuf) >= patchBufSize {
+			if err := pw.flushIndices(); err != nil {
+				return err
+			}
+		}
+	}
+	pw.valBuf = append(pw.valBuf, values...)
+	if len(pw.valBuf) >= patchBufSize {
+		if err := pw.flushValues(); err != nil {
+			return err
+		}
+	}
+	pw.fed += int64(len(idx))
+	if pw.fed == t.Changed {
+		if err := pw.flushIndices(); err != nil {
+			return err
+		}
+		if err := pw.flushValues(); err != nil {
+			return err
+		}
+		pw.tensor++
+		pw.startTensor()
+	}
+	return nil
+}
+
+func (pw *PatchWriter) flushIndices() error {
+	if len(pw.idxBuf) == 0 {
+		return nil
+	}
+	if _, err := pw.w.WriteAt(pw.idxBuf, pw.idxAt); err != nil {
+		return pw.fail(fmt.Errorf("write patch indices: %w", err))
+	}
+	pw.idxAt += int64(len(pw.idxBuf))
+	pw.idxBuf = pw.idxBuf[:0]
+	return nil
+}
+
+func (pw *PatchWriter) flushValues() error {
+	if len(pw.valBuf) == 0 {
+		return nil
+	}
+	if _, err := pw.w.WriteAt(pw.valBuf, pw.valAt); err != nil {
+		return pw.fail(fmt.Errorf("write patch values: %w", err))
+	}
+	pw.valAt += int64(len(pw.valBuf))
+	pw.valBuf = pw.valBuf[:0]
+	return nil
+}
+
+// AddWhole feeds bytes of the whole files, in plan order, after every tensor is complete.
+func (pw *PatchWriter) AddWhole(data []byte) error {
+	if pw.err != nil {
+		return pw.err
+	}
+	if pw.tensor < len(pw.plan.Tensors) {
+		return pw.fail(fmt.Errorf("patch writer: whole-file data before tensor %q is complete", pw.plan.Tensors[pw.tensor].Name))
+	}
+	for len(data) > 0 {
+		f, ok := pw.nextWhole()
+		if !ok {
+			return pw.fail(fmt.Errorf("patch writer: %d bytes beyond the planned whole files", len(data)))
+		}
+		n := min(int64(len(data)), f.WholeSize-pw.wholeFed)
+		entry, _ := pw.wholeEntry(f.Name)
+		if _, err := pw.w.WriteAt(data[:n], pw.dataOff+entry.Begin+pw.wholeFed); err != nil {
+			return pw.fail(fmt.Errorf("write whole file %q into patch: %w", f.Name, err))
+		}
+		pw.wholeFed += n
+		data = data[n:]
+	}
+	return nil
+}
+
+// nextWhole returns the whole file being fed, moving past files already complete.
+func (pw *PatchWriter) nextWhole() (PatchFile, bool) {
+	for ; pw.whole < len(pw.plan.Files); pw.whole++ {
+		f := pw.plan.Files[pw.whole]
+		if !f.Whole {
+			continue
+		}
+		if pw.wholeFed < f.WholeSize {
+			return f, true
+		}
+		pw.wholeFed = 0 // f is complete; the next whole file starts from its first byte
+	}
+	return PatchFile{}, false
+}
+
+func (pw *PatchWriter) wholeEntry(name string) (Tensor, bool) {
+	for _, e := range pw.entries {
+		if e.Name == WholeFilePrefix+name {
+			return e, true
+		}
+	}
+	return Tensor{}, false
+}
+
+// Close checks that everything planned was fed. It does not close or sync w.
+func (pw *PatchWriter) Close() error {
+	if pw.err != nil {
+		return pw.err
+	}
+	if pw.tensor < len(pw.plan.Tensors) {
+		t := pw.plan.Tensors[pw.tensor]
+		return pw.fail(fmt.Errorf("patch writer: tensor %q got %d of %d changes", t.Name, pw.fed, t.Changed))
+	}
+	if f, ok := pw.nextWhole(); ok {
+		return pw.fail(fmt.Errorf("patch writer: whole file %q got %d of %d bytes", f.Name, pw.wholeFed, f.WholeSize))
+	}
+	pw.err = fmt.Errorf("patch writer: closed")
+	return nil
+}

@@ -1,0 +1,225 @@
+package delta
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var errCrash = errors.New("simulated crash")
+
+func TestApplyPatch(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	_, p := buildTestPatch(t, 43, 42, base, result, order)
+	const name = "model.safetensors"
+	want := result[name]
+	ref, err := applyPatchReference(p, base[name], name)
+	if err != nil || !bytes.Equal(ref, want) {
+		t.Fatalf("reference apply: %v", err)
+	}
+	// Chunk sizes that cut headers and elements in every way, against the reference.
+	for _, chunk := range []int64{1, 3, 7, 8, 64, 4096, scanChunk} {
+		t.Run(fmt.Sprint("chunk", chunk), func(t *testing.T) {
+			target := &memFile{b: bytes.Clone(base[name])}
+			j := &memJournal{}
+			res, err := applyPatch(p, target, int64(len(target.b)), name, j, applyConfig{chunk: chunk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(target.b, want) {
+				t.Fatal("patched file differs from the result")
+			}
+			// embed: elements 0,1,2 adjacent (one write) + 40 + 90; up_proj 44; step 0; wide 1,2.
+			if res.ElementsWritten != 9 || res.Writes != 6 || res.AlreadyApplied || res.Recovered {
+				t.Errorf("result %+v, want 9 elements in 6 writes", res)
+			}
+			if j.ok {
+				t.Error("journal left behind")
+			}
+			// Applying twice is harmless: detected by hash, nothing written.
+			before := target.syncs
+			res, err = applyPatch(p, target, int64(len(target.b)), name, j, applyConfig{chunk: chunk})
+			if err != nil || !res.AlreadyApplied || res.Writes != 0 || target.syncs != before || !bytes.Equal(target.b, want) {
+				t.Errorf("second apply: %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+func TestApplyPatchRefusals(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	_, p := buildTestPatch(t, 43, 42, base, result, order)
+	const name = "model.safetensors"
+	model, h := testModel(t, 1)
+	tests := []struct {
+		name   string
+		file   []byte
+		target string
+		want   error
+		msg    string
+	}{
+		{"other base", mutate(t, model, h, "model.mask", 3), name, ErrBaseMismatch, "neither the patch's base"},
+		{"truncated", model[:len(model)-1], name, ErrBaseMismatch, "not the patch's base"},
+		{"tiny", model[:5], name, ErrBaseMismatch, "too short"},
+		{"marked without journal", append([]byte(applyMarker), model[8:]...), name, ErrBaseMismatch, "journal is missing"},
+		{"file not in patch", model, "other.safetensors", ErrBaseMismatch, "changes no file"},
+		{"whole file", model, "config.json", nil, "carried whole"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := &memFile{b: bytes.Clone(tt.file)}
+			j := &memJournal{}
+			_, err := ApplyPatch(p, target, int64(len(target.b)), tt.target, j)
+			if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("error %v, want %v containing %q", err, tt.want, tt.msg)
+			}
+			if !bytes.Equal(target.b, tt.file) || j.ok || target.syncs != 0 {
+				t.Error("a refused apply touched the target or the journal")
+			}
+		})
+	}
+	// A tensor with another dtype in the target: refused before writing.
+	tensors := []Tensor{}
+	for _, tt := range h.Tensors {
+		if tt.Name == "model.wide" {
+			tt.DType = DTypeI64
+		}
+		tensors = append(tensors, tt)
+	}
+	hdr, err := EncodeHeader(h.Metadata, tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := append(hdr, model[h.DataStart():]...)
+	target := &memFile{b: bytes.Clone(other)}
+	if _, err := ApplyPatch(p, target, int64(len(other)), name, &memJournal{}); !errors.Is(err, ErrBaseMismatch) || !bytes.Equal(target.b, other) {
+		t.Errorf("changed dtype: %v", err)
+	}
+}
+
+// TestApplyCrashRecovery crashes an apply at every step and checks that the file never passes
+// for either version while marked, and that running the same apply again finishes the job.
+func TestApplyCrashRecovery(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	_, p := buildTestPatch(t, 43, 42, base, result, order)
+	const name = "model.safetensors"
+	steps := []struct {
+		step   applyStep
+		nth    int  // crash at the nth time the step is reached
+		marked bool // the file is marked (neither version) after the crash
+	}{
+		{stepScanned, 1, false},
+		{stepJournaled, 1, false},
+		{stepMarked, 1, true},
+		{stepWroteRun, 1, true},
+		{stepWroteRun, 4, true},
+		{stepWritten, 1, true},
+		{stepRestored, 1, false},
+	}
+	for _, s := range steps {
+		t.Run(fmt.Sprintf("%s#%d", s.step, s.nth), func(t *testing.T) {
+			target := &memFile{b: bytes.Clone(base[name])}
+			j := &memJournal{}
+			seen := 0
+			cfg := applyConfig{chunk: 5, failpoint: func(step string) error {
+				if step == string(s.step) {
+					if seen++; seen == s.nth {
+						return errCrash
+					}
+				}
+				return nil
+			}}
+			if _, err := applyPatch(p, target, int64(len(target.b)), name, j, cfg); !errors.Is(err, errCrash) {
+				t.Fatalf("apply = %v, want the simulated crash", err)
+			}
+			h := sum(target.b)
+			if s.marked {
+				if _, err := ParseHeader(target.b, int64(len(target.b))); !errors.Is(err, ErrMalformed) {
+					t.Errorf("a half-patched file parses as safetensors: %v", err)
+				}
+				if h == sum(base[name]) || h == sum(result[name]) {
+					t.Error("a half-patched file hashes as a version")
+				}
+			}
+			if !s.marked && h != sum(base[name]) && h != sum(result[name]) {
+				t.Error("an unmarked file after a crash is neither version")
+			}
+			// A different patch must not touch a file with a pending journal.
+			if j.ok {
+				_, other := buildTestPatch(t, 44, 43, result, base, order)
+				if _, err := ApplyPatch(other, target, int64(len(target.b)), name, j); !errors.Is(err, ErrBaseMismatch) || !strings.Contains(err.Error(), "journal") {
+					t.Errorf("other patch over a pending journal: %v", err)
+				}
+			}
+			res, err := ApplyPatch(p, target, int64(len(target.b)), name, j)
+			if err != nil {
+				t.Fatalf("re-run: %v", err)
+			}
+			if !bytes.Equal(target.b, result[name]) || j.ok {
+				t.Fatal("re-run did not finish the apply")
+			}
+			if res.Recovered != (s.step != stepScanned) {
+				t.Errorf("Recovered = %v", res.Recovered)
+			}
+		})
+	}
+}
+
+// TestApplyPatchFiles runs the apply on real files with a FileJournal, crashing once.
+func TestApplyPatchFiles(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	_, p := buildTestPatch(t, 43, 42, base, result, order)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "model.safetensors")
+	if err := os.WriteFile(path, base["model.safetensors"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	journal := FileJournal(path + ".apply-journal")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg := applyConfig{chunk: scanChunk, failpoint: func(step string) error {
+		if step == string(stepWritten) {
+			return errCrash
+		}
+		return nil
+	}}
+	if _, err := applyPatch(p, f, int64(len(base["model.safetensors"])), "model.safetensors", journal, cfg); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(string(journal)); err != nil {
+		t.Fatalf("journal missing after the crash: %v", err)
+	}
+	res, err := ApplyPatch(p, f, int64(len(base["model.safetensors"])), "model.safetensors", journal)
+	if err != nil || !res.Recovered {
+		t.Fatalf("re-run: %+v %v", res, err)
+	}
+	got, _ := os.ReadFile(path)
+	if !bytes.Equal(got, result["model.safetensors"]) {
+		t.Error("file differs from the result")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want the file alone", len(entries))
+	}
+}
+
+func TestJournalErrors(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	_, p := buildTestPatch(t, 43, 42, base, result, order)
+	target := &memFile{b: bytes.Clone(base["model.safetensors"])}
+	for _, rec := range []string{`not json`, `{"format":"x"}`, `{"format":"weightfs-apply-journal","version":2}`} {
+		j := &memJournal{rec: []byte(rec), ok: true}
+		if _, err := ApplyPatch(p, target, int64(len(target.b)), "model.safetensors", j); err == nil {
+			t.Errorf("journal %s accepted", rec)
+		}
+	}
+	if !bytes.Equal(target.b, base["model.safetensors"]) {
+		t.Error("target touched")
+	}
+}

@@ -1,0 +1,242 @@
+package delta
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"hash"
+	"io"
+)
+
+// PatchSource is one file of the result version and, when it existed, the same file of the
+// base version.
+type PatchSource struct {
+	Name       string      // slash-separated path relative to the version root
+	Base       io.ReaderAt // nil: the file is new in the result
+	BaseSize   int64
+	Result     io.ReaderAt
+	ResultSize int64
+}
+
+// buildChunk is the read size of BuildPatch; a multiple of every element width.
+const buildChunk = 4 << 20
+
+// BuildPatch diffs every file of the result version against the base and writes the patch to
+// w, reading each file twice (once to plan, once to write) and holding only a few chunks in
+// memory. A safetensors file whose header bytes and size are unchanged is patched sparsely;
+// any other changed file is carried whole. Files equal in both versions are left out, but
+// their tensors count in total_elements, so pass every file of the result version.
+func BuildPatch(w io.WriterAt, modelVersion, baseVersion uint64, files []PatchSource) (PatchPlan, error) {
+	plan := PatchPlan{ModelVersion: modelVersion, BaseVersion: baseVersion}
+	sparse := make(map[string]*Header)
+	for _, src := range files {
+		f, tensors, h, elements, err := planFile(src)
+		if err != nil {
+			return plan, fmt.Errorf("plan patch of %s: %w", src.Name, err)
+		}
+		plan.TotalElements += elements
+		if f == nil {
+			continue
+		}
+		plan.Files = append(plan.Files, *f)
+		plan.Tensors = append(plan.Tensors, tensors...)
+		if !f.Whole {
+			sparse[src.Name] = h
+		}
+	}
+	pw, err := NewPatchWriter(w, plan)
+	if err != nil {
+		return plan, err
+	}
+	base, cur := make([]byte, buildChunk), make([]byte, buildChunk)
+	var idx []uint32
+	var vals []byte
+	for _, src := range files {
+		h, ok := sparse[src.Name]
+		if !ok {
+			continue
+		}
+		for _, t := range plan.Tensors {
+			if t.File != src.Name {
+				continue
+			}
+			th, _ := h.Tensor(t.Name)
+			err := forTensorChunks(src, h, th, base, cur, func(first int64, b, c []byte) error {
+				idx, vals = diffElements(b, c, t.DType.Size(), idx[:0], vals[:0])
+				return pw.Add(first, idx, vals)
+			})
+			if err != nil {
+				return plan, fmt.Errorf("write patch of %s: %w", src.Name, err)
+			}
+		}
+	}
+	for _, f := range plan.Files {
+		if !f.Whole {
+			continue
+		}
+		src := sourceByName(files, f.Name)
+		for off := int64(0); off < f.WholeSize; off += buildChunk {
+			chunk := cur[:min(buildChunk, f.WholeSize-off)]
+			if err := readFull(src.Result, chunk, off); err != nil {
+				return plan, fmt.Errorf("read %s: %w", f.Name, err)
+			}
+			if err := pw.AddWhole(chunk); err != nil {
+				return plan, err
+			}
+		}
+	}
+	return plan, pw.Close()
+}
+
+func sourceByName(files []PatchSource, name string) PatchSource {
+	for _, s := range files {
+		if s.Name == name {
+			return s
+		}
+	}
+	return PatchSource{}
+}
+
+// planFile hashes one file pair and counts its changed elements. It returns a nil file when
+// nothing changed, and the result's tensor elements either way.
+func planFile(src PatchSource) (f *PatchFile, tensors []PatchTensor, h *Header, elements int64, err error) {
+	rh, rerr := ReadHeader(src.Result, src.ResultSize)
+	if rerr == nil {
+		for _, t := range rh.Tensors {
+			elements += t.Elements()
+		}
+	}
+	var bh *Header
+	if src.Base != nil && rerr == nil && src.BaseSize == src.ResultSize {
+		if bh, err = ReadHeader(src.Base, src.BaseSize); err != nil {
+			bh = nil
+		}
+	}
+	if bh != nil {
+		same, err := samePrefix(src, rh.DataStart())
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if !same {
+			bh = nil
+		}
+	}
+	pf := PatchFile{Name: src.Name}
+	if bh == nil {
+		// Carried whole if it changed: hash both as they are.
+		var resultSum [32]byte
+		if resultSum, err = hashReader(src.Result, src.ResultSize); err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if src.Base != nil {
+			if pf.BaseSHA256, err = hashReader(src.Base, src.BaseSize); err != nil {
+				return nil, nil, nil, 0, err
+			}
+			if pf.BaseSHA256 == resultSum {
+				return nil, nil, nil, elements, nil
+			}
+		}
+		pf.ResultSHA256, pf.Whole, pf.WholeSize = resultSum, true, src.ResultSize
+		return &pf, nil, nil, elements, nil
+	}
+	// Same header: hash both while counting changed elements tensor by tensor.
+	prefix := make([]byte, rh.DataStart())
+	if err := readFull(src.Result, prefix, 0); err != nil {
+		return nil, nil, nil, 0, err
+	}
+	hb, hr := sha256.New(), sha256.New()
+	hb.Write(prefix)
+	hr.Write(prefix)
+	base, cur := make([]byte, buildChunk), make([]byte, buildChunk)
+	var idx []uint32
+	var vals []byte
+	for _, t := range rh.Tensors {
+		changed := int64(0)
+		err := forTensorChunks(src, rh, t, base, cur, func(_ int64, b, c []byte) error {
+			hb.Write(b)
+			hr.Write(c)
+			idx, vals = diffElements(b, c, t.DType.Size(), idx[:0], vals[:0])
+			changed += int64(len(idx))
+			return nil
+		})
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if changed > 0 {
+			tensors = append(tensors, PatchTensor{File: src.Name, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: changed})
+		}
+	}
+	if len(tensors) == 0 {
+		return nil, nil, nil, elements, nil
+	}
+	copy(pf.BaseSHA256[:], hb.Sum(nil))
+	copy(pf.ResultSHA256[:], hr.Sum(nil))
+	return &pf, tensors, rh, elements, nil
+}
+
+// samePrefix reports whether base and result have the same first n bytes.
+func samePrefix(src PatchSource, n int64) (bool, error) {
+	a, b := make([]byte, n), make([]byte, n)
+	if err := readFull(src.Base, a, 0); err != nil {
+		return false, err
+	}
+	if err := readFull(src.Result, b, 0); err != nil {
+		return false, err
+	}
+	return bytes.Equal(a, b), nil
+}
+
+// forTensorChunks calls fn with aligned chunks of tensor t from base and result; first is
+// the element index of the chunk's start.
+func forTensorChunks(src PatchSource, h *Header, t Tensor, base, cur []byte, fn func(first int64, b, c []byte) error) error {
+	width := int64(t.DType.Size())
+	for off := int64(0); off < t.ByteLen(); off += buildChunk {
+		n := min(buildChunk, t.ByteLen()-off)
+		at := h.DataStart() + t.Begin + off
+		if err := readFull(src.Base, base[:n], at); err != nil {
+			return fmt.Errorf("read base of %q: %w", t.Name, err)
+		}
+		if err := readFull(src.Result, cur[:n], at); err != nil {
+			return fmt.Errorf("read result of %q: %w", t.Name, err)
+		}
+		if err := fn(off/width, base[:n], cur[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// diffElements appends the index and new value of every element (width bytes) that differs
+// between base and cur. Whole 8-byte words are compared first so equal runs go fast.
+func diffElements(base, cur []byte, width int, idx []uint32, vals []byte) ([]uint32, []byte) {
+	for off := 0; off < len(cur); {
+		if off%8 == 0 && off+8 <= len(cur) && string(base[off:off+8]) == string(cur[off:off+8]) {
+			off += 8
+			continue
+		}
+		end := off + width
+		if string(base[off:end]) != string(cur[off:end]) {
+			idx = append(idx, uint32(off/width))
+			vals = append(vals, cur[off:end]...)
+		}
+		off = end
+	}
+	return idx, vals
+}
+
+func hashReader(r io.ReaderAt, size int64) ([32]byte, error) {
+	var sum [32]byte
+	h := sha256.New()
+	if err := copyRange(h, r, 0, size); err != nil {
+		return sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+func copyRange(h hash.Hash, r io.ReaderAt, off, n int64) error {
+	if _, err := io.Copy(h, io.NewSectionReader(r, off, n)); err != nil {
+		return fmt.Errorf("read %d bytes at %d: %w", n, off, err)
+	}
+	return nil
+}

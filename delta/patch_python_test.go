@@ -1,0 +1,64 @@
+package delta
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// pythonWithNumpy returns /usr/bin/python3 when it can import numpy, or skips the test.
+func pythonWithNumpy(t *testing.T) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
+		t.Skipf("skipping: %s with numpy is not available (%v); install python3-numpy", python, err)
+	}
+	return python
+}
+
+// TestPythonApplyPatch runs examples/apply_patch.py, the numpy reference reader, on a patch
+// written by BuildPatch and requires the exact result bytes.
+func TestPythonApplyPatch(t *testing.T) {
+	python := pythonWithNumpy(t)
+	script, err := filepath.Abs("../examples/apply_patch.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, result, order := threeFileVersions(t)
+	raw, _ := buildTestPatch(t, 43, 42, base, result, order)
+	dir := t.TempDir()
+	patchPath := filepath.Join(dir, "weight_v000043.safetensors")
+	target := filepath.Join(dir, "model.safetensors")
+	if err := os.WriteFile(patchPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func() (string, error) {
+		out, err := exec.Command(python, script, patchPath, target).CombinedOutput()
+		return string(out), err
+	}
+
+	// A file that is not the base is refused and left as it was.
+	model, h := testModel(t, 1)
+	other := mutate(t, model, h, "model.mask", 0)
+	os.WriteFile(target, other, 0o644)
+	if out, err := run(); err == nil || !strings.Contains(out, "is not the patch's base") {
+		t.Errorf("wrong base accepted: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(target); !bytes.Equal(got, other) {
+		t.Error("the script changed a file that is not the base")
+	}
+
+	os.WriteFile(target, base["model.safetensors"], 0o644)
+	if out, err := run(); err != nil || !strings.Contains(out, "applied 9 changed elements in 4 tensors") {
+		t.Fatalf("apply_patch.py: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(target); !bytes.Equal(got, result["model.safetensors"]) {
+		t.Fatal("apply_patch.py produced other bytes than the result")
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "already the result") {
+		t.Errorf("second run: %v\n%s", err, out)
+	}
+}

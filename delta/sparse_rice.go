@@ -1,0 +1,212 @@
+package delta
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// Positions of changed elements are coded as gaps (the number of unchanged elements before
+// each change), Rice-coded in groups of riceGroup gaps, each group with its own parameter k
+// chosen by exact cost. Bits are packed least-significant first: bit i of the stream is bit
+// i%8 of byte i/8, and a k-bit number is written low bit first. A group is
+//
+//	k (riceParamBits bits) | per gap: q zero bits, a one bit, then the low k bits of the gap
+//
+// where q = gap >> k. The last byte is padded with zero bits.
+
+const (
+	// riceGroup is the number of gaps sharing one Rice parameter: small enough to follow
+	// rows that change more or less often, large enough that the 5-bit parameter costs
+	// under 0.04 bits per change.
+	riceGroup = 128
+	// riceParamBits is the width of the per-group parameter; k ranges over 0..31.
+	riceParamBits = 5
+	// maxRiceParam is the largest k the encoder considers (gaps stay below 2^maxBlockShift).
+	maxRiceParam = 31
+)
+
+// bitWriter appends bits, least-significant first, to a byte slice.
+type bitWriter struct {
+	out []byte
+	acc uint64 // pending bits, the oldest in bit 0
+	n   uint   // number of pending bits, < 8 between calls
+}
+
+// writeBits appends the low k bits of v (k <= 32).
+func (w *bitWriter) writeBits(v uint64, k uint) {
+	w.acc |= (v & (1<<k - 1)) << w.n
+	w.n += k
+	for w.n >= 8 {
+		w.out = append(w.out, byte(w.acc))
+		w.acc >>= 8
+		w.n -= 8
+	}
+}
+
+// writeUnary appends q zero bits and a one bit.
+func (w *bitWriter) writeUnary(q uint64) {
+	for q >= 32 {
+		w.writeBits(0, 32)
+		q -= 32
+	}
+	w.writeBits(1<<q, uint(q)+1)
+}
+
+// flush pads the last byte with zero bits.
+func (w *bitWriter) flush() {
+	if w.n > 0 {
+		w.out = append(w.out, byte(w.acc))
+	}
+	w.acc, w.n = 0, 0
+}
+
+// riceCost is the exact number of bits the gaps cost with parameter k, without the parameter.
+func riceCost(gaps []uint32, k uint) uint64 {
+	cost := uint64(len(gaps)) * uint64(k+1)
+	for _, g := range gaps {
+		cost += uint64(g >> k)
+	}
+	return cost
+}
+
+// bestRiceParam returns the smallest k with the least exact cost for gaps. The cost is convex
+// in k: cost(k+1) - cost(k) = n - sum(ceil((g>>k)/2)), and the sum shrinks as k grows. So the
+// search walks up from 0 and stops at the first k that costs more than the best so far.
+func bestRiceParam(gaps []uint32) uint {
+	best, bestCost := uint(0), riceCost(gaps, 0)
+	for k := uint(1); k <= maxRiceParam; k++ {
+		c := riceCost(gaps, k)
+		if c > bestCost {
+			break
+		}
+		if c < bestCost {
+			best, bestCost = k, c
+		}
+	}
+	return best
+}
+
+// appendRice Rice-codes gaps in groups of riceGroup and appends the padded stream to w.out.
+func appendRice(w *bitWriter, gaps []uint32) {
+	for start := 0; start < len(gaps); start += riceGroup {
+		group := gaps[start:min(start+riceGroup, len(gaps))]
+		k := bestRiceParam(group)
+		w.writeBits(uint64(k), riceParamBits)
+		for _, g := range group {
+			w.writeUnary(uint64(g >> k))
+			w.writeBits(uint64(g), k)
+		}
+	}
+	w.flush()
+}
+
+// bitReader reads bits least-significant first. Bits of acc above n are always zero.
+type bitReader struct {
+	buf []byte
+	pos int    // next byte of buf to load
+	acc uint64 // loaded bits, the oldest in bit 0
+	n   uint   // number of loaded bits
+}
+
+// refill loads whole bytes until acc holds more than 56 bits or buf is exhausted.
+func (r *bitReader) refill() {
+	if r.pos+8 <= len(r.buf) {
+		take := (64 - r.n) / 8
+		if take == 0 {
+			return
+		}
+		w := binary.LittleEndian.Uint64(r.buf[r.pos:])
+		if take < 8 {
+			w &= 1<<(8*take) - 1
+		}
+		r.acc |= w << r.n
+		r.pos += int(take)
+		r.n += 8 * take
+		return
+	}
+	for r.n <= 56 && r.pos < len(r.buf) {
+		r.acc |= uint64(r.buf[r.pos]) << r.n
+		r.pos++
+		r.n += 8
+	}
+}
+
+// readBits reads k bits (k <= 32); ok is false when the stream ends first.
+func (r *bitReader) readBits(k uint) (v uint64, ok bool) {
+	if r.n < k {
+		r.refill()
+		if r.n < k {
+			return 0, false
+		}
+	}
+	v = r.acc & (1<<k - 1)
+	r.acc >>= k
+	r.n -= k
+	return v, true
+}
+
+// readUnary reads zero bits up to and including a one bit and returns how many zeros there
+// were; ok is false when the stream ends first or the count exceeds limit.
+func (r *bitReader) readUnary(limit uint64) (q uint64, ok bool) {
+	for {
+		if r.acc == 0 {
+			// Every loaded bit is zero: count them and load more.
+			q += uint64(r.n)
+			r.n = 0
+			if q > limit {
+				return 0, false
+			}
+			r.refill()
+			if r.n == 0 {
+				return 0, false
+			}
+			continue
+		}
+		z := uint(bits.TrailingZeros64(r.acc)) // < n, since bits above n are zero
+		q += uint64(z)
+		r.acc >>= z + 1
+		r.n -= z + 1
+		return q, q <= limit
+	}
+}
+
+// atCleanEnd reports whether the stream is used up but for zero padding in its last byte.
+func (r *bitReader) atCleanEnd() bool {
+	return r.pos == len(r.buf) && r.n < 8 && r.acc == 0
+}
+
+// decodeRice decodes count gaps from stream (which must be exactly the padded Rice stream)
+// into the positions of changed elements within a block of blockLen elements, appending them
+// to pos. It checks every position is inside the block and that the stream holds nothing
+// else; ok is false on any violation.
+func decodeRice(stream []byte, count int, blockLen uint64, pos []uint32) ([]uint32, bool) {
+	r := bitReader{buf: stream}
+	next := uint64(0) // the smallest position the next change may take
+	for done := 0; done < count; {
+		k64, ok := r.readBits(riceParamBits)
+		if !ok {
+			return pos, false
+		}
+		k := uint(k64)
+		for end := min(done+riceGroup, count); done < end; done++ {
+			// A gap must leave the position inside the block: gap < blockLen - next.
+			room := blockLen - next
+			q, ok := r.readUnary(room >> k)
+			if !ok {
+				return pos, false
+			}
+			low, ok := r.readBits(k)
+			if !ok {
+				return pos, false
+			}
+			gap := q<<k | low
+			if gap >= room {
+				return pos, false
+			}
+			p := next + gap
+			pos = append(pos, uint32(p))
+			next = p + 1
+		}
+	}
+	return pos, r.atCleanEnd()
+}

@@ -1,0 +1,147 @@
+package delta
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// positionsFromGaps is the plain definition the Rice decoder must match.
+func positionsFromGaps(gaps []uint32) []uint32 {
+	pos := make([]uint32, 0, len(gaps))
+	next := uint32(0)
+	for _, g := range gaps {
+		pos = append(pos, next+g)
+		next += g + 1
+	}
+	return pos
+}
+
+func TestRiceRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	tests := []struct {
+		name string
+		gaps []uint32
+	}{
+		{"one zero gap", []uint32{0}},
+		{"all zero", make([]uint32, 300)},
+		{"one huge gap", []uint32{1<<20 - 1}},
+		{"mixed", []uint32{0, 5, 1000, 3, 0, 0, 77, 1 << 19}},
+	}
+	geometric := make([]uint32, 5000)
+	for i := range geometric {
+		geometric[i] = uint32(rng.ExpFloat64() * 40)
+	}
+	tests = append(tests, struct {
+		name string
+		gaps []uint32
+	}{"geometric", geometric})
+	// A dense group followed by a sparse one: each group picks its own parameter.
+	mixedRows := append(make([]uint32, riceGroup), slices.Repeat([]uint32{900}, riceGroup)...)
+	tests = append(tests, struct {
+		name string
+		gaps []uint32
+	}{"dense then sparse rows", mixedRows})
+
+	for _, tc := range tests {
+		var w bitWriter
+		appendRice(&w, tc.gaps)
+		want := positionsFromGaps(tc.gaps)
+		blockLen := uint64(want[len(want)-1]) + 1
+		got, ok := decodeRice(w.out, len(tc.gaps), blockLen, nil)
+		if !ok || !slices.Equal(got, want) {
+			t.Errorf("%s: decode ok=%v, positions differ", tc.name, ok)
+			continue
+		}
+		// The stream must be exactly the size its parameters cost, padded to a byte.
+		var bits uint64
+		for s := 0; s < len(tc.gaps); s += riceGroup {
+			g := tc.gaps[s:min(s+riceGroup, len(tc.gaps))]
+			bits += riceParamBits + riceCost(g, bestRiceParam(g))
+		}
+		if uint64(len(w.out)) != (bits+7)/8 {
+			t.Errorf("%s: %d bytes, want %d", tc.name, len(w.out), (bits+7)/8)
+		}
+		// One element short of the last position, the stream is out of range.
+		if _, ok := decodeRice(w.out, len(tc.gaps), blockLen-1, nil); ok {
+			t.Errorf("%s: accepted with the last position outside the block", tc.name)
+		}
+		// Asking for more changes than coded, or a truncated stream, fails.
+		if _, ok := decodeRice(w.out, len(tc.gaps)+1, blockLen+1000, nil); ok {
+			t.Errorf("%s: decoded one change more than coded", tc.name)
+		}
+		if _, ok := decodeRice(w.out[:len(w.out)-1], len(tc.gaps), blockLen, nil); ok && len(w.out) > 0 {
+			// Dropping the last byte may only succeed if it held nothing but padding, which
+			// a minimal stream never has.
+			t.Errorf("%s: decoded from a truncated stream", tc.name)
+		}
+		// Trailing garbage is refused.
+		if _, ok := decodeRice(append(bytes.Clone(w.out), 0), len(tc.gaps), blockLen, nil); ok {
+			t.Errorf("%s: accepted a trailing byte", tc.name)
+		}
+	}
+}
+
+// TestBestRiceParamIsExact compares the search with trying every parameter.
+func TestBestRiceParamIsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 2000 {
+		gaps := make([]uint32, 1+rng.IntN(riceGroup))
+		scale := float64(int(1) << rng.IntN(16))
+		for i := range gaps {
+			gaps[i] = uint32(rng.ExpFloat64() * scale)
+		}
+		k := bestRiceParam(gaps)
+		best := riceCost(gaps, k)
+		for j := uint(0); j <= maxRiceParam; j++ {
+			if c := riceCost(gaps, j); c < best {
+				t.Fatalf("k=%d costs %d bits but k=%d costs %d", k, best, j, c)
+			}
+		}
+	}
+}
+
+func TestRicePaddingMustBeZero(t *testing.T) {
+	var w bitWriter
+	appendRice(&w, []uint32{0}) // 5-bit parameter + 1 bit: two bits of padding
+	bad := bytes.Clone(w.out)
+	bad[len(bad)-1] |= 0x80
+	if _, ok := decodeRice(w.out, 1, 100, nil); !ok {
+		t.Fatal("valid stream refused")
+	}
+	if _, ok := decodeRice(bad, 1, 100, nil); ok {
+		t.Fatal("stream with a set padding bit accepted")
+	}
+}
+
+func TestBitReaderLongUnary(t *testing.T) {
+	// Runs of zeros longer than the reader's 64-bit window, and refills in every position.
+	for _, q := range []uint64{0, 1, 31, 32, 63, 64, 65, 200, 1000} {
+		for lead := uint(0); lead < 9; lead++ {
+			var w bitWriter
+			w.writeBits(0x1FF, lead)
+			w.writeUnary(q)
+			w.writeBits(0x5, 3)
+			w.flush()
+			r := bitReader{buf: w.out}
+			if _, ok := r.readBits(lead); !ok {
+				t.Fatalf("q=%d lead=%d: lead bits", q, lead)
+			}
+			got, ok := r.readUnary(q)
+			if !ok || got != q {
+				t.Fatalf("q=%d lead=%d: readUnary = %d, %v", q, lead, got, ok)
+			}
+			if v, ok := r.readBits(3); !ok || v != 5 || !r.atCleanEnd() {
+				t.Fatalf("q=%d lead=%d: trailing bits %d %v, clean end %v", q, lead, v, ok, r.atCleanEnd())
+			}
+			if q > 0 {
+				r = bitReader{buf: w.out}
+				r.readBits(lead)
+				if _, ok := r.readUnary(q - 1); ok {
+					t.Fatalf("q=%d lead=%d: limit %d not enforced", q, lead, q-1)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package fs
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/weightfs/weightfs/store"
+)
+
+// Sentinel errors of the package. Callers test with errors.Is; messages carry context.
+var (
+	// ErrStaleMount marks a mount point left behind by a daemon that died ("transport
+	// endpoint is not connected") that could not be cleaned up automatically.
+	ErrStaleMount = errors.New("stale FUSE mount point")
+	// ErrNoVersion marks Options.Version naming a version the store does not have.
+	ErrNoVersion = errors.New("no such sealed version")
+
+	// errBadVersionName marks a directory name that starts like a version but is not one.
+	errBadVersionName = errors.New("not a canonical version name")
+)
+
+// toErrno turns an error from the store or the staging area into the errno the kernel gets.
+// An errno inside the chain (ENOSPC, EDQUOT, ENOENT from the OS) passes through; everything
+// else (a corrupt object, store.ErrCorrupt, included) is EIO: the caller can only retry or
+// give up, and the log line carries the store's message.
+func toErrno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno != 0 {
+		return errno
+	}
+	for _, m := range storeErrnos {
+		if errors.Is(err, m.err) {
+			return m.errno
+		}
+	}
+	return syscall.EIO
+}
+
+// storeErrnos maps the store's sentinel errors to the errno that describes them best.
+var storeErrnos = []struct {
+	err   error
+	errno syscall.Errno
+}{
+	{store.ErrCorrupt, syscall.EIO},
+	{store.ErrVersionNotAbove, syscall.EINVAL},
+	{store.ErrVersionBusy, syscall.EEXIST},
+	{store.ErrNoSuchVersion, syscall.ENOENT},
+	{store.ErrNoSuchFile, syscall.ENOENT},
+	{store.ErrEmptyVersion, syscall.EINVAL},
+	{store.ErrBadPath, syscall.EINVAL},
+	{store.ErrReadOnly, syscall.EROFS},
+	{store.ErrLocked, syscall.EBUSY},
+	{store.ErrClosed, syscall.EIO},
+}

@@ -1,0 +1,259 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weightfs/weightfs/store"
+)
+
+// LatestVersion as Options.Version pins the mount to the newest version sealed at mount time.
+const LatestVersion = ^uint64(0)
+
+// DefaultPollInterval is how often a read-only mount asks the store for new versions.
+const DefaultPollInterval = 500 * time.Millisecond
+
+const (
+	// maxWrite is the largest WRITE (and READ) request the kernel sends us.
+	maxWrite = 1 << 20
+	// sealedTTL is how long the kernel may cache entries and attributes of sealed versions:
+	// they never change, and the root entry of a version is invalidated explicitly when it
+	// moves from open to sealed or is removed by gc.
+	sealedTTL = time.Hour
+	// dynamicTTL covers the root, latest, views and open trees.
+	dynamicTTL = time.Second
+)
+
+// Options configure Mount.
+type Options struct {
+	// ReadOnly serves sealed versions only; every modification fails with EROFS.
+	ReadOnly bool
+	// Version, if not 0, makes the mount point itself that sealed version's directory;
+	// LatestVersion resolves to the newest sealed version at mount time.
+	Version uint64
+	// Debug logs every FUSE request through Logf.
+	Debug bool
+	// Logf receives one line per refusal, store failure or noteworthy event (nil: discarded).
+	Logf func(format string, args ...any)
+	// PollInterval is how often a read-only mount looks for versions sealed by another
+	// process (0: DefaultPollInterval).
+	PollInterval time.Duration
+	// StagingDir is where a read-write mount keeps the bytes of open versions, one
+	// subdirectory per mount. Empty: the store's staging directory if it offers one, else a
+	// fresh directory under os.TempDir().
+	StagingDir string
+	// AllowOther lets users other than the one who mounted access the mount.
+	AllowOther bool
+}
+
+// Server is a running mount.
+type Server struct {
+	fuse       *fuse.Server
+	state      *mountState
+	mountpoint string
+	poller     *poller
+	done       chan struct{}
+}
+
+// Mount serves the store at mountpoint until Unmount (or an external umount). It returns once
+// the kernel has the mount.
+func Mount(st *store.Store, mountpoint string, opts Options) (*Server, error) {
+	if st == nil {
+		return nil, errors.New("mount: nil store")
+	}
+	return MountBackend(StoreBackend(st), mountpoint, opts)
+}
+
+// MountBackend is Mount for any Backend.
+func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
+	mnt, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return nil, fmt.Errorf("mount point %s: %w", mountpoint, err)
+	}
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if err := prepareMountpoint(mnt, logf); err != nil {
+		return nil, err
+	}
+	m := newMountState(b, opts.ReadOnly, logf)
+	var root gofs.InodeEmbedder
+	if opts.Version != 0 {
+		v := opts.Version
+		if v == LatestVersion {
+			latest, ok := m.latest()
+			if !ok {
+				return nil, fmt.Errorf("mount %s at the latest version: %w: the store has none yet", mnt, ErrNoVersion)
+			}
+			v = latest
+		}
+		idx, err := m.index(v)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s at version %d: %w", mnt, v, err)
+		}
+		root = &sealedDir{m: m, idx: idx, path: ""}
+	} else {
+		if !opts.ReadOnly {
+			if err := m.openStaging(opts.StagingDir); err != nil {
+				return nil, err
+			}
+		}
+		root = &rootNode{m: m}
+	}
+
+	rawFS := gofs.NewNodeFS(root, nodeOptions(opts, logf))
+	m.root = root.EmbeddedInode()
+	srv, err := mountWithFallback(rawFS, mnt, opts, logf)
+	if err != nil {
+		m.shutdown()
+		return nil, err
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		_ = srv.Unmount()
+		m.shutdown()
+		return nil, fmt.Errorf("mount %s: %w", mnt, err)
+	}
+	s := &Server{fuse: srv, state: m, mountpoint: mnt, done: make(chan struct{})}
+	if opts.ReadOnly && opts.Version == 0 {
+		interval := opts.PollInterval
+		if interval <= 0 {
+			interval = DefaultPollInterval
+		}
+		s.poller = startPoller(m, interval)
+	}
+	go func() {
+		srv.Wait()
+		if s.poller != nil {
+			s.poller.stop()
+		}
+		m.shutdown()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// Wait blocks until the file system is unmounted and every open version is dropped.
+func (s *Server) Wait() { <-s.done }
+
+// Unmount unmounts the file system and waits until serving has stopped. Open versions are
+// aborted: they were never sealed.
+func (s *Server) Unmount() error {
+	if err := s.fuse.Unmount(); err != nil {
+		return fmt.Errorf("unmount %s: %w (files still open? `umount -l %s` detaches it anyway)", s.mountpoint, err, s.mountpoint)
+	}
+	<-s.done
+	return nil
+}
+
+// Mountpoint is the absolute path served.
+func (s *Server) Mountpoint() string { return s.mountpoint }
+
+func nodeOptions(opts Options, logf func(string, ...any)) *gofs.Options {
+	ttl := dynamicTTL
+	return &gofs.Options{
+		EntryTimeout: &ttl,
+		AttrTimeout:  &ttl,
+		// NegativeTimeout stays nil: a version sealed elsewhere must be found at once.
+		Logger: log.New(logfWriter(logf), "", 0),
+		UID:    uint32(os.Getuid()),
+		GID:    uint32(os.Getgid()),
+	}
+}
+
+// mountWithFallback mounts with mount(2) directly when we may (root), and otherwise through
+// fusermount3. The two need different spellings of "read-only": a flag for mount(2), an
+// option string for fusermount.
+func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf func(string, ...any)) (*fuse.Server, error) {
+	base := fuse.MountOptions{
+		FsName:        "weightfs",
+		Name:          "weightfs",
+		MaxWrite:      maxWrite,
+		MaxReadAhead:  maxWrite,
+		MaxBackground: 64,
+		AllowOther:    opts.AllowOther,
+		// The kernel asks for security.capability before every write unless xattrs are
+		// refused once; weights carry none.
+		DisableXAttrs: true,
+		Debug:         opts.Debug,
+		Logger:        log.New(logfWriter(logf), "fuse: ", 0),
+	}
+	direct := base
+	direct.DirectMountStrict = true
+	direct.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
+	if opts.ReadOnly {
+		direct.DirectMountFlags |= syscall.MS_RDONLY
+	}
+	srv, derr := fuse.NewServer(rawFS, mnt, &direct)
+	if derr == nil {
+		return srv, nil
+	}
+	viaHelper := base
+	if opts.ReadOnly {
+		viaHelper.Options = append(viaHelper.Options, "ro")
+	}
+	srv, ferr := fuse.NewServer(rawFS, mnt, &viaHelper)
+	if ferr != nil {
+		return nil, fmt.Errorf("mount %s: mount(2): %v; fusermount3: %w (as an ordinary user, install fuse3)", mnt, derr, ferr)
+	}
+	return srv, nil
+}
+
+// prepareMountpoint checks that mnt is a usable directory. A mount point left behind by a dead
+// daemon answers ENOTCONN; nothing can be serving it, so it is detached lazily.
+func prepareMountpoint(mnt string, logf func(string, ...any)) error {
+	st, err := os.Stat(mnt)
+	if errors.Is(err, syscall.ENOTCONN) {
+		if derr := detachStale(mnt); derr != nil {
+			return fmt.Errorf("mount point %s: %w (transport endpoint is not connected): a daemon died without unmounting; run `umount -l %s` (root) or `fusermount3 -uz %s`: %v",
+				mnt, ErrStaleMount, mnt, mnt, derr)
+		}
+		logf("%s: detached a stale mount left by a daemon that died", mnt)
+		st, err = os.Stat(mnt)
+	}
+	if err != nil {
+		return fmt.Errorf("mount point %s: %w", mnt, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("mount point %s: not a directory", mnt)
+	}
+	return nil
+}
+
+func detachStale(mnt string) error {
+	uerr := syscall.Unmount(mnt, syscall.MNT_DETACH)
+	if uerr == nil {
+		return nil
+	}
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		path, err := exec.LookPath(bin)
+		if err != nil {
+			continue
+		}
+		out, err := exec.Command(path, "-uz", mnt).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("umount: %v; %s -uz: %v: %s", uerr, bin, err, strings.TrimSpace(string(out)))
+	}
+	return fmt.Errorf("umount: %w (and no fusermount3 found)", uerr)
+}
+
+// logfWriter adapts Logf to the io.Writer a log.Logger needs.
+type logfWriter func(string, ...any)
+
+func (w logfWriter) Write(p []byte) (int, error) {
+	w("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

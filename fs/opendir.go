@@ -1,0 +1,246 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// renameWhiteout is renameat2's RENAME_WHITEOUT, which only overlay file systems use.
+const (
+	renameNoReplace = 0x1
+	renameWhiteout  = 0x4
+)
+
+// openDir is a directory of an open tree (its top directory included). Its children are the
+// go-fuse inode tree itself: the default Lookup and Readdir serve them, and the bridge applies
+// unlink, rmdir and rename to the tree once we return success.
+type openDir struct {
+	gofs.Inode
+	t *openTree
+
+	mu   sync.Mutex
+	attr nodeAttr
+}
+
+func newOpenDir(t *openTree, mode uint32) *openDir {
+	return &openDir{t: t, attr: newNodeAttr(context.Background(), mode)}
+}
+
+func newOpenDirFor(ctx context.Context, t *openTree, mode uint32) *openDir {
+	return &openDir{t: t, attr: newNodeAttr(ctx, mode)}
+}
+
+func (d *openDir) perm() uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.attr.perm & 0o777
+}
+
+func (d *openDir) fillAttr(out *fuse.Attr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out.Mode = syscall.S_IFDIR
+	d.attr.fill(out)
+	out.Nlink = 1
+}
+
+func (d *openDir) touch() {
+	d.mu.Lock()
+	d.attr.modified()
+	d.mu.Unlock()
+}
+
+func (d *openDir) where(name string) string {
+	p := d.Path(nil)
+	if name == "" {
+		return p
+	}
+	return p + "/" + name
+}
+
+func (d *openDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fillAttr(&out.Attr)
+	return 0
+}
+
+func (d *openDir) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EISDIR
+	}
+	if changesAnything(in) {
+		done, errno := d.t.begin("setattr " + d.where(""))
+		if errno != 0 {
+			return errno
+		}
+		defer done()
+		d.mu.Lock()
+		d.attr.apply(in)
+		d.mu.Unlock()
+	}
+	d.fillAttr(&out.Attr)
+	return 0
+}
+
+func (d *openDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	done, errno := d.t.begin("mkdir " + d.where(name))
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
+	if d.GetChild(name) != nil {
+		return nil, syscall.EEXIST
+	}
+	child := newOpenDirFor(ctx, d.t, mode)
+	child.fillAttr(&out.Attr)
+	d.touch()
+	return d.NewPersistentInode(ctx, child, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+}
+
+func (d *openDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	ch, errno := d.newFile(ctx, name, mode, 1, out)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return ch, &openHandle{}, 0, 0
+}
+
+// Mknod makes regular files only (some programs create files that way); the store holds no
+// devices, fifos or sockets.
+func (d *openDir) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
+		return nil, d.t.m.refuse(syscall.EPERM, "mknod %s: only regular files and directories can be stored", d.where(name))
+	}
+	return d.newFile(ctx, name, mode, 0, out)
+}
+
+func (d *openDir) newFile(ctx context.Context, name string, mode uint32, handles int, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	done, errno := d.t.begin("create " + d.where(name))
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
+	if d.GetChild(name) != nil {
+		return nil, syscall.EEXIST
+	}
+	sf, err := d.t.newStagingFile()
+	if err != nil {
+		return nil, d.t.m.fail(err, "create %s", d.where(name))
+	}
+	f := newOpenFile(ctx, d.t, sf, mode)
+	f.handles = handles
+	d.t.track(f)
+	f.fillAttr(&out.Attr)
+	d.touch()
+	return d.NewPersistentInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+}
+
+func (d *openDir) Unlink(ctx context.Context, name string) syscall.Errno {
+	done, errno := d.t.begin("unlink " + d.where(name))
+	if errno != 0 {
+		return errno
+	}
+	defer done()
+	ch := d.GetChild(name)
+	if ch == nil {
+		return syscall.ENOENT
+	}
+	f, ok := ch.Operations().(*openFile)
+	if !ok {
+		return syscall.EISDIR
+	}
+	d.t.untrack(f)
+	f.detach()
+	ch.ForgetPersistent()
+	d.touch()
+	return 0
+}
+
+func (d *openDir) Rmdir(ctx context.Context, name string) syscall.Errno {
+	done, errno := d.t.begin("rmdir " + d.where(name))
+	if errno != 0 {
+		return errno
+	}
+	defer done()
+	ch := d.GetChild(name)
+	if ch == nil {
+		return syscall.ENOENT
+	}
+	if _, ok := ch.Operations().(*openDir); !ok {
+		return syscall.ENOTDIR
+	}
+	if len(ch.Children()) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	ch.ForgetPersistent()
+	d.touch()
+	return 0
+}
+
+func (d *openDir) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*openDir)
+	if !ok || np.t != d.t {
+		return d.t.m.refuse(syscall.EXDEV, "rename %s: across open versions or staging directories (copy instead)", d.where(name))
+	}
+	if flags&renameWhiteout != 0 {
+		return syscall.EINVAL
+	}
+	done, errno := d.t.begin("rename " + d.where(name))
+	if errno != 0 {
+		return errno
+	}
+	defer done()
+	src := d.GetChild(name)
+	if src == nil {
+		return syscall.ENOENT
+	}
+	dst := np.GetChild(newName)
+	if flags&gofs.RENAME_EXCHANGE != 0 {
+		if dst == nil {
+			return syscall.ENOENT
+		}
+		d.touch()
+		np.touch()
+		return 0 // the bridge swaps the two entries
+	}
+	if dst != nil && dst != src {
+		if flags&renameNoReplace != 0 {
+			return syscall.EEXIST
+		}
+		if errno := d.t.replaceable(src, dst); errno != 0 {
+			return errno
+		}
+		if f, ok := dst.Operations().(*openFile); ok {
+			d.t.untrack(f)
+			f.detach()
+		}
+		dst.ForgetPersistent()
+	}
+	d.touch()
+	np.touch()
+	return 0 // the bridge moves the entry
+}
+
+// replaceable checks rename(2)'s rules for overwriting dst with src.
+func (t *openTree) replaceable(src, dst *gofs.Inode) syscall.Errno {
+	switch {
+	case src.IsDir() && !dst.IsDir():
+		return syscall.ENOTDIR
+	case !src.IsDir() && dst.IsDir():
+		return syscall.EISDIR
+	case dst.IsDir() && len(dst.Children()) > 0:
+		return syscall.ENOTEMPTY
+	}
+	return 0
+}
+
+func (d *openDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.t.m.refuse(syscall.EPERM, "symlink %s: only regular files and directories can be stored", d.where(name))
+}
+
+func (d *openDir) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.t.m.refuse(syscall.EPERM, "link %s: hard links cannot be stored", d.where(name))
+}

@@ -1,0 +1,84 @@
+package fs
+
+import (
+	"slices"
+	"time"
+)
+
+// poller makes versions sealed by another process appear on a read-only mount: it calls
+// Refresh every interval and tells the kernel about root entries that came or went.
+type poller struct {
+	quit chan struct{}
+	done chan struct{}
+}
+
+func startPoller(m *mountState, interval time.Duration) *poller {
+	p := &poller{quit: make(chan struct{}), done: make(chan struct{})}
+	go p.run(m, interval)
+	return p
+}
+
+func (p *poller) stop() {
+	select {
+	case <-p.quit:
+	default:
+		close(p.quit)
+	}
+	<-p.done
+}
+
+func (p *poller) run(m *mountState, interval time.Duration) {
+	defer close(p.done)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	lastErr := ""
+	for {
+		select {
+		case <-p.quit:
+			return
+		case <-tick.C:
+		}
+		if err := m.b.Refresh(); err != nil {
+			// Say it once, not every tick.
+			if msg := err.Error(); msg != lastErr {
+				m.logf("refresh: %v (will keep trying)", err)
+				lastErr = msg
+			}
+			continue
+		}
+		lastErr = ""
+		m.noticeVersions()
+	}
+}
+
+// noticeVersions compares the store's versions with the last seen list and invalidates the
+// kernel's view of the root entries that changed.
+func (m *mountState) noticeVersions() {
+	now := versionNumbers(m.b.Versions())
+	m.mu.Lock()
+	before := m.seen
+	m.seen = now
+	var changed []string
+	for _, v := range now {
+		if _, found := slices.BinarySearch(before, v); !found {
+			changed = append(changed, VersionName(v))
+		}
+	}
+	for _, v := range before {
+		if _, found := slices.BinarySearch(now, v); !found {
+			changed = append(changed, VersionName(v))
+			delete(m.indexes, v) // gc dropped it
+		}
+	}
+	m.mu.Unlock()
+	if len(changed) == 0 {
+		return
+	}
+	for _, name := range changed {
+		m.notifyEntry(name)
+	}
+	m.notifyEntry(latestName)
+	if m.root != nil {
+		_ = m.root.NotifyContent(0, 0) // the root's attributes and any cached listing
+	}
+}

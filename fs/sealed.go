@@ -1,0 +1,218 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weightfs/weightfs/store"
+)
+
+// sealedDir is a directory of a sealed version (or, with Options.Version, the mount root).
+// Its children come from the version's immutable index.
+type sealedDir struct {
+	gofs.Inode
+	m    *mountState
+	idx  *versionIndex
+	path string // slash path inside the version; "" is the version's top directory
+}
+
+// sealedFile is a file of a sealed version; its bytes are read from the store.
+type sealedFile struct {
+	gofs.Inode
+	m     *mountState
+	idx   *versionIndex
+	entry *store.Entry
+}
+
+// sealedHandle is one open of a sealed file.
+type sealedHandle struct {
+	f store.File
+}
+
+func (d *sealedDir) where(name string) string {
+	p := d.path
+	if name != "" {
+		if p != "" {
+			p += "/"
+		}
+		p += name
+	}
+	return fmt.Sprintf("%s/%s", VersionName(d.idx.number), p)
+}
+
+func setSealedAttr(idx *versionIndex, e *store.Entry, out *fuse.Attr) {
+	out.Mode = permOf(e)
+	if e.Dir {
+		out.Mode |= syscall.S_IFDIR
+	} else {
+		out.Mode |= syscall.S_IFREG
+		out.Size = uint64(e.Size)
+	}
+	// One link: tells find(1) not to count subdirectories from the link count.
+	out.Nlink = 1
+	setTimes(out, idx.created)
+}
+
+func setTimes(out *fuse.Attr, t time.Time) {
+	out.SetTimes(&t, &t, &t)
+}
+
+func (d *sealedDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	setSealedAttr(d.idx, d.idx.entries[d.path], &out.Attr)
+	out.SetTimeout(sealedTTL)
+	return 0
+}
+
+func (d *sealedDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	e, ok := d.idx.lookup(d.path, name)
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	setSealedAttr(d.idx, e, &out.Attr)
+	out.SetEntryTimeout(sealedTTL)
+	out.SetAttrTimeout(sealedTTL)
+	// The tree never changes, so a child we already have is the right one.
+	if ch := d.GetChild(name); ch != nil {
+		return ch, 0
+	}
+	if e.Dir {
+		return d.NewInode(ctx, &sealedDir{m: d.m, idx: d.idx, path: e.Path}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	}
+	return d.NewInode(ctx, &sealedFile{m: d.m, idx: d.idx, entry: e}, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+}
+
+func (d *sealedDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	names := d.idx.children[d.path]
+	list := make([]fuse.DirEntry, 0, len(names))
+	for _, name := range names {
+		e, _ := d.idx.lookup(d.path, name)
+		mode := uint32(syscall.S_IFREG)
+		if e.Dir {
+			mode = syscall.S_IFDIR
+		}
+		list = append(list, fuse.DirEntry{Name: name, Mode: mode})
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+// Every modification of a sealed version is refused.
+
+func (d *sealedDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.m.refuse(d.m.modErrno(), "mkdir %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, d.m.refuse(d.m.modErrno(), "create %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.m.refuse(d.m.modErrno(), "mknod %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.m.refuse(d.m.modErrno(), "symlink %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.m.refuse(d.m.modErrno(), "link %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Unlink(ctx context.Context, name string) syscall.Errno {
+	return d.m.refuse(d.m.modErrno(), "unlink %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return d.m.refuse(d.m.modErrno(), "rmdir %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	return d.m.refuse(d.m.modErrno(), "rename %s: sealed versions are immutable", d.where(name))
+}
+
+func (d *sealedDir) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if !changesAnything(in) {
+		return d.Getattr(ctx, fh, out)
+	}
+	return d.m.refuse(d.m.modErrno(), "setattr %s: sealed versions are immutable", d.where(""))
+}
+
+func (f *sealedFile) where() string {
+	return fmt.Sprintf("%s/%s", VersionName(f.idx.number), f.entry.Path)
+}
+
+func (f *sealedFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	setSealedAttr(f.idx, f.entry, &out.Attr)
+	out.SetTimeout(sealedTTL)
+	return 0
+}
+
+func (f *sealedFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if !changesAnything(in) {
+		return f.Getattr(ctx, fh, out)
+	}
+	return f.m.refuse(f.m.modErrno(), "setattr %s: sealed versions are immutable", f.where())
+}
+
+// writeFlags are the open flags that ask to change a file.
+const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND
+
+func (f *sealedFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&writeFlags != 0 {
+		return nil, 0, f.m.refuse(f.m.modErrno(), "open %s for writing: sealed versions are immutable", f.where())
+	}
+	sf, err := f.m.b.OpenFile(f.idx.number, f.entry.Path)
+	if err != nil {
+		return nil, 0, f.m.fail(err, "open %s", f.where())
+	}
+	if sf.Size() != f.entry.Size {
+		_ = sf.Close()
+		return nil, 0, f.m.fail(fmt.Errorf("store file is %d bytes, the version lists %d", sf.Size(), f.entry.Size), "open %s", f.where())
+	}
+	// The bytes never change: keep the page cache across opens.
+	return &sealedHandle{f: sf}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (f *sealedFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h, ok := fh.(*sealedHandle)
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	size := f.entry.Size
+	if off < 0 {
+		return nil, syscall.EINVAL
+	}
+	if off >= size {
+		return fuse.ReadResultData(nil), 0
+	}
+	n := int64(len(dest))
+	if n > size-off {
+		n = size - off
+	}
+	buf := dest[:n]
+	got, err := h.f.ReadAt(buf, off)
+	if int64(got) < n {
+		if err == nil {
+			err = fmt.Errorf("short read: %d of %d bytes", got, n)
+		}
+		return nil, f.m.fail(err, "read %s at %d+%d", f.where(), off, n)
+	}
+	return fuse.ReadResultData(buf), 0
+}
+
+func (f *sealedFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	if h, ok := fh.(*sealedHandle); ok {
+		h.close(f.m, f.where())
+	}
+	return 0
+}
+
+func (h *sealedHandle) close(m *mountState, where string) {
+	if err := h.f.Close(); err != nil {
+		m.logf("close %s: %v", where, err)
+	}
+}

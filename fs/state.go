@@ -1,0 +1,277 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/weightfs/weightfs/store"
+)
+
+// mountState is what every node of one mount shares.
+//
+// Lock order: an openTree's mu before mountState.mu; never the other way round. Namespace
+// operations at the root are serialised by the kernel (it holds the root directory's lock
+// for mkdir, rmdir and rename), but seals run from FLUSH, outside that lock.
+type mountState struct {
+	b        Backend
+	readOnly bool
+	logf     func(format string, args ...any)
+	root     *gofs.Inode
+
+	// stagingRoot is this mount's directory of staging files ("" on a read-only mount).
+	stagingRoot string
+
+	mu       sync.Mutex
+	trees    map[string]*openTree     // open versions and staging directories, by root name
+	reserved map[uint64]bool          // numbers being sealed by a rename
+	indexes  map[uint64]*versionIndex // sealed versions already listed
+	seen     []uint64                 // sealed versions at the last poll
+	seq      uint64                   // names staging files and trees
+}
+
+func newMountState(b Backend, readOnly bool, logf func(string, ...any)) *mountState {
+	m := &mountState{
+		b:        b,
+		readOnly: readOnly,
+		logf:     logf,
+		trees:    map[string]*openTree{},
+		reserved: map[uint64]bool{},
+		indexes:  map[uint64]*versionIndex{},
+	}
+	m.seen = versionNumbers(b.Versions())
+	return m
+}
+
+// modErrno is the answer to a modification of something immutable.
+func (m *mountState) modErrno() syscall.Errno {
+	if m.readOnly {
+		return syscall.EROFS
+	}
+	return syscall.EPERM
+}
+
+// refuse logs why an operation is refused and returns errno.
+func (m *mountState) refuse(errno syscall.Errno, format string, args ...any) syscall.Errno {
+	m.logf("refused (%s): %s", errnoName(errno), fmt.Sprintf(format, args...))
+	return errno
+}
+
+// fail logs a store or staging failure and returns the errno for it.
+func (m *mountState) fail(err error, format string, args ...any) syscall.Errno {
+	errno := toErrno(err)
+	m.logf("%s: %v (returning %s)", fmt.Sprintf(format, args...), err, errnoName(errno))
+	return errno
+}
+
+func (m *mountState) nextSeq() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.nextSeqLocked()
+}
+
+func (m *mountState) nextSeqLocked() uint64 {
+	m.seq++
+	return m.seq
+}
+
+// latest is the newest sealed version.
+func (m *mountState) latest() (uint64, bool) {
+	vs := m.b.Versions()
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return vs[len(vs)-1].Number, true
+}
+
+// sealedInfo finds a sealed version.
+func (m *mountState) sealedInfo(v uint64) (store.VersionInfo, bool) {
+	vs := m.b.Versions()
+	i := sort.Search(len(vs), func(i int) bool { return vs[i].Number >= v })
+	if i < len(vs) && vs[i].Number == v {
+		return vs[i], true
+	}
+	return store.VersionInfo{}, false
+}
+
+// index returns the entry index of sealed version v, listing it from the store once.
+func (m *mountState) index(v uint64) (*versionIndex, error) {
+	m.mu.Lock()
+	idx := m.indexes[v]
+	m.mu.Unlock()
+	if idx != nil {
+		return idx, nil
+	}
+	info, ok := m.sealedInfo(v)
+	if !ok {
+		return nil, fmt.Errorf("version %d: %w", v, ErrNoVersion)
+	}
+	entries, err := m.b.Entries(v)
+	if err != nil {
+		return nil, fmt.Errorf("list version %d: %w", v, err)
+	}
+	idx, err = buildIndex(info, entries)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prev := m.indexes[v]; prev != nil {
+		return prev, nil
+	}
+	m.indexes[v] = idx
+	return idx, nil
+}
+
+// checkNewNumber decides whether a new version v may be opened or sealed now: it must be
+// above every sealed, open and reserved number. Caller holds m.mu.
+func (m *mountState) checkNewNumberLocked(v uint64, what string) syscall.Errno {
+	if _, ok := m.sealedInfo(v); ok {
+		return m.refuse(syscall.EEXIST, "%s: version %d is already sealed", what, v)
+	}
+	newest, newestWhat := uint64(0), ""
+	if latest, ok := m.latest(); ok {
+		newest, newestWhat = latest, "sealed"
+	}
+	for _, t := range m.trees {
+		if t.number == v {
+			return m.refuse(syscall.EEXIST, "%s: version %d is already open", what, v)
+		}
+		if t.number > newest {
+			newest, newestWhat = t.number, "open"
+		}
+	}
+	for r := range m.reserved {
+		if r == v {
+			return m.refuse(syscall.EEXIST, "%s: version %d is being sealed", what, v)
+		}
+		if r > newest {
+			newest, newestWhat = r, "being sealed"
+		}
+	}
+	if v <= newest {
+		return m.refuse(syscall.EINVAL, "%s: version %d is not above the newest version %d (%s); version numbers must grow",
+			what, v, newest, newestWhat)
+	}
+	return 0
+}
+
+// openStaging creates this mount's staging directory under dir (or the store's, or a
+// temporary one), removing what dead mounts left there.
+func (m *mountState) openStaging(dir string) error {
+	if dir == "" {
+		if sd, ok := m.b.(stagingDirer); ok {
+			d, err := sd.StagingDir()
+			if err != nil {
+				return fmt.Errorf("staging directory of the store: %w", err)
+			}
+			dir = d
+		}
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "weightfs-staging-")
+		if err != nil {
+			return fmt.Errorf("create staging directory: %w", err)
+		}
+		m.stagingRoot = d
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create staging directory %s: %w", dir, err)
+	}
+	removeDeadMounts(dir, m.logf)
+	d, err := os.MkdirTemp(dir, fmt.Sprintf("mount-%d-", os.Getpid()))
+	if err != nil {
+		return fmt.Errorf("create staging directory in %s: %w", dir, err)
+	}
+	m.stagingRoot = d
+	return nil
+}
+
+// removeDeadMounts deletes staging directories of mounts whose process is gone (a daemon
+// killed mid-write leaves its open versions' bytes behind; they can never be sealed).
+func removeDeadMounts(dir string, logf func(string, ...any)) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "mount-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // alive, or not ours to judge
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			logf("remove staging files of dead mount %s: %v", p, err)
+		} else {
+			logf("removed staging files of a dead mount: %s", p)
+		}
+	}
+}
+
+// shutdown drops every open tree (never sealed, so never visible) and the staging files.
+func (m *mountState) shutdown() {
+	m.mu.Lock()
+	trees := make([]*openTree, 0, len(m.trees))
+	for _, t := range m.trees {
+		trees = append(trees, t)
+	}
+	m.trees = map[string]*openTree{}
+	m.mu.Unlock()
+	for _, t := range trees {
+		t.abort(true)
+	}
+	if m.stagingRoot != "" {
+		if err := os.RemoveAll(m.stagingRoot); err != nil {
+			m.logf("remove staging directory %s: %v", m.stagingRoot, err)
+		}
+	}
+}
+
+func versionNumbers(vs []store.VersionInfo) []uint64 {
+	out := make([]uint64, len(vs))
+	for i, v := range vs {
+		out[i] = v.Number
+	}
+	return out
+}
+
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.EPERM:
+		return "EPERM"
+	case syscall.EROFS:
+		return "EROFS"
+	case syscall.EEXIST:
+		return "EEXIST"
+	case syscall.EINVAL:
+		return "EINVAL"
+	case syscall.EIO:
+		return "EIO"
+	case syscall.ENOSPC:
+		return "ENOSPC"
+	case syscall.EXDEV:
+		return "EXDEV"
+	case syscall.ENOTEMPTY:
+		return "ENOTEMPTY"
+	case syscall.ENOENT:
+		return "ENOENT"
+	}
+	return e.Error()
+}

@@ -1,0 +1,248 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// localBackend keeps a store in a local directory:
+//
+//	objects/ab/<64 hex>   objects, fanned out by their first byte
+//	versions/v000043      manifests
+//	tmp/                  temporary files
+type localBackend struct {
+	root string
+
+	mu        sync.Mutex
+	dirtyDirs map[string]bool // object directories with renames not yet fsynced
+}
+
+func newLocalBackend(root string) *localBackend {
+	return &localBackend{root: root, dirtyDirs: map[string]bool{}}
+}
+
+var _ Backend = (*localBackend)(nil)
+
+func (b *localBackend) objectPath(id ID) string {
+	h := id.String()
+	return filepath.Join(b.root, "objects", h[:2], h)
+}
+
+func (b *localBackend) manifestPath(v uint64) string {
+	return filepath.Join(b.root, "versions", manifestName(v))
+}
+
+// manifestName is "v" and the number, zero-padded to six digits (longer numbers keep all
+// their digits).
+func manifestName(v uint64) string { return fmt.Sprintf("v%06d", v) }
+
+// parseManifestName is the inverse of manifestName; ok is false for other names.
+func parseManifestName(name string) (uint64, bool) {
+	if len(name) < 7 || name[0] != 'v' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(name[1:], 10, 64)
+	if err != nil || v == 0 || manifestName(v) != name {
+		return 0, false
+	}
+	return v, true
+}
+
+func (b *localBackend) CreateTemp() (*os.File, error) {
+	f, err := os.CreateTemp(filepath.Join(b.root, "tmp"), "obj-*")
+	if err != nil {
+		return nil, fmt.Errorf("create temporary object file: %w", err)
+	}
+	return f, nil
+}
+
+func (b *localBackend) RemoveTemp(f *os.File) {
+	f.Close()
+	os.Remove(f.Name())
+}
+
+func (b *localBackend) PutObject(id ID, tmp *os.File) error {
+	renamed := false
+	defer func() {
+		if !renamed {
+			b.RemoveTemp(tmp)
+		}
+	}()
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("sync object %s: %w", id, err)
+	}
+	// Objects are never written in place: read-only files guard against accidents.
+	if err := tmp.Chmod(0o444); err != nil {
+		return fmt.Errorf("put object %s: %w", id, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("put object %s: %w", id, err)
+	}
+	dst := b.objectPath(id)
+	dir := filepath.Dir(dst)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("put object %s: %w", id, err)
+		}
+		b.markDirty(filepath.Dir(dir))
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fmt.Errorf("put object %s: %w", id, err)
+	}
+	renamed = true
+	b.markDirty(dir)
+	return nil
+}
+
+func (b *localBackend) markDirty(dir string) {
+	b.mu.Lock()
+	b.dirtyDirs[dir] = true
+	b.mu.Unlock()
+}
+
+func (b *localBackend) SyncObjects() error {
+	b.mu.Lock()
+	dirs := make([]string, 0, len(b.dirtyDirs))
+	for d := range b.dirtyDirs {
+		dirs = append(dirs, d)
+	}
+	b.mu.Unlock()
+	// Sub-directories first, then objects/ itself (which gained the new sub-directories).
+	slices.SortFunc(dirs, func(x, y string) int { return len(y) - len(x) })
+	for _, d := range dirs {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		delete(b.dirtyDirs, d)
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+type localObject struct {
+	*os.File
+	size int64
+}
+
+func (o localObject) Size() int64 { return o.size }
+
+func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
+	f, err := os.Open(b.objectPath(id))
+	if err != nil {
+		return nil, fmt.Errorf("open object %s: %w", id, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open object %s: %w", id, err)
+	}
+	return localObject{f, st.Size()}, nil
+}
+
+func (b *localBackend) StatObject(id ID) (int64, error) {
+	st, err := os.Stat(b.objectPath(id))
+	if err != nil {
+		return 0, fmt.Errorf("stat object %s: %w", id, err)
+	}
+	return st.Size(), nil
+}
+
+func (b *localBackend) ListObjects(fn func(id ID, size int64) error) error {
+	top := filepath.Join(b.root, "objects")
+	fans, err := os.ReadDir(top)
+	if err != nil {
+		return fmt.Errorf("list objects: %w", err)
+	}
+	for _, fan := range fans {
+		if !fan.IsDir() || len(fan.Name()) != 2 {
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Join(top, fan.Name()))
+		if err != nil {
+			return fmt.Errorf("list objects: %w", err)
+		}
+		for _, e := range entries {
+			id, err := ParseID(e.Name())
+			if err != nil || !strings.HasPrefix(e.Name(), fan.Name()) || !e.Type().IsRegular() {
+				continue // not an object file; the layout has nothing else here
+			}
+			info, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				return fmt.Errorf("list objects: %w", err)
+			}
+			if err := fn(id, info.Size()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b *localBackend) DeleteObject(id ID) error {
+	if err := os.Remove(b.objectPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete object %s: %w", id, err)
+	}
+	return nil
+}
+
+func (b *localBackend) PutManifest(v uint64, data []byte) error {
+	if err := writeFileSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data); err != nil {
+		return fmt.Errorf("write manifest of version %d: %w", v, err)
+	}
+	return nil
+}
+
+func (b *localBackend) GetManifest(v uint64) ([]byte, error) {
+	data, err := os.ReadFile(b.manifestPath(v))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest of version %d: %w", v, err)
+	}
+	return data, nil
+}
+
+func (b *localBackend) ListManifests() ([]uint64, error) {
+	entries, err := os.ReadDir(filepath.Join(b.root, "versions"))
+	if err != nil {
+		return nil, fmt.Errorf("list versions: %w", err)
+	}
+	var vs []uint64
+	for _, e := range entries {
+		if v, ok := parseManifestName(e.Name()); ok && e.Type().IsRegular() {
+			vs = append(vs, v)
+		}
+	}
+	slices.Sort(vs)
+	return vs, nil
+}
+
+func (b *localBackend) DeleteManifest(v uint64) error {
+	if err := os.Remove(b.manifestPath(v)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete manifest of version %d: %w", v, err)
+	}
+	return syncDir(filepath.Join(b.root, "versions"))
+}
+
+func (b *localBackend) CleanTemp() error {
+	dir := filepath.Join(b.root, "tmp")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("clean temporary files: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("clean temporary files: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package store
+
+import (
+	"container/list"
+	"sync"
+)
+
+// lru is a map bounded by the summed cost of its values, dropping the least recently used
+// first. Safe for concurrent use. Values are shared with callers and must not be modified.
+type lru[K comparable, V any] struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+	order *list.List // front: most recently used
+	items map[K]*list.Element
+}
+
+type lruEntry[K comparable, V any] struct {
+	key  K
+	val  V
+	cost int64
+}
+
+func newLRU[K comparable, V any](limit int64) *lru[K, V] {
+	return &lru[K, V]{limit: limit, order: list.New(), items: map[K]*list.Element{}}
+}
+
+func (c *lru[K, V]) get(k K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		c.order.MoveToFront(e)
+		return e.Value.(*lruEntry[K, V]).val, true
+	}
+	var zero V
+	return zero, false
+}
+
+// add stores v under k; a value costing more than the whole limit is not kept.
+func (c *lru[K, V]) add(k K, v V, cost int64) {
+	if cost > c.limit {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		old := e.Value.(*lruEntry[K, V])
+		c.used += cost - old.cost
+		old.val, old.cost = v, cost
+		c.order.MoveToFront(e)
+	} else {
+		c.items[k] = c.order.PushFront(&lruEntry[K, V]{key: k, val: v, cost: cost})
+		c.used += cost
+	}
+	for c.used > c.limit {
+		e := c.order.Back()
+		old := e.Value.(*lruEntry[K, V])
+		c.order.Remove(e)
+		delete(c.items, old.key)
+		c.used -= old.cost
+	}
+}
+
+func (c *lru[K, V]) remove(k K) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		c.used -= e.Value.(*lruEntry[K, V]).cost
+		c.order.Remove(e)
+		delete(c.items, k)
+	}
+}
+
+// clear drops every entry.
+func (c *lru[K, V]) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.order.Init()
+	clear(c.items)
+	c.used = 0
+}

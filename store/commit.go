@@ -1,0 +1,132 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// CommitOptions configure Commit.
+type CommitOptions struct {
+	Version  uint64 // 0: latest+1
+	Progress func(done, total int64)
+}
+
+// Commit ingests the files under dir as a new sealed version (the batch path). Directories
+// (empty ones too) and regular files are stored; symbolic links to regular files are stored
+// as the files they point to; anything else is refused. An empty directory is refused
+// (ErrEmptyVersion).
+func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
+	if err := s.checkOpen(); err != nil {
+		return VersionInfo{}, err
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return VersionInfo{}, fmt.Errorf("commit: %w", err)
+	}
+	if !st.IsDir() {
+		return VersionInfo{}, fmt.Errorf("commit %s: not a directory", dir)
+	}
+	files, dirs, total, err := scanTree(dir)
+	if err != nil {
+		return VersionInfo{}, fmt.Errorf("commit %s: %w", dir, err)
+	}
+	if len(files) == 0 {
+		return VersionInfo{}, fmt.Errorf("commit %s: %w", dir, ErrEmptyVersion)
+	}
+	v := opts.Version
+	if v == 0 {
+		latest, _ := s.Latest()
+		v = latest + 1
+	}
+	w, err := s.NewVersion(v)
+	if err != nil {
+		return VersionInfo{}, fmt.Errorf("commit %s: %w", dir, err)
+	}
+	w.progress, w.total = opts.Progress, total
+	ok := false
+	defer func() {
+		if !ok {
+			w.Abort()
+		}
+	}()
+	for _, d := range dirs {
+		if err := w.AddDir(d.rel, d.mode); err != nil {
+			return VersionInfo{}, fmt.Errorf("commit %s: %w", dir, err)
+		}
+	}
+	for _, f := range files {
+		if err := w.addPath(f); err != nil {
+			return VersionInfo{}, fmt.Errorf("commit %s: %w", dir, err)
+		}
+	}
+	info, err := w.Seal()
+	if err != nil {
+		return VersionInfo{}, fmt.Errorf("commit %s: %w", dir, err)
+	}
+	ok = true
+	return info, nil
+}
+
+type treeEntry struct {
+	rel  string // slash-separated
+	abs  string
+	size int64
+	mode fs.FileMode
+}
+
+// scanTree lists the regular files and directories under dir.
+func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		info, err := os.Stat(p) // follows symbolic links
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Type()&fs.ModeSymlink != 0 && info.IsDir():
+			return fmt.Errorf("%s: symbolic link to a directory is not supported", rel)
+		case info.IsDir():
+			dirs = append(dirs, treeEntry{rel: rel, abs: p, mode: info.Mode()})
+		case info.Mode().IsRegular():
+			files = append(files, treeEntry{rel: rel, abs: p, size: info.Size(), mode: info.Mode()})
+			total += info.Size()
+		default:
+			return fmt.Errorf("%s: %v is not a regular file or directory", rel, info.Mode().Type())
+		}
+		return nil
+	})
+	return files, dirs, total, err
+}
+
+func (w *Writer) addPath(e treeEntry) error {
+	f, err := os.Open(e.abs)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() != e.size {
+		return fmt.Errorf("%s changed size during the commit", e.rel)
+	}
+	err = w.AddFile(e.rel, f, e.size, e.mode)
+	if errors.Is(err, ErrBadPath) {
+		return fmt.Errorf("%s: %w", e.rel, err)
+	}
+	return err
+}

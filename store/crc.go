@@ -1,0 +1,68 @@
+package store
+
+import "hash/crc32"
+
+// castagnoli is the CRC-32C table; the standard library uses the SSE4.2 instruction for it.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// castagnoliReversed is the bit-reversed CRC-32C polynomial, the form crc32Combine needs.
+const castagnoliReversed = 0x82f63b78
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// crc32Combine returns the CRC-32C of A||B from crcA = CRC(A), crcB = CRC(B) and len(B).
+//
+// Object files carry a CRC of header||body, but the header (which names the content's
+// SHA-256) is only known once the body has streamed to disk; combining lets the writer CRC the
+// body as it streams and never read it back. The method is the classic one of multiplying by
+// x^(8*lenB) modulo the polynomial with repeated squaring of a GF(2) operator matrix.
+func crc32Combine(crcA, crcB uint32, lenB int64) uint32 {
+	if lenB <= 0 {
+		return crcA
+	}
+	var even, odd [32]uint32
+	// odd: the operator for one zero bit.
+	odd[0] = castagnoliReversed
+	row := uint32(1)
+	for n := 1; n < 32; n++ {
+		odd[n] = row
+		row <<= 1
+	}
+	gf2Square(&even, &odd) // two zero bits
+	gf2Square(&odd, &even) // four zero bits
+	for {
+		gf2Square(&even, &odd) // first pass: one zero byte
+		if lenB&1 != 0 {
+			crcA = gf2Times(&even, crcA)
+		}
+		lenB >>= 1
+		if lenB == 0 {
+			break
+		}
+		gf2Square(&odd, &even)
+		if lenB&1 != 0 {
+			crcA = gf2Times(&odd, crcA)
+		}
+		lenB >>= 1
+		if lenB == 0 {
+			break
+		}
+	}
+	return crcA ^ crcB
+}
+
+func gf2Times(mat *[32]uint32, vec uint32) uint32 {
+	var sum uint32
+	for i := 0; vec != 0; i, vec = i+1, vec>>1 {
+		if vec&1 != 0 {
+			sum ^= mat[i]
+		}
+	}
+	return sum
+}
+
+func gf2Square(square, mat *[32]uint32) {
+	for n := 0; n < 32; n++ {
+		square[n] = gf2Times(mat, mat[n])
+	}
+}

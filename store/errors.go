@@ -1,0 +1,37 @@
+package store
+
+import "errors"
+
+// Sentinel errors of the package. Callers test with errors.Is; the messages of the wrapping
+// errors carry the context (which object, which version, which file).
+var (
+	// ErrCorrupt marks store data that fails a check: a CRC, a SHA-256, a framing rule. Reads
+	// return it rather than wrong bytes; Verify reports it per object and per version.
+	ErrCorrupt = errors.New("corrupt store data")
+	// ErrVersionNotAbove marks a new version whose number does not exceed every sealed one.
+	ErrVersionNotAbove = errors.New("version number is not above the latest sealed version")
+	// ErrNoSuchVersion marks a version number that is not sealed in the store.
+	ErrNoSuchVersion = errors.New("no such version")
+	// ErrNoSuchFile marks a path that is not a file of the version.
+	ErrNoSuchFile = errors.New("no such file in version")
+	// ErrLocked marks a second writer: another process (or another Open in this one) holds
+	// the store's writer lock.
+	ErrLocked = errors.New("store is locked by another writer")
+	// ErrNotAStore marks a path that holds no weightfs store (no or an alien format file).
+	ErrNotAStore = errors.New("not a weightfs store")
+	// ErrUnsupportedVersion marks a store, object or manifest of an unknown format version;
+	// it is refused, never read "best effort".
+	ErrUnsupportedVersion = errors.New("unsupported store format version")
+	// ErrEmptyVersion marks a version with no files: there is nothing to commit.
+	ErrEmptyVersion = errors.New("nothing to commit: the version is empty")
+	// ErrReadOnly marks a write operation on a store opened read-only.
+	ErrReadOnly = errors.New("store is open read-only")
+	// ErrVersionBusy marks a version number that an open Writer already builds.
+	ErrVersionBusy = errors.New("version is already open for writing")
+	// ErrWriterDone marks a call on a Writer that has been sealed or aborted.
+	ErrWriterDone = errors.New("writer is already sealed or aborted")
+	// ErrBadPath marks a path that is not a clean, relative, slash-separated path.
+	ErrBadPath = errors.New("invalid path")
+	// ErrClosed marks a call on a closed Store.
+	ErrClosed = errors.New("store is closed")
+)

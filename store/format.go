@@ -1,0 +1,127 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// The store's format file, STORE/weightfs-store, is 16 bytes:
+//
+//	0  8  magic "WFSSTORE"
+//	8  4  store format version, u32 little-endian (1)
+//	12 4  CRC-32C of bytes 0..12, u32 little-endian
+//
+// Open checks the magic, then the version, then the checksum (the order bbolt's meta
+// validation uses: an alien file is "not a store", a newer one "unsupported", a damaged one
+// "corrupt").
+const (
+	formatFileName     = "weightfs-store"
+	formatMagic        = "WFSSTORE"
+	storeFormatVersion = 1
+	formatFileLen      = 16
+)
+
+func encodeFormatFile() []byte {
+	b := make([]byte, formatFileLen)
+	copy(b, formatMagic)
+	binary.LittleEndian.PutUint32(b[8:], storeFormatVersion)
+	binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
+	return b
+}
+
+func checkFormatFile(b []byte) error {
+	if len(b) < len(formatMagic) || string(b[:len(formatMagic)]) != formatMagic {
+		return fmt.Errorf("%s has no weightfs magic: %w", formatFileName, ErrNotAStore)
+	}
+	if len(b) != formatFileLen {
+		return fmt.Errorf("%s is %d bytes, want %d: %w", formatFileName, len(b), formatFileLen, ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != storeFormatVersion {
+		return fmt.Errorf("%s: store format version %d (this program reads %d): %w",
+			formatFileName, v, storeFormatVersion, ErrUnsupportedVersion)
+	}
+	if got, want := binary.LittleEndian.Uint32(b[12:]), crc32c(b[:12]); got != want {
+		return fmt.Errorf("%s: checksum %08x, want %08x: %w", formatFileName, got, want, ErrCorrupt)
+	}
+	return nil
+}
+
+// storeDirs are the directories Init creates (see docs/format-store.md).
+var storeDirs = []string{"objects", "versions", "tmp", "cache"}
+
+// Init creates an empty store at path (a local directory; it must not exist or be empty).
+func Init(path string) error {
+	entries, err := os.ReadDir(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return fmt.Errorf("init store: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("init store %s: %w", path, err)
+	case len(entries) > 0:
+		return fmt.Errorf("init store %s: directory is not empty", path)
+	}
+	for _, d := range storeDirs {
+		if err := os.Mkdir(filepath.Join(path, d), 0o755); err != nil {
+			return fmt.Errorf("init store: %w", err)
+		}
+	}
+	// The format file comes last: a directory without it is not a store, so an interrupted
+	// Init is refused by Open rather than half-used.
+	if err := writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), encodeFormatFile()); err != nil {
+		return fmt.Errorf("init store %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeFileSynced writes data to a temporary file in tmpDir, fsyncs it, renames it to path
+// and fsyncs path's directory: afterwards path holds data or (after a crash) its old content.
+func writeFileSynced(path, tmpDir string, data []byte) error {
+	f, err := os.CreateTemp(tmpDir, "put-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	ok = true
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir fsyncs a directory so that renames and creations in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}

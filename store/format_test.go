@@ -1,0 +1,273 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+func TestFormatFile(t *testing.T) {
+	good := encodeFormatFile()
+	if len(good) != formatFileLen || string(good[:8]) != "WFSSTORE" {
+		t.Fatalf("format file %x", good)
+	}
+	newer := append([]byte(nil), good...)
+	binary.LittleEndian.PutUint32(newer[8:], 2)
+	binary.LittleEndian.PutUint32(newer[12:], crc32c(newer[:12]))
+	flipped := append([]byte(nil), good...)
+	flipped[13] ^= 1
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"good", good, nil},
+		{"alien", []byte("hello world, not a store"), ErrNotAStore},
+		{"empty", nil, ErrNotAStore},
+		{"newer version", newer, ErrUnsupportedVersion},
+		{"flipped checksum", flipped, ErrCorrupt},
+		{"truncated", good[:12], ErrCorrupt},
+	} {
+		err := checkFormatFile(tc.b)
+		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestOpenRefusesNonStores(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrNotAStore) {
+		t.Fatalf("open of an empty directory: %v", err)
+	}
+	root := filepath.Join(t.TempDir(), "s")
+	if err := Init(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := Init(root); err == nil {
+		t.Fatal("init of a non-empty directory succeeded")
+	}
+	b := encodeFormatFile()
+	binary.LittleEndian.PutUint32(b[8:], 9)
+	binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
+	os.WriteFile(filepath.Join(root, formatFileName), b, 0o644)
+	if _, err := Open(root, Options{}); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("open of a format-9 store: %v", err)
+	}
+}
+
+func validObjectHeader() objectHeader {
+	return objectHeader{Kind: kindDelta, Width: 2, ID: IDOf([]byte("x")), ContentLen: 100, Base: IDOf([]byte("y")), DeltaLen: 10}
+}
+
+func TestParseObjectHeader(t *testing.T) {
+	good := validObjectHeader()
+	full := objectHeader{Kind: kindFull, Width: 1, ID: IDOf([]byte("x")), ContentLen: 3, FullLen: 20}
+	mod := func(h objectHeader, f func(b []byte)) []byte {
+		b := h.encode()
+		f(b)
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		size int64
+		want error
+	}{
+		{"delta", good.encode(), good.fileSize(), nil},
+		{"full", full.encode(), full.fileSize(), nil},
+		{"bad magic", mod(good, func(b []byte) { b[0] = 'X' }), good.fileSize(), ErrCorrupt},
+		{"version 2", mod(good, func(b []byte) { b[4] = 2 }), good.fileSize(), ErrUnsupportedVersion},
+		{"kind 3", mod(good, func(b []byte) { b[6] = 3 }), good.fileSize(), ErrCorrupt},
+		{"width 3", mod(good, func(b []byte) { b[7] = 3 }), good.fileSize(), ErrCorrupt},
+		{"content not whole elements", mod(good, func(b []byte) { b[40] = 101 }), good.fileSize(), ErrCorrupt},
+		{"file longer", good.encode(), good.fileSize() + 1, ErrCorrupt},
+		{"file shorter", good.encode(), good.fileSize() - 1, ErrCorrupt},
+		{"delta without base", mod(good, func(b []byte) { clear(b[48:80]) }), good.fileSize(), ErrCorrupt},
+		{"delta with full section", mod(good, func(b []byte) { b[80] = 1 }), good.fileSize() + 1, ErrCorrupt},
+		{"own base", mod(good, func(b []byte) { copy(b[48:80], b[8:40]) }), good.fileSize(), ErrCorrupt},
+		{"huge lengths", mod(good, func(b []byte) { binary.LittleEndian.PutUint64(b[88:], 1<<63) }), good.fileSize(), ErrCorrupt},
+		{"short", good.encode()[:50], 50, ErrCorrupt},
+	} {
+		_, err := parseObjectHeader(tc.b, tc.size)
+		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseObjectHeader(f *testing.F) {
+	h := validObjectHeader()
+	f.Add(h.encode(), h.fileSize())
+	full := objectHeader{Kind: kindFull, Width: 4, ContentLen: 8, FullLen: 30}
+	f.Add(full.encode(), full.fileSize())
+	f.Add([]byte("WFSO"), int64(4))
+	f.Fuzz(func(t *testing.T, b []byte, size int64) {
+		h, err := parseObjectHeader(b, size)
+		if err != nil {
+			return
+		}
+		// Whatever parses re-encodes to the same bytes and describes a consistent file.
+		if !bytes.Equal(h.encode(), b[:objectHeaderLen]) {
+			t.Fatalf("header does not re-encode to its bytes")
+		}
+		if h.fileSize() != size || h.ContentLen%int64(h.Width) != 0 {
+			t.Fatalf("inconsistent header accepted: %+v for %d bytes", h, size)
+		}
+	})
+}
+
+// FuzzReadObjectInfo feeds whole object files (header, chunk table) to the reader.
+func FuzzReadObjectInfo(f *testing.F) {
+	s, _ := newStore(f, Options{})
+	for _, content := range [][]byte{nil, []byte("abc"), bytes.Repeat([]byte("weights"), 200_000)} {
+		fw, err := newFullWriter(s.be, s.codec, 1, int64(len(content)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		fw.Write(content)
+		id, err := fw.finish(ID{}, ID{}, nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		fw.put(id)
+		file, err := os.ReadFile(s.be.(*localBackend).objectPath(id))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(file)
+	}
+	f.Fuzz(func(t *testing.T, file []byte) {
+		info, err := readObjectInfo(memObject(file))
+		if err != nil {
+			return
+		}
+		if info.hdr.Kind == kindFull {
+			last := info.table.offsets[len(info.table.offsets)-1]
+			if last != objectHeaderLen+info.hdr.FullLen || last > int64(len(file)) {
+				t.Fatalf("chunk table ends at %d in a %d-byte file", last, len(file))
+			}
+		}
+	})
+}
+
+type memObject []byte
+
+func (m memObject) ReadAt(p []byte, off int64) (int, error) {
+	return bytes.NewReader(m).ReadAt(p, off)
+}
+func (m memObject) Size() int64  { return int64(len(m)) }
+func (m memObject) Close() error { return nil }
+
+func sampleManifest() *manifest {
+	return &manifest{
+		Version: 43, Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Previous: 42,
+		Dirs: []manifestDir{{Path: "sub", Mode: 0o755}},
+		Files: []manifestFile{
+			{Path: "config.json", Mode: 0o644, Size: 2, SHA256: IDOf([]byte("{}")), Kind: kindBlob, ID: IDOf([]byte("{}"))},
+			{Path: "sub/model.safetensors", Mode: 0o644, Size: 64 + 16, SHA256: IDOf([]byte("file")), Kind: kindSafetensors,
+				Header: IDOf([]byte("header")), HeaderLen: 64, Tensors: []manifestTensor{
+					{Name: "a", DType: delta.DTypeBF16, Shape: []int64{2, 2}, Begin: 0, End: 8, ID: IDOf([]byte("a")), Base: IDOf([]byte("a0")), Changed: 1},
+					{Name: "b", DType: delta.DTypeF32, Shape: []int64{2}, Begin: 8, End: 16, ID: IDOf([]byte("b")), Changed: 2},
+				}},
+		},
+		Stats: manifestStats{LogicalBytes: 82, NewObjects: 2, NewObjectBytes: 300, ChangedElems: 3, TotalElems: 6},
+	}
+}
+
+func TestManifestRoundTrip(t *testing.T) {
+	m := sampleManifest()
+	b, err := encodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeManifest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := encodeManifest(got)
+	if !bytes.Equal(again, b) {
+		t.Fatalf("decode+encode changes the manifest bytes")
+	}
+}
+
+func TestDecodeManifestRefusesBadInput(t *testing.T) {
+	good, _ := encodeManifest(sampleManifest())
+	reencode := func(f func(m *manifest)) []byte {
+		m := sampleManifest()
+		f(m)
+		js, _ := encodeManifest(m)
+		return js
+	}
+	flip := append([]byte(nil), good...)
+	flip[40] ^= 0x20
+	v2 := append([]byte(nil), good...)
+	v2[4] = 2
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"magic", []byte("XXXX" + string(good[4:])), ErrCorrupt},
+		{"version 2", v2, ErrUnsupportedVersion},
+		{"flipped byte", flip, ErrCorrupt},
+		{"truncated", good[:len(good)-1], ErrCorrupt},
+		{"absolute path", reencode(func(m *manifest) { m.Files[0].Path = "/etc/passwd" }), ErrCorrupt},
+		{"dot-dot path", reencode(func(m *manifest) { m.Files[0].Path = "../x" }), ErrCorrupt},
+		{"duplicate path", reencode(func(m *manifest) { m.Files[0].Path = "sub/model.safetensors" }), ErrCorrupt},
+		{"file below a file", reencode(func(m *manifest) { m.Files[0].Path = "sub/model.safetensors/x" }), ErrCorrupt},
+		{"tensor gap", reencode(func(m *manifest) { m.Files[1].Tensors[1].Begin = 9 }), ErrCorrupt},
+		{"size mismatch", reencode(func(m *manifest) { m.Files[1].Size++ }), ErrCorrupt},
+		{"unknown dtype", reencode(func(m *manifest) { m.Files[1].Tensors[0].DType = "F13" }), ErrCorrupt},
+		{"unknown kind", reencode(func(m *manifest) { m.Files[0].Kind = "tarball" }), ErrCorrupt},
+		{"previous not below", reencode(func(m *manifest) { m.Previous = 43 }), ErrCorrupt},
+		{"blob without object", reencode(func(m *manifest) { m.Files[0].ID = ID{} }), ErrCorrupt},
+	} {
+		if _, err := decodeManifest(tc.b); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func FuzzDecodeManifest(f *testing.F) {
+	good, _ := encodeManifest(sampleManifest())
+	f.Add(good)
+	f.Add(good[:20])
+	f.Add([]byte("WFSM"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeManifest(b)
+		if err != nil {
+			return
+		}
+		if err := m.validate(); err != nil {
+			t.Fatalf("decoded manifest does not validate: %v", err)
+		}
+		// Anything accepted must round-trip (no field silently dropped).
+		again, err := encodeManifest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeManifest(again); err != nil {
+			t.Fatalf("re-encoded manifest refused: %v", err)
+		}
+	})
+}
+
+func TestParseID(t *testing.T) {
+	id := IDOf([]byte("x"))
+	got, err := ParseID(id.String())
+	if err != nil || got != id {
+		t.Fatalf("ParseID(String()) = %s, %v", got, err)
+	}
+	for _, bad := range []string{"", "abc", id.String()[:63] + "G", "AB" + id.String()[2:]} {
+		if _, err := ParseID(bad); err == nil {
+			t.Errorf("ParseID(%q) accepted", bad)
+		}
+	}
+}

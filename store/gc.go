@@ -1,0 +1,321 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// roots adds the objects a manifest names to set.
+func (m *manifest) roots(set map[ID]bool) {
+	for i := range m.Files {
+		f := &m.Files[i]
+		if f.Kind == kindBlob {
+			set[f.ID] = true
+			continue
+		}
+		set[f.Header] = true
+		for j := range f.Tensors {
+			set[f.Tensors[j].ID] = true
+		}
+	}
+}
+
+// liveSet is the closure of roots over delta bases: every object a read of them may need.
+// (The link of a full object is optional: its base is not kept alive by it.)
+func (s *Store) liveSet(roots map[ID]bool) (map[ID]bool, error) {
+	live := make(map[ID]bool, len(roots))
+	for id := range roots {
+		for cur, n := id, 0; !live[cur]; n++ {
+			live[cur] = true
+			m, err := s.meta(cur)
+			if err != nil {
+				return nil, err
+			}
+			if m.Kind != kindDelta {
+				break
+			}
+			if n > maxWalk {
+				return nil, objectError(id, fmt.Errorf("delta chain longer than %d: %w", maxWalk, ErrCorrupt))
+			}
+			cur = m.Base
+		}
+	}
+	return live, nil
+}
+
+// pendingRoots returns the objects open writers hold.
+func (s *Store) pendingRoots(into map[ID]bool) {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	for id := range s.pending {
+		into[id] = true
+	}
+}
+
+// sweep deletes the objects that no sealed manifest and no open writer needs. On any doubt
+// (an unreadable manifest or object header) it deletes nothing and says why in the log.
+func (s *Store) sweep() error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	n, freed, err := s.sweepLocked()
+	if err != nil {
+		s.logf("clean-up of unreferenced objects skipped: %v", err)
+		return nil
+	}
+	if n > 0 {
+		s.logf("removed %d unreferenced objects (%d bytes) left by an interrupted writer", n, freed)
+	}
+	return nil
+}
+
+func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
+	numbers, err := s.be.ListManifests()
+	if err != nil {
+		return 0, 0, err
+	}
+	roots := map[ID]bool{}
+	for _, v := range numbers {
+		ver, err := s.loadVersion(v)
+		if err != nil {
+			return 0, 0, err
+		}
+		ver.m.roots(roots)
+	}
+	s.pendingRoots(roots)
+	live, err := s.liveSet(roots)
+	if err != nil {
+		return 0, 0, err
+	}
+	type victim struct {
+		id   ID
+		size int64
+	}
+	var victims []victim
+	if err := s.be.ListObjects(func(id ID, size int64) error {
+		if !live[id] {
+			victims = append(victims, victim{id, size})
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	var gone []ID
+	for _, v := range victims {
+		// An open writer may have taken hold of it since the roots were listed.
+		s.pendMu.Lock()
+		held := s.pending[v.id] > 0
+		if !held {
+			err = s.be.DeleteObject(v.id)
+		}
+		s.pendMu.Unlock()
+		if err != nil {
+			return deleted, freed, err
+		}
+		if !held {
+			gone = append(gone, v.id)
+			deleted++
+			freed += v.size
+		}
+	}
+	for _, id := range gone {
+		s.forgetMeta(id)
+		s.crcChecked.Delete(id)
+	}
+	s.pendMu.Lock()
+	s.leftovers = false
+	clearFlag := len(s.open) == 0
+	s.pendMu.Unlock()
+	if clearFlag {
+		if err := s.ix.setFlag(keyDirty, false); err != nil {
+			s.logf("index: %v", err)
+		}
+	}
+	return deleted, freed, nil
+}
+
+// GCStats says what GC did.
+type GCStats struct {
+	DroppedVersions []uint64
+	Reanchored      int   // delta objects of kept versions rewritten as whole copies
+	DeletedObjects  int   // objects removed
+	FreedBytes      int64 // their stored bytes
+}
+
+// GC drops every version but the newest keepLast, keeping each kept version readable: a
+// delta object of a kept version whose base no kept version has is rewritten as a whole copy
+// first (re-anchored); then the old manifests go, then every object nothing needs.
+//
+// A crash at any point leaves a readable store: re-anchoring replaces a delta by a whole copy
+// of the same identity atomically, manifests go before objects, and objects are only deleted
+// when no remaining manifest needs them.
+func (s *Store) GC(keepLast int) (GCStats, error) {
+	var st GCStats
+	if err := s.checkOpen(); err != nil {
+		return st, err
+	}
+	if s.readOnly {
+		return st, fmt.Errorf("gc: %w", ErrReadOnly)
+	}
+	if keepLast < 1 {
+		return st, fmt.Errorf("gc: keep at least one version (asked to keep %d)", keepLast)
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	all := s.Versions()
+	if len(all) <= keepLast {
+		n, freed, err := s.sweepLocked()
+		st.DeletedObjects, st.FreedBytes = n, freed
+		return st, err
+	}
+	drop, keep := all[:len(all)-keepLast], all[len(all)-keepLast:]
+	kept := map[ID]bool{}
+	var keptVersions []*version
+	for _, info := range keep {
+		ver, err := s.loadVersion(info.Number)
+		if err != nil {
+			return st, fmt.Errorf("gc: %w", err)
+		}
+		ver.m.roots(kept)
+		keptVersions = append(keptVersions, ver)
+	}
+	// Re-anchor, oldest kept version first, every kept delta whose base is not kept.
+	for _, ver := range keptVersions {
+		for id, hint := range objectsOf(ver) {
+			m, err := s.meta(id)
+			if err != nil {
+				return st, fmt.Errorf("gc: %w", err)
+			}
+			if m.Kind != kindDelta || kept[m.Base] {
+				continue
+			}
+			if err := s.reanchor(id, hint, m); err != nil {
+				return st, fmt.Errorf("gc: re-anchor object %s: %w", id, err)
+			}
+			st.Reanchored++
+		}
+	}
+	if err := s.be.SyncObjects(); err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	if err := s.failpoint("gc-reanchored"); err != nil {
+		return st, err
+	}
+	var dropped []uint64
+	for _, info := range drop {
+		if err := s.be.DeleteManifest(info.Number); err != nil {
+			return st, fmt.Errorf("gc: %w", err)
+		}
+		dropped = append(dropped, info.Number)
+		s.manifests.remove(info.Number)
+	}
+	st.DroppedVersions = dropped
+	s.mu.Lock()
+	s.versions = append([]VersionInfo(nil), keep...)
+	s.mu.Unlock()
+	if err := s.ix.updateVersions(nil, dropped); err != nil {
+		s.logf("index: %v", err)
+	}
+	if err := s.failpoint("gc-manifests-deleted"); err != nil {
+		return st, err
+	}
+	n, freed, err := s.sweepLocked()
+	st.DeletedObjects, st.FreedBytes = n, freed
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	// Chain depths changed; they refill from object headers.
+	s.metaMu.Lock()
+	clear(s.metas)
+	s.dirtyMetas = nil
+	s.metaMu.Unlock()
+	if err := s.ix.clearObjects(); err != nil {
+		s.logf("index: %v", err)
+	}
+	s.logf("gc: dropped %d versions, re-anchored %d objects, deleted %d objects (%d bytes)", len(dropped), st.Reanchored, n, freed)
+	return st, nil
+}
+
+// objectsOf maps every object of a version to where it sits.
+func objectsOf(ver *version) map[ID]objHint {
+	out := map[ID]objHint{}
+	for i := range ver.m.Files {
+		f := &ver.m.Files[i]
+		if f.Kind == kindBlob {
+			out[f.ID] = objHint{path: f.Path}
+			continue
+		}
+		out[f.Header] = objHint{path: f.Path, header: true}
+		for j := range f.Tensors {
+			out[f.Tensors[j].ID] = objHint{path: f.Path, tensor: f.Tensors[j].Name}
+		}
+	}
+	return out
+}
+
+// reanchor rewrites delta object id as a whole copy of the same content (checked against
+// its SHA-256 before it replaces the delta).
+func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
+	fw, err := newFullWriter(s.be, s.codec, m.Width, m.ContentLen)
+	if err != nil {
+		return err
+	}
+	defer fw.abort()
+	buf := make([]byte, min(m.ContentLen, ingestChunk))
+	for off := int64(0); off < m.ContentLen; {
+		n := min(int64(len(buf)), m.ContentLen-off)
+		if err := s.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
+			return err
+		}
+		if _, err := fw.Write(buf[:n]); err != nil {
+			return err
+		}
+		off += n
+	}
+	if _, err := fw.finish(id, ID{}, nil); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrCorrupt)
+	}
+	if err := fw.put(id); err != nil {
+		return err
+	}
+	s.forgetMeta(id)
+	s.crcChecked.Delete(id)
+	return nil
+}
+
+// RebuildIndex empties this process's index and refills it from the manifests (object
+// entries refill as objects are used). The index is derived: this loses nothing.
+func (s *Store) RebuildIndex() error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := s.ix.reset(); err != nil {
+		return fmt.Errorf("rebuild index: %w", err)
+	}
+	s.metaMu.Lock()
+	clear(s.metas)
+	s.dirtyMetas = nil
+	s.metaMu.Unlock()
+	s.manifests.clear()
+	s.objInfos.clear()
+	if err := s.loadVersions(); err != nil {
+		return fmt.Errorf("rebuild index: %w", err)
+	}
+	// The copy's state was in the index: it is rebuilt when next needed.
+	s.mat.invalidate()
+	var errs []error
+	if err := s.be.ListObjects(func(id ID, _ int64) error {
+		if _, err := s.meta(id); err != nil {
+			errs = append(errs, err)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("rebuild index: %w", err)
+	}
+	s.flushMetas()
+	if len(errs) > 0 {
+		return fmt.Errorf("rebuild index: %w", errors.Join(errs...))
+	}
+	return nil
+}

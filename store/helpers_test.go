@@ -1,0 +1,222 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// testTensor is a tensor of a handmade safetensors file.
+type testTensor struct {
+	name  string
+	dtype delta.DType
+	shape []int64
+	data  []byte
+}
+
+// safetensorsFile builds a valid safetensors file.
+func safetensorsFile(t testing.TB, tensors ...testTensor) []byte {
+	t.Helper()
+	hdrTensors := make([]delta.Tensor, len(tensors))
+	for i, tt := range tensors {
+		hdrTensors[i] = delta.Tensor{Name: tt.name, DType: tt.dtype, Shape: tt.shape}
+	}
+	hdr, err := delta.EncodeHeader(nil, hdrTensors)
+	if err != nil {
+		t.Fatalf("encode header: %v", err)
+	}
+	out := append([]byte(nil), hdr...)
+	for _, tt := range tensors {
+		out = append(out, tt.data...)
+	}
+	return out
+}
+
+// rawSafetensors builds a safetensors file from a JSON header (padded) and data, for bad
+// inputs that EncodeHeader would refuse to write.
+func rawSafetensors(header string, data []byte) []byte {
+	for len(header)%8 != 0 {
+		header += " "
+	}
+	out := make([]byte, 8, 8+len(header)+len(data))
+	binary.LittleEndian.PutUint64(out, uint64(len(header)))
+	out = append(out, header...)
+	return append(out, data...)
+}
+
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// bf16Like returns n bf16 elements with realistic exponents (compressible high bytes).
+func bf16Like(rng *rand.Rand, n int) []byte {
+	b := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		b[2*i] = byte(rng.Uint32())
+		b[2*i+1] = byte(0x3c + rng.IntN(3))
+		if rng.IntN(2) == 0 {
+			b[2*i+1] |= 0x80
+		}
+	}
+	return b
+}
+
+// perturb returns a copy of b with about frac of its width-byte elements changed by one ULP
+// of the low byte.
+func perturb(rng *rand.Rand, b []byte, width int, frac float64) []byte {
+	out := append([]byte(nil), b...)
+	for i := 0; i < len(b)/width; i++ {
+		if rng.Float64() < frac {
+			out[i*width]++
+		}
+	}
+	return out
+}
+
+func writeTree(t testing.TB, dir string, files map[string][]byte) string {
+	t.Helper()
+	for name, b := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// treeHashes maps every regular file under dir to its SHA-256 (hex), and every directory to
+// "dir".
+func treeHashes(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			m[rel] = "dir"
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		m[rel] = hex.EncodeToString(sum[:])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func sameTree(t testing.TB, what string, got, want map[string]string) {
+	t.Helper()
+	keys := map[string]bool{}
+	for k := range got {
+		keys[k] = true
+	}
+	for k := range want {
+		keys[k] = true
+	}
+	var sorted []string
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		if got[k] != want[k] {
+			t.Errorf("%s: %s: got %q, want %q", what, k, got[k], want[k])
+		}
+	}
+}
+
+// newStore initialises a store in a temporary directory and opens it for writing.
+func newStore(t testing.TB, opts Options) (*Store, string) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "store")
+	if err := Init(root); err != nil {
+		t.Fatal(err)
+	}
+	return openStore(t, root, opts), root
+}
+
+func openStore(t testing.TB, root string, opts Options) *Store {
+	t.Helper()
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
+	s, err := Open(root, opts)
+	if err != nil {
+		t.Fatalf("open %s: %v", root, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func commitTree(t testing.TB, s *Store, v uint64, files map[string][]byte) (VersionInfo, string) {
+	t.Helper()
+	dir := writeTree(t, t.TempDir(), files)
+	info, err := s.Commit(dir, CommitOptions{Version: v})
+	if err != nil {
+		t.Fatalf("commit version %d: %v", v, err)
+	}
+	return info, dir
+}
+
+func exportHashes(t testing.TB, s *Store, v uint64) map[string]string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "export")
+	if err := s.Export(v, out); err != nil {
+		t.Fatalf("export version %d: %v", v, err)
+	}
+	return treeHashes(t, out)
+}
+
+// readWhole reads a file of a version through OpenFile.
+func readWhole(t testing.TB, s *Store, v uint64, p string) []byte {
+	t.Helper()
+	f, err := s.OpenFile(v, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, f.Size())
+	if n, err := f.ReadAt(b, 0); n != len(b) {
+		t.Fatalf("read %s of version %d: %d of %d bytes: %v", p, v, n, len(b), err)
+	}
+	return b
+}
+
+func mustEqualBytes(t testing.TB, what string, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s: %d bytes differ from the %d wanted, first at %d", what, len(got), len(want), i)
+	}
+}

@@ -1,0 +1,20 @@
+package store
+
+import "errors"
+
+// errInjected is what test failpoints return: the operation stops at that point as if the
+// process had died there (no clean-up runs).
+var errInjected = errors.New("injected failure")
+
+// Failpoints, in the order a seal passes them:
+//
+//	seal-objects-written   every object is written, none synced
+//	seal-objects-synced    objects durable, manifest not written
+//	seal-manifest-written  manifest durable (the version exists), index not updated
+//	seal-index-updated     index updated, materialized copy not brought forward
+//	materialize-partial    half of the in-place updates of the copy applied
+//
+// and of GC:
+//
+//	gc-reanchored          kept versions re-anchored, no manifest deleted
+//	gc-manifests-deleted   old manifests deleted, no object deleted

@@ -1,0 +1,313 @@
+package store
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"sync"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// ingestChunk is how much of a tensor is read, diffed and hashed at a time: ingest never
+// holds a whole file or tensor in memory.
+const ingestChunk = 4 << 20
+
+// readAtFull reads len(b) bytes of r at off; io.EOF with a full read is success.
+func readAtFull(r io.ReaderAt, b []byte, off int64) error {
+	n, err := r.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return fmt.Errorf("short read of %d bytes at %d: the file shrank", len(b), off)
+	}
+	return err
+}
+
+// ingestFile stores one file's objects and returns its manifest entry.
+func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) (*manifestFile, error) {
+	entry := &manifestFile{Path: p, Mode: uint32(mode.Perm()), Size: size}
+	hdr, err := delta.ReadHeader(r, size)
+	if err != nil && !errors.Is(err, delta.ErrMalformed) {
+		return nil, err
+	}
+	// The whole file's SHA-256 is one sequential pass; it runs beside the per-tensor work.
+	var fileSHA ID
+	var shaErr error
+	var shaDone sync.WaitGroup
+	shaDone.Add(1)
+	go func() {
+		defer shaDone.Done()
+		fileSHA, shaErr = hashReader(r, size)
+	}()
+	if err != nil {
+		if strings.HasSuffix(p, ".safetensors") || size >= 8 && looksLikeSafetensors(r) {
+			w.s.logf("%s: stored as an opaque file: %v", p, err)
+		} else {
+			w.s.logf("%s: not a safetensors file: stored whole", p)
+		}
+		entry.Kind = kindBlob
+		entry.ID, err = w.storeWhole(r, 0, size, 1)
+	} else {
+		entry.Kind = kindSafetensors
+		err = w.ingestSafetensors(entry, r, hdr)
+	}
+	shaDone.Wait()
+	if err == nil {
+		err = shaErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	entry.SHA256 = fileSHA
+	return entry, nil
+}
+
+// looksLikeSafetensors reports whether a file starts like one (a header length, then "{"),
+// to tell a damaged safetensors file from some other file in the log.
+func looksLikeSafetensors(r io.ReaderAt) bool {
+	var b [9]byte
+	if n, _ := r.ReadAt(b[:], 0); n < 9 {
+		return false
+	}
+	return b[8] == '{'
+}
+
+func hashReader(r io.ReaderAt, size int64) (ID, error) {
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(r, 0, size)); err != nil {
+		return ID{}, fmt.Errorf("hash file: %w", err)
+	}
+	var id ID
+	h.Sum(id[:0])
+	return id, nil
+}
+
+func (w *Writer) ingestSafetensors(entry *manifestFile, r io.ReaderAt, hdr *delta.Header) error {
+	entry.HeaderLen = hdr.DataStart()
+	var err error
+	if entry.Header, err = w.storeWhole(r, 0, entry.HeaderLen, 1); err != nil {
+		return fmt.Errorf("store header: %w", err)
+	}
+	entry.Tensors = make([]manifestTensor, len(hdr.Tensors))
+	errs := make([]error, len(hdr.Tensors))
+	var wg sync.WaitGroup
+	for i, t := range hdr.Tensors {
+		entry.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
+		w.s.workers <- struct{}{} // bounds concurrent tensor jobs (memory and cores)
+		wg.Add(1)
+		go func() {
+			defer func() { <-w.s.workers; wg.Done() }()
+			errs[i] = w.ingestTensor(entry.Path, r, entry.HeaderLen, &entry.Tensors[i])
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("tensor %s: %w", t.Name, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ingestTensor stores one tensor: nothing if unchanged or already stored, else a delta
+// against the same tensor of the latest version or a whole copy (no base, or the anchor
+// policy says so).
+func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *manifestTensor) error {
+	s := w.s
+	width := t.DType.Size()
+	size := t.End - t.Begin
+	elems := size / int64(width)
+	src := io.NewSectionReader(r, dataStart+t.Begin, size)
+
+	view := s.mat.view()
+	var base tensorRef
+	haveBase := false
+	if view != nil {
+		base, haveBase = view.ver.findBase(path, t.Name, t.DType, t.Shape)
+	}
+	if !haveBase {
+		view.release()
+		t.Changed = elems
+		id, err := w.storeWhole(src, 0, size, width)
+		t.ID = id
+		w.progressAdd(size)
+		return err
+	}
+	// The copy stays at this version until the diff is done (seals wait for us).
+	body, id, changed, err := w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat())
+	view.release()
+	if err != nil {
+		return err
+	}
+	t.ID, t.Base, t.Changed = id, base.tensor.ID, changed
+	if id == base.tensor.ID {
+		w.hold(id)
+		return nil
+	}
+	w.hold(id)
+	if s.exists(id) {
+		return nil
+	}
+	bm, err := s.meta(base.tensor.ID)
+	if err != nil {
+		return fmt.Errorf("base: %w", err)
+	}
+	chainBytes := int64(len(body))
+	depth := 1
+	if bm.Kind == kindDelta {
+		chainBytes += bm.ChainBytes
+		depth = bm.Depth + 1
+	}
+	if body != nil && depth <= s.maxChain && chainBytes < size {
+		file := encodeDeltaObject(id, width, size, base.tensor.ID, body)
+		if err := putBytesObject(s.be, id, file); err != nil {
+			return err
+		}
+		w.noteCreated(id, int64(len(file)))
+		s.putMeta(id, objMeta{Kind: kindDelta, Width: width, Base: base.tensor.ID, ContentLen: size,
+			FileSize: int64(len(file)), DeltaLen: int64(len(body)), Depth: depth, ChainBytes: chainBytes})
+		return nil
+	}
+	// An anchor: a whole copy, carrying the (small) delta from its base as a link so reads can
+	// walk back over it and the materialized copy moves forward cheaply.
+	link := body
+	if int64(len(link)) > size/4 {
+		link = nil
+	}
+	return w.writeFull(src, size, width, id, base.tensor.ID, link)
+}
+
+// diffTensor reads the new tensor from src and its base from the materialized copy in
+// chunks, hashing the new bytes and encoding the changed elements. body is nil when more than
+// half the elements changed (a whole copy is then cheaper, and the encoder's memory stays
+// bounded).
+func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int64, width int, float bool) (body []byte, id ID, changed int64, err error) {
+	s := w.s
+	elems := size / int64(width)
+	enc := delta.NewDeltaEncoder(width, float, elems)
+	h := sha256.New()
+	cur := make([]byte, min(size, ingestChunk))
+	old := make([]byte, len(cur))
+	var ch delta.Changes
+	var baseVals []byte
+	for off := int64(0); off < size; off += ingestChunk {
+		n := min(ingestChunk, size-off)
+		c, b := cur[:n], old[:n]
+		if err := readAtFull(src, c, off); err != nil {
+			return nil, id, 0, err
+		}
+		if err := view.readAt(baseID, b, off); err != nil {
+			return nil, id, 0, err
+		}
+		h.Write(c)
+		ch.Reset()
+		if err := s.diff.Diff(b, c, width, &ch); err != nil {
+			return nil, id, 0, fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
+		}
+		changed += int64(len(ch.Index))
+		if enc != nil && len(ch.Index) > 0 {
+			baseVals = baseVals[:0]
+			for _, i := range ch.Index {
+				baseVals = append(baseVals, b[int(i)*width:int(i+1)*width]...)
+			}
+			if err := enc.Add(off/int64(width), ch.Index, baseVals, ch.Values); err != nil {
+				return nil, id, 0, fmt.Errorf("encode delta: %w", err)
+			}
+		}
+		if changed*2 > elems {
+			enc = nil
+		}
+		w.progressAdd(n)
+	}
+	h.Sum(id[:0])
+	if enc != nil && changed > 0 {
+		if body, err = enc.Finish(); err != nil {
+			return nil, id, 0, fmt.Errorf("encode delta: %w", err)
+		}
+	}
+	return body, id, changed, nil
+}
+
+// exists reports whether object id is stored (hold it first).
+func (s *Store) exists(id ID) bool {
+	_, err := s.be.StatObject(id)
+	return err == nil
+}
+
+// storeWhole stores bytes [off, off+size) of r as a full object (unless one with the same
+// identity exists) in one pass, and returns the identity.
+func (w *Writer) storeWhole(r io.ReaderAt, off, size int64, width int) (ID, error) {
+	fw, err := newFullWriter(w.s.be, w.s.codec, width, size)
+	if err != nil {
+		return ID{}, err
+	}
+	defer fw.abort()
+	if err := copyRange(fw, r, off, size); err != nil {
+		return ID{}, err
+	}
+	id, err := fw.finish(ID{}, ID{}, nil)
+	if err != nil {
+		return ID{}, err
+	}
+	w.hold(id)
+	if w.s.exists(id) {
+		return id, nil
+	}
+	return id, w.putFull(fw, id, width, size, ID{}, 0)
+}
+
+// writeFull stores src (whose identity the first pass found to be id) as a full object with
+// an optional link delta from base.
+func (w *Writer) writeFull(src io.ReaderAt, size int64, width int, id, base ID, link []byte) error {
+	fw, err := newFullWriter(w.s.be, w.s.codec, width, size)
+	if err != nil {
+		return err
+	}
+	defer fw.abort()
+	if err := copyRange(fw, src, 0, size); err != nil {
+		return err
+	}
+	if _, err := fw.finish(id, base, link); err != nil {
+		return err
+	}
+	if len(link) == 0 {
+		base = ID{}
+	}
+	return w.putFull(fw, id, width, size, base, int64(len(link)))
+}
+
+func (w *Writer) putFull(fw *fullWriter, id ID, width int, size int64, base ID, linkLen int64) error {
+	stored := fw.size()
+	if err := fw.put(id); err != nil {
+		return err
+	}
+	w.noteCreated(id, stored)
+	w.s.putMeta(id, objMeta{Kind: kindFull, Width: width, Base: base, ContentLen: size, FileSize: stored, DeltaLen: linkLen})
+	return nil
+}
+
+// copyRange streams bytes [off, off+size) of r into dst.
+func copyRange(dst io.Writer, r io.ReaderAt, off, size int64) error {
+	buf := make([]byte, min(size, ingestChunk))
+	for done := int64(0); done < size; {
+		n := min(int64(len(buf)), size-done)
+		if err := readAtFull(r, buf[:n], off+done); err != nil {
+			return err
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return err
+		}
+		done += n
+	}
+	return nil
+}
+
+func (w *Writer) progressAdd(n int64) {
+	done := w.doneB.Add(n)
+	if w.progress != nil {
+		w.progress(done, w.total)
+	}
+}

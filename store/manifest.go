@@ -1,0 +1,260 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// Manifest files, versions/vNNNNNN (docs/format-store.md has them byte by byte):
+//
+//	0     4  magic "WFSM"
+//	4     2  manifest format version, u16 LE (1)
+//	6     2  zero
+//	8     8  JSON length L, u64 LE
+//	16    L  the manifest as JSON (manifest below)
+//	16+L  4  CRC-32C of every preceding byte, u32 LE
+const (
+	manifestMagic         = "WFSM"
+	manifestFormatVersion = 1
+	manifestHeadLen       = 16
+	// maxManifestLen bounds the JSON a reader accepts (a model with a million tensors stays
+	// far below it).
+	maxManifestLen = 1 << 30
+)
+
+// File kinds of a manifest.
+const (
+	kindSafetensors = "safetensors"
+	kindBlob        = "blob"
+)
+
+// manifest is the truth about one version: its files, how each is made of objects, and
+// statistics. It is immutable once written.
+type manifest struct {
+	Version  uint64         `json:"version"`
+	Created  time.Time      `json:"created"`
+	Previous uint64         `json:"previous,omitempty"` // the version diffed against; 0: none
+	Dirs     []manifestDir  `json:"dirs"`
+	Files    []manifestFile `json:"files"`
+	Stats    manifestStats  `json:"stats"`
+}
+
+type manifestDir struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode"` // permission bits
+}
+
+type manifestFile struct {
+	Path   string `json:"path"`
+	Mode   uint32 `json:"mode"` // permission bits
+	Size   int64  `json:"size"`
+	SHA256 ID     `json:"sha256"` // of the whole file
+	Kind   string `json:"kind"`   // "safetensors" or "blob"
+	// Blob: the object holding the whole file.
+	ID ID `json:"id,omitzero"`
+	// Safetensors: the object holding bytes [0, HeaderLen) (the 8-byte length and the JSON),
+	// then the tensors in file order, contiguous.
+	Header    ID               `json:"header,omitzero"`
+	HeaderLen int64            `json:"header_len,omitempty"`
+	Tensors   []manifestTensor `json:"tensors,omitempty"`
+}
+
+type manifestTensor struct {
+	Name  string      `json:"name"`
+	DType delta.DType `json:"dtype"`
+	Shape []int64     `json:"shape"`
+	Begin int64       `json:"begin"` // byte offsets in the data section, as in the file
+	End   int64       `json:"end"`
+	ID    ID          `json:"id"`
+	// Base is the tensor of the previous version this one was diffed against (zero: none,
+	// the tensor is new or its dtype or shape changed); Changed counts the elements that
+	// differ from it (all elements when there is no base).
+	Base    ID    `json:"base,omitzero"`
+	Changed int64 `json:"changed"`
+}
+
+type manifestStats struct {
+	LogicalBytes   int64 `json:"logical_bytes"`    // sum of file sizes
+	NewObjects     int64 `json:"new_objects"`      // objects this version added
+	NewObjectBytes int64 `json:"new_object_bytes"` // their stored (file) bytes
+	ChangedElems   int64 `json:"changed_elements"`
+	TotalElems     int64 `json:"total_elements"`
+}
+
+func (t *manifestTensor) elements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// encodeManifest returns the manifest file bytes of m.
+func encodeManifest(m *manifest) ([]byte, error) {
+	js, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest of version %d: %w", m.Version, err)
+	}
+	b := make([]byte, manifestHeadLen, manifestHeadLen+len(js)+4)
+	copy(b, manifestMagic)
+	binary.LittleEndian.PutUint16(b[4:], manifestFormatVersion)
+	binary.LittleEndian.PutUint64(b[8:], uint64(len(js)))
+	b = append(b, js...)
+	return binary.LittleEndian.AppendUint32(b, crc32c(b)), nil
+}
+
+// decodeManifest checks magic, version and CRC, decodes the JSON strictly and validates it.
+func decodeManifest(b []byte) (*manifest, error) {
+	if len(b) < len(manifestMagic) || string(b[:4]) != manifestMagic {
+		return nil, fmt.Errorf("no WFSM magic: %w", ErrCorrupt)
+	}
+	if len(b) < manifestHeadLen+4 {
+		return nil, fmt.Errorf("manifest of %d bytes is truncated: %w", len(b), ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != manifestFormatVersion {
+		return nil, fmt.Errorf("manifest format version %d (this program reads %d): %w", v, manifestFormatVersion, ErrUnsupportedVersion)
+	}
+	n := binary.LittleEndian.Uint64(b[8:])
+	if n > maxManifestLen || uint64(len(b)) != manifestHeadLen+n+4 {
+		return nil, fmt.Errorf("manifest JSON length %d in a %d-byte file: %w", n, len(b), ErrCorrupt)
+	}
+	body := b[:len(b)-4]
+	if got, want := crc32c(body), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {
+		return nil, fmt.Errorf("manifest CRC-32C %08x, stored %08x: %w", got, want, ErrCorrupt)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body[manifestHeadLen:]))
+	dec.DisallowUnknownFields()
+	var m manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("manifest JSON has trailing data: %w", ErrCorrupt)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("manifest of version %d: %w: %w", m.Version, err, ErrCorrupt)
+	}
+	return &m, nil
+}
+
+// validate checks what readers rely on: clean unique paths, files under recorded or implied
+// directories, tensors contiguous and filling each safetensors file exactly.
+func (m *manifest) validate() error {
+	if m.Version == 0 {
+		return fmt.Errorf("version 0")
+	}
+	if m.Previous >= m.Version {
+		return fmt.Errorf("previous version %d is not below it", m.Previous)
+	}
+	seen := map[string]bool{}
+	for _, d := range m.Dirs {
+		if err := checkPath(d.Path); err != nil {
+			return err
+		}
+		if seen[d.Path] {
+			return fmt.Errorf("path %q twice", d.Path)
+		}
+		seen[d.Path] = true
+	}
+	for i := range m.Files {
+		f := &m.Files[i]
+		if err := checkPath(f.Path); err != nil {
+			return err
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("path %q twice", f.Path)
+		}
+		seen[f.Path] = true
+		if f.Size < 0 {
+			return fmt.Errorf("%s: size %d", f.Path, f.Size)
+		}
+		if err := f.validate(); err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+	}
+	// A file may not sit below another file.
+	files := make(map[string]bool, len(m.Files))
+	for i := range m.Files {
+		files[m.Files[i].Path] = true
+	}
+	for p := range seen {
+		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+			if files[dir] {
+				return fmt.Errorf("%q lies below the file %q", p, dir)
+			}
+		}
+	}
+	return nil
+}
+
+func (f *manifestFile) validate() error {
+	switch f.Kind {
+	case kindBlob:
+		if f.ID.IsZero() || len(f.Tensors) > 0 || !f.Header.IsZero() {
+			return fmt.Errorf("blob entry with tensors, a header or no object")
+		}
+		return nil
+	case kindSafetensors:
+	default:
+		return fmt.Errorf("file kind %q", f.Kind)
+	}
+	if f.Header.IsZero() || f.HeaderLen < 8 || !f.ID.IsZero() {
+		return fmt.Errorf("safetensors entry without a header object")
+	}
+	var end int64
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		w := int64(t.DType.Size())
+		if w == 0 {
+			return fmt.Errorf("tensor %q: dtype %q", t.Name, t.DType)
+		}
+		n := int64(1)
+		for _, d := range t.Shape {
+			if d < 0 || (d > 0 && n > (1<<62)/d) {
+				return fmt.Errorf("tensor %q: shape %v", t.Name, t.Shape)
+			}
+			n *= d
+		}
+		if t.Begin != end || n > (1<<62)/w || t.End-t.Begin != n*w || t.ID.IsZero() {
+			return fmt.Errorf("tensor %q: bytes [%d, %d) for %d elements of %d bytes after %d", t.Name, t.Begin, t.End, n, w, end)
+		}
+		if t.Changed < 0 || t.Changed > n {
+			return fmt.Errorf("tensor %q: %d changed of %d", t.Name, t.Changed, n)
+		}
+		end = t.End
+	}
+	if f.HeaderLen+end != f.Size {
+		return fmt.Errorf("header and tensors hold %d bytes, file has %d", f.HeaderLen+end, f.Size)
+	}
+	return nil
+}
+
+// checkPath accepts clean, relative, slash-separated paths without "." or ".." elements.
+func checkPath(p string) error {
+	if p == "" || p == "." || strings.HasPrefix(p, "/") || path.Clean(p) != p || strings.HasPrefix(p, "../") || p == ".." ||
+		strings.Contains(p, "\x00") || strings.Contains(p, "\\") {
+		return fmt.Errorf("path %q: %w", p, ErrBadPath)
+	}
+	return nil
+}
+
+// fileMode turns stored permission bits into a FileMode.
+func fileMode(bits uint32) fs.FileMode { return fs.FileMode(bits) & fs.ModePerm }
+
+// file returns the entry of path p, or nil.
+func (m *manifest) file(p string) *manifestFile {
+	for i := range m.Files {
+		if m.Files[i].Path == p {
+			return &m.Files[i]
+		}
+	}
+	return nil
+}

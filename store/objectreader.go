@@ -1,0 +1,224 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// objectInfo is what the read path keeps of an object: its header and, for a full object,
+// where each chunk's frame sits.
+type objectInfo struct {
+	hdr   objectHeader
+	table chunkTable
+}
+
+// errStale says an object's representation changed under a cached plan (GC re-anchored a
+// delta as a whole copy): the caller drops its caches and plans again.
+var errStale = errors.New("object representation changed")
+
+// objectError names the object in an error about it.
+func objectError(id ID, err error) error { return fmt.Errorf("object %s: %w", id, err) }
+
+// readFull reads len(b) bytes at off, or fails (a short object is corrupt).
+func readFull(r io.ReaderAt, b []byte, off int64) error {
+	n, err := r.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return fmt.Errorf("short read of %d bytes at %d: %w", len(b), off, ErrCorrupt)
+	}
+	return err
+}
+
+// openObject opens id, reads and checks its header (which must name id) and, for a full
+// object, its chunk table.
+func (s *Store) openObject(id ID) (ObjectFile, *objectInfo, error) {
+	f, err := s.be.OpenObject(id)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("object %s is missing: %w (%w)", id, ErrCorrupt, err)
+		}
+		return nil, nil, err
+	}
+	info, err := readObjectInfo(f)
+	if err == nil && info.hdr.ID != id {
+		err = fmt.Errorf("file holds object %s: %w", info.hdr.ID, ErrCorrupt)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, objectError(id, err)
+	}
+	s.objInfos.add(id, info, int64(64+8*len(info.table.offsets)))
+	return f, info, nil
+}
+
+func readObjectInfo(f ObjectFile) (*objectInfo, error) {
+	head := make([]byte, objectHeaderLen+chunkTableHead)
+	if f.Size() < int64(len(head)) {
+		head = head[:objectHeaderLen]
+	}
+	if f.Size() < objectHeaderLen {
+		return nil, fmt.Errorf("object file of %d bytes is shorter than a header: %w", f.Size(), ErrCorrupt)
+	}
+	if err := readFull(f, head, 0); err != nil {
+		return nil, fmt.Errorf("read object header: %w", err)
+	}
+	hdr, err := parseObjectHeader(head, f.Size())
+	if err != nil {
+		return nil, err
+	}
+	info := &objectInfo{hdr: hdr}
+	if hdr.Kind != kindFull {
+		return info, nil
+	}
+	size, n, err := readChunkTableHead(head[objectHeaderLen:], &hdr)
+	if err != nil {
+		return nil, err
+	}
+	sizes := make([]byte, 4*n)
+	if err := readFull(f, sizes, objectHeaderLen+chunkTableHead); err != nil {
+		return nil, fmt.Errorf("read chunk table: %w", err)
+	}
+	if info.table, err = parseChunkSizes(sizes, size, n, &hdr); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// objectInfoOf returns the cached header of id, reading it if needed.
+func (s *Store) objectInfoOf(id ID) (*objectInfo, error) {
+	if info, ok := s.objInfos.get(id); ok {
+		return info, nil
+	}
+	f, info, err := s.openObject(id)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	return info, nil
+}
+
+// checkCRC verifies the CRC-32C of a whole object file.
+func checkCRC(f ObjectFile) error {
+	size := f.Size()
+	if size < objectTrailerLen {
+		return fmt.Errorf("object file of %d bytes: %w", size, ErrCorrupt)
+	}
+	body := size - objectTrailerLen
+	buf := make([]byte, min(body, 1<<20))
+	var crc uint32
+	for off := int64(0); off < body; {
+		n := min(int64(len(buf)), body-off)
+		if err := readFull(f, buf[:n], off); err != nil {
+			return fmt.Errorf("read object for its checksum: %w", err)
+		}
+		crc = crc32.Update(crc, castagnoli, buf[:n])
+		off += n
+	}
+	var trailer [objectTrailerLen]byte
+	if err := readFull(f, trailer[:], body); err != nil {
+		return fmt.Errorf("read object checksum: %w", err)
+	}
+	if want := binary.LittleEndian.Uint32(trailer[:]); crc != want {
+		return fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, want, ErrCorrupt)
+	}
+	return nil
+}
+
+// ensureCRC checks the CRC of object id once per process (random-access reads of a full
+// object then trust the file plus each frame's own checksum).
+func (s *Store) ensureCRC(id ID, f ObjectFile) error {
+	if _, ok := s.crcChecked.Load(id); ok {
+		return nil
+	}
+	if err := checkCRC(f); err != nil {
+		return objectError(id, err)
+	}
+	s.crcChecked.Store(id, true)
+	return nil
+}
+
+// readChunk decompresses chunk i of full object id into dst (exactly the chunk's length).
+func (s *Store) readChunk(id ID, i int, dst []byte) error {
+	f, info, err := s.openObject(id)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if info.hdr.Kind != kindFull {
+		return errStale
+	}
+	if err := s.ensureCRC(id, f); err != nil {
+		return err
+	}
+	if i < 0 || i >= info.table.count() || int64(len(dst)) != info.table.chunkLen(i, info.hdr.ContentLen) {
+		return objectError(id, fmt.Errorf("chunk %d of %d bytes out of range", i, len(dst)))
+	}
+	frame := make([]byte, info.table.offsets[i+1]-info.table.offsets[i])
+	if err := readFull(f, frame, info.table.offsets[i]); err != nil {
+		return objectError(id, fmt.Errorf("read chunk %d: %w", i, err))
+	}
+	scratch := s.chunkScratch.Get().(*[]byte)
+	defer s.chunkScratch.Put(scratch)
+	*scratch, err = s.codec.decompressChunk(dst, frame, *scratch, info.hdr.Width)
+	if err != nil {
+		return objectError(id, fmt.Errorf("chunk %d: %w", i, err))
+	}
+	return nil
+}
+
+// deltaObject is the loaded delta section of an object: a delta from base to the object.
+type deltaObject struct {
+	hdr  objectHeader
+	body []byte
+	info delta.DeltaInfo
+}
+
+// loadDelta reads object id whole, checks its CRC and returns its delta section, validated
+// against the header. Bodies are cached.
+func (s *Store) loadDelta(id ID) (*deltaObject, error) {
+	if d, ok := s.deltas.get(id); ok {
+		return d, nil
+	}
+	f, info, err := s.openObject(id)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if !info.hdr.hasDelta() {
+		return nil, errStale
+	}
+	file := make([]byte, f.Size())
+	if err := readFull(f, file, 0); err != nil {
+		return nil, objectError(id, err)
+	}
+	stored := binary.LittleEndian.Uint32(file[len(file)-objectTrailerLen:])
+	if crc := crc32c(file[:len(file)-objectTrailerLen]); crc != stored {
+		return nil, objectError(id, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, stored, ErrCorrupt))
+	}
+	s.crcChecked.Store(id, true)
+	hdr := info.hdr
+	body := file[hdr.deltaOffset() : hdr.deltaOffset()+hdr.DeltaLen]
+	if hdr.Kind == kindFull {
+		// Keep only the link, not the whole file, in the cache.
+		body = append([]byte(nil), body...)
+	}
+	di, err := delta.ParseDelta(body)
+	if err != nil {
+		return nil, objectError(id, fmt.Errorf("delta section: %v: %w", err, ErrCorrupt))
+	}
+	if di.Width != hdr.Width || di.Elements*int64(di.Width) != hdr.ContentLen {
+		return nil, objectError(id, fmt.Errorf("delta of %d elements of %d bytes for %d content bytes of width %d: %w",
+			di.Elements, di.Width, hdr.ContentLen, hdr.Width, ErrCorrupt))
+	}
+	d := &deltaObject{hdr: hdr, body: body, info: di}
+	s.deltas.add(id, d, int64(len(body))+256)
+	return d, nil
+}

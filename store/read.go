@@ -1,0 +1,386 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// File is an open file of a sealed version: random access, exact bytes, safe for concurrent
+// ReadAt. Reads fail (errors wrapping ErrCorrupt) rather than return wrong bytes.
+type File interface {
+	io.ReaderAt
+	Size() int64
+	Close() error
+}
+
+// readOpts choose the sources a read may use.
+type readOpts struct {
+	// noMaterialized reads from the store's objects only (verify, rebuilding the copy).
+	noMaterialized bool
+	// pages replaces the store's page cache (verify keeps its own, so that nothing it
+	// checks comes from pages built before or from the materialized copy).
+	pages *lru[pageKey, []byte]
+}
+
+// objHint says where an object sits in a version (file, and tensor or header), so a read can
+// look for the same place in the latest version and walk back from there.
+type objHint struct {
+	path   string
+	tensor string
+	header bool
+}
+
+// segment is one object's bytes within a file.
+type segment struct {
+	start, end int64
+	id         ID
+	hint       objHint
+}
+
+type versionFile struct {
+	s    *Store
+	ver  *version
+	f    *manifestFile
+	segs []segment
+	opts readOpts
+}
+
+var _ File = (*versionFile)(nil)
+
+// OpenFile opens one file of a sealed version.
+func (s *Store) OpenFile(v uint64, path string) (File, error) {
+	ver, err := s.sealedVersion(v)
+	if err != nil {
+		return nil, err
+	}
+	f := ver.files[path]
+	if f == nil {
+		return nil, fmt.Errorf("%s in version %d: %w", path, v, ErrNoSuchFile)
+	}
+	return s.newVersionFile(ver, f, readOpts{}), nil
+}
+
+func (s *Store) newVersionFile(ver *version, f *manifestFile, opts readOpts) *versionFile {
+	vf := &versionFile{s: s, ver: ver, f: f, opts: opts}
+	if f.Kind == kindBlob {
+		vf.segs = []segment{{0, f.Size, f.ID, objHint{path: f.Path}}}
+		return vf
+	}
+	vf.segs = make([]segment, 0, 1+len(f.Tensors))
+	vf.segs = append(vf.segs, segment{0, f.HeaderLen, f.Header, objHint{path: f.Path, header: true}})
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		if t.End > t.Begin {
+			vf.segs = append(vf.segs, segment{f.HeaderLen + t.Begin, f.HeaderLen + t.End, t.ID, objHint{path: f.Path, tensor: t.Name}})
+		}
+	}
+	return vf
+}
+
+func (f *versionFile) Size() int64  { return f.f.Size }
+func (f *versionFile) Close() error { return nil }
+
+// ReadAt reads len(p) bytes at off; at the end of the file it returns the bytes there are and
+// io.EOF.
+func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s at %d: negative offset", f.f.Path, off)
+	}
+	if off >= f.f.Size {
+		return 0, io.EOF
+	}
+	want := len(p)
+	if rest := f.f.Size - off; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	i := sort.Search(len(f.segs), func(i int) bool { return f.segs[i].end > off })
+	n := 0
+	for ; n < len(p) && i < len(f.segs); i++ {
+		sg := f.segs[i]
+		pos := off + int64(n)
+		k := min(int64(len(p)-n), sg.end-pos)
+		if err := f.s.readObject(sg.id, sg.hint, pos-sg.start, p[n:n+int(k)], f.opts); err != nil {
+			return n, fmt.Errorf("read %s of version %d: %w", f.f.Path, f.ver.m.Version, err)
+		}
+		n += int(k)
+	}
+	if n < want {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// pageSize is the unit in which object content is reconstructed and cached; it equals the
+// chunk size of full objects, so a page of a whole copy is one frame.
+const pageSize = fullChunkSize
+
+type pageKey struct {
+	id   ID
+	page int64
+}
+
+// readObject reads content bytes [off, off+len(p)) of object id.
+func (s *Store) readObject(id ID, hint objHint, off int64, p []byte, opts readOpts) error {
+	for len(p) > 0 {
+		page := off / pageSize
+		in := off - page*pageSize
+		data, err := s.page(id, hint, page, opts)
+		if err != nil {
+			return err
+		}
+		if in >= int64(len(data)) {
+			return objectError(id, fmt.Errorf("read at %d past the content end: %w", off, ErrCorrupt))
+		}
+		n := copy(p, data[in:])
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
+
+// page returns page number pg of object id's content, reconstructing it if needed.
+func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) ([]byte, error) {
+	cache := opts.pages
+	if cache == nil {
+		cache = s.pages
+	}
+	key := pageKey{id, pg}
+	if b, ok := cache.get(key); ok {
+		return b, nil
+	}
+	var b []byte
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		// A stale plan (GC re-anchored an object under us) is retried with fresh headers.
+		if b, err = s.buildPage(id, hint, pg, opts, cache, attempt < 2); !errors.Is(err, errStale) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	cache.add(key, b, int64(len(b)))
+	return b, nil
+}
+
+// plan is how to reconstruct a page of an object: a whole copy to start from (a full
+// object, the materialized copy, or a cached page of another object), then deltas to apply.
+type plan struct {
+	start     ID
+	fromMat   bool   // start is read from the materialized copy
+	fromCache []byte // start is this cached page
+	steps     []planStep
+}
+
+// planStep applies the delta section of object obj in direction dir.
+type planStep struct {
+	obj ID
+	dir delta.Direction
+}
+
+func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, []byte], allowStale bool) ([]byte, error) {
+	var view *matView
+	if !opts.noMaterialized {
+		view = s.mat.view()
+		defer view.release()
+	}
+	m, err := s.meta(id)
+	if err != nil {
+		return nil, err
+	}
+	off := pg * pageSize
+	if off >= m.ContentLen {
+		return nil, objectError(id, fmt.Errorf("page %d past the content end: %w", pg, ErrCorrupt))
+	}
+	buf := make([]byte, min(pageSize, m.ContentLen-off))
+	w := planWalker{s: s, view: view, cache: cache, pg: pg}
+	p, chain, err := w.planFor(id, hint)
+	if err != nil {
+		if allowStale {
+			// Cached metas may predate a GC that re-anchored part of the chain.
+			s.forgetChain(chain)
+			return nil, errStale
+		}
+		return nil, err
+	}
+	switch {
+	case p.fromCache != nil:
+		if len(p.fromCache) != len(buf) {
+			return nil, objectError(p.start, fmt.Errorf("cached page of %d bytes, want %d: %w", len(p.fromCache), len(buf), ErrCorrupt))
+		}
+		copy(buf, p.fromCache)
+	case p.fromMat:
+		if err := view.readAt(p.start, buf, off); err != nil {
+			return nil, err
+		}
+	default:
+		if err := s.readFullRange(p.start, off, buf); err != nil {
+			if errors.Is(err, errStale) {
+				s.forgetMeta(p.start)
+			}
+			return nil, err
+		}
+	}
+	first := off / int64(m.Width)
+	for _, st := range p.steps {
+		d, err := s.loadDelta(st.obj)
+		if errors.Is(err, errStale) {
+			s.forgetMeta(st.obj)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := delta.ApplyDelta(d.body, buf, first, st.dir); err != nil {
+			return nil, objectError(st.obj, fmt.Errorf("apply delta: %v: %w", err, ErrCorrupt))
+		}
+	}
+	return buf, nil
+}
+
+// forgetChain drops the metas of objects a failed walk passed.
+func (s *Store) forgetChain(chain []ID) {
+	for _, id := range chain {
+		s.forgetMeta(id)
+	}
+}
+
+// readFullRange reads content bytes [off, off+len(dst)) of full object id.
+func (s *Store) readFullRange(id ID, off int64, dst []byte) error {
+	info, err := s.objectInfoOf(id)
+	if err != nil {
+		return err
+	}
+	if info.hdr.Kind != kindFull {
+		return errStale
+	}
+	size := info.table.size
+	for len(dst) > 0 {
+		i := off / size
+		in := off - i*size
+		clen := info.table.chunkLen(int(i), info.hdr.ContentLen)
+		if in == 0 && int64(len(dst)) >= clen {
+			if err := s.readChunk(id, int(i), dst[:clen]); err != nil {
+				return err
+			}
+			dst, off = dst[clen:], off+clen
+			continue
+		}
+		tmp := make([]byte, clen)
+		if err := s.readChunk(id, int(i), tmp); err != nil {
+			return err
+		}
+		n := copy(dst, tmp[in:])
+		dst, off = dst[n:], off+int64(n)
+	}
+	return nil
+}
+
+// planWalker plans the reconstruction of one page.
+type planWalker struct {
+	s     *Store
+	view  *matView
+	cache *lru[pageKey, []byte]
+	pg    int64
+}
+
+// whole reports whether the page of cur can be had without applying a delta, and how.
+func (w *planWalker) whole(cur ID, m objMeta) (plan, bool) {
+	if b, ok := w.cache.get(pageKey{cur, w.pg}); ok {
+		return plan{start: cur, fromCache: b}, true
+	}
+	if w.view.holds(cur) {
+		return plan{start: cur, fromMat: true}, true
+	}
+	if m.Kind == kindFull {
+		return plan{start: cur}, true
+	}
+	return plan{}, false
+}
+
+// planFor chooses the cheapest way to reconstruct id's page: forward from the whole copy its
+// base chain leads to, or backward from a whole copy of a later version of the same object
+// (the materialized latest, or an anchor whose link walks back). chain lists the objects a
+// failed walk passed.
+func (w *planWalker) planFor(id ID, hint objHint) (plan, []ID, error) {
+	fwd, chain, ferr := w.forward(id)
+	if ferr == nil && len(fwd.steps) == 0 {
+		return fwd, nil, nil
+	}
+	limit := maxWalk
+	if ferr == nil {
+		limit = len(fwd.steps)
+	}
+	if bwd, ok := w.backward(id, hint, limit); ok {
+		return bwd, nil, nil
+	}
+	return fwd, chain, ferr
+}
+
+func (w *planWalker) forward(id ID) (plan, []ID, error) {
+	var chain []ID // id, its base, its base's base, ...
+	cur := id
+	for {
+		m, err := w.s.meta(cur)
+		if err != nil {
+			return plan{}, append(chain, cur), err
+		}
+		if p, ok := w.whole(cur, m); ok {
+			p.steps = make([]planStep, len(chain))
+			for i, c := range chain {
+				p.steps[len(chain)-1-i] = planStep{c, delta.Forward}
+			}
+			return p, nil, nil
+		}
+		chain = append(chain, cur)
+		if len(chain) > maxWalk {
+			return plan{}, chain, objectError(id, fmt.Errorf("delta chain longer than %d: %w", maxWalk, ErrCorrupt))
+		}
+		cur = m.Base
+	}
+}
+
+// backward walks from the latest version's object at hint's place up its base links to id,
+// and starts from the whole copy on that path nearest to id. ok is false when there is no
+// such path or it costs at least limit steps.
+func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
+	if hint.path == "" {
+		return plan{}, false
+	}
+	var latest *version
+	if w.view != nil {
+		latest = w.view.ver
+	} else if ver, err := w.s.latestVersion(); err == nil && ver != nil {
+		latest = ver
+	}
+	if latest == nil {
+		return plan{}, false
+	}
+	d0, ok := latest.objectAt(hint)
+	if !ok || d0 == id {
+		return plan{}, false
+	}
+	path := []ID{d0}
+	var best plan
+	bestAt := -1
+	for cur := d0; cur != id; {
+		m, err := w.s.meta(cur)
+		if err != nil || m.DeltaLen == 0 || len(path) > 4*w.s.maxChain+limit {
+			return plan{}, false
+		}
+		if p, ok := w.whole(cur, m); ok {
+			best, bestAt = p, len(path)-1
+		}
+		cur = m.Base
+		path = append(path, cur)
+	}
+	if bestAt < 0 || len(path)-1-bestAt >= limit {
+		return plan{}, false
+	}
+	for _, c := range path[bestAt : len(path)-1] {
+		best.steps = append(best.steps, planStep{c, delta.Backward})
+	}
+	return best, true
+}

@@ -1,0 +1,463 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// Options configure Open.
+type Options struct {
+	// ReadOnly opens the store for reading only: no lock is taken, nothing in the store is
+	// written, and versions sealed by the writer appear after Refresh.
+	ReadOnly bool
+	// CacheDir holds this process's index and materialized copy. Empty: the writer uses
+	// STORE/cache; a reader uses a fresh per-process directory under the user cache dir
+	// (removed by Close).
+	CacheDir string
+	// Diff is the diff backend; nil means the CPU backend.
+	Diff delta.DiffBackend
+	// Logf receives one line per noteworthy event (nil: discarded).
+	Logf func(format string, args ...any)
+
+	// Materialize makes a read-only store keep a plain copy of the latest version in its
+	// cache directory (brought forward on Refresh), so reads of it and of the versions just
+	// before it need no replay. A read-only mount wants it; one-shot commands (log, export,
+	// verify) do not. The writer always keeps one (built when a version is first ingested).
+	Materialize bool
+	// MaxChain bounds the deltas between any object and a whole copy (0: DefaultMaxChain).
+	MaxChain int
+	// CacheBytes bounds the memory of decoded pages and delta bodies kept for reads
+	// (0: DefaultCacheBytes).
+	CacheBytes int64
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxChain   = 64
+	DefaultCacheBytes = 256 << 20
+)
+
+// Store is an open store. Safe for concurrent use.
+type Store struct {
+	root     string
+	opts     Options
+	readOnly bool
+	be       Backend
+	codec    *codec
+	diff     delta.DiffBackend
+	lock     *writerLock
+	ix       *index
+	cacheDir string
+	ownCache bool // a per-process reader cache, removed at Close
+	maxChain int
+
+	mu       sync.RWMutex
+	closed   bool
+	versions []VersionInfo // sealed versions, ascending; Anchor is filled on the way out
+
+	manifests  *lru[uint64, *version]
+	objInfos   *lru[ID, *objectInfo]
+	deltas     *lru[ID, *deltaObject]
+	pages      *lru[pageKey, []byte]
+	metaMu     sync.Mutex
+	metas      map[ID]objMeta // in front of the index's objects bucket
+	dirtyMetas map[ID]objMeta // not yet written to the index
+
+	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
+	chunkScratch sync.Pool
+
+	workers chan struct{} // one token per concurrent tensor job
+
+	// writeMu serializes what changes the set of versions or objects: Seal, GC,
+	// RebuildIndex, the clean-up at open.
+	writeMu   sync.Mutex
+	pendMu    sync.Mutex
+	pending   map[ID]int         // objects written by open Writers, not yet in a manifest
+	open      map[uint64]*Writer // versions being written
+	leftovers bool               // objects a finished writer put but no manifest uses
+	mat       *materialized
+
+	// hook, when set (tests), is called at named points of the seal and GC; an error it
+	// returns is returned from there, as if the process had died at that point.
+	hook func(point string) error
+}
+
+func (s *Store) logf(format string, args ...any) {
+	if s.opts.Logf != nil {
+		s.opts.Logf(format, args...)
+	}
+}
+
+func (s *Store) failpoint(point string) error {
+	if s.hook != nil {
+		return s.hook(point)
+	}
+	return nil
+}
+
+// Open opens the store at path.
+func Open(path string, opts Options) (*Store, error) {
+	format, err := os.ReadFile(filepath.Join(path, formatFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := checkFormatFile(format); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s := &Store{
+		root: path, opts: opts, readOnly: opts.ReadOnly, be: newLocalBackend(path),
+		diff: opts.Diff, maxChain: opts.MaxChain,
+		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
+	}
+	if s.diff == nil {
+		s.diff = delta.NewCPUDiff()
+	}
+	if s.maxChain <= 0 {
+		s.maxChain = DefaultMaxChain
+	}
+	cacheBytes := opts.CacheBytes
+	if cacheBytes <= 0 {
+		cacheBytes = DefaultCacheBytes
+	}
+	s.manifests = newLRU[uint64, *version](64 << 20)
+	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
+	s.deltas = newLRU[ID, *deltaObject](cacheBytes / 2)
+	s.pages = newLRU[pageKey, []byte](cacheBytes / 2)
+	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
+
+	ok := false
+	defer func() {
+		if !ok {
+			s.shutdown()
+		}
+	}()
+	if !s.readOnly {
+		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock")); err != nil {
+			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
+		}
+		// Nothing is being written now: leftovers are from a process that died.
+		if err := s.be.CleanTemp(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.setupCacheDir(); err != nil {
+		return nil, err
+	}
+	if s.codec, err = newCodec(); err != nil {
+		return nil, err
+	}
+	indexPath := filepath.Join(s.cacheDir, "index.db")
+	_, statErr := os.Stat(indexPath)
+	if s.ix, err = openIndex(indexPath); err != nil {
+		return nil, err
+	}
+	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))
+	if err := s.loadVersions(); err != nil {
+		return nil, err
+	}
+	if !s.readOnly && (statErr != nil || s.ix.flag(keyDirty)) {
+		// A writer died between writing objects and sealing them (or the index, which
+		// remembers that, is new): drop the objects no manifest needs.
+		if err := s.sweep(); err != nil {
+			return nil, err
+		}
+	}
+	if s.readOnly && opts.Materialize {
+		if err := s.mat.ensure(); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return s, nil
+}
+
+func (s *Store) setupCacheDir() error {
+	s.cacheDir = s.opts.CacheDir
+	switch {
+	case s.cacheDir != "":
+		if err := os.MkdirAll(s.cacheDir, 0o755); err != nil {
+			return fmt.Errorf("create cache directory: %w", err)
+		}
+	case !s.readOnly:
+		s.cacheDir = filepath.Join(s.root, "cache")
+		if err := os.MkdirAll(s.cacheDir, 0o755); err != nil {
+			return fmt.Errorf("create cache directory: %w", err)
+		}
+	default:
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		base = filepath.Join(base, "weightfs")
+		if err := os.MkdirAll(base, 0o755); err != nil {
+			return fmt.Errorf("create cache directory: %w", err)
+		}
+		if s.cacheDir, err = os.MkdirTemp(base, "reader-*"); err != nil {
+			return fmt.Errorf("create cache directory: %w", err)
+		}
+		s.ownCache = true
+	}
+	return nil
+}
+
+// Close releases the lock, the index and every open file. Open Writers are aborted.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.pendMu.Lock()
+	writers := make([]*Writer, 0, len(s.open))
+	for _, w := range s.open {
+		writers = append(writers, w)
+	}
+	s.pendMu.Unlock()
+	for _, w := range writers {
+		w.Abort()
+	}
+	return s.shutdown()
+}
+
+// shutdown releases resources without any clean-up of the store (also used after a failed
+// Open, and by tests as a simulated crash).
+func (s *Store) shutdown() error {
+	var errs []error
+	if s.mat != nil {
+		s.mat.close()
+	}
+	if s.ix != nil {
+		s.flushMetas()
+		if s.lock != nil && !s.hasPending() && !s.leftovers {
+			// Clean shutdown of the writer: no sweep needed at the next open.
+			s.ix.setFlag(keyDirty, false)
+		}
+		errs = append(errs, s.ix.close())
+	}
+	if s.codec != nil {
+		s.codec.close()
+	}
+	if s.ownCache {
+		errs = append(errs, os.RemoveAll(s.cacheDir))
+	}
+	errs = append(errs, s.lock.release())
+	return errors.Join(errs...)
+}
+
+func (s *Store) hasPending() bool {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	return len(s.pending) > 0 || len(s.open) > 0
+}
+
+func (s *Store) checkOpen() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Root is the store's path.
+func (s *Store) Root() string { return s.root }
+
+// ReadOnly reports whether the store was opened read-only.
+func (s *Store) ReadOnly() bool { return s.readOnly }
+
+// VersionInfo summarises one sealed version.
+type VersionInfo struct {
+	Number         uint64
+	Created        time.Time
+	Files          int
+	LogicalBytes   int64 // sum of file sizes
+	StoredBytes    int64 // bytes of objects this version added to the store
+	ChangedElems   int64 // elements that differ from the previous version's same tensors
+	TotalElems     int64 // elements of all tensors
+	Anchor         bool  // the version has no predecessor it was diffed against
+	PreviousNumber uint64
+}
+
+// ChangedFraction is ChangedElems/TotalElems (0 for a version without tensors).
+func (v VersionInfo) ChangedFraction() float64 {
+	if v.TotalElems == 0 {
+		return 0
+	}
+	return float64(v.ChangedElems) / float64(v.TotalElems)
+}
+
+func summarize(m *manifest) VersionInfo {
+	return VersionInfo{
+		Number: m.Version, Created: m.Created, Files: len(m.Files),
+		LogicalBytes: m.Stats.LogicalBytes, StoredBytes: m.Stats.NewObjectBytes,
+		ChangedElems: m.Stats.ChangedElems, TotalElems: m.Stats.TotalElems,
+		PreviousNumber: m.Previous,
+	}
+}
+
+// loadVersions lists the manifests and (re)builds the version list, reading only manifests
+// the index has no summary of. A manifest that cannot be read is logged and skipped here; it
+// is reported by Verify and by any read of that version.
+func (s *Store) loadVersions() error {
+	numbers, err := s.be.ListManifests()
+	if err != nil {
+		return err
+	}
+	cached, err := s.ix.versions()
+	if err != nil {
+		return fmt.Errorf("read index: %w", err)
+	}
+	var add []VersionInfo
+	infos := make([]VersionInfo, 0, len(numbers))
+	present := map[uint64]bool{}
+	for _, v := range numbers {
+		present[v] = true
+		if info, ok := cached[v]; ok {
+			infos = append(infos, info)
+			continue
+		}
+		ver, err := s.loadVersion(v)
+		if err != nil {
+			s.logf("version %d: %v", v, err)
+			infos = append(infos, VersionInfo{Number: v})
+			continue
+		}
+		info := summarize(ver.m)
+		infos = append(infos, info)
+		add = append(add, info)
+	}
+	var del []uint64
+	for v := range cached {
+		if !present[v] {
+			del = append(del, v)
+			s.manifests.remove(v)
+		}
+	}
+	if !s.readOnly || s.ownCache || s.opts.CacheDir != "" {
+		if err := s.ix.updateVersions(add, del); err != nil {
+			return fmt.Errorf("update index: %w", err)
+		}
+	}
+	s.mu.Lock()
+	s.versions = infos
+	s.mu.Unlock()
+	return nil
+}
+
+// Refresh picks up versions sealed (or dropped by gc) by another process since the last call,
+// and brings the materialized copy forward if this store keeps one.
+func (s *Store) Refresh() error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if err := s.loadVersions(); err != nil {
+		return err
+	}
+	if s.readOnly && s.opts.Materialize {
+		return s.mat.ensure()
+	}
+	return nil
+}
+
+// Versions lists sealed versions in ascending order.
+func (s *Store) Versions() []VersionInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := slices.Clone(s.versions)
+	sealed := make(map[uint64]bool, len(out))
+	for _, v := range out {
+		sealed[v.Number] = true
+	}
+	for i := range out {
+		out[i].Anchor = out[i].PreviousNumber == 0 || !sealed[out[i].PreviousNumber]
+	}
+	return out
+}
+
+// Version returns the summary of one sealed version.
+func (s *Store) Version(v uint64) (VersionInfo, error) {
+	for _, info := range s.Versions() {
+		if info.Number == v {
+			return info, nil
+		}
+	}
+	return VersionInfo{}, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
+}
+
+// Latest is the newest sealed version; ok is false for an empty store.
+func (s *Store) Latest() (v uint64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.versions) == 0 {
+		return 0, false
+	}
+	return s.versions[len(s.versions)-1].Number, true
+}
+
+// Previous is the sealed version before v; ok is false when v is the first or not sealed.
+func (s *Store) Previous(v uint64) (uint64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
+	if i == 0 || i == len(s.versions) || s.versions[i].Number != v {
+		return 0, false
+	}
+	return s.versions[i-1].Number, true
+}
+
+func (s *Store) isSealed(v uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
+	return i < len(s.versions) && s.versions[i].Number == v
+}
+
+// Entry is one file or directory of a version.
+type Entry struct {
+	Path   string // slash-separated, relative to the version root
+	Dir    bool
+	Size   int64
+	Mode   fs.FileMode
+	SHA256 [32]byte
+}
+
+// Entries lists the files and directories of a sealed version, sorted by path.
+func (s *Store) Entries(v uint64) ([]Entry, error) {
+	ver, err := s.sealedVersion(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(ver.m.Dirs)+len(ver.m.Files))
+	for _, d := range ver.m.Dirs {
+		out = append(out, Entry{Path: d.Path, Dir: true, Mode: fs.ModeDir | fileMode(d.Mode)})
+	}
+	for _, f := range ver.m.Files {
+		out = append(out, Entry{Path: f.Path, Size: f.Size, Mode: fileMode(f.Mode), SHA256: f.SHA256})
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		switch {
+		case a.Path < b.Path:
+			return -1
+		case a.Path > b.Path:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}

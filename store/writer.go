@@ -1,0 +1,350 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Writer builds one open version (used by the mount and by Commit). Nothing of it is visible
+// until Seal. Safe for concurrent use: several files may be added at once.
+type Writer struct {
+	s *Store
+	v uint64
+
+	mu      sync.Mutex
+	done    bool
+	files   map[string]*manifestFile
+	dirs    map[string]uint32
+	created map[ID]int64 // objects this writer put, with their stored sizes
+	held    map[ID]bool  // objects this writer keeps from being swept
+
+	progress func(done, total int64)
+	total    int64
+	doneB    atomic.Int64
+}
+
+// NewVersion opens version v for writing; v must exceed every sealed version.
+func (s *Store) NewVersion(v uint64) (*Writer, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if s.readOnly {
+		return nil, fmt.Errorf("new version %d: %w", v, ErrReadOnly)
+	}
+	if v == 0 {
+		return nil, fmt.Errorf("version numbers start at 1: %w", ErrVersionNotAbove)
+	}
+	if latest, ok := s.Latest(); ok && v <= latest {
+		return nil, fmt.Errorf("version %d: the latest sealed version is %d: %w", v, latest, ErrVersionNotAbove)
+	}
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	if s.open[v] != nil {
+		return nil, fmt.Errorf("version %d: %w", v, ErrVersionBusy)
+	}
+	if len(s.open) == 0 {
+		// Objects written from now on may end up in no manifest if this process dies: the
+		// next writer to open sweeps when it finds the flag.
+		if err := s.ix.setFlag(keyDirty, true); err != nil {
+			return nil, fmt.Errorf("new version %d: index: %w", v, err)
+		}
+	}
+	w := &Writer{s: s, v: v, files: map[string]*manifestFile{}, dirs: map[string]uint32{},
+		created: map[ID]int64{}, held: map[ID]bool{}}
+	s.open[v] = w
+	return w, nil
+}
+
+// Version is the number of the version being written.
+func (w *Writer) Version() uint64 { return w.v }
+
+func (w *Writer) checkLive() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
+	}
+	return nil
+}
+
+// hold keeps id from being swept or collected while this writer is open. It must come before
+// the check whether id is stored: GC deletes only objects nobody holds.
+func (w *Writer) hold(id ID) {
+	w.mu.Lock()
+	already := w.held[id]
+	w.held[id] = true
+	w.mu.Unlock()
+	if !already {
+		w.s.pendMu.Lock()
+		w.s.pending[id]++
+		w.s.pendMu.Unlock()
+	}
+}
+
+func (w *Writer) noteCreated(id ID, size int64) {
+	w.mu.Lock()
+	w.created[id] = size
+	w.mu.Unlock()
+}
+
+// AddFile adds a file of the version, read from r (size bytes). Adding a path again replaces
+// the earlier file. r must not change while AddFile runs (a change it notices is an error).
+func (w *Writer) AddFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	if err := w.checkLive(); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("add %s: negative size", p)
+	}
+	w.mu.Lock()
+	_, isDir := w.dirs[p]
+	w.mu.Unlock()
+	if isDir {
+		return fmt.Errorf("add %s: a directory of that name exists: %w", p, ErrBadPath)
+	}
+	if err := w.s.mat.ensure(); err != nil {
+		return fmt.Errorf("add %s: %w", p, err)
+	}
+	entry, err := w.ingestFile(p, r, size, mode)
+	if err != nil {
+		return fmt.Errorf("add %s to version %d: %w", p, w.v, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
+	}
+	w.files[p] = entry
+	return nil
+}
+
+// AddDir records a directory of the version (so empty ones round-trip). Parents of added
+// files are recorded without it.
+func (w *Writer) AddDir(p string, mode fs.FileMode) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
+	}
+	if w.files[p] != nil {
+		return fmt.Errorf("add directory %s: a file of that name exists: %w", p, ErrBadPath)
+	}
+	w.dirs[p] = uint32(mode.Perm())
+	return nil
+}
+
+// Remove drops a file or directory added earlier (a no-op for an unknown path).
+func (w *Writer) Remove(p string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
+	}
+	delete(w.files, p)
+	delete(w.dirs, p)
+	return nil
+}
+
+// Seal makes the version durable and visible; it returns only once it is. On an error
+// (ENOSPC, say) nothing sealed is harmed and the Writer stays usable: fix the cause and call
+// Seal again, or Abort.
+func (w *Writer) Seal() (VersionInfo, error) {
+	s := w.s
+	if err := s.checkOpen(); err != nil {
+		return VersionInfo{}, err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := w.checkLive(); err != nil {
+		return VersionInfo{}, err
+	}
+	m, err := w.buildManifest()
+	if err != nil {
+		return VersionInfo{}, err
+	}
+	data, err := encodeManifest(m)
+	if err != nil {
+		return VersionInfo{}, err
+	}
+	if err := s.failpoint("seal-objects-written"); err != nil {
+		return VersionInfo{}, err
+	}
+	if err := s.be.SyncObjects(); err != nil {
+		return VersionInfo{}, fmt.Errorf("seal version %d: %w", w.v, err)
+	}
+	if err := s.failpoint("seal-objects-synced"); err != nil {
+		return VersionInfo{}, err
+	}
+	if err := s.be.PutManifest(w.v, data); err != nil {
+		return VersionInfo{}, fmt.Errorf("seal version %d: %w", w.v, err)
+	}
+	// The version exists from here on.
+	if err := s.failpoint("seal-manifest-written"); err != nil {
+		return VersionInfo{}, err
+	}
+	info := summarize(m)
+	s.manifests.add(m.Version, newVersion(m), int64(len(data))*3)
+	s.mu.Lock()
+	s.versions = append(s.versions, info)
+	s.mu.Unlock()
+	if err := s.ix.updateVersions([]VersionInfo{info}, nil); err != nil {
+		s.logf("index: %v", err)
+	}
+	s.flushMetas()
+	w.finish(m)
+	if err := s.failpoint("seal-index-updated"); err != nil {
+		return info, err
+	}
+	if err := s.mat.ensure(); err != nil {
+		// The version is sealed; the copy is rebuilt when next needed.
+		s.logf("version %d sealed; materialized copy not brought forward: %v", w.v, err)
+	}
+	info.Anchor = info.PreviousNumber == 0
+	return info, nil
+}
+
+// buildManifest assembles the manifest of the version from what was added.
+func (w *Writer) buildManifest() (*manifest, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.files) == 0 {
+		return nil, fmt.Errorf("version %d has no files: %w", w.v, ErrEmptyVersion)
+	}
+	if latest, ok := w.s.Latest(); ok && w.v <= latest {
+		return nil, fmt.Errorf("version %d: the latest sealed version is %d: %w", w.v, latest, ErrVersionNotAbove)
+	}
+	m := &manifest{Version: w.v, Created: time.Now().UTC()}
+	if latest, ok := w.s.Latest(); ok {
+		m.Previous = latest
+	}
+	dirs := map[string]uint32{}
+	for p, mode := range w.dirs {
+		dirs[p] = mode
+	}
+	for p := range w.files {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if w.files[d] != nil {
+				return nil, fmt.Errorf("%s lies below the file %s: %w", p, d, ErrBadPath)
+			}
+			if _, ok := dirs[d]; !ok {
+				dirs[d] = 0o755
+			}
+		}
+	}
+	for p, mode := range dirs {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if w.files[d] != nil {
+				return nil, fmt.Errorf("%s lies below the file %s: %w", p, d, ErrBadPath)
+			}
+			if _, ok := dirs[d]; !ok {
+				dirs[d] = 0o755
+			}
+		}
+		m.Dirs = append(m.Dirs, manifestDir{Path: p, Mode: mode})
+	}
+	slices.SortFunc(m.Dirs, func(a, b manifestDir) int { return cmpString(a.Path, b.Path) })
+	refs := map[ID]bool{}
+	for _, f := range w.files {
+		m.Files = append(m.Files, *f)
+		m.Stats.LogicalBytes += f.Size
+		refs[f.ID], refs[f.Header] = true, true
+		for _, t := range f.Tensors {
+			refs[t.ID] = true
+			m.Stats.TotalElems += t.elements()
+			m.Stats.ChangedElems += t.Changed
+		}
+	}
+	slices.SortFunc(m.Files, func(a, b manifestFile) int { return cmpString(a.Path, b.Path) })
+	for id, size := range w.created {
+		if refs[id] {
+			m.Stats.NewObjects++
+			m.Stats.NewObjectBytes += size
+		}
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("version %d: %w", w.v, err)
+	}
+	return m, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// finish ends the writer: it is no longer open and holds nothing. m is the sealed manifest
+// (nil for Abort); created objects it does not reference are left for the next sweep.
+func (w *Writer) finish(m *manifest) {
+	s := w.s
+	w.mu.Lock()
+	w.done = true
+	held := w.held
+	w.held = nil
+	leftovers := false
+	if len(w.created) > 0 {
+		refs := map[ID]bool{}
+		if m != nil {
+			for _, f := range m.Files {
+				refs[f.ID], refs[f.Header] = true, true
+				for _, t := range f.Tensors {
+					refs[t.ID] = true
+				}
+			}
+		}
+		for id := range w.created {
+			if !refs[id] {
+				leftovers = true
+				break
+			}
+		}
+	}
+	w.mu.Unlock()
+	s.pendMu.Lock()
+	for id := range held {
+		if s.pending[id]--; s.pending[id] <= 0 {
+			delete(s.pending, id)
+		}
+	}
+	delete(s.open, w.v)
+	if leftovers {
+		s.leftovers = true
+	}
+	clearFlag := len(s.open) == 0 && !s.leftovers
+	s.pendMu.Unlock()
+	if clearFlag {
+		if err := s.ix.setFlag(keyDirty, false); err != nil {
+			s.logf("index: %v", err)
+		}
+	}
+}
+
+// Abort drops the version. Objects written only for it are removed by the next sweep (the
+// next writer's open, or GC).
+func (w *Writer) Abort() error {
+	if err := w.checkLive(); err != nil {
+		if errors.Is(err, ErrWriterDone) {
+			return nil
+		}
+		return err
+	}
+	w.finish(nil)
+	return nil
+}

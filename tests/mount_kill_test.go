@@ -1,0 +1,97 @@
+package tests
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMountKill9MidWrite kills the read-write daemon with SIGKILL at random points while a
+// writer copies a checkpoint into a new version and seals it (ten trials). After each kill a
+// new daemon mounts over the stale mount point; the version being written is either gone or,
+// if its seal finished before the kill, complete; every sealed version reads back exact.
+func TestMountKill9MidWrite(t *testing.T) {
+	skipWithoutFUSE(t)
+	const trials = 10
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	initStore(t, storeDir)
+	want := genCheckpoints(t, work, 1_000_000, 2+trials)
+	mnt := filepath.Join(work, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startMount(t, storeDir, mnt)
+	// A trainer: copy the checkpoint into a new version, then seal it.
+	writerCmd := func(v int) *exec.Cmd {
+		return exec.Command("sh", "-c", `cp -r "$1" "$2" && touch "$2/DONE"`, "sh", srcDir(work, v), versionDir(mnt, v))
+	}
+	// Time an undisturbed write and seal, so the kills land inside that window.
+	var window time.Duration
+	for v := 1; v <= 2; v++ {
+		start := time.Now()
+		if out, err := writerCmd(v).CombinedOutput(); err != nil {
+			t.Fatalf("write v%d: %v\n%s", v, err, out)
+		}
+		window = time.Since(start)
+	}
+	window = max(window, 50*time.Millisecond)
+	t.Logf("an undisturbed write and seal takes %v", window)
+	sealed := map[int]bool{1: true, 2: true}
+
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for trial := 0; trial < trials; trial++ {
+		v := 3 + trial
+		writer := writerCmd(v)
+		if err := writer.Start(); err != nil {
+			t.Fatal(err)
+		}
+		writerDone := make(chan error, 1)
+		go func() { writerDone <- writer.Wait() }()
+		delay := time.Duration(rng.Int64N(int64(window)))
+		time.Sleep(delay)
+		d.kill9()
+		var writerErr error
+		select {
+		case writerErr = <-writerDone:
+		case <-time.After(30 * time.Second):
+			_ = writer.Process.Kill()
+			writerErr = <-writerDone
+			t.Errorf("trial %d: the writer hung after the daemon died", trial)
+		}
+
+		// The new daemon must cope with the stale mount point itself.
+		d = startMount(t, storeDir, mnt)
+		listing := rootListing(t, mnt)
+		present := strings.Contains(listing, filepath.Base(versionDir(mnt, v)))
+		t.Logf("trial %d: killed after %v; writer: %v; v%d sealed: %v", trial, delay, writerErr, v, present)
+		if writerErr == nil && !present {
+			t.Errorf("trial %d: the writer's seal of v%d succeeded but the version is gone", trial, v)
+		}
+		if present {
+			sealed[v] = true
+		}
+		var wantLS []string
+		wantLS = append(wantLS, "deltas", "latest", "patches")
+		for n := 1; n <= v; n++ {
+			if sealed[n] {
+				wantLS = append(wantLS, filepath.Base(versionDir(mnt, n)))
+			}
+		}
+		if got := strings.Join(wantLS, " "); listing != got {
+			t.Fatalf("trial %d: ls %q, want %q", trial, listing, got)
+		}
+		for n := range sealed {
+			sameHashes(t, fmt.Sprintf("trial %d: v%d", trial, n), sha256sumTree(t, versionDir(mnt, n)), want[n])
+		}
+	}
+	d.stop()
+	verifyStore(t, storeDir)
+}

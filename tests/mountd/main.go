@@ -1,0 +1,66 @@
+// Command mountd is the end-to-end tests' stand-in for `weightfs mount` when cmd/weightfs does
+// not build: it opens a store and serves it with fs.Mount until SIGINT/SIGTERM or an external
+// unmount. Its flags are those of `weightfs mount`.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	wfs "github.com/weightfs/weightfs/fs"
+	"github.com/weightfs/weightfs/store"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "mountd: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	readOnly := flag.Bool("read-only", false, "serve sealed versions only")
+	version := flag.String("version", "", "with --read-only: serve this version (a number or 'latest') at the mount root")
+	cacheDir := flag.String("cache-dir", "", "this process's cache directory")
+	poll := flag.Duration("poll", 500*time.Millisecond, "with --read-only: poll interval")
+	debug := flag.Bool("debug", false, "trace FUSE requests")
+	flag.Parse()
+	if flag.NArg() != 2 {
+		return fmt.Errorf("usage: mountd [flags] STORE MNT")
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "mountd: "+format+"\n", args...) }
+	st, err := store.Open(flag.Arg(0), store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logf})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	opts := wfs.Options{ReadOnly: *readOnly, Debug: *debug, Logf: logf, PollInterval: *poll}
+	switch *version {
+	case "":
+	case "latest":
+		opts.Version = wfs.LatestVersion
+	default:
+		if opts.Version, err = strconv.ParseUint(*version, 10, 64); err != nil {
+			return fmt.Errorf("--version %q: %w", *version, err)
+		}
+	}
+	srv, err := wfs.Mount(st, flag.Arg(1), opts)
+	if err != nil {
+		return err
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		if err := srv.Unmount(); err != nil {
+			logf("unmount: %v", err)
+		}
+	}()
+	srv.Wait()
+	return st.Close()
+}
