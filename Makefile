@@ -1,7 +1,7 @@
 # weightfs — every target installs what it needs itself (a fresh Debian machine, as root).
 GO       ?= go
 BIN      := bin
-PKGS     := fuse3 python3-numpy pocl-opencl-icd ocl-icd-libopencl1
+PKGS     := fuse3 python3-numpy python3-xxhash python3-zstandard pocl-opencl-icd ocl-icd-libopencl1
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Long tests (the 20-version ~100M-parameter run, kill -9 trials) are part of `make test`.
 TEST_TIMEOUT ?= 14m

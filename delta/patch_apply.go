@@ -5,11 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 )
 
@@ -47,66 +44,6 @@ type Journal interface {
 	Remove() error
 }
 
-// FileJournal is a Journal kept in the file at this path (written to a temporary file,
-// synced, renamed into place, and the directory synced).
-type FileJournal string
-
-// Load reads the journal file.
-func (j FileJournal) Load() ([]byte, bool, error) {
-	b, err := os.ReadFile(string(j))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("read apply journal: %w", err)
-	}
-	return b, true, nil
-}
-
-// Store writes the journal file durably.
-func (j FileJournal) Store(record []byte) error {
-	tmp := string(j) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("create apply journal: %w", err)
-	}
-	_, err = f.Write(record)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, string(j))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write apply journal %s: %w", string(j), err)
-	}
-	return syncDir(filepath.Dir(string(j)))
-}
-
-// Remove deletes the journal file.
-func (j FileJournal) Remove() error {
-	if err := os.Remove(string(j)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove apply journal: %w", err)
-	}
-	return syncDir(filepath.Dir(string(j)))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
 // applyMarker replaces a file's header length while an apply is writing it. As a
 // little-endian u64 it is far above MaxHeaderLen, so every safetensors reader refuses it.
 const applyMarker = "WFSAPPLY"
@@ -125,10 +62,26 @@ const journalFormat = "weightfs-apply-journal"
 
 // ApplyResult says what ApplyPatch did.
 type ApplyResult struct {
-	AlreadyApplied  bool  // the target already was the result: nothing was written
-	Recovered       bool  // an interrupted apply of this patch was found and completed
-	ElementsWritten int64 // changed elements written
-	Writes          int   // WriteAt calls for elements (adjacent elements are coalesced)
+	File            string // the file's path as recorded in the patch
+	ModelVersion    uint64 // the version the patch leads to
+	BaseVersion     uint64 // the version it starts from
+	AlreadyApplied  bool   // the target already was the result: nothing was written
+	Recovered       bool   // an interrupted apply of this patch was found and completed
+	ElementsWritten int64  // changed elements written
+	Writes          int    // WriteAt calls for elements (adjacent elements are coalesced)
+}
+
+// String describes the outcome in one line.
+func (r ApplyResult) String() string {
+	switch {
+	case r.AlreadyApplied:
+		return fmt.Sprintf("%s is already weight_v%06d; nothing written", r.File, r.ModelVersion)
+	case r.Recovered:
+		return fmt.Sprintf("%s: finished an interrupted apply: weight_v%06d -> weight_v%06d, %d changed elements in %d writes",
+			r.File, r.BaseVersion, r.ModelVersion, r.ElementsWritten, r.Writes)
+	}
+	return fmt.Sprintf("%s: weight_v%06d -> weight_v%06d, %d changed elements in %d writes",
+		r.File, r.BaseVersion, r.ModelVersion, r.ElementsWritten, r.Writes)
 }
 
 // ApplyPatch applies the changes of file name (as recorded in the patch) to target, a
@@ -167,7 +120,7 @@ const (
 )
 
 func applyPatch(p *Patch, target ApplyTarget, size int64, name string, journal Journal, cfg applyConfig) (ApplyResult, error) {
-	var res ApplyResult
+	res := ApplyResult{File: name, ModelVersion: p.Plan.ModelVersion, BaseVersion: p.Plan.BaseVersion}
 	f, ok := p.File(name)
 	if !ok {
 		return res, fmt.Errorf("%w: the patch (v%d from v%d) changes no file %q", ErrBaseMismatch, p.Plan.ModelVersion, p.Plan.BaseVersion, name)
@@ -336,8 +289,9 @@ func scanTarget(p *Patch, tensors []PatchTensor, target io.ReaderAt, size int64,
 		return s, fmt.Errorf("%w: %s is not the patch's base: %v", ErrBaseMismatch, name, err)
 	}
 	s.dataStart = h.DataStart()
+	byName := tensorsByName(h)
 	for _, t := range tensors {
-		th, ok := h.Tensor(t.Name)
+		th, ok := byName[t.Name]
 		if !ok || th.DType != t.DType || th.Elements() != t.Elements {
 			return s, fmt.Errorf("%w: %s has no tensor %q of %s with %d elements (found %v)", ErrBaseMismatch, name, t.Name, t.DType, t.Elements, th)
 		}

@@ -24,7 +24,7 @@ func TestApplyPatch(t *testing.T) {
 	// Chunk sizes that cut headers and elements in every way, against the reference.
 	for _, chunk := range []int64{1, 3, 7, 8, 64, 4096, scanChunk} {
 		t.Run(fmt.Sprint("chunk", chunk), func(t *testing.T) {
-			target := &memFile{b: bytes.Clone(base[name])}
+			target := &memTarget{b: bytes.Clone(base[name])}
 			j := &memJournal{}
 			res, err := applyPatch(p, target, int64(len(target.b)), name, j, applyConfig{chunk: chunk})
 			if err != nil {
@@ -54,7 +54,7 @@ func TestApplyPatchRefusals(t *testing.T) {
 	base, result, order := threeFileVersions(t)
 	_, p := buildTestPatch(t, 43, 42, base, result, order)
 	const name = "model.safetensors"
-	model, h := testModel(t, 1)
+	model, h := patchTestModel(t, 1)
 	tests := []struct {
 		name   string
 		file   []byte
@@ -62,7 +62,7 @@ func TestApplyPatchRefusals(t *testing.T) {
 		want   error
 		msg    string
 	}{
-		{"other base", mutate(t, model, h, "model.mask", 3), name, ErrBaseMismatch, "neither the patch's base"},
+		{"other base", mutateElements(t, model, h, "model.mask", 3), name, ErrBaseMismatch, "neither the patch's base"},
 		{"truncated", model[:len(model)-1], name, ErrBaseMismatch, "not the patch's base"},
 		{"tiny", model[:5], name, ErrBaseMismatch, "too short"},
 		{"marked without journal", append([]byte(applyMarker), model[8:]...), name, ErrBaseMismatch, "journal is missing"},
@@ -71,7 +71,7 @@ func TestApplyPatchRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			target := &memFile{b: bytes.Clone(tt.file)}
+			target := &memTarget{b: bytes.Clone(tt.file)}
 			j := &memJournal{}
 			_, err := ApplyPatch(p, target, int64(len(target.b)), tt.target, j)
 			if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) || !strings.Contains(err.Error(), tt.msg) {
@@ -95,7 +95,7 @@ func TestApplyPatchRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := append(hdr, model[h.DataStart():]...)
-	target := &memFile{b: bytes.Clone(other)}
+	target := &memTarget{b: bytes.Clone(other)}
 	if _, err := ApplyPatch(p, target, int64(len(other)), name, &memJournal{}); !errors.Is(err, ErrBaseMismatch) || !bytes.Equal(target.b, other) {
 		t.Errorf("changed dtype: %v", err)
 	}
@@ -122,7 +122,7 @@ func TestApplyCrashRecovery(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(fmt.Sprintf("%s#%d", s.step, s.nth), func(t *testing.T) {
-			target := &memFile{b: bytes.Clone(base[name])}
+			target := &memTarget{b: bytes.Clone(base[name])}
 			j := &memJournal{}
 			seen := 0
 			cfg := applyConfig{chunk: 5, failpoint: func(step string) error {
@@ -136,16 +136,16 @@ func TestApplyCrashRecovery(t *testing.T) {
 			if _, err := applyPatch(p, target, int64(len(target.b)), name, j, cfg); !errors.Is(err, errCrash) {
 				t.Fatalf("apply = %v, want the simulated crash", err)
 			}
-			h := sum(target.b)
+			h := patchSHA(target.b)
 			if s.marked {
 				if _, err := ParseHeader(target.b, int64(len(target.b))); !errors.Is(err, ErrMalformed) {
 					t.Errorf("a half-patched file parses as safetensors: %v", err)
 				}
-				if h == sum(base[name]) || h == sum(result[name]) {
+				if h == patchSHA(base[name]) || h == patchSHA(result[name]) {
 					t.Error("a half-patched file hashes as a version")
 				}
 			}
-			if !s.marked && h != sum(base[name]) && h != sum(result[name]) {
+			if !s.marked && h != patchSHA(base[name]) && h != patchSHA(result[name]) {
 				t.Error("an unmarked file after a crash is neither version")
 			}
 			// A different patch must not touch a file with a pending journal.
@@ -212,7 +212,7 @@ func TestApplyPatchFiles(t *testing.T) {
 func TestJournalErrors(t *testing.T) {
 	base, result, order := threeFileVersions(t)
 	_, p := buildTestPatch(t, 43, 42, base, result, order)
-	target := &memFile{b: bytes.Clone(base["model.safetensors"])}
+	target := &memTarget{b: bytes.Clone(base["model.safetensors"])}
 	for _, rec := range []string{`not json`, `{"format":"x"}`, `{"format":"weightfs-apply-journal","version":2}`} {
 		j := &memJournal{rec: []byte(rec), ok: true}
 		if _, err := ApplyPatch(p, target, int64(len(target.b)), "model.safetensors", j); err == nil {
@@ -221,5 +221,43 @@ func TestJournalErrors(t *testing.T) {
 	}
 	if !bytes.Equal(target.b, base["model.safetensors"]) {
 		t.Error("target touched")
+	}
+}
+
+func TestApplyPatchFile(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	raw, _ := buildTestPatch(t, 43, 42, base, result, order)
+	dir := t.TempDir()
+	patchPath := filepath.Join(dir, "weight_v000043.safetensors")
+	os.WriteFile(patchPath, raw, 0o644)
+	local := filepath.Join(dir, "local")
+	os.Mkdir(local, 0o755)
+	for _, n := range []string{"model.safetensors", "config.json"} {
+		os.WriteFile(filepath.Join(local, n), base[n], 0o644)
+	}
+	for _, n := range []string{"model.safetensors", "config.json", "notes.txt"} {
+		res, err := ApplyPatchFile(patchPath, filepath.Join(local, n))
+		if err != nil || res.AlreadyApplied {
+			t.Fatalf("apply to %s: %+v %v", n, res, err)
+		}
+		if !strings.Contains(res.String(), "weight_v000042 -> weight_v000043") {
+			t.Errorf("result line %q", res)
+		}
+		res, err = ApplyPatchFile(patchPath, filepath.Join(local, n))
+		if err != nil || !res.AlreadyApplied || !strings.Contains(res.String(), "already weight_v000043") {
+			t.Errorf("second apply to %s: %v %v", n, res, err)
+		}
+	}
+	for n, want := range map[string][]byte{"model.safetensors": result["model.safetensors"], "config.json": result["config.json"], "notes.txt": result["extra/notes.txt"]} {
+		if got, _ := os.ReadFile(filepath.Join(local, n)); !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the result", n)
+		}
+	}
+	if entries, _ := os.ReadDir(local); len(entries) != 3 {
+		t.Errorf("%d entries left in the directory, want 3", len(entries))
+	}
+	os.WriteFile(filepath.Join(local, "config.json"), []byte("{}"), 0o644)
+	if _, err := ApplyPatchFile(patchPath, filepath.Join(local, "config.json")); !errors.Is(err, ErrBaseMismatch) {
+		t.Errorf("whole file over a wrong base: %v", err)
 	}
 }

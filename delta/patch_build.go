@@ -56,11 +56,12 @@ func BuildPatch(w io.WriterAt, modelVersion, baseVersion uint64, files []PatchSo
 		if !ok {
 			continue
 		}
+		byName := tensorsByName(h)
 		for _, t := range plan.Tensors {
 			if t.File != src.Name {
 				continue
 			}
-			th, _ := h.Tensor(t.Name)
+			th := byName[t.Name]
 			err := forTensorChunks(src, h, th, base, cur, func(first int64, b, c []byte) error {
 				idx, vals = diffElements(b, c, t.DType.Size(), idx[:0], vals[:0])
 				return pw.Add(first, idx, vals)
@@ -86,6 +87,15 @@ func BuildPatch(w io.WriterAt, modelVersion, baseVersion uint64, files []PatchSo
 		}
 	}
 	return plan, pw.Close()
+}
+
+// tensorsByName indexes a header's tensors (models have tens of thousands of them).
+func tensorsByName(h *Header) map[string]Tensor {
+	m := make(map[string]Tensor, len(h.Tensors))
+	for _, t := range h.Tensors {
+		m[t.Name] = t
+	}
+	return m
 }
 
 func sourceByName(files []PatchSource, name string) PatchSource {

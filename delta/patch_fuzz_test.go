@@ -39,12 +39,12 @@ func FuzzOpenPatch(f *testing.F) {
 			t.Fatalf("Verify error %v is not ErrMalformed", err)
 		}
 		for _, file := range p.Plan.Files {
-			target := &memFile{b: bytes.Clone(model)}
-			_, err := applyPatch(p, target, int64(len(model)), file.Name, &memJournal{}, applyConfig{chunk: 13})
+			target := &memTarget{b: bytes.Clone(model)}
+			_, err := applyPatch(p, target, int64(len(model)), file.Name, &memJournal{}, applyConfig{chunk: 512})
 			switch {
 			case err != nil && !bytes.Equal(target.b, model):
 				t.Fatalf("failed apply of %s (%v) changed the target", file.Name, err)
-			case err == nil && sum(target.b) != file.ResultSHA256:
+			case err == nil && patchSHA(target.b) != file.ResultSHA256:
 				t.Fatalf("apply of %s succeeded with a hash other than the recorded result", file.Name)
 			}
 		}
@@ -60,7 +60,7 @@ func FuzzJournalRecord(f *testing.F) {
 	f.Add([]byte(`not json`))
 	model := base["model.safetensors"]
 	f.Fuzz(func(t *testing.T, rec []byte) {
-		target := &memFile{b: bytes.Clone(model)}
+		target := &memTarget{b: bytes.Clone(model)}
 		_, err := ApplyPatch(p, target, int64(len(model)), "model.safetensors", &memJournal{rec: rec, ok: true})
 		if err == nil && !bytes.Equal(target.b, result["model.safetensors"]) {
 			t.Fatal("apply with a fuzzed journal succeeded with wrong bytes")

@@ -8,13 +8,13 @@ import (
 	"testing"
 )
 
-// memFile is an in-memory ApplyTarget (and io.WriterAt for patch writing).
-type memFile struct {
+// memTarget is an in-memory ApplyTarget (and io.WriterAt for patch writing).
+type memTarget struct {
 	b     []byte
 	syncs int
 }
 
-func (m *memFile) ReadAt(p []byte, off int64) (int, error) {
+func (m *memTarget) ReadAt(p []byte, off int64) (int, error) {
 	if off >= int64(len(m.b)) {
 		return 0, io.EOF
 	}
@@ -25,14 +25,14 @@ func (m *memFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-func (m *memFile) WriteAt(p []byte, off int64) (int, error) {
+func (m *memTarget) WriteAt(p []byte, off int64) (int, error) {
 	if end := off + int64(len(p)); end > int64(len(m.b)) {
 		m.b = append(m.b, make([]byte, end-int64(len(m.b)))...)
 	}
 	return copy(m.b[off:], p), nil
 }
 
-func (m *memFile) Sync() error { m.syncs++; return nil }
+func (m *memTarget) Sync() error { m.syncs++; return nil }
 
 // memJournal is an in-memory Journal.
 type memJournal struct {
@@ -41,11 +41,11 @@ type memJournal struct {
 }
 
 func (j *memJournal) Load() ([]byte, bool, error) { return bytes.Clone(j.rec), j.ok, nil }
-func (j *memJournal) Store(r []byte) error         { j.rec, j.ok = bytes.Clone(r), true; return nil }
-func (j *memJournal) Remove() error                { j.rec, j.ok = nil, false; return nil }
+func (j *memJournal) Store(r []byte) error        { j.rec, j.ok = bytes.Clone(r), true; return nil }
+func (j *memJournal) Remove() error               { j.rec, j.ok = nil, false; return nil }
 
 // testModel is a small safetensors file: tensors of several dtypes with random contents.
-func testModel(t testing.TB, seed uint64) (file []byte, h *Header) {
+func patchTestModel(t testing.TB, seed uint64) (file []byte, h *Header) {
 	t.Helper()
 	tensors := []Tensor{
 		{Name: "model.embed_tokens.weight", DType: DTypeBF16, Shape: []int64{13, 7}},
@@ -75,7 +75,7 @@ func testModel(t testing.TB, seed uint64) (file []byte, h *Header) {
 
 // mutate returns a copy of file with the listed elements of tensor name given new bytes
 // (each byte of the element incremented, so it surely differs).
-func mutate(t testing.TB, file []byte, h *Header, name string, elems ...int64) []byte {
+func mutateElements(t testing.TB, file []byte, h *Header, name string, elems ...int64) []byte {
 	t.Helper()
 	out := bytes.Clone(file)
 	tt, ok := h.Tensor(name)
@@ -90,7 +90,7 @@ func mutate(t testing.TB, file []byte, h *Header, name string, elems ...int64) [
 	return out
 }
 
-func sum(b []byte) [32]byte { return sha256.Sum256(b) }
+func patchSHA(b []byte) [32]byte { return sha256.Sum256(b) }
 
 // buildTestPatch builds the patch between base and result files given as name -> bytes.
 func buildTestPatch(t testing.TB, model, baseV uint64, base, result map[string][]byte, order []string) ([]byte, *Patch) {
@@ -103,7 +103,7 @@ func buildTestPatch(t testing.TB, model, baseV uint64, base, result map[string][
 		}
 		srcs = append(srcs, src)
 	}
-	var out memFile
+	var out memTarget
 	if _, err := BuildPatch(&out, model, baseV, srcs); err != nil {
 		t.Fatalf("BuildPatch: %v", err)
 	}

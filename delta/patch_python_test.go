@@ -41,8 +41,8 @@ func TestPythonApplyPatch(t *testing.T) {
 	}
 
 	// A file that is not the base is refused and left as it was.
-	model, h := testModel(t, 1)
-	other := mutate(t, model, h, "model.mask", 0)
+	model, h := patchTestModel(t, 1)
+	other := mutateElements(t, model, h, "model.mask", 0)
 	os.WriteFile(target, other, 0o644)
 	if out, err := run(); err == nil || !strings.Contains(out, "is not the patch's base") {
 		t.Errorf("wrong base accepted: %v\n%s", err, out)

@@ -14,11 +14,11 @@ import (
 // threeFileVersions is a base and a result version: a safetensors file with scattered
 // changes, a config file that changed, a tokenizer that did not, and a new file.
 func threeFileVersions(t testing.TB) (base, result map[string][]byte, order []string) {
-	model, h := testModel(t, 1)
-	changed := mutate(t, model, h, "model.embed_tokens.weight", 0, 1, 2, 40, 90)
-	changed = mutate(t, changed, h, "model.layers.0.mlp.up_proj.weight", 44)
-	changed = mutate(t, changed, h, "model.step", 0)
-	changed = mutate(t, changed, h, "model.wide", 1, 2)
+	model, h := patchTestModel(t, 1)
+	changed := mutateElements(t, model, h, "model.embed_tokens.weight", 0, 1, 2, 40, 90)
+	changed = mutateElements(t, changed, h, "model.layers.0.mlp.up_proj.weight", 44)
+	changed = mutateElements(t, changed, h, "model.step", 0)
+	changed = mutateElements(t, changed, h, "model.wide", 1, 2)
 	base = map[string][]byte{
 		"model.safetensors": model,
 		"config.json":       []byte(`{"step": 1}`),
@@ -50,9 +50,9 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 		t.Errorf("tensors\n%+v\nwant\n%+v", plan.Tensors, wantTensors)
 	}
 	wantFiles := []PatchFile{
-		{Name: "config.json", BaseSHA256: sum(base["config.json"]), ResultSHA256: sum(result["config.json"]), Whole: true, WholeSize: 19},
-		{Name: "extra/notes.txt", ResultSHA256: sum(result["extra/notes.txt"]), Whole: true, WholeSize: 4},
-		{Name: "model.safetensors", BaseSHA256: sum(base["model.safetensors"]), ResultSHA256: sum(result["model.safetensors"])},
+		{Name: "config.json", BaseSHA256: patchSHA(base["config.json"]), ResultSHA256: patchSHA(result["config.json"]), Whole: true, WholeSize: 19},
+		{Name: "extra/notes.txt", ResultSHA256: patchSHA(result["extra/notes.txt"]), Whole: true, WholeSize: 4},
+		{Name: "model.safetensors", BaseSHA256: patchSHA(base["model.safetensors"]), ResultSHA256: patchSHA(result["model.safetensors"])},
 	}
 	if !reflect.DeepEqual(plan.Files, wantFiles) {
 		t.Errorf("files\n%+v\nwant\n%+v", plan.Files, wantFiles)
@@ -65,9 +65,9 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 		"format": "sparse_weight_patch", "version": "1", "sparse": "True", "encoding": "raw",
 		"model_version": "43", "base_version": "42", "num_changed_params": "4",
 		"total_changed_elements": "9", "total_elements": "167", "sparsity": "0.9461077844311377",
-		"changed_params": `["model.embed_tokens.weight","model.layers.0.mlp.up_proj.weight","model.step","model.wide"]`,
-		"files":          `["config.json","extra/notes.txt","model.safetensors"]`,
-		"whole_files":    `["config.json","extra/notes.txt"]`,
+		"changed_params":           `["model.embed_tokens.weight","model.layers.0.mlp.up_proj.weight","model.step","model.wide"]`,
+		"files":                    `["config.json","extra/notes.txt","model.safetensors"]`,
+		"whole_files":              `["config.json","extra/notes.txt"]`,
 		"params:model.safetensors": `{"model.embed_tokens.weight":{"dtype":"BF16","elements":91},"model.layers.0.mlp.up_proj.weight":{"dtype":"F32","elements":45},"model.step":{"dtype":"I64","elements":1},"model.wide":{"dtype":"F64","elements":4}}`,
 	}
 	for k, v := range want {
@@ -103,7 +103,7 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 }
 
 func TestBuildPatchNothingChanged(t *testing.T) {
-	model, _ := testModel(t, 2)
+	model, _ := patchTestModel(t, 2)
 	files := map[string][]byte{"model.safetensors": model}
 	_, p := buildTestPatch(t, 2, 1, files, files, []string{"model.safetensors"})
 	if len(p.Plan.Files) != 0 || len(p.Plan.Tensors) != 0 || p.Header.Metadata["sparsity"] != "1.0" {
@@ -177,7 +177,7 @@ func TestPatchWriterMatchesReference(t *testing.T) {
 	}
 	want := referencePatch(t, plan, idx, vals, whole)
 
-	var got memFile
+	var got memTarget
 	pw, err := NewPatchWriter(&got, plan)
 	if err != nil {
 		t.Fatal(err)
@@ -246,11 +246,14 @@ func TestPatchWriterErrors(t *testing.T) {
 		{"too many", func(pw *PatchWriter) error { return pw.Add(0, []uint32{1, 2, 3}, make([]byte, 6)) }, "needs 2 more"},
 		{"incomplete", func(pw *PatchWriter) error { pw.Add(0, []uint32{1}, make([]byte, 2)); return pw.Close() }, "got 1 of 2"},
 		{"whole before tensors", func(pw *PatchWriter) error { return pw.AddWhole([]byte{1}) }, "before tensor"},
-		{"sticky", func(pw *PatchWriter) error { pw.Add(0, []uint32{5, 1}, make([]byte, 4)); return pw.Add(0, []uint32{7}, make([]byte, 2)) }, "not ascending"},
+		{"sticky", func(pw *PatchWriter) error {
+			pw.Add(0, []uint32{5, 1}, make([]byte, 4))
+			return pw.Add(0, []uint32{7}, make([]byte, 2))
+		}, "not ascending"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pw, err := NewPatchWriter(&memFile{}, plan)
+			pw, err := NewPatchWriter(&memTarget{}, plan)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +286,7 @@ func TestPatchPlanErrors(t *testing.T) {
 			if _, _, err := EncodePatchHeader(tt.plan); err == nil {
 				t.Error("EncodePatchHeader accepted the plan")
 			}
-			if _, err := NewPatchWriter(&memFile{}, tt.plan); err == nil {
+			if _, err := NewPatchWriter(&memTarget{}, tt.plan); err == nil {
 				t.Error("NewPatchWriter accepted the plan")
 			}
 		})
@@ -291,7 +294,7 @@ func TestPatchPlanErrors(t *testing.T) {
 }
 
 // reencode rebuilds a patch with its metadata changed by edit (data kept as is).
-func reencode(t *testing.T, raw []byte, edit func(meta map[string]string, tensors []Tensor) []Tensor) []byte {
+func reencodePatch(t *testing.T, raw []byte, edit func(meta map[string]string, tensors []Tensor) []Tensor) []byte {
 	t.Helper()
 	h, err := ParseHeader(raw, int64(len(raw)))
 	if err != nil {
@@ -370,7 +373,7 @@ func TestOpenPatchErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			bad := reencode(t, raw, tt.edit)
+			bad := reencodePatch(t, raw, tt.edit)
 			_, err := OpenPatch(bytes.NewReader(bad), int64(len(bad)))
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("OpenPatch error %v, want %v containing %q", err, tt.want, tt.msg)
@@ -404,7 +407,7 @@ func TestVerifyRefusesBadIndices(t *testing.T) {
 			if err := bp.Verify(); !errors.Is(err, ErrMalformed) {
 				t.Errorf("Verify = %v, want ErrMalformed", err)
 			}
-			target := &memFile{b: bytes.Clone(base["model.safetensors"])}
+			target := &memTarget{b: bytes.Clone(base["model.safetensors"])}
 			j := &memJournal{}
 			if _, err := ApplyPatch(bp, target, int64(len(target.b)), "model.safetensors", j); !errors.Is(err, ErrMalformed) {
 				t.Errorf("ApplyPatch = %v, want ErrMalformed", err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -13,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// API CONTRACT (implemented here; see docs/format.md for the layout).
+// API CONTRACT (implemented here; the layout and the checks are in docs/format-patches.md §1).
 
 // DType is a safetensors element type, spelled as in the format ("BF16", "F32", ...).
 type DType string
@@ -126,10 +125,6 @@ func (h *Header) Tensor(name string) (Tensor, bool) {
 	}
 	return Tensor{}, false
 }
-
-// errNotYet is returned by the stubs of the package that are still to be written (other
-// files use it); it goes away with the last stub.
-var errNotYet = errors.New("not implemented yet")
 
 // MaxHeaderLen bounds the JSON header; larger headers are refused as malformed.
 const MaxHeaderLen = 100 << 20

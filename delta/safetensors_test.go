@@ -10,7 +10,7 @@ import (
 )
 
 // rawFile builds a safetensors file from a literal JSON header and dataLen zero bytes of data.
-func rawFile(js string, dataLen int) []byte {
+func rawSafetensors(js string, dataLen int) []byte {
 	out := make([]byte, 8, 8+len(js)+dataLen)
 	binary.LittleEndian.PutUint64(out, uint64(len(js)))
 	out = append(out, js...)
@@ -70,7 +70,7 @@ func TestParseHeaderValid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			file := rawFile(tt.js, tt.dataLen)
+			file := rawSafetensors(tt.js, tt.dataLen)
 			h, err := ParseHeader(file, int64(len(file)))
 			if err != nil {
 				t.Fatalf("ParseHeader: %v", err)
@@ -103,38 +103,38 @@ func TestParseHeaderErrors(t *testing.T) {
 		{"header length past end", append(binary.LittleEndian.AppendUint64(nil, 100), "{}"...), "runs past the end"},
 		{"header length over limit", append(binary.LittleEndian.AppendUint64(nil, MaxHeaderLen+1), "{}"...), "exceeds the limit"},
 		{"header length huge", append(binary.LittleEndian.AppendUint64(nil, 1<<63+5), "{}"...), "exceeds the limit"},
-		{"empty header", rawFile(``, 0), "does not start with '{'"},
-		{"not an object", rawFile(`[]`, 0), "does not start with '{'"},
-		{"leading space", rawFile(` {}`, 0), "does not start with '{'"},
-		{"bad json", rawFile(`{"a":}`, 0), "malformed"},
-		{"truncated json", rawFile(`{"a":{"dtype":"F32"`, 0), "tensor \"a\""},
-		{"trailing garbage", rawFile(`{}  x`, 0), "after the JSON object"},
-		{"invalid utf-8", rawFile("{\"\xff\":{}}", 0), "not valid UTF-8"},
-		{"duplicate tensor", rawFile(`{"a":{`+f4+`,"data_offsets":[0,4]},"a":{`+f4+`,"data_offsets":[4,8]}}`, 8), `duplicate header key "a"`},
-		{"duplicate metadata", rawFile(`{"__metadata__":{},"__metadata__":{}}`, 0), "duplicate header key"},
-		{"duplicate metadata key", rawFile(`{"__metadata__":{"k":"1","k":"2"}}`, 0), `duplicate key "k"`},
-		{"metadata not strings", rawFile(`{"__metadata__":{"k":1}}`, 0), `value of "k"`},
-		{"metadata not object", rawFile(`{"__metadata__":"x"}`, 0), "want an object"},
-		{"unknown dtype", rawFile(`{"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}}`, 16), `unknown dtype "F128"`},
-		{"missing dtype", rawFile(`{"a":{"shape":[1],"data_offsets":[0,4]}}`, 4), "missing dtype"},
-		{"missing shape", rawFile(`{"a":{"dtype":"F32","data_offsets":[0,4]}}`, 4), "missing shape"},
-		{"missing offsets", rawFile(`{"a":{`+f4+`}}`, 4), "missing data_offsets"},
-		{"unknown field", rawFile(`{"a":{`+f4+`,"data_offsets":[0,4],"x":1}}`, 4), `unknown field "x"`},
-		{"duplicate field", rawFile(`{"a":{`+f4+`,"shape":[1],"data_offsets":[0,4]}}`, 4), `duplicate field "shape"`},
-		{"negative dim", rawFile(`{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, 4), "negative"},
-		{"fractional dim", rawFile(`{"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}}`, 4), "not an integer"},
-		{"dim not a number", rawFile(`{"a":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}}`, 4), "not a number"},
-		{"shape overflow", rawFile(`{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}`, 4), "fit in int64"},
-		{"bytes overflow", rawFile(`{"a":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,4]}}`, 4), "overflows int64"},
-		{"offset too big", rawFile(`{"a":{`+f4+`,"data_offsets":[0,99999999999999999999]}}`, 4), "int64 range"},
-		{"three offsets", rawFile(`{"a":{`+f4+`,"data_offsets":[0,4,8]}}`, 4), "has 3 numbers"},
-		{"end before begin", rawFile(`{"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}}`, 4), "end before they begin"},
-		{"size mismatch", rawFile(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`, 4), "hold 4 bytes, but shape [2] of F32 needs 2 elements x 4 bytes = 8"},
-		{"first not at zero", rawFile(`{"a":{`+f4+`,"data_offsets":[4,8]}}`, 8), `first tensor "a" starts at 4, not 0`},
-		{"gap", rawFile(`{"a":{`+f4+`,"data_offsets":[0,4]},"b":{`+f4+`,"data_offsets":[8,12]}}`, 12), `tensor "b" starts at 8 but previous tensor "a" ends at 4`},
-		{"overlap", rawFile(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{`+f4+`,"data_offsets":[4,8]}}`, 8), `tensor "b" at [4, 8] overlaps previous tensor "a" ending at 8`},
-		{"data shorter than tensors", rawFile(`{"a":{`+f4+`,"data_offsets":[0,4]}}`, 2), "data section holds 2 bytes"},
-		{"data longer than tensors", rawFile(`{"a":{`+f4+`,"data_offsets":[0,4]}}`, 6), "tensors end at data offset 4"},
+		{"empty header", rawSafetensors(``, 0), "does not start with '{'"},
+		{"not an object", rawSafetensors(`[]`, 0), "does not start with '{'"},
+		{"leading space", rawSafetensors(` {}`, 0), "does not start with '{'"},
+		{"bad json", rawSafetensors(`{"a":}`, 0), "malformed"},
+		{"truncated json", rawSafetensors(`{"a":{"dtype":"F32"`, 0), "tensor \"a\""},
+		{"trailing garbage", rawSafetensors(`{}  x`, 0), "after the JSON object"},
+		{"invalid utf-8", rawSafetensors("{\"\xff\":{}}", 0), "not valid UTF-8"},
+		{"duplicate tensor", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[0,4]},"a":{`+f4+`,"data_offsets":[4,8]}}`, 8), `duplicate header key "a"`},
+		{"duplicate metadata", rawSafetensors(`{"__metadata__":{},"__metadata__":{}}`, 0), "duplicate header key"},
+		{"duplicate metadata key", rawSafetensors(`{"__metadata__":{"k":"1","k":"2"}}`, 0), `duplicate key "k"`},
+		{"metadata not strings", rawSafetensors(`{"__metadata__":{"k":1}}`, 0), `value of "k"`},
+		{"metadata not object", rawSafetensors(`{"__metadata__":"x"}`, 0), "want an object"},
+		{"unknown dtype", rawSafetensors(`{"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}}`, 16), `unknown dtype "F128"`},
+		{"missing dtype", rawSafetensors(`{"a":{"shape":[1],"data_offsets":[0,4]}}`, 4), "missing dtype"},
+		{"missing shape", rawSafetensors(`{"a":{"dtype":"F32","data_offsets":[0,4]}}`, 4), "missing shape"},
+		{"missing offsets", rawSafetensors(`{"a":{`+f4+`}}`, 4), "missing data_offsets"},
+		{"unknown field", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[0,4],"x":1}}`, 4), `unknown field "x"`},
+		{"duplicate field", rawSafetensors(`{"a":{`+f4+`,"shape":[1],"data_offsets":[0,4]}}`, 4), `duplicate field "shape"`},
+		{"negative dim", rawSafetensors(`{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, 4), "negative"},
+		{"fractional dim", rawSafetensors(`{"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}}`, 4), "not an integer"},
+		{"dim not a number", rawSafetensors(`{"a":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}}`, 4), "not a number"},
+		{"shape overflow", rawSafetensors(`{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}`, 4), "fit in int64"},
+		{"bytes overflow", rawSafetensors(`{"a":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,4]}}`, 4), "overflows int64"},
+		{"offset too big", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[0,99999999999999999999]}}`, 4), "int64 range"},
+		{"three offsets", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[0,4,8]}}`, 4), "has 3 numbers"},
+		{"end before begin", rawSafetensors(`{"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}}`, 4), "end before they begin"},
+		{"size mismatch", rawSafetensors(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`, 4), "hold 4 bytes, but shape [2] of F32 needs 2 elements x 4 bytes = 8"},
+		{"first not at zero", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[4,8]}}`, 8), `first tensor "a" starts at 4, not 0`},
+		{"gap", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[0,4]},"b":{`+f4+`,"data_offsets":[8,12]}}`, 12), `tensor "b" starts at 8 but previous tensor "a" ends at 4`},
+		{"overlap", rawSafetensors(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{`+f4+`,"data_offsets":[4,8]}}`, 8), `tensor "b" at [4, 8] overlaps previous tensor "a" ending at 8`},
+		{"data shorter than tensors", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[0,4]}}`, 2), "data section holds 2 bytes"},
+		{"data longer than tensors", rawSafetensors(`{"a":{`+f4+`,"data_offsets":[0,4]}}`, 6), "tensors end at data offset 4"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,7 +153,7 @@ func TestParseHeaderErrors(t *testing.T) {
 }
 
 func TestParseHeaderShortPrefix(t *testing.T) {
-	file := rawFile(`{}      `, 0)
+	file := rawSafetensors(`{}      `, 0)
 	if _, err := ParseHeader(file[:10], int64(len(file))); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("err = %v, want ErrMalformed", err)
 	}

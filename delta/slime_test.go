@@ -305,7 +305,9 @@ func TestSlimeDeltaRoundTrip(t *testing.T) {
 				}
 			}
 			_, err = ApplySlimeDelta(files[SlimeIndexName],
-				func(s string) (io.ReaderAt, int64, error) { return bytes.NewReader(files[s]), int64(len(files[s])), nil },
+				func(s string) (io.ReaderAt, int64, error) {
+					return bytes.NewReader(files[s]), int64(len(files[s])), nil
+				},
 				func(n string) ([]byte, error) { return work[n], nil })
 			if !errors.Is(err, ErrBaseMismatch) {
 				t.Errorf("wrong base: %v", err)

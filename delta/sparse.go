@@ -41,8 +41,6 @@ type DeltaEncoder struct {
 	changed int64
 	cur     blockEncoder
 
-	baseValues []byte // AddChanges' gathered base values, reused from call to call
-
 	err  error
 	done bool
 }
@@ -81,43 +79,14 @@ func newDeltaEncoderShift(width int, float bool, elements int64, shift uint) *De
 // An element whose base and cur bytes are equal is refused (ErrInvalidArgument): the delta
 // stores changes only.
 func (e *DeltaEncoder) Add(first int64, idx []uint32, base, cur []byte) error {
-	if e.err != nil {
-		return e.err
-	}
-	if e.done {
-		return fmt.Errorf("delta encoder: %w: Add after Finish", ErrInvalidArgument)
-	}
-	if len(base) != len(idx)*e.width || len(cur) != len(base) {
-		e.err = fmt.Errorf("delta encoder: %w: %d indices with %d base and %d new value bytes at width %d",
-			ErrInvalidArgument, len(idx), len(base), len(cur), e.width)
-		return e.err
-	}
-	if first < 0 || first > e.elements {
-		e.err = fmt.Errorf("delta encoder: %w: chunk start %d outside the tensor's %d elements", ErrInvalidArgument, first, e.elements)
-		return e.err
+	if err := e.checkAdd(first, len(idx), len(base), len(cur)); err != nil {
+		return err
 	}
 	w := e.width
 	for i, rel := range idx {
-		at := first + int64(rel)
-		if at < e.next || at >= e.elements {
-			e.err = fmt.Errorf("delta encoder: %w: element %d out of order or out of range (next allowed %d, elements %d)",
-				ErrInvalidArgument, at, e.next, e.elements)
-			return e.err
+		if err := e.add(first+int64(rel), loadElement(base[i*w:], w), loadElement(cur[i*w:], w)); err != nil {
+			return err
 		}
-		code := e.values.code(loadElement(base[i*w:], w), loadElement(cur[i*w:], w))
-		if code == 0 {
-			e.err = fmt.Errorf("delta encoder: %w: element %d is unchanged", ErrInvalidArgument, at)
-			return e.err
-		}
-		if block := at >> e.shift; block != e.block {
-			if err := e.flushBlock(); err != nil {
-				return err
-			}
-			e.block = block
-		}
-		e.cur.add(at-e.block<<e.shift, code)
-		e.next = at + 1
-		e.changed++
 	}
 	return nil
 }
@@ -126,20 +95,66 @@ func (e *DeltaEncoder) Add(first int64, idx []uint32, base, cur []byte) error {
 // of the chunk's start, baseChunk the chunk's base bytes (the base values are taken from it
 // at c.Index), c the changes with their new values.
 func (e *DeltaEncoder) AddChanges(first int64, baseChunk []byte, c *Changes) error {
+	if err := e.checkAdd(first, len(c.Index), len(c.Values), len(c.Values)); err != nil {
+		return err
+	}
+	w := e.width
+	for i, rel := range c.Index {
+		if (uint64(rel)+1)*uint64(w) > uint64(len(baseChunk)) {
+			e.err = fmt.Errorf("delta encoder: %w: change at chunk index %d beyond the %d-byte base chunk", ErrInvalidArgument, rel, len(baseChunk))
+			return e.err
+		}
+		err := e.add(first+int64(rel), loadElement(baseChunk[int(rel)*w:], w), loadElement(c.Values[i*w:], w))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkAdd checks the arguments common to Add and AddChanges: n changes with baseLen and
+// curLen value bytes, starting at element first.
+func (e *DeltaEncoder) checkAdd(first int64, n, baseLen, curLen int) error {
 	if e.err != nil {
 		return e.err
 	}
-	w := e.width
-	baseValues := e.baseValues[:0]
-	for _, i := range c.Index {
-		if uint64(i+1)*uint64(w) > uint64(len(baseChunk)) {
-			e.err = fmt.Errorf("delta encoder: %w: change at chunk index %d beyond the %d-byte base chunk", ErrInvalidArgument, i, len(baseChunk))
-			return e.err
-		}
-		baseValues = append(baseValues, baseChunk[int(i)*w:int(i+1)*w]...)
+	if e.done {
+		return fmt.Errorf("delta encoder: %w: Add after Finish", ErrInvalidArgument)
 	}
-	e.baseValues = baseValues // reused by the next call
-	return e.Add(first, c.Index, baseValues, c.Values)
+	if baseLen != n*e.width || curLen != baseLen {
+		e.err = fmt.Errorf("delta encoder: %w: %d indices with %d base and %d new value bytes at width %d",
+			ErrInvalidArgument, n, baseLen, curLen, e.width)
+		return e.err
+	}
+	if first < 0 || first > e.elements {
+		e.err = fmt.Errorf("delta encoder: %w: chunk start %d outside the tensor's %d elements", ErrInvalidArgument, first, e.elements)
+		return e.err
+	}
+	return nil
+}
+
+// add records one change at element at, from value base to value cur.
+func (e *DeltaEncoder) add(at int64, base, cur uint64) error {
+	if at < e.next || at >= e.elements {
+		e.err = fmt.Errorf("delta encoder: %w: element %d out of order or out of range (next allowed %d, elements %d)",
+			ErrInvalidArgument, at, e.next, e.elements)
+		return e.err
+	}
+	code := e.values.code(base, cur)
+	if code == 0 {
+		e.err = fmt.Errorf("delta encoder: %w: element %d is unchanged", ErrInvalidArgument, at)
+		return e.err
+	}
+	if block := at >> e.shift; block != e.block {
+		if err := e.flushBlock(); err != nil {
+			return err
+		}
+		e.block = block
+	}
+	e.cur.add(at-e.block<<e.shift, code)
+	e.next = at + 1
+	e.changed++
+	return nil
 }
 
 // flushBlock codes the block being collected, appends it to the output and fills in its

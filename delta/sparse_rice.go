@@ -131,13 +131,11 @@ func (r *bitReader) refill() {
 	}
 }
 
-// readBits reads k bits (k <= 32); ok is false when the stream ends first.
+// readBits reads k bits (k <= 32); ok is false when the stream ends first. The common case
+// (enough bits loaded) is small enough to inline; loading is left to fill.
 func (r *bitReader) readBits(k uint) (v uint64, ok bool) {
-	if r.n < k {
-		r.refill()
-		if r.n < k {
-			return 0, false
-		}
+	if r.n < k && !r.fill(k) {
+		return 0, false
 	}
 	v = r.acc & (1<<k - 1)
 	r.acc >>= k
@@ -145,12 +143,30 @@ func (r *bitReader) readBits(k uint) (v uint64, ok bool) {
 	return v, true
 }
 
+// fill loads more bytes and reports whether at least k bits are now loaded.
+func (r *bitReader) fill(k uint) bool {
+	r.refill()
+	return r.n >= k
+}
+
 // readUnary reads zero bits up to and including a one bit and returns how many zeros there
-// were; ok is false when the stream ends first or the count exceeds limit.
+// were; ok is false when the stream ends first or the count exceeds limit. The common case (the
+// one bit already loaded) inlines.
 func (r *bitReader) readUnary(limit uint64) (q uint64, ok bool) {
+	if r.acc != 0 {
+		z := uint(bits.TrailingZeros64(r.acc)) // < n, since bits above n are zero
+		r.acc >>= z + 1
+		r.n -= z + 1
+		return uint64(z), uint64(z) <= limit
+	}
+	return r.readUnarySlow(limit)
+}
+
+// readUnarySlow is readUnary when the loaded bits are all zero: it counts them, loads more and
+// goes on until the one bit.
+func (r *bitReader) readUnarySlow(limit uint64) (q uint64, ok bool) {
 	for {
 		if r.acc == 0 {
-			// Every loaded bit is zero: count them and load more.
 			q += uint64(r.n)
 			r.n = 0
 			if q > limit {
@@ -162,7 +178,7 @@ func (r *bitReader) readUnary(limit uint64) (q uint64, ok bool) {
 			}
 			continue
 		}
-		z := uint(bits.TrailingZeros64(r.acc)) // < n, since bits above n are zero
+		z := uint(bits.TrailingZeros64(r.acc))
 		q += uint64(z)
 		r.acc >>= z + 1
 		r.n -= z + 1
@@ -191,15 +207,26 @@ func decodeRice(stream []byte, count int, blockLen uint64, pos []uint32) ([]uint
 		for end := min(done+riceGroup, count); done < end; done++ {
 			// A gap must leave the position inside the block: gap < blockLen - next.
 			room := blockLen - next
-			q, ok := r.readUnary(room >> k)
-			if !ok {
-				return pos, false
+			if r.n <= 56 {
+				r.refill()
 			}
-			low, ok := r.readBits(k)
-			if !ok {
-				return pos, false
+			var gap uint64
+			if z := uint(bits.TrailingZeros64(r.acc)); r.acc != 0 && z+1+k <= r.n {
+				// Fast path: the whole code is loaded (z+k <= 63, so nothing overflows).
+				gap = uint64(z)<<k | r.acc>>(z+1)&(1<<k-1)
+				r.acc >>= z + 1 + k
+				r.n -= z + 1 + k
+			} else {
+				q, ok := r.readUnary(room >> k)
+				if !ok {
+					return pos, false
+				}
+				low, ok := r.readBits(k)
+				if !ok {
+					return pos, false
+				}
+				gap = q<<k | low
 			}
-			gap := q<<k | low
 			if gap >= room {
 				return pos, false
 			}

@@ -145,3 +145,101 @@ func TestBitReaderLongUnary(t *testing.T) {
 		}
 	}
 }
+
+// decodeRiceReference is the plain bit-at-a-time reading of the format, the specification
+// decodeRice's word-at-a-time fast path is checked against.
+func decodeRiceReference(stream []byte, count int, blockLen uint64) ([]uint32, bool) {
+	bit := 0
+	read := func() (uint64, bool) {
+		if bit >= 8*len(stream) {
+			return 0, false
+		}
+		b := uint64(stream[bit/8]>>(bit%8)) & 1
+		bit++
+		return b, true
+	}
+	readN := func(k uint) (uint64, bool) {
+		var v uint64
+		for i := uint(0); i < k; i++ {
+			b, ok := read()
+			if !ok {
+				return 0, false
+			}
+			v |= b << i
+		}
+		return v, true
+	}
+	var pos []uint32
+	next := uint64(0)
+	for done := 0; done < count; {
+		k, ok := readN(riceParamBits)
+		if !ok {
+			return pos, false
+		}
+		for end := min(done+riceGroup, count); done < end; done++ {
+			q := uint64(0)
+			for {
+				b, ok := read()
+				if !ok {
+					return pos, false
+				}
+				if b == 1 {
+					break
+				}
+				q++
+				if q > blockLen { // no valid gap is this long
+					return pos, false
+				}
+			}
+			low, ok := readN(uint(k))
+			if !ok {
+				return pos, false
+			}
+			gap := q<<k | low
+			if next+gap >= blockLen {
+				return pos, false
+			}
+			pos = append(pos, uint32(next+gap))
+			next += gap + 1
+		}
+	}
+	// Only zero padding may follow, and less than a byte of it.
+	if 8*len(stream)-bit >= 8 {
+		return pos, false
+	}
+	for bit < 8*len(stream) {
+		if b, _ := read(); b != 0 {
+			return pos, false
+		}
+	}
+	return pos, true
+}
+
+// FuzzDecodeRice runs the fast and the reference decoder on arbitrary streams: they must
+// agree on acceptance and, when accepting, on every position.
+func FuzzDecodeRice(f *testing.F) {
+	var w bitWriter
+	appendRice(&w, []uint32{2, 0, 7})
+	f.Add(w.out, uint16(3), uint32(16))
+	w = bitWriter{}
+	rng := rand.New(rand.NewPCG(31, 32))
+	gaps := make([]uint32, 300)
+	for i := range gaps {
+		gaps[i] = uint32(rng.ExpFloat64() * 30)
+	}
+	appendRice(&w, gaps)
+	f.Add(w.out, uint16(300), uint32(1<<20))
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80}, uint16(1), uint32(1<<16))
+	f.Add([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, uint16(40), uint32(100))
+	f.Fuzz(func(t *testing.T, stream []byte, count uint16, blockLen uint32) {
+		bl := uint64(blockLen%(1<<24)) + 1
+		got, okGot := decodeRice(stream, int(count), bl, nil)
+		want, okWant := decodeRiceReference(stream, int(count), bl)
+		if okGot != okWant {
+			t.Fatalf("fast decoder ok=%v, reference ok=%v", okGot, okWant)
+		}
+		if okGot && !slices.Equal(got, want) {
+			t.Fatalf("positions differ:\n fast %v\n  ref %v", got, want)
+		}
+	})
+}

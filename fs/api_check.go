@@ -5,6 +5,19 @@ import gofs "github.com/hanwen/go-fuse/v2/fs"
 // The interfaces each node type implements; the compiler checks the list.
 
 var (
+	_ = (gofs.NodeStatfser)((*rootNode)(nil))
+	_ = (gofs.NodeStatfser)((*sealedDir)(nil))
+	_ = (gofs.NodeStatfser)((*sealedFile)(nil))
+	_ = (gofs.NodeStatfser)((*openDir)(nil))
+	_ = (gofs.NodeStatfser)((*openFile)(nil))
+	_ = (gofs.NodeStatfser)((*emptyView)(nil))
+
+	_ = (gofs.NodeFsyncer)((*rootNode)(nil))
+	_ = (gofs.NodeFsyncer)((*sealedDir)(nil))
+	_ = (gofs.NodeFsyncer)((*sealedFile)(nil))
+	_ = (gofs.NodeFsyncer)((*openDir)(nil))
+	_ = (gofs.NodeFsyncer)((*emptyView)(nil))
+
 	_ = (gofs.NodeGetattrer)((*rootNode)(nil))
 	_ = (gofs.NodeSetattrer)((*rootNode)(nil))
 	_ = (gofs.NodeLookuper)((*rootNode)(nil))
@@ -55,6 +68,8 @@ var (
 	_ = (gofs.NodeReleaser)((*sealedFile)(nil))
 
 	_ = (gofs.NodeGetattrer)((*openDir)(nil))
+	_ = (gofs.NodeLookuper)((*openDir)(nil))
+	_ = (gofs.NodeReaddirer)((*openDir)(nil))
 	_ = (gofs.NodeSetattrer)((*openDir)(nil))
 	_ = (gofs.NodeMkdirer)((*openDir)(nil))
 	_ = (gofs.NodeCreater)((*openDir)(nil))

@@ -25,15 +25,33 @@
 // Staging files are not fsynced: an open version is not durable by design, and after a crash
 // it is gone.
 //
-// Sealing (closing a file named DONE at the top of an open version, or renaming a staging
-// directory to weight_vNNNNNN) hands every file to the store's Writer and returns only once the
-// store says the version is durable. Then the root entry is invalidated so the next lookup
-// serves the sealed version from the store, and the staging files are unlinked (open
-// descriptors keep working until the kernel forgets the old inodes).
-//
 // The root is dynamic: it is computed from the store's version list and the open trees on every
 // lookup and listing. Negative lookups are not cached, so a version sealed by another process
 // appears on a read-only mount as soon as its poller has called Store.Refresh.
+//
+// Staging files live in STAGING/mount-PID-*/tree-N/fN, where STAGING is Options.StagingDir, or
+// the store's staging directory (STORE/cache/staging for a local store). A read-write mount
+// removes the directories of mounts whose process is gone, so a killed daemon's bytes do not
+// pile up; its open versions are gone, as the contract says.
+//
+// # Sealing
+//
+// An open version is sealed by the FLUSH (close(2)) of a file named DONE at its top, or a
+// staging directory by its rename to weight_vNNNNNN. Every file and directory of the tree goes
+// to the store's Writer (AddDir, AddFile), then Writer.Seal; close or rename returns only once
+// the store says the version is durable, with the store's error (EIO, ENOSPC, ...) otherwise,
+// and then the tree stays open and writable and a later seal starts over with a fresh Writer.
+// A top-level DONE is never stored. The seal takes the tree's lock exclusively, so it waits
+// for writes in flight, and writes that come after it get EPERM.
+//
+// touch(1) closes a first descriptor of DONE (which seals) before it sets the times through a
+// second one: setting only the times of DONE is therefore accepted after the seal.
+//
+// After the seal the root entry is invalidated, so the next lookup serves the sealed version
+// from the store, and the staging files are unlinked (descriptors still open on them keep
+// reading the same bytes until they are closed). The invalidation is synchronous for DONE (the
+// kernel holds no directory lock during FLUSH) and asynchronous for a rename (the kernel holds
+// the root's lock until the rename returns).
 //
 // # Errors at the boundary
 //
@@ -47,7 +65,11 @@
 //     version, or a version-like name that is not weight_v plus six or more digits.
 //   - EXDEV: a rename between two different open trees, or between a tree and the root.
 //   - EIO: the store failed to read (a corrupt object: ErrCorrupt) or to seal; ENOSPC and
-//     other errnos from the store pass through unchanged.
+//     other errnos from the store pass through unchanged, and the store's sentinels map to
+//     the nearest errno (ErrVersionNotAbove EINVAL, ErrVersionBusy EEXIST, ErrNoSuchVersion
+//     and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
+//   - ESTALE: an open of a file of an open version that was sealed meanwhile through a
+//     cached path; the kernel then looks the path up again and finds the sealed file.
 //
 // Every refusal and every store failure is reported through Options.Logf with the path and the
 // reason, since an errno alone cannot say why.

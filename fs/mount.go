@@ -54,12 +54,15 @@ type Options struct {
 	StagingDir string
 	// AllowOther lets users other than the one who mounted access the mount.
 	AllowOther bool
+
+	// helperOnly skips mount(2) and mounts through fusermount3, as for an ordinary user
+	// (tests of that path run as root).
+	helperOnly bool
 }
 
 // Server is a running mount.
 type Server struct {
 	fuse       *fuse.Server
-	state      *mountState
 	mountpoint string
 	poller     *poller
 	done       chan struct{}
@@ -125,7 +128,7 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 		m.shutdown()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
 	}
-	s := &Server{fuse: srv, state: m, mountpoint: mnt, done: make(chan struct{})}
+	s := &Server{fuse: srv, mountpoint: mnt, done: make(chan struct{})}
 	if opts.ReadOnly && opts.Version == 0 {
 		interval := opts.PollInterval
 		if interval <= 0 {
@@ -189,15 +192,19 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 		Debug:         opts.Debug,
 		Logger:        log.New(logfWriter(logf), "fuse: ", 0),
 	}
-	direct := base
-	direct.DirectMountStrict = true
-	direct.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
-	if opts.ReadOnly {
-		direct.DirectMountFlags |= syscall.MS_RDONLY
-	}
-	srv, derr := fuse.NewServer(rawFS, mnt, &direct)
-	if derr == nil {
-		return srv, nil
+	derr := errors.New("skipped")
+	if !opts.helperOnly {
+		direct := base
+		direct.DirectMountStrict = true
+		direct.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
+		if opts.ReadOnly {
+			direct.DirectMountFlags |= syscall.MS_RDONLY
+		}
+		srv, err := fuse.NewServer(rawFS, mnt, &direct)
+		if err == nil {
+			return srv, nil
+		}
+		derr = err
 	}
 	viaHelper := base
 	if opts.ReadOnly {

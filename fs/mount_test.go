@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -18,6 +19,17 @@ func TestWriteSealRead(t *testing.T) {
 	mnt, _ := mountTest(t, b, Options{StagingDir: staging})
 	if got := listDir(t, mnt); got != "deltas patches" {
 		t.Fatalf("empty mount lists %q", got)
+	}
+	// Free space is that of the disk the staging files go to.
+	var onMount, onStaging syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &onMount); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Statfs(staging, &onStaging); err != nil {
+		t.Fatal(err)
+	}
+	if onMount.Blocks != onStaging.Blocks || onMount.Bsize != onStaging.Bsize {
+		t.Errorf("statfs: %d blocks of %d, staging disk has %d of %d", onMount.Blocks, onMount.Bsize, onStaging.Blocks, onStaging.Bsize)
 	}
 	v1 := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(v1, 0o755); err != nil {
@@ -332,4 +344,24 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestMountThroughFusermount mounts the way an ordinary user does, through fusermount3, and
+// checks that read-only is enforced on that path too.
+func TestMountThroughFusermount(t *testing.T) {
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("no fusermount3")
+	}
+	b := newFakeBackend()
+	sealVersion(t, b, 1, map[string][]byte{"a": []byte("one")})
+	mnt, _ := mountTest(t, newFakeReader(b), Options{ReadOnly: true, helperOnly: true})
+	if data, err := os.ReadFile(filepath.Join(mnt, "weight_v000001", "a")); err != nil || string(data) != "one" {
+		t.Fatalf("read: %q, %v", data, err)
+	}
+	wantErrno(t, "mkdir on a read-only mount", os.Mkdir(filepath.Join(mnt, "weight_v000002"), 0o755), syscall.EROFS)
+	mntRW, _ := mountTest(t, b, Options{helperOnly: true})
+	if err := os.Mkdir(filepath.Join(mntRW, "weight_v000002"), 0o755); err != nil {
+		t.Fatalf("mkdir on a read-write mount: %v", err)
+	}
+	mustSeal(t, filepath.Join(mntRW, "weight_v000002"))
 }

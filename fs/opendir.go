@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"syscall"
 
@@ -9,21 +10,26 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// renameWhiteout is renameat2's RENAME_WHITEOUT, which only overlay file systems use.
+// renameat2 flags (RENAME_EXCHANGE is gofs.RENAME_EXCHANGE). Whiteouts are for overlay file
+// systems and are refused.
 const (
 	renameNoReplace = 0x1
 	renameWhiteout  = 0x4
 )
 
 // openDir is a directory of an open tree (its top directory included). Its children are the
-// go-fuse inode tree itself: the default Lookup and Readdir serve them, and the bridge applies
-// unlink, rmdir and rename to the tree once we return success.
+// go-fuse inode tree itself: Lookup and Readdir serve them, and the bridge applies unlink,
+// rmdir and rename to the tree once we return success.
 type openDir struct {
 	gofs.Inode
 	t *openTree
 
 	mu   sync.Mutex
 	attr nodeAttr
+	// sealedPath is where the directory sits in the version its tree was sealed as; valid
+	// when inSealed is set.
+	sealedPath string
+	inSealed   bool
 }
 
 func newOpenDir(t *openTree, mode uint32) *openDir {
@@ -60,6 +66,68 @@ func (d *openDir) where(name string) string {
 		return p
 	}
 	return p + "/" + name
+}
+
+func (d *openDir) setSealedPath(p string) {
+	d.mu.Lock()
+	d.sealedPath, d.inSealed = p, true
+	d.mu.Unlock()
+}
+
+// sealedView reports the sealed version and path this directory became, if its tree has been
+// sealed and it was part of it.
+func (d *openDir) sealedView() (*versionIndex, string, bool) {
+	t := d.t
+	t.mu.RLock()
+	sealed, number := t.state == treeSealed, t.sealedAs
+	t.mu.RUnlock()
+	if !sealed {
+		return nil, "", false
+	}
+	d.mu.Lock()
+	p, in := d.sealedPath, d.inSealed
+	d.mu.Unlock()
+	if !in {
+		return nil, "", false
+	}
+	idx, err := t.m.index(number)
+	if err != nil {
+		t.m.logf("list sealed version %d for a directory sealed in use: %v", number, err)
+		return nil, "", false
+	}
+	return idx, p, true
+}
+
+// Lookup serves the tree's own children while it is open, and the sealed version's entries
+// once it is sealed.
+func (d *openDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if idx, p, ok := d.sealedView(); ok {
+		return lookupSealed(ctx, d.EmbeddedInode(), d.t.m, idx, p, name, out)
+	}
+	ch := d.GetChild(name)
+	if ch == nil {
+		return nil, syscall.ENOENT
+	}
+	switch n := ch.Operations().(type) {
+	case *openFile:
+		n.fillAttr(&out.Attr)
+	case *openDir:
+		n.fillAttr(&out.Attr)
+	}
+	return ch, 0
+}
+
+func (d *openDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	if idx, p, ok := d.sealedView(); ok {
+		return listSealed(idx, p), 0
+	}
+	children := d.Children()
+	list := make([]fuse.DirEntry, 0, len(children))
+	for name, ch := range children {
+		list = append(list, fuse.DirEntry{Name: name, Mode: ch.Mode()})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	return gofs.NewListDirStream(list), 0
 }
 
 func (d *openDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {

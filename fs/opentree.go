@@ -37,10 +37,11 @@ type openTree struct {
 
 	// mu is held shared by every change to the tree and exclusively by seal and abort, so a
 	// seal sees no half-done write and nothing changes once it has started.
-	mu     sync.RWMutex
-	state  treeState
-	writer VersionWriter // the store's writer; nil until needed again after a failed seal
-	dir    *openDir      // the top directory
+	mu       sync.RWMutex
+	state    treeState
+	sealedAs uint64        // the version the tree became, once sealed
+	writer   VersionWriter // the store's writer; nil until needed again after a failed seal
+	dir      *openDir      // the top directory
 
 	filesMu sync.Mutex
 	files   map[*openFile]struct{} // files whose staging file is not yet released
@@ -65,7 +66,7 @@ func (t *openTree) begin(op string) (func(), syscall.Errno) {
 		return t.mu.RUnlock, 0
 	case treeSealed:
 		t.mu.RUnlock()
-		return nil, t.m.refuse(syscall.EPERM, "%s in %s: the version is sealed and immutable", op, t.name)
+		return nil, t.m.refuse(syscall.EPERM, "%s: %s is sealed now, and sealed versions are immutable", op, t.name)
 	default:
 		t.mu.RUnlock()
 		return nil, syscall.ENOENT
@@ -121,7 +122,8 @@ func (t *openTree) seal(number uint64) (store.VersionInfo, error) {
 		}
 		return store.VersionInfo{}, err
 	}
-	t.state = treeSealed
+	t.state, t.sealedAs = treeSealed, number
+	t.markSealedPaths()
 	t.releaseStaging()
 	return info, nil
 }
@@ -178,6 +180,18 @@ func (t *openTree) walk(n *gofs.Inode, prefix string, visit func(p string, n *go
 	}
 }
 
+// markSealedPaths tells every directory of the tree where it sits in the sealed version, so
+// that one still in use (a working directory, a path cached by the kernel) serves the sealed
+// version's entries. Caller holds t.mu.
+func (t *openTree) markSealedPaths() {
+	t.dir.setSealedPath("")
+	t.walk(t.dir.EmbeddedInode(), "", func(p string, n *gofs.Inode) {
+		if d, ok := n.Operations().(*openDir); ok {
+			d.setSealedPath(p)
+		}
+	})
+}
+
 // releaseStaging unlinks every staging file (open descriptors keep reading until released)
 // and lets go-fuse drop the tree's inodes once the kernel forgets them. Caller holds t.mu.
 func (t *openTree) releaseStaging() {
@@ -197,15 +211,15 @@ func (t *openTree) releaseStaging() {
 	}
 }
 
-// abortIfEmpty drops an empty tree (rmdir at the root).
+// abortIfEmpty drops an empty tree (rmdir at the root). The check and the drop happen under
+// one lock, so a file created meanwhile is never lost.
 func (t *openTree) abortIfEmpty() syscall.Errno {
 	t.mu.Lock()
-	empty := len(t.dir.Children()) == 0
-	t.mu.Unlock()
-	if !empty {
+	defer t.mu.Unlock()
+	if len(t.dir.Children()) > 0 {
 		return syscall.ENOTEMPTY
 	}
-	t.abort(false)
+	t.abortLocked(false)
 	return 0
 }
 
@@ -214,6 +228,10 @@ func (t *openTree) abortIfEmpty() syscall.Errno {
 func (t *openTree) abort(force bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.abortLocked(force)
+}
+
+func (t *openTree) abortLocked(force bool) {
 	if t.state != treeOpen {
 		return
 	}

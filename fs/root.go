@@ -18,14 +18,7 @@ type rootNode struct {
 }
 
 func (r *rootNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o755
-	out.Nlink = 1
-	var t time.Time
-	if v, ok := r.m.latest(); ok {
-		info, _ := r.m.sealedInfo(v)
-		t = info.Created
-	}
-	setTimes(&out.Attr, t)
+	setDirAttr(0o755, r.m.latestTime(), &out.Attr)
 	return 0
 }
 
@@ -36,7 +29,7 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		if !ok {
 			return nil, syscall.ENOENT
 		}
-		setLinkAttr(v, &out.Attr)
+		setLinkAttr(v, m.latestTime(), &out.Attr)
 		if ch := r.GetChild(name); ch != nil {
 			if _, ok := ch.Operations().(*latestLink); ok {
 				return ch, 0
@@ -45,7 +38,7 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return r.NewInode(ctx, &latestLink{m: m}, gofs.StableAttr{Mode: syscall.S_IFLNK}), 0
 	}
 	if spec, ok := findView(name); ok {
-		setDirAttr(0o555, time.Time{}, &out.Attr)
+		setDirAttr(0o555, m.started, &out.Attr)
 		if ch := r.GetChild(name); ch != nil {
 			if _, ok := ch.Operations().(viewNode); ok {
 				return ch, 0
@@ -232,10 +225,11 @@ type latestLink struct {
 	m *mountState
 }
 
-func setLinkAttr(v uint64, out *fuse.Attr) {
+func setLinkAttr(v uint64, t time.Time, out *fuse.Attr) {
 	out.Mode = syscall.S_IFLNK | 0o777
 	out.Size = uint64(len(VersionName(v)))
 	out.Nlink = 1
+	setTimes(out, t)
 }
 
 func (l *latestLink) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -251,7 +245,7 @@ func (l *latestLink) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.
 	if !ok {
 		return syscall.ENOENT
 	}
-	setLinkAttr(v, &out.Attr)
+	setLinkAttr(v, l.m.latestTime(), &out.Attr)
 	return 0
 }
 

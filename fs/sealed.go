@@ -69,35 +69,56 @@ func (d *sealedDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 }
 
 func (d *sealedDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	e, ok := d.idx.lookup(d.path, name)
-	if !ok {
-		return nil, syscall.ENOENT
-	}
-	setSealedAttr(d.idx, e, &out.Attr)
-	out.SetEntryTimeout(sealedTTL)
-	out.SetAttrTimeout(sealedTTL)
-	// The tree never changes, so a child we already have is the right one.
-	if ch := d.GetChild(name); ch != nil {
-		return ch, 0
-	}
-	if e.Dir {
-		return d.NewInode(ctx, &sealedDir{m: d.m, idx: d.idx, path: e.Path}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
-	}
-	return d.NewInode(ctx, &sealedFile{m: d.m, idx: d.idx, entry: e}, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+	return lookupSealed(ctx, d.EmbeddedInode(), d.m, d.idx, d.path, name, out)
 }
 
 func (d *sealedDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	names := d.idx.children[d.path]
+	return listSealed(d.idx, d.path), 0
+}
+
+// lookupSealed finds name in directory dir of a sealed version and returns its inode as a
+// child of parent: a sealedDir, or a directory of an open tree that has been sealed since
+// (a process may still have it as its working directory).
+func lookupSealed(ctx context.Context, parent *gofs.Inode, m *mountState, idx *versionIndex, dir, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	e, ok := idx.lookup(dir, name)
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	setSealedAttr(idx, e, &out.Attr)
+	out.SetEntryTimeout(sealedTTL)
+	out.SetAttrTimeout(sealedTTL)
+	// The version never changes, so a node we already made for this entry is the right one.
+	if ch := parent.GetChild(name); ch != nil {
+		switch n := ch.Operations().(type) {
+		case *sealedDir:
+			if n.idx == idx && n.path == e.Path {
+				return ch, 0
+			}
+		case *sealedFile:
+			if n.idx == idx && n.entry == e {
+				return ch, 0
+			}
+		}
+	}
+	if e.Dir {
+		return parent.NewInode(ctx, &sealedDir{m: m, idx: idx, path: e.Path}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	}
+	return parent.NewInode(ctx, &sealedFile{m: m, idx: idx, entry: e}, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+}
+
+// listSealed lists directory dir of a sealed version.
+func listSealed(idx *versionIndex, dir string) gofs.DirStream {
+	names := idx.children[dir]
 	list := make([]fuse.DirEntry, 0, len(names))
 	for _, name := range names {
-		e, _ := d.idx.lookup(d.path, name)
+		e, _ := idx.lookup(dir, name)
 		mode := uint32(syscall.S_IFREG)
 		if e.Dir {
 			mode = syscall.S_IFDIR
 		}
 		list = append(list, fuse.DirEntry{Name: name, Mode: mode})
 	}
-	return gofs.NewListDirStream(list), 0
+	return gofs.NewListDirStream(list)
 }
 
 // Every modification of a sealed version is refused.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
@@ -26,6 +27,7 @@ type mountState struct {
 	readOnly bool
 	logf     func(format string, args ...any)
 	root     *gofs.Inode
+	started  time.Time // the time stamp of what has none of its own (views, an empty root)
 
 	// stagingRoot is this mount's directory of staging files ("" on a read-only mount).
 	stagingRoot string
@@ -46,6 +48,7 @@ func newMountState(b Backend, readOnly bool, logf func(string, ...any)) *mountSt
 		trees:    map[string]*openTree{},
 		reserved: map[uint64]bool{},
 		indexes:  map[uint64]*versionIndex{},
+		started:  time.Now(),
 	}
 	m.seen = versionNumbers(b.Versions())
 	return m
@@ -81,6 +84,15 @@ func (m *mountState) nextSeq() uint64 {
 func (m *mountState) nextSeqLocked() uint64 {
 	m.seq++
 	return m.seq
+}
+
+// latestTime is when the newest version was sealed, or the mount time.
+func (m *mountState) latestTime() time.Time {
+	vs := m.b.Versions()
+	if len(vs) == 0 || vs[len(vs)-1].Created.IsZero() {
+		return m.started
+	}
+	return vs[len(vs)-1].Created
 }
 
 // latest is the newest sealed version.

@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"syscall"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -57,7 +56,7 @@ func newEmptyView(m *mountState, name string) viewNode { return &emptyView{m: m,
 func (v *emptyView) isView() {}
 
 func (v *emptyView) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	setDirAttr(0o555, time.Time{}, &out.Attr)
+	setDirAttr(0o555, v.m.started, &out.Attr)
 	return 0
 }
 

@@ -7,28 +7,26 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// DiffStatus says how a tensor or file differs between two versions.
-type DiffStatus string
-
-// Diff statuses.
+// Diff statuses of rows that are not a plain count of changed elements.
 const (
-	DiffSame     DiffStatus = "same"
-	DiffChanged  DiffStatus = "changed"
-	DiffAdded    DiffStatus = "added"    // only in b
-	DiffRemoved  DiffStatus = "removed"  // only in a
-	DiffReshaped DiffStatus = "reshaped" // dtype or shape differ: every element counts as changed
+	DiffAdded    = "added"    // only in b: every element counts as changed
+	DiffRemoved  = "removed"  // only in a: every element counts as changed
+	DiffReshaped = "reshaped" // dtype or shape differ: every element counts as changed
+	DiffReplaced = "replaced" // a non-safetensors file whose bytes differ
 )
 
 // TensorDiff is one row of Diff: a tensor of a safetensors file, or a whole other file
-// (Tensor empty; Elements is its size in bytes and Changed counts differing bytes).
+// (Tensor empty; Elements is its size in bytes, Changed that size when it differs at all).
 type TensorDiff struct {
-	Path     string
+	File     string
 	Tensor   string
 	DType    delta.DType // of b (of a if removed)
 	Shape    []int64
 	Elements int64
 	Changed  int64
-	Status   DiffStatus
+	// Status is empty when Changed counts the elements that differ between two tensors of the
+	// same dtype and shape (0: unchanged); otherwise one of the Diff* constants.
+	Status string
 }
 
 // TensorInfo describes one tensor of a sealed version's safetensors file.
@@ -92,11 +90,11 @@ func (s *Store) Diff(a, b uint64) ([]TensorDiff, error) {
 			continue
 		}
 		if fa.Kind == kindBlob {
-			out = append(out, TensorDiff{Path: fa.Path, Elements: fa.Size, Changed: fa.Size, Status: DiffRemoved})
+			out = append(out, TensorDiff{File: fa.Path, Elements: fa.Size, Changed: fa.Size, Status: DiffRemoved})
 			continue
 		}
 		for _, t := range fa.Tensors {
-			out = append(out, TensorDiff{Path: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
+			out = append(out, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
 		}
 	}
 	return out, nil
@@ -104,25 +102,24 @@ func (s *Store) Diff(a, b uint64) ([]TensorDiff, error) {
 
 func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, error) {
 	if fb.Kind == kindBlob || (fa != nil && fa.Kind == kindBlob) {
-		row := TensorDiff{Path: fb.Path, Elements: fb.Size}
+		row := TensorDiff{File: fb.Path, Elements: fb.Size}
 		switch {
 		case fa == nil:
 			row.Status, row.Changed = DiffAdded, fb.Size
 		case fa.SHA256 == fb.SHA256:
-			row.Status = DiffSame
 		default:
-			row.Status, row.Changed = DiffChanged, max(fa.Size, fb.Size)
+			row.Status, row.Changed = DiffReplaced, fb.Size
 		}
 		rows := []TensorDiff{row}
 		if fa != nil && fa.Kind == kindSafetensors {
 			for _, t := range fa.Tensors {
-				rows = append(rows, TensorDiff{Path: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
+				rows = append(rows, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
 			}
 		}
 		if fb.Kind == kindSafetensors {
 			rows = rows[1:]
 			for _, t := range fb.Tensors {
-				rows = append(rows, TensorDiff{Path: fb.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffAdded})
+				rows = append(rows, TensorDiff{File: fb.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffAdded})
 			}
 		}
 		return rows, nil
@@ -132,7 +129,7 @@ func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, e
 	for j := range fb.Tensors {
 		tb := &fb.Tensors[j]
 		seen[tb.Name] = true
-		row := TensorDiff{Path: fb.Path, Tensor: tb.Name, DType: tb.DType, Shape: tb.Shape, Elements: tb.elements()}
+		row := TensorDiff{File: fb.Path, Tensor: tb.Name, DType: tb.DType, Shape: tb.Shape, Elements: tb.elements()}
 		var ta *manifestTensor
 		if fa != nil {
 			for k := range fa.Tensors {
@@ -148,20 +145,19 @@ func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, e
 		case ta.DType != tb.DType || !sameShape(ta.Shape, tb.Shape):
 			row.Status, row.Changed = DiffReshaped, row.Elements
 		case ta.ID == tb.ID:
-			row.Status = DiffSame
 		default:
 			n, err := s.countChanged(ta, tb, objHint{path: fa.Path, tensor: ta.Name}, objHint{path: fb.Path, tensor: tb.Name})
 			if err != nil {
 				return nil, fmt.Errorf("diff %s %s: %w", fb.Path, tb.Name, err)
 			}
-			row.Status, row.Changed = DiffChanged, n
+			row.Changed = n
 		}
 		rows = append(rows, row)
 	}
 	if fa != nil {
 		for _, t := range fa.Tensors {
 			if !seen[t.Name] {
-				rows = append(rows, TensorDiff{Path: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
+				rows = append(rows, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
 			}
 		}
 	}

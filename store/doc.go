@@ -1,10 +1,41 @@
 // Package store owns the versioned, content-indexed store of weights: immutable objects named
 // by the SHA-256 of their content (whole, or as sparse deltas against the previous version of
 // the same tensor), version manifests written last, the node-local bbolt index, the
-// materialized copy of the latest version, ingest (batch and streaming), reads of any version
-// at any offset, verification and garbage collection.
+// materialized copy of the latest version, ingest, reads of any version at any offset,
+// verification and garbage collection. docs/format-store.md has every byte and the
+// crash-safety argument; docs/design.md the reasons.
 //
-// It knows nothing of FUSE. A Store is safe for concurrent use. Exactly one process may write a
-// store at a time (an exclusive lock); any number may read it, each with its own index and
-// cache directory.
+// # Processes and locking
+//
+// Exactly one process writes a store (Open without ReadOnly takes an exclusive flock on
+// STORE/lock; a second writer gets ErrLocked). Any number of processes read it (ReadOnly:
+// no lock, nothing in the store is written), each with its own cache directory; they see
+// versions sealed after their Open once they call Refresh. A Store is safe for concurrent use
+// by many goroutines; Close it after every other call has returned.
+//
+// # What is immutable, what is cached
+//
+// Objects and manifests never change once written (GC may replace a delta object by a whole
+// copy of the same content; readers do not notice). So everything decoded is cached by
+// identity, in memory (bounded: Options.CacheBytes) and in the index: object headers, delta
+// bodies, 1 MiB pages of reconstructed content. The materialized copy (the latest version as
+// plain files, in the cache directory) is the one thing that changes: it is brought forward
+// at each seal under a lock that keeps reads off it while it changes.
+//
+// # Writing
+//
+// Commit ingests a directory; the mount uses NewVersion, Writer.AddFile/AddDir and
+// Writer.Seal. Each file is parsed as safetensors; each tensor is diffed against the same
+// tensor of the latest version (from the materialized copy) and stored as a delta, a whole
+// copy (an anchor, which bounds how many deltas a read replays), or not at all when its
+// content is already stored. Nothing is visible until Seal writes the manifest. A crash at
+// any point leaves every sealed version intact and the interrupted one absent.
+//
+// # Errors
+//
+// Errors wrap the sentinels of errors.go: ErrCorrupt for anything that fails a check (reads
+// return it rather than wrong bytes; it names the object or file), ErrVersionNotAbove,
+// ErrNoSuchVersion, ErrNoSuchFile, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
+// ErrEmptyVersion, ErrReadOnly, and the operating system's errors (a full disk wraps
+// syscall.ENOSPC) as they come.
 package store

@@ -32,6 +32,8 @@ var (
 	ErrWriterDone = errors.New("writer is already sealed or aborted")
 	// ErrBadPath marks a path that is not a clean, relative, slash-separated path.
 	ErrBadPath = errors.New("invalid path")
+	// ErrNoPrevious marks a version that has no sealed predecessor, so no patch.
+	ErrNoPrevious = errors.New("version has no previous version")
 	// ErrClosed marks a call on a closed Store.
 	ErrClosed = errors.New("store is closed")
 )

@@ -13,13 +13,8 @@ import (
 // written to a temporary name, checked against the SHA-256 in the manifest, and only then
 // renamed into place: a damaged object makes Export fail naming the file and the object, and
 // never leaves a wrong file behind. Files that can be verified are still written; the error
-// lists those that could not.
-func (s *Store) Export(v uint64, dir string) error {
-	return s.ExportProgress(v, dir, nil)
-}
-
-// ExportProgress is Export reporting bytes done of the version's total.
-func (s *Store) ExportProgress(v uint64, dir string, progress func(done, total int64)) error {
+// lists those that could not. progress (nil: none) gets the bytes done of the version's total.
+func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) error {
 	ver, err := s.sealedVersion(v)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)

@@ -135,10 +135,11 @@ func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
 
 // GCStats says what GC did.
 type GCStats struct {
-	DroppedVersions []uint64
-	Reanchored      int   // delta objects of kept versions rewritten as whole copies
-	DeletedObjects  int   // objects removed
-	FreedBytes      int64 // their stored bytes
+	DroppedVersions int      // how many versions were dropped
+	Dropped         []uint64 // which
+	Reanchored      int      // delta objects of kept versions rewritten as whole copies
+	DeletedObjects  int      // objects removed
+	DeletedBytes    int64    // their stored bytes
 }
 
 // GC drops every version but the newest keepLast, keeping each kept version readable: a
@@ -164,7 +165,7 @@ func (s *Store) GC(keepLast int) (GCStats, error) {
 	all := s.Versions()
 	if len(all) <= keepLast {
 		n, freed, err := s.sweepLocked()
-		st.DeletedObjects, st.FreedBytes = n, freed
+		st.DeletedObjects, st.DeletedBytes = n, freed
 		return st, err
 	}
 	drop, keep := all[:len(all)-keepLast], all[len(all)-keepLast:]
@@ -208,7 +209,7 @@ func (s *Store) GC(keepLast int) (GCStats, error) {
 		dropped = append(dropped, info.Number)
 		s.manifests.remove(info.Number)
 	}
-	st.DroppedVersions = dropped
+	st.Dropped, st.DroppedVersions = dropped, len(dropped)
 	s.mu.Lock()
 	s.versions = append([]VersionInfo(nil), keep...)
 	s.mu.Unlock()
@@ -219,7 +220,7 @@ func (s *Store) GC(keepLast int) (GCStats, error) {
 		return st, err
 	}
 	n, freed, err := s.sweepLocked()
-	st.DeletedObjects, st.FreedBytes = n, freed
+	st.DeletedObjects, st.DeletedBytes = n, freed
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}

@@ -189,7 +189,7 @@ func commitTree(t testing.TB, s *Store, v uint64, files map[string][]byte) (Vers
 func exportHashes(t testing.TB, s *Store, v uint64) map[string]string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "export")
-	if err := s.Export(v, out); err != nil {
+	if err := s.Export(v, out, nil); err != nil {
 		t.Fatalf("export version %d: %v", v, err)
 	}
 	return treeHashes(t, out)

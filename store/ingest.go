@@ -16,6 +16,10 @@ import (
 // holds a whole file or tensor in memory.
 const ingestChunk = 4 << 20
 
+// maxDeltaMemory bounds what one tensor's delta encoder may hold (at most about width+2
+// bytes a change): a tensor changing more than that is stored whole.
+const maxDeltaMemory = 256 << 20
+
 // readAtFull reads len(b) bytes of r at off; io.EOF with a full read is success.
 func readAtFull(r io.ReaderAt, b []byte, off int64) error {
 	n, err := r.ReadAt(b, off)
@@ -47,7 +51,8 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 	if err != nil {
 		if strings.HasSuffix(p, ".safetensors") || size >= 8 && looksLikeSafetensors(r) {
 			w.s.logf("%s: stored as an opaque file: %v", p, err)
-		} else {
+		} else if _, said := w.s.saidWhole.LoadOrStore(p, true); !said {
+			// Said once per path: config.json is not news at every version.
 			w.s.logf("%s: not a safetensors file: stored whole", p)
 		}
 		entry.Kind = kindBlob
@@ -182,13 +187,16 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 
 // diffTensor reads the new tensor from src and its base from the materialized copy in
 // chunks, hashing the new bytes and encoding the changed elements. body is nil when more than
-// half the elements changed (a whole copy is then cheaper, and the encoder's memory stays
-// bounded).
+// an eighth of the elements changed (a whole copy is then about as small) or the encoded
+// changes could exceed maxDeltaMemory.
 func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int64, width int, float bool) (body []byte, id ID, changed int64, err error) {
 	s := w.s
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
 	h := sha256.New()
+	// The base bytes are hashed too: a delta computed against a damaged copy would be a
+	// wrong object, forever; this costs one more SHA-256 pass and rules that out.
+	hb := sha256.New()
 	cur := make([]byte, min(size, ingestChunk))
 	old := make([]byte, len(cur))
 	var ch delta.Changes
@@ -203,6 +211,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 			return nil, id, 0, err
 		}
 		h.Write(c)
+		hb.Write(b)
 		ch.Reset()
 		if err := s.diff.Diff(b, c, width, &ch); err != nil {
 			return nil, id, 0, fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
@@ -217,12 +226,20 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 				return nil, id, 0, fmt.Errorf("encode delta: %w", err)
 			}
 		}
-		if changed*2 > elems {
+		if changed > elems/8 || changed*int64(width+2) > maxDeltaMemory {
+			// Not an RL step: a whole copy is about as small, and the encoder's memory
+			// stays bounded.
 			enc = nil
 		}
 		w.progressAdd(n)
 	}
 	h.Sum(id[:0])
+	var gotBase ID
+	hb.Sum(gotBase[:0])
+	if gotBase != baseID {
+		view.m.broken.Store(true)
+		return nil, id, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", baseID)
+	}
 	if enc != nil && changed > 0 {
 		if body, err = enc.Finish(); err != nil {
 			return nil, id, 0, fmt.Errorf("encode delta: %w", err)
@@ -308,6 +325,9 @@ func copyRange(dst io.Writer, r io.ReaderAt, off, size int64) error {
 func (w *Writer) progressAdd(n int64) {
 	done := w.doneB.Add(n)
 	if w.progress != nil {
+		// Tensor jobs run in parallel; the callback sees one call at a time.
+		w.progressMu.Lock()
 		w.progress(done, w.total)
+		w.progressMu.Unlock()
 	}
 }

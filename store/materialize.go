@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -30,7 +31,8 @@ type materialized struct {
 	mu      sync.RWMutex // readers of the copy hold it shared; changes hold it exclusively
 	ver     *version     // the version held; nil: the copy is not usable
 	locs    map[ID]matLoc
-	filesMu sync.Mutex // guards files between holders of the shared lock
+	broken  atomic.Bool // a read of the copy failed: rebuild it
+	filesMu sync.Mutex  // guards files between holders of the shared lock
 	files   map[string]*os.File
 	gen     uint64 // bumped by every change
 }
@@ -103,7 +105,9 @@ func (v *matView) readAt(id ID, p []byte, off int64) error {
 		return err
 	}
 	if err := readFull(f, p, loc.off+off); err != nil {
-		return fmt.Errorf("read materialized %s: %w", loc.path, err)
+		// Someone damaged the copy: rebuild it at the next ensure.
+		v.m.broken.Store(true)
+		return fmt.Errorf("read materialized copy of %s: %w", loc.path, err)
 	}
 	return nil
 }
@@ -117,6 +121,7 @@ func (m *materialized) file(p string) (*os.File, error) {
 	}
 	f, err := os.OpenFile(filepath.Join(m.dir, filepath.FromSlash(p)), os.O_RDWR, 0)
 	if err != nil {
+		m.broken.Store(true)
 		return nil, fmt.Errorf("materialized copy: %w", err)
 	}
 	m.files[p] = f
@@ -152,7 +157,10 @@ func (m *materialized) ensure() error {
 	m.mu.RLock()
 	cur := m.ver
 	m.mu.RUnlock()
-	if cur == nil {
+	if m.broken.Swap(false) {
+		m.s.logf("materialized copy: a read of it failed; rebuilding")
+		cur = nil
+	} else if cur == nil {
 		cur = m.loadState()
 	}
 	switch {
@@ -443,9 +451,9 @@ func (m *materialized) patch(p inPlace) error {
 }
 
 // writeChangedRuns writes the runs of now that differ from was at file offset base; runs
-// closer than 64 bytes are merged into one write.
+// closer than a page are merged into one write.
 func writeChangedRuns(f *os.File, was, now []byte, base int64) error {
-	const gap = 64
+	const gap = 4096 // a page: writing the unchanged bytes between costs no extra I/O
 	i := 0
 	for i < len(now) {
 		for i < len(now) && was[i] == now[i] {

@@ -181,8 +181,9 @@ type deltaObject struct {
 	info delta.DeltaInfo
 }
 
-// loadDelta reads object id whole, checks its CRC and returns its delta section, validated
-// against the header. Bodies are cached.
+// loadDelta returns the delta section of object id (a delta object, or a full object's link)
+// after checking the object file's CRC, validated against the header. A delta object is read
+// whole; of a full object only the link is kept (its CRC check streams). Bodies are cached.
 func (s *Store) loadDelta(id ID) (*deltaObject, error) {
 	if d, ok := s.deltas.get(id); ok {
 		return d, nil
@@ -192,23 +193,30 @@ func (s *Store) loadDelta(id ID) (*deltaObject, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if !info.hdr.hasDelta() {
+	hdr := info.hdr
+	if !hdr.hasDelta() {
 		return nil, errStale
 	}
-	file := make([]byte, f.Size())
-	if err := readFull(f, file, 0); err != nil {
-		return nil, objectError(id, err)
-	}
-	stored := binary.LittleEndian.Uint32(file[len(file)-objectTrailerLen:])
-	if crc := crc32c(file[:len(file)-objectTrailerLen]); crc != stored {
-		return nil, objectError(id, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, stored, ErrCorrupt))
-	}
-	s.crcChecked.Store(id, true)
-	hdr := info.hdr
-	body := file[hdr.deltaOffset() : hdr.deltaOffset()+hdr.DeltaLen]
-	if hdr.Kind == kindFull {
-		// Keep only the link, not the whole file, in the cache.
-		body = append([]byte(nil), body...)
+	var body []byte
+	if hdr.Kind == kindDelta {
+		file := make([]byte, f.Size())
+		if err := readFull(f, file, 0); err != nil {
+			return nil, objectError(id, err)
+		}
+		stored := binary.LittleEndian.Uint32(file[len(file)-objectTrailerLen:])
+		if crc := crc32c(file[:len(file)-objectTrailerLen]); crc != stored {
+			return nil, objectError(id, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, stored, ErrCorrupt))
+		}
+		s.crcChecked.Store(id, true)
+		body = file[hdr.deltaOffset() : hdr.deltaOffset()+hdr.DeltaLen]
+	} else {
+		if err := s.ensureCRC(id, f); err != nil {
+			return nil, err
+		}
+		body = make([]byte, hdr.DeltaLen)
+		if err := readFull(f, body, hdr.deltaOffset()); err != nil {
+			return nil, objectError(id, fmt.Errorf("read link: %w", err))
+		}
 	}
 	di, err := delta.ParseDelta(body)
 	if err != nil {

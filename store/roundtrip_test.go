@@ -30,7 +30,7 @@ func modelVersions(t testing.TB, n int, seed uint64) []map[string][]byte {
 				testTensor{"model.norm.weight", delta.DTypeBF16, []int64{64}, norm},
 				testTensor{"lm_head.bias", delta.DTypeF32, []int64{1000}, f32},
 			),
-			"config.json":       []byte(`{"model_type":"llama","hidden_size":1000}`),
+			"config.json":         []byte(`{"model_type":"llama","hidden_size":1000}`),
 			"tokenizer/vocab.txt": []byte(fmt.Sprintf("hello\nworld\n%d\n", v%2)),
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/weightfs/weightfs/delta"
@@ -74,6 +75,7 @@ type Store struct {
 	dirtyMetas map[ID]objMeta // not yet written to the index
 
 	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
+	saidWhole    sync.Map // path -> true: logged that this non-safetensors file is stored whole
 	chunkScratch sync.Pool
 
 	workers chan struct{} // one token per concurrent tensor job
@@ -206,12 +208,28 @@ func (s *Store) setupCacheDir() error {
 		if err := os.MkdirAll(base, 0o755); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
-		if s.cacheDir, err = os.MkdirTemp(base, "reader-*"); err != nil {
+		removeDeadReaderCaches(base)
+		if s.cacheDir, err = os.MkdirTemp(base, fmt.Sprintf("reader-%d-*", os.Getpid())); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 		s.ownCache = true
 	}
 	return nil
+}
+
+// removeDeadReaderCaches removes the per-process cache directories of readers that died
+// without Close (their names carry the process id).
+func removeDeadReaderCaches(base string) {
+	entries, _ := os.ReadDir(base)
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "reader-%d-", &pid); err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(filepath.Join(base, e.Name()))
+		}
+	}
 }
 
 // Close releases the lock, the index and every open file. Open Writers are aborted.
@@ -349,10 +367,8 @@ func (s *Store) loadVersions() error {
 			s.manifests.remove(v)
 		}
 	}
-	if !s.readOnly || s.ownCache || s.opts.CacheDir != "" {
-		if err := s.ix.updateVersions(add, del); err != nil {
-			return fmt.Errorf("update index: %w", err)
-		}
+	if err := s.ix.updateVersions(add, del); err != nil {
+		return fmt.Errorf("update index: %w", err)
 	}
 	s.mu.Lock()
 	s.versions = infos

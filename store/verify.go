@@ -34,26 +34,22 @@ type VerifyReport struct {
 	Damaged  []Damage
 }
 
-// VerifyProgress is reported as Verify goes: a phase ("objects", "versions"), and the work
-// done and to do in it.
-type VerifyProgress struct {
-	Phase       string
-	Done, Total int64
-}
-
 // Verify re-reads every object (its CRC, header and framing), reconstructs every file of
 // every version from the store's objects alone (not the materialized copy) and checks each
 // object's SHA-256 and each file's SHA-256, then reconstructs the objects no version names.
 // It reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil
-// if there is any.
-func (s *Store) Verify(progress func(VerifyProgress)) (VerifyReport, error) {
+// if there is any. progress (nil: none) gets the bytes done of the total to read: every
+// object file, then every file of every version.
+func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	var rep VerifyReport
 	if err := s.checkOpen(); err != nil {
 		return rep, err
 	}
-	report := func(p VerifyProgress) {
+	var done, total int64
+	report := func(n int64) {
+		done += n
 		if progress != nil {
-			progress(p)
+			progress(done, total)
 		}
 	}
 	// Everything is re-read from the backend.
@@ -63,17 +59,23 @@ func (s *Store) Verify(progress func(VerifyProgress)) (VerifyReport, error) {
 
 	bad := map[ID]bool{}
 	var ids []ID
-	if err := s.be.ListObjects(func(id ID, _ int64) error { ids = append(ids, id); return nil }); err != nil {
+	sizes := map[ID]int64{}
+	if err := s.be.ListObjects(func(id ID, size int64) error {
+		ids = append(ids, id)
+		sizes[id] = size
+		total += size
+		return nil
+	}); err != nil {
 		return rep, err
 	}
 	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(string(a[:]), string(b[:])) })
-	for i, id := range ids {
+	for _, id := range ids {
 		if err := s.checkObject(id); err != nil {
 			rep.Damaged = append(rep.Damaged, Damage{Object: id, Err: err})
 			bad[id] = true
 		}
 		rep.Objects++
-		report(VerifyProgress{"objects", int64(i + 1), int64(len(ids))})
+		report(sizes[id])
 	}
 
 	numbers, err := s.be.ListManifests()
@@ -89,10 +91,13 @@ func (s *Store) Verify(progress func(VerifyProgress)) (VerifyReport, error) {
 			continue
 		}
 		versions = append(versions, ver)
+		for j := range ver.m.Files {
+			total += ver.m.Files[j].Size
+		}
 	}
 	pages := newLRU[pageKey, []byte](64 << 20)
 	opts := readOpts{noMaterialized: true, pages: pages}
-	for i, ver := range versions {
+	for _, ver := range versions {
 		rep.Versions++
 		for j := range ver.m.Files {
 			f := &ver.m.Files[j]
@@ -101,8 +106,8 @@ func (s *Store) Verify(progress func(VerifyProgress)) (VerifyReport, error) {
 			if err != nil {
 				rep.Damaged = append(rep.Damaged, Damage{Version: ver.m.Version, Path: f.Path, Err: err})
 			}
+			report(f.Size)
 		}
-		report(VerifyProgress{"versions", int64(i + 1), int64(len(versions))})
 	}
 	// Objects no version names (bases only, or left by an interrupted writer).
 	for _, id := range ids {

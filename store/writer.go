@@ -25,9 +25,10 @@ type Writer struct {
 	created map[ID]int64 // objects this writer put, with their stored sizes
 	held    map[ID]bool  // objects this writer keeps from being swept
 
-	progress func(done, total int64)
-	total    int64
-	doneB    atomic.Int64
+	progress   func(done, total int64)
+	progressMu sync.Mutex
+	total      int64
+	doneB      atomic.Int64
 }
 
 // NewVersion opens version v for writing; v must exceed every sealed version.
@@ -116,6 +117,13 @@ func (w *Writer) AddFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) 
 		return fmt.Errorf("add %s: %w", p, err)
 	}
 	entry, err := w.ingestFile(p, r, size, mode)
+	if err != nil && w.s.mat.broken.Load() {
+		// The materialized copy was damaged under us: rebuild it and try once more.
+		if err := w.s.mat.ensure(); err != nil {
+			return fmt.Errorf("add %s: %w", p, err)
+		}
+		entry, err = w.ingestFile(p, r, size, mode)
+	}
 	if err != nil {
 		return fmt.Errorf("add %s to version %d: %w", p, w.v, err)
 	}
@@ -226,7 +234,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 	if latest, ok := w.s.Latest(); ok && w.v <= latest {
 		return nil, fmt.Errorf("version %d: the latest sealed version is %d: %w", w.v, latest, ErrVersionNotAbove)
 	}
-	m := &manifest{Version: w.v, Created: time.Now().UTC()}
+	m := &manifest{Version: w.v, Created: time.Now().UTC(), Dirs: []manifestDir{}}
 	if latest, ok := w.s.Latest(); ok {
 		m.Previous = latest
 	}

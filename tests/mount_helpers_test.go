@@ -31,6 +31,7 @@ type mountDaemon struct {
 	out    *lockedBuffer
 	exited chan struct{}
 	once   sync.Once
+	killed bool // by kill9: its exit status means nothing
 }
 
 // lockedBuffer collects a daemon's output from its pipes while the test reads it.
@@ -120,8 +121,11 @@ var (
 func mountBinary(t *testing.T) (path string, isCLI bool) {
 	t.Helper()
 	mountBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "weightfs-mount-bin-")
-		if err != nil {
+		// One directory per test process; those of finished processes are removed here,
+		// since a test binary has no hook at its exit.
+		removeDeadBinDirs()
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("weightfs-mount-bin-%d", os.Getpid()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			mountBinErr = err
 			return
 		}
@@ -148,6 +152,20 @@ func mountBinary(t *testing.T) (path string, isCLI bool) {
 		t.Fatal(mountBinErr)
 	}
 	return mountBinPath, mountBinCLI
+}
+
+// removeDeadBinDirs deletes the binary directories of test processes that have exited.
+func removeDeadBinDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "weightfs-mount-bin-*"))
+	for _, d := range dirs {
+		var pid int
+		if _, err := fmt.Sscanf(filepath.Base(d), "weightfs-mount-bin-%d", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // repoRoot is the module's top directory.
@@ -191,9 +209,13 @@ func (d *mountDaemon) stop() {
 			case <-d.exited:
 			case <-time.After(20 * time.Second):
 				d.t.Errorf("weightfs mount %s did not exit on SIGTERM", d.mnt)
+				d.killed = true
 				_ = d.cmd.Process.Kill()
 				<-d.exited
 			}
+		}
+		if code := d.cmd.ProcessState.ExitCode(); !d.killed && code != 0 {
+			d.t.Errorf("weightfs mount %s exited with status %d", d.mnt, code)
 		}
 		if isMounted(d.mnt) {
 			_ = syscall.Unmount(d.mnt, syscall.MNT_DETACH)
@@ -206,6 +228,7 @@ func (d *mountDaemon) stop() {
 
 // kill9 kills the daemon with SIGKILL and waits for it; the mount point is left stale.
 func (d *mountDaemon) kill9() {
+	d.killed = true
 	_ = d.cmd.Process.Kill()
 	<-d.exited
 }

@@ -91,6 +91,14 @@ func TestMountKill9MidWrite(t *testing.T) {
 		for n := range sealed {
 			sameHashes(t, fmt.Sprintf("trial %d: v%d", trial, n), sha256sumTree(t, versionDir(mnt, n)), want[n])
 		}
+		// The killed daemon's staging files are gone: only the new daemon's directory is left.
+		if ents, err := os.ReadDir(filepath.Join(storeDir, "cache", "staging")); err != nil || len(ents) != 1 {
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			t.Errorf("trial %d: staging directory holds %v (%v), want only the live mount's", trial, names, err)
+		}
 	}
 	d.stop()
 	verifyStore(t, storeDir)

@@ -129,13 +129,16 @@ func TestMountLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("--version 3 serves v3 at the mount root", func(t *testing.T) {
+	t.Run("--version 3 and latest serve that version at the mount root", func(t *testing.T) {
 		pinned := filepath.Join(work, "pinned")
 		if err := os.Mkdir(pinned, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		d := startMount(t, storeDir, pinned, "--read-only", "--version", "3", "--cache-dir", filepath.Join(work, "pin-cache"))
 		sameHashes(t, "pinned v3", sha256sumTree(t, pinned), want[3])
+		d.stop()
+		d = startMount(t, storeDir, pinned, "--read-only", "--version", "latest", "--cache-dir", filepath.Join(work, "pin-cache2"))
+		sameHashes(t, "pinned latest", sha256sumTree(t, pinned), want[12])
 		d.stop()
 	})
 

@@ -1,0 +1,201 @@
+package delta
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The file-system side of weightfs apply: the journal as a file, and ApplyPatchFile, which the
+// CLI calls. The rest of the package works on io.ReaderAt/io.WriterAt only.
+
+// JournalSuffix is appended to a target's path to name its apply journal.
+const JournalSuffix = ".weightfs-apply"
+
+// ApplyPatchFile applies the patch file at patchPath to the local file at target. Its path in
+// the version is its base name, or the one file of the patch whose path ends in /base name. A sparsely patched safetensors file is changed
+// in place under the journal target+JournalSuffix (see ApplyPatch); a file the patch carries
+// whole is checked against its base hash and replaced atomically (temporary file, fsync,
+// rename).
+func ApplyPatchFile(patchPath, target string) (ApplyResult, error) {
+	pf, err := os.Open(patchPath)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	defer pf.Close()
+	st, err := pf.Stat()
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	p, err := OpenPatch(pf, st.Size())
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	name := patchFileName(p, filepath.Base(target))
+	if f, ok := p.File(name); ok && f.Whole {
+		return replaceWholeFile(p, f, target)
+	}
+	tf, err := os.OpenFile(target, os.O_RDWR, 0)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	defer tf.Close()
+	tst, err := tf.Stat()
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	res, err := ApplyPatch(p, tf, tst.Size(), name, FileJournal(target+JournalSuffix))
+	if cerr := tf.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close %s: %w", target, cerr)
+	}
+	return res, err
+}
+
+// patchFileName maps a local file's base name to the patch's path for it.
+func patchFileName(p *Patch, base string) string {
+	if _, ok := p.File(base); ok {
+		return base
+	}
+	match := ""
+	for _, f := range p.Plan.Files {
+		if strings.HasSuffix(f.Name, "/"+base) {
+			if match != "" {
+				return base // ambiguous: let ApplyPatch report that the patch has no such file
+			}
+			match = f.Name
+		}
+	}
+	if match == "" {
+		return base
+	}
+	return match
+}
+
+// replaceWholeFile writes the new bytes of a file carried whole, after checking that the
+// file on disk is the patch's base (or missing, when the file is new) or already the result.
+// The bytes are streamed to a temporary file and hashed on the way; only a copy that hashes
+// to the recorded result is renamed over the target.
+func replaceWholeFile(p *Patch, f PatchFile, target string) (ApplyResult, error) {
+	res := ApplyResult{File: f.Name, ModelVersion: p.Plan.ModelVersion, BaseVersion: p.Plan.BaseVersion}
+	have, err := hashFile(target)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && f.BaseSHA256 == ([32]byte{}):
+	case err != nil:
+		return res, err
+	case have == f.ResultSHA256:
+		res.AlreadyApplied = true
+		return res, nil
+	case have != f.BaseSHA256:
+		return res, fmt.Errorf("%w: %s has SHA-256 %x, which is neither the patch's base %x nor its result %x; nothing was written",
+			ErrBaseMismatch, f.Name, have, f.BaseSHA256, f.ResultSHA256)
+	}
+	r, err := p.WholeFile(f.Name)
+	if err != nil {
+		return res, err
+	}
+	tmp := target + ".weightfs-tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return res, err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(h, out), r)
+	if err == nil && !bytes.Equal(h.Sum(nil), f.ResultSHA256[:]) {
+		err = fmt.Errorf("%w: the patch's copy of %s does not hash to its recorded result", ErrMalformed, f.Name)
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, target)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return res, fmt.Errorf("replace %s: %w", target, err)
+	}
+	res.ElementsWritten, res.Writes = n, 1
+	return res, syncDir(filepath.Dir(target))
+}
+
+func hashFile(path string) ([32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, fmt.Errorf("read %s: %w", path, err)
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+// FileJournal is a Journal kept in the file at this path (written to a temporary file,
+// synced, renamed into place, and the directory synced).
+type FileJournal string
+
+// Load reads the journal file.
+func (j FileJournal) Load() ([]byte, bool, error) {
+	b, err := os.ReadFile(string(j))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read apply journal: %w", err)
+	}
+	return b, true, nil
+}
+
+// Store writes the journal file durably.
+func (j FileJournal) Store(record []byte) error {
+	tmp := string(j) + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("create apply journal: %w", err)
+	}
+	_, err = f.Write(record)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, string(j))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write apply journal %s: %w", string(j), err)
+	}
+	return syncDir(filepath.Dir(string(j)))
+}
+
+// Remove deletes the journal file.
+func (j FileJournal) Remove() error {
+	if err := os.Remove(string(j)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove apply journal: %w", err)
+	}
+	return syncDir(filepath.Dir(string(j)))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
