@@ -6,7 +6,13 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Long tests (the 20-version ~100M-parameter run, kill -9 trials) are part of `make test`.
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all deps build test demo bench lint clean
+# The S3 tests run a real S3 server on loopback: versitygw (Apache-2.0), built from the Go
+# module proxy into the user cache directory once (about 2 minutes on 2 cores). The tests look
+# for it there too (or at $WEIGHTFS_S3_SERVER) and build it themselves if it is missing.
+VERSITYGW    := v1.8.0
+S3SERVER_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/weightfs-s3/versitygw-$(VERSITYGW)
+
+.PHONY: all deps build test demo bench lint clean s3server
 
 all: build
 
@@ -20,11 +26,18 @@ deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# s3server builds the test S3 server into its cache directory unless it is there.
+s3server:
+	@if [ ! -x "$(S3SERVER_DIR)/versitygw" ]; then \
+		echo "building the test S3 server versitygw $(VERSITYGW) into $(S3SERVER_DIR) (once; about 2 minutes)"; \
+		mkdir -p "$(S3SERVER_DIR)" && cd / && GOBIN="$(S3SERVER_DIR)" $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW); \
+	fi
+
 build:
 	$(GO) build -o $(BIN)/weightfs ./cmd/weightfs
 	$(GO) build -o $(BIN)/weightfs-gen ./cmd/weightfs-gen
 
-test: deps
+test: deps s3server
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 

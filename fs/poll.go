@@ -39,12 +39,17 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 		case <-tick.C:
 		}
 		if err := m.b.Refresh(); err != nil {
-			// Say it once, not every tick.
+			// Say it once, not every tick. Sealed versions stay readable meanwhile (from
+			// the materialized copy and cached objects; a read that needs the unreachable
+			// store fails with EIO, never with other bytes).
 			if msg := err.Error(); msg != lastErr {
-				m.logf("refresh: %v (will keep trying)", err)
+				m.logf("refresh: %v (will keep trying every %s)", err, interval)
 				lastErr = msg
 			}
 			continue
+		}
+		if lastErr != "" {
+			m.logf("refresh: working again")
 		}
 		lastErr = ""
 		m.noticeVersions()

@@ -53,8 +53,12 @@ func checkFormatFile(b []byte) error {
 // storeDirs are the directories Init creates (see docs/format-store.md).
 var storeDirs = []string{"objects", "versions", "tmp", "cache"}
 
-// Init creates an empty store at path (a local directory; it must not exist or be empty).
+// Init creates an empty store at path: a local directory (it must not exist or be empty),
+// or s3://bucket/prefix (InitS3 with the endpoint and region from the environment).
 func Init(path string) error {
+	if IsS3URL(path) {
+		return InitS3(path, S3Options{})
+	}
 	entries, err := os.ReadDir(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

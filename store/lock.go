@@ -7,9 +7,14 @@ import (
 	"syscall"
 )
 
-// writerLock is the exclusive flock on STORE/lock held by the one writer. flock locks belong
-// to the open file description, so a second Open in the same process is refused as well.
-type writerLock struct{ f *os.File }
+// writerLock is what makes the one writer of a store the only one: on a local store the
+// exclusive flock on STORE/lock (flock locks belong to the open file description, so a second
+// Open in the same process is refused as well); on S3 the lease object PREFIX/lock
+// (lease.go).
+type writerLock struct {
+	f     *os.File
+	lease *lease
+}
 
 func acquireWriterLock(path string) (*writerLock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -29,6 +34,9 @@ func acquireWriterLock(path string) (*writerLock, error) {
 func (l *writerLock) release() error {
 	if l == nil {
 		return nil
+	}
+	if l.lease != nil {
+		return l.lease.release()
 	}
 	// Closing the descriptor drops the flock.
 	return l.f.Close()

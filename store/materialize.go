@@ -26,7 +26,8 @@ type materialized struct {
 	s   *Store
 	dir string
 
-	ensureMu sync.Mutex // one ensure (rebuild or bring forward) at a time
+	ensureMu sync.Mutex     // one ensure (rebuild or bring forward) at a time
+	bg       sync.WaitGroup // ensures running in the background (ensureInBackground)
 
 	mu      sync.RWMutex // readers of the copy hold it shared; changes hold it exclusively
 	ver     *version     // the version held; nil: the copy is not usable
@@ -48,6 +49,7 @@ func newMaterialized(s *Store, dir string) *materialized {
 }
 
 func (m *materialized) close() {
+	m.bg.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closeFilesLocked()
@@ -181,6 +183,19 @@ func (m *materialized) ensure() error {
 	return m.rebuild(target)
 }
 
+// ensureInBackground runs ensure on its own goroutine: a seal returns without waiting for
+// the copy. Reads meanwhile replay (the copy holds nothing while it changes) and the next
+// ensure waits for this one. close waits for it.
+func (m *materialized) ensureInBackground() {
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		if err := m.ensure(); err != nil {
+			m.s.logf("materialized copy not brought forward: %v (it is rebuilt when next needed)", err)
+		}
+	}()
+}
+
 // loadState adopts a clean copy left by an earlier run, if the index vouches for it.
 func (m *materialized) loadState() *version {
 	st := m.s.ix.materialized()
@@ -210,7 +225,15 @@ func (m *materialized) install(ver *version) {
 	m.mu.Unlock()
 }
 
+// invalidate drops the copy (it is rebuilt when next needed), after any update in progress.
 func (m *materialized) invalidate() {
+	m.ensureMu.Lock()
+	defer m.ensureMu.Unlock()
+	m.drop()
+}
+
+// drop forgets the copy at once; the caller holds ensureMu.
+func (m *materialized) drop() {
 	m.mu.Lock()
 	m.closeFilesLocked()
 	m.ver, m.locs = nil, nil
@@ -223,7 +246,7 @@ func (m *materialized) rebuild(target *version) error {
 	if err := m.s.ix.setMaterialized(matState{Version: target.m.Version}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
-	m.invalidate()
+	m.drop()
 	if err := os.RemoveAll(m.dir); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
@@ -323,13 +346,13 @@ func (m *materialized) forward(cur, target *version) error {
 	if err := m.s.ix.setMaterialized(matState{Version: cur.m.Version}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
+	// Readers let go of the copy and replay until it holds target: the update runs without
+	// keeping anyone waiting (ensureMu keeps other updates out).
+	m.drop()
+	err := m.apply(cur, target, patches, rewrites)
 	m.mu.Lock()
-	err := m.applyLocked(cur, target, patches, rewrites)
-	if err != nil {
-		m.closeFilesLocked()
-		m.ver, m.locs = nil, nil
-	} else {
-		m.closeFilesLocked()
+	m.closeFilesLocked()
+	if err == nil {
 		m.ver, m.locs = target, locsOf(target)
 	}
 	m.gen++
@@ -340,7 +363,8 @@ func (m *materialized) forward(cur, target *version) error {
 	return m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true})
 }
 
-func (m *materialized) applyLocked(cur, target *version, patches []inPlace, rewrites map[string]string) error {
+// apply changes the files of the copy from cur to target. Nobody reads the copy meanwhile.
+func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites map[string]string) error {
 	for i, p := range patches {
 		if i == len(patches)/2 {
 			if err := m.s.failpoint("materialize-partial"); err != nil {

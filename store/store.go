@@ -40,6 +40,9 @@ type Options struct {
 	// CacheBytes bounds the memory of decoded pages and delta bodies kept for reads
 	// (0: DefaultCacheBytes).
 	CacheBytes int64
+	// S3 configures stores at s3://bucket/prefix (endpoint, region, transfers, lease, the
+	// local object cache); ignored for local stores. See S3Options and docs/s3.md.
+	S3 S3Options
 }
 
 // Defaults of Options.
@@ -107,8 +110,11 @@ func (s *Store) failpoint(point string) error {
 	return nil
 }
 
-// Open opens the store at path.
+// Open opens the store at path: a local directory, or s3://bucket/prefix (see s3open.go).
 func Open(path string, opts Options) (*Store, error) {
+	if IsS3URL(path) {
+		return openS3(path, opts)
+	}
 	format, err := os.ReadFile(filepath.Join(path, formatFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
@@ -119,8 +125,36 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkFormatFile(format); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	s := newBareStore(path, opts, newLocalBackend(path))
+	ok := false
+	defer func() {
+		if !ok {
+			s.shutdown()
+		}
+	}()
+	if !s.readOnly {
+		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock")); err != nil {
+			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
+		}
+		// Nothing is being written now: leftovers are from a process that died.
+		if err := s.be.CleanTemp(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.setupCacheDir(); err != nil {
+		return nil, err
+	}
+	if err := s.finishOpen(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// newBareStore builds the in-memory part of a Store on backend be (nil: set by the caller).
+func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
-		root: path, opts: opts, readOnly: opts.ReadOnly, be: newLocalBackend(path),
+		root: path, opts: opts, readOnly: opts.ReadOnly, be: be,
 		diff: opts.Diff, maxChain: opts.MaxChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
 	}
@@ -140,51 +174,39 @@ func Open(path string, opts Options) (*Store, error) {
 	s.pages = newLRU[pageKey, []byte](cacheBytes / 2)
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
+	return s
+}
 
-	ok := false
-	defer func() {
-		if !ok {
-			s.shutdown()
-		}
-	}()
-	if !s.readOnly {
-		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock")); err != nil {
-			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
-		}
-		// Nothing is being written now: leftovers are from a process that died.
-		if err := s.be.CleanTemp(); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.setupCacheDir(); err != nil {
-		return nil, err
-	}
+// finishOpen is the part of Open common to every backend, once the backend, the writer's
+// lock and the cache directory are in place: the codec, the index, the version list, the
+// writer's clean-up and a reader's materialized copy.
+func (s *Store) finishOpen() error {
+	var err error
 	if s.codec, err = newCodec(); err != nil {
-		return nil, err
+		return err
 	}
 	indexPath := filepath.Join(s.cacheDir, "index.db")
 	_, statErr := os.Stat(indexPath)
 	if s.ix, err = openIndex(indexPath); err != nil {
-		return nil, err
+		return err
 	}
 	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))
 	if err := s.loadVersions(); err != nil {
-		return nil, err
+		return err
 	}
 	if !s.readOnly && (statErr != nil || s.ix.flag(keyDirty)) {
 		// A writer died between writing objects and sealing them (or the index, which
 		// remembers that, is new): drop the objects no manifest needs.
 		if err := s.sweep(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if s.readOnly && opts.Materialize {
+	if s.readOnly && s.opts.Materialize {
 		if err := s.mat.ensure(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	ok = true
-	return s, nil
+	return nil
 }
 
 func (s *Store) setupCacheDir() error {
@@ -270,6 +292,11 @@ func (s *Store) shutdown() error {
 	}
 	if s.codec != nil {
 		s.codec.close()
+	}
+	// A remote backend stops its transfers (objects not yet uploaded belong to no sealed
+	// version) before its cache directory may go.
+	if c, ok := s.be.(interface{ close() error }); ok {
+		errs = append(errs, c.close())
 	}
 	if s.ownCache {
 		errs = append(errs, os.RemoveAll(s.cacheDir))

@@ -24,6 +24,10 @@ type Writer struct {
 	dirs    map[string]uint32
 	created map[ID]int64 // objects this writer put, with their stored sizes
 	held    map[ID]bool  // objects this writer keeps from being swept
+	streams map[*FileStream]struct{}
+	pool    *chunkPool // the chunks of its streams (stream.go)
+	// bgMaterialize lets Seal return before the materialized copy is brought forward.
+	bgMaterialize bool
 
 	progress   func(done, total int64)
 	progressMu sync.Mutex
@@ -58,7 +62,7 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 		}
 	}
 	w := &Writer{s: s, v: v, files: map[string]*manifestFile{}, dirs: map[string]uint32{},
-		created: map[ID]int64{}, held: map[ID]bool{}}
+		created: map[ID]int64{}, held: map[ID]bool{}, streams: map[*FileStream]struct{}{}}
 	s.open[v] = w
 	return w, nil
 }
@@ -79,6 +83,10 @@ func (w *Writer) checkLive() error {
 // the check whether id is stored: GC deletes only objects nobody holds.
 func (w *Writer) hold(id ID) {
 	w.mu.Lock()
+	if w.held == nil {
+		w.mu.Unlock()
+		return // the writer has ended: nothing it stores is used
+	}
 	already := w.held[id]
 	w.held[id] = true
 	w.mu.Unlock()
@@ -216,7 +224,9 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.failpoint("seal-index-updated"); err != nil {
 		return info, err
 	}
-	if err := s.mat.ensure(); err != nil {
+	if w.bgMaterialize {
+		s.mat.ensureInBackground()
+	} else if err := s.mat.ensure(); err != nil {
 		// The version is sealed; the copy is rebuilt when next needed.
 		s.logf("version %d sealed; materialized copy not brought forward: %v", w.v, err)
 	}
@@ -304,6 +314,13 @@ func (w *Writer) finish(m *manifest) {
 	s := w.s
 	w.mu.Lock()
 	w.done = true
+	streams := w.streams
+	w.streams = map[*FileStream]struct{}{}
+	w.mu.Unlock()
+	for st := range streams {
+		st.Abort() // an added stream holds nothing more; any other is dropped
+	}
+	w.mu.Lock()
 	held := w.held
 	w.held = nil
 	leftovers := false

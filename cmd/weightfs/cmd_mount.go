@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	wfs "github.com/weightfs/weightfs/fs"
 	"github.com/weightfs/weightfs/gpu"
@@ -16,9 +15,10 @@ func cmdMount(e *env, args []string) error {
 	fs := newFlags("mount")
 	readOnly := fs.Bool("read-only", false, "serve sealed versions only; every modification fails with EROFS")
 	version := fs.String("version", "", "with --read-only: serve this version (a number or 'latest') at the mount root")
-	cacheDir := fs.String("cache-dir", "", "this process's index and materialized copy (default: STORE/cache for the writer, a per-process directory for readers)")
+	cacheDir := fs.String("cache-dir", "", "this process's index, materialized copy and S3 object cache (default: STORE/cache for a local writer, a directory per store for an S3 writer, a per-process directory for readers)")
 	diffMode := fs.String("diff", "auto", "diff backend: auto, cpu or gpu")
-	poll := fs.Duration("poll", 500*time.Millisecond, "with --read-only: how often to look for newly sealed versions")
+	poll := fs.Duration("poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request)")
+	sf := addStoreFlags(fs, false)
 	debug := fs.Bool("debug", false, "print every FUSE request")
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
@@ -27,7 +27,16 @@ func cmdMount(e *env, args []string) error {
 	if *version != "" && !*readOnly {
 		return usagef("--version serves a sealed version and needs --read-only")
 	}
-	opts := store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logTo(e)}
+	// A read-only mount of an S3 store serves the latest version from a local materialized
+	// copy, brought forward by the few objects each new version adds.
+	opts := store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logTo(e),
+		Materialize: *readOnly && store.IsS3URL(pos[0])}
+	if err := sf.apply(&opts); err != nil {
+		return err
+	}
+	if *poll == 0 && store.IsS3URL(pos[0]) {
+		*poll = store.DefaultS3PollInterval
+	}
 	if !*readOnly {
 		if opts.Diff, err = selectDiff(e, *diffMode); err != nil {
 			return err

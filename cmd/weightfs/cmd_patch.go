@@ -11,6 +11,7 @@ import (
 func cmdPatch(e *env, args []string) error {
 	fs := newFlags("patch")
 	out := fs.String("o", "", "the patch file to write (required)")
+	sf := addStoreFlags(fs, true)
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -18,13 +19,18 @@ func cmdPatch(e *env, args []string) error {
 	if *out == "" {
 		return usagef("-o FILE is required")
 	}
-	st, err := openStore(e, pos[0], true, "")
+	st, err := openStore(e, pos[0], true, "", sf)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	v, err := resolveVersion(st, pos[1])
 	if err != nil {
+		return err
+	}
+	// The mount serves patches/ only for versions with a same-layout predecessor; the CLI
+	// writes exactly those files and refuses the rest with the same reason.
+	if _, err := st.PatchBase(v); err != nil {
 		return err
 	}
 	tmp := *out + ".tmp"

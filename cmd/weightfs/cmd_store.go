@@ -14,21 +14,37 @@ import (
 
 func cmdInit(e *env, args []string) error {
 	fs := newFlags("init")
+	sf := addStoreFlags(fs, false)
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	if err := store.Init(pos[0]); err != nil {
+	var opts store.Options
+	if err := sf.apply(&opts); err != nil {
+		return err
+	}
+	if store.IsS3URL(pos[0]) {
+		err = store.InitS3(pos[0], opts.S3)
+	} else {
+		err = store.Init(pos[0])
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "initialized empty weightfs store in %s\n", pos[0])
 	return nil
 }
 
-// openStore opens STORE for a command, logging to stderr. With a diff mode it selects the
-// diff backend; closing the returned store releases the backend too.
-func openStore(e *env, path string, readOnly bool, diffMode string) (*cliStore, error) {
+// openStore opens STORE for a command, logging to stderr, with the options of the command's
+// store flags if it has them. With a diff mode it selects the diff backend; closing the
+// returned store releases the backend too.
+func openStore(e *env, path string, readOnly bool, diffMode string, flags ...*storeFlags) (*cliStore, error) {
 	opts := store.Options{ReadOnly: readOnly, Logf: logTo(e)}
+	for _, f := range flags {
+		if err := f.apply(&opts); err != nil {
+			return nil, err
+		}
+	}
 	if diffMode != "" {
 		backend, err := selectDiff(e, diffMode)
 		if err != nil {
@@ -69,6 +85,7 @@ func logTo(e *env) func(string, ...any) {
 
 func cmdCommit(e *env, args []string) error {
 	fs := newFlags("commit")
+	sf := addStoreFlags(fs, true)
 	version := fs.String("version", "", "version number to create (default: latest + 1)")
 	diffMode := fs.String("diff", "auto", "diff backend: auto, cpu or gpu")
 	pos, err := parse(e, fs, args, 2, 2)
@@ -81,7 +98,7 @@ func cmdCommit(e *env, args []string) error {
 			return usagef("--version: %v", err)
 		}
 	}
-	st, err := openStore(e, pos[0], false, *diffMode)
+	st, err := openStore(e, pos[0], false, *diffMode, sf)
 	if err != nil {
 		return err
 	}
@@ -115,11 +132,12 @@ func percent(a, b int64) float64 {
 
 func cmdLog(e *env, args []string) error {
 	fs := newFlags("log")
+	sf := addStoreFlags(fs, true)
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(e, pos[0], true, "")
+	st, err := openStore(e, pos[0], true, "", sf)
 	if err != nil {
 		return err
 	}
@@ -165,12 +183,13 @@ func resolveVersion(st interface{ Latest() (uint64, bool) }, s string) (uint64, 
 
 func cmdDiff(e *env, args []string) error {
 	fs := newFlags("diff")
+	sf := addStoreFlags(fs, true)
 	all := fs.Bool("all", false, "list unchanged tensors too")
 	pos, err := parse(e, fs, args, 3, 3)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(e, pos[0], true, "")
+	st, err := openStore(e, pos[0], true, "", sf)
 	if err != nil {
 		return err
 	}
@@ -208,11 +227,12 @@ func cmdDiff(e *env, args []string) error {
 
 func cmdExport(e *env, args []string) error {
 	fs := newFlags("export")
+	sf := addStoreFlags(fs, true)
 	pos, err := parse(e, fs, args, 3, 3)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(e, pos[0], true, "")
+	st, err := openStore(e, pos[0], true, "", sf)
 	if err != nil {
 		return err
 	}
@@ -233,11 +253,12 @@ func cmdExport(e *env, args []string) error {
 
 func cmdVerify(e *env, args []string) error {
 	fs := newFlags("verify")
+	sf := addStoreFlags(fs, true)
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(e, pos[0], true, "")
+	st, err := openStore(e, pos[0], true, "", sf)
 	if err != nil {
 		return err
 	}
@@ -257,6 +278,7 @@ func cmdVerify(e *env, args []string) error {
 
 func cmdGC(e *env, args []string) error {
 	fs := newFlags("gc")
+	sf := addStoreFlags(fs, true)
 	keep := fs.Int("keep-last", 0, "number of newest versions to keep (required, at least 1)")
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
@@ -265,7 +287,7 @@ func cmdGC(e *env, args []string) error {
 	if *keep < 1 {
 		return usagef("--keep-last N is required and must be at least 1")
 	}
-	st, err := openStore(e, pos[0], false, "")
+	st, err := openStore(e, pos[0], false, "", sf)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,7 @@ func commands() []command {
 		{"apply", "PATCH FILE", "apply a patch in place to a local safetensors file, checking its base", cmdApply},
 		{"verify", "STORE", "re-read and re-hash everything; exit non-zero on any damage", cmdVerify},
 		{"gc", "STORE", "drop old versions, keeping every kept version readable", cmdGC},
+		{"lease", "show|break STORE", "show the writer's lease of a store, or break a dead writer's lease (s3:// stores)", cmdLease},
 		{"gpus", "", "GPUs found (NVML) and which diff backend would run", cmdGPUs},
 	}
 }

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/weightfs/weightfs/gen"
+)
+
+// Figures 2, 3 and 5: a checkpoint written through the read-write mount of a `weightfs mount`
+// daemon and sealed with DONE, against the same writer on go-fuse's loopback mount and on the
+// local disk (with fsync); the seal's latency; the daemon's peak anonymous memory meanwhile.
+//
+// Version 1 is written straight from the generator into the mount (it only sets the stage);
+// version 2, the measured one, is generated into a local directory first and copied by
+// writeTree in every case, its source in the page cache and the caches dropped before.
+
+const rssInterval = 50 * time.Millisecond
+
+// ingestResult is one ingest of v1 and v2 through a weightfs daemon.
+type ingestResult struct {
+	Cfg         gen.Config
+	Bytes       int64 // bytes of version 2's files
+	V1Seconds   float64
+	Write       writeStats // version 2 through the mount
+	SealSeconds float64    // from the last write's return to DONE's close returning
+	V1Peak      rssPeak
+	V2Peak      rssPeak
+	VmHWM       int64
+	CachesCold  bool
+	dir, srcV2  string
+}
+
+// Peak is the higher RssAnon peak of the two versions.
+func (r *ingestResult) Peak() int64 { return max(r.V1Peak.RssAnon, r.V2Peak.RssAnon) }
+
+// ingestWeightfs generates version 2 of cfg into a local directory, mounts a fresh store, writes
+// version 1 from the generator and version 2 with writeTree through the mount, sealing each,
+// and samples the daemon's memory throughout. The store is removed afterwards; the source of
+// version 2 stays for the baselines until removeSources.
+func (b *bench) ingestWeightfs(ctx context.Context, name string, cfg gen.Config) (*ingestResult, error) {
+	dir := filepath.Join(b.work, name)
+	res := &ingestResult{Cfg: cfg, dir: dir, srcV2: filepath.Join(dir, "src-v2")}
+	b.logf("  %s: generating version 2 (%s) into %s", name, describeConfig(cfg), res.srcV2)
+	if err := gen.StreamCheckpoint(cfg, 1, res.srcV2); err != nil {
+		return nil, fmt.Errorf("generate version 2: %w", err)
+	}
+	var err error
+	if res.Bytes, err = treeBytes(res.srcV2); err != nil {
+		return nil, err
+	}
+	storePath, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
+	if err := b.weightfsCmd(ctx, "init", storePath); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(storePath)
+	d, err := b.startDaemon(ctx, name+"-weightfs", mnt, b.opts.Weightfs, "mount", storePath, mnt)
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	sampler := startRSSSampler(d.Pid(), rssInterval)
+	defer sampler.Stop()
+
+	b.logf("  %s: version 1 from the generator through the mount", name)
+	began := time.Now()
+	v1 := filepath.Join(mnt, gen.VersionDirName(1))
+	if err := gen.StreamCheckpoint(cfg, 0, v1); err != nil {
+		return nil, fmt.Errorf("write version 1 through the mount: %w", err)
+	}
+	if _, err := seal(v1); err != nil {
+		return nil, err
+	}
+	res.V1Seconds = time.Since(began).Seconds()
+	res.V1Peak = sampler.Phase()
+
+	res.CachesCold = dropCaches() == nil
+	if err := warmTree(res.srcV2); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.logf("  %s: version 2 (%s) through the mount", name, humanBytes(res.Bytes))
+	sampler.Phase()
+	v2 := filepath.Join(mnt, gen.VersionDirName(2))
+	if err := os.Mkdir(v2, 0o755); err != nil {
+		return nil, fmt.Errorf("open version 2: %w", err)
+	}
+	if res.Write, err = writeTree(res.srcV2, v2, b.opts.WriteSize, false); err != nil {
+		return nil, err
+	}
+	sealed, err := seal(v2)
+	if err != nil {
+		return nil, err
+	}
+	res.SealSeconds = sealed.Sub(res.Write.LastWrite).Seconds()
+	res.V2Peak = sampler.Phase()
+	if err := checkSealed(mnt, 2, res.srcV2); err != nil {
+		return nil, err
+	}
+	if err := d.stop(); err != nil {
+		return nil, err
+	}
+	_, res.VmHWM, err = sampler.Stop()
+	if err != nil {
+		return nil, fmt.Errorf("sample the daemon's memory: %w", err)
+	}
+	b.logf("  %s: v1 in %.1f s; v2 written in %.1f s, sealed %.2f s later; peak RssAnon %s (v1) %s (v2)", name,
+		res.V1Seconds, res.Write.WriteSeconds(), res.SealSeconds, humanBytes(res.V1Peak.RssAnon), humanBytes(res.V2Peak.RssAnon))
+	return res, nil
+}
+
+// removeSources deletes what ingestWeightfs left for the baselines.
+func (r *ingestResult) removeSources() error { return os.RemoveAll(r.dir) }
+
+// seal creates DONE in an open version and returns when its close has returned: the moment
+// the store says the version is durable.
+func seal(versionDir string) (time.Time, error) {
+	f, err := os.Create(filepath.Join(versionDir, "DONE"))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("seal %s: create DONE: %w", versionDir, err)
+	}
+	if err := f.Close(); err != nil {
+		return time.Time{}, fmt.Errorf("seal %s: close DONE: %w", versionDir, err)
+	}
+	return time.Now(), nil
+}
+
+// checkSealed checks that latest names version v and that its files have the sizes of src's.
+func checkSealed(mnt string, v int, src string) error {
+	target, err := os.Readlink(filepath.Join(mnt, "latest"))
+	if err != nil {
+		return fmt.Errorf("after the seal: %w", err)
+	}
+	if filepath.Base(target) != gen.VersionDirName(v) {
+		return fmt.Errorf("after the seal of version %d, latest points to %s", v, target)
+	}
+	files, err := treeFiles(src)
+	if err != nil {
+		return err
+	}
+	for _, rel := range files {
+		want, err := os.Stat(filepath.Join(src, rel))
+		if err != nil {
+			return err
+		}
+		got, err := os.Stat(filepath.Join(mnt, gen.VersionDirName(v), rel))
+		if err != nil {
+			return fmt.Errorf("sealed version %d: %w", v, err)
+		}
+		if got.Size() != want.Size() {
+			return fmt.Errorf("sealed version %d: %s has %d bytes, %d were written", v, rel, got.Size(), want.Size())
+		}
+	}
+	return nil
+}
+
+// weightfsCmd runs a short weightfs command, returning its output in the error if it fails.
+func (b *bench) weightfsCmd(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, b.opts.Weightfs, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("weightfs %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// baselineWrite writes src with writeTree into a fresh directory: through a loopback mount of
+// a local directory, or (local) onto the local disk with fsync.
+func (b *bench) baselineWrite(ctx context.Context, res *ingestResult, local bool) (writeStats, error) {
+	under := filepath.Join(res.dir, "baseline")
+	if err := os.MkdirAll(under, 0o755); err != nil {
+		return writeStats{}, err
+	}
+	defer os.RemoveAll(under)
+	target := under
+	var d *daemon
+	if !local {
+		mnt := filepath.Join(res.dir, "mnt-loopback")
+		var err error
+		if d, err = b.startDaemon(ctx, "ingest-loopback", mnt, b.self, "loopback", under, mnt); err != nil {
+			return writeStats{}, err
+		}
+		defer d.stop()
+		target = mnt
+	}
+	dropCaches()
+	if err := warmTree(res.srcV2); err != nil {
+		return writeStats{}, err
+	}
+	ws, err := writeTree(res.srcV2, filepath.Join(target, gen.VersionDirName(2)), b.opts.WriteSize, local)
+	if err != nil {
+		return ws, err
+	}
+	if d != nil {
+		if err := d.stop(); err != nil {
+			return ws, err
+		}
+	}
+	return ws, nil
+}
+
+func mibPerSecond(bytes int64, seconds float64) float64 { return float64(bytes) / (1 << 20) / seconds }
+
+func (b *bench) figIngest(ctx context.Context) ([]Row, error) {
+	cfg, err := configForBytes(b.sz.IngestBytes, deltaHighLR)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.ingestWeightfs(ctx, "ingest", cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer res.removeSources()
+	b.ingest2 = res
+	b.logf("  ingest: the same writer through the loopback mount")
+	loop, err := b.baselineWrite(ctx, res, false)
+	if err != nil {
+		return nil, fmt.Errorf("loopback baseline: %w", err)
+	}
+	b.logf("  ingest: the same writer onto the local disk, with fsync")
+	local, err := b.baselineWrite(ctx, res, true)
+	if err != nil {
+		return nil, fmt.Errorf("local-disk baseline: %w", err)
+	}
+	wfsSeconds := res.Write.WriteSeconds() + res.SealSeconds
+	wfsRate := mibPerSecond(res.Bytes, wfsSeconds)
+	note := fmt.Sprintf("%s (%s), %d-byte writes; weightfs counts until DONE's close returns, loopback until the last close (no fsync)",
+		humanBytes(res.Bytes), describeConfig(cfg), b.opts.WriteSize)
+	if !res.CachesCold {
+		note += "; caches could not be dropped between cases"
+	}
+	detail := map[string]any{
+		"bytes": res.Bytes, "weightfs_write_s": res.Write.WriteSeconds(), "weightfs_seal_s": res.SealSeconds,
+		"loopback_s": loop.TotalSeconds(), "local_fsync_s": local.TotalSeconds(), "v1_seconds": res.V1Seconds,
+	}
+	return []Row{
+		{Figure: "2", Name: "ingest v2 through the mount, sealed", Measured: wfsRate, Unit: "MiB/s",
+			Baseline: mibPerSecond(loop.Bytes, loop.TotalSeconds()), BaselineName: "loopback FUSE", Goal: ratioAtLeast(0.5),
+			Note: note, Detail: detail},
+		{Figure: "2", Name: "  the same against local disk", Measured: wfsRate, Unit: "MiB/s",
+			Baseline: mibPerSecond(local.Bytes, local.TotalSeconds()), BaselineName: "write+fsync (cp+sync)"},
+		{Figure: "3", Name: "seal latency (last write -> DONE closed)", Measured: res.SealSeconds, Unit: "s",
+			Baseline: res.Write.WriteSeconds(), BaselineName: "write time", Goal: ratioAtMost(0.10)},
+	}, nil
+}
+
+func (b *bench) figMemory(ctx context.Context) ([]Row, error) {
+	var rows []Row
+	var first, last *ingestResult
+	for _, size := range b.sz.MemoryBytes {
+		res := b.ingest2
+		if res == nil || size != b.sz.IngestBytes {
+			cfg, err := configForBytes(size, deltaHighLR)
+			if err != nil {
+				return rows, err
+			}
+			if res, err = b.ingestWeightfs(ctx, fmt.Sprintf("memory-%dm", size>>20), cfg); err != nil {
+				return rows, err
+			}
+			if err := res.removeSources(); err != nil {
+				return rows, err
+			}
+		}
+		if first == nil {
+			first = res
+		}
+		last = res
+		rows = append(rows, Row{
+			Figure: "5", Name: fmt.Sprintf("daemon peak RssAnon, ingest of %s (v1+v2)", humanBytes(res.Bytes)),
+			Measured: float64(res.Peak()) / (1 << 20), Unit: "MiB", Goal: atMost(512, "MiB"),
+			Note: fmt.Sprintf("v1 %s, v2 %s; VmHWM (file pages too) %s; sampled every %v",
+				humanBytes(res.V1Peak.RssAnon), humanBytes(res.V2Peak.RssAnon), humanBytes(res.VmHWM), rssInterval),
+			Detail: map[string]any{"v1": res.V1Peak, "v2": res.V2Peak, "vm_hwm_bytes": res.VmHWM, "bytes": res.Bytes},
+		})
+	}
+	if first != nil && last != first && first.Peak() > 0 {
+		rows = append(rows, Row{
+			Figure: "5", Name: fmt.Sprintf("  peak growth %s -> %s", humanBytes(first.Bytes), humanBytes(last.Bytes)),
+			Measured: float64(last.Peak()) / float64(first.Peak()), Unit: "x", Goal: atMost(1.25, "x"),
+			Note: "must not grow with model size: at most 1.25x for 4x the bytes",
+		})
+	}
+	return rows, nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseOnly(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr bool
+	}{
+		{"", figureNames, false},
+		{"all", figureNames, false},
+		{"ingest,reads", []string{"reads", "ingest"}, false},
+		{" 2, 3 ,seal", []string{"ingest"}, false},
+		{"8,1", []string{"kernel", "delta"}, false},
+		{"KERNEL", []string{"kernel"}, false},
+		{"ingest,bogus", nil, true},
+		{",", nil, true},
+		{"9", nil, true},
+	}
+	for _, tc := range tests {
+		got, err := parseOnly(tc.in)
+		if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
+			t.Errorf("parseOnly(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func FuzzParseOnly(f *testing.F) {
+	f.Add("ingest,reads")
+	f.Add("1,2,x")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseOnly(s)
+		if err != nil {
+			return
+		}
+		if len(got) == 0 {
+			t.Fatalf("parseOnly(%q) selected nothing without an error", s)
+		}
+		for _, name := range got {
+			if !slices.Contains(figureNames, name) {
+				t.Fatalf("parseOnly(%q) gave unknown figure %q", s, name)
+			}
+		}
+	})
+}
+
+func TestParseOptions(t *testing.T) {
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"-quick", "-only", "kernel"}, ""},
+		{[]string{"-write-size", "4096"}, "at least 1 MiB"},
+		{[]string{"-read-reps", "0"}, "at least 1"},
+		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"-only", "nope"}, "unknown figure"},
+		{[]string{"-bogus"}, "bogus"},
+	}
+	for _, tc := range tests {
+		o, err := parseOptions(tc.args, io.Discard)
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Errorf("%v: %v", tc.args, err)
+			} else if !o.Quick || !slices.Equal(o.Figures, []string{"kernel"}) {
+				t.Errorf("%v: parsed %+v", tc.args, o)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.wantErr)
+		}
+	}
+}
+
+func TestSizes(t *testing.T) {
+	full := sizesFor(false)
+	if full.DeltaMinBytes < 500_000_000 || full.IngestBytes < 2<<30 || full.ApplyBytes < 1<<30 ||
+		full.MemoryBytes[len(full.MemoryBytes)-1] < 4<<30 || full.HistoryVersions != 100 || full.ReadVersions < 2*readsBehind+1 {
+		t.Fatalf("full sizes below the issue's: %+v", full)
+	}
+	quick := sizesFor(true)
+	if !slices.Contains(quick.MemoryBytes, quick.IngestBytes) || quick.ReadVersions < 2*readsBehind+1 {
+		t.Fatalf("quick sizes: %+v", quick)
+	}
+	for _, fig := range []string{"delta", "ingest", "memory", "apply", "history"} {
+		if full.diskNeed(fig) <= 0 {
+			t.Errorf("no disk estimate for %s", fig)
+		}
+	}
+}
+
+func TestFigureNumber(t *testing.T) {
+	want := map[string]string{"delta": "1", "ingest": "2", "reads": "4", "memory": "5", "apply": "6", "history": "7", "kernel": "8"}
+	for fig, num := range want {
+		if got := figureNumber(fig); got != num {
+			t.Errorf("figureNumber(%s) = %s, want %s", fig, got, num)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package fs
+
+import "github.com/weightfs/weightfs/store"
+
+// viewSource is what the patches/ and deltas/ views need from a backend beyond Backend: the
+// decisions and renders of store.Store (see store/render.go and store/slime.go). Optional: a
+// backend without it gets empty views.
+type viewSource interface {
+	// PatchBase returns the version the patch of v is taken against, or an error wrapping
+	// store.ErrNoPrevious or store.ErrLayoutChanged when v has no patch.
+	PatchBase(v uint64) (uint64, error)
+	// RenderPatch returns the patch of v, rendered in the cache directory.
+	RenderPatch(v uint64) (store.RenderedFile, error)
+	// PlanSlime says how v is served in deltas/ (ErrNoSuchVersion: not at all).
+	PlanSlime(v uint64) (store.SlimePlan, error)
+	// RenderSlime returns the plan and, unless it is SlimeFull, the files of deltas/v.
+	RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error)
+}
+
+func (b storeBackend) PatchBase(v uint64) (uint64, error) { return b.s.PatchBase(v) }
+
+func (b storeBackend) RenderPatch(v uint64) (store.RenderedFile, error) {
+	return b.s.RenderPatch(v)
+}
+
+func (b storeBackend) PlanSlime(v uint64) (store.SlimePlan, error) { return b.s.PlanSlime(v) }
+
+func (b storeBackend) RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error) {
+	return b.s.RenderSlime(v)
+}
+
+// viewSourceOf returns the backend's renderer, if it has one.
+func viewSourceOf(b Backend) (viewSource, bool) {
+	src, ok := b.(viewSource)
+	return src, ok
+}

@@ -1,0 +1,179 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weightfs/weightfs/store"
+)
+
+// viewFile is a file under a view: a render in the process's cache directory, or a few
+// bytes in memory (the index of an empty delta). Its bytes never change, so the kernel keeps
+// its pages across opens (FOPEN_KEEP_CACHE) and caches its attributes; a render of other
+// bytes (after gc changed a version's predecessor) gets another node.
+type viewFile struct {
+	gofs.Inode
+	m     *mountState
+	where string // path from the mount root, for log lines
+	mtime time.Time
+	// again renders the file anew when its cache file has gone (pruned, or removed by
+	// hand); nil when the bytes are in memory.
+	again func() (store.RenderedFile, error)
+
+	mu sync.Mutex
+	rf store.RenderedFile
+}
+
+// viewHandle is one open of a viewFile.
+type viewHandle struct {
+	f    *os.File // nil when the bytes are in memory
+	data []byte
+}
+
+func newViewFile(m *mountState, where string, rf store.RenderedFile, mtime time.Time, again func() (store.RenderedFile, error)) *viewFile {
+	return &viewFile{m: m, where: where, rf: rf, mtime: mtime, again: again}
+}
+
+func (f *viewFile) rendered() store.RenderedFile {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rf
+}
+
+func (f *viewFile) fillAttr(out *fuse.Attr) {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Size = uint64(f.rendered().Size)
+	out.Nlink = 1
+	setTimes(out, f.mtime)
+}
+
+func (f *viewFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	f.fillAttr(&out.Attr)
+	out.SetTimeout(sealedTTL)
+	return 0
+}
+
+func (f *viewFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if !changesAnything(in) {
+		return f.Getattr(ctx, fh, out)
+	}
+	return f.m.refuse(f.m.modErrno(), "setattr %s: %s", f.where, viewsAreDerived)
+}
+
+func (f *viewFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&writeFlags != 0 {
+		return nil, 0, f.m.refuse(f.m.modErrno(), "open %s for writing: %s", f.where, viewsAreDerived)
+	}
+	rf := f.rendered()
+	if rf.Path == "" {
+		return &viewHandle{data: rf.Data}, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	file, err := os.Open(rf.Path)
+	if errors.Is(err, fs.ErrNotExist) && f.again != nil {
+		file, err = f.renderAgain(rf)
+	}
+	if err != nil {
+		return nil, 0, f.m.fail(err, "open %s", f.where)
+	}
+	return &viewHandle{f: file}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// renderAgain renders a file whose cache file has gone; the new render must have the size
+// the kernel already knows (it has the same key, so it has the same bytes).
+func (f *viewFile) renderAgain(old store.RenderedFile) (*os.File, error) {
+	rf, err := f.again()
+	if err != nil {
+		return nil, err
+	}
+	if rf.Size != old.Size || rf.Path == "" {
+		return nil, fmt.Errorf("rendered again as %d bytes, served as %d: %w", rf.Size, old.Size, store.ErrCorrupt)
+	}
+	f.mu.Lock()
+	f.rf = rf
+	f.mu.Unlock()
+	f.m.logf("%s: rendered again (the cached file had gone)", f.where)
+	return os.Open(rf.Path)
+}
+
+func (f *viewFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h, ok := fh.(*viewHandle)
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	size := f.rendered().Size
+	if off < 0 {
+		return nil, syscall.EINVAL
+	}
+	if off >= size {
+		return fuse.ReadResultData(nil), 0
+	}
+	n := min(int64(len(dest)), size-off)
+	if h.f == nil {
+		return fuse.ReadResultData(h.data[off : off+n]), 0
+	}
+	buf := dest[:n]
+	got, err := h.f.ReadAt(buf, off)
+	if int64(got) < n {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("short read: %d of %d bytes (the cached render shrank)", got, n)
+		}
+		return nil, f.m.fail(err, "read %s at %d+%d", f.where, off, n)
+	}
+	return fuse.ReadResultData(buf), 0
+}
+
+func (f *viewFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	if h, ok := fh.(*viewHandle); ok && h.f != nil {
+		if err := h.f.Close(); err != nil {
+			f.m.logf("close %s: %v", f.where, err)
+		}
+	}
+	return 0
+}
+
+func (f *viewFile) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return f.m.statfs(out)
+}
+
+func (f *viewFile) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
+
+func (v *viewDir) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return v.m.statfs(out)
+}
+
+func (v *viewDir) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
+
+// lookupViewFile returns the node of a view file as a child of parent, reusing the node made
+// for the same render (same cache path or same bytes), so its page cache survives.
+func lookupViewFile(ctx context.Context, parent *gofs.Inode, name string, newNode func() *viewFile, rf store.RenderedFile, out *fuse.EntryOut) *gofs.Inode {
+	if ch := parent.GetChild(name); ch != nil {
+		if vf, ok := ch.Operations().(*viewFile); ok {
+			have := vf.rendered()
+			if have.Size == rf.Size && have.Path == rf.Path && string(have.Data) == string(rf.Data) {
+				vf.fillAttr(&out.Attr)
+				out.SetEntryTimeout(dynamicTTL)
+				out.SetAttrTimeout(sealedTTL)
+				return ch
+			}
+		}
+	}
+	vf := newNode()
+	vf.fillAttr(&out.Attr)
+	out.SetEntryTimeout(dynamicTTL)
+	out.SetAttrTimeout(sealedTTL)
+	return parent.NewInode(ctx, vf, gofs.StableAttr{Mode: syscall.S_IFREG})
+}

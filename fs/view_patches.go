@@ -1,0 +1,171 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weightfs/weightfs/store"
+)
+
+// patches/ holds weight_vNNNNNN.safetensors, the one-file sparse patch from the previous
+// sealed version to NNNNNN (DESIGN §3.1), for every sealed version whose predecessor has the
+// same tensor layout; the first version and re-anchored versions have none (ENOENT). The
+// patch is rendered at its first lookup (so getattr knows its size) and served from the
+// cache directory.
+
+const patchSuffix = ".safetensors"
+
+// patchesView is the patches/ directory.
+type patchesView struct {
+	viewDir
+	src viewSource
+
+	mu      sync.Mutex
+	locks   map[uint64]*sync.Mutex // one render of a version at a time
+	renders map[uint64]patchRender // what this mount has rendered
+	has     map[uint64]patchRender // PatchBase decisions (rf unset)
+}
+
+// patchRender is a render (or a decision) made when the version before was base; a change
+// of predecessor (gc) makes it stale.
+type patchRender struct {
+	base uint64
+	has  bool
+	rf   store.RenderedFile
+}
+
+func newPatchesView(m *mountState, name string) viewNode {
+	src, ok := viewSourceOf(m.b)
+	if !ok {
+		return newEmptyView(m, name)
+	}
+	return &patchesView{
+		viewDir: viewDir{m: m, where: name},
+		src:     src,
+		locks:   map[uint64]*sync.Mutex{},
+		renders: map[uint64]patchRender{},
+		has:     map[uint64]patchRender{},
+	}
+}
+
+// PatchName is the name of version v's patch in patches/.
+func PatchName(v uint64) string { return VersionName(v) + patchSuffix }
+
+// parsePatchName returns the version a name in patches/ stands for.
+func parsePatchName(name string) (uint64, bool) {
+	base, ok := strings.CutSuffix(name, patchSuffix)
+	if !ok {
+		return 0, false
+	}
+	v, isVersion, err := ParseVersionName(base)
+	return v, isVersion && err == nil
+}
+
+// previousSealed is the sealed version before v in the mount's current list (0: none).
+func (m *mountState) previousSealed(v uint64) uint64 {
+	prev := uint64(0)
+	for _, info := range m.b.Versions() {
+		if info.Number >= v {
+			break
+		}
+		prev = info.Number
+	}
+	return prev
+}
+
+// isNoPatch reports the errors that mean "this version has no patch".
+func isNoPatch(err error) bool {
+	return errors.Is(err, store.ErrNoPrevious) || errors.Is(err, store.ErrLayoutChanged) || errors.Is(err, store.ErrNoSuchVersion)
+}
+
+func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	v, ok := parsePatchName(name)
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	info, sealed := p.m.sealedInfo(v)
+	if !sealed {
+		return nil, syscall.ENOENT
+	}
+	rf, errno := p.render(v, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	where := p.where + "/" + name
+	again := func() (store.RenderedFile, error) { return p.src.RenderPatch(v) }
+	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, again) }
+	return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
+}
+
+// render returns the patch of v, rendering it unless this mount already has, for the same
+// predecessor. Concurrent lookups of one version wait for one render.
+func (p *patchesView) render(v uint64, name string) (store.RenderedFile, syscall.Errno) {
+	p.mu.Lock()
+	lock := p.locks[v]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		p.locks[v] = lock
+	}
+	p.mu.Unlock()
+	lock.Lock()
+	defer lock.Unlock()
+
+	prev := p.m.previousSealed(v)
+	p.mu.Lock()
+	done, ok := p.renders[v]
+	p.mu.Unlock()
+	if ok && done.base == prev && prev != 0 {
+		return done.rf, 0
+	}
+	start := time.Now()
+	rf, err := p.src.RenderPatch(v)
+	if isNoPatch(err) {
+		return store.RenderedFile{}, syscall.ENOENT
+	}
+	if err != nil {
+		return store.RenderedFile{}, p.m.fail(err, "render %s/%s", p.where, name)
+	}
+	p.m.logf("%s/%s: %d bytes, ready in %v", p.where, name, rf.Size, time.Since(start).Round(time.Millisecond))
+	p.mu.Lock()
+	p.renders[v] = patchRender{base: prev, has: true, rf: rf}
+	p.mu.Unlock()
+	return rf, 0
+}
+
+// hasPatch decides whether v is listed, remembering the decision per predecessor.
+func (p *patchesView) hasPatch(v, prev uint64) bool {
+	p.mu.Lock()
+	d, ok := p.has[v]
+	p.mu.Unlock()
+	if ok && d.base == prev {
+		return d.has
+	}
+	base, err := p.src.PatchBase(v)
+	if err != nil && !isNoPatch(err) {
+		p.m.logf("list %s: %s: %v", p.where, PatchName(v), err)
+		return false
+	}
+	has := err == nil && base == prev
+	p.mu.Lock()
+	p.has[v] = patchRender{base: prev, has: has}
+	p.mu.Unlock()
+	return has
+}
+
+func (p *patchesView) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	vs := p.m.b.Versions()
+	var list []fuse.DirEntry
+	for i := 1; i < len(vs); i++ {
+		if p.hasPatch(vs[i].Number, vs[i-1].Number) {
+			list = append(list, fuse.DirEntry{Name: PatchName(vs[i].Number), Mode: syscall.S_IFREG})
+		}
+	}
+	return gofs.NewListDirStream(list), 0
+}

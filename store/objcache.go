@@ -1,0 +1,196 @@
+package store
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// objectCache is the local disk cache of objects of a remote store: complete object files,
+// exactly as stored, in DIR/ab/<64 hex>, bounded by the sum of their sizes and dropping the
+// least recently used first. Every file in it is a whole object that was in the remote store
+// when it was fetched (objects are immutable, so it stays right); objects still waiting for
+// their upload live elsewhere (s3Backend's upload directory), because until the upload is
+// done they are not in the store.
+//
+// A file is put in place by rename, so a crash leaves whole files or none; files not named
+// like an object are removed when the cache is opened. An evicted file may still be open by
+// a reader: Linux keeps its bytes until the last descriptor closes. Safe for concurrent use.
+type objectCache struct {
+	dir   string
+	limit int64
+
+	mu        sync.Mutex
+	used      int64
+	evictions int64
+	order     *list.List // of *cacheEntry; front: most recently used
+	items     map[ID]*list.Element
+}
+
+type cacheEntry struct {
+	id   ID
+	size int64
+}
+
+// openObjectCache opens (creating it if needed) the cache in dir and takes stock of the
+// files already there, oldest modification first at the back of the LRU order.
+func openObjectCache(dir string, limit int64) (*objectCache, error) {
+	c := &objectCache{dir: dir, limit: limit, order: list.New(), items: map[ID]*list.Element{}}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("object cache: %w", err)
+	}
+	type found struct {
+		id    ID
+		size  int64
+		mtime time.Time
+	}
+	var files []found
+	fans, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("object cache: %w", err)
+	}
+	for _, fan := range fans {
+		fanPath := filepath.Join(dir, fan.Name())
+		if !fan.IsDir() || len(fan.Name()) != 2 {
+			os.RemoveAll(fanPath) // not ours: a temporary file of a crashed process
+			continue
+		}
+		entries, err := os.ReadDir(fanPath)
+		if err != nil {
+			return nil, fmt.Errorf("object cache: %w", err)
+		}
+		for _, e := range entries {
+			id, err := ParseID(e.Name())
+			info, ierr := e.Info()
+			if err != nil || ierr != nil || !strings.HasPrefix(e.Name(), fan.Name()) || !info.Mode().IsRegular() {
+				os.RemoveAll(filepath.Join(fanPath, e.Name()))
+				continue
+			}
+			files = append(files, found{id, info.Size(), info.ModTime()})
+		}
+	}
+	slices.SortFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
+	for _, f := range files {
+		c.items[f.id] = c.order.PushFront(&cacheEntry{f.id, f.size})
+		c.used += f.size
+	}
+	c.mu.Lock()
+	c.evictLocked()
+	c.mu.Unlock()
+	return c, nil
+}
+
+func (c *objectCache) path(id ID) string {
+	h := id.String()
+	return filepath.Join(c.dir, h[:2], h)
+}
+
+// open opens the cached file of id and marks it used; ok is false when id is not cached.
+func (c *objectCache) open(id ID) (f *os.File, size int64, ok bool) {
+	c.mu.Lock()
+	e, ok := c.items[id]
+	if ok {
+		c.order.MoveToFront(e)
+		size = e.Value.(*cacheEntry).size
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil, 0, false
+	}
+	f, err := os.Open(c.path(id))
+	if err != nil {
+		// Removed behind our back: forget it, the caller fetches it again.
+		c.remove(id)
+		return nil, 0, false
+	}
+	return f, size, true
+}
+
+// size returns the size of a cached object.
+func (c *objectCache) size(id ID) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[id]; ok {
+		return e.Value.(*cacheEntry).size, true
+	}
+	return 0, false
+}
+
+// adopt moves the complete object file at tmp (on the cache's file system) into the cache as
+// id, replacing any cached file of id, and evicts what no longer fits. The caller may keep
+// reading tmp's open descriptor even if the file is evicted at once.
+func (c *objectCache) adopt(id ID, tmp string, size int64) error {
+	dst := c.path(id)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("object cache: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("object cache: %w", err)
+	}
+	if e, ok := c.items[id]; ok {
+		c.used -= e.Value.(*cacheEntry).size
+		c.order.Remove(e)
+	}
+	c.items[id] = c.order.PushFront(&cacheEntry{id, size})
+	c.used += size
+	c.evictLocked()
+	return nil
+}
+
+// evictLocked drops least recently used files until the cache fits its limit.
+func (c *objectCache) evictLocked() {
+	for c.used > c.limit && c.order.Len() > 0 {
+		e := c.order.Back()
+		ent := e.Value.(*cacheEntry)
+		c.order.Remove(e)
+		delete(c.items, ent.id)
+		c.used -= ent.size
+		c.evictions++
+		if err := os.Remove(c.path(ent.id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// The bytes stay on disk but out of the count; the next open of the cache
+			// takes stock again.
+			continue
+		}
+	}
+}
+
+// remove drops id from the cache.
+func (c *objectCache) remove(id ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[id]; ok {
+		c.used -= e.Value.(*cacheEntry).size
+		c.order.Remove(e)
+		delete(c.items, id)
+	}
+	os.Remove(c.path(id))
+}
+
+// purge drops every cached object (the remote store may have replaced some: gc ran).
+func (c *objectCache) purge() {
+	c.mu.Lock()
+	ids := make([]ID, 0, len(c.items))
+	for id := range c.items {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.remove(id)
+	}
+}
+
+// stats returns the number of cached objects, their bytes and the evictions so far.
+func (c *objectCache) stats() (objects, bytes, evictions int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.items)), c.used, c.evictions
+}

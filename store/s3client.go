@@ -1,0 +1,501 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// s3Client is the store's view of an S3 bucket: whole-object and ranged GETs, PUTs (with
+// the conditional headers the lease and the manifests need), listings and deletes, each
+// retried with backoff on transient errors for up to retryFor. Every request goes through
+// minio-go; this type adds the retry policy, the error classes and the traffic counters.
+type s3Client struct {
+	mc       *minio.Client
+	loc      S3Location
+	set      s3Settings
+	stats    *s3Counters
+	logf     func(string, ...any)
+	sleep    func(ctx context.Context, d time.Duration) error // tests shorten it
+	downMu   sync.Mutex
+	downLogd bool // "unreachable" was logged and "reachable again" was not yet
+}
+
+func newS3Client(loc S3Location, set s3Settings, logf func(string, ...any)) (*s3Client, error) {
+	base, err := minio.DefaultTransport(set.secure)
+	if err != nil {
+		return nil, fmt.Errorf("S3 transport: %w", err)
+	}
+	// A server that accepts the connection and then says nothing must not hang a read:
+	// the retry loop decides how long to keep trying.
+	base.ResponseHeaderTimeout = 30 * time.Second
+	stats := &s3Counters{}
+	lookup := minio.BucketLookupAuto
+	if set.pathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	mc, err := minio.New(set.host, &minio.Options{
+		Creds: credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{},
+			&credentials.FileAWSCredentials{},
+		}),
+		Secure:       set.secure,
+		Region:       set.region,
+		BucketLookup: lookup,
+		Transport:    countingTransport{base: base, c: stats},
+		// One attempt per call: retries are ours (s3Client.retry), so that their policy,
+		// their logging and their counting are in one place.
+		MaxRetries: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("S3 client for %s: %w", set.endpointURL(), err)
+	}
+	return &s3Client{mc: mc, loc: loc, set: set, stats: stats, logf: logf, sleep: sleepCtx}, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errClass sorts the errors of S3 requests by what the caller should do about them.
+type errClass int
+
+const (
+	classOK           errClass = iota
+	classNotFound              // 404: the key (or the bucket) is not there
+	classPrecondition          // 412: a conditional request's condition does not hold
+	classTransient             // retry: the network, a timeout, 5xx, 429, a conflict of conditional writes
+	classPermanent             // retrying will not help: credentials, permissions, bad requests
+)
+
+// classify tells an error of minio-go apart.
+func classify(err error) errClass {
+	if err == nil {
+		return classOK
+	}
+	if errors.Is(err, context.Canceled) {
+		return classPermanent
+	}
+	var er minio.ErrorResponse
+	if !errors.As(err, &er) || er.StatusCode == 0 && er.Code == "" {
+		// Not an answer of the server: a refused or reset connection, a timeout, a body
+		// cut short. The server may be back soon.
+		return classTransient
+	}
+	switch er.Code {
+	case "NoSuchKey", "NoSuchBucket", "NotFound":
+		return classNotFound
+	case "PreconditionFailed":
+		return classPrecondition
+	case "ConditionalRequestConflict", "SlowDown", "InternalError", "RequestTimeout",
+		"ServiceUnavailable", "RequestTimeTooSkewed", "OperationAborted":
+		return classTransient
+	}
+	switch {
+	case er.StatusCode == http.StatusNotFound:
+		return classNotFound
+	case er.StatusCode == http.StatusPreconditionFailed:
+		return classPrecondition
+	case er.StatusCode == http.StatusConflict, er.StatusCode == http.StatusTooManyRequests,
+		er.StatusCode == http.StatusRequestTimeout, er.StatusCode >= 500:
+		return classTransient
+	}
+	return classPermanent
+}
+
+// s3Error is a failed S3 request. It carries the cause's text but unwraps only to
+// fs.ErrNotExist (a missing key): a network errno such as ECONNREFUSED must not reach the
+// FUSE layer, where an errno in the chain would be passed to the kernel instead of EIO.
+type s3Error struct {
+	op    string // "GET s3://bucket/key"
+	class errClass
+	msg   string
+	tries int
+}
+
+func (e *s3Error) Error() string {
+	s := e.op + ": " + e.msg
+	if e.tries > 1 {
+		s += fmt.Sprintf(" (gave up after %d attempts)", e.tries)
+	}
+	return s
+}
+
+func (e *s3Error) Unwrap() error {
+	if e.class == classNotFound {
+		return fs.ErrNotExist
+	}
+	return nil
+}
+
+// isPrecondition reports whether err is a failed condition of a conditional request.
+func isPrecondition(err error) bool {
+	var e *s3Error
+	return errors.As(err, &e) && e.class == classPrecondition
+}
+
+// backoff is the pause before retry number attempt (0 = the first retry): 100 ms doubling
+// up to 2 s, each with up to half of it taken off at random so that clients spread out.
+func backoff(attempt int) time.Duration {
+	d := 2 * time.Second
+	if attempt < 5 {
+		d = 100 * time.Millisecond << attempt
+	}
+	return d - rand.N(d/2+1)
+}
+
+// retry runs op until it succeeds, fails with a non-transient error, or retryFor has passed
+// since the first attempt. what names the request in errors and logs.
+func (c *s3Client) retry(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		err := op(ctx)
+		var local *localError
+		if errors.As(err, &local) {
+			return local.err // a local disk error: not S3's, not retried
+		}
+		class := classify(err)
+		if class == classOK {
+			c.reachable()
+			return nil
+		}
+		if class != classTransient || ctx.Err() != nil || time.Since(start) >= c.set.retryFor {
+			if class == classTransient {
+				c.stats.add(&c.stats.failures, 1)
+			}
+			if class == classNotFound || class == classPrecondition {
+				c.reachable()
+			}
+			return &s3Error{op: what, class: class, msg: errorText(err), tries: attempt + 1}
+		}
+		c.unreachable(what, err)
+		c.stats.add(&c.stats.retries, 1)
+		if err := c.sleep(ctx, backoff(attempt)); err != nil {
+			return &s3Error{op: what, class: classPermanent, msg: err.Error(), tries: attempt + 1}
+		}
+	}
+}
+
+// errorText is the message of a minio-go error, with the S3 error code when there is one.
+func errorText(err error) string {
+	var er minio.ErrorResponse
+	if errors.As(err, &er) && er.Code != "" {
+		msg := fmt.Sprintf("%s (%s, HTTP %d)", er.Message, er.Code, er.StatusCode)
+		switch er.Code {
+		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthorizationHeaderMalformed":
+			msg += "; check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or ~/.aws/credentials) and the region"
+		}
+		return msg
+	}
+	return err.Error()
+}
+
+// unreachable logs the first transient failure after a success; reachable logs the recovery.
+func (c *s3Client) unreachable(what string, err error) {
+	c.downMu.Lock()
+	defer c.downMu.Unlock()
+	if !c.downLogd {
+		c.downLogd = true
+		c.logf("s3: %s: %s; retrying with backoff for up to %s", what, errorText(err), c.set.retryFor)
+	}
+}
+
+func (c *s3Client) reachable() {
+	c.downMu.Lock()
+	defer c.downMu.Unlock()
+	if c.downLogd {
+		c.downLogd = false
+		c.logf("s3: %s is reachable again", c.set.endpointURL())
+	}
+}
+
+func (c *s3Client) name(key string) string { return S3Scheme + c.loc.Bucket + "/" + key }
+
+// getBytes reads a whole small object (a manifest, the lease, the format file), counting
+// its bytes in *counter, and returns them with the object's ETag.
+func (c *s3Client) getBytes(ctx context.Context, key string, counter *int64) (data []byte, etag string, err error) {
+	err = c.retry(ctx, "GET "+c.name(key), func(ctx context.Context) error {
+		obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
+		if err != nil {
+			return err
+		}
+		defer obj.Close()
+		info, err := obj.Stat()
+		if err != nil {
+			return err
+		}
+		if data, err = io.ReadAll(obj); err != nil {
+			return err
+		}
+		if int64(len(data)) != info.Size {
+			return fmt.Errorf("read %d of %d bytes: %w", len(data), info.Size, io.ErrUnexpectedEOF)
+		}
+		etag = info.ETag
+		return nil
+	})
+	if err == nil && counter != nil {
+		c.stats.add(counter, int64(len(data)))
+	}
+	return data, etag, err
+}
+
+// getRange reads bytes [off, off+n) of an object whose ETag is etag (empty: any), counting
+// them as object bytes.
+func (c *s3Client) getRange(ctx context.Context, key, etag string, off, n int64, dst io.WriterAt) error {
+	err := c.retry(ctx, fmt.Sprintf("GET %s [%d, %d)", c.name(key), off, off+n), func(ctx context.Context) error {
+		opts := minio.GetObjectOptions{}
+		if err := opts.SetRange(off, off+n-1); err != nil {
+			return err
+		}
+		if etag != "" {
+			// The parts of one download must come from one version of the object (GC may
+			// replace a delta by a whole copy of the same content).
+			if err := opts.SetMatchETag(etag); err != nil {
+				return err
+			}
+		}
+		obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, opts)
+		if err != nil {
+			return err
+		}
+		defer obj.Close()
+		got, err := io.Copy(io.NewOffsetWriter(dst, off), io.LimitReader(obj, n))
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("range read %d of %d bytes: %w", got, n, io.ErrUnexpectedEOF)
+		}
+		return nil
+	})
+	if err == nil {
+		c.stats.add(&c.stats.objectBytes, n)
+	}
+	return err
+}
+
+// getFirst asks for the first n bytes of the object at key (one attempt) and writes what
+// comes into dst at offset 0. It returns the object's total size (from Content-Range; a
+// server that ignores the range sends everything), its ETag and the bytes received.
+func (c *s3Client) getFirst(ctx context.Context, key string, n int64, dst io.WriterAt) (total int64, etag string, got int64, err error) {
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(0, n-1); err != nil {
+		return 0, "", 0, err
+	}
+	obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, opts)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	defer obj.Close()
+	info, err := obj.Stat()
+	if err != nil {
+		return 0, "", 0, err
+	}
+	total = info.Size
+	if cr := info.Headers.Get("Content-Range"); cr != "" {
+		if total, err = parseContentRangeTotal(cr); err != nil {
+			return 0, "", 0, err
+		}
+	}
+	if got, err = io.Copy(io.NewOffsetWriter(dst, 0), obj); err != nil {
+		return 0, "", 0, err
+	}
+	if got != info.Size || got > total {
+		return 0, "", 0, fmt.Errorf("read %d of %d bytes: %w", got, info.Size, io.ErrUnexpectedEOF)
+	}
+	return total, info.ETag, got, nil
+}
+
+// parseContentRangeTotal returns the complete length of "bytes FIRST-LAST/TOTAL".
+func parseContentRangeTotal(cr string) (int64, error) {
+	_, total, ok := strings.Cut(cr, "/")
+	if !ok || !strings.HasPrefix(cr, "bytes ") {
+		return 0, fmt.Errorf("malformed Content-Range %q", cr)
+	}
+	n, err := strconv.ParseInt(total, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("malformed Content-Range %q", cr)
+	}
+	return n, nil
+}
+
+// isInvalidRange reports whether a ranged GET was refused because the object is empty.
+func isInvalidRange(err error) bool {
+	var e *s3Error
+	return errors.As(err, &e) && strings.Contains(e.msg, "InvalidRange")
+}
+
+// getInto streams the whole object at key into dst from offset 0 (one attempt) and returns
+// its size.
+func (c *s3Client) getInto(ctx context.Context, key string, dst io.WriterAt) (int64, error) {
+	obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return 0, err
+	}
+	defer obj.Close()
+	info, err := obj.Stat()
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(io.NewOffsetWriter(dst, 0), obj)
+	if err != nil {
+		return 0, err
+	}
+	if n != info.Size {
+		return 0, fmt.Errorf("read %d of %d bytes: %w", n, info.Size, io.ErrUnexpectedEOF)
+	}
+	return n, nil
+}
+
+// stat returns an object's size and ETag.
+func (c *s3Client) stat(ctx context.Context, key string) (size int64, etag string, err error) {
+	err = c.retry(ctx, "HEAD "+c.name(key), func(ctx context.Context) error {
+		info, err := c.mc.StatObject(ctx, c.loc.Bucket, key, minio.StatObjectOptions{})
+		if err != nil {
+			return err
+		}
+		size, etag = info.Size, info.ETag
+		return nil
+	})
+	return size, etag, err
+}
+
+// putCond is the condition of a conditional PUT.
+type putCond struct {
+	ifNoneMatch bool   // create only: the key must not exist
+	ifMatch     string // replace only the object with this ETag
+}
+
+// putBytes stores a small object, optionally under a condition, and returns its ETag.
+func (c *s3Client) putBytes(ctx context.Context, key string, data []byte, cond putCond) (string, error) {
+	var etag string
+	err := c.retry(ctx, "PUT "+c.name(key), func(ctx context.Context) error {
+		opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
+		if cond.ifNoneMatch {
+			opts.SetMatchETagExcept("*")
+		}
+		if cond.ifMatch != "" {
+			opts.SetMatchETag(cond.ifMatch)
+		}
+		info, err := c.mc.PutObject(ctx, c.loc.Bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+		etag = info.ETag
+		return err
+	})
+	if err == nil {
+		c.stats.add(&c.stats.uploads, 1)
+		c.stats.add(&c.stats.uploadBytes, int64(len(data)))
+	}
+	return etag, err
+}
+
+// putFile uploads size bytes of f as key: one PUT up to the part size, else a multipart
+// upload whose parts are read from f at their offsets and sent in parallel.
+func (c *s3Client) putFile(ctx context.Context, key string, f *os.File, size int64) error {
+	err := c.retry(ctx, "PUT "+c.name(key), func(ctx context.Context) error {
+		opts := minio.PutObjectOptions{
+			ContentType: "application/octet-stream",
+			PartSize:    uint64(c.set.partSize),
+			NumThreads:  uint(min(4, c.set.concurrency)),
+		}
+		// A SectionReader is an io.ReaderAt as well: minio-go then reads the parts at their
+		// offsets instead of buffering them.
+		_, err := c.mc.PutObject(ctx, c.loc.Bucket, key, io.NewSectionReader(f, 0, size), size, opts)
+		return err
+	})
+	if err == nil {
+		c.stats.add(&c.stats.uploads, 1)
+		c.stats.add(&c.stats.uploadBytes, size)
+		if size > c.set.partSize {
+			c.stats.add(&c.stats.multipartUploads, 1)
+		}
+	}
+	return err
+}
+
+// remove deletes an object; a missing one is not an error.
+func (c *s3Client) remove(ctx context.Context, key string) error {
+	err := c.retry(ctx, "DELETE "+c.name(key), func(ctx context.Context) error {
+		return c.mc.RemoveObject(ctx, c.loc.Bucket, key, minio.RemoveObjectOptions{})
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// list calls fn for every object under the store-relative directory dir ("versions/"), in
+// key order. A listing cut short by an error is retried from the last key seen; an error of
+// fn ends it and is returned as it is.
+func (c *s3Client) list(ctx context.Context, dir string, fn func(rel string, size int64) error) error {
+	prefix := c.loc.key(dir)
+	after := ""
+	var fnErr error
+	err := c.retry(ctx, "LIST "+c.name(prefix), func(ctx context.Context) error {
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel() // stops minio-go's listing goroutine when we leave early
+		for info := range c.mc.ListObjects(lctx, c.loc.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true, StartAfter: after}) {
+			if info.Err != nil {
+				return info.Err
+			}
+			if rel, ok := c.loc.rel(info.Key); ok {
+				if fnErr = fn(rel, info.Size); fnErr != nil {
+					return nil
+				}
+			}
+			after = info.Key
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	return err
+}
+
+// bucketExists reports whether the bucket is there (and reachable with these credentials).
+func (c *s3Client) bucketExists(ctx context.Context) (bool, error) {
+	var ok bool
+	err := c.retry(ctx, "HEAD "+S3Scheme+c.loc.Bucket, func(ctx context.Context) error {
+		var err error
+		ok, err = c.mc.BucketExists(ctx, c.loc.Bucket)
+		return err
+	})
+	return ok, err
+}
+
+// makeBucket creates the bucket in the client's region.
+func (c *s3Client) makeBucket(ctx context.Context) error {
+	return c.retry(ctx, "CREATE BUCKET "+S3Scheme+c.loc.Bucket, func(ctx context.Context) error {
+		err := c.mc.MakeBucket(ctx, c.loc.Bucket, minio.MakeBucketOptions{Region: c.set.region})
+		var er minio.ErrorResponse
+		if errors.As(err, &er) && (er.Code == "BucketAlreadyOwnedByYou" || er.Code == "BucketAlreadyExists") {
+			return nil
+		}
+		return err
+	})
+}
+
+// describe names the store and its endpoint, for messages.
+func (c *s3Client) describe() string {
+	return fmt.Sprintf("%s at %s", c.loc, strings.TrimSuffix(c.set.endpointURL(), "/"))
+}

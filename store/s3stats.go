@@ -1,0 +1,125 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// S3Stats counts what an S3 store moved since it was opened. A process serving an S3 store
+// also keeps the latest counts in CACHE/s3-stats.json (S3StatsFileName), so that tests and
+// operators can read them from outside.
+type S3Stats struct {
+	Requests      int64 `json:"requests"`       // HTTP requests sent, retries included
+	ResponseBytes int64 `json:"response_bytes"` // every response body: objects, manifests, listings, errors
+
+	ObjectDownloads   int64 `json:"object_downloads"` // whole objects fetched into the cache
+	ObjectBytes       int64 `json:"object_bytes"`     // object bytes fetched (whole and ranges)
+	ManifestDownloads int64 `json:"manifest_downloads"`
+	ManifestBytes     int64 `json:"manifest_bytes"`
+
+	Uploads          int64 `json:"uploads"` // objects, manifests and lease writes
+	UploadBytes      int64 `json:"upload_bytes"`
+	MultipartUploads int64 `json:"multipart_uploads"`
+
+	Retries  int64 `json:"retries"`  // transient errors that were retried
+	Failures int64 `json:"failures"` // requests that still failed when the retry time ran out
+
+	CacheHits      int64 `json:"cache_hits"` // object opens served from the local cache
+	CachedObjects  int64 `json:"cached_objects"`
+	CachedBytes    int64 `json:"cached_bytes"`
+	CacheEvictions int64 `json:"cache_evictions"`
+}
+
+// S3StatsFileName is the file in the cache directory that holds the latest S3Stats as JSON.
+const S3StatsFileName = "s3-stats.json"
+
+// ReadS3StatsFile reads the counters another process left in its cache directory.
+func ReadS3StatsFile(cacheDir string) (S3Stats, error) {
+	b, err := os.ReadFile(filepath.Join(cacheDir, S3StatsFileName))
+	if err != nil {
+		return S3Stats{}, fmt.Errorf("read S3 stats: %w", err)
+	}
+	var st S3Stats
+	if err := json.Unmarshal(b, &st); err != nil {
+		return S3Stats{}, fmt.Errorf("read S3 stats %s: %w", filepath.Join(cacheDir, S3StatsFileName), err)
+	}
+	return st, nil
+}
+
+// s3Counters are the live counters behind S3Stats.
+type s3Counters struct {
+	requests, responseBytes                atomic.Int64
+	objectDownloads, objectBytes           int64
+	manifestDownloads, manifestBytes       int64
+	uploads, uploadBytes, multipartUploads int64
+	retries, failures                      int64
+	cacheHits                              int64
+	mu                                     sync.Mutex
+	fileMu                                 sync.Mutex // one writer of the stats file at a time
+}
+
+func (c *s3Counters) add(field *int64, n int64) {
+	c.mu.Lock()
+	*field += n
+	c.mu.Unlock()
+}
+
+func (c *s3Counters) snapshot() S3Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return S3Stats{
+		Requests: c.requests.Load(), ResponseBytes: c.responseBytes.Load(),
+		ObjectDownloads: c.objectDownloads, ObjectBytes: c.objectBytes,
+		ManifestDownloads: c.manifestDownloads, ManifestBytes: c.manifestBytes,
+		Uploads: c.uploads, UploadBytes: c.uploadBytes, MultipartUploads: c.multipartUploads,
+		Retries: c.retries, Failures: c.failures, CacheHits: c.cacheHits,
+	}
+}
+
+// writeFile replaces dir/S3StatsFileName with st (temporary file and rename: a reader never
+// sees half a file). Errors are ignored: the counters are a diagnostic.
+func (c *s3Counters) writeFile(dir string, st S3Stats) {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return
+	}
+	c.fileMu.Lock()
+	defer c.fileMu.Unlock()
+	tmp := filepath.Join(dir, "."+S3StatsFileName+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return
+	}
+	_ = os.Rename(tmp, filepath.Join(dir, S3StatsFileName))
+}
+
+// countingTransport counts requests and response body bytes on their way from the network.
+type countingTransport struct {
+	base http.RoundTripper
+	c    *s3Counters
+}
+
+func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.c.requests.Add(1)
+	resp, err := t.base.RoundTrip(req)
+	if resp != nil && resp.Body != nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.c.responseBytes}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,412 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// The streaming ingest path (docs/design.md, "Ingest paths"). A FileStream takes one file of
+// an open version as its bytes arrive in order and does the batch path's work as they come:
+// it buffers the safetensors header, then diffs each tensor's bytes against the same tensor
+// of the latest version (read from the materialized copy), feeds the delta encoder and the
+// hashes, and writes only new objects. Nothing of the file is staged on disk. It stores
+// exactly the objects, and builds exactly the manifest entry, that Writer.AddFile would for
+// the same bytes; where it cannot know that while streaming (the file's final size decides
+// whether it is safetensors; a rename may change which tensor is a tensor's base), it checks
+// at the end and redoes the file through the batch path from the objects it stored.
+//
+// Work is pipelined over three goroutines per stream: the caller of Write copies bytes into
+// 4 MiB chunks, a worker diffs, encodes and compresses, and a hasher computes the whole
+// file's SHA-256 and each tensor's. Chunks come from a pool per Writer, so the memory of all
+// streams of a version is bounded, and a Write waits when the pipeline is full.
+//
+// A stream can always hand back every byte it accepted (Replay): the caller switches to the
+// batch path when the file stops being written in order (docs/design.md).
+//
+// Failpoints (tests, Store.hook): "stream-base-read" before the worker reads a chunk's base
+// bytes (the chunk stays unprocessed), "stream-object-put" before it writes a delta object.
+
+// ErrStreamStopped is returned by a FileStream that was stopped by Replay or Abort, or that
+// failed: the caller must take the bytes back with Replay and use the batch path.
+var ErrStreamStopped = errors.New("file stream stopped")
+
+// streamChunkSize is the size of the chunks the pipeline moves: the batch path's chunk.
+const streamChunkSize = ingestChunk
+
+// streamQueue is how many chunks may wait for the worker and for the hasher, per stream.
+const streamQueue = 3
+
+// streamPoolChunks bounds the chunks all streams of one Writer hold at once (64 MiB).
+const streamPoolChunks = 16
+
+type streamState int
+
+const (
+	streamOpen    streamState = iota
+	streamClosed              // Close succeeded: the result is ready for AddStream
+	streamStopped             // Replay, Abort or a failed Close stopped the pipeline
+)
+
+// FileStream ingests one file of an open version from its bytes in order. Create it with
+// Writer.StreamFile, feed it with Write, end it with Close and add its result with
+// Writer.AddStream; or take its bytes back with Replay and drop it with Abort. Calls are
+// serialized; any goroutine may make them.
+type FileStream struct {
+	w    *Writer
+	s    *Store
+	hint string // the file's path when the stream started: where bases are looked up
+
+	mu    sync.Mutex
+	state streamState
+	size  int64 // bytes accepted
+
+	class  streamClass
+	prefix []byte // the file's first bytes until its class is known; then the header
+	hdr    *delta.Header
+	// implied is the size a safetensors file must have (its header's data end).
+	implied int64
+	basis   *version // the latest sealed version when the stream started; nil: none
+	reason  string   // why a file is stored as a blob, for the log
+
+	// Routing of incoming bytes (caller of Write).
+	cur       int    // the tensor receiving bytes
+	curOff    int64  // bytes of it received
+	fill      *chunk // the chunk being filled; nil: none
+	fillLen   int
+	fillStart int64 // offset in the tensor of fill's first byte
+
+	jobs       chan streamJob
+	hashes     chan hashJob
+	workerDone chan struct{}
+	hasherDone chan struct{}
+
+	wk workerState // owned by the worker goroutine until it has exited
+	hs hasherState // owned by the hasher goroutine until it has exited
+
+	failMu sync.Mutex
+	fail   error // the worker's first error
+	redo   bool  // Close found the batch path would classify the file otherwise
+}
+
+// StreamFile starts a stream for one file; hint is the file's path now (its final path is
+// given to AddStream). The materialized copy is brought to the latest version first, since
+// the stream diffs against it.
+func (w *Writer) StreamFile(hint string) (*FileStream, error) {
+	if err := checkPath(hint); err != nil {
+		return nil, err
+	}
+	if err := w.checkLive(); err != nil {
+		return nil, err
+	}
+	if err := w.s.mat.ensure(); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", hint, err)
+	}
+	basis, err := w.s.latestVersion()
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", hint, err)
+	}
+	st := &FileStream{
+		w: w, s: w.s, hint: hint, basis: basis,
+		jobs:       make(chan streamJob, streamQueue),
+		hashes:     make(chan hashJob, streamQueue),
+		workerDone: make(chan struct{}),
+		hasherDone: make(chan struct{}),
+	}
+	st.hs.init()
+	w.mu.Lock()
+	if w.done {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
+	}
+	if w.pool == nil {
+		w.pool = newChunkPool(streamPoolChunks)
+	}
+	w.streams[st] = struct{}{}
+	w.mu.Unlock()
+	go st.runWorker()
+	go st.runHasher()
+	return st, nil
+}
+
+// Size is the number of bytes written so far.
+func (st *FileStream) Size() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.size
+}
+
+func (st *FileStream) failed() error {
+	st.failMu.Lock()
+	defer st.failMu.Unlock()
+	return st.fail
+}
+
+func (st *FileStream) setFailed(err error) {
+	st.failMu.Lock()
+	if st.fail == nil {
+		st.fail = err
+	}
+	st.failMu.Unlock()
+}
+
+// Write adds the file's next bytes. It takes all of p or none: an error (the stream failed
+// or was stopped) means p was not taken, and the caller should Replay and go on without the
+// stream. The bytes of p are copied; p may be reused when Write returns.
+func (st *FileStream) Write(p []byte) (int, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.state != streamOpen {
+		return 0, fmt.Errorf("write %s: %w", st.hint, ErrStreamStopped)
+	}
+	if err := st.failed(); err != nil {
+		return 0, fmt.Errorf("write %s: %w: %w", st.hint, ErrStreamStopped, err)
+	}
+	n := len(p)
+	for len(p) > 0 {
+		switch st.class {
+		case classUndecided:
+			p = st.takePrefix(p)
+		case classSafetensors:
+			p = st.routeTensors(p)
+		default:
+			p = st.routeBlob(p)
+		}
+	}
+	st.size += int64(n)
+	return n, nil
+}
+
+// takePrefix collects the file's first bytes until its class can be decided.
+func (st *FileStream) takePrefix(p []byte) []byte {
+	need := headerNeed(st.prefix)
+	if need >= 0 {
+		take := min(int64(len(p)), need-int64(len(st.prefix)))
+		st.prefix = append(st.prefix, p[:take]...)
+		p = p[take:]
+		if int64(len(st.prefix)) < need || headerNeed(st.prefix) > need {
+			return p // more to come (the 8-byte length arrived: now the JSON)
+		}
+	}
+	class, hdr, implied := classifyHeader(st.prefix)
+	switch class {
+	case classSafetensors:
+		st.startTensors(hdr, implied)
+	default:
+		if class == classBlob {
+			st.reason = "its header length is out of range"
+		} else {
+			st.reason = "its header does not parse"
+		}
+		st.startBlob(class, st.prefix)
+	}
+	return p
+}
+
+// startTensors begins a safetensors file: the header object, then tensor after tensor.
+func (st *FileStream) startTensors(hdr *delta.Header, implied int64) {
+	st.class, st.hdr, st.implied = classSafetensors, hdr, implied
+	header := st.prefix[:hdr.DataStart()]
+	e := &st.wk.entry
+	e.Kind, e.HeaderLen = kindSafetensors, hdr.DataStart()
+	e.Tensors = make([]manifestTensor, len(hdr.Tensors))
+	for i, t := range hdr.Tensors {
+		e.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
+	}
+	st.hashes <- hashJob{data: header, tensor: -1}
+	st.jobs <- streamJob{kind: jobHeader, data: header}
+	st.skipEmptyTensors()
+}
+
+// startBlob begins a file that is not (or may not be) safetensors: its bytes so far, then
+// everything else, go into one whole object.
+func (st *FileStream) startBlob(class streamClass, soFar []byte) {
+	st.class = class
+	st.hashes <- hashJob{data: soFar, tensor: -1}
+	st.jobs <- streamJob{kind: jobBlobStart, data: soFar}
+}
+
+// routeTensors copies bytes into the chunks of the tensor they belong to.
+func (st *FileStream) routeTensors(p []byte) []byte {
+	tensors := st.hdr.Tensors
+	for len(p) > 0 {
+		if st.cur == len(tensors) {
+			// Bytes after the data section: the batch path stores such a file whole.
+			st.switchToBlob("it is longer than its header says")
+			return p
+		}
+		t := tensors[st.cur]
+		tlen := t.End - t.Begin
+		if st.fill == nil {
+			st.fill, st.fillLen, st.fillStart = st.w.pool.get(), 0, st.curOff
+		}
+		take := int(min(int64(len(p)), tlen-st.curOff, int64(streamChunkSize-st.fillLen)))
+		copy(st.fill.buf[st.fillLen:], p[:take])
+		st.fillLen += take
+		st.curOff += int64(take)
+		p = p[take:]
+		if st.curOff == tlen {
+			st.dispatchFill(true)
+			st.cur++
+			st.curOff = 0
+			st.skipEmptyTensors()
+		} else if st.fillLen == streamChunkSize {
+			st.dispatchFill(false)
+		}
+	}
+	return p
+}
+
+// skipEmptyTensors passes the zero-length tensors at the current position: they are
+// complete as soon as their offset is reached.
+func (st *FileStream) skipEmptyTensors() {
+	for tensors := st.hdr.Tensors; st.cur < len(tensors) && tensors[st.cur].End == tensors[st.cur].Begin; st.cur++ {
+		st.hashes <- hashJob{tensor: st.cur, first: true, last: true}
+		st.jobs <- streamJob{kind: jobTensor, tensor: st.cur, first: true, last: true}
+	}
+}
+
+// dispatchFill hands the chunk being filled to the worker and the hasher.
+func (st *FileStream) dispatchFill(last bool) {
+	c, data := st.fill, st.fill.buf[:st.fillLen]
+	st.fill = nil
+	c.refs.Store(2)
+	if st.class == classSafetensors {
+		first := st.fillStart == 0
+		st.hashes <- hashJob{c: c, data: data, tensor: st.cur, first: first, last: last}
+		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last}
+		return
+	}
+	st.hashes <- hashJob{c: c, data: data, tensor: -1}
+	st.jobs <- streamJob{kind: jobBlob, c: c, data: data}
+}
+
+// routeBlob copies the bytes of a blob into chunks.
+func (st *FileStream) routeBlob(p []byte) []byte {
+	for len(p) > 0 {
+		if st.fill == nil {
+			st.fill, st.fillLen, st.fillStart = st.w.pool.get(), 0, 0
+		}
+		take := copy(st.fill.buf[st.fillLen:], p)
+		st.fillLen += take
+		p = p[take:]
+		if st.fillLen == streamChunkSize {
+			st.dispatchFill(false)
+		}
+	}
+	return p
+}
+
+// switchToBlob turns a file that started as safetensors into a blob: the worker replays what
+// it has into a whole object and the rest follows. The bytes of a tensor's chunk being
+// filled (perhaps not whole elements: the file ended) follow as bytes of the blob.
+func (st *FileStream) switchToBlob(reason string) {
+	st.class, st.reason = classBlob, reason
+	st.jobs <- streamJob{kind: jobBlobStart, fromTensors: true}
+	if st.fill != nil && st.fillLen == 0 {
+		st.w.pool.put(st.fill)
+		st.fill = nil
+	}
+	if st.fill != nil {
+		st.dispatchFill(false)
+	}
+}
+
+// Close ends the file: the last chunk is processed and every object is stored. After it
+// returns nil, Writer.AddStream adds the result. On an error the stream is stopped: take the
+// bytes back with Replay.
+func (st *FileStream) Close() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.state != streamOpen {
+		return fmt.Errorf("close %s: %w", st.hint, ErrStreamStopped)
+	}
+	if err := st.failed(); err == nil {
+		switch {
+		case st.class == classUndecided:
+			st.reason = "it is shorter than its header"
+			st.startBlob(classBlob, st.prefix)
+		case st.class == classSafetensors && st.size != st.implied:
+			// A tensor's chunk being filled is never its last: that one goes at once.
+			st.switchToBlob("it is shorter than its header says")
+		case st.fill != nil && st.fillLen > 0:
+			st.dispatchFill(false) // the last chunk of a blob
+		}
+		if st.class != classSafetensors {
+			st.jobs <- streamJob{kind: jobFinishBlob}
+		}
+	}
+	st.stopLocked()
+	if err := st.failed(); err != nil {
+		return fmt.Errorf("stream %s: %w", st.hint, err)
+	}
+	st.wk.entry.Size = st.size
+	st.wk.entry.SHA256 = st.hs.fileSum()
+	if st.class == classBlobUnsure && batchIsSafetensors(st.prefix, st.size) {
+		// The header guess was wrong: the batch path decides.
+		st.redo = true
+	}
+	if st.class != classSafetensors && !st.redo {
+		st.logBlob()
+	}
+	st.state = streamClosed
+	return nil
+}
+
+// logBlob says why a file is stored whole, as the batch path does.
+func (st *FileStream) logBlob() {
+	if strings.HasSuffix(st.hint, ".safetensors") || len(st.prefix) >= 9 && st.prefix[8] == '{' {
+		st.s.logf("%s: stored as an opaque file: %s", st.hint, st.reason)
+	} else if _, said := st.s.saidWhole.LoadOrStore(st.hint, true); !said {
+		st.s.logf("%s: not a safetensors file: stored whole", st.hint)
+	}
+}
+
+// stopLocked ends the pipeline: the worker and the hasher finish what is queued and exit.
+func (st *FileStream) stopLocked() {
+	if st.jobs == nil {
+		return
+	}
+	close(st.jobs)
+	close(st.hashes)
+	<-st.workerDone
+	<-st.hasherDone
+	st.jobs, st.hashes = nil, nil
+	if st.state == streamOpen {
+		st.state = streamStopped
+	}
+}
+
+// Abort stops the stream and drops everything it holds (temporary files, chunks). Objects it
+// stored stay held by the Writer until it ends.
+func (st *FileStream) Abort() {
+	st.mu.Lock()
+	st.stopLocked()
+	st.state = streamStopped
+	st.releaseLocked()
+	st.mu.Unlock()
+	st.w.mu.Lock()
+	delete(st.w.streams, st)
+	st.w.mu.Unlock()
+}
+
+// releaseLocked frees the chunks and temporary files of a stopped stream.
+func (st *FileStream) releaseLocked() {
+	if st.fill != nil {
+		st.w.pool.put(st.fill)
+		st.fill = nil
+	}
+	for _, j := range st.wk.unprocessed {
+		j.release(st.w.pool)
+	}
+	st.wk.unprocessed = nil
+	if ts := st.wk.ts; ts != nil {
+		ts.fw.abort()
+		st.wk.ts = nil
+	}
+	st.wk.blob.abort()
+	st.wk.blob = nil
+}

@@ -1,0 +1,532 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"hash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// chunk is a buffer of the pipeline, shared by the worker and the hasher; the last one to
+// let go returns it to the pool.
+type chunk struct {
+	buf     []byte
+	refs    atomic.Int32
+	counted bool // taken within the pool's limit
+}
+
+// chunkPool hands out streamChunkSize buffers, at most limit at a time: the bound on the
+// memory of every stream of a Writer. get waits while limit chunks are out, since the
+// pipelines give chunks back as they work. But a chunk being filled is given back only when
+// its writer writes more, and one process may write many files in turn: so a get that has
+// waited for overLimitAfter takes a chunk beyond the limit rather than wait for ever.
+type chunkPool struct {
+	sem  chan struct{}
+	free chan []byte
+}
+
+const overLimitAfter = 200 * time.Millisecond
+
+func newChunkPool(limit int) *chunkPool {
+	return &chunkPool{sem: make(chan struct{}, limit), free: make(chan []byte, limit)}
+}
+
+func (p *chunkPool) get() *chunk {
+	c := &chunk{counted: true}
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		t := time.NewTimer(overLimitAfter)
+		select {
+		case p.sem <- struct{}{}:
+		case <-t.C:
+			c.counted = false
+		}
+		t.Stop()
+	}
+	select {
+	case c.buf = <-p.free:
+	default:
+		c.buf = make([]byte, streamChunkSize)
+	}
+	return c
+}
+
+func (p *chunkPool) put(c *chunk) {
+	select {
+	case p.free <- c.buf:
+	default:
+	}
+	if c.counted {
+		<-p.sem
+	}
+}
+
+// release drops one reference to c.
+func (c *chunk) release(p *chunkPool) {
+	if c != nil && c.refs.Add(-1) == 0 {
+		p.put(c)
+	}
+}
+
+type jobKind int
+
+const (
+	jobHeader     jobKind = iota // store the header object (data)
+	jobTensor                    // bytes [off, off+len(data)) of a tensor
+	jobBlobStart                 // the file is stored whole: data, or (fromTensors) all so far
+	jobBlob                      // the next bytes of a whole-file object
+	jobFinishBlob                // store the whole-file object
+)
+
+// streamJob is one step of the worker, in file order.
+type streamJob struct {
+	kind        jobKind
+	c           *chunk // the pool chunk holding data, if any
+	data        []byte
+	tensor      int
+	off         int64
+	first, last bool // the tensor's first and last job
+	fromTensors bool
+}
+
+func (j streamJob) release(p *chunkPool) { j.c.release(p) }
+
+// workerState is what the worker goroutine owns. Other goroutines read it only after the
+// worker has exited (stopLocked).
+type workerState struct {
+	entry       manifestFile
+	doneTensors int          // tensors whose result is in entry.Tensors
+	ts          *tensorState // the tensor being worked on
+	blob        *objStream   // the whole-file object, for a file stored whole
+	blobFailed  bool         // the switch to a whole-file object failed: replay the tensors
+	unprocessed []streamJob  // jobs not done after a failure, in order: their bytes are raw
+	baseBuf     []byte
+	ch          delta.Changes
+	baseVals    []byte
+}
+
+// tensorState is one tensor in progress.
+type tensorState struct {
+	idx     int
+	t       *manifestTensor
+	width   int
+	size    int64
+	elems   int64
+	float   bool
+	base    ID
+	hasBase bool
+	enc     *delta.DeltaEncoder // nil: no base, or too many changes for a delta
+	body    []byte              // the encoder's output once it has finished
+	fw      *objStream          // the whole copy, when one is being written
+	hb      hash.Hash           // SHA-256 of the base bytes read
+	changed int64
+	done    int64 // bytes processed
+}
+
+func (st *FileStream) runWorker() {
+	defer close(st.workerDone)
+	wk := &st.wk
+	for j := range st.jobs {
+		if st.failed() != nil {
+			wk.unprocessed = append(wk.unprocessed, j)
+			continue
+		}
+		consumed, err := st.doJob(j)
+		if !consumed {
+			wk.unprocessed = append(wk.unprocessed, j)
+		} else {
+			j.release(st.w.pool)
+		}
+		if err != nil {
+			st.setFailed(err)
+		}
+	}
+}
+
+// doJob runs one job. consumed reports whether the job's bytes are now part of the worker's
+// state (else they are kept raw for Replay).
+func (st *FileStream) doJob(j streamJob) (consumed bool, err error) {
+	wk := &st.wk
+	switch j.kind {
+	case jobHeader:
+		id, err := st.w.storeWhole(bytes.NewReader(j.data), 0, int64(len(j.data)), 1)
+		if err != nil {
+			return true, fmt.Errorf("store header: %w", err)
+		}
+		wk.entry.Header = id
+		return true, nil
+	case jobTensor:
+		if j.first {
+			if err := st.startTensor(j.tensor); err != nil {
+				return false, err
+			}
+		}
+		if len(j.data) > 0 {
+			if consumed, err := st.addTensorBytes(wk.ts, j.data, j.off); err != nil {
+				return consumed, fmt.Errorf("tensor %s: %w", wk.ts.t.Name, err)
+			}
+		}
+		if j.last {
+			if err := st.finishTensor(wk.ts); err != nil {
+				return true, fmt.Errorf("tensor %s: %w", wk.ts.t.Name, err)
+			}
+			wk.doneTensors, wk.ts = j.tensor+1, nil
+		}
+		return true, nil
+	case jobBlobStart:
+		blob, _ := newObjStream(st.s, 1, -1, true) // never fails: no file until the first frame
+		if j.fromTensors {
+			if err := st.replayTensors(blob); err != nil {
+				// Nothing lost: the tensors' state is still there for Replay.
+				blob.abort()
+				wk.blobFailed = true
+				return false, fmt.Errorf("store as a whole file: %w", err)
+			}
+		} else if err := blob.write(j.data); err != nil {
+			wk.blob = blob
+			return true, err
+		}
+		wk.blob = blob
+		return true, nil
+	case jobBlob:
+		return true, wk.blob.write(j.data)
+	case jobFinishBlob:
+		return true, st.finishBlob()
+	}
+	return false, fmt.Errorf("unknown stream job %d", j.kind)
+}
+
+// startTensor sets up the work of tensor i: against its base (the same tensor of the latest
+// version) when there is one, else as a whole copy.
+func (st *FileStream) startTensor(i int) error {
+	wk := &st.wk
+	t := &wk.entry.Tensors[i]
+	ts := &tensorState{idx: i, t: t, width: t.DType.Size(), size: t.End - t.Begin, float: t.DType.IsFloat()}
+	ts.elems = ts.size / int64(ts.width)
+	if st.basis != nil {
+		if ref, ok := st.basis.findBase(st.hint, t.Name, t.DType, t.Shape); ok {
+			ts.base, ts.hasBase = ref.tensor.ID, true
+		}
+	}
+	if !ts.hasBase {
+		fw, err := newObjStream(st.s, ts.width, ts.size, false)
+		if err != nil {
+			return err
+		}
+		ts.fw = fw
+		wk.ts = ts
+		return nil
+	}
+	ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
+	ts.hb = sha256.New()
+	if bm, err := st.s.meta(ts.base); err == nil && bm.Kind == kindDelta && bm.Depth+1 > st.s.maxChain {
+		// The chain is full: this tensor is an anchor if it changed at all. Write the whole
+		// copy as the bytes pass instead of in a second pass at the end.
+		fw, err := newObjStream(st.s, ts.width, ts.size, false)
+		if err != nil {
+			return err
+		}
+		ts.fw = fw
+	}
+	wk.ts = ts
+	return nil
+}
+
+// addTensorBytes processes bytes [off, off+len(data)) of the tensor: with a base, diffed
+// against the base's bytes and fed to the encoder; into the whole copy, if one is written.
+// Only a failed read of the base leaves the bytes unconsumed.
+func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (bool, error) {
+	if !ts.hasBase {
+		ts.done += int64(len(data))
+		return true, ts.fw.write(data)
+	}
+	wk := &st.wk
+	if cap(wk.baseBuf) < streamChunkSize {
+		wk.baseBuf = make([]byte, streamChunkSize)
+	}
+	base := wk.baseBuf[:len(data)]
+	if err := st.s.failpoint("stream-base-read"); err != nil {
+		return false, err
+	}
+	if err := st.readBase(ts, base, off); err != nil {
+		return false, err
+	}
+	ts.hb.Write(base)
+	wk.ch.Reset()
+	if err := st.s.diff.Diff(base, data, ts.width, &wk.ch); err != nil {
+		return false, fmt.Errorf("diff (%s): %w", st.s.diff.Name(), err)
+	}
+	ts.changed += int64(len(wk.ch.Index))
+	if ts.enc != nil && len(wk.ch.Index) > 0 {
+		wk.baseVals = wk.baseVals[:0]
+		for _, i := range wk.ch.Index {
+			wk.baseVals = append(wk.baseVals, base[int(i)*ts.width:int(i+1)*ts.width]...)
+		}
+		if err := ts.enc.Add(off/int64(ts.width), wk.ch.Index, wk.baseVals, wk.ch.Values); err != nil {
+			return false, fmt.Errorf("encode delta: %w", err)
+		}
+	}
+	ts.done += int64(len(data))
+	if ts.enc != nil && (ts.changed > ts.elems/8 || ts.changed*int64(ts.width+2) > maxDeltaMemory) {
+		// Not an RL step (the batch path's rule): a whole copy is about as small, and the
+		// encoder's memory stays bounded. The copy takes over from here.
+		body, err := ts.enc.Finish()
+		ts.enc = nil
+		if err != nil {
+			return true, fmt.Errorf("encode delta: %w", err)
+		}
+		if ts.fw != nil {
+			return true, ts.fw.write(data)
+		}
+		ts.body = body // the bytes so far, until the copy holds them
+		fw, err := newObjStream(st.s, ts.width, ts.size, false)
+		if err == nil {
+			err = st.rebuildTensor(ts, fw)
+		}
+		if err != nil {
+			fw.abort()
+			return true, err
+		}
+		ts.fw, ts.body = fw, nil
+		return true, nil
+	}
+	if ts.fw != nil {
+		return true, ts.fw.write(data)
+	}
+	return true, nil
+}
+
+// readBase reads bytes [off, off+len(p)) of the tensor's base: from the materialized copy
+// when it holds it, else through the store's read path (the copy moved on meanwhile).
+func (st *FileStream) readBase(ts *tensorState, p []byte, off int64) error {
+	if view := st.s.mat.view(); view != nil {
+		if view.holds(ts.base) {
+			err := view.readAt(ts.base, p, off)
+			view.release()
+			return err
+		}
+		view.release() // readObject takes its own hold: never two at once
+	}
+	return st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, p, readOpts{})
+}
+
+// byteSink takes bytes in order: an objStream, or an io.Writer through writerSink.
+type byteSink interface{ write([]byte) error }
+
+// rebuildTensor writes the bytes [0, ts.done) of the tensor into dst, from its base and the
+// encoded changes (ts.body). The base bytes read again must hash as those diffed did (ts.hb),
+// so the bytes rebuilt are exactly the bytes received, or it fails.
+func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink) error {
+	end := ts.done
+	buf := make([]byte, min(end, streamChunkSize))
+	check := sha256.New()
+	for off := int64(0); off < end; off += int64(len(buf)) {
+		b := buf[:min(int64(len(buf)), end-off)]
+		if err := st.readBase(ts, b, off); err != nil {
+			return err
+		}
+		check.Write(b)
+		if ts.body != nil {
+			if err := delta.ApplyDelta(ts.body, b, off/int64(ts.width), delta.Forward); err != nil {
+				return fmt.Errorf("apply own delta: %w", err)
+			}
+		}
+		if err := dst.write(b); err != nil {
+			return err
+		}
+	}
+	if !bytes.Equal(check.Sum(nil), ts.hb.Sum(nil)) {
+		return fmt.Errorf("base object %s read back differs from the bytes diffed: %w", ts.base, errStreamCopy)
+	}
+	return nil
+}
+
+// finishTensor decides how the tensor is stored, exactly as Writer.ingestTensor does.
+func (st *FileStream) finishTensor(ts *tensorState) error {
+	w, s, t := st.w, st.s, ts.t
+	id := st.hs.tensorSumOf(ts.idx)
+	if !ts.hasBase {
+		t.ID, t.Changed = id, ts.elems
+		w.hold(id)
+		if s.exists(id) {
+			ts.fw.abort()
+			return nil
+		}
+		stored, err := ts.fw.finish(id, ID{}, nil)
+		if err != nil {
+			return err
+		}
+		w.noteCreated(id, stored)
+		s.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, ContentLen: ts.size, FileSize: stored})
+		return nil
+	}
+	var gotBase ID
+	ts.hb.Sum(gotBase[:0])
+	if gotBase != ts.base {
+		s.mat.broken.Store(true)
+		return fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", ts.base)
+	}
+	t.ID, t.Base, t.Changed = id, ts.base, ts.changed
+	w.hold(id)
+	if id == ts.base || s.exists(id) {
+		ts.fw.abort()
+		return nil
+	}
+	bm, err := s.meta(ts.base)
+	if err != nil {
+		return fmt.Errorf("base: %w", err)
+	}
+	if ts.enc != nil && ts.changed > 0 {
+		body, err := ts.enc.Finish()
+		ts.enc = nil
+		if err != nil {
+			return fmt.Errorf("encode delta: %w", err)
+		}
+		ts.body = body
+	}
+	body := ts.body
+	chainBytes := int64(len(body))
+	depth := 1
+	if bm.Kind == kindDelta {
+		chainBytes += bm.ChainBytes
+		depth = bm.Depth + 1
+	}
+	if body != nil && depth <= s.maxChain && chainBytes < ts.size {
+		file := encodeDeltaObject(id, ts.width, ts.size, ts.base, body)
+		if err := s.failpoint("stream-object-put"); err != nil {
+			return err
+		}
+		if err := putBytesObject(s.be, id, file); err != nil {
+			return err
+		}
+		ts.fw.abort()
+		w.noteCreated(id, int64(len(file)))
+		s.putMeta(id, objMeta{Kind: kindDelta, Width: ts.width, Base: ts.base, ContentLen: ts.size,
+			FileSize: int64(len(file)), DeltaLen: int64(len(body)), Depth: depth, ChainBytes: chainBytes})
+		return nil
+	}
+	// An anchor, with the delta as its link unless that is large (as ingestTensor).
+	link := body
+	if int64(len(link)) > ts.size/4 {
+		link = nil
+	}
+	if ts.fw == nil {
+		fw, err := newObjStream(s, ts.width, ts.size, false)
+		if err != nil {
+			return err
+		}
+		if err := st.rebuildTensor(ts, fw); err != nil {
+			fw.abort()
+			return err
+		}
+		ts.fw = fw
+	}
+	stored, err := ts.fw.finish(id, ts.base, link)
+	if err != nil {
+		return err
+	}
+	base := ts.base
+	if len(link) == 0 {
+		base = ID{}
+	}
+	w.noteCreated(id, stored)
+	s.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, Base: base, ContentLen: ts.size, FileSize: stored, DeltaLen: int64(len(link))})
+	return nil
+}
+
+// finishBlob stores the whole-file object.
+func (st *FileStream) finishBlob() error {
+	w, s, blob := st.w, st.s, st.wk.blob
+	id := blob.sum()
+	w.hold(id)
+	if s.exists(id) {
+		blob.abort()
+	} else {
+		stored, err := blob.finish(id, ID{}, nil)
+		if err != nil {
+			return err
+		}
+		w.noteCreated(id, stored)
+		s.putMeta(id, objMeta{Kind: kindFull, Width: 1, ContentLen: blob.received, FileSize: stored})
+	}
+	st.wk.entry.Kind, st.wk.entry.ID = kindBlob, id
+	st.wk.entry.Header, st.wk.entry.HeaderLen, st.wk.entry.Tensors = ID{}, 0, nil
+	return nil
+}
+
+// hashJob is a piece of the file for the hasher, in file order.
+type hashJob struct {
+	c           *chunk
+	data        []byte
+	tensor      int  // the tensor the bytes belong to; -1: none
+	first, last bool // the tensor's first and last piece
+}
+
+// hasherState is the hasher goroutine's: the whole file's SHA-256 and each tensor's. The
+// worker waits for a tensor's sum when it finishes the tensor.
+type hasherState struct {
+	file   hash.Hash
+	tensor hash.Hash
+	cur    int // the tensor being hashed; -1: none
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	sums map[int]ID
+}
+
+func (h *hasherState) init() {
+	h.file, h.tensor, h.cur = sha256.New(), sha256.New(), -1
+	h.cond = sync.NewCond(&h.mu)
+	h.sums = map[int]ID{}
+}
+
+func (st *FileStream) runHasher() {
+	defer close(st.hasherDone)
+	h := &st.hs
+	for j := range st.hashes {
+		h.file.Write(j.data)
+		if j.tensor >= 0 {
+			if j.first {
+				h.tensor.Reset()
+				h.cur = j.tensor
+			}
+			h.tensor.Write(j.data)
+			if j.last {
+				var id ID
+				h.tensor.Sum(id[:0])
+				h.mu.Lock()
+				h.sums[j.tensor] = id
+				h.cond.Broadcast()
+				h.mu.Unlock()
+				h.cur = -1
+			}
+		}
+		j.c.release(st.w.pool)
+	}
+}
+
+// tensorSumOf waits for the SHA-256 of tensor i (the worker's side; the hasher always gets a
+// tensor's last piece before the worker does).
+func (h *hasherState) tensorSumOf(i int) ID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for {
+		if id, ok := h.sums[i]; ok {
+			return id
+		}
+		h.cond.Wait()
+	}
+}
+
+// fileSum is the SHA-256 of every byte hashed (after the hasher has exited).
+func (h *hasherState) fileSum() ID {
+	var id ID
+	h.file.Sum(id[:0])
+	return id
+}
