@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -257,114 +256,6 @@ func (c *s3Client) getBytes(ctx context.Context, key string, counter *int64) (da
 		c.stats.add(counter, int64(len(data)))
 	}
 	return data, etag, err
-}
-
-// getRange reads bytes [off, off+n) of an object whose ETag is etag (empty: any), counting
-// them as object bytes.
-func (c *s3Client) getRange(ctx context.Context, key, etag string, off, n int64, dst io.WriterAt) error {
-	err := c.retry(ctx, fmt.Sprintf("GET %s [%d, %d)", c.name(key), off, off+n), func(ctx context.Context) error {
-		opts := minio.GetObjectOptions{}
-		if err := opts.SetRange(off, off+n-1); err != nil {
-			return err
-		}
-		if etag != "" {
-			// The parts of one download must come from one version of the object (GC may
-			// replace a delta by a whole copy of the same content).
-			if err := opts.SetMatchETag(etag); err != nil {
-				return err
-			}
-		}
-		obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, opts)
-		if err != nil {
-			return err
-		}
-		defer obj.Close()
-		got, err := io.Copy(io.NewOffsetWriter(dst, off), io.LimitReader(obj, n))
-		if err != nil {
-			return err
-		}
-		if got != n {
-			return fmt.Errorf("range read %d of %d bytes: %w", got, n, io.ErrUnexpectedEOF)
-		}
-		return nil
-	})
-	if err == nil {
-		c.stats.add(&c.stats.objectBytes, n)
-	}
-	return err
-}
-
-// getFirst asks for the first n bytes of the object at key (one attempt) and writes what
-// comes into dst at offset 0. It returns the object's total size (from Content-Range; a
-// server that ignores the range sends everything), its ETag and the bytes received.
-func (c *s3Client) getFirst(ctx context.Context, key string, n int64, dst io.WriterAt) (total int64, etag string, got int64, err error) {
-	opts := minio.GetObjectOptions{}
-	if err := opts.SetRange(0, n-1); err != nil {
-		return 0, "", 0, err
-	}
-	obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, opts)
-	if err != nil {
-		return 0, "", 0, err
-	}
-	defer obj.Close()
-	info, err := obj.Stat()
-	if err != nil {
-		return 0, "", 0, err
-	}
-	total = info.Size
-	if cr := info.Headers.Get("Content-Range"); cr != "" {
-		if total, err = parseContentRangeTotal(cr); err != nil {
-			return 0, "", 0, err
-		}
-	}
-	if got, err = io.Copy(io.NewOffsetWriter(dst, 0), obj); err != nil {
-		return 0, "", 0, err
-	}
-	if got != info.Size || got > total {
-		return 0, "", 0, fmt.Errorf("read %d of %d bytes: %w", got, info.Size, io.ErrUnexpectedEOF)
-	}
-	return total, info.ETag, got, nil
-}
-
-// parseContentRangeTotal returns the complete length of "bytes FIRST-LAST/TOTAL".
-func parseContentRangeTotal(cr string) (int64, error) {
-	_, total, ok := strings.Cut(cr, "/")
-	if !ok || !strings.HasPrefix(cr, "bytes ") {
-		return 0, fmt.Errorf("malformed Content-Range %q", cr)
-	}
-	n, err := strconv.ParseInt(total, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("malformed Content-Range %q", cr)
-	}
-	return n, nil
-}
-
-// isInvalidRange reports whether a ranged GET was refused because the object is empty.
-func isInvalidRange(err error) bool {
-	var e *s3Error
-	return errors.As(err, &e) && strings.Contains(e.msg, "InvalidRange")
-}
-
-// getInto streams the whole object at key into dst from offset 0 (one attempt) and returns
-// its size.
-func (c *s3Client) getInto(ctx context.Context, key string, dst io.WriterAt) (int64, error) {
-	obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		return 0, err
-	}
-	defer obj.Close()
-	info, err := obj.Stat()
-	if err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(io.NewOffsetWriter(dst, 0), obj)
-	if err != nil {
-		return 0, err
-	}
-	if n != info.Size {
-		return 0, fmt.Errorf("read %d of %d bytes: %w", n, info.Size, io.ErrUnexpectedEOF)
-	}
-	return n, nil
 }
 
 // stat returns an object's size and ETag.
