@@ -32,7 +32,6 @@ type daemon struct {
 	logPath string
 	exited  chan struct{}
 	waitErr error // valid once exited is closed
-	stopped bool
 	cleanup func() error
 }
 

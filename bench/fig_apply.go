@@ -38,7 +38,7 @@ func (b *bench) figApply(ctx context.Context) ([]Row, error) {
 	storePath, patch := filepath.Join(dir, "store"), filepath.Join(dir, "patch.safetensors")
 	for _, args := range [][]string{{"init", storePath}, {"commit", storePath, v1}, {"commit", storePath, v2},
 		{"patch", "-o", patch, storePath, "2"}} {
-		if err := b.weightfsCmd(ctx, args...); err != nil {
+		if _, err := b.weightfsCmd(ctx, args...); err != nil {
 			return nil, err
 		}
 	}
@@ -70,7 +70,8 @@ func (b *bench) figApply(ctx context.Context) ([]Row, error) {
 	}
 	b.logf("  apply: weightfs apply (%s patch, %.3f%% of elements)", humanBytes(patchBytes), 100*float64(plan.TotalChanged())/float64(plan.TotalElements))
 	began := time.Now()
-	if err := b.weightfsCmd(ctx, "apply", patch, target); err != nil {
+	applyOutput, err := b.weightfsCmd(ctx, "apply", patch, target)
+	if err != nil {
 		return nil, err
 	}
 	applySeconds := time.Since(began).Seconds()
@@ -97,7 +98,8 @@ func (b *bench) figApply(ctx context.Context) ([]Row, error) {
 		Measured: applySeconds, Unit: "s", Baseline: rewriteSeconds, BaselineName: "rewrite+fsync", Goal: ratioAtMost(0.1),
 		Note: fmt.Sprintf("patch %s; wall time of the `weightfs apply` process; inputs in the page cache", humanBytes(patchBytes)),
 		Detail: map[string]any{"patch_bytes": patchBytes, "changed_elements": plan.TotalChanged(),
-			"total_elements": plan.TotalElements, "file_bytes": n, "model": describeConfig(cfg)},
+			"total_elements": plan.TotalElements, "file_bytes": n, "model": describeConfig(cfg),
+			"apply_output": applyOutput},
 	}}, nil
 }
 

@@ -55,7 +55,7 @@ func (b *bench) ingestWeightfs(ctx context.Context, name string, cfg gen.Config)
 		return nil, err
 	}
 	storePath, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
-	if err := b.weightfsCmd(ctx, "init", storePath); err != nil {
+	if _, err := b.weightfsCmd(ctx, "init", storePath); err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(storePath)
@@ -161,13 +161,17 @@ func checkSealed(mnt string, v int, src string) error {
 	return nil
 }
 
-// weightfsCmd runs a short weightfs command, returning its output in the error if it fails.
-func (b *bench) weightfsCmd(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, b.opts.Weightfs, args...).CombinedOutput()
+// weightfsCmd runs a short weightfs command and returns its standard output; its output is in
+// the error if it fails.
+func (b *bench) weightfsCmd(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, b.opts.Weightfs, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("weightfs %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("weightfs %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)+stderr.String()))
 	}
-	return nil
+	return strings.TrimSpace(string(out)), nil
 }
 
 // baselineWrite writes src with writeTree into a fresh directory: through a loopback mount of

@@ -234,12 +234,6 @@ func compareHashes(dir string, want, got map[string]xxh3.Uint128) error {
 	return nil
 }
 
-// hashTree is readTree without timing or checking: the expected hashes of a directory.
-func hashTree(dir string) (map[string]xxh3.Uint128, error) {
-	st, err := readTree(dir, 4<<20, nil)
-	return st.Hashes, err
-}
-
 // hashFiles hashes files held in memory, keyed like readTree.
 func hashFiles(files map[string][]byte) map[string]xxh3.Uint128 {
 	out := make(map[string]xxh3.Uint128, len(files))

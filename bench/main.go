@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "loopback" {
 		os.Exit(runLoopback(os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "table" {
+		os.Exit(runTable(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -236,6 +240,15 @@ func writeMarkdown(path string, res *Result) error {
 	if err != nil {
 		return err
 	}
+	markdownResult(f, res)
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// markdownResult writes the command, the machine, the table and the notes of a run.
+func markdownResult(f io.Writer, res *Result) {
 	fmt.Fprintf(f, "Command: `%s` (%.0f s, started %s)\n\n", res.Command, res.Seconds, res.Started.Format(time.RFC3339))
 	fmt.Fprintf(f, "Machine: %s; load at the end %s, peak 1-min load between figures %.2f; binary: %s (git %s)\n\n",
 		res.Machine, res.Machine.LoadEnd, res.Machine.PeakLoad, res.Machine.Weightfs, res.Machine.GitCommit)
@@ -244,10 +257,26 @@ func writeMarkdown(path string, res *Result) error {
 		fmt.Fprintf(f, "\n- %s", n)
 	}
 	fmt.Fprintln(f)
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+}
+
+// runTable is `bench table RESULT.json`: the Markdown of a recorded run (for docs/benchmarks.md).
+func runTable(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: bench table RESULT.json")
+		return 2
 	}
-	return nil
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "bench table: %v\n", err)
+		return 1
+	}
+	var res Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		fmt.Fprintf(stderr, "bench table: %s: %v\n", args[0], err)
+		return 1
+	}
+	markdownResult(stdout, &res)
+	return 0
 }
 
 // discard removes a figure's directory when the figure is done with it, unless -keep asked to

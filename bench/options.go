@@ -65,7 +65,8 @@ type options struct {
 var errHelp = errors.New("help requested")
 
 const usageText = `usage: go run ./bench [flags]
-       bench loopback [-read-only] SRC MNT
+       bench loopback [-read-only] SRC MNT    (the pass-through baseline's daemon)
+       bench table RESULT.json                (a recorded run as Markdown)
 
 Measures the figures of issue 5 (delta size, ingest and seal, reads, memory, apply, history,
 diff kernel), each against a baseline measured in the same run, prints a table and writes

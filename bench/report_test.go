@@ -97,3 +97,27 @@ func TestWriteJSON(t *testing.T) {
 		t.Fatalf("temporary file left behind: %v", err)
 	}
 }
+
+func TestRunTable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.json")
+	row := Row{Figure: "7", Name: "store size", Measured: 200, Unit: "MiB", Baseline: 100, BaselineName: "one checkpoint", Goal: ratioAtMost(3)}
+	row.finish()
+	if err := writeJSON(path, &Result{Command: "go run ./bench", Rows: []Row{row}, Notes: []string{"a note"}}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if code := runTable([]string{path}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	for _, want := range []string{"`go run ./bench`", "| 7 | store size | 200.0 MiB | 100.0 MiB (one checkpoint) | 2.000x | <= 3x | PASS |", "- a note"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if code := runTable([]string{filepath.Join(t.TempDir(), "missing.json")}, &out, &errs); code != 1 {
+		t.Errorf("a missing file: exit %d", code)
+	}
+	if code := runTable(nil, &out, &errs); code != 2 {
+		t.Errorf("no argument: exit %d", code)
+	}
+}

@@ -13,10 +13,13 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/weightfs/weightfs/store"
 )
 
-// openFile is a regular file of an open tree. Its bytes live in a staging file: this is the
-// reference write path (any offset, any order); a streaming path may later sit beside it.
+// openFile is a regular file of an open tree. Its bytes live in a stream (stream.go) while
+// they arrive in order, else in a staging file: the reference write path (any offset, any
+// order).
 //
 // Lock order: the tree's mu (shared, via begin) before f.mu.
 type openFile struct {
@@ -30,6 +33,12 @@ type openFile struct {
 	detached bool     // no longer part of an open tree: close at the last release
 	size     int64
 	attr     nodeAttr
+
+	stream   *store.FileStream // the file's bytes while it is streamed; nil: the staging file
+	broken   error             // the bytes were lost (a stream that could not give them back)
+	addedAs  string            // the path its stream was added as at the last seal attempt
+	storedIn uint64            // after the seal: the version that holds its streamed bytes
+	sealed   store.File        // that file, opened for reads through handles still open
 }
 
 // openHandle is one open of an openFile. The node does the work; the handle exists so the
@@ -92,6 +101,22 @@ func (f *openFile) truncateLocked(size int64) syscall.Errno {
 	if f.file == nil {
 		return syscall.ESTALE
 	}
+	if f.stream != nil {
+		switch {
+		case size == f.size:
+			f.attr.modified()
+			return 0
+		case size == 0:
+			f.dropStreamLocked() // start over: the next write at 0 streams again
+		default:
+			if errno := f.unstreamLocked(fmt.Sprintf("a truncate to %d bytes", size)); errno != 0 {
+				return errno
+			}
+		}
+	}
+	if size == 0 {
+		f.broken = nil // nothing left to lose
+	}
 	if err := f.file.Truncate(size); err != nil {
 		return f.t.m.fail(err, "truncate %s to %d", f.where(), size)
 	}
@@ -125,14 +150,35 @@ func (f *openFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 }
 
 func (f *openFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off < 0 {
+		return nil, syscall.EINVAL
+	}
+	f.mu.Lock()
+	notStaged := f.stream != nil || f.storedIn != 0 || f.broken != nil
+	f.mu.Unlock()
+	if notStaged {
+		// The tree's lock first (a seal must not run meanwhile), then the file's.
+		f.t.mu.RLock()
+		f.mu.Lock()
+		var n int
+		handled, errno := true, syscall.EIO
+		if f.broken == nil {
+			n, handled, errno = f.readStreamLocked(dest, off)
+		}
+		f.mu.Unlock()
+		f.t.mu.RUnlock()
+		if errno != 0 {
+			return nil, errno
+		}
+		if handled {
+			return fuse.ReadResultData(dest[:n]), 0
+		}
+	}
 	f.mu.Lock()
 	file, size := f.file, f.size
 	f.mu.Unlock()
 	if file == nil {
 		return nil, syscall.EBADF
-	}
-	if off < 0 {
-		return nil, syscall.EINVAL
 	}
 	if off >= size {
 		return fuse.ReadResultData(nil), 0
@@ -159,6 +205,14 @@ func (f *openFile) Write(ctx context.Context, fh gofs.FileHandle, data []byte, o
 	if f.file == nil {
 		return 0, syscall.EBADF
 	}
+	if f.broken != nil {
+		return 0, f.t.m.refuse(syscall.EIO, "write %s: %v (truncate it to start again)", f.where(), f.broken)
+	}
+	if handled, errno := f.writeStreamLocked(data, off); errno != 0 {
+		return 0, errno
+	} else if handled {
+		return uint32(len(data)), 0
+	}
 	n, err := f.file.WriteAt(data, off)
 	if end := off + int64(n); end > f.size {
 		f.size = end
@@ -180,6 +234,14 @@ func (f *openFile) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64,
 	defer f.mu.Unlock()
 	if f.file == nil {
 		return syscall.EBADF
+	}
+	if f.stream != nil {
+		if mode == unix.FALLOC_FL_KEEP_SIZE {
+			return 0 // reserving space changes no byte, and the stream needs none
+		}
+		if errno := f.unstreamLocked("a fallocate"); errno != 0 {
+			return errno
+		}
 	}
 	if err := unix.Fallocate(int(f.file.Fd()), mode, int64(off), int64(size)); err != nil {
 		return f.t.m.fail(err, "fallocate %s", f.where())
@@ -221,6 +283,10 @@ func (f *openFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errn
 	if f.handles > 0 {
 		f.handles--
 	}
+	if f.handles == 0 {
+		// Nobody writes it now: end its stream, so that the seal only adds it.
+		f.closeStreamLocked()
+	}
 	if f.detached && f.handles == 0 {
 		f.closeLocked()
 	}
@@ -235,14 +301,33 @@ func (f *openFile) OnForget() {
 	}
 }
 
-// addTo hands the file to the store's writer. Caller holds the tree's mu exclusively.
+// addTo hands the file to the store's writer: its stream, or its staging file. Caller holds
+// the tree's mu exclusively.
 func (f *openFile) addTo(w VersionWriter, p string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.file == nil {
 		return fmt.Errorf("staging file of %s is closed", p)
 	}
-	return w.AddFile(p, f.file, f.size, iofs.FileMode(f.attr.perm&0o777))
+	if f.broken != nil {
+		return f.broken
+	}
+	f.addedAs = ""
+	mode := iofs.FileMode(f.attr.perm & 0o777)
+	if handled, err := f.addStreamLocked(w, p, mode); handled || err != nil {
+		return err
+	}
+	return w.AddFile(p, f.file, f.size, mode)
+}
+
+// markStored records, after a successful seal as version v, that a streamed file's bytes are
+// in v (handles still open read them from there).
+func (f *openFile) markStored(v uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.addedAs != "" {
+		f.storedIn = v
+	}
 }
 
 // detach takes the file out of its tree: its staging file is unlinked now and closed once no
@@ -250,6 +335,14 @@ func (f *openFile) addTo(w VersionWriter, p string) error {
 func (f *openFile) detach() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.stream != nil {
+		if f.handles > 0 && f.t.state == treeOpen {
+			// Unlinked or replaced while open: the handles keep reading and writing it,
+			// which its staging file can serve.
+			f.unstreamLocked("unlinked while open")
+		}
+		f.dropStreamLocked()
+	}
 	if f.diskPath != "" {
 		if err := os.Remove(f.diskPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			f.t.m.logf("remove staging file %s: %v", f.diskPath, err)
@@ -270,6 +363,11 @@ func (f *openFile) closeNow() {
 }
 
 func (f *openFile) closeLocked() {
+	f.dropStreamLocked()
+	if f.sealed != nil {
+		f.sealed.Close()
+		f.sealed = nil
+	}
 	if f.file == nil {
 		return
 	}

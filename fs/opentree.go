@@ -52,6 +52,9 @@ func newOpenTree(m *mountState, name string, number uint64, w VersionWriter, mod
 	if err := os.Mkdir(disk, 0o700); err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", err)
 	}
+	if w != nil {
+		tuneWriter(w)
+	}
 	t := &openTree{m: m, name: name, number: number, disk: disk, writer: w, files: map[*openFile]struct{}{}}
 	t.dir = newOpenDir(t, mode)
 	return t, nil
@@ -114,15 +117,29 @@ func (t *openTree) seal(number uint64) (store.VersionInfo, error) {
 		if w, err = t.m.b.NewVersion(number); err != nil {
 			return store.VersionInfo{}, fmt.Errorf("open version %d in the store: %w", number, err)
 		}
+		tuneWriter(w)
 	}
 	info, err := t.writeTo(w)
 	if err != nil {
+		// A writer that can start over keeps what the files' streams stored (their bytes
+		// are nowhere else); another is dropped, and the next seal starts afresh.
+		if r, ok := w.(writerResetter); ok && number == t.number {
+			if rerr := r.Reset(); rerr == nil {
+				t.writer = w
+				return store.VersionInfo{}, err
+			}
+		}
 		if aerr := w.Abort(); aerr != nil {
 			t.m.logf("abort version %d after a failed seal: %v", number, aerr)
 		}
 		return store.VersionInfo{}, err
 	}
 	t.state, t.sealedAs = treeSealed, number
+	t.filesMu.Lock()
+	for f := range t.files {
+		f.markStored(number)
+	}
+	t.filesMu.Unlock()
 	t.markSealedPaths()
 	t.releaseStaging()
 	return info, nil

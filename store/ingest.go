@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"strings"
@@ -201,6 +202,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	old := make([]byte, len(cur))
 	var ch delta.Changes
 	var baseVals []byte
+	var crc uint32 // of the new bytes: the next version checks them with it (stream_crc.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
 		c, b := cur[:n], old[:n]
@@ -211,6 +213,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 			return nil, id, 0, err
 		}
 		h.Write(c)
+		crc = crc32.Update(crc, castagnoli, c)
 		hb.Write(b)
 		ch.Reset()
 		if err := s.diff.Diff(b, c, width, &ch); err != nil {
@@ -234,6 +237,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 		w.progressAdd(n)
 	}
 	h.Sum(id[:0])
+	s.mat.crcs.note(id, crc)
 	var gotBase ID
 	hb.Sum(gotBase[:0])
 	if gotBase != baseID {

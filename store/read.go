@@ -344,7 +344,7 @@ func (w *planWalker) forward(id ID) (plan, []ID, error) {
 
 // backward walks from the latest version's object at hint's place up its base links to id,
 // and starts from the whole copy on that path nearest to id. ok is false when there is no
-// such path or it costs at least limit steps.
+// such path or it costs more than limit steps.
 func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 	if hint.path == "" {
 		return plan{}, false
@@ -376,7 +376,9 @@ func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 		cur = m.Base
 		path = append(path, cur)
 	}
-	if bestAt < 0 || len(path)-1-bestAt >= limit {
+	// On a tie the backward walk wins: its start is usually the materialized copy or a cached
+	// page (a pread or a copy), where the forward walk's is a whole object to decompress.
+	if bestAt < 0 || len(path)-1-bestAt > limit {
 		return plan{}, false
 	}
 	for _, c := range path[bestAt : len(path)-1] {

@@ -201,7 +201,10 @@ func (s *Store) finishOpen() error {
 			return err
 		}
 	}
-	if s.readOnly && s.opts.Materialize {
+	// The writer always keeps the copy (it diffs against it and serves the latest version from
+	// it); a reader keeps one when asked to. Bring it to the latest version now, so the first
+	// reads of the latest version are plain preads rather than a replay.
+	if !s.readOnly || s.opts.Materialize {
 		if err := s.mat.ensure(); err != nil {
 			return err
 		}

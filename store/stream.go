@@ -48,7 +48,8 @@ type streamState int
 const (
 	streamOpen    streamState = iota
 	streamClosed              // Close succeeded: the result is ready for AddStream
-	streamStopped             // Replay, Abort or a failed Close stopped the pipeline
+	streamStopped             // Replay or a failed Close stopped the pipeline
+	streamAborted             // Abort dropped everything
 )
 
 // FileStream ingests one file of an open version from its bytes in order. Create it with
@@ -321,6 +322,9 @@ func (st *FileStream) switchToBlob(reason string) {
 func (st *FileStream) Close() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.state == streamClosed {
+		return nil
+	}
 	if st.state != streamOpen {
 		return fmt.Errorf("close %s: %w", st.hint, ErrStreamStopped)
 	}
@@ -385,7 +389,7 @@ func (st *FileStream) stopLocked() {
 func (st *FileStream) Abort() {
 	st.mu.Lock()
 	st.stopLocked()
-	st.state = streamStopped
+	st.state = streamAborted
 	st.releaseLocked()
 	st.mu.Unlock()
 	st.w.mu.Lock()

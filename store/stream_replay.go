@@ -16,6 +16,9 @@ import (
 func (st *FileStream) Replay(dst io.Writer) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.state == streamAborted {
+		return fmt.Errorf("replay %s: %w", st.hint, ErrStreamStopped)
+	}
 	st.stopLocked()
 	sink := writerSink{dst}
 	if st.state == streamClosed {
@@ -126,6 +129,18 @@ func (st *FileStream) replayPartial(ts *tensorState, dst byteSink) error {
 		return fmt.Errorf("tensor %s: %w", ts.t.Name, errStreamCopy)
 	}
 	return st.rebuildTensor(ts, dst)
+}
+
+// ReadAt reads the file of a closed stream, from the objects it stored (a file read back
+// before its version is sealed). Other streams refuse with ErrStreamStopped.
+func (st *FileStream) ReadAt(p []byte, off int64) (int, error) {
+	st.mu.Lock()
+	closed := st.state == streamClosed
+	st.mu.Unlock()
+	if !closed {
+		return 0, fmt.Errorf("read %s: the stream is not closed: %w", st.hint, ErrStreamStopped)
+	}
+	return st.resultReader().ReadAt(p, off)
 }
 
 // resultReader reads the file a closed stream stored, from its objects.

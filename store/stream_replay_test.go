@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -283,4 +286,64 @@ func TestStreamRedoesWhenBasesMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameStores(t, "v4", a, b, 4)
+}
+
+// TestStreamDetectsDamagedCopy damages the materialized copy under a tensor that the next
+// version is diffed against: the stream must fail (the CRC of the base bytes does not match)
+// rather than store a delta against wrong bytes, give back the exact bytes, and the batch
+// path then stores the version correctly.
+func TestStreamDetectsDamagedCopy(t *testing.T) {
+	versions := streamSeries(t, 2, 41)
+	s, _ := newStore(t, Options{Logf: func(string, ...any) {}})
+	rng := rand.New(rand.NewPCG(1, 2))
+	sealStreamed(t, s, 1, versions[0], rng)
+	if err := s.mat.ensure(); err != nil {
+		t.Fatal(err)
+	}
+	p := "model.safetensors"
+	ver, err := s.loadVersion(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.mat.crcs.get(ver.files[p].Tensors[0].ID); !ok {
+		t.Fatal("no CRC noted for a streamed tensor: the damage would be found by SHA-256, not by the CRC")
+	}
+	mat := filepath.Join(s.cacheDir, "materialized", p)
+	b, err := os.ReadFile(mat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40 // inside the big tensor
+	if err := os.WriteFile(mat, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := versions[1][p]
+	w, err := s.NewVersion(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.StreamFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamWrites(t, rng, st, data)
+	if err := st.Close(); err == nil || !strings.Contains(err.Error(), "materialized copy") {
+		t.Fatalf("close over a damaged copy: %v, want a failure naming the copy", err)
+	}
+	var got bytes.Buffer
+	if err := st.Replay(&got); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualBytes(t, "replayed over a damaged copy", got.Bytes(), data)
+	st.Abort()
+	if err := w.AddFile(p, bytes.NewReader(data), int64(len(data)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualBytes(t, "sealed over a damaged copy", readWhole(t, s, 2, p), data)
+	if _, err := s.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,7 +109,6 @@ type workerState struct {
 	unprocessed []streamJob  // jobs not done after a failure, in order: their bytes are raw
 	baseBuf     []byte
 	ch          delta.Changes
-	baseVals    []byte
 }
 
 // tensorState is one tensor in progress.
@@ -124,7 +124,7 @@ type tensorState struct {
 	enc     *delta.DeltaEncoder // nil: no base, or too many changes for a delta
 	body    []byte              // the encoder's output once it has finished
 	fw      *objStream          // the whole copy, when one is being written
-	hb      hash.Hash           // SHA-256 of the base bytes read
+	hb      *baseCheck          // hashes the base bytes read
 	changed int64
 	done    int64 // bytes processed
 }
@@ -224,7 +224,7 @@ func (st *FileStream) startTensor(i int) error {
 		return nil
 	}
 	ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
-	ts.hb = sha256.New()
+	ts.hb = newBaseCheck(st.s.mat, ts.base)
 	if bm, err := st.s.meta(ts.base); err == nil && bm.Kind == kindDelta && bm.Depth+1 > st.s.maxChain {
 		// The chain is full: this tensor is an anchor if it changed at all. Write the whole
 		// copy as the bytes pass instead of in a second pass at the end.
@@ -264,11 +264,7 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	}
 	ts.changed += int64(len(wk.ch.Index))
 	if ts.enc != nil && len(wk.ch.Index) > 0 {
-		wk.baseVals = wk.baseVals[:0]
-		for _, i := range wk.ch.Index {
-			wk.baseVals = append(wk.baseVals, base[int(i)*ts.width:int(i+1)*ts.width]...)
-		}
-		if err := ts.enc.Add(off/int64(ts.width), wk.ch.Index, wk.baseVals, wk.ch.Values); err != nil {
+		if err := ts.enc.AddChanges(off/int64(ts.width), base, &wk.ch); err != nil {
 			return false, fmt.Errorf("encode delta: %w", err)
 		}
 	}
@@ -325,7 +321,7 @@ type byteSink interface{ write([]byte) error }
 func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink) error {
 	end := ts.done
 	buf := make([]byte, min(end, streamChunkSize))
-	check := sha256.New()
+	check := ts.hb.fresh()
 	for off := int64(0); off < end; off += int64(len(buf)) {
 		b := buf[:min(int64(len(buf)), end-off)]
 		if err := st.readBase(ts, b, off); err != nil {
@@ -366,9 +362,7 @@ func (st *FileStream) finishTensor(ts *tensorState) error {
 		s.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, ContentLen: ts.size, FileSize: stored})
 		return nil
 	}
-	var gotBase ID
-	ts.hb.Sum(gotBase[:0])
-	if gotBase != ts.base {
+	if !ts.hb.matches(ts.base) {
 		s.mat.broken.Store(true)
 		return fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", ts.base)
 	}
@@ -471,9 +465,10 @@ type hashJob struct {
 // hasherState is the hasher goroutine's: the whole file's SHA-256 and each tensor's. The
 // worker waits for a tensor's sum when it finishes the tensor.
 type hasherState struct {
-	file   hash.Hash
-	tensor hash.Hash
-	cur    int // the tensor being hashed; -1: none
+	file      hash.Hash
+	tensor    hash.Hash
+	tensorCRC uint32 // CRC-32C of the tensor, for the next version's check of it as a base
+	cur       int    // the tensor being hashed; -1: none
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -494,12 +489,15 @@ func (st *FileStream) runHasher() {
 		if j.tensor >= 0 {
 			if j.first {
 				h.tensor.Reset()
+				h.tensorCRC = 0
 				h.cur = j.tensor
 			}
 			h.tensor.Write(j.data)
+			h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, j.data)
 			if j.last {
 				var id ID
 				h.tensor.Sum(id[:0])
+				st.s.mat.crcs.note(id, h.tensorCRC)
 				h.mu.Lock()
 				h.sums[j.tensor] = id
 				h.cond.Broadcast()

@@ -27,10 +27,11 @@ func cmdMount(e *env, args []string) error {
 	if *version != "" && !*readOnly {
 		return usagef("--version serves a sealed version and needs --read-only")
 	}
-	// A read-only mount of an S3 store serves the latest version from a local materialized
-	// copy, brought forward by the few objects each new version adds.
+	// A read-only mount serves the latest version from a local materialized copy in its cache
+	// directory, brought forward by the few changed elements each new version adds (a pinned
+	// older version needs none).
 	opts := store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logTo(e),
-		Materialize: *readOnly && store.IsS3URL(pos[0])}
+		Materialize: *readOnly && (*version == "" || *version == "latest")}
 	if err := sf.apply(&opts); err != nil {
 		return err
 	}
