@@ -1,8 +1,6 @@
 package delta
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +15,19 @@ import (
 // JournalSuffix is appended to a target's path to name its apply journal.
 const JournalSuffix = ".weightfs-apply"
 
-// ApplyPatchFile applies the patch file at patchPath to the local file at target. Its path in
-// the version is its base name, or the one file of the patch whose path ends in /base name. A sparsely patched safetensors file is changed
-// in place under the journal target+JournalSuffix (see ApplyPatch); a file the patch carries
-// whole is checked against its base hash and replaced atomically (temporary file, fsync,
-// rename).
+// ApplyPatchFile applies the patch file at patchPath to the local file at target with the
+// default ApplyOptions. Its path in the version is its base name, or the one file of the
+// patch whose path ends in /base name. A sparsely patched safetensors file is changed in
+// place under the journal target+JournalSuffix (see ApplyPatch); a file the patch carries
+// whole is checked against its base hash and replaced atomically (temporary file, rename).
 func ApplyPatchFile(patchPath, target string) (ApplyResult, error) {
+	return ApplyPatchFileWith(patchPath, target, ApplyOptions{})
+}
+
+// ApplyPatchFileWith is ApplyPatchFile with options. With opts.Sync the journal, the target
+// and a replaced whole file are fsynced (with their directory) at every step; without it
+// nothing is, which is safe against a killed process but not against power loss.
+func ApplyPatchFileWith(patchPath, target string, opts ApplyOptions) (ApplyResult, error) {
 	pf, err := os.Open(patchPath)
 	if err != nil {
 		return ApplyResult{}, err
@@ -38,7 +43,7 @@ func ApplyPatchFile(patchPath, target string) (ApplyResult, error) {
 	}
 	name := patchFileName(p, filepath.Base(target))
 	if f, ok := p.File(name); ok && f.Whole {
-		return replaceWholeFile(p, f, target)
+		return replaceWholeFile(p, f, target, opts)
 	}
 	tf, err := os.OpenFile(target, os.O_RDWR, 0)
 	if err != nil {
@@ -49,7 +54,8 @@ func ApplyPatchFile(patchPath, target string) (ApplyResult, error) {
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	res, err := ApplyPatch(p, tf, tst.Size(), name, FileJournal(target+JournalSuffix))
+	journal := fileJournal{path: target + JournalSuffix, sync: opts.Sync}
+	res, err := ApplyPatchWith(p, tf, tst.Size(), name, journal, opts)
 	if cerr := tf.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close %s: %w", target, cerr)
 	}
@@ -80,19 +86,21 @@ func patchFileName(p *Patch, base string) string {
 // file on disk is the patch's base (or missing, when the file is new) or already the result.
 // The bytes are streamed to a temporary file and hashed on the way; only a copy that hashes
 // to the recorded result is renamed over the target.
-func replaceWholeFile(p *Patch, f PatchFile, target string) (ApplyResult, error) {
-	res := ApplyResult{File: f.Name, ModelVersion: p.Plan.ModelVersion, BaseVersion: p.Plan.BaseVersion}
-	have, err := hashFile(target)
+func replaceWholeFile(p *Patch, f PatchFile, target string, opts ApplyOptions) (ApplyResult, error) {
+	kind := chooseDigest(f, opts)
+	res := ApplyResult{File: f.Name, ModelVersion: p.Plan.ModelVersion, BaseVersion: p.Plan.BaseVersion, Hash: kind.String(), Synced: opts.Sync}
+	base, result := kind.want(f)
+	have, err := hashFile(target, kind)
 	switch {
 	case errors.Is(err, os.ErrNotExist) && f.BaseSHA256 == ([32]byte{}):
 	case err != nil:
 		return res, err
-	case have == f.ResultSHA256:
+	case have == result:
 		res.AlreadyApplied = true
 		return res, nil
-	case have != f.BaseSHA256:
-		return res, fmt.Errorf("%w: %s has SHA-256 %x, which is neither the patch's base %x nor its result %x; nothing was written",
-			ErrBaseMismatch, f.Name, have, f.BaseSHA256, f.ResultSHA256)
+	case f.BaseSHA256 == ([32]byte{}) || have != base:
+		return res, fmt.Errorf("%w: %s has %s %s, which is neither the patch's base %s nor its result %s; nothing was written",
+			ErrBaseMismatch, f.Name, kind, have, base, result)
 	}
 	r, err := p.WholeFile(f.Name)
 	if err != nil {
@@ -103,12 +111,12 @@ func replaceWholeFile(p *Patch, f PatchFile, target string) (ApplyResult, error)
 	if err != nil {
 		return res, err
 	}
-	h := sha256.New()
+	h := kind.newHasher()
 	n, err := io.Copy(io.MultiWriter(h, out), r)
-	if err == nil && !bytes.Equal(h.Sum(nil), f.ResultSHA256[:]) {
+	if err == nil && h.digest() != result {
 		err = fmt.Errorf("%w: the patch's copy of %s does not hash to its recorded result", ErrMalformed, f.Name)
 	}
-	if err == nil {
+	if err == nil && opts.Sync {
 		err = out.Sync()
 	}
 	if cerr := out.Close(); err == nil {
@@ -121,32 +129,50 @@ func replaceWholeFile(p *Patch, f PatchFile, target string) (ApplyResult, error)
 		os.Remove(tmp)
 		return res, fmt.Errorf("replace %s: %w", target, err)
 	}
-	res.ElementsWritten, res.Writes = n, 1
+	res.ElementsWritten, res.Writes, res.Method = n, 1, MethodPwrite
+	if !opts.Sync {
+		return res, nil
+	}
 	return res, syncDir(filepath.Dir(target))
 }
 
-func hashFile(path string) ([32]byte, error) {
-	var sum [32]byte
+func hashFile(path string, kind digestKind) (digest, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return sum, err
+		return digest{}, err
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := kind.newHasher()
 	if _, err := io.Copy(h, f); err != nil {
-		return sum, fmt.Errorf("read %s: %w", path, err)
+		return digest{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	copy(sum[:], h.Sum(nil))
-	return sum, nil
+	return h.digest(), nil
 }
 
-// FileJournal is a Journal kept in the file at this path (written to a temporary file,
-// synced, renamed into place, and the directory synced).
+// FileJournal is a Journal kept in the file at this path, durably: written to a temporary
+// file, synced, renamed into place, and the directory synced (what ApplyOptions.Sync uses).
 type FileJournal string
 
 // Load reads the journal file.
-func (j FileJournal) Load() ([]byte, bool, error) {
-	b, err := os.ReadFile(string(j))
+func (j FileJournal) Load() ([]byte, bool, error) { return fileJournal{path: string(j)}.Load() }
+
+// Store writes the journal file durably.
+func (j FileJournal) Store(record []byte) error {
+	return fileJournal{path: string(j), sync: true}.Store(record)
+}
+
+// Remove deletes the journal file and syncs its directory.
+func (j FileJournal) Remove() error { return fileJournal{path: string(j), sync: true}.Remove() }
+
+// fileJournal is the journal file, synced or not. Unsynced it still survives a killed
+// process: the rename and unlink are atomic and the page cache keeps the bytes.
+type fileJournal struct {
+	path string
+	sync bool
+}
+
+func (j fileJournal) Load() ([]byte, bool, error) {
+	b, err := os.ReadFile(j.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -156,36 +182,40 @@ func (j FileJournal) Load() ([]byte, bool, error) {
 	return b, true, nil
 }
 
-// Store writes the journal file durably.
-func (j FileJournal) Store(record []byte) error {
-	tmp := string(j) + ".tmp"
+func (j fileJournal) Store(record []byte) error {
+	tmp := j.path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("create apply journal: %w", err)
 	}
 	_, err = f.Write(record)
-	if err == nil {
+	if err == nil && j.sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, string(j))
+		err = os.Rename(tmp, j.path)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write apply journal %s: %w", string(j), err)
+		return fmt.Errorf("write apply journal %s: %w", j.path, err)
 	}
-	return syncDir(filepath.Dir(string(j)))
+	if !j.sync {
+		return nil
+	}
+	return syncDir(filepath.Dir(j.path))
 }
 
-// Remove deletes the journal file.
-func (j FileJournal) Remove() error {
-	if err := os.Remove(string(j)); err != nil && !errors.Is(err, os.ErrNotExist) {
+func (j fileJournal) Remove() error {
+	if err := os.Remove(j.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove apply journal: %w", err)
 	}
-	return syncDir(filepath.Dir(string(j)))
+	if !j.sync {
+		return nil
+	}
+	return syncDir(filepath.Dir(j.path))
 }
 
 func syncDir(dir string) error {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash"
 	"io"
+
+	"github.com/zeebo/xxh3"
 )
 
 // PatchSource is one file of the result version and, when it existed, the same file of the
@@ -131,22 +133,24 @@ func planFile(src PatchSource) (f *PatchFile, tensors []PatchTensor, h *Header, 
 			bh = nil
 		}
 	}
-	pf := PatchFile{Name: src.Name}
+	pf := PatchFile{Name: src.Name, HasXXH3: true}
 	if bh == nil {
 		// Carried whole if it changed: hash both as they are.
-		var resultSum [32]byte
-		if resultSum, err = hashReader(src.Result, src.ResultSize); err != nil {
+		var result fileDigests
+		if result, err = hashReader(src.Result, src.ResultSize); err != nil {
 			return nil, nil, nil, 0, err
 		}
 		if src.Base != nil {
-			if pf.BaseSHA256, err = hashReader(src.Base, src.BaseSize); err != nil {
+			base, err := hashReader(src.Base, src.BaseSize)
+			if err != nil {
 				return nil, nil, nil, 0, err
 			}
-			if pf.BaseSHA256 == resultSum {
+			if base.sha256 == result.sha256 {
 				return nil, nil, nil, elements, nil
 			}
+			pf.BaseSHA256, pf.BaseXXH3 = base.sha256, base.xxh3
 		}
-		pf.ResultSHA256, pf.Whole, pf.WholeSize = resultSum, true, src.ResultSize
+		pf.ResultSHA256, pf.ResultXXH3, pf.Whole, pf.WholeSize = result.sha256, result.xxh3, true, src.ResultSize
 		return &pf, nil, nil, elements, nil
 	}
 	// Same header: hash both while counting changed elements tensor by tensor.
@@ -154,7 +158,7 @@ func planFile(src PatchSource) (f *PatchFile, tensors []PatchTensor, h *Header, 
 	if err := readFull(src.Result, prefix, 0); err != nil {
 		return nil, nil, nil, 0, err
 	}
-	hb, hr := sha256.New(), sha256.New()
+	hb, hr := newFileHasher(), newFileHasher()
 	hb.Write(prefix)
 	hr.Write(prefix)
 	base, cur := make([]byte, buildChunk), make([]byte, buildChunk)
@@ -179,8 +183,9 @@ func planFile(src PatchSource) (f *PatchFile, tensors []PatchTensor, h *Header, 
 	if len(tensors) == 0 {
 		return nil, nil, nil, elements, nil
 	}
-	copy(pf.BaseSHA256[:], hb.Sum(nil))
-	copy(pf.ResultSHA256[:], hr.Sum(nil))
+	before, after := hb.digests(), hr.digests()
+	pf.BaseSHA256, pf.BaseXXH3 = before.sha256, before.xxh3
+	pf.ResultSHA256, pf.ResultXXH3 = after.sha256, after.xxh3
 	return &pf, tensors, rh, elements, nil
 }
 
@@ -234,17 +239,42 @@ func diffElements(base, cur []byte, width int, idx []uint32, vals []byte) ([]uin
 	return idx, vals
 }
 
-func hashReader(r io.ReaderAt, size int64) ([32]byte, error) {
-	var sum [32]byte
-	h := sha256.New()
-	if err := copyRange(h, r, 0, size); err != nil {
-		return sum, err
-	}
-	copy(sum[:], h.Sum(nil))
-	return sum, nil
+// fileDigests are the two whole-file hashes a patch records per file.
+type fileDigests struct {
+	sha256 [32]byte
+	xxh3   [16]byte
 }
 
-func copyRange(h hash.Hash, r io.ReaderAt, off, n int64) error {
+// fileHasher computes SHA-256 and xxh3-128 of one stream.
+type fileHasher struct {
+	sha hash.Hash
+	xxh *xxh3.Hasher
+}
+
+func newFileHasher() fileHasher { return fileHasher{sha: sha256.New(), xxh: xxh3.New()} }
+
+func (h fileHasher) Write(b []byte) (int, error) {
+	h.sha.Write(b)
+	h.xxh.Write(b)
+	return len(b), nil
+}
+
+func (h fileHasher) digests() fileDigests {
+	var d fileDigests
+	h.sha.Sum(d.sha256[:0])
+	d.xxh3 = h.xxh.Sum128().Bytes()
+	return d
+}
+
+func hashReader(r io.ReaderAt, size int64) (fileDigests, error) {
+	h := newFileHasher()
+	if err := copyRange(h, r, 0, size); err != nil {
+		return fileDigests{}, err
+	}
+	return h.digests(), nil
+}
+
+func copyRange(h io.Writer, r io.ReaderAt, off, n int64) error {
 	if _, err := io.Copy(h, io.NewSectionReader(r, off, n)); err != nil {
 		return fmt.Errorf("read %d bytes at %d: %w", n, off, err)
 	}

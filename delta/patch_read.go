@@ -157,16 +157,51 @@ func metaUint(meta map[string]string, key string) (uint64, error) {
 }
 
 func parseSHA256(meta map[string]string, key string) (sum [32]byte, ok bool, err error) {
+	ok, err = parseDigest(meta, key, sum[:], "SHA-256")
+	return sum, ok, err
+}
+
+func parseXXH3(meta map[string]string, key string) (sum [16]byte, ok bool, err error) {
+	ok, err = parseDigest(meta, key, sum[:], "xxh3-128")
+	return sum, ok, err
+}
+
+// parseDigest decodes the lowercase hex digest under key into dst (whose length is the
+// digest's); ok is false when the key is absent.
+func parseDigest(meta map[string]string, key string, dst []byte, what string) (ok bool, err error) {
 	v, ok := meta[key]
 	if !ok {
-		return sum, false, nil
+		return false, nil
 	}
 	b, err := hex.DecodeString(v)
-	if err != nil || len(b) != 32 || hex.EncodeToString(b) != v {
-		return sum, false, malformedPatch("%q is %q, not a lowercase hex SHA-256", key, v)
+	if err != nil || len(b) != len(dst) || hex.EncodeToString(b) != v {
+		return false, malformedPatch("%q is %q, not a lowercase hex %s", key, v, what)
 	}
-	copy(sum[:], b)
-	return sum, true, nil
+	copy(dst, b)
+	return true, nil
+}
+
+// readXXH3 fills f's xxh3-128 digests from the optional base_xxh3:/result_xxh3: keys: both
+// or neither for a file with a base, the result alone for a new file.
+func (p *Patch) readXXH3(f *PatchFile, hasBase bool) error {
+	meta := p.Header.Metadata
+	base, hasBaseX, err := parseXXH3(meta, metaBaseXXH3+f.Name)
+	if err != nil {
+		return err
+	}
+	result, hasResultX, err := parseXXH3(meta, metaResultXXH3+f.Name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !hasResultX && !hasBaseX:
+		return nil
+	case !hasResultX, hasBaseX != hasBase:
+		return malformedPatch("file %q has %q without %q, or an xxh3 base hash without a SHA-256 one",
+			f.Name, metaBaseXXH3+f.Name, metaResultXXH3+f.Name)
+	}
+	f.BaseXXH3, f.ResultXXH3, f.HasXXH3 = base, result, true
+	return nil
 }
 
 // readFiles fills Plan.Files from the files list and the per-file keys.
@@ -195,6 +230,9 @@ func (p *Patch) readFiles(fileNames, wholeNames []string) error {
 			return malformedPatch("file %q lacks its %q or %q", name, metaBasePrefix+name, metaResultPrefix+name)
 		}
 		f.BaseSHA256, f.ResultSHA256 = base, result
+		if err := p.readXXH3(&f, hasBase); err != nil {
+			return err
+		}
 		if f.Whole {
 			t, ok := p.entries[WholeFilePrefix+name]
 			if !ok || t.DType != DTypeU8 || len(t.Shape) != 1 {
@@ -341,10 +379,17 @@ type patchCursor struct {
 const cursorBatch = 1 << 16 // pairs per read
 
 func (p *Patch) newCursor(t PatchTensor) *patchCursor {
+	return p.newCursorRange(t, 0, t.Changed)
+}
+
+// newCursorRange reads only pairs [from, to) of the tensor (0 <= from <= to <= t.Changed).
+// Its first index is checked against the tensor's size but not against the pair before it.
+func (p *Patch) newCursorRange(t PatchTensor, from, to int64) *patchCursor {
 	idx, val := p.entries[t.Name+indicesSuffix], p.entries[t.Name+valuesSuffix]
-	return &patchCursor{p: p, t: t, width: t.DType.Size(), idxSize: t.IndexDType().Size(),
-		idxOff: p.Header.DataStart() + idx.Begin, valOff: p.Header.DataStart() + val.Begin,
-		left: t.Changed, last: -1}
+	c := &patchCursor{p: p, t: t, width: t.DType.Size(), idxSize: t.IndexDType().Size(), left: to - from, last: -1}
+	c.idxOff = p.Header.DataStart() + idx.Begin + from*int64(c.idxSize)
+	c.valOff = p.Header.DataStart() + val.Begin + from*int64(c.width)
+	return c
 }
 
 // next returns the next changed element index and its new value and moves past them; ok is
@@ -367,15 +412,25 @@ func (c *patchCursor) cur() (index int64, value []byte, ok bool, err error) {
 			return 0, nil, false, err
 		}
 	}
+	if index, err = c.index(); err != nil {
+		return 0, nil, false, err
+	}
+	return index, c.val[c.pos*c.width : (c.pos+1)*c.width], true, nil
+}
+
+// index decodes the index of the batch's current pair and checks that it ascends and lies
+// inside the tensor.
+func (c *patchCursor) index() (int64, error) {
+	var index int64
 	if c.idxSize == 8 {
 		index = int64(binary.LittleEndian.Uint64(c.idx[c.pos*8:]))
 	} else {
 		index = int64(int32(binary.LittleEndian.Uint32(c.idx[c.pos*4:])))
 	}
 	if index <= c.last || index >= c.t.Elements {
-		return 0, nil, false, malformedPatch("tensor %q: index %d after %d is not ascending within %d elements", c.t.Name, index, c.last, c.t.Elements)
+		return 0, malformedPatch("tensor %q: index %d after %d is not ascending within %d elements", c.t.Name, index, c.last, c.t.Elements)
 	}
-	return index, c.val[c.pos*c.width : (c.pos+1)*c.width], true, nil
+	return index, nil
 }
 
 // advance moves past the pair cur returned.
@@ -403,6 +458,12 @@ func (c *patchCursor) fill() error {
 	c.left -= int64(n)
 	c.pos, c.n = 0, n
 	return nil
+}
+
+// reuse takes the batch buffers of a cursor that is done with them.
+func (c *patchCursor) reuse(done *patchCursor) {
+	c.idx, c.val = done.idx[:0], done.val[:0]
+	done.idx, done.val, done.pos, done.n = nil, nil, 0, 0
 }
 
 // grow returns b resized to n bytes, reusing its storage when it can.

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 // threeFileVersions is a base and a result version: a safetensors file with scattered
@@ -49,10 +51,13 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 	if !reflect.DeepEqual(plan.Tensors, wantTensors) {
 		t.Errorf("tensors\n%+v\nwant\n%+v", plan.Tensors, wantTensors)
 	}
+	x := func(b []byte) [16]byte { return xxh3.Hash128(b).Bytes() }
 	wantFiles := []PatchFile{
-		{Name: "config.json", BaseSHA256: patchSHA(base["config.json"]), ResultSHA256: patchSHA(result["config.json"]), Whole: true, WholeSize: 19},
-		{Name: "extra/notes.txt", ResultSHA256: patchSHA(result["extra/notes.txt"]), Whole: true, WholeSize: 4},
-		{Name: "model.safetensors", BaseSHA256: patchSHA(base["model.safetensors"]), ResultSHA256: patchSHA(result["model.safetensors"])},
+		{Name: "config.json", BaseSHA256: patchSHA(base["config.json"]), ResultSHA256: patchSHA(result["config.json"]),
+			BaseXXH3: x(base["config.json"]), ResultXXH3: x(result["config.json"]), HasXXH3: true, Whole: true, WholeSize: 19},
+		{Name: "extra/notes.txt", ResultSHA256: patchSHA(result["extra/notes.txt"]), ResultXXH3: x(result["extra/notes.txt"]), HasXXH3: true, Whole: true, WholeSize: 4},
+		{Name: "model.safetensors", BaseSHA256: patchSHA(base["model.safetensors"]), ResultSHA256: patchSHA(result["model.safetensors"]),
+			BaseXXH3: x(base["model.safetensors"]), ResultXXH3: x(result["model.safetensors"]), HasXXH3: true},
 	}
 	if !reflect.DeepEqual(plan.Files, wantFiles) {
 		t.Errorf("files\n%+v\nwant\n%+v", plan.Files, wantFiles)
@@ -78,10 +83,15 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 	if got := meta["base_sha256:model.safetensors"]; got != hex.EncodeToString(wantFiles[2].BaseSHA256[:]) {
 		t.Errorf("base hash %q", got)
 	}
-	if _, ok := meta["base_sha256:extra/notes.txt"]; ok {
-		t.Errorf("a new file has a base hash")
+	if got := meta["result_xxh3:model.safetensors"]; got != hex.EncodeToString(wantFiles[2].ResultXXH3[:]) {
+		t.Errorf("result xxh3 %q", got)
 	}
-	if len(meta) != len(want)+5 { // 3 result hashes, 2 base hashes
+	for _, k := range []string{"base_sha256:extra/notes.txt", "base_xxh3:extra/notes.txt"} {
+		if _, ok := meta[k]; ok {
+			t.Errorf("a new file has a base hash %s", k)
+		}
+	}
+	if len(meta) != len(want)+10 { // of each hash: 3 result hashes, 2 base hashes
 		t.Errorf("%d metadata keys: %v", len(meta), meta)
 	}
 	// The whole files read back exactly.

@@ -396,7 +396,7 @@ func TestStreamingMatchesLocalDir(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		target := map[string][]byte{} // what each file is being written towards
+		target := map[string][]byte{}    // what each file is being written towards
 		handles := map[string]*os.File{} // root and name -> a handle kept open (it follows renames)
 		for step := 0; step < 150; step++ {
 			name := names[rng.IntN(len(names))]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/weightfs/weightfs/internal/s3test"
 	"strings"
 	"testing"
 	"time"
@@ -83,9 +84,9 @@ func FuzzDecodeLease(f *testing.F) {
 }
 
 // leaseClient is an S3 client of the store at url on srv, with a lease TTL of ttl.
-func leaseClient(t *testing.T, srv *s3Server, url string, ttl time.Duration) *s3Client {
+func leaseClient(t *testing.T, srv *s3test.Server, url string, ttl time.Duration) *s3Client {
 	t.Helper()
-	srv.setEnv(t)
+	srv.SetEnv(t)
 	c, err := s3Setup(url, Options{Logf: t.Logf, S3: S3Options{LeaseTTL: ttl, RetryFor: time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +101,7 @@ func leaseClient(t *testing.T, srv *s3Server, url string, ttl time.Duration) *s3
 // over, and its old holder then finds it lost and may not write a manifest; a released one
 // is free at once.
 func TestLeaseOneWriter(t *testing.T) {
-	srv := startS3Server(t)
+	srv := s3test.Start(t)
 	c := leaseClient(t, srv, s3URL(t), 30*time.Second)
 	ctx := context.Background()
 	a, err := acquireLease(ctx, c, t.Logf, time.Now)
@@ -145,8 +146,8 @@ func TestLeaseOneWriter(t *testing.T) {
 // TestLeaseBreak: breaking the lease frees the store, and the writer that held it can no
 // longer seal a version.
 func TestLeaseBreak(t *testing.T) {
-	srv := startS3Server(t)
-	srv.setEnv(t)
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
 	url := s3URL(t)
 	if err := Init(url); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,8 @@ type materialized struct {
 	files   map[string]*os.File
 	gen     uint64 // bumped by every change
 
-	crcs contentCRCs // of the content of tensors that may be bases (stream_crc.go)
+	crcs  contentCRCs // of the content of tensors that may be bases (stream_crc.go)
+	seeds *seeds      // files of a first version, as its streams received them (stream_seed.go)
 }
 
 // matLoc is where an object's bytes sit in the copy.
@@ -47,7 +48,8 @@ type matLoc struct {
 }
 
 func newMaterialized(s *Store, dir string) *materialized {
-	return &materialized{s: s, dir: dir, files: map[string]*os.File{}}
+	return &materialized{s: s, dir: dir, files: map[string]*os.File{},
+		seeds: newSeeds(filepath.Join(filepath.Dir(dir), "seed"))}
 }
 
 func (m *materialized) close() {
@@ -185,19 +187,6 @@ func (m *materialized) ensure() error {
 	return m.rebuild(target)
 }
 
-// ensureInBackground runs ensure on its own goroutine: a seal returns without waiting for
-// the copy. Reads meanwhile replay (the copy holds nothing while it changes) and the next
-// ensure waits for this one. close waits for it.
-func (m *materialized) ensureInBackground() {
-	m.bg.Add(1)
-	go func() {
-		defer m.bg.Done()
-		if err := m.ensure(); err != nil {
-			m.s.logf("materialized copy not brought forward: %v (it is rebuilt when next needed)", err)
-		}
-	}()
-}
-
 // loadState adopts a clean copy left by an earlier run, if the index vouches for it.
 func (m *materialized) loadState() *version {
 	st := m.s.ix.materialized()
@@ -247,6 +236,7 @@ func (m *materialized) drop() {
 
 // rebuild writes the copy of target from the store alone.
 func (m *materialized) rebuild(target *version) error {
+	defer m.seeds.clear()
 	if err := m.s.ix.setMaterialized(matState{Version: target.m.Version}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
@@ -262,11 +252,18 @@ func (m *materialized) rebuild(target *version) error {
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 	}
+	seeded := 0
 	for i := range target.m.Files {
 		f := &target.m.Files[i]
-		// Its own empty page cache: the pages of a whole version, read once, would only push
-		// out the pages readers use (and hold memory).
-		tmp, err := m.writeTemp(target, f, readOpts{noMaterialized: true, pages: newLRU[pageKey, []byte](0)})
+		if ok, err := m.seedInto(f); err != nil {
+			return err
+		} else if ok {
+			seeded++
+			continue
+		}
+		// Its own small page cache (a page read in two pieces is built once): the pages of a
+		// whole version, read once, would only push out the pages readers use.
+		tmp, err := m.writeTemp(target, f, readOpts{noMaterialized: true, pages: newLRU[pageKey, []byte](4 * pageSize)})
 		if err != nil {
 			return err
 		}
@@ -279,7 +276,7 @@ func (m *materialized) rebuild(target *version) error {
 	if err := m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
-	m.s.logf("materialized copy: rebuilt at version %d", target.m.Version)
+	m.s.logf("materialized copy: rebuilt at version %d (%d of %d files as streamed)", target.m.Version, seeded, len(target.m.Files))
 	return nil
 }
 
@@ -296,7 +293,8 @@ func (m *materialized) writeTemp(ver *version, f *manifestFile, opts readOpts) (
 	}
 	vf := m.s.newVersionFile(ver, f, opts)
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(out, h), io.NewSectionReader(vf, 0, f.Size))
+	// Page-sized reads: a smaller one would rebuild a page for each piece of it.
+	_, err = io.CopyBuffer(io.MultiWriter(out, h), io.NewSectionReader(vf, 0, f.Size), make([]byte, pageSize))
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -476,36 +474,6 @@ func (m *materialized) patch(p inPlace) error {
 		}
 		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {
 			return fmt.Errorf("materialized %s: %w", p.path, err)
-		}
-	}
-	return nil
-}
-
-// writeChangedRuns writes the pages of now that differ from was at file offset base; runs of
-// changed pages are merged into one write. A page is the unit of I/O, so writing a page of
-// which one byte changed costs the same as writing that byte; comparing pages with
-// bytes.Equal (vectorised) rather than bytes keeps the scan far faster than the disk.
-func writeChangedRuns(f *os.File, was, now []byte, base int64) error {
-	const page = 4096
-	start := -1 // first byte of the run of changed pages being collected
-	for off := 0; off < len(now); off += page {
-		end := min(off+page, len(now))
-		if !bytes.Equal(was[off:end], now[off:end]) {
-			if start < 0 {
-				start = off
-			}
-			continue
-		}
-		if start >= 0 {
-			if _, err := f.WriteAt(now[start:off], base+int64(start)); err != nil {
-				return err
-			}
-			start = -1
-		}
-	}
-	if start >= 0 {
-		if _, err := f.WriteAt(now[start:], base+int64(start)); err != nil {
-			return err
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/s3test"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -80,8 +81,8 @@ func s3Stats(t testing.TB, s *Store) S3Stats {
 // writer is refused, and after the first version the reader downloads exactly the objects a
 // new version added and its manifest, nothing else.
 func TestS3StoreRoundTrip(t *testing.T) {
-	srv := startS3Server(t)
-	srv.setEnv(t)
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
 	url := s3URL(t)
 	if err := Init(url); err != nil {
 		t.Fatal(err)
@@ -154,8 +155,8 @@ func TestS3StoreRoundTrip(t *testing.T) {
 // in parts, comes down by parallel ranged reads, and the fast download gives the same bytes
 // as the reference one.
 func TestS3MultipartAndParallelDownload(t *testing.T) {
-	srv := startS3Server(t)
-	srv.setEnv(t)
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
 	url := s3URL(t)
 	if err := Init(url); err != nil {
 		t.Fatal(err)
@@ -203,9 +204,9 @@ func TestS3MultipartAndParallelDownload(t *testing.T) {
 // need it fail with an error carrying no errno (the mount answers EIO), a seal fails and
 // leaves its writer usable, and everything works again once the store is back.
 func TestS3OutageFailsCleanlyAndRecovers(t *testing.T) {
-	srv := startS3Server(t)
-	srv.setEnv(t)
-	proxy := startFlakyProxy(t, srv.addr)
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := startFlakyProxy(t, srv.Addr)
 	url := s3URL(t)
 	if err := Init(url); err != nil {
 		t.Fatal(err)
@@ -276,8 +277,8 @@ func TestS3OutageFailsCleanlyAndRecovers(t *testing.T) {
 // TestS3GCDropsVersionsForReaders runs gc on an S3 store while a reader has it open: the
 // reader drops the removed versions at its next refresh and still reads the kept one.
 func TestS3GCDropsVersionsForReaders(t *testing.T) {
-	srv := startS3Server(t)
-	srv.setEnv(t)
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
 	url := s3URL(t)
 	if err := Init(url); err != nil {
 		t.Fatal(err)
@@ -323,8 +324,8 @@ func TestS3GCDropsVersionsForReaders(t *testing.T) {
 
 // TestS3OpenErrors: what is not a store, or not reachable, says so.
 func TestS3OpenErrors(t *testing.T) {
-	srv := startS3Server(t)
-	srv.setEnv(t)
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
 	url := s3URL(t)
 	if err := InitS3(url, S3Options{}); err != nil {
 		t.Fatal(err)
@@ -343,7 +344,7 @@ func TestS3OpenErrors(t *testing.T) {
 		t.Fatalf("open with a wrong secret: %v, want an HTTP 403 error", err)
 	}
 	// A cache directory of one store is refused for another.
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.secret)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.Secret)
 	dir := t.TempDir()
 	openS3Store(t, url, Options{ReadOnly: true, CacheDir: dir}).Close()
 	if err := InitS3(url+"-other", S3Options{}); err != nil {
@@ -358,8 +359,8 @@ func TestS3OpenErrors(t *testing.T) {
 // fresh one) goes on where the store is; objects left by a writer that died before its seal
 // are removed, and nothing sealed is touched.
 func TestS3WriterRestart(t *testing.T) {
-	srv := startS3Server(t)
-	srv.setEnv(t)
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
 	url := s3URL(t)
 	if err := Init(url); err != nil {
 		t.Fatal(err)

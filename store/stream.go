@@ -118,6 +118,12 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 		hasherDone: make(chan struct{}),
 	}
 	st.hs.init()
+	if basis == nil {
+		// A first version: its bytes also seed the materialized copy (stream_seed.go).
+		if f, err := w.s.mat.seeds.create(); err == nil {
+			st.hs.seed = &seedWriter{f: f}
+		}
+	}
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
@@ -349,6 +355,7 @@ func (st *FileStream) Close() error {
 	}
 	st.wk.entry.Size = st.size
 	st.wk.entry.SHA256 = st.hs.fileSum()
+	st.hs.seed.finish(st.s.mat.seeds, st.wk.entry.SHA256, st.size)
 	if st.class == classBlobUnsure && batchIsSafetensors(st.prefix, st.size) {
 		// The header guess was wrong: the batch path decides.
 		st.redo = true
@@ -413,4 +420,5 @@ func (st *FileStream) releaseLocked() {
 	}
 	st.wk.blob.abort()
 	st.wk.blob = nil
+	st.hs.seed.drop()
 }

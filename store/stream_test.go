@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,8 +269,23 @@ func TestStreamMatchesBatch(t *testing.T) {
 // TestStreamClassifiesLikeBatch pins the classification of the series' odd files.
 func TestStreamClassifiesLikeBatch(t *testing.T) {
 	files := streamSeries(t, 1, 3)[0]
-	s, _ := newStore(t, Options{Logf: func(string, ...any) {}})
+	var rebuilt []string
+	s, _ := newStore(t, Options{Logf: func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); strings.Contains(msg, "rebuilt") {
+			rebuilt = append(rebuilt, msg)
+		}
+	}})
 	sealStreamed(t, s, 1, files, rand.New(rand.NewPCG(1, 1)))
+	// The first version's copy is made of the files as they were streamed.
+	if err := s.mat.ensure(); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("(%d of %d files as streamed)", len(files), len(files)); len(rebuilt) != 1 || !strings.Contains(rebuilt[0], want) {
+		t.Errorf("rebuild said %q, want %q", rebuilt, want)
+	}
+	for p, data := range files {
+		mustEqualBytes(t, "materialized "+p, readMaterialized(t, s, p), data)
+	}
 	ver, err := s.loadVersion(1)
 	if err != nil {
 		t.Fatal(err)

@@ -2,78 +2,13 @@ package store
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"fmt"
-	"hash"
-	"hash/crc32"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/weightfs/weightfs/delta"
 )
 
-// chunk is a buffer of the pipeline, shared by the worker and the hasher; the last one to
-// let go returns it to the pool.
-type chunk struct {
-	buf     []byte
-	refs    atomic.Int32
-	counted bool // taken within the pool's limit
-}
-
-// chunkPool hands out streamChunkSize buffers, at most limit at a time: the bound on the
-// memory of every stream of a Writer. get waits while limit chunks are out, since the
-// pipelines give chunks back as they work. But a chunk being filled is given back only when
-// its writer writes more, and one process may write many files in turn: so a get that has
-// waited for overLimitAfter takes a chunk beyond the limit rather than wait for ever.
-type chunkPool struct {
-	sem  chan struct{}
-	free chan []byte
-}
-
-const overLimitAfter = 200 * time.Millisecond
-
-func newChunkPool(limit int) *chunkPool {
-	return &chunkPool{sem: make(chan struct{}, limit), free: make(chan []byte, limit)}
-}
-
-func (p *chunkPool) get() *chunk {
-	c := &chunk{counted: true}
-	select {
-	case p.sem <- struct{}{}:
-	default:
-		t := time.NewTimer(overLimitAfter)
-		select {
-		case p.sem <- struct{}{}:
-		case <-t.C:
-			c.counted = false
-		}
-		t.Stop()
-	}
-	select {
-	case c.buf = <-p.free:
-	default:
-		c.buf = make([]byte, streamChunkSize)
-	}
-	return c
-}
-
-func (p *chunkPool) put(c *chunk) {
-	select {
-	case p.free <- c.buf:
-	default:
-	}
-	if c.counted {
-		<-p.sem
-	}
-}
-
-// release drops one reference to c.
-func (c *chunk) release(p *chunkPool) {
-	if c != nil && c.refs.Add(-1) == 0 {
-		p.put(c)
-	}
-}
+// The worker of a stream's pipeline: it takes the file's bytes in order and does the batch
+// path's work on them (ingest.go), one tensor at a time.
 
 type jobKind int
 
@@ -225,9 +160,12 @@ func (st *FileStream) startTensor(i int) error {
 	}
 	ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
 	ts.hb = newBaseCheck(st.s.mat, ts.base)
-	if bm, err := st.s.meta(ts.base); err == nil && bm.Kind == kindDelta && bm.Depth+1 > st.s.maxChain {
-		// The chain is full: this tensor is an anchor if it changed at all. Write the whole
-		// copy as the bytes pass instead of in a second pass at the end.
+	if bm, err := st.s.meta(ts.base); err == nil && bm.Kind == kindDelta &&
+		(bm.Depth+1 > st.s.maxChain || bm.ChainBytes+bm.ChainBytes/int64(bm.Depth) >= ts.size) {
+		// The chain is full, or its deltas will be as large as a whole copy with a delta
+		// like the ones before: this tensor will be an anchor if it changed. Write the whole
+		// copy as the bytes pass rather than in a second pass at the end (a guess: the
+		// policy at the end decides, as in the batch path).
 		fw, err := newObjStream(st.s, ts.width, ts.size, false)
 		if err != nil {
 			return err
@@ -452,79 +390,4 @@ func (st *FileStream) finishBlob() error {
 	st.wk.entry.Kind, st.wk.entry.ID = kindBlob, id
 	st.wk.entry.Header, st.wk.entry.HeaderLen, st.wk.entry.Tensors = ID{}, 0, nil
 	return nil
-}
-
-// hashJob is a piece of the file for the hasher, in file order.
-type hashJob struct {
-	c           *chunk
-	data        []byte
-	tensor      int  // the tensor the bytes belong to; -1: none
-	first, last bool // the tensor's first and last piece
-}
-
-// hasherState is the hasher goroutine's: the whole file's SHA-256 and each tensor's. The
-// worker waits for a tensor's sum when it finishes the tensor.
-type hasherState struct {
-	file      hash.Hash
-	tensor    hash.Hash
-	tensorCRC uint32 // CRC-32C of the tensor, for the next version's check of it as a base
-	cur       int    // the tensor being hashed; -1: none
-
-	mu   sync.Mutex
-	cond *sync.Cond
-	sums map[int]ID
-}
-
-func (h *hasherState) init() {
-	h.file, h.tensor, h.cur = sha256.New(), sha256.New(), -1
-	h.cond = sync.NewCond(&h.mu)
-	h.sums = map[int]ID{}
-}
-
-func (st *FileStream) runHasher() {
-	defer close(st.hasherDone)
-	h := &st.hs
-	for j := range st.hashes {
-		h.file.Write(j.data)
-		if j.tensor >= 0 {
-			if j.first {
-				h.tensor.Reset()
-				h.tensorCRC = 0
-				h.cur = j.tensor
-			}
-			h.tensor.Write(j.data)
-			h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, j.data)
-			if j.last {
-				var id ID
-				h.tensor.Sum(id[:0])
-				st.s.mat.crcs.note(id, h.tensorCRC)
-				h.mu.Lock()
-				h.sums[j.tensor] = id
-				h.cond.Broadcast()
-				h.mu.Unlock()
-				h.cur = -1
-			}
-		}
-		j.c.release(st.w.pool)
-	}
-}
-
-// tensorSumOf waits for the SHA-256 of tensor i (the worker's side; the hasher always gets a
-// tensor's last piece before the worker does).
-func (h *hasherState) tensorSumOf(i int) ID {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for {
-		if id, ok := h.sums[i]; ok {
-			return id
-		}
-		h.cond.Wait()
-	}
-}
-
-// fileSum is the SHA-256 of every byte hashed (after the hasher has exited).
-func (h *hasherState) fileSum() ID {
-	var id ID
-	h.file.Sum(id[:0])
-	return id
 }

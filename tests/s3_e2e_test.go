@@ -3,6 +3,7 @@ package tests
 import (
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/s3test"
 	"math"
 	"os"
 	"os/exec"
@@ -31,8 +32,8 @@ import (
 //   - A second writer is refused, naming the lease holder and how to break a dead one.
 func TestS3TrainerAndTwoInferenceNodes(t *testing.T) {
 	skipWithoutFUSE(t)
-	srv := startS3Server(t)
-	srv.setEnv(t) // the weightfs processes inherit the endpoint and credentials
+	srv := s3test.Start(t)
+	srv.SetEnv(t) // the weightfs processes inherit the endpoint and credentials
 	work := t.TempDir()
 	url := "s3://weightfs-e2e/runs/exp1"
 	mustCLI(t, "init", url)
@@ -85,7 +86,7 @@ func TestS3TrainerAndTwoInferenceNodes(t *testing.T) {
 			// The seal starts while S3 is down: it waits (retrying with backoff) until the
 			// server is back. The readers' polls were backing off meanwhile, hence the
 			// longer bound for this one version.
-			srv.stop()
+			srv.Stop()
 			t.Log("S3 server stopped; sealing v6")
 			touch := exec.Command("touch", filepath.Join(dst, "DONE"))
 			touched := make(chan error, 1)
@@ -96,7 +97,7 @@ func TestS3TrainerAndTwoInferenceNodes(t *testing.T) {
 				t.Fatalf("the seal of v%d returned while S3 was down: %v", v, err)
 			default:
 			}
-			srv.start()
+			srv.Start()
 			back := time.Now()
 			t.Log("S3 server started again")
 			if err := <-touched; err != nil {

@@ -1,10 +1,9 @@
-package store
-
-// A real S3 server for the tests: versitygw (github.com/versity/versitygw, Apache-2.0) with
-// its posix backend, on 127.0.0.1 and a free port, data in t.TempDir(). The binary is built
-// from the Go module proxy into the user cache directory the first time (about two minutes;
-// `make s3server` does the same), or taken from $WEIGHTFS_S3_SERVER. tests/s3_server_test.go
-// holds the same helper for the end-to-end tests.
+// Package s3test runs a real S3 server for tests: versitygw (github.com/versity/versitygw,
+// Apache-2.0) with its posix backend, on 127.0.0.1 and a free port, data in t.TempDir(). The
+// binary is built from the Go module proxy into the user cache directory the first time (about
+// two minutes; `make s3server` does the same), or taken from $WEIGHTFS_S3_SERVER. It is test
+// support only: nothing outside tests imports it.
+package s3test
 
 import (
 	"crypto/rand"
@@ -21,89 +20,90 @@ import (
 	"time"
 )
 
-const versitygwVersion = "v1.8.0"
+// Version is the versitygw release the tests run.
+const Version = "v1.8.0"
 
 var (
-	s3ServerOnce sync.Once
-	s3ServerBin  string
-	s3ServerErr  error
+	serverOnce sync.Once
+	serverBin  string
+	serverErr  error
 )
 
-// s3ServerBinary returns the versitygw binary, building it once if needed. Concurrent test
+// Binary returns the versitygw binary, building it once if needed. Concurrent test
 // processes serialise the build with an flock beside the cache directory.
-func s3ServerBinary(t testing.TB) string {
+func Binary(t testing.TB) string {
 	t.Helper()
-	s3ServerOnce.Do(func() {
+	serverOnce.Do(func() {
 		if p := os.Getenv("WEIGHTFS_S3_SERVER"); p != "" {
-			s3ServerBin = p
+			serverBin = p
 			return
 		}
 		base, err := os.UserCacheDir()
 		if err != nil {
 			base = os.TempDir()
 		}
-		dir := filepath.Join(base, "weightfs-s3", "versitygw-"+versitygwVersion)
+		dir := filepath.Join(base, "weightfs-s3", "versitygw-"+Version)
 		bin := filepath.Join(dir, "versitygw")
 		if _, err := os.Stat(bin); err == nil {
-			s3ServerBin = bin
+			serverBin = bin
 			return
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			s3ServerErr = err
+			serverErr = err
 			return
 		}
 		lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 		if err != nil {
-			s3ServerErr = err
+			serverErr = err
 			return
 		}
 		defer lock.Close()
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-			s3ServerErr = err
+			serverErr = err
 			return
 		}
 		if _, err := os.Stat(bin); err == nil { // another process built it meanwhile
-			s3ServerBin = bin
+			serverBin = bin
 			return
 		}
-		fmt.Fprintf(os.Stderr, "building the test S3 server versitygw %s into %s (once; about 2 minutes)\n", versitygwVersion, dir)
-		cmd := exec.Command("go", "install", "github.com/versity/versitygw/cmd/versitygw@"+versitygwVersion)
+		fmt.Fprintf(os.Stderr, "building the test S3 server versitygw %s into %s (once; about 2 minutes)\n", Version, dir)
+		cmd := exec.Command("go", "install", "github.com/versity/versitygw/cmd/versitygw@"+Version)
 		cmd.Dir = os.TempDir() // outside this module: `go install pkg@version` builds it alone
 		cmd.Env = append(os.Environ(), "GOBIN="+dir)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			s3ServerErr = fmt.Errorf("build versitygw %s: %v\n%s", versitygwVersion, err, out)
+			serverErr = fmt.Errorf("build versitygw %s: %v\n%s", Version, err, out)
 			return
 		}
-		s3ServerBin = bin
+		serverBin = bin
 	})
-	if s3ServerErr != nil {
-		t.Fatal(s3ServerErr)
+	if serverErr != nil {
+		t.Fatal(serverErr)
 	}
-	return s3ServerBin
+	return serverBin
 }
 
-// s3Server is one running versitygw.
-type s3Server struct {
+// Server is one running versitygw.
+type Server struct {
 	t         testing.TB
 	bin       string
 	dir       string
-	addr      string // 127.0.0.1:port
-	access    string
-	secret    string
+	Addr      string // 127.0.0.1:port
+	Access    string
+	Secret    string
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	logPath   string
 	stoppedAt bool
 }
 
-// startS3Server starts a server for this test; it is stopped when the test ends.
-func startS3Server(t testing.TB) *s3Server {
+// Start starts a server for this test; it is stopped when the test ends.
+func Start(t testing.TB) *Server {
 	t.Helper()
 	var key [12]byte
 	rand.Read(key[:])
-	s := &s3Server{
-		t: t, bin: s3ServerBinary(t), dir: t.TempDir(),
-		access: "wfs" + hex.EncodeToString(key[:4]), secret: hex.EncodeToString(key[:]),
+	s := &Server{
+		t: t, bin: Binary(t), dir: t.TempDir(),
+		Access: "wfs" + hex.EncodeToString(key[:4]), Secret: hex.EncodeToString(key[:]),
 	}
 	for _, d := range []string{"data", "iam"} {
 		if err := os.MkdirAll(filepath.Join(s.dir, d), 0o755); err != nil {
@@ -114,23 +114,23 @@ func startS3Server(t testing.TB) *s3Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.addr = l.Addr().String()
+	s.Addr = l.Addr().String()
 	l.Close()
-	s.start()
-	t.Cleanup(s.stop)
+	s.Start()
+	t.Cleanup(s.Stop)
 	return s
 }
 
-func (s *s3Server) start() {
+func (s *Server) Start() {
 	s.t.Helper()
 	s.logPath = filepath.Join(s.dir, "server.log")
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.cmd = exec.Command(s.bin, "--port", s.addr, "--iam-dir", filepath.Join(s.dir, "iam"), "--quiet",
+	s.cmd = exec.Command(s.bin, "--port", s.Addr, "--iam-dir", filepath.Join(s.dir, "iam"), "--quiet",
 		"posix", filepath.Join(s.dir, "data"))
-	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.access, "ROOT_SECRET_KEY="+s.secret)
+	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.Access, "ROOT_SECRET_KEY="+s.Secret)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -144,7 +144,7 @@ func (s *s3Server) start() {
 	}(s.cmd, s.exited)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get("http://" + s.addr + "/")
+		resp, err := http.Get("http://" + s.Addr + "/")
 		if err == nil {
 			resp.Body.Close()
 			break
@@ -156,15 +156,15 @@ func (s *s3Server) start() {
 		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("versitygw not answering on %s after 30s", s.addr)
+			s.t.Fatalf("versitygw not answering on %s after 30s", s.Addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.stoppedAt = false
 }
 
-// stop ends the server (it may be started again with start, on the same port and data).
-func (s *s3Server) stop() {
+// Stop ends the server (it may be started again with Start, on the same port and data).
+func (s *Server) Stop() {
 	if s.cmd == nil || s.stoppedAt {
 		return
 	}
@@ -178,14 +178,14 @@ func (s *s3Server) stop() {
 	}
 }
 
-func (s *s3Server) endpoint() string { return "http://" + s.addr }
+func (s *Server) Endpoint() string { return "http://" + s.Addr }
 
-// setEnv points this test process's AWS variables at the server.
-func (s *s3Server) setEnv(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", s.access)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", s.secret)
+// SetEnv points this test process's AWS variables at the server.
+func (s *Server) SetEnv(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", s.Access)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s.Secret)
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_ENDPOINT_URL", s.endpoint())
+	t.Setenv("AWS_ENDPOINT_URL", s.Endpoint())
 	t.Setenv("AWS_ENDPOINT_URL_S3", "")
 }

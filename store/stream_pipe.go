@@ -1,0 +1,151 @@
+package store
+
+import (
+	"crypto/sha256"
+	"hash"
+	"hash/crc32"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The plumbing of a stream's pipeline: the chunks it moves and the hasher goroutine.
+
+// chunk is a buffer of the pipeline, shared by the worker and the hasher; the last one to
+// let go returns it to the pool.
+type chunk struct {
+	buf     []byte
+	refs    atomic.Int32
+	counted bool // taken within the pool's limit
+}
+
+// chunkPool hands out streamChunkSize buffers, at most limit at a time: the bound on the
+// memory of every stream of a Writer. get waits while limit chunks are out, since the
+// pipelines give chunks back as they work. But a chunk being filled is given back only when
+// its writer writes more, and one process may write many files in turn: so a get that has
+// waited for overLimitAfter takes a chunk beyond the limit rather than wait for ever.
+type chunkPool struct {
+	sem  chan struct{}
+	free chan []byte
+}
+
+const overLimitAfter = 200 * time.Millisecond
+
+func newChunkPool(limit int) *chunkPool {
+	return &chunkPool{sem: make(chan struct{}, limit), free: make(chan []byte, limit)}
+}
+
+func (p *chunkPool) get() *chunk {
+	c := &chunk{counted: true}
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		t := time.NewTimer(overLimitAfter)
+		select {
+		case p.sem <- struct{}{}:
+		case <-t.C:
+			c.counted = false
+		}
+		t.Stop()
+	}
+	select {
+	case c.buf = <-p.free:
+	default:
+		c.buf = make([]byte, streamChunkSize)
+	}
+	return c
+}
+
+func (p *chunkPool) put(c *chunk) {
+	select {
+	case p.free <- c.buf:
+	default:
+	}
+	if c.counted {
+		<-p.sem
+	}
+}
+
+// release drops one reference to c.
+func (c *chunk) release(p *chunkPool) {
+	if c != nil && c.refs.Add(-1) == 0 {
+		p.put(c)
+	}
+}
+
+// hashJob is a piece of the file for the hasher, in file order.
+type hashJob struct {
+	c           *chunk
+	data        []byte
+	tensor      int  // the tensor the bytes belong to; -1: none
+	first, last bool // the tensor's first and last piece
+}
+
+// hasherState is the hasher goroutine's: the whole file's SHA-256 and each tensor's. The
+// worker waits for a tensor's sum when it finishes the tensor.
+type hasherState struct {
+	file      hash.Hash
+	tensor    hash.Hash
+	tensorCRC uint32 // CRC-32C of the tensor, for the next version's check of it as a base
+	cur       int    // the tensor being hashed; -1: none
+	seed      *seedWriter
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	sums map[int]ID
+}
+
+func (h *hasherState) init() {
+	h.file, h.tensor, h.cur = sha256.New(), sha256.New(), -1
+	h.cond = sync.NewCond(&h.mu)
+	h.sums = map[int]ID{}
+}
+
+func (st *FileStream) runHasher() {
+	defer close(st.hasherDone)
+	h := &st.hs
+	for j := range st.hashes {
+		h.file.Write(j.data)
+		h.seed.write(j.data)
+		if j.tensor >= 0 {
+			if j.first {
+				h.tensor.Reset()
+				h.tensorCRC = 0
+				h.cur = j.tensor
+			}
+			h.tensor.Write(j.data)
+			h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, j.data)
+			if j.last {
+				var id ID
+				h.tensor.Sum(id[:0])
+				st.s.mat.crcs.note(id, h.tensorCRC)
+				h.mu.Lock()
+				h.sums[j.tensor] = id
+				h.cond.Broadcast()
+				h.mu.Unlock()
+				h.cur = -1
+			}
+		}
+		j.c.release(st.w.pool)
+	}
+}
+
+// tensorSumOf waits for the SHA-256 of tensor i (the worker's side; the hasher always gets a
+// tensor's last piece before the worker does).
+func (h *hasherState) tensorSumOf(i int) ID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for {
+		if id, ok := h.sums[i]; ok {
+			return id
+		}
+		h.cond.Wait()
+	}
+}
+
+// fileSum is the SHA-256 of every byte hashed (after the hasher has exited).
+func (h *hasherState) fileSum() ID {
+	var id ID
+	h.file.Sum(id[:0])
+	return id
+}
