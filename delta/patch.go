@@ -74,7 +74,7 @@ type PatchFile struct {
 	ResultSHA256 [32]byte
 	// BaseXXH3 and ResultXXH3 are the xxh3-128 of the file before and after (seed 0, canonical
 	// big-endian, as zeebo/xxh3's Uint128.Bytes and Python's xxh3_128_digest give it). They let
-	// apply check a gigabyte file at memory speed, where SHA-256 alone costs ~0.5 s. HasXXH3 is
+	// apply check a gigabyte file at memory speed, where SHA-256 costs 0.5 s or more. HasXXH3 is
 	// false when the patch does not record them (patches written before they were added); a
 	// new file (zero BaseSHA256) has no BaseXXH3 either.
 	BaseXXH3   [16]byte

@@ -34,8 +34,8 @@ import (
 // nearly every page of the file, as much disk I/O as rewriting it.
 
 // ApplyTarget is the file a patch is applied to; *os.File satisfies it. A target that also
-// has Fd() uintptr (as *os.File does) is written through a shared memory mapping when the
-// platform allows it.
+// has Fd() uintptr (as *os.File does) is read and written through a shared memory mapping
+// when the platform and its file system allow it, else with ReadAt and WriteAt.
 type ApplyTarget interface {
 	io.ReaderAt
 	io.WriterAt
@@ -147,6 +147,7 @@ type applyConfig struct {
 	chunk      int64
 	sequential bool // scan on one goroutine (the reference of the parallel scan)
 	noMmap     bool // write with WriteAt (the reference and fallback of the mapped write)
+	workers    int  // goroutines of the mapped write; 0: GOMAXPROCS
 	failpoint  func(step string) error
 }
 

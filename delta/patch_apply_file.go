@@ -28,6 +28,11 @@ func ApplyPatchFile(patchPath, target string) (ApplyResult, error) {
 // and a replaced whole file are fsynced (with their directory) at every step; without it
 // nothing is, which is safe against a killed process but not against power loss.
 func ApplyPatchFileWith(patchPath, target string, opts ApplyOptions) (ApplyResult, error) {
+	return applyPatchFile(patchPath, target, applyConfig{chunk: scanChunk, opts: opts})
+}
+
+func applyPatchFile(patchPath, target string, cfg applyConfig) (ApplyResult, error) {
+	opts := cfg.opts
 	pf, err := os.Open(patchPath)
 	if err != nil {
 		return ApplyResult{}, err
@@ -55,7 +60,7 @@ func ApplyPatchFileWith(patchPath, target string, opts ApplyOptions) (ApplyResul
 		return ApplyResult{}, err
 	}
 	journal := fileJournal{path: target + JournalSuffix, sync: opts.Sync}
-	res, err := ApplyPatchWith(p, tf, tst.Size(), name, journal, opts)
+	res, err := applyPatch(p, tf, tst.Size(), name, journal, cfg)
 	if cerr := tf.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close %s: %w", target, cerr)
 	}

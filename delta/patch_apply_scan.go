@@ -102,8 +102,12 @@ type targetLayout struct {
 	tensors   []appliedTensor // sorted by offset
 }
 
-// scanChunk is the read size of the pass over the target.
-const scanChunk = 4 << 20
+// scanChunk is the read size of the pass over the target; mappedChunk the piece of a mapped
+// target that is copied, patched and hashed at a time (it stays in the core's cache).
+const (
+	scanChunk   = 4 << 20
+	mappedChunk = 256 << 10
+)
 
 // scanBuffers is the number of chunks in flight in the parallel scan.
 const scanBuffers = 3
@@ -169,7 +173,7 @@ func scanTarget(p *Patch, l targetLayout, target io.ReaderAt, m *fileMapping, si
 	case cfg.sequential:
 		return scanSequential(p, l, target, size, kind, chunk)
 	case m != nil:
-		return scanMapped(p, l, m.data, kind, needInput, chunk)
+		return scanMapped(p, l, m.data, kind, needInput, min(chunk, mappedChunk))
 	}
 	return scanParallel(p, l, target, size, kind, chunk)
 }
@@ -258,21 +262,18 @@ read:
 	return scanResult{input: in.digest(), output: out.digest()}, nil
 }
 
-// scanMapped hashes a mapped target on three goroutines: one hashes the file as it is,
-// straight from the mapping; one copies each chunk out of the mapping and patches it; one
-// hashes the patched chunks. The input is hashed in chunk-sized writes, not in one call of
-// xxh3's (faster) one-shot form: that call runs in assembly for ~70 ms per GiB, and a garbage
-// collection that must stop it would hold the other core spinning meanwhile. A memory fault
-// on the mapping (the file shrank under us) becomes an error.
+// scanMapped hashes a mapped target on two goroutines: one hashes the file as it is,
+// straight from the mapping; the other copies each piece out of the mapping, patches it and
+// hashes it while it is still in the core's cache (pieces of mappedChunk: handing pieces
+// between goroutines, or larger pieces, measured slower). The input is hashed in pieces too,
+// not in one call of xxh3's one-shot form: that call runs in assembly for ~70 ms per GiB,
+// and a garbage collection that must stop it would hold the other core spinning meanwhile.
+// A memory fault on the mapping (the file shrank under us) becomes an error.
 func scanMapped(p *Patch, l targetLayout, data []byte, kind digestKind, needInput bool, chunk int64) (res scanResult, err error) {
-	// Everything is allocated before the goroutines start, so that no collection runs while
-	// they do (patchCursor buffers are recycled for the same reason).
+	// Everything is allocated before the goroutine starts, so that no collection has to stop
+	// it (patchCursor buffers are recycled for the same reason).
 	out := kind.newHasher()
-	free := make(chan []byte, scanBuffers)
-	full := make(chan []byte, scanBuffers) // never blocks: at most scanBuffers pieces exist
-	for range scanBuffers {
-		free <- make([]byte, chunk)
-	}
+	buf := make([]byte, chunk)
 	var wg sync.WaitGroup
 	var inErr error
 	if needInput {
@@ -286,15 +287,8 @@ func scanMapped(p *Patch, l targetLayout, data []byte, kind digestKind, needInpu
 			res.input = in.digest()
 		})
 	}
-	wg.Go(func() {
-		out.Write(l.prefix)
-		for buf := range full {
-			out.Write(buf)
-			free <- buf[:cap(buf)]
-		}
-	})
-	err = patchMapped(p, l, data, chunk, free, full)
-	close(full)
+	out.Write(l.prefix)
+	err = patchMapped(p, l, data, buf, out)
 	wg.Wait()
 	if err == nil {
 		err = inErr
@@ -306,20 +300,19 @@ func scanMapped(p *Patch, l targetLayout, data []byte, kind digestKind, needInpu
 	return res, nil
 }
 
-// patchMapped copies the data section out of the mapping chunk by chunk, patches each chunk
-// and hands it on.
-func patchMapped(p *Patch, l targetLayout, data []byte, chunk int64, free <-chan []byte, full chan<- []byte) (err error) {
+// patchMapped copies the data section out of the mapping a buffer at a time, patches it and
+// hashes it into out.
+func patchMapped(p *Patch, l targetLayout, data, buf []byte, out io.Writer) (err error) {
 	defer faultToError(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	patcher := newChunkPatcher(p, l.tensors)
 	section := data[l.dataStart:]
-	for off := int64(0); off < int64(len(section)); off += chunk {
-		buf := <-free
+	for off := int64(0); off < int64(len(section)); off += int64(len(buf)) {
 		c := buf[:copy(buf, section[off:])]
 		if err := patcher.patch(c, off); err != nil {
 			return err
 		}
-		full <- c
+		out.Write(c)
 	}
 	return nil
 }

@@ -21,32 +21,42 @@ func TestApplyPatch(t *testing.T) {
 	if err != nil || !bytes.Equal(ref, want) {
 		t.Fatalf("reference apply: %v", err)
 	}
-	// Chunk sizes that cut headers and elements in every way, against the reference.
+	// Chunk sizes that cut headers and elements in every way, on every path, against the
+	// reference: in memory (WriteAt; sequential and parallel scan) and on a file (mapped).
 	for _, chunk := range []int64{1, 3, 7, 8, 64, 4096, scanChunk} {
-		t.Run(fmt.Sprint("chunk", chunk), func(t *testing.T) {
-			target := &memTarget{b: bytes.Clone(base[name])}
-			j := &memJournal{}
-			res, err := applyPatch(p, target, int64(len(target.b)), name, j, applyConfig{chunk: chunk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(target.b, want) {
-				t.Fatal("patched file differs from the result")
-			}
-			// embed: elements 0,1,2 adjacent (one write) + 40 + 90; up_proj 44; step 0; wide 1,2.
-			if res.ElementsWritten != 9 || res.Writes != 6 || res.AlreadyApplied || res.Recovered {
-				t.Errorf("result %+v, want 9 elements in 6 writes", res)
-			}
-			if j.ok {
-				t.Error("journal left behind")
-			}
-			// Applying twice is harmless: detected by hash, nothing written.
-			before := target.syncs
-			res, err = applyPatch(p, target, int64(len(target.b)), name, j, applyConfig{chunk: chunk})
-			if err != nil || !res.AlreadyApplied || res.Writes != 0 || target.syncs != before || !bytes.Equal(target.b, want) {
-				t.Errorf("second apply: %+v, %v", res, err)
-			}
-		})
+		for _, v := range applyVariants {
+			t.Run(fmt.Sprintf("chunk%d/%s", chunk, v.name), func(t *testing.T) {
+				target := v.open(t, base[name])
+				j := &memJournal{}
+				cfg := v.cfg
+				cfg.chunk = chunk
+				res, err := applyPatch(p, target, int64(len(base[name])), name, j, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(target.bytes(t), want) {
+					t.Fatal("patched file differs from the result")
+				}
+				// embed: elements 0,1,2 adjacent (one write) + 40 + 90; up_proj 44; step 0; wide 1,2.
+				wantWrites := 6
+				if v.method == MethodMmap {
+					wantWrites = 0
+				}
+				if res.ElementsWritten != 9 || res.Writes != wantWrites || res.Method != v.method || res.Hash != "xxh3-128" ||
+					res.AlreadyApplied || res.Recovered || res.Synced {
+					t.Errorf("result %+v, want 9 elements in %d writes by %s", res, wantWrites, v.method)
+				}
+				if j.ok {
+					t.Error("journal left behind")
+				}
+				// Applying twice is harmless: detected by hash, nothing written.
+				before := target.syncCount()
+				res, err = applyPatch(p, target, int64(len(base[name])), name, j, cfg)
+				if err != nil || !res.AlreadyApplied || res.Writes != 0 || res.Method != "" || target.syncCount() != before || !bytes.Equal(target.bytes(t), want) {
+					t.Errorf("second apply: %+v, %v", res, err)
+				}
+			})
+		}
 	}
 }
 
@@ -101,8 +111,9 @@ func TestApplyPatchRefusals(t *testing.T) {
 	}
 }
 
-// TestApplyCrashRecovery crashes an apply at every step and checks that the file never passes
-// for either version while marked, and that running the same apply again finishes the job.
+// TestApplyCrashRecovery crashes an apply at every step, on every write path, and checks that
+// the file never passes for either version while marked, and that running the same apply
+// again finishes the job.
 func TestApplyCrashRecovery(t *testing.T) {
 	base, result, order := threeFileVersions(t)
 	_, p := buildTestPatch(t, 43, 42, base, result, order)
@@ -120,52 +131,69 @@ func TestApplyCrashRecovery(t *testing.T) {
 		{stepWritten, 1, true},
 		{stepRestored, 1, false},
 	}
-	for _, s := range steps {
-		t.Run(fmt.Sprintf("%s#%d", s.step, s.nth), func(t *testing.T) {
-			target := &memTarget{b: bytes.Clone(base[name])}
-			j := &memJournal{}
-			seen := 0
-			cfg := applyConfig{chunk: 5, failpoint: func(step string) error {
-				if step == string(s.step) {
-					if seen++; seen == s.nth {
-						return errCrash
+	for _, v := range applyVariants {
+		for _, s := range steps {
+			t.Run(fmt.Sprintf("%s/%s#%d", v.name, s.step, s.nth), func(t *testing.T) {
+				target := v.open(t, base[name])
+				size := int64(len(base[name]))
+				j := &memJournal{}
+				seen := 0
+				cfg := v.cfg
+				cfg.chunk = 5
+				cfg.failpoint = func(step string) error {
+					if step == string(s.step) {
+						if seen++; seen == s.nth {
+							return errCrash
+						}
+					}
+					return nil
+				}
+				if _, err := applyPatch(p, target, size, name, j, cfg); !errors.Is(err, errCrash) {
+					t.Fatalf("apply = %v, want the simulated crash", err)
+				}
+				checkCrashState(t, target.bytes(t), s.marked, base[name], result[name])
+				// A different patch must not touch a file with a pending journal.
+				if j.ok {
+					_, other := buildTestPatch(t, 44, 43, result, base, order)
+					if _, err := ApplyPatch(other, target, size, name, j); !errors.Is(err, ErrBaseMismatch) || !strings.Contains(err.Error(), "journal") {
+						t.Errorf("other patch over a pending journal: %v", err)
 					}
 				}
-				return nil
-			}}
-			if _, err := applyPatch(p, target, int64(len(target.b)), name, j, cfg); !errors.Is(err, errCrash) {
-				t.Fatalf("apply = %v, want the simulated crash", err)
-			}
-			h := patchSHA(target.b)
-			if s.marked {
-				if _, err := ParseHeader(target.b, int64(len(target.b))); !errors.Is(err, ErrMalformed) {
-					t.Errorf("a half-patched file parses as safetensors: %v", err)
+				cfg.failpoint = nil
+				res, err := applyPatch(p, target, size, name, j, cfg)
+				if err != nil {
+					t.Fatalf("re-run: %v", err)
 				}
-				if h == patchSHA(base[name]) || h == patchSHA(result[name]) {
-					t.Error("a half-patched file hashes as a version")
+				if !bytes.Equal(target.bytes(t), result[name]) || j.ok {
+					t.Fatal("re-run did not finish the apply")
 				}
-			}
-			if !s.marked && h != patchSHA(base[name]) && h != patchSHA(result[name]) {
-				t.Error("an unmarked file after a crash is neither version")
-			}
-			// A different patch must not touch a file with a pending journal.
-			if j.ok {
-				_, other := buildTestPatch(t, 44, 43, result, base, order)
-				if _, err := ApplyPatch(other, target, int64(len(target.b)), name, j); !errors.Is(err, ErrBaseMismatch) || !strings.Contains(err.Error(), "journal") {
-					t.Errorf("other patch over a pending journal: %v", err)
+				if res.Recovered != (s.step != stepScanned) {
+					t.Errorf("Recovered = %v", res.Recovered)
 				}
-			}
-			res, err := ApplyPatch(p, target, int64(len(target.b)), name, j)
-			if err != nil {
-				t.Fatalf("re-run: %v", err)
-			}
-			if !bytes.Equal(target.b, result[name]) || j.ok {
-				t.Fatal("re-run did not finish the apply")
-			}
-			if res.Recovered != (s.step != stepScanned) {
-				t.Errorf("Recovered = %v", res.Recovered)
-			}
-		})
+			})
+		}
+	}
+}
+
+// checkCrashState checks a file after a crash: marked (refused by every safetensors reader,
+// hashing as neither version) or exactly one of the versions.
+func checkCrashState(t *testing.T, got []byte, marked bool, base, result []byte) {
+	t.Helper()
+	h := patchSHA(got)
+	if marked {
+		if string(got[:8]) != applyMarker {
+			t.Errorf("first 8 bytes %q, want the marker", got[:8])
+		}
+		if _, err := ParseHeader(got, int64(len(got))); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a half-patched file parses as safetensors: %v", err)
+		}
+		if h == patchSHA(base) || h == patchSHA(result) {
+			t.Error("a half-patched file hashes as a version")
+		}
+		return
+	}
+	if h != patchSHA(base) && h != patchSHA(result) {
+		t.Error("an unmarked file after a crash is neither version")
 	}
 }
 

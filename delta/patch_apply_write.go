@@ -101,13 +101,13 @@ type changeRange struct {
 const minPairsPerWorker = 1 << 16
 
 // splitChanges cuts the changes of the tensors, in order, into at most workers shares of
-// about equal numbers of changed elements.
-func splitChanges(tensors []appliedTensor, workers int) [][]changeRange {
+// about equal numbers of changed elements, each at least minPairs.
+func splitChanges(tensors []appliedTensor, workers int, minPairs int64) [][]changeRange {
 	var total int64
 	for _, t := range tensors {
 		total += t.plan.Changed
 	}
-	workers = int(max(1, min(int64(workers), total/minPairsPerWorker)))
+	workers = int(max(1, min(int64(workers), total/max(minPairs, 1))))
 	per := (total + int64(workers) - 1) / int64(workers)
 	var shares [][]changeRange
 	var cur []changeRange
@@ -131,7 +131,11 @@ func splitChanges(tensors []appliedTensor, workers int) [][]changeRange {
 // writeMapped stores every changed element into the mapping, the shares on parallel
 // goroutines. A failpoint error (a simulated crash) stops every goroutine.
 func writeMapped(p *Patch, l targetLayout, m *fileMapping, res *ApplyResult, cfg applyConfig) error {
-	shares := splitChanges(l.tensors, runtime.GOMAXPROCS(0))
+	workers, minPairs := cfg.workers, int64(1) // tests force small shares
+	if workers <= 0 {
+		workers, minPairs = runtime.GOMAXPROCS(0), minPairsPerWorker
+	}
+	shares := splitChanges(l.tensors, workers, minPairs)
 	var mu sync.Mutex // serialises the failpoint
 	var stop atomic.Bool
 	afterBatch := func() error {

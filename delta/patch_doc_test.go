@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -41,6 +42,17 @@ func TestDocPatchExample(t *testing.T) {
 	}
 	if len(out.b) != 860 {
 		t.Errorf("patch is %d bytes, the document says 860", len(out.b))
+	}
+	// The document shows these bytes; keep it in step.
+	doc, err := os.ReadFile("../docs/format-patches.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{strings.TrimRight(wantJSON, " "), "is 860 bytes long", "`48 03 00 00 00 00 00 00`: `N` = 840",
+		"(835 bytes plus five spaces of padding)", "(file offset 848)", "00000350  01 00 00 00 03 00 00 00"} {
+		if !strings.Contains(string(doc), s) {
+			t.Errorf("docs/format-patches.md lacks %q", s)
+		}
 	}
 	// The document's hashes of the two files, by the one-shot functions.
 	for _, c := range []struct {

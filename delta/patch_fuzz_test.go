@@ -39,13 +39,18 @@ func FuzzOpenPatch(f *testing.F) {
 			t.Fatalf("Verify error %v is not ErrMalformed", err)
 		}
 		for _, file := range p.Plan.Files {
-			target := &memTarget{b: bytes.Clone(model)}
-			_, err := applyPatch(p, target, int64(len(model)), file.Name, &memJournal{}, applyConfig{chunk: 512})
-			switch {
-			case err != nil && !bytes.Equal(target.b, model):
-				t.Fatalf("failed apply of %s (%v) changed the target", file.Name, err)
-			case err == nil && patchSHA(target.b) != file.ResultSHA256:
-				t.Fatalf("apply of %s succeeded with a hash other than the recorded result", file.Name)
+			// Both hashes, both scans: whatever is checked is what the result must hash to.
+			for _, cfg := range []applyConfig{{chunk: 512}, {chunk: 512, sequential: true, opts: ApplyOptions{VerifySHA256: true}}} {
+				target := &memTarget{b: bytes.Clone(model)}
+				res, err := applyPatch(p, target, int64(len(model)), file.Name, &memJournal{}, cfg)
+				kind := chooseDigest(file, cfg.opts)
+				_, want := kind.want(file)
+				switch {
+				case err != nil && !bytes.Equal(target.b, model):
+					t.Fatalf("failed apply of %s (%v) changed the target", file.Name, err)
+				case err == nil && oneShot(kind, target.b) != want:
+					t.Fatalf("apply of %s succeeded with a %s other than the recorded result", file.Name, res.Hash)
+				}
 			}
 		}
 	})

@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -33,6 +36,73 @@ func (m *memTarget) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (m *memTarget) Sync() error { m.syncs++; return nil }
+
+// testTarget is an ApplyTarget whose bytes and syncs a test can check.
+type testTarget interface {
+	ApplyTarget
+	bytes(t *testing.T) []byte
+	syncCount() int
+}
+
+func (m *memTarget) bytes(*testing.T) []byte { return m.b }
+func (m *memTarget) syncCount() int          { return m.syncs }
+
+// fileTarget is a real file, so that the mapped write runs; it counts syncs.
+type fileTarget struct {
+	*os.File
+	syncs int
+}
+
+func (f *fileTarget) Sync() error    { f.syncs++; return f.File.Sync() }
+func (f *fileTarget) syncCount() int { return f.syncs }
+
+func (f *fileTarget) bytes(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func openMemTarget(_ *testing.T, data []byte) testTarget { return &memTarget{b: bytes.Clone(data)} }
+
+func openFileTarget(t *testing.T, data []byte) testTarget {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &fileTarget{File: f}
+}
+
+// mappedMethod is the method a file target is written with on this platform.
+func mappedMethod() string {
+	if runtime.GOOS == "linux" {
+		return MethodMmap
+	}
+	return MethodPwrite
+}
+
+// applyVariants are the paths of an apply: the scan (sequential reference, parallel, mapped)
+// and the write (WriteAt reference, mapped on one or several goroutines).
+var applyVariants = []struct {
+	name   string
+	cfg    applyConfig
+	method string
+	open   func(*testing.T, []byte) testTarget
+}{
+	{"memory-sequential", applyConfig{sequential: true}, MethodPwrite, openMemTarget},
+	{"memory-parallel", applyConfig{}, MethodPwrite, openMemTarget},
+	{"file-pwrite", applyConfig{noMmap: true}, MethodPwrite, openFileTarget},
+	{"file-mmap", applyConfig{}, mappedMethod(), openFileTarget},
+	{"file-mmap-3-writers", applyConfig{workers: 3}, mappedMethod(), openFileTarget},
+}
 
 // memJournal is an in-memory Journal.
 type memJournal struct {

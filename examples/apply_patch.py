@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Apply a weightfs one-file sparse patch to a local safetensors file, in place.
 
-    apply_patch.py PATCH FILE [--name NAME]
+    apply_patch.py PATCH FILE [--name NAME] [--sha256]
 
 PATCH is a ``patches/weight_vNNNNNN.safetensors`` file (format ``sparse_weight_patch``,
 version ``1``; see docs/format-patches.md). FILE is the local copy of one file of the base
@@ -11,9 +11,13 @@ This is the reference reader: plain ``json`` + ``numpy`` over an ``np.memmap`` o
 no safetensors or torch package. Values are moved as unsigned integers of the dtype's width
 (bf16 as uint16, f32 as uint32, ...), so the copy is bit-exact, NaN payloads and -0 included.
 
-Steps: check that FILE's SHA-256 is the patch's base (or already its result: then nothing is
-done), copy the new values in, check that the SHA-256 is now the recorded result (if not, the
+Steps: check that FILE's hash is the patch's base (or already its result: then nothing is
+done), copy the new values in, check that the hash is now the recorded result (if not, the
 old values are put back). Unlike ``weightfs apply`` it keeps no crash journal.
+
+The hash is xxh3-128 (``base_xxh3:NAME`` / ``result_xxh3:NAME``, several times faster) when
+the patch records it and the ``xxhash`` module is installed (Debian: python3-xxhash), else
+SHA-256 (``base_sha256:NAME`` / ``result_sha256:NAME``); ``--sha256`` forces SHA-256.
 
 In an engine the same patch is applied to live parameters with torch, per changed tensor::
 
@@ -32,6 +36,11 @@ import struct
 import sys
 
 import numpy as np
+
+try:
+    import xxhash
+except ImportError:  # SHA-256 only
+    xxhash = None
 
 MAX_HEADER = 100 << 20
 WIDTH = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2,
@@ -60,8 +69,9 @@ def read_header(path):
     return header, 8 + n
 
 
-def sha256_of(array):
-    h = hashlib.sha256()
+def hash_of(array, kind):
+    """Hex digest of the bytes of array: kind is "xxh3-128" or "sha256"."""
+    h = xxhash.xxh3_128() if kind == "xxh3-128" else hashlib.sha256()
     step = 16 << 20
     for off in range(0, len(array), step):
         h.update(array[off:off + step])
@@ -73,6 +83,7 @@ def main():
     ap.add_argument("patch")
     ap.add_argument("file")
     ap.add_argument("--name", help="path of FILE inside the version (default: its base name)")
+    ap.add_argument("--sha256", action="store_true", help="check by SHA-256 even when xxh3-128 is available")
     args = ap.parse_args()
     name = args.name or os.path.basename(args.file)
 
@@ -86,20 +97,23 @@ def main():
         raise PatchError(f"the patch changes no file {name!r}")
     if name in json.loads(meta["whole_files"]):
         raise PatchError(f"{name!r} is carried whole: copy tensor '__file__:{name}' instead")
-    want_base = meta["base_sha256:" + name]
-    want_result = meta["result_sha256:" + name]
+    kind, prefix = "sha256", "sha256"
+    if xxhash is not None and not args.sha256 and "result_xxh3:" + name in meta:
+        kind, prefix = "xxh3-128", "xxh3"
+    want_base = meta[f"base_{prefix}:" + name]
+    want_result = meta[f"result_{prefix}:" + name]
     params = json.loads(meta["params:" + name])
 
     patch = np.memmap(args.patch, dtype=np.uint8, mode="r")
     theader, tstart = read_header(args.file)
     target = np.memmap(args.file, dtype=np.uint8, mode="r+")
 
-    have = sha256_of(target)
+    have = hash_of(target, kind)
     if have == want_result:
-        print(f"{name}: already the result (sha256 {have}); nothing to do")
+        print(f"{name}: already the result ({kind} {have}); nothing to do")
         return 0
     if have != want_base:
-        raise PatchError(f"{name}: sha256 {have} is not the patch's base {want_base}")
+        raise PatchError(f"{name}: {kind} {have} is not the patch's base {want_base}")
 
     undo = []
     for pname, info in params.items():
@@ -120,15 +134,15 @@ def main():
         undo.append((flat, idx, flat[idx].copy()))
         flat[idx] = vals  # the numpy form of param.view(-1).index_copy_(0, indices, values)
 
-    have = sha256_of(target)
+    have = hash_of(target, kind)
     if have != want_result:
         for flat, idx, old in undo:
             flat[idx] = old
         target.flush()
-        raise PatchError(f"{name}: patched sha256 {have} is not the recorded result {want_result}; restored")
+        raise PatchError(f"{name}: patched {kind} {have} is not the recorded result {want_result}; restored")
     target.flush()
     changed = sum(len(i) for _, i, _ in undo)
-    print(f"{name}: applied {changed} changed elements in {len(undo)} tensors; sha256 {have}")
+    print(f"{name}: applied {changed} changed elements in {len(undo)} tensors; {kind} {have}")
     return 0
 
 

@@ -263,6 +263,13 @@ func (f *openFile) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) 
 // close returns the seal's outcome.
 func (f *openFile) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 	if !f.isDoneMarker() {
+		// The close of the last handle ends the file's stream now, not at the RELEASE that
+		// follows asynchronously: a read right after close(2) then finds it closed.
+		f.mu.Lock()
+		if f.handles <= 1 {
+			f.closeStreamLocked()
+		}
+		f.mu.Unlock()
 		return 0
 	}
 	return f.t.m.sealOpenVersion(f.t)

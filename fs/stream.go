@@ -156,8 +156,8 @@ func (f *openFile) writeStreamLocked(data []byte, off int64) (handled bool, errn
 // closeStreamLocked ends the stream of a file nobody has open any more, so that the seal only
 // adds it. A stream that fails to close switches the file to its staging file.
 func (f *openFile) closeStreamLocked() {
-	if f.stream == nil || f.detached {
-		return
+	if f.stream == nil || f.detached || f.addedAs != "" {
+		return // no stream, or one a seal has taken (and may have ended)
 	}
 	if err := f.stream.Close(); err != nil {
 		f.unstreamLocked(fmt.Sprintf("closing its stream failed (%v)", err))

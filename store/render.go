@@ -37,8 +37,8 @@ import (
 // once (the mount) serialise per version themselves.
 
 // renderFormat names the layout of rendered files; changing how their bytes are made means a
-// new name here, so stale caches are not served.
-const renderFormat = "weightfs-render-1"
+// new name here, so stale caches are not served. 2: patches record xxh3-128 beside SHA-256.
+const renderFormat = "weightfs-render-2"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
 // cheaper to make than to cache) in Data. Size is their length either way.
@@ -310,6 +310,8 @@ func checkRenderedPatch(p string, cur, base *version) (RenderedFile, error) {
 		switch {
 		case cf == nil:
 			return RenderedFile{}, fmt.Errorf("%w: patch changes %s, which version %d does not have", ErrCorrupt, pf.Name, cur.m.Version)
+		case !pf.HasXXH3: // every render since renderFormat 2 records it; apply relies on it to be fast
+			return RenderedFile{}, fmt.Errorf("%w: patch records no xxh3-128 of %s", ErrCorrupt, pf.Name)
 		case ID(pf.ResultSHA256) != cf.SHA256:
 			return RenderedFile{}, fmt.Errorf("%w: patch gives %s the SHA-256 %x, the manifest says %s", ErrCorrupt, pf.Name, pf.ResultSHA256, cf.SHA256)
 		case bf == nil && pf.BaseSHA256 != [32]byte{}, bf != nil && ID(pf.BaseSHA256) != bf.SHA256:

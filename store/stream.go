@@ -127,6 +127,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
+		st.hs.seed.drop()
 		return nil, fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
 	}
 	if w.pool == nil {

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -43,5 +44,57 @@ func TestWriteChangedRuns(t *testing.T) {
 		got, _ := os.ReadFile(p)
 		want := append(append(append([]byte(nil), file[:base]...), now...), "tail"...)
 		mustEqualBytes(t, "case "+string(rune('a'+i)), got, want)
+	}
+}
+
+// TestStreamMemoryIsBounded streams a 96 MiB tensor, whole and then as a delta: what the
+// stream allocates is a bounded pipeline (chunks, buffers), far below the file's size.
+func TestStreamMemoryIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams a 96 MiB file")
+	}
+	const elems = 48 << 20 // bf16: 96 MiB
+	rng := rand.New(rand.NewPCG(23, 24))
+	data := bf16Like(rng, elems)
+	s, _ := newStore(t, Options{Logf: func(string, ...any) {}})
+	for v := uint64(1); v <= 2; v++ {
+		if v == 2 {
+			data = perturb(rng, data, 2, 0.01)
+		}
+		file := safetensorsFile(t, testTensor{"w", "BF16", []int64{elems}, data})
+		w, err := s.NewVersion(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.mat.ensure(); err != nil { // outside the measurement
+			t.Fatal(err)
+		}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		st, err := w.StreamFile("model.safetensors")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off < len(file); off += 1 << 20 {
+			if _, err := st.Write(file[off:min(off+1<<20, len(file))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("v%d: streaming %d bytes allocated %d bytes", v, len(file), alloc)
+		if alloc > uint64(len(file))/2 {
+			t.Errorf("v%d: streaming a %d-byte file allocated %d bytes", v, len(file), alloc)
+		}
+		if err := w.AddStream("model.safetensors", st, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Seal(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

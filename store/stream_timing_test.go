@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestStreamTiming(t *testing.T) {
 	s, _ := newStore(t, Options{Logf: t.Logf})
 	buf := make([]byte, 1<<20)
 	for v := uint64(1); ; v++ {
-		dir := filepath.Join(src, itoa(v))
+		dir := filepath.Join(src, strconv.FormatUint(v, 10))
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			break
@@ -71,5 +72,3 @@ func cpuTime() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
-
-func itoa(v uint64) string { return string(rune('0' + v)) }

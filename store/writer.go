@@ -13,7 +13,9 @@ import (
 )
 
 // Writer builds one open version (used by the mount and by Commit). Nothing of it is visible
-// until Seal. Safe for concurrent use: several files may be added at once.
+// until Seal. Files are added whole (AddFile, the batch path) or as they are written
+// (StreamFile and AddStream, the streaming path: stream.go). Safe for concurrent use: several
+// files may be added or streamed at once.
 type Writer struct {
 	s *Store
 	v uint64
@@ -174,9 +176,11 @@ func (w *Writer) Remove(p string) error {
 	return nil
 }
 
-// Seal makes the version durable and visible; it returns only once it is. On an error
+// Seal makes the version durable and visible; it returns only once it is, and (unless
+// MaterializeInBackground was called) once the materialized copy holds it. On an error
 // (ENOSPC, say) nothing sealed is harmed and the Writer stays usable: fix the cause and call
-// Seal again, or Abort.
+// Seal again (after Reset, to add the files anew), or Abort. Streams of the Writer that were
+// not added are dropped by the seal.
 func (w *Writer) Seal() (VersionInfo, error) {
 	s := w.s
 	if err := s.checkOpen(); err != nil {
