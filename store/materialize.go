@@ -39,6 +39,9 @@ type materialized struct {
 
 	crcs  contentCRCs // of the content of tensors that may be bases (stream_crc.go)
 	seeds *seeds      // files of a first version, as its streams received them (stream_seed.go)
+	// unbuildable is a version a read-only store found damaged while building the copy:
+	// not tried again (guarded by ensureMu).
+	unbuildable uint64
 }
 
 // matLoc is where an object's bytes sit in the copy.
@@ -174,6 +177,8 @@ func (m *materialized) ensure() error {
 		return nil
 	case cur != nil && cur.m.Version == target.m.Version:
 		return nil
+	case cur == nil && m.unbuildable == target.m.Version:
+		return nil // tried and logged: reads replay from the objects
 	case cur != nil && cur.m.Version < target.m.Version:
 		err := m.forward(cur, target)
 		if err == nil {
@@ -184,7 +189,16 @@ func (m *materialized) ensure() error {
 		}
 		m.s.logf("materialized copy: bring forward from version %d to %d: %v; rebuilding", cur.m.Version, target.m.Version, err)
 	}
-	return m.rebuild(target)
+	err = m.rebuild(target)
+	if err != nil && m.s.readOnly && errors.Is(err, ErrCorrupt) {
+		// A reader serves what it can of a damaged version (EIO for the damaged objects,
+		// exact bytes for the rest) rather than refuse to start; a writer must not ingest
+		// against it.
+		m.s.logf("materialized copy: version %d cannot be built (%v); reads replay from the objects", target.m.Version, err)
+		m.unbuildable = target.m.Version
+		return nil
+	}
+	return err
 }
 
 // loadState adopts a clean copy left by an earlier run, if the index vouches for it.

@@ -91,6 +91,8 @@ type FileStream struct {
 	failMu sync.Mutex
 	fail   error // the worker's first error
 	redo   bool  // Close found the batch path would classify the file otherwise
+
+	reader *versionFile // reads of a closed stream's file (ReadAt)
 }
 
 // StreamFile starts a stream for one file; hint is the file's path now (its final path is

@@ -19,10 +19,14 @@ type contentCRCs struct {
 	byID map[ID]uint32
 }
 
+// maxCRCs bounds what contentCRCs remembers (36 MiB): a store whose versions keep being
+// aborted would otherwise leave the CRCs of their tensors behind for ever.
+const maxCRCs = 1 << 20
+
 func (c *contentCRCs) note(id ID, crc uint32) {
 	c.mu.Lock()
-	if c.byID == nil {
-		c.byID = map[ID]uint32{}
+	if c.byID == nil || len(c.byID) >= maxCRCs {
+		c.byID = map[ID]uint32{} // forgotten CRCs only cost a SHA-256 check
 	}
 	c.byID[id] = crc
 	c.mu.Unlock()

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -96,5 +97,43 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 		if _, err := w.Seal(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestReaderOpensOverDamagedVersion damages an object of the latest version: a read-only
+// store that keeps a materialized copy still opens, reads of the damaged file fail with
+// ErrCorrupt, and the other files read exactly.
+func TestReaderOpensOverDamagedVersion(t *testing.T) {
+	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	files := map[string][]byte{"a": []byte("the damaged file"), "b": []byte("the good file")}
+	commitTree(t, w, 1, files)
+	w.Close()
+	ver, err := w.loadVersion(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := filepath.Join(root, "objects")
+	id := ver.files["a"].ID.String()
+	p := filepath.Join(obj, id[:2], id)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	os.Chmod(p, 0o644)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir(), Logf: func(string, ...any) {}})
+	f, err := r.OpenFile(1, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, len(files["a"])), 0); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("read of the damaged file: %v, want ErrCorrupt", err)
+	}
+	mustEqualBytes(t, "the good file", readWhole(t, r, 1, "b"), files["b"])
+	if err := r.Refresh(); err != nil {
+		t.Errorf("refresh over a damaged version: %v", err)
 	}
 }

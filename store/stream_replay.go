@@ -135,12 +135,18 @@ func (st *FileStream) replayPartial(ts *tensorState, dst byteSink) error {
 // before its version is sealed). Other streams refuse with ErrStreamStopped.
 func (st *FileStream) ReadAt(p []byte, off int64) (int, error) {
 	st.mu.Lock()
-	closed := st.state == streamClosed
+	r := st.reader
+	if st.state != streamClosed {
+		r = nil
+	} else if r == nil {
+		r = st.resultReader()
+		st.reader = r
+	}
 	st.mu.Unlock()
-	if !closed {
+	if r == nil {
 		return 0, fmt.Errorf("read %s: the stream is not closed: %w", st.hint, ErrStreamStopped)
 	}
-	return st.resultReader().ReadAt(p, off)
+	return r.ReadAt(p, off)
 }
 
 // resultReader reads the file a closed stream stored, from its objects.
