@@ -11,7 +11,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// The worked examples of docs/format-patches.md, pinned byte for byte: a BF16 tensor "w" of
+// The worked examples of docs/format.md (Part III), pinned byte for byte: a BF16 tensor "w" of
 // shape [2,2] holding 1.0 2.0 3.0 4.0, whose elements 1 and 3 become 2.0078125 and 4.03125.
 var (
 	docPatchHeader = docHexBytes("4000000000000000") + `{"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}}       `
@@ -44,14 +44,14 @@ func TestDocPatchExample(t *testing.T) {
 		t.Errorf("patch is %d bytes, the document says 860", len(out.b))
 	}
 	// The document shows these bytes; keep it in step.
-	doc, err := os.ReadFile("../docs/format-patches.md")
+	doc, err := os.ReadFile("../docs/format.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []string{strings.TrimRight(wantJSON, " "), "is 860 bytes long", "`48 03 00 00 00 00 00 00`: `N` = 840",
 		"(835 bytes plus five spaces of padding)", "(file offset 848)", "00000350  01 00 00 00 03 00 00 00"} {
 		if !strings.Contains(string(doc), s) {
-			t.Errorf("docs/format-patches.md lacks %q", s)
+			t.Errorf("docs/format.md (Part III) lacks %q", s)
 		}
 	}
 	// The document's hashes of the two files, by the one-shot functions.

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// API CONTRACT (implemented here; the layout and the checks are in docs/format-patches.md §1).
+// API CONTRACT (implemented here; the layout and the checks are in docs/format.md (Part III) §1).
 
 // DType is a safetensors element type, spelled as in the format ("BF16", "F32", ...).
 type DType string

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// API CONTRACT (implemented here; the body layout is in docs/format-delta.md).
+// API CONTRACT (implemented here; the body layout is in docs/format.md (Part II)).
 //
 // A sparse delta turns one tensor's raw bytes (the base) into another of the same dtype and
 // shape (the new bytes) and back. It stores, per changed element, its position (Rice-coded
@@ -178,7 +178,7 @@ func (e *DeltaEncoder) flushBlock() error {
 	return nil
 }
 
-// Finish returns the encoded delta body (format in docs/format-delta.md). The encoder cannot
+// Finish returns the encoded delta body (format in docs/format.md (Part II)). The encoder cannot
 // be used afterwards.
 func (e *DeltaEncoder) Finish() ([]byte, error) {
 	if e.err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// docExampleHex is the worked example of docs/format-delta.md: a 16-element bf16 tensor with
+// docExampleHex is the worked example of docs/format.md (Part II): a 16-element bf16 tensor with
 // 3 changes. If the encoder's output changes, the document must change with it.
 const docExampleHex = "5746534401020114" + // magic, version 1, width 2, flags float, shift 20
 	"1000000000000000" + // 16 elements

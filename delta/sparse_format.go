@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// The body of a sparse delta (docs/format-delta.md has the full layout with an example):
+// The body of a sparse delta (docs/format.md (Part II) has the full layout with an example):
 //
 //	off  len   field
 //	0    4     magic "WFSD"

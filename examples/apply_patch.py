@@ -4,7 +4,7 @@
     apply_patch.py PATCH FILE [--name NAME] [--sha256]
 
 PATCH is a ``patches/weight_vNNNNNN.safetensors`` file (format ``sparse_weight_patch``,
-version ``1``; see docs/format-patches.md). FILE is the local copy of one file of the base
+version ``1``; see docs/format.md (Part III)). FILE is the local copy of one file of the base
 version; NAME is its path inside the version (default: the base name of FILE).
 
 This is the reference reader: plain ``json`` + ``numpy`` over an ``np.memmap`` of the target,

@@ -19,11 +19,17 @@
 // with FOPEN_KEEP_CACHE so pages stay in the page cache across opens (and mmap shares them).
 //
 // Open versions and staging directories are an in-memory tree of persistent inodes (go-fuse's
-// tree is the source of truth for names) whose file bytes live in staging files on disk, one
-// per file, in a per-tree directory under the staging root. Every change goes through this
-// kernel mount, so the kernel's caches stay coherent with ordinary one-second timeouts.
-// Staging files are not fsynced: an open version is not durable by design, and after a crash
-// it is gone.
+// tree is the source of truth for names). A file of an open version that is written in order,
+// each write landing exactly at its end (what save_pretrained and cp do), is *streamed*: its
+// bytes go straight to the store's FileStream, which diffs them against the materialized
+// previous version as they arrive, so only the delta ever reaches the disk (stream.go). The
+// first write elsewhere, a read of a file still being written, a truncate to another size or
+// an unlink of an open file switches that file for good to a staging file on disk: the
+// stream hands back every byte it took (checked by hash), and the batch path takes over at
+// the seal. Files of staging directories (renamed into a version later) are always staged.
+// Every change goes through this kernel mount, so the kernel's caches stay coherent with
+// ordinary one-second timeouts. Staging files are not fsynced: an open version is not durable
+// by design, and after a crash it is gone.
 //
 // The root is dynamic: it is computed from the store's version list and the open trees on every
 // lookup and listing. Negative lookups are not cached, so a version sealed by another process

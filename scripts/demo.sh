@@ -67,6 +67,12 @@ for f in $(cd "$DEMO/check/$v" && ls); do
 	if [ "$a" = "$b" ] && [ "$a" = "$c" ]; then echo "  $f  $a  identical"; else echo "  $f  MISMATCH $a $b $c"; ok=0; fi
 done
 
+last=$(printf 'weight_v%06d' "$VERSIONS")
+step "what an engine that holds the previous version reads instead: $DEMO/ro/patches/ and $DEMO/ro/deltas/$last/"
+ls -l "$DEMO/ro/patches/" | tail -n 3
+ls -l "$DEMO/ro/deltas/$last/"
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["metadata"]; print("  slime index metadata:", m)' "$DEMO/ro/deltas/$last/model.safetensors.index.json"
+
 step "weightfs log $DEMO/store   (stored vs logical bytes per version)"
 $WFS log "$DEMO/store"
 

@@ -2,13 +2,14 @@
 // by the SHA-256 of their content (whole, or as sparse deltas against the previous version of
 // the same tensor), version manifests written last, the node-local bbolt index, the
 // materialized copy of the latest version, ingest, reads of any version at any offset,
-// verification and garbage collection. docs/format-store.md has every byte and the
+// verification and garbage collection. docs/format.md (Part I) has every byte and the
 // crash-safety argument; docs/design.md the reasons.
 //
 // # Processes and locking
 //
 // Exactly one process writes a store (Open without ReadOnly takes an exclusive flock on
-// STORE/lock; a second writer gets ErrLocked). Any number of processes read it (ReadOnly:
+// STORE/lock, or on S3 a lease object taken and renewed by conditional puts; a second writer
+// gets ErrLocked). Any number of processes read it (ReadOnly:
 // no lock, nothing in the store is written), each with its own cache directory; they see
 // versions sealed after their Open once they call Refresh. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.
@@ -19,13 +20,16 @@
 // copy of the same content; readers do not notice). So everything decoded is cached by
 // identity, in memory (bounded: Options.CacheBytes) and in the index: object headers, delta
 // bodies, 1 MiB pages of reconstructed content. The materialized copy (the latest version as
-// plain files, in the cache directory) is the one thing that changes: it is brought forward
-// at each seal under a lock that keeps reads off it while it changes.
+// plain files, in the cache directory) is the one thing that changes: after each seal it is
+// brought forward (in the background for the mount) under a lock that keeps reads off it
+// while it changes; reads of the newest version replay deltas until it is done.
 //
 // # Writing
 //
-// Commit ingests a directory; the mount uses NewVersion, Writer.AddFile/AddDir and
-// Writer.Seal. Each file is parsed as safetensors; each tensor is diffed against the same
+// Commit ingests a directory (the batch path); the mount uses NewVersion, then
+// Writer.StreamFile/AddStream for files written in order (the streaming path: diffed as the
+// bytes arrive) or Writer.AddFile for staged files, AddDir, and Writer.Seal. Both paths store
+// the same objects and manifests; tests compare them. Each file is parsed as safetensors; each tensor is diffed against the same
 // tensor of the latest version (from the materialized copy) and stored as a delta, a whole
 // copy (an anchor, which bounds how many deltas a read replays), or not at all when its
 // content is already stored. Nothing is visible until Seal writes the manifest. A crash at

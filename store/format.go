@@ -50,7 +50,7 @@ func checkFormatFile(b []byte) error {
 	return nil
 }
 
-// storeDirs are the directories Init creates (see docs/format-store.md).
+// storeDirs are the directories Init creates (see docs/format.md (Part I)).
 var storeDirs = []string{"objects", "versions", "tmp", "cache"}
 
 // Init creates an empty store at path: a local directory (it must not exist or be empty),

@@ -14,6 +14,11 @@ var errInjected = errors.New("injected failure")
 //	seal-index-updated     index updated, materialized copy not brought forward
 //	materialize-partial    half of the in-place updates of the copy applied
 //
+// of the streaming path (before the seal):
+//
+//	stream-base-read       before a stream worker reads a chunk's base bytes
+//	stream-object-put      before a stream worker writes a delta object
+//
 // and of GC:
 //
 //	gc-reanchored          kept versions re-anchored, no manifest deleted

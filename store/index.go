@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // index is the node-local bbolt index of one process: object representations (kind, base,
@@ -100,7 +101,7 @@ var errIndexBusy = errors.New("index is in use by another process (give each rea
 
 func tryOpenIndex(path string) (*index, error) {
 	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 2 * time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open index %s: %w", path, errIndexBusy)
 	}
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// Manifest files, versions/vNNNNNN (docs/format-store.md has them byte by byte):
+// Manifest files, versions/vNNNNNN (docs/format.md (Part I) has them byte by byte):
 //
 //	0     4  magic "WFSM"
 //	4     2  manifest format version, u16 LE (1)
@@ -248,13 +248,3 @@ func checkPath(p string) error {
 
 // fileMode turns stored permission bits into a FileMode.
 func fileMode(bits uint32) fs.FileMode { return fs.FileMode(bits) & fs.ModePerm }
-
-// file returns the entry of path p, or nil.
-func (m *manifest) file(p string) *manifestFile {
-	for i := range m.Files {
-		if m.Files[i].Path == p {
-			return &m.Files[i]
-		}
-	}
-	return nil
-}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Object files (docs/format-store.md has the byte-by-byte layout and a worked example):
+// Object files (docs/format.md (Part I) has the byte-by-byte layout and a worked example):
 //
 //	0    4   magic "WFSO"
 //	4    2   object format version, u16 LE (1)

@@ -13,7 +13,7 @@ func IsS3URL(s string) bool { return strings.HasPrefix(s, S3Scheme) }
 
 // S3Location is where a store lives in S3: a bucket and a key prefix (no leading or trailing
 // slash; empty for the bucket's top). Every key of the store is Prefix + "/" + its path in
-// the local layout (docs/format-store.md §1).
+// the local layout (docs/format.md (Part I) §1).
 type S3Location struct {
 	Bucket string
 	Prefix string

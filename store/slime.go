@@ -17,7 +17,7 @@ import (
 
 // The slime-compatible delta checkpoint of a version (DESIGN §3.2): how it is served
 // (PlanSlime) and its bytes (RenderSlime, WriteSlimeDelta). Byte layouts are in
-// docs/format-patches.md §4; the encoder is delta.SlimeWriter.
+// docs/format.md (Part III) §4; the encoder is delta.SlimeWriter.
 
 // SlimeKind says what deltas/weight_vNNNNNN of a version is.
 type SlimeKind int

@@ -248,13 +248,15 @@ func (o *objStream) copySpill() (*os.File, error) {
 		return nil, err
 	}
 	frameOff := objectHeaderLen + chunkTableLen(int64(len(o.sizes)))
-	if _, err := out.Seek(frameOff, io.SeekStart); err == nil {
-		if _, err = o.f.Seek(0, io.SeekStart); err == nil {
-			var n int64
-			n, err = io.Copy(out, io.LimitReader(o.f, o.framesLen))
-			if err == nil && n != o.framesLen {
-				err = fmt.Errorf("spill file holds %d of %d frame bytes", n, o.framesLen)
-			}
+	_, err = out.Seek(frameOff, io.SeekStart)
+	if err == nil {
+		_, err = o.f.Seek(0, io.SeekStart)
+	}
+	if err == nil {
+		var n int64
+		n, err = io.Copy(out, io.LimitReader(o.f, o.framesLen))
+		if err == nil && n != o.framesLen {
+			err = fmt.Errorf("spill file holds %d of %d frame bytes", n, o.framesLen)
 		}
 	}
 	if err != nil {
