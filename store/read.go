@@ -125,6 +125,18 @@ type pageKey struct {
 
 // readObject reads content bytes [off, off+len(p)) of object id.
 func (s *Store) readObject(id ID, hint objHint, off int64, p []byte, opts readOpts) error {
+	// The materialized copy holds the latest version as plain files: read it straight into p,
+	// without building and caching pages (a pread, not two copies and an allocation).
+	if !opts.noMaterialized {
+		if view := s.mat.view(); view != nil {
+			if view.holds(id) {
+				err := view.readAt(id, p, off)
+				view.release()
+				return err
+			}
+			view.release()
+		}
+	}
 	for len(p) > 0 {
 		page := off / pageSize
 		in := off - page*pageSize
