@@ -7,59 +7,21 @@ import (
 	"io"
 	"runtime/debug"
 	"strings"
+
+	"github.com/weightfs/weightfs/internal/cliflags"
 )
 
 // errHelp is returned when --help was asked for: the help was printed, exit 0.
-var errHelp = errors.New("help shown")
+var errHelp = cliflags.ErrHelp
 
-// boolFlag is the interface flag's boolean values implement.
-type boolFlag interface{ IsBoolFlag() bool }
-
-// parseArgs parses args against fs, allowing flags before, between and after the positional
-// arguments (as git and kubectl do); "--" ends the flags. It returns the positional arguments.
+// parseArgs parses args against fs (flags before or after the arguments, see cliflags);
+// mistakes in the command line become usage errors.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var flags, positional []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			positional = append(positional, args[i+1:]...)
-			break
-		}
-		if len(a) < 2 || a[0] != '-' {
-			positional = append(positional, a)
-			continue
-		}
-		name := strings.TrimLeft(a, "-")
-		if j := strings.IndexByte(name, '='); j >= 0 {
-			flags = append(flags, a)
-			continue
-		}
-		if name == "h" || name == "help" {
-			flags = append(flags, a)
-			continue
-		}
-		f := fs.Lookup(name)
-		if f == nil {
-			return nil, usagef("unknown flag %s", a)
-		}
-		flags = append(flags, a)
-		if b, ok := f.Value.(boolFlag); ok && b.IsBoolFlag() {
-			continue
-		}
-		if i+1 >= len(args) {
-			return nil, usagef("flag %s needs a value", a)
-		}
-		i++
-		flags = append(flags, args[i])
-	}
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(flags); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, errHelp
-		}
+	pos, err := cliflags.Parse(fs, args)
+	if err != nil && !errors.Is(err, errHelp) {
 		return nil, usagef("%v", err)
 	}
-	return positional, nil
+	return pos, err
 }
 
 // newFlags makes the flag set of a command; parse prints its help on --help.
