@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weightfs/weightfs/gen"
+	"github.com/weightfs/weightfs/store"
 )
 
 // smallStore commits n versions of a small generated model and returns the store directory
@@ -168,5 +169,36 @@ func TestKill9DuringCommit(t *testing.T) {
 		mustCLI(t, "export", storeDir, fmt.Sprint(v), out)
 		sameHashes(t, fmt.Sprintf("final v%d", v), treeHashes(t, out), want[v])
 		os.RemoveAll(out)
+	}
+}
+
+// TestDiffCountsMatchTheStore checks `weightfs diff` against the changed-element counts the
+// store recorded at commit, and against itself in the other direction.
+func TestDiffCountsMatchTheStore(t *testing.T) {
+	storeDir, _ := smallStore(t, 300_000, 3)
+	st, err := store.Open(storeDir, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos := st.Versions()
+	st.Close()
+	total := func(out string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == "total" {
+				return f[1] + "/" + f[2]
+			}
+		}
+		t.Fatalf("no total line in:\n%s", out)
+		return ""
+	}
+	for _, v := range infos[1:] {
+		got := total(mustCLI(t, "diff", storeDir, fmt.Sprint(v.Number-1), fmt.Sprint(v.Number)).stdout)
+		want := fmt.Sprintf("%d/%d", v.ChangedElems, v.TotalElems)
+		if got != want || v.ChangedElems == 0 {
+			t.Errorf("diff v%d v%d: changed/total %s, the store recorded %s", v.Number-1, v.Number, got, want)
+		}
+		if back := total(mustCLI(t, "diff", storeDir, fmt.Sprint(v.Number), fmt.Sprint(v.Number-1)).stdout); back != got {
+			t.Errorf("diff in the other direction: %s, want %s", back, got)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -58,6 +59,21 @@ func openStore(e *env, path string, readOnly bool, diffMode string, flags ...*st
 		return nil, err
 	}
 	return &cliStore{Store: st, backend: opts.Diff}, nil
+}
+
+// openReader adds the store flags to a read-only command, parses its arguments (between min
+// and max of them, STORE first) and opens STORE for reading.
+func openReader(e *env, fs *flag.FlagSet, args []string, min, max int) ([]string, *cliStore, error) {
+	sf := addStoreFlags(fs, true)
+	pos, err := parse(e, fs, args, min, max)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := openStore(e, pos[0], true, "", sf)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pos, st, nil
 }
 
 // cliStore is an open store and the diff backend it was given; Close may be called twice.
@@ -132,12 +148,7 @@ func percent(a, b int64) float64 {
 
 func cmdLog(e *env, args []string) error {
 	fs := newFlags("log")
-	sf := addStoreFlags(fs, true)
-	pos, err := parse(e, fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(e, pos[0], true, "", sf)
+	_, st, err := openReader(e, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -183,13 +194,8 @@ func resolveVersion(st interface{ Latest() (uint64, bool) }, s string) (uint64, 
 
 func cmdDiff(e *env, args []string) error {
 	fs := newFlags("diff")
-	sf := addStoreFlags(fs, true)
 	all := fs.Bool("all", false, "list unchanged tensors too")
-	pos, err := parse(e, fs, args, 3, 3)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(e, pos[0], true, "", sf)
+	pos, st, err := openReader(e, fs, args, 3, 3)
 	if err != nil {
 		return err
 	}
@@ -210,8 +216,12 @@ func cmdDiff(e *env, args []string) error {
 	fmt.Fprintln(tw, "FILE\tTENSOR\tCHANGED\tELEMENTS\tFRACTION")
 	var changed, total int64
 	for _, d := range diffs {
-		changed += d.Changed
-		total += d.Elements
+		// Rows of whole (non-safetensors) files count bytes, not elements: they are listed
+		// but stay out of the element totals.
+		if d.Tensor != "" {
+			changed += d.Changed
+			total += d.Elements
+		}
 		if d.Changed == 0 && !*all && d.Status == "" {
 			continue
 		}
@@ -227,12 +237,7 @@ func cmdDiff(e *env, args []string) error {
 
 func cmdExport(e *env, args []string) error {
 	fs := newFlags("export")
-	sf := addStoreFlags(fs, true)
-	pos, err := parse(e, fs, args, 3, 3)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(e, pos[0], true, "", sf)
+	pos, st, err := openReader(e, fs, args, 3, 3)
 	if err != nil {
 		return err
 	}
@@ -253,12 +258,7 @@ func cmdExport(e *env, args []string) error {
 
 func cmdVerify(e *env, args []string) error {
 	fs := newFlags("verify")
-	sf := addStoreFlags(fs, true)
-	pos, err := parse(e, fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(e, pos[0], true, "", sf)
+	_, st, err := openReader(e, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
