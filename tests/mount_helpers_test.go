@@ -285,8 +285,15 @@ func unescapeMountPath(s string) string {
 // genCheckpoints writes n successive generated checkpoints (two shards, index, configs) to
 // DIR/src1 ... DIR/srcN and returns their file hashes.
 func genCheckpoints(t *testing.T, dir string, params int64, n int) map[int]map[string]string {
+	return genSeries(t, dir, params, 11, n, nil)
+}
+
+// genSeries generates n successive checkpoints (lr 3e-6, two shards) into DIR/srcV one after
+// another, calling each (if set) with every version's directory once written, and returns
+// their file hashes.
+func genSeries(t *testing.T, dir string, params int64, seed uint64, n int, each func(v int, src string)) map[int]map[string]string {
 	t.Helper()
-	cfg := gen.ConfigForParams(params, 3e-6, 11)
+	cfg := gen.ConfigForParams(params, 3e-6, seed)
 	cfg.Shards = 2
 	m, err := gen.New(cfg)
 	if err != nil {
@@ -302,6 +309,9 @@ func genCheckpoints(t *testing.T, dir string, params int64, n int) map[int]map[s
 			t.Fatal(err)
 		}
 		want[v] = treeHashes(t, src)
+		if each != nil {
+			each(v, src)
+		}
 	}
 	return want
 }

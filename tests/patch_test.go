@@ -35,27 +35,11 @@ func patchName(v int) string { return fmt.Sprintf("weight_v%06d.safetensors", v)
 // It returns each version's file hashes.
 func sealChain(t *testing.T, work, rw string, params int64, n int) map[int]map[string]string {
 	t.Helper()
-	cfg := gen.ConfigForParams(params, 3e-6, 23)
-	cfg.Shards = 2
-	m, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int]map[string]string{}
-	for v := 1; v <= n; v++ {
-		if v > 1 {
-			m.Step()
-		}
-		src := srcDir(work, v)
-		if err := m.WriteCheckpoint(src); err != nil {
-			t.Fatal(err)
-		}
-		want[v] = treeHashes(t, src)
+	return genSeries(t, work, params, 23, n, func(v int, src string) {
 		run(t, "cp", "-r", src, versionDir(rw, v))
 		run(t, "touch", filepath.Join(versionDir(rw, v), "DONE"))
 		os.RemoveAll(src)
-	}
-	return want
+	})
 }
 
 // TestEngineDeltas seals 20 generated versions through a read-write mount, mounts the store
