@@ -57,6 +57,11 @@ func (b *bench) startDaemon(ctx context.Context, name, mnt, bin string, args ...
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if b.opts.ProfileDir != "" {
+		// weightfs profiles itself (cmd/weightfs/profile.go); the loopback ignores it.
+		prof := filepath.Join(b.opts.ProfileDir, fmt.Sprintf("%02d-%s.prof", b.daemons, name))
+		cmd.Env = append(os.Environ(), "WEIGHTFS_CPUPROFILE="+prof)
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)

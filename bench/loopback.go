@@ -14,6 +14,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	wfs "github.com/weightfs/weightfs/fs"
 )
 
 // The pass-through baseline: go-fuse's loopback file system over a local directory, mounted
@@ -27,7 +29,8 @@ const (
 )
 
 // loopbackMountOptions mirrors weightfs's fuse.MountOptions: the same request sizes,
-// readahead, background queue and xattr refusal; mount(2) directly as root, fusermount3
+// readahead (also the kernel's, raised after the mount as fs.Mount does), background queue and
+// xattr refusal; mount(2) directly as root, fusermount3
 // otherwise.
 func loopbackMountOptions(readOnly, direct bool) fuse.MountOptions {
 	o := fuse.MountOptions{
@@ -76,6 +79,8 @@ func mountLoopback(dir, mnt string, readOnly bool) (*fuse.Server, error) {
 		_ = srv.Unmount()
 		return nil, fmt.Errorf("mount loopback at %s: %w", mnt, err)
 	}
+	// weightfs raises the kernel's read-ahead of its mounts; so does the baseline.
+	_ = wfs.SetReadAhead(mnt, wfs.ReadAheadKiB)
 	return srv, nil
 }
 

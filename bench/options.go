@@ -60,6 +60,8 @@ type options struct {
 	ReadReps  int
 	WriteSize int
 	Force     bool
+	// ProfileDir receives a CPU profile of every weightfs daemon the run starts.
+	ProfileDir string
 }
 
 var errHelp = errors.New("help requested")
@@ -93,6 +95,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fl.IntVar(&o.ReadReps, "read-reps", 3, "cold-cache reads of each case (the median is reported)")
 	fl.IntVar(&o.WriteSize, "write-size", 4<<20, "bytes per write(2) of the checkpoint writer (at least 1 MiB)")
 	fl.BoolVar(&o.Force, "force", false, "run even if the work directory seems too small")
+	fl.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of every weightfs daemon to this directory (go tool pprof bin/weightfs FILE)")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, errHelp

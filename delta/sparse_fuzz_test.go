@@ -74,7 +74,16 @@ func FuzzDecodeDelta(f *testing.F) {
 		}
 		orig := bytes.Clone(buf)
 		dst := buf[guard : guard+int(n)*w]
+		d, oerr := OpenDelta(body)
+		if oerr != nil {
+			t.Fatalf("OpenDelta refused a body ParseDelta accepted: %v", oerr)
+		}
+		viaBlocks := bytes.Clone(dst)
+		berr := applyByBlocks(d, viaBlocks, start, Forward)
 		err := ApplyDelta(body, dst, start, Forward)
+		if (err == nil) != (berr == nil) || (err == nil && !bytes.Equal(viaBlocks, dst)) {
+			t.Fatalf("block path (%v) and ApplyDelta (%v) disagree", berr, err)
+		}
 		if !bytes.Equal(buf[:guard], orig[:guard]) || !bytes.Equal(buf[len(buf)-guard:], orig[len(buf)-guard:]) {
 			t.Fatal("ApplyDelta wrote outside dst")
 		}

@@ -56,6 +56,7 @@ func checkRoundTrip(t *testing.T, rng *rand.Rand, base, cur []byte, width int, f
 	if !bytes.Equal(back, base) {
 		t.Fatalf("backward apply does not give base")
 	}
+	checkBlockPath(t, rng, body)
 	n := len(base) / width
 	for range 8 {
 		if n == 0 {

@@ -128,6 +128,9 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 		m.shutdown()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
 	}
+	if err := SetReadAhead(mnt, ReadAheadKiB); err != nil {
+		logf("kernel read-ahead stays at the FUSE default (%v)", err)
+	}
 	s := &Server{fuse: srv, mountpoint: mnt, done: make(chan struct{})}
 	if opts.ReadOnly && opts.Version == 0 {
 		interval := opts.PollInterval

@@ -176,9 +176,10 @@ func (s *Store) readChunk(id ID, i int, dst []byte) error {
 
 // deltaObject is the loaded delta section of an object: a delta from base to the object.
 type deltaObject struct {
-	hdr  objectHeader
-	body []byte
-	info delta.DeltaInfo
+	hdr    objectHeader
+	body   []byte
+	info   delta.DeltaInfo
+	parsed *delta.Delta // body's framing, checked, with its blocks located
 }
 
 // loadDelta returns the delta section of object id (a delta object, or a full object's link)
@@ -218,15 +219,16 @@ func (s *Store) loadDelta(id ID) (*deltaObject, error) {
 			return nil, objectError(id, fmt.Errorf("read link: %w", err))
 		}
 	}
-	di, err := delta.ParseDelta(body)
+	dd, err := delta.OpenDelta(body)
 	if err != nil {
 		return nil, objectError(id, fmt.Errorf("delta section: %v: %w", err, ErrCorrupt))
 	}
+	di := dd.Info()
 	if di.Width != hdr.Width || di.Elements*int64(di.Width) != hdr.ContentLen {
 		return nil, objectError(id, fmt.Errorf("delta of %d elements of %d bytes for %d content bytes of width %d: %w",
 			di.Elements, di.Width, hdr.ContentLen, hdr.Width, ErrCorrupt))
 	}
-	d := &deltaObject{hdr: hdr, body: body, info: di}
+	d := &deltaObject{hdr: hdr, body: body, info: di, parsed: dd}
 	s.deltas.add(id, d, int64(len(body))+256)
 	return d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"sync/atomic"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -47,6 +48,8 @@ type versionFile struct {
 	f    *manifestFile
 	segs []segment
 	opts readOpts
+	// lastEnd is where the last read ended: a read starting there is sequential (readahead.go).
+	lastEnd atomic.Int64
 }
 
 var _ File = (*versionFile)(nil)
@@ -108,6 +111,7 @@ func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 		}
 		n += int(k)
 	}
+	f.noteRead(off, off+int64(n))
 	if n < want {
 		return n, io.EOF
 	}
@@ -163,19 +167,36 @@ func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) ([]byte, erro
 	if b, ok := cache.get(key); ok {
 		return b, nil
 	}
-	var b []byte
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		// A stale plan (GC re-anchored an object under us) is retried with fresh headers.
-		if b, err = s.buildPage(id, hint, pg, opts, cache, attempt < 2); !errors.Is(err, errStale) {
-			break
+	build := func() ([]byte, error) {
+		var b []byte
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			// A stale plan (GC re-anchored an object under us) is retried with fresh headers.
+			if b, err = s.buildPage(id, hint, pg, opts, cache, attempt < 2); !errors.Is(err, errStale) {
+				break
+			}
 		}
+		if err != nil {
+			return nil, err
+		}
+		cache.add(key, b, int64(len(b)))
+		return b, nil
 	}
+	if opts.pages != nil {
+		return build() // a private cache (verify, export): one reader, nobody to wait for
+	}
+	// Reads of one page from several requests at once (the kernel's read-ahead beside the
+	// reader's own read) build it once.
+	v, err, _ := s.pageFlight.Do(flightKey(id, pg), func() (any, error) {
+		if b, ok := cache.get(key); ok {
+			return b, nil
+		}
+		return build()
+	})
 	if err != nil {
 		return nil, err
 	}
-	cache.add(key, b, int64(len(b)))
-	return b, nil
+	return v.([]byte), nil
 }
 
 // plan is how to reconstruct a page of an object: a whole copy to start from (a full
@@ -228,6 +249,9 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		if err := view.readAt(p.start, buf, off); err != nil {
 			return nil, err
 		}
+		if opts.pages == nil {
+			view.willNeed(p.start, off+int64(len(buf)), readAheadBytes)
+		}
 	default:
 		if err := s.readFullRange(p.start, off, buf); err != nil {
 			if errors.Is(err, errStale) {
@@ -236,18 +260,8 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 			return nil, err
 		}
 	}
-	first := off / int64(m.Width)
-	for _, st := range p.steps {
-		d, err := s.loadDelta(st.obj)
-		if errors.Is(err, errStale) {
-			s.forgetMeta(st.obj)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := delta.ApplyDelta(d.body, buf, first, st.dir); err != nil {
-			return nil, objectError(st.obj, fmt.Errorf("apply delta: %v: %w", err, ErrCorrupt))
-		}
+	if err := s.applySteps(p.steps, buf, off/int64(m.Width)); err != nil {
+		return nil, err
 	}
 	return buf, nil
 }

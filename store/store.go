@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/weightfs/weightfs/delta"
 )
 
@@ -69,13 +71,17 @@ type Store struct {
 	closed   bool
 	versions []VersionInfo // sealed versions, ascending; Anchor is filled on the way out
 
-	manifests  *lru[uint64, *version]
-	objInfos   *lru[ID, *objectInfo]
-	deltas     *lru[ID, *deltaObject]
-	pages      *lru[pageKey, []byte]
-	metaMu     sync.Mutex
-	metas      map[ID]objMeta // in front of the index's objects bucket
-	dirtyMetas map[ID]objMeta // not yet written to the index
+	manifests   *lru[uint64, *version]
+	objInfos    *lru[ID, *objectInfo]
+	deltas      *lru[ID, *deltaObject]
+	pages       *lru[pageKey, []byte]
+	blocks      *lru[blockKey, *delta.DecodedBlock] // decoded delta blocks (readblocks.go)
+	ra          *readAhead                          // background builds of the pages a sequential reader needs next
+	pageFlight  singleflight.Group
+	blockFlight singleflight.Group
+	metaMu      sync.Mutex
+	metas       map[ID]objMeta // in front of the index's objects bucket
+	dirtyMetas  map[ID]objMeta // not yet written to the index
 
 	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
 	saidWhole    sync.Map // path -> true: logged that this non-safetensors file is stored whole
@@ -170,8 +176,10 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	}
 	s.manifests = newLRU[uint64, *version](64 << 20)
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
-	s.deltas = newLRU[ID, *deltaObject](cacheBytes / 2)
+	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
+	s.blocks = newLRU[blockKey, *delta.DecodedBlock](cacheBytes / 8)
 	s.pages = newLRU[pageKey, []byte](cacheBytes / 2)
+	s.ra = newReadAhead()
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
 	return s
@@ -282,6 +290,9 @@ func (s *Store) Close() error {
 // Open, and by tests as a simulated crash).
 func (s *Store) shutdown() error {
 	var errs []error
+	if s.ra != nil {
+		s.ra.wait()
+	}
 	if s.mat != nil {
 		s.mat.close()
 	}

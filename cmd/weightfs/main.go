@@ -79,7 +79,9 @@ func run(e *env, argv []string) int {
 		if c.name != argv[0] {
 			continue
 		}
+		stopProfile := startProfile(e)
 		err := c.run(e, argv[1:])
+		stopProfile()
 		switch {
 		case err == nil:
 			return 0

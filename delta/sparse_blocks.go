@@ -1,0 +1,237 @@
+package delta
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The block-at-a-time read path of sparse deltas. ApplyDelta (sparse.go) parses the body,
+// decodes every block its range touches and walks all of each block's changes, on every call:
+// simple, and the reference. A reader that rebuilds a tensor page by page (the store's read
+// path) calls it many times per block and per delta, so Delta parses a body once, and a
+// DecodedBlock is a block decoded once that applies to any range inside it by a binary
+// search to the range's first change. Tests check both paths against each other.
+
+// Delta is a parsed sparse delta body. It refers to the body, which must not change. Safe for
+// concurrent use.
+type Delta struct {
+	l       deltaLayout
+	offsets []int64 // offsets[b] is where block b's bytes start in the body; one entry more
+}
+
+// OpenDelta validates the framing of body as ParseDelta does and indexes its blocks.
+func OpenDelta(body []byte) (*Delta, error) {
+	l, err := parseLayout(body)
+	if err != nil {
+		return nil, fmt.Errorf("open sparse delta: %w", err)
+	}
+	d := &Delta{l: l, offsets: make([]int64, l.blocks+1)}
+	off := l.payloadStart()
+	for b := range l.blocks {
+		d.offsets[b] = off
+		_, size := l.entry(b)
+		off += int64(size)
+	}
+	d.offsets[l.blocks] = off
+	return d, nil
+}
+
+// Info describes the delta.
+func (d *Delta) Info() DeltaInfo { return d.l.DeltaInfo }
+
+// BodyLen is the length of the body the delta was opened on.
+func (d *Delta) BodyLen() int { return len(d.l.body) }
+
+// BlockRange returns the blocks that hold elements [first, first+n): lo..hi inclusive, or
+// hi < lo when the range is empty or lies outside the tensor.
+func (d *Delta) BlockRange(first, n int64) (lo, hi int64) {
+	if n <= 0 || first < 0 || first >= d.l.Elements {
+		return 0, -1
+	}
+	end := min(first+n, d.l.Elements)
+	return first >> d.l.shift, (end - 1) >> d.l.shift
+}
+
+// DecodeBlock decodes block b completely and checks it (errors wrap ErrMalformed; a block
+// number outside the table is ErrInvalidArgument). A block without changes decodes to an
+// empty DecodedBlock.
+func (d *Delta) DecodeBlock(b int64) (*DecodedBlock, error) {
+	if b < 0 || b >= d.l.blocks {
+		return nil, fmt.Errorf("decode sparse delta block: %w: block %d of %d", ErrInvalidArgument, b, d.l.blocks)
+	}
+	db := &DecodedBlock{start: b << d.l.shift, width: d.l.Width, values: newValueMap(d.l.Width, d.l.Float)}
+	count, _ := d.l.entry(b)
+	if count == 0 {
+		return db, nil
+	}
+	dec := blockDecoder{width: d.l.Width, compact: true}
+	if err := dec.decode(d.l.body[d.offsets[b]:d.offsets[b+1]], int(count), d.l.blockLen(b)); err != nil {
+		return nil, fmt.Errorf("decode sparse delta block %d: %w", b, err)
+	}
+	db.pos, db.symbols = dec.pos, dec.syms
+	if len(dec.escAt) > 0 {
+		db.escAt, db.escCode = dec.escAt, dec.escCode
+	}
+	return db, nil
+}
+
+// DecodedBlock is one block of a delta, decoded and checked: the positions of its changes and
+// their value codes. Immutable; safe for concurrent use.
+type DecodedBlock struct {
+	start  int64 // element index of the block's first element
+	width  int
+	values valueMap
+	pos    []uint32 // ascending, relative to start
+	// The value code of change i is symbols[i], or, where that is escapeSymbol, escCode[j]
+	// for the j with escAt[j] == i: five bytes per change instead of twelve keep the blocks
+	// of ten deltas of a page in the cache beside the page.
+	symbols []byte
+	escAt   []uint32
+	escCode []uint64
+}
+
+// code is the value code of change i.
+func (b *DecodedBlock) code(i int) uint64 {
+	if s := b.symbols[i]; s != escapeSymbol {
+		return uint64(s)
+	}
+	j, _ := slices.BinarySearch(b.escAt, uint32(i))
+	return b.escCode[j]
+}
+
+// Changes is the number of changes in the block.
+func (b *DecodedBlock) Changes() int { return len(b.pos) }
+
+// MemoryBytes is roughly the memory the block holds, for caches.
+func (b *DecodedBlock) MemoryBytes() int64 {
+	return 128 + 4*int64(cap(b.pos)) + int64(cap(b.symbols)) + 12*int64(cap(b.escAt))
+}
+
+// Apply applies the block's changes that fall in elements [first, first+len(dst)/width) to
+// dst in place, in direction dir; changes outside the range are skipped. len(dst) must be a
+// whole number of elements (ErrInvalidArgument).
+func (b *DecodedBlock) Apply(dst []byte, first int64, dir Direction) error {
+	w := b.width
+	switch {
+	case dir != Forward && dir != Backward:
+		return fmt.Errorf("apply sparse delta block: %w: direction %d", ErrInvalidArgument, dir)
+	case len(dst)%w != 0:
+		return fmt.Errorf("apply sparse delta block: %w: %d bytes are not a whole number of %d-byte elements", ErrInvalidArgument, len(dst), w)
+	case first < 0:
+		return fmt.Errorf("apply sparse delta block: %w: negative first element %d", ErrInvalidArgument, first)
+	}
+	end := first + int64(len(dst)/w)
+	if len(b.pos) == 0 || end <= b.start || first > b.start+int64(b.pos[len(b.pos)-1]) {
+		return nil
+	}
+	i := 0
+	if first > b.start {
+		i, _ = slices.BinarySearch(b.pos, uint32(first-b.start))
+	}
+	if w == 2 && b.values.float {
+		b.applyBF16(dst, first, end, i, dir)
+	} else {
+		b.applyRange(dst, first, end, i, dir)
+	}
+	return nil
+}
+
+// BlockStep is one decoded block applied in one direction: a step of ApplySteps.
+type BlockStep struct {
+	Block *DecodedBlock
+	Dir   Direction
+}
+
+// applyTile is how many elements ApplySteps takes through all steps before moving on: small
+// enough that they stay in the first-level cache while every step passes over them.
+const applyTile = 8 << 10
+
+// ApplySteps applies the steps in order to dst, which holds elements [first,
+// first+len(dst)/width): the same bytes as calling Apply for each step in turn, but tile by
+// tile, so that each part of dst is loaded into the cache once rather than once per step.
+// Every block must have the same element width (ErrInvalidArgument otherwise, dst untouched).
+func ApplySteps(dst []byte, first int64, steps []BlockStep) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	w := steps[0].Block.width
+	for _, st := range steps {
+		switch {
+		case st.Block.width != w:
+			return fmt.Errorf("apply sparse delta steps: %w: blocks of %d- and %d-byte elements", ErrInvalidArgument, w, st.Block.width)
+		case st.Dir != Forward && st.Dir != Backward:
+			return fmt.Errorf("apply sparse delta steps: %w: direction %d", ErrInvalidArgument, st.Dir)
+		}
+	}
+	switch {
+	case len(dst)%w != 0:
+		return fmt.Errorf("apply sparse delta steps: %w: %d bytes are not a whole number of %d-byte elements", ErrInvalidArgument, len(dst), w)
+	case first < 0:
+		return fmt.Errorf("apply sparse delta steps: %w: negative first element %d", ErrInvalidArgument, first)
+	}
+	end := first + int64(len(dst)/w)
+	next := make([]int, len(steps)) // per step, its first change not yet applied
+	for i, st := range steps {
+		if b := st.Block; first > b.start && len(b.pos) > 0 {
+			next[i], _ = slices.BinarySearch(b.pos, uint32(min(first-b.start, int64(b.pos[len(b.pos)-1])+1)))
+		}
+	}
+	for lo := first; lo < end; lo += applyTile {
+		hi := min(lo+applyTile, end)
+		for i, st := range steps {
+			b := st.Block
+			if b.width == 2 && b.values.float {
+				next[i] = b.applyBF16(dst, first, hi, next[i], st.Dir)
+			} else {
+				next[i] = b.applyRange(dst, first, hi, next[i], st.Dir)
+			}
+		}
+	}
+	return nil
+}
+
+// applyRange applies changes i, i+1, ... that lie before element end to dst (which starts at
+// element first) and returns the index of the first change it left.
+func (b *DecodedBlock) applyRange(dst []byte, first, end int64, i int, dir Direction) int {
+	w := b.width
+	for ; i < len(b.pos); i++ {
+		at := b.start + int64(b.pos[i])
+		if at >= end {
+			break
+		}
+		elem := dst[(at-first)*int64(w):]
+		storeElement(elem, b.values.apply(loadElement(elem, w), b.code(i), dir), w)
+	}
+	return i
+}
+
+// applyBF16 is applyRange for 2-byte floats (bf16 and fp16: most of a model), with the
+// ordered-integer arithmetic written out for 16 bits and without branches on the data: the
+// signs of weights and of their steps are coin flips, and mispredicted branches on them cost
+// more than the arithmetic.
+func (b *DecodedBlock) applyBF16(dst []byte, first, end int64, i int, dir Direction) int {
+	var neg uint16 // all ones: negate the difference (Backward)
+	if dir == Backward {
+		neg = 0xFFFF
+	}
+	for ; i < len(b.pos); i++ {
+		at := b.start + int64(b.pos[i])
+		if at >= end {
+			break
+		}
+		j := (at - first) * 2
+		x := uint16(dst[j]) | uint16(dst[j+1])<<8
+		// toOrd: negative values are complemented, the others get the sign bit.
+		o := x ^ (uint16(int16(x)>>15) | 0x8000)
+		code := uint16(b.symbols[i])
+		if code == escapeSymbol {
+			code = uint16(b.code(i))
+		}
+		d := code>>1 ^ -(code & 1) // unzigzag
+		o += (d ^ neg) - neg
+		// fromOrd: the inverse of toOrd.
+		x = o ^ (^uint16(int16(o)>>15) | 0x8000)
+		dst[j], dst[j+1] = byte(x), byte(x>>8)
+	}
+	return i
+}

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"runtime"
+	"sync"
+)
+
+// Read-ahead of rebuilt pages. A page of a version that is not the materialized latest is
+// rebuilt from a whole copy and deltas, which costs CPU, not I/O: a reader going through a file
+// in order would use one core and leave the others idle. So when a file is read sequentially,
+// the pages of the next readAheadBytes are built in the background on the other cores
+// (bounded by readAheadWorkers, dropped rather than queued when all are busy), and the
+// reader finds them in the page cache or waits for their build already under way.
+
+const readAheadBytes = 8 * pageSize
+
+// readAhead holds the background builders of one Store.
+type readAhead struct {
+	tokens   chan struct{}
+	building sync.Map // pageKey -> true: a background build is under way
+	wg       sync.WaitGroup
+}
+
+func newReadAhead() *readAhead {
+	return &readAhead{tokens: make(chan struct{}, 2*max(1, runtime.NumCPU()))}
+}
+
+// wait returns when no background build runs (Close).
+func (r *readAhead) wait() { r.wg.Wait() }
+
+// noteRead is called after a read of [off, end) of f: if it lies near the furthest read so
+// far, the pages after it are built in the background. Near, not exactly at: the kernel sends
+// a sequential reader's file as 128 KiB requests, several at once, served in any order.
+func (f *versionFile) noteRead(off, end int64) {
+	if f.opts.pages != nil || f.s.ra == nil {
+		return // a private cache (verify, export): no read-ahead
+	}
+	prev := f.lastEnd.Load()
+	for end > prev && !f.lastEnd.CompareAndSwap(prev, end) {
+		prev = f.lastEnd.Load()
+	}
+	if off < prev-sequentialSlack || off > prev+sequentialSlack {
+		return
+	}
+	ahead := max(prev, end)
+	if ahead < f.f.Size {
+		f.prefetch(ahead, min(ahead+readAheadBytes, f.f.Size))
+	}
+}
+
+// sequentialSlack is how far from the furthest read a read may start and still count as
+// sequential.
+const sequentialSlack = pageSize
+
+// prefetch starts background builds of the pages under file bytes [from, to) that are neither
+// cached nor held by the materialized copy.
+func (f *versionFile) prefetch(from, to int64) {
+	s := f.s
+	view := s.mat.view()
+	type job struct {
+		sg segment
+		pg int64
+	}
+	var jobs []job
+	for _, sg := range f.segs {
+		if sg.end <= from || sg.start >= to || view.holds(sg.id) {
+			continue
+		}
+		first := (max(from, sg.start) - sg.start) / pageSize
+		last := (min(to, sg.end) - 1 - sg.start) / pageSize
+		for pg := first; pg <= last; pg++ {
+			if _, ok := s.pages.get(pageKey{sg.id, pg}); !ok {
+				jobs = append(jobs, job{sg, pg})
+			}
+		}
+	}
+	view.release() // before any build: a build takes its own hold
+	for _, j := range jobs {
+		key := pageKey{j.sg.id, j.pg}
+		if _, busy := s.ra.building.LoadOrStore(key, true); busy {
+			continue
+		}
+		select {
+		case s.ra.tokens <- struct{}{}:
+		default:
+			s.ra.building.Delete(key)
+			return // every builder is busy: the reader will build what it needs
+		}
+		s.ra.wg.Add(1)
+		go func() {
+			defer func() { s.ra.building.Delete(key); <-s.ra.tokens; s.ra.wg.Done() }()
+			// An error is the reader's to see when it gets there.
+			_, _ = s.page(j.sg.id, j.sg.hint, j.pg, readOpts{})
+		}()
+	}
+}
+
+// willNeed starts the kernel reading the copy's bytes of object id from content offset off
+// for n bytes: a page rebuilt from the copy is followed by the next, and the copy is cold after
+// a restart, so the disk works while the deltas are applied.
+func (v *matView) willNeed(id ID, off, n int64) {
+	loc, ok := v.m.locs[id]
+	if !ok {
+		return
+	}
+	if f, err := v.m.file(loc.path); err == nil {
+		adviseWillNeed(f, loc.off+off, n)
+	}
+}

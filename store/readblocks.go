@@ -1,0 +1,84 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// Deltas applied block by block for reads. A page of a tensor is a part of a delta block
+// (1 MiB of bf16 is half of a 2^20-element block), so rebuilding pages in order would decode
+// every block of every delta on the way more than once; decoded blocks are cached instead
+// (Store.blocks), and concurrent builds of the same page wait for one another (Store.page).
+
+// blockKey names one block of the delta section of one object.
+type blockKey struct {
+	id    ID
+	block int64
+}
+
+// applySteps applies the delta sections of the steps' objects, in order, to buf, which holds
+// content elements [first, first+len(buf)/width) of the object the first step starts from.
+func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
+	var blocks []delta.BlockStep
+	for _, st := range steps {
+		d, err := s.loadDelta(st.obj)
+		if errors.Is(err, errStale) {
+			s.forgetMeta(st.obj)
+		}
+		if err != nil {
+			return err
+		}
+		w := int64(d.info.Width)
+		n := int64(len(buf)) / w
+		if first < 0 || first+n > d.info.Elements || int64(len(buf))%w != 0 {
+			return objectError(st.obj, fmt.Errorf("delta of %d elements of %d bytes applied to elements [%d, %d): %w",
+				d.info.Elements, w, first, first+n, ErrCorrupt))
+		}
+		lo, hi := d.parsed.BlockRange(first, n)
+		for b := lo; b <= hi; b++ {
+			db, err := s.decodedBlock(st.obj, d, b)
+			if err != nil {
+				return err
+			}
+			blocks = append(blocks, delta.BlockStep{Block: db, Dir: st.dir})
+		}
+	}
+	if err := delta.ApplySteps(buf, first, blocks); err != nil {
+		return fmt.Errorf("apply %d deltas: %v: %w", len(steps), err, ErrCorrupt)
+	}
+	return nil
+}
+
+// decodedBlock returns block b of the loaded delta d of object id, decoding it if needed.
+func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*delta.DecodedBlock, error) {
+	key := blockKey{id, b}
+	if db, ok := s.blocks.get(key); ok {
+		return db, nil
+	}
+	v, err, _ := s.blockFlight.Do(flightKey(id, b), func() (any, error) {
+		if db, ok := s.blocks.get(key); ok {
+			return db, nil
+		}
+		db, err := d.parsed.DecodeBlock(b)
+		if err != nil {
+			return nil, objectError(id, fmt.Errorf("decode delta: %v: %w", err, ErrCorrupt))
+		}
+		s.blocks.add(key, db, db.MemoryBytes())
+		return db, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*delta.DecodedBlock), nil
+}
+
+// flightKey is the singleflight key of (object, number): a page or a block.
+func flightKey(id ID, n int64) string {
+	var b [len(ID{}) + 8]byte
+	copy(b[:], id[:])
+	binary.LittleEndian.PutUint64(b[len(id):], uint64(n))
+	return string(b[:])
+}
