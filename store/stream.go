@@ -19,9 +19,9 @@ import (
 // whether it is safetensors; a rename may change which tensor is a tensor's base), it checks
 // at the end and redoes the file through the batch path from the objects it stored.
 //
-// Work is pipelined over three goroutines per stream: the caller of Write copies bytes into
-// 4 MiB chunks, a worker diffs, encodes and compresses, and a hasher computes the whole
-// file's SHA-256 and each tensor's. Chunks come from a pool per Writer, so the memory of all
+// Work is pipelined over four goroutines per stream: the caller of Write copies bytes into
+// 4 MiB chunks, a worker diffs, encodes and compresses, a tensor hasher computes each tensor's
+// SHA-256 (its object's name) and a file hasher the whole file's. Chunks come from a pool per Writer, so the memory of all
 // streams of a version is bounded, and a Write waits when the pipeline is full.
 //
 // A stream can always hand back every byte it accepted (Replay): the caller switches to the
@@ -37,7 +37,7 @@ var ErrStreamStopped = errors.New("file stream stopped")
 // streamChunkSize is the size of the chunks the pipeline moves: the batch path's chunk.
 const streamChunkSize = ingestChunk
 
-// streamQueue is how many chunks may wait for the worker and for the hasher, per stream.
+// streamQueue is how many chunks may wait for the worker and for each hasher, per stream.
 const streamQueue = 3
 
 // streamPoolChunks bounds the chunks all streams of one Writer hold at once (64 MiB).
@@ -84,9 +84,13 @@ type FileStream struct {
 	hashes     chan hashJob
 	workerDone chan struct{}
 	hasherDone chan struct{}
+	// fileHashes feed the file hasher: every byte, for the whole file's SHA-256, on a core of
+	// its own beside the tensors' SHA-256 (the two are most of ingest's work).
+	fileHashes     chan hashJob
+	fileHasherDone chan struct{}
 
 	wk workerState // owned by the worker goroutine until it has exited
-	hs hasherState // owned by the hasher goroutine until it has exited
+	hs hasherState // owned by the hasher goroutines until they have exited
 
 	failMu sync.Mutex
 	fail   error // the worker's first error
@@ -114,10 +118,12 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	st := &FileStream{
 		w: w, s: w.s, hint: hint, basis: basis,
-		jobs:       make(chan streamJob, streamQueue),
-		hashes:     make(chan hashJob, streamQueue),
-		workerDone: make(chan struct{}),
-		hasherDone: make(chan struct{}),
+		jobs:           make(chan streamJob, streamQueue),
+		hashes:         make(chan hashJob, streamQueue),
+		workerDone:     make(chan struct{}),
+		hasherDone:     make(chan struct{}),
+		fileHashes:     make(chan hashJob, streamQueue),
+		fileHasherDone: make(chan struct{}),
 	}
 	st.hs.init()
 	if basis == nil {
@@ -139,6 +145,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	w.mu.Unlock()
 	go st.runWorker()
 	go st.runHasher()
+	go st.runFileHasher()
 	return st, nil
 }
 
@@ -226,7 +233,7 @@ func (st *FileStream) startTensors(hdr *delta.Header, implied int64) {
 	for i, t := range hdr.Tensors {
 		e.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
 	}
-	st.hashes <- hashJob{data: header, tensor: -1}
+	st.fileHashes <- hashJob{data: header, tensor: -1}
 	st.jobs <- streamJob{kind: jobHeader, data: header}
 	st.skipEmptyTensors()
 }
@@ -235,7 +242,7 @@ func (st *FileStream) startTensors(hdr *delta.Header, implied int64) {
 // everything else, go into one whole object.
 func (st *FileStream) startBlob(class streamClass, soFar []byte) {
 	st.class = class
-	st.hashes <- hashJob{data: soFar, tensor: -1}
+	st.fileHashes <- hashJob{data: soFar, tensor: -1}
 	st.jobs <- streamJob{kind: jobBlobStart, data: soFar}
 }
 
@@ -279,18 +286,20 @@ func (st *FileStream) skipEmptyTensors() {
 	}
 }
 
-// dispatchFill hands the chunk being filled to the worker and the hasher.
+// dispatchFill hands the chunk being filled to the worker and the hashers.
 func (st *FileStream) dispatchFill(last bool) {
 	c, data := st.fill, st.fill.buf[:st.fillLen]
 	st.fill = nil
-	c.refs.Store(2)
 	if st.class == classSafetensors {
+		c.refs.Store(3)
 		first := st.fillStart == 0
+		st.fileHashes <- hashJob{c: c, data: data, tensor: -1}
 		st.hashes <- hashJob{c: c, data: data, tensor: st.cur, first: first, last: last}
 		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last}
 		return
 	}
-	st.hashes <- hashJob{c: c, data: data, tensor: -1}
+	c.refs.Store(2)
+	st.fileHashes <- hashJob{c: c, data: data, tensor: -1}
 	st.jobs <- streamJob{kind: jobBlob, c: c, data: data}
 }
 
@@ -379,16 +388,18 @@ func (st *FileStream) logBlob() {
 	}
 }
 
-// stopLocked ends the pipeline: the worker and the hasher finish what is queued and exit.
+// stopLocked ends the pipeline: the worker and the hashers finish what is queued and exit.
 func (st *FileStream) stopLocked() {
 	if st.jobs == nil {
 		return
 	}
 	close(st.jobs)
 	close(st.hashes)
+	close(st.fileHashes)
 	<-st.workerDone
 	<-st.hasherDone
-	st.jobs, st.hashes = nil, nil
+	<-st.fileHasherDone
+	st.jobs, st.hashes, st.fileHashes = nil, nil, nil
 	if st.state == streamOpen {
 		st.state = streamStopped
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// The plumbing of a stream's pipeline: the chunks it moves and the hasher goroutine.
+// The plumbing of a stream's pipeline: the chunks it moves and the hasher goroutines.
 
-// chunk is a buffer of the pipeline, shared by the worker and the hasher; the last one to
+// chunk is a buffer of the pipeline, shared by the worker and the hashers; the last one to
 // let go returns it to the pool.
 type chunk struct {
 	buf     []byte
@@ -73,7 +73,7 @@ func (c *chunk) release(p *chunkPool) {
 	}
 }
 
-// hashJob is a piece of the file for the hasher, in file order.
+// hashJob is a piece of the file for a hasher, in file order.
 type hashJob struct {
 	c           *chunk
 	data        []byte
@@ -81,8 +81,9 @@ type hashJob struct {
 	first, last bool // the tensor's first and last piece
 }
 
-// hasherState is the hasher goroutine's: the whole file's SHA-256 and each tensor's. The
-// worker waits for a tensor's sum when it finishes the tensor.
+// hasherState is the hashers': the whole file's SHA-256 and the seed (the file hasher's), each
+// tensor's SHA-256 and CRC-32C (the tensor hasher's). The worker waits for a tensor's sum when
+// it finishes the tensor.
 type hasherState struct {
 	file      hash.Hash
 	tensor    hash.Hash
@@ -101,12 +102,22 @@ func (h *hasherState) init() {
 	h.sums = map[int]ID{}
 }
 
+// runFileHasher computes the whole file's SHA-256 (and writes the seed of a first version).
+func (st *FileStream) runFileHasher() {
+	defer close(st.fileHasherDone)
+	h := &st.hs
+	for j := range st.fileHashes {
+		h.file.Write(j.data)
+		h.seed.write(j.data)
+		j.c.release(st.w.pool)
+	}
+}
+
+// runHasher computes each tensor's SHA-256 and CRC-32C.
 func (st *FileStream) runHasher() {
 	defer close(st.hasherDone)
 	h := &st.hs
 	for j := range st.hashes {
-		h.file.Write(j.data)
-		h.seed.write(j.data)
 		if j.tensor >= 0 {
 			if j.first {
 				h.tensor.Reset()
