@@ -207,7 +207,7 @@ func decodeRice(stream []byte, count int, blockLen uint64, pos []uint32) ([]uint
 		if !ok {
 			return pos[:have+done], false
 		}
-		k := uint(k64)
+		k := uint(k64) & 31 // riceParamBits bits: the mask lets the compiler drop shift checks
 		mask := uint64(1)<<k - 1
 		// The hot loop keeps the reader's state in locals (registers), and hands it back to
 		// the reader only around refills and the slow path.
@@ -229,10 +229,13 @@ func decodeRice(stream []byte, count int, blockLen uint64, pos []uint32) ([]uint
 				}
 			}
 			var gap uint64
-			if z := uint(bits.TrailingZeros64(acc)); acc != 0 && z+1+k <= n {
-				// Fast path: the whole code is loaded (z+k <= 63, so nothing overflows).
-				gap = uint64(z)<<k | acc>>(z+1)&mask
-				acc >>= z + 1 + k
+			if z := uint(bits.TrailingZeros64(acc)); z+1+k <= n {
+				// Fast path: the whole code is loaded (z+k <= 63, so nothing overflows; an
+				// empty acc gives z = 64, which fails the test).
+				// z+k <= 63 here, so the shifts are written to need no out-of-range
+				// handling: z+1 is 64 only when k is 0 and mask drops everything.
+				gap = uint64(z)<<k | acc>>((z+1)&63)&mask
+				acc = acc >> ((z + k) & 63) >> 1
 				n -= z + 1 + k
 			} else {
 				r.acc, r.n = acc, n

@@ -17,6 +17,10 @@
 // manifest. So its inodes are built from the store's entry list once per version, the kernel
 // may cache its entries and attributes for a long time (sealedTTL), and its files are opened
 // with FOPEN_KEEP_CACHE so pages stay in the page cache across opens (and mmap shares them).
+// After mounting, the kernel's read-ahead for the mount is raised to ReadAheadKiB (FUSE's INIT
+// caps it at 128 KiB; root only, a failure is logged and ignored): with several 1 MiB read
+// requests in flight, the store rebuilds the next pages of an old version while the reader
+// copies the last ones.
 //
 // Open versions and staging directories are an in-memory tree of persistent inodes (go-fuse's
 // tree is the source of truth for names). A file of an open version that is written in order,

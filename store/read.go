@@ -250,7 +250,7 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 			return nil, err
 		}
 		if opts.pages == nil {
-			view.willNeed(p.start, off+int64(len(buf)), readAheadBytes)
+			view.willNeed(p.start, off+int64(len(buf)), copyReadAheadBytes)
 		}
 	default:
 		if err := s.readFullRange(p.start, off, buf); err != nil {

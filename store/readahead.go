@@ -14,6 +14,11 @@ import (
 
 const readAheadBytes = 8 * pageSize
 
+// copyReadAheadBytes is how far ahead of a page rebuilt from the materialized copy the kernel is
+// asked to read the copy: more than the pages built ahead, since reading the disk is the
+// slower part after a restart and costs no CPU here.
+const copyReadAheadBytes = 32 * pageSize
+
 // readAhead holds the background builders of one Store.
 type readAhead struct {
 	tokens   chan struct{}
