@@ -202,20 +202,30 @@ func (d *blockDecoder) escapedCodes(symbols, escapes []byte) error {
 			break
 		}
 		i += j
-		v, n := binary.Uvarint(escapes)
-		if n <= 0 {
-			return fmt.Errorf("%w: escape stream ends early or overflows", ErrMalformed)
+		code, err := d.nextEscape(&escapes, mask)
+		if err != nil {
+			return err
 		}
-		escapes = escapes[n:]
-		if v > mask-escapeSymbol {
-			return fmt.Errorf("%w: escaped value code %d+%d exceeds %d-byte elements", ErrMalformed, escapeSymbol, v, d.width)
-		}
-		d.escAt, d.escCode = append(d.escAt, uint32(i)), append(d.escCode, escapeSymbol+v)
+		d.escAt, d.escCode = append(d.escAt, uint32(i)), append(d.escCode, code)
 	}
 	if len(escapes) != 0 {
 		return fmt.Errorf("%w: %d bytes left over after the escape stream", ErrMalformed, len(escapes))
 	}
 	return nil
+}
+
+// nextEscape takes the next uvarint off the escape stream and returns the escaped value code
+// it stands for (escapeSymbol plus it), checked against the element width's mask.
+func (d *blockDecoder) nextEscape(escapes *[]byte, mask uint64) (uint64, error) {
+	v, n := binary.Uvarint(*escapes)
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: escape stream ends early or overflows", ErrMalformed)
+	}
+	*escapes = (*escapes)[n:]
+	if v > mask-escapeSymbol {
+		return 0, fmt.Errorf("%w: escaped value code %d+%d exceeds %d-byte elements", ErrMalformed, escapeSymbol, v, d.width)
+	}
+	return escapeSymbol + v, nil
 }
 
 // valueCodes turns symbols and the escape stream into value codes, checking every code is
@@ -229,15 +239,10 @@ func (d *blockDecoder) valueCodes(symbols, escapes []byte) error {
 	for _, s := range symbols {
 		code := uint64(s)
 		if s == escapeSymbol {
-			v, n := binary.Uvarint(escapes)
-			if n <= 0 {
-				return fmt.Errorf("%w: escape stream ends early or overflows", ErrMalformed)
+			var err error
+			if code, err = d.nextEscape(&escapes, mask); err != nil {
+				return err
 			}
-			escapes = escapes[n:]
-			if v > mask-escapeSymbol {
-				return fmt.Errorf("%w: escaped value code %d+%d exceeds %d-byte elements", ErrMalformed, escapeSymbol, v, d.width)
-			}
-			code += v
 		}
 		if code == 0 {
 			return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
