@@ -37,6 +37,9 @@ type materialized struct {
 	files   map[string]*os.File
 	gen     uint64 // bumped by every change
 
+	adviceMu sync.Mutex
+	advised  map[adviceKey]int64 // how far willNeed asked the kernel to read each file ahead
+
 	crcs  contentCRCs // of the content of tensors that may be bases (stream_crc.go)
 	seeds *seeds      // files of a first version, as its streams received them (stream_seed.go)
 	// unbuildable is a version a read-only store found damaged while building the copy:

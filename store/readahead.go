@@ -102,13 +102,39 @@ func (f *versionFile) prefetch(from, to int64) {
 
 // willNeed starts the kernel reading the copy's bytes of object id from content offset off
 // for n bytes: a page rebuilt from the copy is followed by the next, and the copy is cold after
-// a restart, so the disk works while the deltas are applied.
+// a restart, so the disk works while the deltas are applied. Only the part beyond what was
+// already asked for is passed on: the kernel walks every page of the range it is given.
 func (v *matView) willNeed(id ID, off, n int64) {
 	loc, ok := v.m.locs[id]
 	if !ok {
 		return
 	}
-	if f, err := v.m.file(loc.path); err == nil {
-		adviseWillNeed(f, loc.off+off, n)
+	from, to := loc.off+off, loc.off+off+n
+	key := adviceKey{loc.path, v.gen}
+	v.m.adviceMu.Lock()
+	done := v.m.advised[key]
+	if to <= done || from < done-2*n {
+		// Asked for already; or far behind the furthest advice (another reader of the
+		// same file): left to the kernel's own read-ahead.
+		v.m.adviceMu.Unlock()
+		if to <= done {
+			return
+		}
+	} else {
+		from = max(from, done)
+		if v.m.advised == nil || len(v.m.advised) > 1024 {
+			v.m.advised = map[adviceKey]int64{}
+		}
+		v.m.advised[key] = to
+		v.m.adviceMu.Unlock()
 	}
+	if f, err := v.m.file(loc.path); err == nil {
+		adviseWillNeed(f, from, to-from)
+	}
+}
+
+// adviceKey names a file of one generation of the copy, for willNeed.
+type adviceKey struct {
+	path string
+	gen  uint64
 }
