@@ -3,6 +3,7 @@ package delta
 import (
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // The block-at-a-time read path of sparse deltas. ApplyDelta (sparse.go) parses the body,
@@ -64,7 +65,11 @@ func (d *Delta) DecodeBlock(b int64) (*DecodedBlock, error) {
 	if count == 0 {
 		return db, nil
 	}
-	dec := blockDecoder{width: d.l.Width, compact: true}
+	dec := compactDecoders.Get().(*blockDecoder)
+	defer compactDecoders.Put(dec)
+	// The slices the block keeps are handed over; the decoder keeps its FSE tables and
+	// buffers for the next block (new ones cost a fifth of the decoding).
+	dec.width, dec.compact, dec.pos, dec.syms, dec.escAt, dec.escCode = d.l.Width, true, nil, nil, nil, nil
 	if err := dec.decode(d.l.body[d.offsets[b]:d.offsets[b+1]], int(count), d.l.blockLen(b)); err != nil {
 		return nil, fmt.Errorf("decode sparse delta block %d: %w", b, err)
 	}
@@ -72,8 +77,12 @@ func (d *Delta) DecodeBlock(b int64) (*DecodedBlock, error) {
 	if len(dec.escAt) > 0 {
 		db.escAt, db.escCode = dec.escAt, dec.escCode
 	}
+	dec.pos, dec.syms, dec.escAt, dec.escCode = nil, nil, nil, nil
 	return db, nil
 }
+
+// compactDecoders are the block decoders of DecodeBlock, reused across calls and goroutines.
+var compactDecoders = sync.Pool{New: func() any { return new(blockDecoder) }}
 
 // DecodedBlock is one block of a delta, decoded and checked: the positions of its changes and
 // their value codes. Immutable; safe for concurrent use.
