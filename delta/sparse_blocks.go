@@ -1,6 +1,7 @@
 package delta
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -223,24 +224,33 @@ func (b *DecodedBlock) applyBF16(dst []byte, first, end int64, i int, dir Direct
 	if dir == Backward {
 		neg = 0xFFFF
 	}
-	for ; i < len(b.pos); i++ {
-		at := b.start + int64(b.pos[i])
-		if at >= end {
-			break
+	// Block-relative positions against a block-relative end, and slices of equal length, so
+	// the loop carries no conversions and the compiler drops most bounds checks.
+	if end <= b.start {
+		return i
+	}
+	relEnd := uint64(end - b.start)
+	shift := (b.start - first) * 2 // byte offset in dst of the block's element 0
+	pos := b.pos[i:]
+	syms := b.symbols[i:len(b.pos)]
+	syms = syms[:len(pos)]
+	for k, p := range pos {
+		if uint64(p) >= relEnd {
+			return i + k
 		}
-		j := (at - first) * 2
-		x := uint16(dst[j]) | uint16(dst[j+1])<<8
+		j := int64(p)*2 + shift
+		e := dst[j : j+2]
+		x := binary.LittleEndian.Uint16(e)
 		// toOrd: negative values are complemented, the others get the sign bit.
 		o := x ^ (uint16(int16(x)>>15) | 0x8000)
-		code := uint16(b.symbols[i])
+		code := uint16(syms[k])
 		if code == escapeSymbol {
-			code = uint16(b.code(i))
+			code = uint16(b.code(i + k))
 		}
 		d := code>>1 ^ -(code & 1) // unzigzag
 		o += (d ^ neg) - neg
 		// fromOrd: the inverse of toOrd.
-		x = o ^ (^uint16(int16(o)>>15) | 0x8000)
-		dst[j], dst[j+1] = byte(x), byte(x>>8)
+		binary.LittleEndian.PutUint16(e, o^(^uint16(int16(o)>>15)|0x8000))
 	}
-	return i
+	return len(b.pos)
 }
