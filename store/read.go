@@ -48,7 +48,7 @@ type versionFile struct {
 	f    *manifestFile
 	segs []segment
 	opts readOpts
-	// lastEnd is where the last read ended: a read starting there is sequential (readahead.go).
+	// lastEnd is the furthest any read has reached: reads near it are sequential (readahead.go).
 	lastEnd atomic.Int64
 }
 

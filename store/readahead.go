@@ -8,9 +8,9 @@ import (
 // Read-ahead of rebuilt pages. A page of a version that is not the materialized latest is
 // rebuilt from a whole copy and deltas, which costs CPU, not I/O: a reader going through a file
 // in order would use one core and leave the others idle. So when a file is read sequentially,
-// the pages of the next readAheadBytes are built in the background on the other cores
-// (bounded by readAheadWorkers, dropped rather than queued when all are busy), and the
-// reader finds them in the page cache or waits for their build already under way.
+// the pages of the next readAheadBytes are built in the background on the other cores (two
+// builders per core at most; a build is dropped rather than queued when all are busy), and
+// the reader finds them in the page cache or waits for their build already under way.
 
 const readAheadBytes = 8 * pageSize
 
@@ -113,21 +113,21 @@ func (v *matView) willNeed(id ID, off, n int64) {
 	key := adviceKey{loc.path, v.gen}
 	v.m.adviceMu.Lock()
 	done := v.m.advised[key]
-	if to <= done || from < done-2*n {
-		// Asked for already; or far behind the furthest advice (another reader of the
-		// same file): left to the kernel's own read-ahead.
+	switch {
+	case to <= done:
 		v.m.adviceMu.Unlock()
-		if to <= done {
-			return
-		}
-	} else {
+		return // asked for already
+	case from >= done-2*n:
+		// Continuing the furthest advice of this file: pass on only the new part.
 		from = max(from, done)
 		if v.m.advised == nil || len(v.m.advised) > 1024 {
 			v.m.advised = map[adviceKey]int64{}
 		}
 		v.m.advised[key] = to
-		v.m.adviceMu.Unlock()
+	default:
+		// Far behind it (a second reader of the file): its range whole, not recorded.
 	}
+	v.m.adviceMu.Unlock()
 	if f, err := v.m.file(loc.path); err == nil {
 		adviseWillNeed(f, from, to-from)
 	}
