@@ -11,6 +11,8 @@ type viewSource interface {
 	PatchBase(v uint64) (uint64, error)
 	// RenderPatch returns the patch of v, rendered in the cache directory.
 	RenderPatch(v uint64) (store.RenderedFile, error)
+	// PatchSize is the size of v's patch without rendering it (ok false: render to know).
+	PatchSize(v uint64) (size int64, ok bool, err error)
 	// PlanSlime says how v is served in deltas/ (ErrNoSuchVersion: not at all).
 	PlanSlime(v uint64) (store.SlimePlan, error)
 	// RenderSlime returns the plan and, unless it is SlimeFull, the files of deltas/v.
@@ -22,6 +24,8 @@ func (b storeBackend) PatchBase(v uint64) (uint64, error) { return b.s.PatchBase
 func (b storeBackend) RenderPatch(v uint64) (store.RenderedFile, error) {
 	return b.s.RenderPatch(v)
 }
+
+func (b storeBackend) PatchSize(v uint64) (int64, bool, error) { return b.s.PatchSize(v) }
 
 func (b storeBackend) PlanSlime(v uint64) (store.SlimePlan, error) { return b.s.PlanSlime(v) }
 

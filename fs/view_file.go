@@ -32,6 +32,10 @@ type viewFile struct {
 
 	mu sync.Mutex
 	rf store.RenderedFile
+	// pending: rf holds only the size; the file is rendered by first (and must come out at
+	// that size) at its first open.
+	pending bool
+	first   func() (store.RenderedFile, error)
 }
 
 // viewHandle is one open of a viewFile.
@@ -42,6 +46,18 @@ type viewHandle struct {
 
 func newViewFile(m *mountState, where string, rf store.RenderedFile, mtime time.Time, again func() (store.RenderedFile, error)) *viewFile {
 	return &viewFile{m: m, where: where, rf: rf, mtime: mtime, again: again}
+}
+
+// newPendingViewFile is a view file known by its size alone, rendered by first at its first
+// open (and by again if its cache file goes later).
+func newPendingViewFile(m *mountState, where string, sized store.RenderedFile, mtime time.Time, first, again func() (store.RenderedFile, error)) *viewFile {
+	return &viewFile{m: m, where: where, rf: sized, mtime: mtime, again: again, pending: true, first: first}
+}
+
+func (f *viewFile) isPending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pending
 }
 
 func (f *viewFile) rendered() store.RenderedFile {
@@ -75,12 +91,19 @@ func (f *viewFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, f.m.refuse(f.m.modErrno(), "open %s for writing: %s", f.where, viewsAreDerived)
 	}
 	rf := f.rendered()
+	if f.isPending() {
+		file, err := f.renderAgain(rf, f.first)
+		if err != nil {
+			return nil, 0, f.m.fail(err, "open %s", f.where)
+		}
+		return &viewHandle{f: file}, fuse.FOPEN_KEEP_CACHE, 0
+	}
 	if rf.Path == "" {
 		return &viewHandle{data: rf.Data}, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	file, err := os.Open(rf.Path)
 	if errors.Is(err, fs.ErrNotExist) && f.again != nil {
-		file, err = f.renderAgain(rf)
+		file, err = f.renderAgain(rf, f.again)
 	}
 	if err != nil {
 		return nil, 0, f.m.fail(err, "open %s", f.where)
@@ -88,10 +111,11 @@ func (f *viewFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	return &viewHandle{f: file}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
-// renderAgain renders a file whose cache file has gone; the new render must have the size
-// the kernel already knows (it has the same key, so it has the same bytes).
-func (f *viewFile) renderAgain(old store.RenderedFile) (*os.File, error) {
-	rf, err := f.again()
+// renderAgain renders a file whose cache file has gone, or a pending file; the render must have
+// the size the kernel already knows (the same key gives the same bytes; a pending file's size
+// was worked out for exactly these bytes).
+func (f *viewFile) renderAgain(old store.RenderedFile, render func() (store.RenderedFile, error)) (*os.File, error) {
+	rf, err := render()
 	if err != nil {
 		return nil, err
 	}
@@ -100,8 +124,12 @@ func (f *viewFile) renderAgain(old store.RenderedFile) (*os.File, error) {
 	}
 	f.mu.Lock()
 	f.rf = rf
+	wasPending := f.pending
+	f.pending = false
 	f.mu.Unlock()
-	f.m.logf("%s: rendered again (the cached file had gone)", f.where)
+	if !wasPending {
+		f.m.logf("%s: rendered again (the cached file had gone)", f.where)
+	}
 	return os.Open(rf.Path)
 }
 

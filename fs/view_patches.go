@@ -16,9 +16,10 @@ import (
 
 // patches/ holds weight_vNNNNNN.safetensors, the one-file sparse patch from the previous
 // sealed version to NNNNNN (DESIGN §3.1), for every sealed version whose predecessor has the
-// same tensor layout; the first version and re-anchored versions have none (ENOENT). The
-// patch is rendered at its first lookup (so getattr knows its size) and served from the
-// cache directory.
+// same tensor layout; the first version and re-anchored versions have none (ENOENT). A
+// lookup gives the patch's size from the manifests (store.PatchSize: `ls -l` renders nothing);
+// the patch is rendered at its first open, must come out at that size, and is served from
+// the cache directory. Where the manifests cannot tell, the lookup renders.
 
 const patchSuffix = ".safetensors"
 
@@ -94,14 +95,50 @@ func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 	if !sealed {
 		return nil, syscall.ENOENT
 	}
-	rf, errno := p.render(v, name)
-	if errno != 0 {
-		return nil, errno
-	}
 	where := p.where + "/" + name
 	again := func() (store.RenderedFile, error) { return p.src.RenderPatch(v) }
+	rf, rendered := p.renderedFor(v)
+	if !rendered {
+		// A lookup (ls -l lists every patch) needs only the size: the manifests give it, and
+		// the patch is rendered at its first open.
+		size, ok, err := p.src.PatchSize(v)
+		switch {
+		case isNoPatch(err):
+			return nil, syscall.ENOENT
+		case err != nil:
+			return nil, p.m.fail(err, "size of %s", where)
+		case ok:
+			sized := store.RenderedFile{Size: size}
+			renderOnOpen := func() (store.RenderedFile, error) {
+				rf, errno := p.render(v, name)
+				if errno != 0 {
+					return rf, errno
+				}
+				return rf, nil
+			}
+			newNode := func() *viewFile { return newPendingViewFile(p.m, where, sized, info.Created, renderOnOpen, again) }
+			return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, sized, out), 0
+		}
+		var errno syscall.Errno
+		if rf, errno = p.render(v, name); errno != 0 {
+			return nil, errno
+		}
+	}
 	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, again) }
 	return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
+}
+
+// renderedFor returns the render this mount made of v's patch against v's current
+// predecessor, if any.
+func (p *patchesView) renderedFor(v uint64) (store.RenderedFile, bool) {
+	prev := p.m.previousSealed(v)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	done, ok := p.renders[v]
+	if ok && done.base == prev && prev != 0 {
+		return done.rf, true
+	}
+	return store.RenderedFile{}, false
 }
 
 // render returns the patch of v, rendering it unless this mount already has, for the same
@@ -117,13 +154,10 @@ func (p *patchesView) render(v uint64, name string) (store.RenderedFile, syscall
 	lock.Lock()
 	defer lock.Unlock()
 
-	prev := p.m.previousSealed(v)
-	p.mu.Lock()
-	done, ok := p.renders[v]
-	p.mu.Unlock()
-	if ok && done.base == prev && prev != 0 {
-		return done.rf, 0
+	if rf, ok := p.renderedFor(v); ok {
+		return rf, 0
 	}
+	prev := p.m.previousSealed(v)
 	start := time.Now()
 	rf, err := p.src.RenderPatch(v)
 	if isNoPatch(err) {

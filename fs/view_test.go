@@ -325,3 +325,33 @@ func FuzzParsePatchName(f *testing.F) {
 		}
 	})
 }
+
+// TestPatchListedWithoutRender: ls -l of patches/ gives every patch's size, worked out from the
+// manifests, without rendering one; the first open renders exactly that many bytes.
+func TestPatchListedWithoutRender(t *testing.T) {
+	st := viewStore(t)
+	mnt, _ := mountTest(t, StoreBackend(st), Options{})
+	var want bytes.Buffer
+	if _, err := st.WritePatch(2, &bufferAt{&want}); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mnt, "patches", PatchName(2))
+	info, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size() != int64(want.Len()) {
+		t.Fatalf("stat %s: %d bytes, the patch has %d", p, info.Size(), want.Len())
+	}
+	rendered := filepath.Join(st.CacheDir(), "render", "patches")
+	if ents, _ := os.ReadDir(rendered); len(ents) != 0 {
+		t.Fatalf("a stat rendered %d patches", len(ents))
+	}
+	sameFileBytes(t, p, want.Bytes())
+	if ents, err := os.ReadDir(rendered); err != nil || len(ents) != 1 {
+		t.Fatalf("after a read the cache holds %d patches (%v), want 1", len(ents), err)
+	}
+	if info, err := os.Stat(p); err != nil || info.Size() != int64(want.Len()) {
+		t.Fatalf("stat after the read: %v, %v", info, err)
+	}
+}

@@ -1,0 +1,77 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// TestPatchSizeMatchesRender commits versions that change in every way a patch distinguishes
+// and requires PatchSize, worked out from the manifests, to equal the size of the patch
+// rendered from the bytes.
+func TestPatchSizeMatchesRender(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	s, _ := newStore(t, Options{})
+	big := bf16Like(rng, 1<<16)       // 65536 elements
+	small := randomBytes(rng, 4*3000) // F32
+	huge := bf16Like(rng, 70000)      // another file
+	model := func() []byte {
+		return safetensorsFile(t,
+			testTensor{"a.weight", delta.DTypeBF16, []int64{256, 256}, big},
+			testTensor{"b.bias", delta.DTypeF32, []int64{3000}, small})
+	}
+	other := func() []byte {
+		return safetensorsFile(t, testTensor{"c", delta.DTypeBF16, []int64{70000}, huge})
+	}
+	files := map[string][]byte{"model.safetensors": model(), "part/other.safetensors": other(), "config.json": []byte(`{"a": 1}`)}
+	commitTree(t, s, 1, files)
+
+	steps := []struct {
+		name   string
+		change func()
+	}{
+		{"one tensor changes a little", func() { big = perturb(rng, big, 2, 0.02); files["model.safetensors"] = model() }},
+		{"every tensor changes", func() {
+			big, small, huge = perturb(rng, big, 2, 0.01), perturb(rng, small, 4, 0.3), perturb(rng, huge, 2, 0.05)
+			files["model.safetensors"], files["part/other.safetensors"] = model(), other()
+		}},
+		{"a blob changes size", func() { files["config.json"] = []byte(`{"a": 12, "b": [1, 2, 3]}`) }},
+		{"a new blob and a tensor", func() {
+			files["tokenizer.json"] = bytes.Repeat([]byte("tok "), 5000)
+			small = perturb(rng, small, 4, 0.001)
+			files["model.safetensors"] = model()
+		}},
+		{"a blob removed, a blob of equal size", func() {
+			delete(files, "tokenizer.json")
+			files["config.json"] = []byte(`{"a": 13, "b": [1, 2, 4]}`)
+		}},
+		{"nothing changes", func() {}},
+		{"all elements of a tensor change", func() {
+			huge = perturb(rng, huge, 2, 1)
+			files["part/other.safetensors"] = other()
+		}},
+	}
+	for i, step := range steps {
+		v := uint64(i + 2)
+		step.change()
+		commitTree(t, s, v, files)
+		want, werr := s.RenderPatch(v)
+		got, ok, err := s.PatchSize(v)
+		switch {
+		case werr != nil || err != nil:
+			if !errors.Is(err, ErrNoPrevious) || !errors.Is(werr, ErrNoPrevious) {
+				t.Fatalf("v%d (%s): render %v, size %v", v, step.name, werr, err)
+			}
+		case !ok:
+			t.Errorf("v%d (%s): PatchSize could not tell (render: %d bytes)", v, step.name, want.Size)
+		case got != want.Size:
+			t.Errorf("v%d (%s): PatchSize %d, rendered %d bytes", v, step.name, got, want.Size)
+		}
+	}
+	if _, _, err := s.PatchSize(1); !errors.Is(err, ErrNoPrevious) {
+		t.Errorf("PatchSize of the first version: %v, want ErrNoPrevious", err)
+	}
+}
