@@ -56,14 +56,22 @@ func parseManifestName(name string) (uint64, bool) {
 }
 
 func (b *localBackend) CreateTemp() (*os.File, error) {
-	f, err := os.CreateTemp(filepath.Join(b.root, "tmp"), "obj-*")
+	return createTempObject(filepath.Join(b.root, "tmp"))
+}
+
+func (b *localBackend) RemoveTemp(f *os.File) { removeTempObject(f) }
+
+// createTempObject creates a temporary object file in dir (both backends' CreateTemp).
+func createTempObject(dir string) (*os.File, error) {
+	f, err := os.CreateTemp(dir, "obj-*")
 	if err != nil {
 		return nil, fmt.Errorf("create temporary object file: %w", err)
 	}
 	return f, nil
 }
 
-func (b *localBackend) RemoveTemp(f *os.File) {
+// removeTempObject closes and removes a temporary object file (both backends' RemoveTemp).
+func removeTempObject(f *os.File) {
 	f.Close()
 	os.Remove(f.Name())
 }

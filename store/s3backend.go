@@ -156,17 +156,10 @@ func (b *s3Backend) stats() S3Stats {
 func (b *s3Backend) writeStats() { b.c.stats.writeFile(b.dir, b.stats()) }
 
 func (b *s3Backend) CreateTemp() (*os.File, error) {
-	f, err := os.CreateTemp(filepath.Join(b.dir, s3CacheTmp), "obj-*")
-	if err != nil {
-		return nil, fmt.Errorf("create temporary object file: %w", err)
-	}
-	return f, nil
+	return createTempObject(filepath.Join(b.dir, s3CacheTmp))
 }
 
-func (b *s3Backend) RemoveTemp(f *os.File) {
-	f.Close()
-	os.Remove(f.Name())
-}
+func (b *s3Backend) RemoveTemp(f *os.File) { removeTempObject(f) }
 
 func (b *s3Backend) OpenObject(id ID) (ObjectFile, error) {
 	b.mu.Lock()

@@ -39,8 +39,8 @@ type Options struct {
 	Materialize bool
 	// MaxChain bounds the deltas between any object and a whole copy (0: DefaultMaxChain).
 	MaxChain int
-	// CacheBytes bounds the memory of decoded pages and delta bodies kept for reads
-	// (0: DefaultCacheBytes).
+	// CacheBytes bounds the memory of rebuilt pages, delta bodies and decoded delta blocks
+	// kept for reads (0: DefaultCacheBytes; half, three eighths and an eighth of it).
 	CacheBytes int64
 	// S3 configures stores at s3://bucket/prefix (endpoint, region, transfers, lease, the
 	// local object cache); ignored for local stores. See S3Options and docs/s3.md.

@@ -149,23 +149,19 @@ func (st *FileStream) startTensor(i int) error {
 			ts.base, ts.hasBase = ref.tensor.ID, true
 		}
 	}
-	if !ts.hasBase {
-		fw, err := newObjStream(st.s, ts.width, ts.size, false)
-		if err != nil {
-			return err
-		}
-		ts.fw = fw
-		wk.ts = ts
-		return nil
-	}
-	ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
-	ts.hb = newBaseCheck(st.s.mat, ts.base)
-	if bm, err := st.s.meta(ts.base); err == nil && bm.Kind == kindDelta &&
-		(bm.Depth+1 > st.s.maxChain || bm.ChainBytes+bm.ChainBytes/int64(bm.Depth) >= ts.size) {
-		// The chain is full, or its deltas will be as large as a whole copy with a delta
-		// like the ones before: this tensor will be an anchor if it changed. Write the whole
-		// copy as the bytes pass rather than in a second pass at the end (a guess: the
+	wholeCopy := !ts.hasBase
+	if ts.hasBase {
+		ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
+		ts.hb = newBaseCheck(st.s.mat, ts.base)
+		// A full chain, or deltas that will be as large as a whole copy with a delta like
+		// the ones before, make this tensor an anchor if it changed: the whole copy is then
+		// written as the bytes pass rather than in a second pass at the end (a guess: the
 		// policy at the end decides, as in the batch path).
+		bm, err := st.s.meta(ts.base)
+		wholeCopy = err == nil && bm.Kind == kindDelta &&
+			(bm.Depth+1 > st.s.maxChain || bm.ChainBytes+bm.ChainBytes/int64(bm.Depth) >= ts.size)
+	}
+	if wholeCopy {
 		fw, err := newObjStream(st.s, ts.width, ts.size, false)
 		if err != nil {
 			return err
