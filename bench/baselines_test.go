@@ -129,21 +129,24 @@ func TestTRLIndexWidth(t *testing.T) {
 	}
 }
 
+// genFiles is the checkpoint of the generator's preset after steps steps, file by file.
+func genFiles(t *testing.T, preset string, lr float64, steps int) map[string][]byte {
+	t.Helper()
+	cfg, err := gen.Preset(preset, lr, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := gen.StreamCheckpointFiles(cfg, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
 // TestMeasureChanges checks the counts against the reference diff on two real generator
 // versions, and the baselines' byte counts against their definitions.
 func TestMeasureChanges(t *testing.T) {
-	cfg, err := gen.Preset("small", 3e-6, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev, err := gen.StreamCheckpointFiles(cfg, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur, err := gen.StreamCheckpointFiles(cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prev, cur := genFiles(t, "small", 3e-6, 0), genFiles(t, "small", 3e-6, 1)
 	enc, err := newSlimeEncoder()
 	if err != nil {
 		t.Fatal(err)
@@ -206,22 +209,7 @@ func TestMeasureChanges(t *testing.T) {
 }
 
 func TestMeasureChangesRefusesOtherLayouts(t *testing.T) {
-	cfg, err := gen.Preset("tiny", 3e-6, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := gen.StreamCheckpointFiles(cfg, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := gen.Preset("small", 3e-6, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := gen.StreamCheckpointFiles(other, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := genFiles(t, "tiny", 3e-6, 0), genFiles(t, "small", 3e-6, 1)
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		t.Fatal(err)
@@ -250,18 +238,7 @@ func TestSlimeEncoderMatchesZstdLevel1(t *testing.T) {
 	if err != nil {
 		t.Skip("no zstd command")
 	}
-	cfg, err := gen.Preset("medium", 1e-6, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev, err := gen.StreamCheckpointFiles(cfg, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur, err := gen.StreamCheckpointFiles(cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prev, cur := genFiles(t, "medium", 1e-6, 0), genFiles(t, "medium", 1e-6, 1)
 	payload := slimePayload(t, prev["model.safetensors"], cur["model.safetensors"])
 	enc, err := newSlimeEncoder()
 	if err != nil {
