@@ -39,6 +39,21 @@ func mustClose(t *testing.T, f *os.File) {
 	}
 }
 
+// writeAroundHalf writes the first half of data to a new file at p, calls between (which must
+// succeed), writes the rest and closes the file.
+func writeAroundHalf(t *testing.T, p string, data []byte, between func(f *os.File) error) []byte {
+	t.Helper()
+	f := openRW(t, p, 0)
+	h := len(data) / 2
+	mustWriteAt(t, f, data[:h], 0)
+	if err := between(f); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteAt(t, f, data[h:], int64(h))
+	mustClose(t, f)
+	return data
+}
+
 var fallbackCases = []fallbackCase{
 	{"in order", false, func(t *testing.T, dir, name string, data []byte) []byte {
 		f := openRW(t, filepath.Join(dir, name), 0)
@@ -101,26 +116,10 @@ var fallbackCases = []fallbackCase{
 		return data
 	}},
 	{"truncate longer", true, func(t *testing.T, dir, name string, data []byte) []byte {
-		f := openRW(t, filepath.Join(dir, name), 0)
-		h := len(data) / 2
-		mustWriteAt(t, f, data[:h], 0)
-		if err := f.Truncate(int64(len(data))); err != nil {
-			t.Fatal(err)
-		}
-		mustWriteAt(t, f, data[h:], int64(h))
-		mustClose(t, f)
-		return data
+		return writeAroundHalf(t, filepath.Join(dir, name), data, func(f *os.File) error { return f.Truncate(int64(len(data))) })
 	}},
 	{"truncate to the same size", false, func(t *testing.T, dir, name string, data []byte) []byte {
-		f := openRW(t, filepath.Join(dir, name), 0)
-		h := len(data) / 2
-		mustWriteAt(t, f, data[:h], 0)
-		if err := f.Truncate(int64(h)); err != nil {
-			t.Fatal(err)
-		}
-		mustWriteAt(t, f, data[h:], int64(h))
-		mustClose(t, f)
-		return data
+		return writeAroundHalf(t, filepath.Join(dir, name), data, func(f *os.File) error { return f.Truncate(int64(len(data) / 2)) })
 	}},
 	{"rewritten from the start", false, func(t *testing.T, dir, name string, data []byte) []byte {
 		p := filepath.Join(dir, name)
@@ -129,15 +128,7 @@ var fallbackCases = []fallbackCase{
 		return data
 	}},
 	{"fallocate", true, func(t *testing.T, dir, name string, data []byte) []byte {
-		f := openRW(t, filepath.Join(dir, name), 0)
-		h := len(data) / 2
-		mustWriteAt(t, f, data[:h], 0)
-		if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(len(data))); err != nil {
-			t.Fatal(err)
-		}
-		mustWriteAt(t, f, data[h:], int64(h))
-		mustClose(t, f)
-		return data
+		return writeAroundHalf(t, filepath.Join(dir, name), data, func(f *os.File) error { return syscall.Fallocate(int(f.Fd()), 0, 0, int64(len(data))) })
 	}},
 	{"appended after close", true, func(t *testing.T, dir, name string, data []byte) []byte {
 		p := filepath.Join(dir, name)
