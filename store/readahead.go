@@ -2,6 +2,7 @@ package store
 
 import (
 	"runtime"
+	"sort"
 	"sync"
 )
 
@@ -67,8 +68,14 @@ func (f *versionFile) prefetch(from, to int64) {
 		pg int64
 	}
 	var jobs []job
-	for _, sg := range f.segs {
-		if sg.end <= from || sg.start >= to || view.holds(sg.id) {
+	// Segments are in file order: start at the first that ends after from (a model may
+	// have tens of thousands of tensors, and this runs on every read).
+	i := sort.Search(len(f.segs), func(i int) bool { return f.segs[i].end > from })
+	for _, sg := range f.segs[i:] {
+		if sg.start >= to {
+			break
+		}
+		if view.holds(sg.id) {
 			continue
 		}
 		first := (max(from, sg.start) - sg.start) / pageSize
