@@ -365,3 +365,25 @@ func TestMountThroughFusermount(t *testing.T) {
 	}
 	mustSeal(t, filepath.Join(mntRW, "weight_v000002"))
 }
+
+// TestMountRaisesReadAhead: as root, a mount's kernel read-ahead is ReadAheadKiB, not the
+// 128 KiB FUSE's INIT leaves it at.
+func TestMountRaisesReadAhead(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the read-ahead is set through sysfs, as root")
+	}
+	b := newFakeBackend()
+	sealVersion(t, b, 1, map[string][]byte{"a": []byte("one")})
+	mnt, _ := mountTest(t, newFakeReader(b), Options{ReadOnly: true})
+	path, err := readAheadPath(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d\n", ReadAheadKiB); string(got) != want {
+		t.Fatalf("%s = %q, want %q", path, got, want)
+	}
+}

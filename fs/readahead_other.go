@@ -11,3 +11,8 @@ const ReadAheadKiB = 4096
 func SetReadAhead(mnt string, kib int) error {
 	return errors.New("set read-ahead: only on Linux")
 }
+
+// readAheadPath is not known outside Linux.
+func readAheadPath(mnt string) (string, error) {
+	return "", errors.New("read-ahead path: only on Linux")
+}
