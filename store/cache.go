@@ -13,6 +13,11 @@ type lru[K comparable, V any] struct {
 	used  int64
 	order *list.List // front: most recently used
 	items map[K]*list.Element
+
+	// Reference counting for values that are recycled (pages): share is called, under the
+	// lock, for the cache's own hold when a value is stored and for the caller's when get
+	// returns one; drop when the cache lets go of a value. Nil for plain values.
+	share, drop func(V)
 }
 
 type lruEntry[K comparable, V any] struct {
@@ -30,10 +35,28 @@ func (c *lru[K, V]) get(k K) (V, bool) {
 	defer c.mu.Unlock()
 	if e, ok := c.items[k]; ok {
 		c.order.MoveToFront(e)
-		return e.Value.(*lruEntry[K, V]).val, true
+		v := e.Value.(*lruEntry[K, V]).val
+		if c.share != nil {
+			c.share(v)
+		}
+		return v, true
 	}
 	var zero V
 	return zero, false
+}
+
+// has reports whether k is cached, without handing out its value.
+func (c *lru[K, V]) has(k K) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.items[k]
+	return ok
+}
+
+func (c *lru[K, V]) dropped(v V) {
+	if c.drop != nil {
+		c.drop(v)
+	}
 }
 
 // add stores v under k; a value costing more than the whole limit is not kept.
@@ -43,9 +66,13 @@ func (c *lru[K, V]) add(k K, v V, cost int64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.share != nil {
+		c.share(v)
+	}
 	if e, ok := c.items[k]; ok {
 		old := e.Value.(*lruEntry[K, V])
 		c.used += cost - old.cost
+		c.dropped(old.val)
 		old.val, old.cost = v, cost
 		c.order.MoveToFront(e)
 	} else {
@@ -58,6 +85,7 @@ func (c *lru[K, V]) add(k K, v V, cost int64) {
 		c.order.Remove(e)
 		delete(c.items, old.key)
 		c.used -= old.cost
+		c.dropped(old.val)
 	}
 }
 
@@ -65,9 +93,11 @@ func (c *lru[K, V]) remove(k K) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.items[k]; ok {
-		c.used -= e.Value.(*lruEntry[K, V]).cost
+		old := e.Value.(*lruEntry[K, V])
+		c.used -= old.cost
 		c.order.Remove(e)
 		delete(c.items, k)
+		c.dropped(old.val)
 	}
 }
 
@@ -75,6 +105,9 @@ func (c *lru[K, V]) remove(k K) {
 func (c *lru[K, V]) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for e := c.order.Front(); e != nil; e = e.Next() {
+		c.dropped(e.Value.(*lruEntry[K, V]).val)
+	}
 	c.order.Init()
 	clear(c.items)
 	c.used = 0

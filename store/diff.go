@@ -184,6 +184,17 @@ func (s *Store) countChanged(ta, tb *manifestTensor, ha, hb objHint) (int64, err
 	return n, err
 }
 
+// diffPages diffs the same page of objects a and b into ch.
+func (s *Store) diffPages(a, b ID, pa, pb []byte, width int, ch *delta.Changes) error {
+	if len(pa) != len(pb) {
+		return fmt.Errorf("objects %s and %s differ in size: %w", a, b, ErrCorrupt)
+	}
+	if err := s.diff.Diff(pa, pb, width, ch); err != nil {
+		return fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
+	}
+	return nil
+}
+
 // compareObjects reads two objects of equal size page by page and calls fn with the changed
 // elements of each page (indices relative to element first).
 func (s *Store) compareObjects(a, b ID, ha, hb objHint, size int64, width int, fn func(first int64, c *delta.Changes) error) error {
@@ -195,14 +206,15 @@ func (s *Store) compareObjects(a, b ID, ha, hb objHint, size int64, width int, f
 		}
 		pb, err := s.page(b, hb, off/pageSize, readOpts{})
 		if err != nil {
+			pa.release()
 			return err
 		}
-		if len(pa) != len(pb) {
-			return fmt.Errorf("objects %s and %s differ in size: %w", a, b, ErrCorrupt)
-		}
 		ch.Reset()
-		if err := s.diff.Diff(pa, pb, width, &ch); err != nil {
-			return fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
+		err = s.diffPages(a, b, pa.b, pb.b, width, &ch)
+		pa.release()
+		pb.release()
+		if err != nil {
+			return err
 		}
 		if len(ch.Index) > 0 {
 			if err := fn(off/int64(width), &ch); err != nil {

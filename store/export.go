@@ -59,7 +59,7 @@ func (s *Store) exportFile(ver *version, f *manifestFile, dir string, count func
 	if errors.Is(err, errHashMismatch) {
 		// The materialized copy or a cached page may be what is wrong: once more from the
 		// store's objects alone, naming the object whose content does not hash to its name.
-		tmp, err = s.writeVerified(ver, f, filepath.Dir(dst), readOpts{noMaterialized: true, pages: newLRU[pageKey, []byte](0)}, nil)
+		tmp, err = s.writeVerified(ver, f, filepath.Dir(dst), readOpts{noMaterialized: true, pages: newPageCache(0)}, nil)
 		if errors.Is(err, errHashMismatch) {
 			err = s.findBadObject(ver, f, err)
 		}
@@ -125,7 +125,7 @@ func (s *Store) writeVerified(ver *version, f *manifestFile, dir string, opts re
 // findBadObject re-reads each object of f from the store and names the first whose content
 // does not hash to its identity.
 func (s *Store) findBadObject(ver *version, f *manifestFile, cause error) error {
-	vf := s.newVersionFile(ver, f, readOpts{noMaterialized: true, pages: newLRU[pageKey, []byte](0)})
+	vf := s.newVersionFile(ver, f, readOpts{noMaterialized: true, pages: newPageCache(0)})
 	for _, sg := range vf.segs {
 		got, err := s.hashObject(sg.id, sg.hint, sg.end-sg.start, vf.opts)
 		if err != nil {

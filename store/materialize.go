@@ -280,7 +280,7 @@ func (m *materialized) rebuild(target *version) error {
 		}
 		// Its own small page cache (a page read in two pieces is built once): the pages of a
 		// whole version, read once, would only push out the pages readers use.
-		tmp, err := m.writeTemp(target, f, readOpts{noMaterialized: true, pages: newLRU[pageKey, []byte](4 * pageSize)})
+		tmp, err := m.writeTemp(target, f, readOpts{noMaterialized: true, pages: newPageCache(4 * pageSize)})
 		if err != nil {
 			return err
 		}

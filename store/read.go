@@ -24,7 +24,7 @@ type readOpts struct {
 	noMaterialized bool
 	// pages replaces the store's page cache (verify keeps its own, so that nothing it
 	// checks comes from pages built before or from the materialized copy).
-	pages *lru[pageKey, []byte]
+	pages *lru[pageKey, *cachedPage]
 }
 
 // objHint says where an object sits in a version (file, and tensor or header), so a read can
@@ -144,59 +144,75 @@ func (s *Store) readObject(id ID, hint objHint, off int64, p []byte, opts readOp
 	for len(p) > 0 {
 		page := off / pageSize
 		in := off - page*pageSize
-		data, err := s.page(id, hint, page, opts)
+		pg, err := s.page(id, hint, page, opts)
 		if err != nil {
 			return err
 		}
-		if in >= int64(len(data)) {
+		if in >= int64(len(pg.b)) {
+			pg.release()
 			return objectError(id, fmt.Errorf("read at %d past the content end: %w", off, ErrCorrupt))
 		}
-		n := copy(p, data[in:])
+		n := copy(p, pg.b[in:])
+		pg.release()
 		p, off = p[n:], off+int64(n)
 	}
 	return nil
 }
 
-// page returns page number pg of object id's content, reconstructing it if needed.
-func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) ([]byte, error) {
+// page returns page number pg of object id's content, reconstructing it if needed. The caller
+// holds a reference to it and must release it.
+func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) (*cachedPage, error) {
 	cache := opts.pages
 	if cache == nil {
 		cache = s.pages
 	}
 	key := pageKey{id, pg}
-	if b, ok := cache.get(key); ok {
-		return b, nil
+	if p, ok := cache.get(key); ok {
+		return p, nil
 	}
-	build := func() ([]byte, error) {
-		var b []byte
-		var err error
-		for attempt := 0; attempt < 3; attempt++ {
-			// A stale plan (GC re-anchored an object under us) is retried with fresh headers.
-			if b, err = s.buildPage(id, hint, pg, opts, cache, attempt < 2); !errors.Is(err, errStale) {
-				break
-			}
+	if opts.pages != nil {
+		// A private cache (verify, export): one reader, nobody to wait for.
+		return s.buildCachedPage(id, hint, pg, opts, cache)
+	}
+	// Reads of one page from several requests at once (the kernel's read-ahead beside the
+	// reader's own read) build it once, into the cache, and each takes its reference there.
+	_, err, _ := s.pageFlight.Do(flightKey(id, pg), func() (any, error) {
+		if cache.has(key) {
+			return nil, nil
 		}
+		p, err := s.buildCachedPage(id, hint, pg, opts, cache)
 		if err != nil {
 			return nil, err
 		}
-		cache.add(key, b, int64(len(b)))
-		return b, nil
-	}
-	if opts.pages != nil {
-		return build() // a private cache (verify, export): one reader, nobody to wait for
-	}
-	// Reads of one page from several requests at once (the kernel's read-ahead beside the
-	// reader's own read) build it once.
-	v, err, _ := s.pageFlight.Do(flightKey(id, pg), func() (any, error) {
-		if b, ok := cache.get(key); ok {
-			return b, nil
-		}
-		return build()
+		p.release()
+		return nil, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.([]byte), nil
+	if p, ok := cache.get(key); ok {
+		return p, nil
+	}
+	// Pushed out already by other readers' pages (or larger than the cache): build one for
+	// this caller.
+	return s.buildCachedPage(id, hint, pg, opts, cache)
+}
+
+// buildCachedPage builds a page and adds it to cache; the caller holds a reference.
+func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, *cachedPage]) (*cachedPage, error) {
+	for attempt := 0; ; attempt++ {
+		// A stale plan (GC re-anchored an object under us, or a cached page to start from
+		// was pushed out) is retried with fresh headers.
+		p, err := s.buildPage(id, hint, pg, opts, cache, attempt < 2)
+		if errors.Is(err, errStale) && attempt < 2 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		cache.add(pageKey{id, pg}, p, int64(len(p.b)))
+		return p, nil
+	}
 }
 
 // plan is how to reconstruct a page of an object: a whole copy to start from (a full
@@ -204,7 +220,7 @@ func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) ([]byte, erro
 type plan struct {
 	start     ID
 	fromMat   bool   // start is read from the materialized copy
-	fromCache []byte // start is this cached page
+	fromCache bool   // start is the cached page of start
 	steps     []planStep
 }
 
@@ -214,7 +230,8 @@ type planStep struct {
 	dir delta.Direction
 }
 
-func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, []byte], allowStale bool) ([]byte, error) {
+// buildPage reconstructs a page; the caller holds the one reference to it.
+func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, *cachedPage], allowStale bool) (*cachedPage, error) {
 	var view *matView
 	if !opts.noMaterialized {
 		view = s.mat.view()
@@ -228,8 +245,12 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 	if off >= m.ContentLen {
 		return nil, objectError(id, fmt.Errorf("page %d past the content end: %w", pg, ErrCorrupt))
 	}
-	buf := make([]byte, min(pageSize, m.ContentLen-off))
-	w := planWalker{s: s, view: view, cache: cache, pg: pg}
+	w := planWalker{s: s, view: view, pg: pg}
+	if allowStale {
+		// The last attempt does not start from another cached page: it might be pushed
+		// out again before it is copied.
+		w.cache = cache
+	}
 	p, chain, err := w.planFor(id, hint)
 	if err != nil {
 		if allowStale {
@@ -239,15 +260,34 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		}
 		return nil, err
 	}
+	page := newPage(min(pageSize, m.ContentLen-off))
+	if err := s.fillPage(page.b, p, opts, view, cache, off, pg, m.Width); err != nil {
+		page.release()
+		return nil, err
+	}
+	return page, nil
+}
+
+// fillPage writes into buf the page at content offset off (page number pg) of the object
+// plan p reconstructs.
+func (s *Store) fillPage(buf []byte, p plan, opts readOpts, view *matView, cache *lru[pageKey, *cachedPage], off, pg int64, width int) error {
 	switch {
-	case p.fromCache != nil:
-		if len(p.fromCache) != len(buf) {
-			return nil, objectError(p.start, fmt.Errorf("cached page of %d bytes, want %d: %w", len(p.fromCache), len(buf), ErrCorrupt))
+	case p.fromCache:
+		from, ok := cache.get(pageKey{p.start, pg})
+		if !ok {
+			return errStale // pushed out since the plan was made
 		}
-		copy(buf, p.fromCache)
+		n := len(from.b)
+		if n == len(buf) {
+			copy(buf, from.b)
+		}
+		from.release()
+		if n != len(buf) {
+			return objectError(p.start, fmt.Errorf("cached page of %d bytes, want %d: %w", n, len(buf), ErrCorrupt))
+		}
 	case p.fromMat:
 		if err := view.readAt(p.start, buf, off); err != nil {
-			return nil, err
+			return err
 		}
 		if opts.pages == nil {
 			view.willNeed(p.start, off+int64(len(buf)), copyReadAheadBytes)
@@ -257,13 +297,10 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 			if errors.Is(err, errStale) {
 				s.forgetMeta(p.start)
 			}
-			return nil, err
+			return err
 		}
 	}
-	if err := s.applySteps(p.steps, buf, off/int64(m.Width)); err != nil {
-		return nil, err
-	}
-	return buf, nil
+	return s.applySteps(p.steps, buf, off/int64(width))
 }
 
 // forgetChain drops the metas of objects a failed walk passed.
@@ -308,14 +345,14 @@ func (s *Store) readFullRange(id ID, off int64, dst []byte) error {
 type planWalker struct {
 	s     *Store
 	view  *matView
-	cache *lru[pageKey, []byte]
+	cache *lru[pageKey, *cachedPage] // nil: do not start from cached pages
 	pg    int64
 }
 
 // whole reports whether the page of cur can be had without applying a delta, and how.
 func (w *planWalker) whole(cur ID, m objMeta) (plan, bool) {
-	if b, ok := w.cache.get(pageKey{cur, w.pg}); ok {
-		return plan{start: cur, fromCache: b}, true
+	if w.cache != nil && w.cache.has(pageKey{cur, w.pg}) {
+		return plan{start: cur, fromCache: true}, true
 	}
 	if w.view.holds(cur) {
 		return plan{start: cur, fromMat: true}, true

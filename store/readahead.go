@@ -81,7 +81,7 @@ func (f *versionFile) prefetch(from, to int64) {
 		first := (max(from, sg.start) - sg.start) / pageSize
 		last := (min(to, sg.end) - 1 - sg.start) / pageSize
 		for pg := first; pg <= last; pg++ {
-			if _, ok := s.pages.get(pageKey{sg.id, pg}); !ok {
+			if !s.pages.has(pageKey{sg.id, pg}) {
 				jobs = append(jobs, job{sg, pg})
 			}
 		}
@@ -102,7 +102,9 @@ func (f *versionFile) prefetch(from, to int64) {
 		go func() {
 			defer func() { s.ra.building.Delete(key); <-s.ra.tokens; s.ra.wg.Done() }()
 			// An error is the reader's to see when it gets there.
-			_, _ = s.page(j.sg.id, j.sg.hint, j.pg, readOpts{})
+			if p, err := s.page(j.sg.id, j.sg.hint, j.pg, readOpts{}); err == nil {
+				p.release()
+			}
 		}()
 	}
 }

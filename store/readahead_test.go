@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -12,8 +13,16 @@ import (
 // TestOldVersionReadsWithReadAhead reads a version several deltas behind the latest through
 // a read-only store with the materialized copy (pages rebuilt backward from it, read-ahead
 // and page builds shared between readers) in 128 KiB pieces, in order and out of order, from
-// several goroutines at once, and compares every byte with what was committed.
+// several goroutines at once, and compares every byte with what was committed. It does so with
+// the default cache and with one so small that pages are pushed out while readers still copy
+// from them (the pages are recycled only after their last reader is done).
 func TestOldVersionReadsWithReadAhead(t *testing.T) {
+	for _, cacheBytes := range []int64{0, 3 * pageSize} {
+		t.Run(fmt.Sprintf("cache=%d", cacheBytes), func(t *testing.T) { testOldVersionReads(t, cacheBytes) })
+	}
+}
+
+func testOldVersionReads(t *testing.T, cacheBytes int64) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	const elems = 3 << 20 // 6 MiB of bf16: pages across three delta blocks
 	cur := bf16Like(rng, elems)
@@ -29,7 +38,7 @@ func TestOldVersionReadsWithReadAhead(t *testing.T) {
 	}
 	w.Close()
 
-	r := openStore(t, root, Options{ReadOnly: true, Materialize: true})
+	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheBytes: cacheBytes})
 	for _, v := range []uint64{2, 4, 1} {
 		want := versions[v-1]
 		f, err := r.OpenFile(v, "model.safetensors")

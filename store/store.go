@@ -74,7 +74,7 @@ type Store struct {
 	manifests   *lru[uint64, *version]
 	objInfos    *lru[ID, *objectInfo]
 	deltas      *lru[ID, *deltaObject]
-	pages       *lru[pageKey, []byte]
+	pages       *lru[pageKey, *cachedPage]
 	blocks      *lru[blockKey, *delta.DecodedBlock] // decoded delta blocks (readblocks.go)
 	ra          *readAhead                          // background builds of the pages a sequential reader needs next
 	pageFlight  singleflight.Group
@@ -178,7 +178,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newLRU[blockKey, *delta.DecodedBlock](cacheBytes / 8)
-	s.pages = newLRU[pageKey, []byte](cacheBytes / 2)
+	s.pages = newPageCache(cacheBytes / 2)
 	s.ra = newReadAhead()
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }

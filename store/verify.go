@@ -95,7 +95,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			total += ver.m.Files[j].Size
 		}
 	}
-	pages := newLRU[pageKey, []byte](64 << 20)
+	pages := newPageCache(64 << 20)
 	opts := readOpts{noMaterialized: true, pages: pages}
 	for _, ver := range versions {
 		rep.Versions++
