@@ -219,8 +219,8 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 // object, the materialized copy, or a cached page of another object), then deltas to apply.
 type plan struct {
 	start     ID
-	fromMat   bool   // start is read from the materialized copy
-	fromCache bool   // start is the cached page of start
+	fromMat   bool // start is read from the materialized copy
+	fromCache bool // start is the cached page of start
 	steps     []planStep
 }
 
