@@ -93,10 +93,12 @@ func (b *blockEncoder) appendTo(out []byte) ([]byte, error) {
 // single element is touched. Its slices are reused from block to block.
 type blockDecoder struct {
 	width int
-	pos   []uint32 // positions of the changes within the block, ascending
-	codes []uint64 // their value codes, non-zero
-	rle   []byte   // the symbols of a repeated-symbol block
-	fse   fse.Scratch
+	pos   []uint32    // positions of the changes within the block, ascending
+	codes []uint64    // their value codes, non-zero
+	rle   []byte      // the symbols of a repeated-symbol block
+	fse   fse.Scratch // the reference decoder of FSE symbols (ApplyDelta's path)
+	fast  *fseDecoder // the fast one (compact: the read path), allocated when first used
+	out   []byte      // its output
 
 	// compact asks for the symbols and the escaped codes instead of codes (DecodedBlock's
 	// form: 1 byte per change rather than 8).
@@ -171,6 +173,16 @@ func (d *blockDecoder) symbols(mode byte, section []byte, count int) ([]byte, er
 		}
 		return d.rle, nil
 	case symbolsFSE:
+		if d.compact {
+			if d.fast == nil {
+				d.fast = new(fseDecoder)
+			}
+			d.out = slices.Grow(d.out[:0], count)[:count]
+			if err := d.fast.decode(d.out, section); err != nil {
+				return nil, fmt.Errorf("%w: value symbols: %v", ErrMalformed, err)
+			}
+			return d.out, nil
+		}
 		// The limit stops a corrupt stream from decoding more than it may; the decoder
 		// reports an error once its output reaches the limit, so a correct one must stay
 		// below it.
