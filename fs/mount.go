@@ -192,6 +192,10 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 		// The kernel asks for security.capability before every write unless xattrs are
 		// refused once; weights carry none.
 		DisableXAttrs: true,
+		// Every read answers with bytes, never a file to splice from; go-fuse would still
+		// try to splice each reply, through a pipe grown to the reply's size, which fails
+		// (and logs a line) whenever a reply is larger than fs.pipe-max-size.
+		DisableSplice: true,
 		Debug:         opts.Debug,
 		Logger:        log.New(logfWriter(logf), "fuse: ", 0),
 	}

@@ -17,18 +17,30 @@ import (
 // testLog forwards the mount's log lines to the test until the test's cleanup has run (a
 // late line from a server goroutine must not reach a finished test).
 type testLog struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
+	mu    sync.Mutex
+	t     testing.TB
+	done  bool
+	lines []string
 }
 
 func (l *testLog) logf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 	if !l.done {
 		l.t.Logf("fs: "+format, args...)
 	}
 }
+
+// logged returns the lines logged so far.
+func (l *testLog) logged() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// mountLogs are the logs of the mounts of mountTest, by mount point.
+var mountLogs sync.Map // string -> *testLog
 
 func (l *testLog) stop() {
 	l.mu.Lock()
@@ -59,6 +71,7 @@ func mountTest(t *testing.T, b Backend, opts Options) (string, *Server) {
 		opts.StagingDir = t.TempDir()
 	}
 	lg := &testLog{t: t}
+	mountLogs.Store(mnt, lg)
 	opts.Logf = lg.logf
 	opts.Debug = testing.Verbose() && os.Getenv("WEIGHTFS_FUSE_DEBUG") != ""
 	if opts.PollInterval == 0 {
@@ -74,6 +87,7 @@ func mountTest(t *testing.T, b Backend, opts Options) (string, *Server) {
 			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 		lg.stop()
+		mountLogs.Delete(mnt)
 	})
 	return mnt, srv
 }

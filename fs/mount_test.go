@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -385,5 +386,38 @@ func TestMountRaisesReadAhead(t *testing.T) {
 	}
 	if want := fmt.Sprintf("%d\n", ReadAheadKiB); string(got) != want {
 		t.Fatalf("%s = %q, want %q", path, got, want)
+	}
+}
+
+// TestMountReadsLogNothing reads a file of several MiB with 1 MiB reads: a read is no event, and
+// the log must stay quiet (go-fuse tried to splice every reply, failed above the system's pipe
+// size, and logged a line per read).
+func TestMountReadsLogNothing(t *testing.T) {
+	b := newFakeBackend()
+	content := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16+5)
+	sealVersion(t, b, 1, map[string][]byte{"w.bin": content})
+	mnt, _ := mountTest(t, newFakeReader(b), Options{ReadOnly: true})
+	f, err := os.Open(filepath.Join(mnt, "weight_v000001", "w.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, buf := []byte(nil), make([]byte, 1<<20)
+	for {
+		n, err := f.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF || n == 0 {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, content) {
+		t.Fatalf("read %d bytes, want the %d written", len(got), len(content))
+	}
+	lg, _ := mountLogs.Load(mnt)
+	if lines := lg.(*testLog).logged(); len(lines) > 0 {
+		t.Fatalf("%d log lines for a read, the first: %q", len(lines), lines[0])
 	}
 }
