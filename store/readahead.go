@@ -71,11 +71,20 @@ func (f *versionFile) prefetch(from, to int64) {
 	// Segments are in file order: start at the first that ends after from (a model may
 	// have tens of thousands of tensors, and this runs on every read).
 	i := sort.Search(len(f.segs), func(i int) bool { return f.segs[i].end > from })
+	advised := false
 	for _, sg := range f.segs[i:] {
 		if sg.start >= to {
 			break
 		}
 		if view.holds(sg.id) {
+			// Read straight from the copy: the kernel is asked to read the copy ahead
+			// of the reader, as for the pages rebuilt from it. Left to its own
+			// read-ahead, the kernel read a cold copy for the requests in flight at once
+			// at up to three times the CPU, now and then.
+			if !advised {
+				view.willNeed(sg.id, max(from, sg.start)-sg.start, copyReadAheadBytes)
+				advised = true
+			}
 			continue
 		}
 		first := (max(from, sg.start) - sg.start) / pageSize

@@ -89,3 +89,43 @@ func testOldVersionReads(t *testing.T, cacheBytes int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestLatestReadAdvisesCopyAhead reads the latest version (served straight from the
+// materialized copy) in order: the kernel must have been asked to read the copy ahead of the
+// reader, as far as copyReadAheadBytes past the reads.
+func TestLatestReadAdvisesCopyAhead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const elems = 24 << 20 // 48 MiB of bf16: more than one advice window
+	w, root := newStore(t, Options{})
+	file := safetensorsFile(t, testTensor{"a", delta.DTypeBF16, []int64{elems}, bf16Like(rng, elems)})
+	commitTree(t, w, 1, map[string][]byte{"model.safetensors": file})
+	w.Close()
+
+	r := openStore(t, root, Options{ReadOnly: true, Materialize: true})
+	f, err := r.OpenFile(1, "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	advisedTo := func() int64 {
+		r.mat.adviceMu.Lock()
+		defer r.mat.adviceMu.Unlock()
+		var most int64
+		for _, to := range r.mat.advised {
+			most = max(most, to)
+		}
+		return most
+	}
+	if got := advisedTo(); got != 0 {
+		t.Fatalf("advised %d bytes before any read", got)
+	}
+	buf := make([]byte, 128<<10)
+	for off := 0; off < 4<<20; off += len(buf) {
+		if _, err := f.ReadAt(buf, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		mustEqualBytes(t, "latest", buf, file[off:off+len(buf)])
+	}
+	if got, want := advisedTo(), int64(4<<20)+copyReadAheadBytes-pageSize; got < want {
+		t.Fatalf("after reading 4 MiB in order the copy is advised up to %d, want at least %d", got, want)
+	}
+}
