@@ -29,9 +29,8 @@ const (
 )
 
 // loopbackMountOptions mirrors weightfs's fuse.MountOptions: the same request sizes,
-// readahead (also the kernel's, raised after the mount as fs.Mount does), background queue and
-// xattr refusal; mount(2) directly as root, fusermount3
-// otherwise.
+// readahead (also the kernel's, raised after the mount as fs.Mount does), background queue,
+// xattr refusal and no splicing; mount(2) directly as root, fusermount3 otherwise.
 func loopbackMountOptions(readOnly, direct bool) fuse.MountOptions {
 	o := fuse.MountOptions{
 		FsName:        "weightfs-bench-loopback",
@@ -40,6 +39,7 @@ func loopbackMountOptions(readOnly, direct bool) fuse.MountOptions {
 		MaxReadAhead:  loopbackMaxWrite,
 		MaxBackground: loopbackMaxBackground,
 		DisableXAttrs: true,
+		DisableSplice: true,
 		Logger:        log.New(io.Discard, "", 0),
 	}
 	if direct {
