@@ -341,9 +341,9 @@ func (d *fseDecoder) decodeStream(dst, in []byte) error {
 }
 
 // fseBulk decodes four symbols at a time while at least eight bytes are left to load, with
-// the reader and both states in locals (registers): two symbols per state between refills.
-// While used < 64, reading n bits (n may be 0) is one expression without a test. It returns
-// the number of symbols written, or false if dst would overflow.
+// the reader and both states in locals (registers): a refill, then one symbol per state, twice
+// (the reference's schedule). While used < 64, reading n bits (n may be 0) is one expression
+// without a test. It returns the number of symbols written, or false if dst would overflow.
 func fseBulk(dst []byte, table *[1 << fseMaxTableLog]fseEntry, r *fseReader, s1p, s2p *uint32) (int, bool) {
 	in, value, used, off := r.in, r.value, r.used, r.off
 	s1, s2 := *s1p, *s2p
@@ -354,30 +354,21 @@ func fseBulk(dst []byte, table *[1 << fseMaxTableLog]fseEntry, r *fseReader, s1p
 			ok = false
 			break
 		}
-		if used >= 32 {
-			value = value<<32 | uint64(binary.LittleEndian.Uint32(in[off-4:]))
-			used -= 32
-			off -= 4
-		}
-		e1 := table[s1&tableMask]
-		s1 = e1.newState() + uint32(value<<(used&63)>>1>>((63-e1.nbBits())&63))
-		used += e1.nbBits()
-		e2 := table[s2&tableMask]
-		s2 = e2.newState() + uint32(value<<(used&63)>>1>>((63-e2.nbBits())&63))
-		used += e2.nbBits()
-		if used >= 32 {
-			value = value<<32 | uint64(binary.LittleEndian.Uint32(in[off-4:]))
-			used -= 32
-			off -= 4
-		}
-		e3 := table[s1&tableMask]
-		s1 = e3.newState() + uint32(value<<(used&63)>>1>>((63-e3.nbBits())&63))
-		used += e3.nbBits()
-		e4 := table[s2&tableMask]
-		s2 = e4.newState() + uint32(value<<(used&63)>>1>>((63-e4.nbBits())&63))
-		used += e4.nbBits()
 		out := dst[o : o+4 : o+4]
-		out[0], out[1], out[2], out[3] = e1.symbol(), e2.symbol(), e3.symbol(), e4.symbol()
+		for half := 0; half < 4; half += 2 {
+			if used >= 32 {
+				value = value<<32 | uint64(binary.LittleEndian.Uint32(in[off-4:]))
+				used -= 32
+				off -= 4
+			}
+			e1 := table[s1&tableMask]
+			s1 = e1.newState() + uint32(value<<(used&63)>>1>>((63-e1.nbBits())&63))
+			used += e1.nbBits()
+			e2 := table[s2&tableMask]
+			s2 = e2.newState() + uint32(value<<(used&63)>>1>>((63-e2.nbBits())&63))
+			used += e2.nbBits()
+			out[half], out[half+1] = e1.symbol(), e2.symbol()
+		}
 		o += 4
 	}
 	r.value, r.used, r.off = value, used, off
