@@ -288,16 +288,23 @@ func (w *bufferAt) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// mountPatch2 mounts viewStore's store and returns the path of version 2's patch under the
+// mount and the bytes WritePatch gives for it.
+func mountPatch2(t *testing.T) (st *store.Store, mnt, patch string, want *bytes.Buffer) {
+	t.Helper()
+	st = viewStore(t)
+	mnt, _ = mountTest(t, StoreBackend(st), Options{})
+	want = new(bytes.Buffer)
+	if _, err := st.WritePatch(2, &bufferAt{want}); err != nil {
+		t.Fatal(err)
+	}
+	return st, mnt, filepath.Join(mnt, "patches", PatchName(2)), want
+}
+
 // TestViewFileRendersAgain: a cached render removed behind the mount's back (by hand, or
 // pruned) is rendered again at the next open, to the same bytes.
 func TestViewFileRendersAgain(t *testing.T) {
-	st := viewStore(t)
-	mnt, _ := mountTest(t, StoreBackend(st), Options{})
-	var want bytes.Buffer
-	if _, err := st.WritePatch(2, &bufferAt{&want}); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(mnt, "patches", PatchName(2))
+	st, mnt, p, want := mountPatch2(t)
 	sameFileBytes(t, p, want.Bytes())
 	delta2 := filepath.Join(mnt, "deltas", VersionName(2), delta.SlimeIndexName)
 	index := readHostFile(t, delta2)
@@ -329,13 +336,7 @@ func FuzzParsePatchName(f *testing.F) {
 // TestPatchListedWithoutRender: ls -l of patches/ gives every patch's size, worked out from the
 // manifests, without rendering one; the first open renders exactly that many bytes.
 func TestPatchListedWithoutRender(t *testing.T) {
-	st := viewStore(t)
-	mnt, _ := mountTest(t, StoreBackend(st), Options{})
-	var want bytes.Buffer
-	if _, err := st.WritePatch(2, &bufferAt{&want}); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(mnt, "patches", PatchName(2))
+	st, _, p, want := mountPatch2(t)
 	info, err := os.Stat(p)
 	if err != nil {
 		t.Fatal(err)
