@@ -152,7 +152,7 @@ func (r *Row) tableCells() []string {
 		if r.BaselineName != "" {
 			baseline = formatValue(r.Baseline, r.Unit) + " (" + r.BaselineName + ")"
 			if r.Baseline != 0 {
-				ratio = fmt.Sprintf("%.3fx", r.Ratio)
+				ratio = formatRatio(r.Ratio, r.ratioLimit()) + "x"
 			}
 		}
 	}
@@ -161,6 +161,33 @@ func (r *Row) tableCells() []string {
 		goal = "-"
 	}
 	return []string{r.Figure, r.Name, measured, baseline, ratio, goal, string(r.Status)}
+}
+
+// formatRatio prints a ratio to three decimals, or four where three would round it onto its
+// goal's limit (0.4996 against ">= 0.5x" is not "0.500").
+func formatRatio(ratio, limit float64) string {
+	s := fmt.Sprintf("%.3f", ratio)
+	if limit > 0 && ratio != limit && s == fmt.Sprintf("%.3f", limit) {
+		s = fmt.Sprintf("%.4f", ratio)
+	}
+	return s
+}
+
+// ratioLimit is the bound of the row's goal on its ratio, or 0. A row read back from JSON
+// has only the goal's text (">= 0.5x").
+func (r *Row) ratioLimit() float64 {
+	if r.Goal != nil {
+		if r.Goal.OfRatio {
+			return r.Goal.Limit
+		}
+		return 0
+	}
+	var op string
+	var limit float64
+	if n, _ := fmt.Sscanf(r.GoalText, "%s %fx", &op, &limit); n == 2 && strings.HasSuffix(r.GoalText, "x") {
+		return limit
+	}
+	return 0
 }
 
 var tableHeader = []string{"fig", "figure", "measured", "baseline", "ratio", "goal", "status"}

@@ -121,3 +121,36 @@ func TestRunTable(t *testing.T) {
 		t.Errorf("no argument: exit %d", code)
 	}
 }
+
+// TestRatioNearGoalShowsFourDecimals: a ratio that three decimals would round onto its goal's
+// limit is printed with four, from the row itself and from its JSON.
+func TestRatioNearGoalShowsFourDecimals(t *testing.T) {
+	for _, tc := range []struct {
+		measured, baseline float64
+		goal               *Goal
+		want               string
+	}{
+		{802.6, 1606.6, ratioAtLeast(0.5), "0.4996x"},
+		{813, 1645, ratioAtLeast(0.5), "0.494x"},
+		{1000, 2000, ratioAtLeast(0.5), "0.500x"},
+		{100.2, 1000, ratioAtMost(0.1), "0.1002x"},
+		{802.6, 1606.6, nil, "0.500x"},
+	} {
+		r := Row{Figure: "4", Name: "r", Measured: tc.measured, Baseline: tc.baseline, BaselineName: "b", Goal: tc.goal}
+		r.finish()
+		if got := r.tableCells()[4]; got != tc.want {
+			t.Errorf("%v / %v against %v: %q, want %q", tc.measured, tc.baseline, tc.goal, got, tc.want)
+		}
+		js, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Row
+		if err := json.Unmarshal(js, &back); err != nil {
+			t.Fatal(err)
+		}
+		if got := back.tableCells()[4]; got != tc.want {
+			t.Errorf("%v / %v against %v, from JSON: %q, want %q", tc.measured, tc.baseline, tc.goal, got, tc.want)
+		}
+	}
+}
