@@ -215,6 +215,17 @@ func (f *sealedFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, 
 		n = size - off
 	}
 	buf := dest[:n]
+	if sr, ok := h.f.(store.SliceReader); ok {
+		parts, release, got, err := sr.ReadSlices(buf, off)
+		if int64(got) < n {
+			release()
+			if err == nil {
+				err = fmt.Errorf("short read: %d of %d bytes", got, n)
+			}
+			return nil, f.m.fail(err, "read %s at %d+%d", f.where(), off, n)
+		}
+		return &slicesResult{parts: parts, release: release, size: got}, 0
+	}
 	got, err := h.f.ReadAt(buf, off)
 	if int64(got) < n {
 		if err == nil {
@@ -224,6 +235,31 @@ func (f *sealedFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, 
 	}
 	return fuse.ReadResultData(buf), 0
 }
+
+// slicesResult is a read answered with parts of the store's cached pages (store.SliceReader):
+// go-fuse writes them to the kernel with one writev and calls Done after, which lets go of
+// the pages.
+type slicesResult struct {
+	parts   [][]byte
+	release func()
+	size    int
+}
+
+func (r *slicesResult) Size() int { return r.size }
+
+// Slices is what go-fuse's vectored write looks for.
+func (r *slicesResult) Slices() ([][]byte, fuse.Status) { return r.parts, fuse.OK }
+
+// Bytes joins the parts into buf, for the writes that take one buffer.
+func (r *slicesResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, p := range r.parts {
+		buf = append(buf, p...)
+	}
+	return buf, fuse.OK
+}
+
+func (r *slicesResult) Done() { r.release() }
 
 func (f *sealedFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 	if h, ok := fh.(*sealedHandle); ok {
