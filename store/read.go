@@ -286,11 +286,11 @@ func (s *Store) fillPage(buf []byte, p plan, opts readOpts, view *matView, cache
 			return objectError(p.start, fmt.Errorf("cached page of %d bytes, want %d: %w", n, len(buf), ErrCorrupt))
 		}
 	case p.fromMat:
-		// No read-ahead advice here: the builders read the copy in order, the kernel's own
-		// read-ahead keeps up, and advising every page cost more CPU than it saved
-		// (docs/design.md).
 		if err := view.readAt(p.start, buf, off); err != nil {
 			return err
+		}
+		if opts.pages == nil {
+			view.willNeed(p.start, off+int64(len(buf)), copyReadAheadBytes)
 		}
 	default:
 		if err := s.readFullRange(p.start, off, buf); err != nil {

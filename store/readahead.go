@@ -15,8 +15,9 @@ import (
 
 const readAheadBytes = 8 * pageSize
 
-// copyReadAheadBytes is how far ahead of a sequential reader of the latest version the kernel
-// is asked to read the materialized copy.
+// copyReadAheadBytes is how far ahead of a page rebuilt from the materialized copy the kernel is
+// asked to read the copy: more than the pages built ahead, since reading the disk is the
+// slower part after a restart and costs no CPU here.
 const copyReadAheadBytes = 32 * pageSize
 
 // readAhead holds the background builders of one Store.
@@ -118,8 +119,9 @@ func (f *versionFile) prefetch(from, to int64) {
 }
 
 // willNeed starts the kernel reading the copy's bytes of object id from content offset off
-// for n bytes: the copy is cold after a restart. Only the part beyond what was already asked
-// for is passed on: the kernel walks every page of the range it is given.
+// for n bytes: a page rebuilt from the copy is followed by the next, and the copy is cold after
+// a restart, so the disk works while the deltas are applied. Only the part beyond what was
+// already asked for is passed on: the kernel walks every page of the range it is given.
 func (v *matView) willNeed(id ID, off, n int64) {
 	loc, ok := v.m.locs[id]
 	if !ok {
