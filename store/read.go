@@ -90,6 +90,16 @@ func (f *versionFile) Close() error { return nil }
 // ReadAt reads len(p) bytes at off; at the end of the file it returns the bytes there are and
 // io.EOF.
 func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
+	return f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
+		return f.s.readObject(sg.id, sg.hint, objOff, dst, f.opts)
+	})
+}
+
+// readSegments walks the objects under file bytes [off, off+len(p)) (p cut at the end of the
+// file), calling read for each piece: content bytes from objOff of segment sg, for dst, the
+// piece's part of p. It returns the bytes covered, with io.EOF at the end of the file, as
+// ReadAt, and notes the read for the read-ahead.
+func (f *versionFile) readSegments(p []byte, off int64, read func(sg segment, objOff int64, dst []byte) error) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read %s at %d: negative offset", f.f.Path, off)
 	}
@@ -106,7 +116,7 @@ func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 		sg := f.segs[i]
 		pos := off + int64(n)
 		k := min(int64(len(p)-n), sg.end-pos)
-		if err := f.s.readObject(sg.id, sg.hint, pos-sg.start, p[n:n+int(k)], f.opts); err != nil {
+		if err := read(sg, pos-sg.start, p[n:n+int(k)]); err != nil {
 			return n, fmt.Errorf("read %s of version %d: %w", f.f.Path, f.ver.m.Version, err)
 		}
 		n += int(k)
@@ -129,31 +139,61 @@ type pageKey struct {
 
 // readObject reads content bytes [off, off+len(p)) of object id.
 func (s *Store) readObject(id ID, hint objHint, off int64, p []byte, opts readOpts) error {
-	// The materialized copy holds the latest version as plain files: read it straight into p,
-	// without building and caching pages (a pread, not two copies and an allocation).
-	if !opts.noMaterialized {
-		if view := s.mat.view(); view != nil {
-			if view.holds(id) {
-				err := view.readAt(id, p, off)
-				view.release()
-				return err
-			}
-			view.release()
-		}
+	if served, err := s.readFromCopy(id, off, p, opts); served {
+		return err
 	}
+	var parts pageParts
+	err := s.slicePages(id, hint, off, p, opts, &parts)
+	parts.gather(p)
+	parts.release()
+	return err
+}
+
+// sliceObject reads content bytes [off, off+len(p)) of object id as parts (pageParts): from
+// the materialized copy straight into p, else as the parts of the cached pages that hold them.
+func (s *Store) sliceObject(id ID, hint objHint, off int64, p []byte, opts readOpts, parts *pageParts) error {
+	if served, err := s.readFromCopy(id, off, p, opts); served {
+		if err == nil {
+			parts.addOwn(p)
+		}
+		return err
+	}
+	return s.slicePages(id, hint, off, p, opts, parts)
+}
+
+// readFromCopy reads content bytes [off, off+len(p)) of object id from the materialized copy,
+// which holds the latest version as plain files: a pread, no page built or cached. served is
+// false when the copy does not hold the object.
+func (s *Store) readFromCopy(id ID, off int64, p []byte, opts readOpts) (served bool, err error) {
+	if opts.noMaterialized {
+		return false, nil
+	}
+	view := s.mat.view()
+	if view == nil {
+		return false, nil
+	}
+	defer view.release()
+	if !view.holds(id) {
+		return false, nil
+	}
+	return true, view.readAt(id, p, off)
+}
+
+// slicePages adds the parts of the cached pages of object id that hold content bytes
+// [off, off+len(p)), building the pages that are not cached.
+func (s *Store) slicePages(id ID, hint objHint, off int64, p []byte, opts readOpts, parts *pageParts) error {
 	for len(p) > 0 {
-		page := off / pageSize
-		in := off - page*pageSize
-		pg, err := s.page(id, hint, page, opts)
+		pg, err := s.page(id, hint, off/pageSize, opts)
 		if err != nil {
 			return err
 		}
+		in := off % pageSize
 		if in >= int64(len(pg.b)) {
 			pg.release()
 			return objectError(id, fmt.Errorf("read at %d past the content end: %w", off, ErrCorrupt))
 		}
-		n := copy(p, pg.b[in:])
-		pg.release()
+		n := min(len(p), len(pg.b)-int(in))
+		parts.addPage(pg, pg.b[in:int(in)+n])
 		p, off = p[n:], off+int64(n)
 	}
 	return nil
