@@ -1,6 +1,9 @@
 package store
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 // TestPageReferences follows one page through the cache: a page pushed out while a reader
 // holds it is not recycled until that reader lets go.
@@ -51,10 +54,56 @@ func TestPageReferences(t *testing.T) {
 	if b.refs.Load() != 1 {
 		t.Fatalf("cleared: %d references, want 1", b.refs.Load())
 	}
-	// A partial page (a small object's only page) is never recycled.
+	// A small object's page gets a buffer of its own size and is not recycled; a tensor's
+	// partial last page of at least minRecycledLen bytes uses a whole page's buffer.
 	small := newPage(100)
 	small.release()
-	if p := newPage(100); p == small || len(p.b) != 100 {
-		t.Fatal("a partial page was recycled")
+	if p := newPage(100); p == small || len(p.b) != 100 || cap(p.b) != 100 {
+		t.Fatal("a small page was recycled")
+	}
+	last := newPage(pageSize / 2)
+	if len(last.b) != pageSize/2 || cap(last.b) != pageSize {
+		t.Fatalf("partial page: len %d cap %d, want %d and %d", len(last.b), cap(last.b), pageSize/2, pageSize)
+	}
+	last.release()
+	if p := newPage(pageSize); p != last || len(p.b) != pageSize {
+		t.Fatalf("the partial page's buffer was not recycled whole: same %v, len %d", p == last, len(p.b))
+	}
+}
+
+// TestPagesSurviveCollections: released buffers wait for the next build through garbage
+// collections (a sync.Pool would drop them, and the next page would be fresh memory).
+func TestPagesSurviveCollections(t *testing.T) {
+	freePages.mu.Lock()
+	saved := freePages.pages
+	freePages.pages = nil
+	freePages.mu.Unlock()
+	t.Cleanup(func() {
+		freePages.mu.Lock()
+		freePages.pages = saved
+		freePages.mu.Unlock()
+	})
+	var released []*cachedPage
+	for range maxFreePages + 3 {
+		released = append(released, newPage(pageSize))
+	}
+	for _, p := range released {
+		p.release()
+	}
+	runtime.GC()
+	runtime.GC()
+	reused := map[*cachedPage]bool{}
+	for _, p := range released[:maxFreePages] {
+		reused[p] = true
+	}
+	for i := range maxFreePages {
+		if p := newPage(pageSize); !reused[p] {
+			t.Fatalf("page %d after two collections: not one of the released buffers", i)
+		}
+	}
+	for _, p := range released[maxFreePages:] {
+		if p == newPage(pageSize) {
+			t.Fatal("more buffers kept than maxFreePages")
+		}
 	}
 }

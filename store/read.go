@@ -250,7 +250,7 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 		if err != nil {
 			return nil, err
 		}
-		cache.add(pageKey{id, pg}, p, int64(len(p.b)))
+		cache.add(pageKey{id, pg}, p, int64(cap(p.b)))
 		return p, nil
 	}
 }

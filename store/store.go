@@ -40,7 +40,7 @@ type Options struct {
 	// MaxChain bounds the deltas between any object and a whole copy (0: DefaultMaxChain).
 	MaxChain int
 	// CacheBytes bounds the memory of rebuilt pages, delta bodies and decoded delta blocks
-	// kept for reads (0: DefaultCacheBytes; half, three eighths and an eighth of it).
+	// kept for reads (0: DefaultCacheBytes; an eighth, three eighths and an eighth of it).
 	CacheBytes int64
 	// S3 configures stores at s3://bucket/prefix (endpoint, region, transfers, lease, the
 	// local object cache); ignored for local stores. See S3Options and docs/s3.md.
@@ -178,7 +178,10 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newLRU[blockKey, *delta.DecodedBlock](cacheBytes / 8)
-	s.pages = newPageCache(cacheBytes / 2)
+	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
+	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
+	// memory the daemon touches for the first time while it fills (kernel page faults).
+	s.pages = newPageCache(cacheBytes / 8)
 	s.ra = newReadAhead()
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
