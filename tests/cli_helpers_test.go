@@ -4,46 +4,69 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 )
 
+// testRoot holds what the tests' weightfs processes leave outside their tests' directories:
+// the binaries built for them and their cache home (a read-only store's copy, an S3 writer's
+// state), instead of /tmp and ~/.cache. TestMain removes it.
+var testRoot string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "weightfs-tests-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "create the tests' directory:", err)
+		os.Exit(1)
+	}
+	testRoot = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// weightfsCommand is exec.Command for a program the tests built, with its cache home under
+// testRoot.
+func weightfsCommand(bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(testRoot, "cache"))
+	return cmd
+}
+
 var (
 	cliBuildOnce sync.Once
-	cliBinDir    string
 	cliBuildErr  error
 )
 
-// weightfsBin builds cmd/weightfs once per test binary and returns its path.
-func weightfsBin(t testing.TB) string {
-	t.Helper()
+// buildCLI builds cmd/weightfs into testRoot once per test binary.
+func buildCLI() (string, error) {
+	bin := filepath.Join(testRoot, "weightfs")
 	cliBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "weightfs-bin-")
-		if err != nil {
-			cliBuildErr = err
-			return
-		}
-		cliBinDir = dir
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(file))
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "weightfs"), "./cmd/weightfs")
-		cmd.Dir = root
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/weightfs")
+		cmd.Dir = repoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			cliBuildErr = &buildError{string(out), err}
 		}
 	})
-	if cliBuildErr != nil {
-		t.Fatalf("build weightfs: %v", cliBuildErr)
+	return bin, cliBuildErr
+}
+
+// weightfsBin is buildCLI for tests of the CLI: they fail if it does not build.
+func weightfsBin(t testing.TB) string {
+	t.Helper()
+	bin, err := buildCLI()
+	if err != nil {
+		t.Fatalf("build weightfs: %v", err)
 	}
-	return filepath.Join(cliBinDir, "weightfs")
+	return bin
 }
 
 type buildError struct {
@@ -62,7 +85,7 @@ type cliResult struct {
 // runCLI runs weightfs with args and returns its output and exit code.
 func runCLI(t testing.TB, args ...string) cliResult {
 	t.Helper()
-	cmd := exec.Command(weightfsBin(t), args...)
+	cmd := weightfsCommand(weightfsBin(t), args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -140,7 +139,7 @@ func TestKill9DuringCommit(t *testing.T) {
 		v := uint64(3 + trial)
 		m.Step()
 		src := srcOf(v)
-		cmd := exec.Command(weightfsBin(t), "commit", storeDir, src, "--version", fmt.Sprint(v))
+		cmd := weightfsCommand(weightfsBin(t), "commit", storeDir, src, "--version", fmt.Sprint(v))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

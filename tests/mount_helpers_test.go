@@ -81,7 +81,7 @@ func startMount(t *testing.T, storeDir, mnt string, flags ...string) *mountDaemo
 	if !usesCLI {
 		args = args[1:] // mountd takes the flags of `weightfs mount` without the subcommand
 	}
-	d.cmd = exec.Command(bin, args...)
+	d.cmd = weightfsCommand(bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	// If the test binary dies, the daemon unmounts and exits rather than staying behind.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -121,27 +121,15 @@ var (
 func mountBinary(t *testing.T) (path string, isCLI bool) {
 	t.Helper()
 	mountBinOnce.Do(func() {
-		// One directory per test process; those of finished processes are removed here,
-		// since a test binary has no hook at its exit.
-		removeDeadBinDirs()
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("weightfs-mount-bin-%d", os.Getpid()))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			mountBinErr = err
-			return
-		}
-		root := repoRoot()
-		cli := filepath.Join(dir, "weightfs")
-		build := exec.Command("go", "build", "-o", cli, "./cmd/weightfs")
-		build.Dir = root
-		out, err := build.CombinedOutput()
+		cli, err := buildCLI()
 		if err == nil {
 			mountBinPath, mountBinCLI = cli, true
 			return
 		}
-		t.Logf("cmd/weightfs does not build; mounting with tests/mountd instead:\n%s", out)
-		mountd := filepath.Join(dir, "mountd")
-		build = exec.Command("go", "build", "-o", mountd, "./tests/mountd")
-		build.Dir = root
+		t.Logf("cmd/weightfs does not build; mounting with tests/mountd instead:\n%v", err)
+		mountd := filepath.Join(testRoot, "mountd")
+		build := exec.Command("go", "build", "-o", mountd, "./tests/mountd")
+		build.Dir = repoRoot()
 		if out, err := build.CombinedOutput(); err != nil {
 			mountBinErr = fmt.Errorf("build tests/mountd: %v\n%s", err, out)
 			return
@@ -152,20 +140,6 @@ func mountBinary(t *testing.T) (path string, isCLI bool) {
 		t.Fatal(mountBinErr)
 	}
 	return mountBinPath, mountBinCLI
-}
-
-// removeDeadBinDirs deletes the binary directories of test processes that have exited.
-func removeDeadBinDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "weightfs-mount-bin-*"))
-	for _, d := range dirs {
-		var pid int
-		if _, err := fmt.Sscanf(filepath.Base(d), "weightfs-mount-bin-%d", &pid); err != nil || pid <= 0 {
-			continue
-		}
-		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			os.RemoveAll(d)
-		}
-	}
 }
 
 // repoRoot is the module's top directory.
