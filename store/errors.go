@@ -40,3 +40,7 @@ var (
 	// ErrClosed marks a call on a closed Store.
 	ErrClosed = errors.New("store is closed")
 )
+
+// errNoDirectIO marks a file system that refuses O_DIRECT: its files are read through the
+// page cache (internal).
+var errNoDirectIO = errors.New("O_DIRECT not supported")

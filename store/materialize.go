@@ -29,13 +29,15 @@ type materialized struct {
 	ensureMu sync.Mutex     // one ensure (rebuild or bring forward) at a time
 	bg       sync.WaitGroup // ensures running in the background (ensureInBackground)
 
-	mu      sync.RWMutex // readers of the copy hold it shared; changes hold it exclusively
-	ver     *version     // the version held; nil: the copy is not usable
-	locs    map[ID]matLoc
-	broken  atomic.Bool // a read of the copy failed: rebuild it
-	filesMu sync.Mutex  // guards files between holders of the shared lock
-	files   map[string]*os.File
-	gen     uint64 // bumped by every change
+	mu       sync.RWMutex // readers of the copy hold it shared; changes hold it exclusively
+	ver      *version     // the version held; nil: the copy is not usable
+	locs     map[ID]matLoc
+	broken   atomic.Bool // a read of the copy failed: rebuild it
+	filesMu  sync.Mutex  // guards files, direct and noDirect between holders of the shared lock
+	files    map[string]*os.File
+	direct   map[string]*os.File // O_DIRECT handles (directread.go)
+	noDirect bool                // the copy's file system refused O_DIRECT
+	gen      uint64              // bumped by every change
 
 	adviceMu sync.Mutex
 	advised  map[adviceKey]int64 // how far willNeed asked the kernel to read each file ahead
@@ -54,7 +56,7 @@ type matLoc struct {
 }
 
 func newMaterialized(s *Store, dir string) *materialized {
-	return &materialized{s: s, dir: dir, files: map[string]*os.File{},
+	return &materialized{s: s, dir: dir, files: map[string]*os.File{}, direct: map[string]*os.File{},
 		seeds: newSeeds(filepath.Join(filepath.Dir(dir), "seed"))}
 }
 
@@ -72,6 +74,10 @@ func (m *materialized) closeFilesLocked() {
 	for p, f := range m.files {
 		f.Close()
 		delete(m.files, p)
+	}
+	for p, f := range m.direct {
+		f.Close()
+		delete(m.direct, p)
 	}
 }
 
@@ -104,40 +110,6 @@ func (v *matView) holds(id ID) bool {
 	}
 	_, ok := v.m.locs[id]
 	return ok
-}
-
-// readAt reads bytes [off, off+len(p)) of object id from the copy.
-func (v *matView) readAt(id ID, p []byte, off int64) error {
-	loc, ok := v.m.locs[id]
-	if !ok {
-		return fmt.Errorf("materialized copy does not hold object %s", id)
-	}
-	f, err := v.m.file(loc.path)
-	if err != nil {
-		return err
-	}
-	if err := readFull(f, p, loc.off+off); err != nil {
-		// Someone damaged the copy: rebuild it at the next ensure.
-		v.m.broken.Store(true)
-		return fmt.Errorf("read materialized copy of %s: %w", loc.path, err)
-	}
-	return nil
-}
-
-// file returns an open handle of a file of the copy (under a shared or exclusive hold).
-func (m *materialized) file(p string) (*os.File, error) {
-	m.filesMu.Lock()
-	defer m.filesMu.Unlock()
-	if f := m.files[p]; f != nil {
-		return f, nil
-	}
-	f, err := os.OpenFile(filepath.Join(m.dir, filepath.FromSlash(p)), os.O_RDWR, 0)
-	if err != nil {
-		m.broken.Store(true)
-		return nil, fmt.Errorf("materialized copy: %w", err)
-	}
-	m.files[p] = f
-	return f, nil
 }
 
 func locsOf(ver *version) map[ID]matLoc {

@@ -3,6 +3,7 @@ package store
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // cachedPage is a page of object content held by a page cache and by its readers (copying out
@@ -14,11 +15,19 @@ import (
 // back with release exactly once; a holder that forgets only keeps the buffer from being
 // reused. A holder must not touch b after its release.
 type cachedPage struct {
-	b    []byte
+	b []byte // the page's bytes: within raw, or a buffer of their own for short pages
+	// raw is the recycled buffer b lies in: directAlign-aligned and pageBufferLen long, so
+	// that a page of the copy can be read with O_DIRECT into it wherever its first byte falls
+	// in a block of the file (readPage). nil for short pages.
+	raw  []byte
 	refs atomic.Int32
 }
 
-// freePages holds released page buffers (cap == pageSize) for the next builds. Not a
+// pageBufferLen is the length of a recycled buffer: a page plus a block of the file before
+// and after it.
+const pageBufferLen = pageSize + 2*directAlign
+
+// freePages holds released pages with recycled buffers (raw != nil) for the next builds. Not a
 // sync.Pool: the runtime empties a Pool at every collection, and a read of an old version
 // collects every few MiB, so most pages came from fresh memory after all (perf counted ~50k
 // page faults per 481 MiB read, three quarters of them in the page builders' pread).
@@ -53,16 +62,31 @@ func newPage(n int64) *cachedPage {
 	}
 	freePages.mu.Unlock()
 	if p == nil {
-		p = &cachedPage{b: make([]byte, pageSize)}
+		p = &cachedPage{raw: alignedBuffer(pageBufferLen)}
 	}
-	p.b = p.b[:n]
+	p.b = p.raw[:n]
 	p.refs.Store(1)
 	return p
 }
 
+// alignedBuffer returns n bytes starting at a multiple of directAlign in memory.
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+directAlign)
+	skip := (directAlign - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%directAlign)) % directAlign
+	return b[skip : skip+n : skip+n]
+}
+
+// size is what the page costs a cache.
+func (p *cachedPage) size() int64 {
+	if p.raw != nil {
+		return int64(len(p.raw))
+	}
+	return int64(len(p.b))
+}
+
 // release gives back one reference; the last one recycles a page's buffer.
 func (p *cachedPage) release() {
-	if p.refs.Add(-1) != 0 || cap(p.b) != pageSize {
+	if p.refs.Add(-1) != 0 || p.raw == nil {
 		return
 	}
 	freePages.mu.Lock()

@@ -3,6 +3,7 @@ package store
 import (
 	"runtime"
 	"testing"
+	"unsafe"
 )
 
 // TestPageReferences follows one page through the cache: a page pushed out while a reader
@@ -58,12 +59,15 @@ func TestPageReferences(t *testing.T) {
 	// partial last page of at least minRecycledLen bytes uses a whole page's buffer.
 	small := newPage(100)
 	small.release()
-	if p := newPage(100); p == small || len(p.b) != 100 || cap(p.b) != 100 {
+	if p := newPage(100); p == small || len(p.b) != 100 || p.raw != nil {
 		t.Fatal("a small page was recycled")
 	}
 	last := newPage(pageSize / 2)
-	if len(last.b) != pageSize/2 || cap(last.b) != pageSize {
-		t.Fatalf("partial page: len %d cap %d, want %d and %d", len(last.b), cap(last.b), pageSize/2, pageSize)
+	if len(last.b) != pageSize/2 || len(last.raw) != pageBufferLen || &last.b[0] != &last.raw[0] {
+		t.Fatalf("partial page: %d bytes at the start of a buffer of %d, want %d of %d", len(last.b), len(last.raw), pageSize/2, pageBufferLen)
+	}
+	if addr := uintptr(unsafe.Pointer(&last.raw[0])); addr%directAlign != 0 {
+		t.Fatalf("page buffer at %#x: not aligned to %d", addr, directAlign)
 	}
 	last.release()
 	if p := newPage(pageSize); p != last || len(p.b) != pageSize {

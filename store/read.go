@@ -250,7 +250,7 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 		if err != nil {
 			return nil, err
 		}
-		cache.add(pageKey{id, pg}, p, int64(cap(p.b)))
+		cache.add(pageKey{id, pg}, p, p.size())
 		return p, nil
 	}
 }
@@ -301,16 +301,17 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		return nil, err
 	}
 	page := newPage(min(pageSize, m.ContentLen-off))
-	if err := s.fillPage(page.b, p, opts, view, cache, off, pg, m.Width); err != nil {
+	if err := s.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
 		page.release()
 		return nil, err
 	}
 	return page, nil
 }
 
-// fillPage writes into buf the page at content offset off (page number pg) of the object
-// plan p reconstructs.
-func (s *Store) fillPage(buf []byte, p plan, opts readOpts, view *matView, cache *lru[pageKey, *cachedPage], off, pg int64, width int) error {
+// fillPage writes into page.b the page at content offset off (page number pg) of the object
+// plan p reconstructs. A page read from the copy with O_DIRECT moves within its buffer.
+func (s *Store) fillPage(page *cachedPage, p plan, opts readOpts, view *matView, cache *lru[pageKey, *cachedPage], off, pg int64, width int) error {
+	buf := page.b
 	switch {
 	case p.fromCache:
 		from, ok := cache.get(pageKey{p.start, pg})
@@ -326,10 +327,12 @@ func (s *Store) fillPage(buf []byte, p plan, opts readOpts, view *matView, cache
 			return objectError(p.start, fmt.Errorf("cached page of %d bytes, want %d: %w", n, len(buf), ErrCorrupt))
 		}
 	case p.fromMat:
-		if err := view.readAt(p.start, buf, off); err != nil {
+		direct, err := view.readPage(p.start, page, off)
+		if err != nil {
 			return err
 		}
-		if opts.pages == nil {
+		buf = page.b // moved within its buffer by a direct read
+		if !direct && opts.pages == nil {
 			view.willNeed(p.start, off+int64(len(buf)), copyReadAheadBytes)
 		}
 	default:

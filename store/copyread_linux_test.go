@@ -1,0 +1,162 @@
+package store
+
+import (
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// evictCopy drops the copy's files from the kernel's page cache (written back first: only
+// clean pages can be dropped).
+func evictCopy(t *testing.T, m *materialized) {
+	t.Helper()
+	err := filepath.WalkDir(m.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	})
+	if err != nil {
+		t.Fatalf("evict the copy from the page cache: %v", err)
+	}
+}
+
+// TestReadPageDirect reads every page of the copy's tensors with readPage while the kernel
+// holds none, the first part or all of its bytes, at file offsets in many positions within a
+// block, and compares with reading the same bytes through the page cache. Then: a file system
+// that refuses O_DIRECT, and a copy cut short.
+func TestReadPageDirect(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	// Odd tensor lengths put the pages' first bytes at many offsets within a file block.
+	var tensors []testTensor
+	for i, n := range []int{3<<19 + 7, 5000, 1<<20 + 4097, 70001} {
+		tensors = append(tensors, testTensor{string(rune('a' + i)), delta.DTypeBF16, []int64{int64(n)}, bf16Like(rng, n)})
+	}
+	s, _ := newStore(t, Options{})
+	commitTree(t, s, 1, map[string][]byte{"model.safetensors": safetensorsFile(t, tensors...)})
+	view := s.mat.view()
+	if view == nil {
+		t.Fatal("no materialized copy")
+	}
+	defer view.release()
+
+	type pageRef struct {
+		id     ID
+		off, n int64
+	}
+	var pages []pageRef
+	for id := range view.m.locs {
+		m, err := s.meta(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := int64(0); off < m.ContentLen; off += pageSize {
+			n := min(pageSize, m.ContentLen-off)
+			pages = append(pages, pageRef{id, off, n})
+		}
+	}
+	want := func(p pageRef) []byte {
+		b := make([]byte, p.n)
+		if err := view.readAt(p.id, b, p.off); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	read := func(what string, p pageRef) bool {
+		t.Helper()
+		page := newPage(p.n)
+		defer page.release()
+		direct, err := view.readPage(p.id, page, p.off)
+		if err != nil {
+			t.Fatalf("%s: page at %d of %s: %v", what, p.off, p.id, err)
+		}
+		mustEqualBytes(t, what, page.b, want(p))
+		return direct
+	}
+
+	directs := 0
+	for _, p := range pages {
+		evictCopy(t, s.mat)
+		loc := view.m.locs[p.id]
+		f, err := view.m.file(loc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, known := rangeCached(f, loc.off+p.off, p.n)
+		if !known {
+			t.Skip("the kernel has no cachestat(2): every page is read through the page cache")
+		}
+		if read("cold", p) {
+			directs++
+		} else if !cached && p.n >= minRecycledLen && !view.m.noDirect {
+			t.Fatalf("page at %d of %s: not cached, yet not read with O_DIRECT", p.off, p.id)
+		}
+		// The kernel holds the first part: the page is read from the disk whole.
+		evictCopy(t, s.mat)
+		if _, err := f.ReadAt(make([]byte, p.n/3), loc.off+p.off); err != nil {
+			t.Fatal(err)
+		}
+		if !read("first third cached", p) && p.n >= minRecycledLen && !view.m.noDirect {
+			t.Fatalf("page at %d of %s: partly cached, yet read from the page cache", p.off, p.id)
+		}
+		// All cached: no O_DIRECT.
+		if _, err := f.ReadAt(make([]byte, p.n), loc.off+p.off); err != nil {
+			t.Fatal(err)
+		}
+		if read("warm", p) {
+			t.Fatalf("page at %d of %s: cached, yet read with O_DIRECT", p.off, p.id)
+		}
+	}
+	if view.m.noDirect {
+		t.Skip("the test directory's file system refuses O_DIRECT: only the page cache was read")
+	}
+	if directs == 0 {
+		t.Fatal("no page was read with O_DIRECT")
+	}
+
+	// A file system without O_DIRECT: the page cache serves every page.
+	view.m.filesMu.Lock()
+	view.m.noDirect = true
+	view.m.filesMu.Unlock()
+	for _, p := range pages {
+		evictCopy(t, s.mat)
+		if read("no O_DIRECT", p) {
+			t.Fatal("O_DIRECT used on a file system that refused it")
+		}
+	}
+	view.m.filesMu.Lock()
+	view.m.noDirect = false
+	view.m.filesMu.Unlock()
+
+	// A copy cut short: the read fails and the copy is marked for rebuilding.
+	var last pageRef
+	for _, p := range pages {
+		if loc := view.m.locs[p.id]; loc.off+p.off+p.n > view.m.locs[last.id].off+last.off+last.n {
+			last = p
+		}
+	}
+	loc := view.m.locs[last.id]
+	if err := os.Truncate(filepath.Join(view.m.dir, loc.path), loc.off+last.off+last.n-100); err != nil {
+		t.Fatal(err)
+	}
+	evictCopy(t, s.mat)
+	page := newPage(last.n)
+	defer page.release()
+	if _, err := view.readPage(last.id, page, last.off); err == nil || !view.m.broken.Load() {
+		t.Fatalf("read of a page past the copy's end: err %v, broken %v", err, view.m.broken.Load())
+	}
+}
