@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Pages of older versions are rebuilt from the materialized copy of the latest, read a page
@@ -57,6 +58,13 @@ func (v *matView) readPage(id ID, page *cachedPage, off int64) (direct bool, err
 	}
 	to := min((abs+n+directAlign-1)/directAlign*directAlign, base+int64(len(page.raw)))
 	got, err := df.ReadAt(page.raw[:to-base], base)
+	if errors.Is(err, syscall.EINVAL) {
+		// The device wants larger blocks than directAlign: the page cache it is, from now on.
+		v.m.filesMu.Lock()
+		v.m.noDirect = true
+		v.m.filesMu.Unlock()
+		return false, v.readAt(id, page.b, off)
+	}
 	if base+int64(got) < abs+n {
 		if err == nil || errors.Is(err, io.EOF) {
 			err = fmt.Errorf("short read of %d bytes at %d: %w", to-base, base, ErrCorrupt)

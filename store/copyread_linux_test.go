@@ -142,6 +142,26 @@ func TestReadPageDirect(t *testing.T) {
 	view.m.noDirect = false
 	view.m.filesMu.Unlock()
 
+	// A device that refuses the alignment (here: a buffer off by one byte in memory, which
+	// O_DIRECT refuses with EINVAL like a larger block size): the page cache from then on.
+	var big pageRef
+	for _, p := range pages {
+		if p.n == pageSize {
+			big = p
+			break
+		}
+	}
+	evictCopy(t, s.mat)
+	odd := &cachedPage{raw: alignedBuffer(pageBufferLen + 1)[1:]}
+	odd.b = odd.raw[:big.n]
+	if direct, err := view.readPage(big.id, odd, big.off); err != nil || direct || !view.m.noDirect {
+		t.Fatalf("misaligned buffer: direct %v, err %v, O_DIRECT given up %v", direct, err, view.m.noDirect)
+	}
+	mustEqualBytes(t, "after EINVAL", odd.b, want(big))
+	view.m.filesMu.Lock()
+	view.m.noDirect = false
+	view.m.filesMu.Unlock()
+
 	// A copy cut short: the read fails and the copy is marked for rebuilding.
 	var last pageRef
 	for _, p := range pages {
