@@ -57,11 +57,21 @@ func (d *Delta) BlockRange(first, n int64) (lo, hi int64) {
 // DecodeBlock decodes block b completely and checks it (errors wrap ErrMalformed; a block
 // number outside the table is ErrInvalidArgument). A block without changes decodes to an
 // empty DecodedBlock.
-func (d *Delta) DecodeBlock(b int64) (*DecodedBlock, error) {
+func (d *Delta) DecodeBlock(b int64) (*DecodedBlock, error) { return d.DecodeBlockInto(b, nil) }
+
+// DecodeBlockInto is DecodeBlock decoding into the buffers of into, a block of any delta that
+// nobody uses any more, and returns it; with into nil, a new block. After an error into is
+// not to be used again.
+func (d *Delta) DecodeBlockInto(b int64, into *DecodedBlock) (*DecodedBlock, error) {
 	if b < 0 || b >= d.l.blocks {
 		return nil, fmt.Errorf("decode sparse delta block: %w: block %d of %d", ErrInvalidArgument, b, d.l.blocks)
 	}
-	db := &DecodedBlock{start: b << d.l.shift, width: d.l.Width, values: newValueMap(d.l.Width, d.l.Float)}
+	db := into
+	if db == nil {
+		db = new(DecodedBlock)
+	}
+	db.start, db.width, db.values = b<<d.l.shift, d.l.Width, newValueMap(d.l.Width, d.l.Float)
+	db.pos, db.symbols, db.escAt, db.escCode = db.pos[:0], db.symbols[:0], db.escAt[:0], db.escCode[:0]
 	count, _ := d.l.entry(b)
 	if count == 0 {
 		return db, nil
@@ -70,15 +80,14 @@ func (d *Delta) DecodeBlock(b int64) (*DecodedBlock, error) {
 	defer compactDecoders.Put(dec)
 	// The slices the block keeps are handed over; the decoder keeps its FSE tables and
 	// buffers for the next block (new ones cost a fifth of the decoding).
-	dec.width, dec.compact, dec.pos, dec.syms, dec.escAt, dec.escCode = d.l.Width, true, nil, nil, nil, nil
-	if err := dec.decode(d.l.body[d.offsets[b]:d.offsets[b+1]], int(count), d.l.blockLen(b)); err != nil {
+	dec.width, dec.compact = d.l.Width, true
+	dec.pos, dec.syms, dec.escAt, dec.escCode = db.pos, db.symbols, db.escAt, db.escCode
+	err := dec.decode(d.l.body[d.offsets[b]:d.offsets[b+1]], int(count), d.l.blockLen(b))
+	db.pos, db.symbols, db.escAt, db.escCode = dec.pos, dec.syms, dec.escAt, dec.escCode
+	dec.pos, dec.syms, dec.escAt, dec.escCode = nil, nil, nil, nil
+	if err != nil {
 		return nil, fmt.Errorf("decode sparse delta block %d: %w", b, err)
 	}
-	db.pos, db.symbols = dec.pos, dec.syms
-	if len(dec.escAt) > 0 {
-		db.escAt, db.escCode = dec.escAt, dec.escCode
-	}
-	dec.pos, dec.syms, dec.escAt, dec.escCode = nil, nil, nil, nil
 	return db, nil
 }
 

@@ -9,14 +9,17 @@ import (
 )
 
 // applyByBlocks is ApplyDelta through the block path: every block the range touches decoded
-// with DecodeBlock and applied with DecodedBlock.Apply.
+// (into the buffers of the one before, as the store recycles them) and applied with
+// DecodedBlock.Apply.
 func applyByBlocks(d *Delta, dst []byte, first int64, dir Direction) error {
 	lo, hi := d.BlockRange(first, int64(len(dst)/d.Info().Width))
+	var spare *DecodedBlock
 	for b := lo; b <= hi; b++ {
-		db, err := d.DecodeBlock(b)
+		db, err := d.DecodeBlockInto(b, spare)
 		if err != nil {
 			return err
 		}
+		spare = db
 		if err := db.Apply(dst, first, dir); err != nil {
 			return err
 		}
@@ -215,5 +218,64 @@ func TestApplyStepsRefusesMixedWidths(t *testing.T) {
 	}
 	if !bytes.Equal(dst, make([]byte, 2000)) {
 		t.Fatal("a refused ApplySteps changed dst")
+	}
+}
+
+// TestDecodeBlockIntoAnotherDeltasBlock reuses blocks across deltas of other widths and
+// densities: the refilled block applies exactly like a new one.
+func TestDecodeBlockIntoAnotherDeltasBlock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(51, 52))
+	type source struct {
+		width int
+		float bool
+		frac  float64
+	}
+	var deltas []*Delta
+	for _, src := range []source{{2, true, 0.3}, {4, true, 0.01}, {2, true, 0}, {1, false, 0.5}, {2, false, 0.05}} {
+		n := 3000 + rng.IntN(3000)
+		base := randomBytes(rng, n*src.width)
+		cur := bytes.Clone(base)
+		for i := range n {
+			if rng.Float64() < src.frac {
+				cur[i*src.width] ^= byte(1 + rng.IntN(255))
+			}
+		}
+		body, err := EncodeDelta(nil, base, cur, src.width, src.float)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := OpenDelta(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deltas = append(deltas, d)
+	}
+	var spare *DecodedBlock
+	for round := range 20 {
+		d := deltas[rng.IntN(len(deltas))]
+		fresh, err := d.DecodeBlock(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reused, err := d.DecodeBlockInto(0, spare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spare != nil && reused != spare {
+			t.Fatal("DecodeBlockInto did not refill the block it was given")
+		}
+		w := d.Info().Width
+		dst := randomBytes(rng, int(d.Info().Elements)*w)
+		want, got := bytes.Clone(dst), bytes.Clone(dst)
+		if err := fresh.Apply(want, 0, Backward); err != nil {
+			t.Fatal(err)
+		}
+		if err := reused.Apply(got, 0, Backward); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) || reused.Changes() != fresh.Changes() {
+			t.Fatalf("round %d: the refilled block (%d changes) applies differently from a new one (%d)", round, reused.Changes(), fresh.Changes())
+		}
+		spare = reused
 	}
 }

@@ -23,6 +23,12 @@ type blockKey struct {
 // content elements [first, first+len(buf)/width) of the object the first step starts from.
 func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 	var blocks []delta.BlockStep
+	var held []*cachedBlock
+	defer func() {
+		for _, cb := range held {
+			cb.release()
+		}
+	}()
 	for _, st := range steps {
 		d, err := s.loadDelta(st.obj)
 		if errors.Is(err, errStale) {
@@ -39,11 +45,12 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 		}
 		lo, hi := d.parsed.BlockRange(first, n)
 		for b := lo; b <= hi; b++ {
-			db, err := s.decodedBlock(st.obj, d, b)
+			cb, err := s.decodedBlock(st.obj, d, b)
 			if err != nil {
 				return err
 			}
-			blocks = append(blocks, delta.BlockStep{Block: db, Dir: st.dir})
+			held = append(held, cb)
+			blocks = append(blocks, delta.BlockStep{Block: cb.db, Dir: st.dir})
 		}
 	}
 	if err := delta.ApplySteps(buf, first, blocks); err != nil {
@@ -52,27 +59,38 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 	return nil
 }
 
-// decodedBlock returns block b of the loaded delta d of object id, decoding it if needed.
-func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*delta.DecodedBlock, error) {
+// decodedBlock returns block b of the loaded delta d of object id, decoding it if needed. The
+// caller holds a reference to it and must release it.
+func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
 	key := blockKey{id, b}
-	if db, ok := s.blocks.get(key); ok {
-		return db, nil
+	if cb, ok := s.blocks.get(key); ok {
+		return cb, nil
 	}
-	v, err, _ := s.blockFlight.Do(flightKey(id, b), func() (any, error) {
-		if db, ok := s.blocks.get(key); ok {
-			return db, nil
+	var built *cachedBlock // the decoding caller's, with its reference
+	_, err, _ := s.blockFlight.Do(flightKey(id, b), func() (any, error) {
+		if s.blocks.has(key) {
+			return nil, nil
 		}
-		db, err := d.parsed.DecodeBlock(b)
+		cb, err := decodeBlock(id, d, b)
 		if err != nil {
-			return nil, objectError(id, fmt.Errorf("decode delta: %v: %w", err, ErrCorrupt))
+			return nil, err
 		}
-		s.blocks.add(key, db, db.MemoryBytes())
-		return db, nil
+		s.blocks.add(key, cb, cb.db.MemoryBytes())
+		built = cb
+		return nil, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.(*delta.DecodedBlock), nil
+	if built != nil {
+		return built, nil
+	}
+	// Decoded by another caller: take a reference in the cache, or, if it was pushed out
+	// already (a small cache), decode one of our own.
+	if cb, ok := s.blocks.get(key); ok {
+		return cb, nil
+	}
+	return decodeBlock(id, d, b)
 }
 
 // flightKey is the singleflight key of (object, number): a page or a block.

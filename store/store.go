@@ -75,8 +75,8 @@ type Store struct {
 	objInfos    *lru[ID, *objectInfo]
 	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
-	blocks      *lru[blockKey, *delta.DecodedBlock] // decoded delta blocks (readblocks.go)
-	ra          *readAhead                          // background builds of the pages a sequential reader needs next
+	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
+	ra          *readAhead                   // background builds of the pages a sequential reader needs next
 	pageFlight  singleflight.Group
 	blockFlight singleflight.Group
 	metaMu      sync.Mutex
@@ -177,7 +177,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.manifests = newLRU[uint64, *version](64 << 20)
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
-	s.blocks = newLRU[blockKey, *delta.DecodedBlock](cacheBytes / 8)
+	s.blocks = newBlockCache(cacheBytes / 8)
 	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
 	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
 	// memory the daemon touches for the first time while it fills (kernel page faults).
