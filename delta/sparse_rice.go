@@ -101,7 +101,8 @@ func appendRice(w *bitWriter, gaps []uint32) {
 	w.flush()
 }
 
-// bitReader reads bits least-significant first. Bits of acc above n are always zero.
+// bitReader reads bits least-significant first. Bits of acc above n are always zero, and n is
+// at most 63 (so bit 63 of acc is never a bit of the stream: riceRun relies on it).
 type bitReader struct {
 	buf []byte
 	pos int    // next byte of buf to load
@@ -109,10 +110,10 @@ type bitReader struct {
 	n   uint   // number of loaded bits
 }
 
-// refill loads whole bytes until acc holds more than 56 bits or buf is exhausted.
+// refill loads whole bytes until acc holds more than 55 bits or buf is exhausted.
 func (r *bitReader) refill() {
 	if r.pos+8 <= len(r.buf) {
-		take := (64 - r.n) / 8
+		take := (63 - r.n) / 8
 		if take == 0 {
 			return
 		}
@@ -125,7 +126,7 @@ func (r *bitReader) refill() {
 		r.n += 8 * take
 		return
 	}
-	for r.n <= 56 && r.pos < len(r.buf) {
+	for r.n <= 55 && r.pos < len(r.buf) {
 		r.acc |= uint64(r.buf[r.pos]) << r.n
 		r.pos++
 		r.n += 8
@@ -208,58 +209,78 @@ func decodeRice(stream []byte, count int, blockLen uint64, pos []uint32) ([]uint
 			return pos[:have+done], false
 		}
 		k := uint(k64) & 31 // riceParamBits bits: the mask lets the compiler drop shift checks
-		mask := uint64(1)<<k - 1
-		// The hot loop keeps the reader's state in locals (registers), and hands it back to
-		// the reader only around refills and the slow path.
-		acc, n := r.acc, r.n
 		for end := min(done+riceGroup, count); done < end; done++ {
-			if n < 32 {
-				// Most codes are under 16 bits: a refill every few codes is enough. In the
-				// middle of the stream it is one unaligned load, of which the whole bytes
-				// that fit are kept (written out here: the call cost a fifth of the loop).
-				if r.pos+8 <= len(r.buf) {
-					take := (64 - n) >> 3
-					acc |= (binary.LittleEndian.Uint64(r.buf[r.pos:]) & (^uint64(0) >> (64 - 8*take))) << n
-					r.pos += int(take)
-					n += 8 * take
-				} else {
-					r.acc, r.n = acc, n
-					r.refill()
-					acc, n = r.acc, r.n
-				}
+			// The codes that are whole in the loaded bits, away from the stream's end:
+			// riceRun, a loop without calls, whose state stays in registers.
+			var bad bool
+			var run int
+			run, r.pos, r.acc, r.n, next, bad = riceRun(r.buf, r.pos, r.acc, r.n, k, out[done:end], next, blockLen)
+			if bad {
+				return pos[:have+done+run], false
 			}
-			var gap uint64
-			if z := uint(bits.TrailingZeros64(acc)); z+1+k <= n {
-				// Fast path: the whole code is loaded (z+k <= 63, so nothing overflows; an
-				// empty acc gives z = 64, which fails the test).
-				// z+k <= 63 here, so the shifts are written to need no out-of-range
-				// handling: z+1 is 64 only when k is 0 and mask drops everything.
-				gap = uint64(z)<<k | acc>>((z+1)&63)&mask
-				acc = acc >> ((z + k) & 63) >> 1
-				n -= z + 1 + k
-			} else {
-				r.acc, r.n = acc, n
-				q, ok := r.readUnary((blockLen - next) >> k)
-				if !ok {
-					return pos[:have+done], false
-				}
-				low, ok := r.readBits(k)
-				if !ok {
-					return pos[:have+done], false
-				}
-				acc, n = r.acc, r.n
-				gap = q<<k | low
+			if done += run; done == end {
+				break
+			}
+			// One code the slow way: it is longer than the loaded bits, or the stream
+			// ends within 8 bytes.
+			r.refill()
+			q, ok := r.readUnary((blockLen - next) >> k)
+			if !ok {
+				return pos[:have+done], false
+			}
+			low, ok := r.readBits(k)
+			if !ok {
+				return pos[:have+done], false
 			}
 			// The position must stay inside the block (next <= blockLen, so this is
 			// gap < blockLen - next).
-			p := next + gap
+			p := next + (q<<k | low)
 			if p >= blockLen {
 				return pos[:have+done], false
 			}
 			out[done] = uint32(p)
 			next = p + 1
 		}
-		r.acc, r.n = acc, n
 	}
 	return pos, r.atCleanEnd()
 }
+
+// riceRun decodes gaps of parameter k into out, positions from next on, while each code is
+// whole in the loaded bits (refilled while 8 bytes of buf remain from p). It returns how many
+// it decoded, the reader's state after them, and bad when a position fell outside the block.
+func riceRun(buf []byte, p int, acc uint64, n uint, k uint, out []uint32, next, blockLen uint64) (done int, p2 int, acc2 uint64, n2 uint, next2 uint64, bad bool) {
+	k &= 31
+	mask := uint64(1)<<k - 1
+	for i := range out {
+		if n < 32 {
+			// Most codes are under 16 bits: a refill every few codes is enough, one
+			// unaligned load of which the whole bytes that fit are kept.
+			if p+8 > len(buf) {
+				return i, p, acc, n, next, false
+			}
+			take := (63 - n) >> 3
+			acc |= (binary.LittleEndian.Uint64(buf[p:]) & (^uint64(0) >> (64 - 8*take))) << n
+			p += int(take)
+			n += 8 * take
+		}
+		// Bit 63 is never a stream bit (n <= 63): with it set the search needs no case for
+		// an empty acc (z = 63 fails the test below).
+		z := uint(bits.TrailingZeros64(acc | 1<<63))
+		used := z + 1 + k
+		if used > n {
+			return i, p, acc, n, next, false
+		}
+		// used <= n <= 63: the shifts need no out-of-range handling.
+		gap := uint64(z)<<k | acc>>((z+1)&63)&mask
+		acc >>= used & 63
+		n -= used
+		at := next + gap
+		if at >= blockLen {
+			return i, p, acc, n, next, true
+		}
+		out[i] = uint32(at)
+		next = at + 1
+	}
+	return len(out), p, acc, n, next, false
+}
+
