@@ -3,6 +3,7 @@ package delta
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 )
@@ -197,6 +198,11 @@ func ApplySteps(dst []byte, first int64, steps []BlockStep) error {
 	}
 	for lo := first; lo < end; lo += applyTile {
 		hi := min(lo+applyTile, end)
+		// dst usually comes from a direct read of the disk, so none of it is in the CPU's
+		// caches, and the steps touch nearly every cache line of a tile in scattered order,
+		// each miss a stall. Read in order first, the tile streams in (the hardware
+		// prefetcher follows): an old version's read took ~10% less CPU.
+		runtime.KeepAlive(touchLines(dst[(lo-first)*int64(w) : (hi-first)*int64(w)]))
 		for i, st := range steps {
 			b := st.Block
 			if b.width == 2 && b.values.float {
@@ -207,6 +213,15 @@ func ApplySteps(dst []byte, first int64, steps []BlockStep) error {
 		}
 	}
 	return nil
+}
+
+// touchLines loads one byte of every 64-byte cache line of b, in order.
+func touchLines(b []byte) byte {
+	var x byte
+	for i := 0; i < len(b); i += 64 {
+		x ^= b[i]
+	}
+	return x
 }
 
 // applyRange applies changes i, i+1, ... that lie before element end to dst (which starts at

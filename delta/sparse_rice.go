@@ -283,4 +283,3 @@ func riceRun(buf []byte, p int, acc uint64, n uint, k uint, out []uint32, next, 
 	}
 	return len(out), p, acc, n, next, false
 }
-
