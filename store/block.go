@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/weightfs/weightfs/delta"
@@ -13,33 +12,20 @@ import (
 // (page.go): a read ten deltas behind decodes ~5 bytes per change, 120 MB per 481 MiB, and
 // fresh memory for each block cost page faults and clearing.
 //
-// Every holder took one reference (decodeBlock, lru.get, the cache's own in lru.add) and gives
-// it back with release exactly once; it must not use db after.
+// Its references are those of counted (recycle.go), the first one decodeBlock's.
 type cachedBlock struct {
 	db   *delta.DecodedBlock
 	refs atomic.Int32
 }
 
-// freeBlocks holds blocks nobody holds any more, for decoding into.
-var freeBlocks struct {
-	mu     sync.Mutex
-	blocks []*delta.DecodedBlock
-}
-
-// maxFreeBlocks bounds the idle blocks: a full cache gives one back for each block it takes.
-const maxFreeBlocks = 64
+// freeBlocks holds blocks nobody holds any more, for decoding into. A full cache gives one
+// back for each block it takes.
+var freeBlocks = freeList[*delta.DecodedBlock]{max: 64}
 
 // decodeBlock decodes block b of delta d (of object id) into a recycled block; the caller
 // holds the one reference.
 func decodeBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
-	freeBlocks.mu.Lock()
-	var spare *delta.DecodedBlock
-	if k := len(freeBlocks.blocks); k > 0 {
-		spare = freeBlocks.blocks[k-1]
-		freeBlocks.blocks[k-1] = nil
-		freeBlocks.blocks = freeBlocks.blocks[:k-1]
-	}
-	freeBlocks.mu.Unlock()
+	spare, _ := freeBlocks.get()
 	db, err := d.parsed.DecodeBlockInto(b, spare)
 	if err != nil {
 		return nil, objectError(id, fmt.Errorf("decode delta: %v: %w", err, ErrCorrupt))
@@ -54,17 +40,12 @@ func (cb *cachedBlock) release() {
 	if cb.refs.Add(-1) != 0 {
 		return
 	}
-	freeBlocks.mu.Lock()
-	if len(freeBlocks.blocks) < maxFreeBlocks {
-		freeBlocks.blocks = append(freeBlocks.blocks, cb.db)
-	}
-	freeBlocks.mu.Unlock()
+	freeBlocks.put(cb.db)
 }
+
+func (cb *cachedBlock) hold() { cb.refs.Add(1) }
 
 // newBlockCache returns a block cache of limit bytes that holds references on its blocks.
 func newBlockCache(limit int64) *lru[blockKey, *cachedBlock] {
-	c := newLRU[blockKey, *cachedBlock](limit)
-	c.share = func(cb *cachedBlock) { cb.refs.Add(1) }
-	c.drop = (*cachedBlock).release
-	return c
+	return newCountingCache[blockKey, *cachedBlock](limit)
 }

@@ -45,7 +45,7 @@ func TestBlockReferences(t *testing.T) {
 	want := held.db.Changes()
 	held.release()
 	freeBlocks.mu.Lock()
-	recycled := len(freeBlocks.blocks) > 0 && freeBlocks.blocks[len(freeBlocks.blocks)-1] == held.db
+	recycled := len(freeBlocks.items) > 0 && freeBlocks.items[len(freeBlocks.items)-1] == held.db
 	freeBlocks.mu.Unlock()
 	if !recycled {
 		t.Fatal("a released block was not kept for reuse")

@@ -14,9 +14,10 @@ type lru[K comparable, V any] struct {
 	order *list.List // front: most recently used
 	items map[K]*list.Element
 
-	// Reference counting for values that are recycled (pages): share is called, under the
-	// lock, for the cache's own hold when a value is stored and for the caller's when get
-	// returns one; drop when the cache lets go of a value. Nil for plain values.
+	// Reference counting for values that are recycled (counted, recycle.go): share is
+	// called, under the lock, for the cache's own hold when a value is stored and for the
+	// caller's when get returns one; drop when the cache lets go of a value. Nil for plain
+	// values.
 	share, drop func(V)
 }
 

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -11,9 +10,7 @@ import (
 // once nobody holds them: a version read end to end would otherwise take a MiB of fresh memory
 // for every MiB served, which the runtime clears and the kernel faults in 4 KiB at a time.
 //
-// Every holder took one reference (newPage, lru.get, the cache's own in lru.add) and gives it
-// back with release exactly once; a holder that forgets only keeps the buffer from being
-// reused. A holder must not touch b after its release.
+// Its references are those of counted (recycle.go), the first one newPage's.
 type cachedPage struct {
 	b []byte // the page's bytes: within raw, or a buffer of their own for short pages
 	// raw is the recycled buffer b lies in: directAlign-aligned and pageBufferLen long, so
@@ -27,18 +24,10 @@ type cachedPage struct {
 // and after it.
 const pageBufferLen = pageSize + 2*directAlign
 
-// freePages holds released pages with recycled buffers (raw != nil) for the next builds. Not a
-// sync.Pool: the runtime empties a Pool at every collection, and a read of an old version
-// collects every few MiB, so most pages came from fresh memory after all (perf counted ~50k
-// page faults per 481 MiB read, three quarters of them in the page builders' pread).
-var freePages struct {
-	mu    sync.Mutex
-	pages []*cachedPage
-}
-
-// maxFreePages bounds the idle buffers: a full page cache gives one back for each page it
-// takes, so only the pages released in a burst (a reader's replies, a cache cleared) wait here.
-const maxFreePages = 32
+// freePages holds released pages with recycled buffers (raw != nil) for the next builds. A
+// full page cache gives one back for each page it takes, so only the pages released in a
+// burst (a reader's replies, a cache cleared) wait here.
+var freePages = freeList[*cachedPage]{max: 32}
 
 // minRecycledLen is the shortest page that gets a whole recycled buffer: a tensor's last page
 // is partial, and most of a model's tensors are a few pages long. Shorter pages (small tensors)
@@ -53,15 +42,8 @@ func newPage(n int64) *cachedPage {
 		p.refs.Store(1)
 		return p
 	}
-	freePages.mu.Lock()
-	var p *cachedPage
-	if k := len(freePages.pages); k > 0 {
-		p = freePages.pages[k-1]
-		freePages.pages[k-1] = nil
-		freePages.pages = freePages.pages[:k-1]
-	}
-	freePages.mu.Unlock()
-	if p == nil {
+	p, ok := freePages.get()
+	if !ok {
 		p = &cachedPage{raw: alignedBuffer(pageBufferLen)}
 	}
 	p.b = p.raw[:n]
@@ -89,17 +71,12 @@ func (p *cachedPage) release() {
 	if p.refs.Add(-1) != 0 || p.raw == nil {
 		return
 	}
-	freePages.mu.Lock()
-	if len(freePages.pages) < maxFreePages {
-		freePages.pages = append(freePages.pages, p)
-	}
-	freePages.mu.Unlock()
+	freePages.put(p)
 }
+
+func (p *cachedPage) hold() { p.refs.Add(1) }
 
 // newPageCache returns a page cache of limit bytes that holds references on its pages.
 func newPageCache(limit int64) *lru[pageKey, *cachedPage] {
-	c := newLRU[pageKey, *cachedPage](limit)
-	c.share = func(p *cachedPage) { p.refs.Add(1) }
-	c.drop = (*cachedPage).release
-	return c
+	return newCountingCache[pageKey, *cachedPage](limit)
 }

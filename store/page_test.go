@@ -79,16 +79,16 @@ func TestPageReferences(t *testing.T) {
 // collections (a sync.Pool would drop them, and the next page would be fresh memory).
 func TestPagesSurviveCollections(t *testing.T) {
 	freePages.mu.Lock()
-	saved := freePages.pages
-	freePages.pages = nil
+	saved := freePages.items
+	freePages.items = nil
 	freePages.mu.Unlock()
 	t.Cleanup(func() {
 		freePages.mu.Lock()
-		freePages.pages = saved
+		freePages.items = saved
 		freePages.mu.Unlock()
 	})
 	var released []*cachedPage
-	for range maxFreePages + 3 {
+	for range freePages.max + 3 {
 		released = append(released, newPage(pageSize))
 	}
 	for _, p := range released {
@@ -97,17 +97,17 @@ func TestPagesSurviveCollections(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 	reused := map[*cachedPage]bool{}
-	for _, p := range released[:maxFreePages] {
+	for _, p := range released[:freePages.max] {
 		reused[p] = true
 	}
-	for i := range maxFreePages {
+	for i := range freePages.max {
 		if p := newPage(pageSize); !reused[p] {
 			t.Fatalf("page %d after two collections: not one of the released buffers", i)
 		}
 	}
-	for _, p := range released[maxFreePages:] {
+	for _, p := range released[freePages.max:] {
 		if p == newPage(pageSize) {
-			t.Fatal("more buffers kept than maxFreePages")
+			t.Fatal("more buffers kept than freePages.max")
 		}
 	}
 }

@@ -1,0 +1,57 @@
+package store
+
+import "sync"
+
+// Recycling of the read path's big buffers (pages: page.go; decoded blocks: block.go). A
+// version read end to end would otherwise take fresh memory for every MiB served, which the
+// runtime clears and the kernel faults in 4 KiB at a time.
+
+// freeList holds released values for reuse, at most max of them. Not a sync.Pool: the runtime
+// empties a Pool at every collection, and a read of an old version collects every few MiB,
+// so most values came from fresh memory after all.
+type freeList[T any] struct {
+	mu    sync.Mutex
+	items []T
+	max   int
+}
+
+// get takes a value, if there is one.
+func (f *freeList[T]) get() (T, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var zero T
+	k := len(f.items)
+	if k == 0 {
+		return zero, false
+	}
+	v := f.items[k-1]
+	f.items[k-1] = zero
+	f.items = f.items[:k-1]
+	return v, true
+}
+
+// put keeps v for reuse unless the list is full.
+func (f *freeList[T]) put(v T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.items) < f.max {
+		f.items = append(f.items, v)
+	}
+}
+
+// counted is a value that counts its holders and is recycled when the last lets go. Every
+// holder took one reference (at creation, from lru.get, or the cache's own in lru.add) and
+// gives it back with release exactly once; a holder that forgets only keeps the value from
+// being reused. A holder must not use the value after its release.
+type counted interface {
+	hold()
+	release()
+}
+
+// newCountingCache returns a cache of limit bytes that holds references on its values.
+func newCountingCache[K comparable, V counted](limit int64) *lru[K, V] {
+	c := newLRU[K, V](limit)
+	c.share = V.hold
+	c.drop = V.release
+	return c
+}
