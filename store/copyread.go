@@ -23,56 +23,66 @@ import (
 // block size, at most 4 KiB on the disks a store lives on.
 const directAlign = 4096
 
-// readPage fills page with bytes [off, off+len(page.b)) of object id from the copy and says
-// whether it read them with O_DIRECT: it does when the page cache does not hold them all
-// (a partly cached page is read whole from the disk), into page.raw, and moves page.b to
-// where they landed. Short pages, files that refuse O_DIRECT and kernels that cannot tell
-// what they cache read through the page cache.
+// readPage fills page with bytes [off, off+len(page.b)) of object id from the copy (readInto
+// into page.raw, which moves page.b to where they landed) and says whether it read them with
+// O_DIRECT. Short pages (raw nil) read through the page cache.
 func (v *matView) readPage(id ID, page *cachedPage, off int64) (direct bool, err error) {
 	if page.raw == nil {
 		return false, v.readAt(id, page.b, off)
 	}
+	b, direct, err := v.readInto(id, page.raw, off, int64(len(page.b)))
+	if err == nil {
+		page.b = b
+	}
+	return direct, err
+}
+
+// readInto reads bytes [off, off+n) of object id from the copy into raw, a directAlign-aligned
+// buffer at least n+2*directAlign long, and returns them (a part of raw) and whether it read
+// them with O_DIRECT. It does when the page cache does not hold them all (partly cached bytes
+// are read whole from the disk). Files that refuse O_DIRECT and kernels that cannot tell what
+// they cache read through the page cache.
+func (v *matView) readInto(id ID, raw []byte, off, n int64) (b []byte, direct bool, err error) {
 	loc, ok := v.m.locs[id]
 	if !ok {
-		return false, fmt.Errorf("materialized copy does not hold object %s", id)
+		return nil, false, fmt.Errorf("materialized copy does not hold object %s", id)
 	}
-	n := int64(len(page.b))
 	abs := loc.off + off
 	// raw[i] holds file byte base+i: base is abs rounded down to a block, so that every
 	// block-aligned file offset lands at a block-aligned address.
 	base := abs - abs%directAlign
-	page.b = page.raw[abs-base : abs-base+n]
+	b = raw[abs-base : abs-base+n]
 	f, err := v.m.file(loc.path)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	if all, known := rangeCached(f, abs, n); all || !known {
-		return false, v.readAt(id, page.b, off)
+		return b, false, v.readAt(id, b, off)
 	}
 	df, err := v.m.directFile(loc.path)
 	if errors.Is(err, errNoDirectIO) {
-		return false, v.readAt(id, page.b, off)
+		return b, false, v.readAt(id, b, off)
 	}
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	to := min((abs+n+directAlign-1)/directAlign*directAlign, base+int64(len(page.raw)))
-	got, err := df.ReadAt(page.raw[:to-base], base)
+	to := min((abs+n+directAlign-1)/directAlign*directAlign, base+int64(len(raw)))
+	got, err := df.ReadAt(raw[:to-base], base)
 	if errors.Is(err, syscall.EINVAL) {
 		// The device wants larger blocks than directAlign: the page cache it is, from now on.
 		v.m.filesMu.Lock()
 		v.m.noDirect = true
 		v.m.filesMu.Unlock()
-		return false, v.readAt(id, page.b, off)
+		return b, false, v.readAt(id, b, off)
 	}
 	if base+int64(got) < abs+n {
 		if err == nil || errors.Is(err, io.EOF) {
 			err = fmt.Errorf("short read of %d bytes at %d: %w", to-base, base, ErrCorrupt)
 		}
 		v.m.broken.Store(true) // someone damaged the copy: rebuild it at the next ensure
-		return true, fmt.Errorf("read materialized copy of %s: %w", loc.path, err)
+		return nil, true, fmt.Errorf("read materialized copy of %s: %w", loc.path, err)
 	}
-	return true, nil
+	return b, true, nil
 }
 
 // readAt reads bytes [off, off+len(p)) of object id from the copy.

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -17,6 +19,9 @@ import (
 func evictCopy(t *testing.T, m *materialized) {
 	t.Helper()
 	err := filepath.WalkDir(m.dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // no copy yet
+		}
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -179,4 +184,91 @@ func TestReadPageDirect(t *testing.T) {
 	if _, err := view.readPage(last.id, page, last.off); err == nil || !view.m.broken.Load() {
 		t.Fatalf("read of a page past the copy's end: err %v, broken %v", err, view.m.broken.Load())
 	}
+}
+
+// TestStreamMatchesBatchWithColdCopy is TestStreamMatchesBatch with the copy out of the page
+// cache before every version: the stream's bases are then read with O_DIRECT, the next chunk
+// of a base in the background.
+func TestStreamMatchesBatchWithColdCopy(t *testing.T) {
+	versions := streamSeries(t, 4, 3)
+	opts := Options{MaxChain: 2, Logf: func(string, ...any) {}}
+	a, _ := newStore(t, opts)
+	b, _ := newStore(t, opts)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i, files := range versions {
+		v := uint64(i + 1)
+		sealBatch(t, a, v, files)
+		evictCopy(t, b.mat)
+		sealStreamed(t, b, v, files, rng)
+		sameStores(t, fmt.Sprintf("v%d", v), a, b, v)
+	}
+	if _, err := b.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBaseReaderReadsAhead reads an object of the cold copy in chunks: each chunk after the
+// first comes from the read ahead; a read elsewhere, a chunk longer than the buffers and a
+// warm copy give the same bytes as reading through the page cache.
+func TestBaseReaderReadsAhead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(71, 72))
+	const elems = 5<<20 + 333 // 10 MiB and a bit: three chunks
+	s, _ := newStore(t, Options{})
+	commitTree(t, s, 1, map[string][]byte{"model.safetensors": safetensorsFile(t,
+		testTensor{"w", delta.DTypeBF16, []int64{elems}, bf16Like(rng, elems)})})
+	view := s.mat.view()
+	if view == nil {
+		t.Fatal("no materialized copy")
+	}
+	defer view.release()
+	var id ID
+	for k := range view.m.locs {
+		id = k
+	}
+	m, err := s.meta(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, m.ContentLen)
+	if err := view.readAt(id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	evictCopy(t, s.mat)
+	if _, known := rangeCached(mustFile(t, view, id), 0, 1); !known {
+		t.Skip("the kernel has no cachestat(2)")
+	}
+	r := baseReader{s: s}
+	defer r.wait()
+	for off := int64(0); off < m.ContentLen; off += ingestChunk {
+		n := min(ingestChunk, m.ContentLen-off)
+		cur := r.cur
+		b, err := r.read(view, id, off, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEqualBytes(t, fmt.Sprintf("chunk at %d", off), b, want[off:off+n])
+		if off > 0 && r.cur == cur && !view.m.noDirect {
+			t.Fatalf("chunk at %d: not the read ahead", off)
+		}
+		if off+n < m.ContentLen && r.ahead == nil && !view.m.noDirect {
+			t.Fatalf("chunk at %d: nothing read ahead", off)
+		}
+	}
+	// Elsewhere (the read ahead is dropped), too long for the buffers, and warm.
+	for _, c := range []struct{ off, n int64 }{{12345, 1000}, {7, ingestChunk + 10}, {12345, 1000}} {
+		b, err := r.read(view, id, c.off, c.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEqualBytes(t, fmt.Sprintf("%d bytes at %d", c.n, c.off), b, want[c.off:c.off+c.n])
+	}
+}
+
+func mustFile(t *testing.T, view *matView, id ID) *os.File {
+	t.Helper()
+	f, err := view.m.file(view.m.locs[id].path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -397,6 +397,8 @@ func (st *FileStream) stopLocked() {
 	close(st.hashes)
 	close(st.fileHashes)
 	<-st.workerDone
+	st.wk.base.wait() // its read ahead, if any; then its buffers go
+	st.wk.base = baseReader{}
 	<-st.hasherDone
 	<-st.fileHasherDone
 	st.jobs, st.hashes, st.fileHashes = nil, nil, nil

@@ -42,7 +42,8 @@ type workerState struct {
 	blob        *objStream   // the whole-file object, for a file stored whole
 	blobFailed  bool         // the switch to a whole-file object failed: replay the tensors
 	unprocessed []streamJob  // jobs not done after a failure, in order: their bytes are raw
-	baseBuf     []byte
+	base        baseReader // reads of the bases from the copy (stream_base.go)
+	plainBase   []byte     // bases read through the store's read path
 	ch          delta.Changes
 }
 
@@ -181,14 +182,11 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 		return true, ts.fw.write(data)
 	}
 	wk := &st.wk
-	if cap(wk.baseBuf) < streamChunkSize {
-		wk.baseBuf = make([]byte, streamChunkSize)
-	}
-	base := wk.baseBuf[:len(data)]
 	if err := st.s.failpoint("stream-base-read"); err != nil {
 		return false, err
 	}
-	if err := st.readBase(ts, base, off); err != nil {
+	base, err := st.readBase(ts, off, int64(len(data)))
+	if err != nil {
 		return false, err
 	}
 	ts.hb.Write(base)
@@ -232,18 +230,25 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	return true, nil
 }
 
-// readBase reads bytes [off, off+len(p)) of the tensor's base: from the materialized copy
-// when it holds it, else through the store's read path (the copy moved on meanwhile).
-func (st *FileStream) readBase(ts *tensorState, p []byte, off int64) error {
+// readBase returns bytes [off, off+n) (n <= ingestChunk) of the tensor's base, valid until the
+// next readBase: from the materialized copy when it holds it, else through the store's read
+// path (the copy moved on meanwhile).
+func (st *FileStream) readBase(ts *tensorState, off, n int64) ([]byte, error) {
+	wk := &st.wk
+	wk.base.s = st.s
 	if view := st.s.mat.view(); view != nil {
 		if view.holds(ts.base) {
-			err := view.readAt(ts.base, p, off)
+			b, err := wk.base.read(view, ts.base, off, n)
 			view.release()
-			return err
+			return b, err
 		}
 		view.release() // readObject takes its own hold: never two at once
 	}
-	return st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, p, readOpts{})
+	if int64(cap(wk.plainBase)) < n {
+		wk.plainBase = make([]byte, max(n, streamChunkSize))
+	}
+	b := wk.plainBase[:n]
+	return b, st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
 }
 
 // byteSink takes bytes in order: an objStream, or an io.Writer through writerSink.
@@ -254,11 +259,10 @@ type byteSink interface{ write([]byte) error }
 // so the bytes rebuilt are exactly the bytes received, or it fails.
 func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink) error {
 	end := ts.done
-	buf := make([]byte, min(end, streamChunkSize))
 	check := ts.hb.fresh()
-	for off := int64(0); off < end; off += int64(len(buf)) {
-		b := buf[:min(int64(len(buf)), end-off)]
-		if err := st.readBase(ts, b, off); err != nil {
+	for off := int64(0); off < end; off += streamChunkSize {
+		b, err := st.readBase(ts, off, min(streamChunkSize, end-off))
+		if err != nil {
 			return err
 		}
 		check.Write(b)
