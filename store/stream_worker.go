@@ -42,8 +42,8 @@ type workerState struct {
 	blob        *objStream   // the whole-file object, for a file stored whole
 	blobFailed  bool         // the switch to a whole-file object failed: replay the tensors
 	unprocessed []streamJob  // jobs not done after a failure, in order: their bytes are raw
-	base        baseReader // reads of the bases from the copy (stream_base.go)
-	plainBase   []byte     // bases read through the store's read path
+	base        baseReader   // reads of the bases from the copy (stream_base.go)
+	plainBase   []byte       // bases read through the store's read path
 	ch          delta.Changes
 }
 
