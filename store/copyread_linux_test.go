@@ -186,9 +186,9 @@ func TestReadPageDirect(t *testing.T) {
 	}
 }
 
-// TestStreamMatchesBatchWithColdCopy is TestStreamMatchesBatch with the copy out of the page
-// cache before every version: the stream's bases are then read with O_DIRECT, the next chunk
-// of a base in the background.
+// TestStreamMatchesBatchWithColdCopy is TestStreamMatchesBatch with the copies out of the page
+// cache before every version: the bases of both paths are then read with O_DIRECT, the next
+// chunk of a base in the background.
 func TestStreamMatchesBatchWithColdCopy(t *testing.T) {
 	versions := streamSeries(t, 4, 3)
 	opts := Options{MaxChain: 2, Logf: func(string, ...any) {}}
@@ -197,6 +197,7 @@ func TestStreamMatchesBatchWithColdCopy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i, files := range versions {
 		v := uint64(i + 1)
+		evictCopy(t, a.mat)
 		sealBatch(t, a, v, files)
 		evictCopy(t, b.mat)
 		sealStreamed(t, b, v, files, rng)

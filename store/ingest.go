@@ -199,17 +199,19 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	// wrong object, forever; this costs one more SHA-256 pass and rules that out.
 	hb := sha256.New()
 	cur := make([]byte, min(size, ingestChunk))
-	old := make([]byte, len(cur))
+	base := baseReader{s: s} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
+	defer base.wait()
 	var ch delta.Changes
 	var baseVals []byte
 	var crc uint32 // of the new bytes: the next version checks them with it (stream_crc.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
-		c, b := cur[:n], old[:n]
+		c := cur[:n]
 		if err := readAtFull(src, c, off); err != nil {
 			return nil, id, 0, err
 		}
-		if err := view.readAt(baseID, b, off); err != nil {
+		b, err := base.read(view, baseID, off, n)
+		if err != nil {
 			return nil, id, 0, err
 		}
 		h.Write(c)

@@ -98,6 +98,19 @@ func (m *materialized) view() *matView {
 	return &matView{m: m, ver: m.ver, gen: m.gen}
 }
 
+// tryView is view for a goroutine that a holder of a view waits for: it does not wait for a
+// change of the copy that waits for that holder (nil instead).
+func (m *materialized) tryView() *matView {
+	if !m.mu.TryRLock() {
+		return nil
+	}
+	if m.ver == nil {
+		m.mu.RUnlock()
+		return nil
+	}
+	return &matView{m: m, ver: m.ver, gen: m.gen}
+}
+
 func (v *matView) release() {
 	if v != nil {
 		v.m.mu.RUnlock()

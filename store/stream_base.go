@@ -1,6 +1,7 @@
 package store
 
-// The bases a stream diffs against are read from the materialized copy as the bytes arrive.
+// The bases a stream (or a batch ingest: Writer.diffTensor) diffs against are read from the
+// materialized copy as the bytes arrive.
 // After a restart, or whenever the kernel dropped it, the copy is cold, and reading it through
 // the page cache cost the kernel 1.8 CPU-s per GB here (a fresh page of memory for every
 // 4 KiB, filled, copied out, later reclaimed), on a path that is CPU-bound on two cores. So
@@ -8,8 +9,8 @@ package store
 // buffers, and, since the kernel reads ahead only through its page cache, the next chunk of
 // the same base is read in the background while the worker diffs this one.
 
-// baseReader is the worker's reader of base bytes from the copy. Not safe for concurrent use:
-// the worker's alone.
+// baseReader reads base bytes from the copy for one ingesting goroutine (a stream's worker,
+// a batch ingest). Not safe for concurrent use.
 type baseReader struct {
 	s     *Store
 	bufs  [2][]byte // directAlign-aligned, ingestChunk+2*directAlign long; made when first used
@@ -69,9 +70,11 @@ func (r *baseReader) readAhead(view *matView, id ID, off, n int64) {
 	r.ahead = a
 	go func() {
 		defer close(a.done)
-		// A hold of its own: the worker's ends when its read returns. A copy changed in
-		// between (another generation) makes the read useless, not wrong: read checks gen.
-		v := r.s.mat.view()
+		// A hold of its own (the caller's ends when its read returns), but not one that
+		// waits: a change of the copy waiting for the caller's hold would wait for this
+		// read, and this read for it. A copy changed in between (another generation)
+		// makes the read useless, not wrong: read checks gen.
+		v := r.s.mat.tryView()
 		if v == nil || v.gen != a.gen || !v.holds(a.id) {
 			v.release()
 			a.err = errStale
