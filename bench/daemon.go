@@ -14,13 +14,13 @@ import (
 	"time"
 )
 
-// Timeouts of a daemon's life. A mount that takes longer than mountTimeout to appear, or a
-// daemon that does not exit within stopTimeout of SIGTERM, is an error (and is detached and
-// killed so the run can go on).
+// Timeouts of a daemon's life. A mount that takes longer than mountTimeout to appear, a mount
+// still there unmountWait after SIGTERM, or a daemon that does not exit within stopTimeout
+// after that, is an error (the mount is detached and the daemon killed so the run can go on).
 const (
 	mountTimeout = 2 * time.Minute
 	unmountWait  = 10 * time.Second // after SIGTERM, before the mount is detached lazily
-	stopTimeout  = 2 * time.Minute  // after the detach, before the daemon is killed
+	stopTimeout  = 2 * time.Minute  // after the unmount or the detach, before the daemon is killed
 	pollEvery    = 20 * time.Millisecond
 )
 
@@ -107,6 +107,43 @@ func (d *daemon) waitMounted(ctx context.Context) error {
 	}
 }
 
+// awaitExit waits for the daemon's exit after SIGTERM. Once the mount is gone the daemon may
+// still finish its work (a weightfs writer brings its copy of the latest version forward
+// after a seal, which its exit waits for): it gets stopTimeout for that. A mount still there
+// after unmountWait is detached lazily; a daemon that does not exit is killed. Both are errors.
+func (d *daemon) awaitExit() error {
+	deadline := time.Now().Add(unmountWait)
+	for {
+		select {
+		case <-d.exited:
+			return nil
+		case <-time.After(pollEvery):
+		}
+		if mounted, err := isMountpoint(d.mnt); err == nil && !mounted {
+			select {
+			case <-d.exited:
+				return nil
+			case <-time.After(stopTimeout):
+				_ = d.cmd.Process.Kill()
+				<-d.exited
+				return fmt.Errorf("%s unmounted but did not exit within %v of SIGTERM: killed", d.name, stopTimeout)
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	derr := detach(d.mnt)
+	select {
+	case <-d.exited:
+		return fmt.Errorf("%s did not unmount within %v of SIGTERM: detached (%v)", d.name, unmountWait, derr)
+	case <-time.After(stopTimeout):
+	}
+	_ = d.cmd.Process.Kill()
+	<-d.exited
+	return fmt.Errorf("%s did not exit after SIGTERM and a lazy unmount: killed (detach: %v)", d.name, derr)
+}
+
 // stop unmounts (SIGTERM: both daemons unmount and exit on it) and waits for the exit. If the
 // unmount does not happen (a file still open: an interrupted write), the mount is detached
 // lazily, and a daemon that still does not exit is killed. It is an error if the daemon
@@ -120,18 +157,8 @@ func (d *daemon) shutdown() error {
 		if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return fmt.Errorf("signal %s: %w", d.name, err)
 		}
-		select {
-		case <-d.exited:
-		case <-time.After(unmountWait):
-			derr := detach(d.mnt)
-			select {
-			case <-d.exited:
-				return fmt.Errorf("%s did not unmount within %v of SIGTERM: detached (%v)", d.name, unmountWait, derr)
-			case <-time.After(stopTimeout):
-			}
-			_ = d.cmd.Process.Kill()
-			<-d.exited
-			return fmt.Errorf("%s did not exit after SIGTERM and a lazy unmount: killed (detach: %v)", d.name, derr)
+		if err := d.awaitExit(); err != nil {
+			return err
 		}
 	}
 	if mounted, _ := isMountpoint(d.mnt); mounted {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseMountinfo(t *testing.T) {
@@ -81,5 +83,28 @@ func TestDaemonExitsBeforeMount(t *testing.T) {
 	}
 	if n := len(b.clean.actions); n != 0 {
 		t.Fatalf("%d clean-up actions left", n)
+	}
+}
+
+// TestDaemonFinishesAfterUnmount: a daemon whose mount is gone may take longer than
+// unmountWait to exit after SIGTERM (a weightfs writer finishing its copy's update): that is
+// no error.
+func TestDaemonFinishesAfterUnmount(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", `trap 'sleep 12; exit 0' TERM; while :; do sleep 0.05; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{name: "slow-exit", mnt: t.TempDir(), cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		d.waitErr = cmd.Wait()
+		close(d.exited)
+	}()
+	time.Sleep(100 * time.Millisecond) // the trap is set
+	start := time.Now()
+	if err := d.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if took := time.Since(start); took < unmountWait {
+		t.Fatalf("returned after %v, before the daemon exited", took)
 	}
 }
