@@ -27,9 +27,7 @@ func cmdMount(e *env, args []string) error {
 	if *version != "" && !*readOnly {
 		return usagef("--version serves a sealed version and needs --read-only")
 	}
-	if *readOnly {
-		readerProcs()
-	}
+	mountProcs()
 	// A read-only mount serves the latest version from a local materialized copy in its cache
 	// directory, brought forward by the few changed elements each new version adds (a pinned
 	// older version needs none).
