@@ -190,22 +190,7 @@ func TestReadPageDirect(t *testing.T) {
 // cache before every version: the bases of both paths are then read with O_DIRECT, the next
 // chunk of a base in the background.
 func TestStreamMatchesBatchWithColdCopy(t *testing.T) {
-	versions := streamSeries(t, 4, 3)
-	opts := Options{MaxChain: 2, Logf: func(string, ...any) {}}
-	a, _ := newStore(t, opts)
-	b, _ := newStore(t, opts)
-	rng := rand.New(rand.NewPCG(7, 8))
-	for i, files := range versions {
-		v := uint64(i + 1)
-		evictCopy(t, a.mat)
-		sealBatch(t, a, v, files)
-		evictCopy(t, b.mat)
-		sealStreamed(t, b, v, files, rng)
-		sameStores(t, fmt.Sprintf("v%d", v), a, b, v)
-	}
-	if _, err := b.Verify(nil); err != nil {
-		t.Fatal(err)
-	}
+	streamAndBatch(t, streamSeries(t, 4, 3), 7, func(s *Store) { evictCopy(t, s.mat) })
 }
 
 // TestBaseReaderReadsAhead reads an object of the cold copy in chunks: each chunk after the

@@ -232,20 +232,7 @@ func sameStores(t testing.TB, what string, a, b *Store, v uint64) {
 // in random pieces: every manifest and every object must be the same. A short chain makes
 // anchors (whole copies with links) of the changing tensors.
 func TestStreamMatchesBatch(t *testing.T) {
-	versions := streamSeries(t, 6, 1)
-	opts := Options{MaxChain: 2, Logf: func(string, ...any) {}}
-	a, _ := newStore(t, opts)
-	b, _ := newStore(t, opts)
-	rng := rand.New(rand.NewPCG(5, 6))
-	for i, files := range versions {
-		v := uint64(i + 1)
-		sealBatch(t, a, v, files)
-		sealStreamed(t, b, v, files, rng)
-		sameStores(t, fmt.Sprintf("v%d", v), a, b, v)
-	}
-	if _, err := b.Verify(nil); err != nil {
-		t.Fatal(err)
-	}
+	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, nil)
 	// The series took every way of storing a tensor.
 	kinds := map[string]int{}
 	for _, file := range reachable(t, b) {
@@ -264,6 +251,33 @@ func TestStreamMatchesBatch(t *testing.T) {
 			t.Errorf("no %s object in the series: %v", k, kinds)
 		}
 	}
+}
+
+// streamAndBatch seals the versions into two stores, through the batch path and streamed in
+// random writes, calling before (if not nil) with each store before each version, and
+// requires the same versions and objects; it returns the streamed store, verified.
+func streamAndBatch(t *testing.T, versions []map[string][]byte, seed uint64, before func(*Store)) *Store {
+	t.Helper()
+	opts := Options{MaxChain: 2, Logf: func(string, ...any) {}}
+	a, _ := newStore(t, opts)
+	b, _ := newStore(t, opts)
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i, files := range versions {
+		v := uint64(i + 1)
+		if before != nil {
+			before(a)
+		}
+		sealBatch(t, a, v, files)
+		if before != nil {
+			before(b)
+		}
+		sealStreamed(t, b, v, files, rng)
+		sameStores(t, fmt.Sprintf("v%d", v), a, b, v)
+	}
+	if _, err := b.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestStreamClassifiesLikeBatch pins the classification of the series' odd files.
