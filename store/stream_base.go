@@ -13,7 +13,7 @@ package store
 // a batch ingest). Not safe for concurrent use.
 type baseReader struct {
 	s     *Store
-	bufs  [2][]byte // directAlign-aligned, ingestChunk+2*directAlign long; made when first used
+	bufs  [2][]byte // directAlign-aligned (buf), made when first used
 	cur   int       // the buffer the last bytes returned live in
 	ahead *baseRead // the read of the next chunk, into bufs[1-cur]
 }
@@ -36,9 +36,6 @@ func (r *baseReader) read(view *matView, id ID, off, n int64) ([]byte, error) {
 		b := make([]byte, n)
 		return b, view.readAt(id, b, off)
 	}
-	if r.bufs[0] == nil {
-		r.bufs[0], r.bufs[1] = alignedBuffer(ingestChunk+2*directAlign), alignedBuffer(ingestChunk+2*directAlign)
-	}
 	if a := r.ahead; a != nil {
 		r.ahead = nil
 		<-a.done
@@ -48,7 +45,7 @@ func (r *baseReader) read(view *matView, id ID, off, n int64) ([]byte, error) {
 			return a.b, nil
 		}
 	}
-	b, direct, err := view.readInto(id, r.bufs[r.cur], off, n)
+	b, direct, err := view.readInto(id, r.buf(r.cur, n), off, n)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +63,7 @@ func (r *baseReader) readAhead(view *matView, id ID, off, n int64) {
 		return
 	}
 	a := &baseRead{id: id, off: off, n: min(n, m.ContentLen-off), gen: view.gen, done: make(chan struct{})}
-	raw := r.bufs[1-r.cur]
+	raw := r.buf(1-r.cur, a.n)
 	r.ahead = a
 	go func() {
 		defer close(a.done)
@@ -83,6 +80,20 @@ func (r *baseReader) readAhead(view *matView, id ID, off, n int64) {
 		a.b, _, a.err = v.readInto(a.id, raw, a.off, a.n)
 		v.release()
 	}()
+}
+
+// buf returns buffer i, large enough for n bytes read with O_DIRECT; no read may be under way
+// into it. Buffers grow in powers of two up to a chunk: a batch ingest has a reader per
+// tensor, and most tensors are small.
+func (r *baseReader) buf(i int, n int64) []byte {
+	if need := int(n) + 2*directAlign; len(r.bufs[i]) < need {
+		size := 64 << 10
+		for size < need {
+			size *= 2
+		}
+		r.bufs[i] = alignedBuffer(max(min(size, ingestChunk+2*directAlign), need))
+	}
+	return r.bufs[i]
 }
 
 // wait lets a read in the background finish (the worker's buffers are free again).
