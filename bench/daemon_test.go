@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,7 +91,10 @@ func TestDaemonExitsBeforeMount(t *testing.T) {
 // unmountWait to exit after SIGTERM (a weightfs writer finishing its copy's update): that is
 // no error.
 func TestDaemonFinishesAfterUnmount(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c", `trap 'sleep 12; exit 0' TERM; while :; do sleep 0.05; done`)
+	ready := filepath.Join(t.TempDir(), "ready")
+	// It exits 2 s after unmountWait: the harness must wait that long and see a clean exit.
+	script := fmt.Sprintf(`trap 'sleep %d; exit 0' TERM; touch %q; while :; do sleep 0.05; done`, int(unmountWait/time.Second)+2, ready)
+	cmd := exec.Command("/bin/sh", "-c", script)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +103,23 @@ func TestDaemonFinishesAfterUnmount(t *testing.T) {
 		d.waitErr = cmd.Wait()
 		close(d.exited)
 	}()
-	time.Sleep(100 * time.Millisecond) // the trap is set
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break // the trap is set
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("the script did not start")
+		}
+	}
 	start := time.Now()
 	if err := d.shutdown(); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 	if took := time.Since(start); took < unmountWait {
 		t.Fatalf("returned after %v, before the daemon exited", took)
+	}
+	if d.waitErr != nil {
+		t.Fatalf("the daemon did not exit cleanly: %v", d.waitErr)
 	}
 }
