@@ -33,14 +33,15 @@ const (
 // xattr refusal and no splicing; mount(2) directly as root, fusermount3 otherwise.
 func loopbackMountOptions(readOnly, direct bool) fuse.MountOptions {
 	o := fuse.MountOptions{
-		FsName:        "weightfs-bench-loopback",
-		Name:          "loopback",
-		MaxWrite:      loopbackMaxWrite,
-		MaxReadAhead:  loopbackMaxWrite,
-		MaxBackground: loopbackMaxBackground,
-		DisableXAttrs: true,
-		DisableSplice: true,
-		Logger:        log.New(io.Discard, "", 0),
+		FsName:            "weightfs-bench-loopback",
+		Name:              "loopback",
+		MaxWrite:          loopbackMaxWrite,
+		MaxReadAhead:      loopbackMaxWrite,
+		MaxBackground:     loopbackMaxBackground,
+		DisableXAttrs:     true,
+		DisableSplice:     true,
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+		Logger:            log.New(io.Discard, "", 0),
 	}
 	if direct {
 		o.DirectMountStrict = true

@@ -196,8 +196,11 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 		// try to splice each reply, through a pipe grown to the reply's size, which fails
 		// (and logs a line) whenever a reply is larger than fs.pipe-max-size.
 		DisableSplice: true,
-		Debug:         opts.Debug,
-		Logger:        log.New(logfWriter(logf), "fuse: ", 0),
+		// Files of open versions are opened with direct I/O (openFileFlags); this lets a
+		// program still map them shared. Kernels before 6.6 ignore it and refuse such maps.
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+		Debug:             opts.Debug,
+		Logger:            log.New(logfWriter(logf), "fuse: ", 0),
 	}
 	derr := errors.New("skipped")
 	if !opts.helperOnly {
