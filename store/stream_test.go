@@ -230,8 +230,20 @@ func sameStores(t testing.TB, what string, a, b *Store, v uint64) {
 
 // TestStreamMatchesBatch ingests the same versions through AddFile and through streams fed
 // in random pieces: every manifest and every object must be the same. A short chain makes
-// anchors (whole copies with links) of the changing tensors.
+// anchors (whole copies with links) of the changing tensors. Both pipelines are run: the
+// file's and the tensors' SHA-256 on one hasher (sha256x2) and on two.
 func TestStreamMatchesBatch(t *testing.T) {
+	for _, one := range []bool{true, false} {
+		t.Run(fmt.Sprintf("one hasher %v", one), func(t *testing.T) {
+			was := hashInOnePass
+			hashInOnePass = one
+			defer func() { hashInOnePass = was }()
+			streamMatchesBatch(t)
+		})
+	}
+}
+
+func streamMatchesBatch(t *testing.T) {
 	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, nil)
 	// The series took every way of storing a tensor.
 	kinds := map[string]int{}
