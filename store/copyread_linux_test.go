@@ -193,60 +193,83 @@ func TestStreamMatchesBatchWithColdCopy(t *testing.T) {
 	streamAndBatch(t, streamSeries(t, 4, 3), 7, func(s *Store) { evictCopy(t, s.mat) })
 }
 
-// TestBaseReaderReadsAhead reads an object of the cold copy in chunks: each chunk after the
-// first comes from the read ahead; a read elsewhere, a chunk longer than the buffers and a
-// warm copy give the same bytes as reading through the page cache.
+// TestBaseReaderReadsAhead reads two objects of the cold copy in chunks, as a stream's worker
+// reads the bases of two tensors in turn: each chunk after the very first comes from the read
+// ahead, the second object's first chunk too (named as next at the first's last chunk). A
+// read elsewhere, a chunk longer than the buffers and a warm copy give the same bytes as
+// reading through the page cache.
 func TestBaseReaderReadsAhead(t *testing.T) {
 	rng := rand.New(rand.NewPCG(71, 72))
-	const elems = 5<<20 + 333 // 10 MiB and a bit: three chunks
+	const elems, elems2 = 5<<20 + 333, 3<<20 + 5 // 10 MiB and a bit (three chunks); 6 MiB
 	s, _ := newStore(t, Options{})
 	commitTree(t, s, 1, map[string][]byte{"model.safetensors": safetensorsFile(t,
-		testTensor{"w", delta.DTypeBF16, []int64{elems}, bf16Like(rng, elems)})})
+		testTensor{"w", delta.DTypeBF16, []int64{elems}, bf16Like(rng, elems)},
+		testTensor{"v", delta.DTypeBF16, []int64{elems2}, bf16Like(rng, elems2)})})
 	view := s.mat.view()
 	if view == nil {
 		t.Fatal("no materialized copy")
 	}
 	defer view.release()
-	var id ID
-	for k := range view.m.locs {
-		id = k
+	var ids []ID // the tensors' (not the header's), the larger first
+	sizes := map[ID]int64{}
+	want := map[ID][]byte{}
+	for id := range view.m.locs {
+		m, err := s.meta(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ContentLen < 1<<20 {
+			continue
+		}
+		ids = append(ids, id)
+		sizes[id] = m.ContentLen
+		want[id] = make([]byte, m.ContentLen)
+		if err := view.readAt(id, want[id], 0); err != nil {
+			t.Fatal(err)
+		}
 	}
-	m, err := s.meta(id)
-	if err != nil {
-		t.Fatal(err)
+	if len(ids) != 2 {
+		t.Fatalf("the copy holds %d tensors, want 2", len(ids))
 	}
-	want := make([]byte, m.ContentLen)
-	if err := view.readAt(id, want, 0); err != nil {
-		t.Fatal(err)
+	if sizes[ids[0]] < sizes[ids[1]] {
+		ids[0], ids[1] = ids[1], ids[0]
 	}
 	evictCopy(t, s.mat)
-	if _, known := rangeCached(mustFile(t, view, id), 0, 1); !known {
+	if _, known := rangeCached(mustFile(t, view, ids[0]), 0, 1); !known {
 		t.Skip("the kernel has no cachestat(2)")
 	}
 	r := baseReader{s: s}
 	defer r.wait()
-	for off := int64(0); off < m.ContentLen; off += ingestChunk {
-		n := min(ingestChunk, m.ContentLen-off)
-		cur := r.cur
-		b, err := r.read(view, id, off, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mustEqualBytes(t, fmt.Sprintf("chunk at %d", off), b, want[off:off+n])
-		if off > 0 && r.cur == cur && !view.m.noDirect {
-			t.Fatalf("chunk at %d: not the read ahead", off)
-		}
-		if off+n < m.ContentLen && r.ahead == nil && !view.m.noDirect {
-			t.Fatalf("chunk at %d: nothing read ahead", off)
+	for k, id := range ids {
+		size := sizes[id]
+		for off := int64(0); off < size; off += ingestChunk {
+			n := min(ingestChunk, size-off)
+			var next nextRead
+			if k == 0 && off+n == size {
+				next = nextRead{id: ids[1], n: sizes[ids[1]]}
+			}
+			cur := r.cur
+			b, err := r.read(view, id, off, n, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustEqualBytes(t, fmt.Sprintf("object %d, chunk at %d", k, off), b, want[id][off:off+n])
+			if (k > 0 || off > 0) && r.cur == cur && !view.m.noDirect {
+				t.Fatalf("object %d, chunk at %d: not the read ahead", k, off)
+			}
+			if (k == 0 || off+n < size) && r.ahead == nil && !view.m.noDirect {
+				t.Fatalf("object %d, chunk at %d: nothing read ahead", k, off)
+			}
 		}
 	}
 	// Elsewhere (the read ahead is dropped), too long for the buffers, and warm.
+	id := ids[0]
 	for _, c := range []struct{ off, n int64 }{{12345, 1000}, {7, ingestChunk + 10}, {12345, 1000}} {
-		b, err := r.read(view, id, c.off, c.n)
+		b, err := r.read(view, id, c.off, c.n, nextRead{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustEqualBytes(t, fmt.Sprintf("%d bytes at %d", c.n, c.off), b, want[c.off:c.off+c.n])
+		mustEqualBytes(t, fmt.Sprintf("%d bytes at %d", c.n, c.off), b, want[id][c.off:c.off+c.n])
 	}
 }
 

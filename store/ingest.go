@@ -210,7 +210,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 		if err := readAtFull(src, c, off); err != nil {
 			return nil, id, 0, err
 		}
-		b, err := base.read(view, baseID, off, n)
+		b, err := base.read(view, baseID, off, n, nextRead{})
 		if err != nil {
 			return nil, id, 0, err
 		}

@@ -7,7 +7,8 @@ package store
 // 4 KiB, filled, copied out, later reclaimed), on a path that is CPU-bound on two cores. So
 // bytes the kernel does not cache are read with O_DIRECT (readInto) into the worker's own
 // buffers, and, since the kernel reads ahead only through its page cache, the next chunk of
-// the same base is read in the background while the worker diffs this one.
+// the same base (or, at its end, of the next tensor's base) is read in the background while
+// the worker diffs this one.
 
 // baseReader reads base bytes from the copy for one ingesting goroutine (a stream's worker,
 // a batch ingest). Not safe for concurrent use.
@@ -28,9 +29,18 @@ type baseRead struct {
 	err    error
 }
 
+// nextRead names what a reader will read after the last chunk of an object: the first n
+// bytes of object id (the next tensor's base). n == 0: nothing known.
+type nextRead struct {
+	id ID
+	n  int64
+}
+
 // read returns bytes [off, off+n) (n <= ingestChunk) of object id, which view holds. They
-// stay valid until the next read.
-func (r *baseReader) read(view *matView, id ID, off, n int64) ([]byte, error) {
+// stay valid until the next read. The next chunk of the object is read ahead, or, after its
+// last chunk, the first chunk of next: the first chunk of every tensor would otherwise be
+// waited for.
+func (r *baseReader) read(view *matView, id ID, off, n int64, next nextRead) ([]byte, error) {
 	if n > ingestChunk {
 		r.wait()
 		b := make([]byte, n)
@@ -41,7 +51,7 @@ func (r *baseReader) read(view *matView, id ID, off, n int64) ([]byte, error) {
 		<-a.done
 		if a.err == nil && a.id == id && a.off == off && a.n == n && a.gen == view.gen {
 			r.cur = 1 - r.cur
-			r.readAhead(view, id, off+n, n)
+			r.readAfter(view, id, off+n, n, next)
 			return a.b, nil
 		}
 	}
@@ -50,17 +60,25 @@ func (r *baseReader) read(view *matView, id ID, off, n int64) ([]byte, error) {
 		return nil, err
 	}
 	if direct {
-		r.readAhead(view, id, off+n, n)
+		r.readAfter(view, id, off+n, n, next)
 	}
 	return b, nil
 }
 
+// readAfter starts reading what follows bytes [.., off) of id: its next n bytes, or at its
+// end the first chunk of next.
+func (r *baseReader) readAfter(view *matView, id ID, off, n int64, next nextRead) {
+	if !r.readAhead(view, id, off, n) && next.n > 0 {
+		r.readAhead(view, next.id, 0, min(next.n, ingestChunk))
+	}
+}
+
 // readAhead starts reading the chunk at off (up to n bytes, within the object) into the
-// buffer not in use.
-func (r *baseReader) readAhead(view *matView, id ID, off, n int64) {
+// buffer not in use; false: off is past the object's end (or its size is unknown).
+func (r *baseReader) readAhead(view *matView, id ID, off, n int64) bool {
 	m, err := r.s.meta(id)
 	if err != nil || off >= m.ContentLen {
-		return
+		return false
 	}
 	a := &baseRead{id: id, off: off, n: min(n, m.ContentLen-off), gen: view.gen, done: make(chan struct{})}
 	raw := r.buf(1-r.cur, a.n)
@@ -80,6 +98,7 @@ func (r *baseReader) readAhead(view *matView, id ID, off, n int64) {
 		a.b, _, a.err = v.readInto(a.id, raw, a.off, a.n)
 		v.release()
 	}()
+	return true
 }
 
 // buf returns buffer i, large enough for n bytes read with O_DIRECT; no read may be under way

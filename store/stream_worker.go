@@ -185,7 +185,7 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	if err := st.s.failpoint("stream-base-read"); err != nil {
 		return false, err
 	}
-	base, err := st.readBase(ts, off, int64(len(data)))
+	base, err := st.readBase(ts, off, int64(len(data)), st.nextBase(ts, off+int64(len(data))))
 	if err != nil {
 		return false, err
 	}
@@ -232,13 +232,13 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 
 // readBase returns bytes [off, off+n) (n <= ingestChunk) of the tensor's base, valid until the
 // next readBase: from the materialized copy when it holds it, else through the store's read
-// path (the copy moved on meanwhile).
-func (st *FileStream) readBase(ts *tensorState, off, n int64) ([]byte, error) {
+// path (the copy moved on meanwhile). next is what the worker will read after the tensor.
+func (st *FileStream) readBase(ts *tensorState, off, n int64, next nextRead) ([]byte, error) {
 	wk := &st.wk
 	wk.base.s = st.s
 	if view := st.s.mat.view(); view != nil {
 		if view.holds(ts.base) {
-			b, err := wk.base.read(view, ts.base, off, n)
+			b, err := wk.base.read(view, ts.base, off, n, next)
 			view.release()
 			return b, err
 		}
@@ -251,6 +251,27 @@ func (st *FileStream) readBase(ts *tensorState, off, n int64) ([]byte, error) {
 	return b, st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
 }
 
+// nextBase is what the worker will read after bytes [.., end) of tensor ts: nothing before
+// the tensor's end, else the first chunk of the base of the next tensor with bytes.
+func (st *FileStream) nextBase(ts *tensorState, end int64) nextRead {
+	if end < ts.size || st.basis == nil {
+		return nextRead{}
+	}
+	tensors := st.wk.entry.Tensors
+	for i := ts.idx + 1; i < len(tensors); i++ {
+		t := &tensors[i]
+		if t.End == t.Begin {
+			continue
+		}
+		ref, ok := st.basis.findBase(st.hint, t.Name, t.DType, t.Shape)
+		if !ok {
+			return nextRead{}
+		}
+		return nextRead{id: ref.tensor.ID, n: min(t.End-t.Begin, streamChunkSize)}
+	}
+	return nextRead{}
+}
+
 // byteSink takes bytes in order: an objStream, or an io.Writer through writerSink.
 type byteSink interface{ write([]byte) error }
 
@@ -261,7 +282,7 @@ func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink) error {
 	end := ts.done
 	check := ts.hb.fresh()
 	for off := int64(0); off < end; off += streamChunkSize {
-		b, err := st.readBase(ts, off, min(streamChunkSize, end-off))
+		b, err := st.readBase(ts, off, min(streamChunkSize, end-off), nextRead{})
 		if err != nil {
 			return err
 		}
