@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/zeebo/xxh3"
 
@@ -97,6 +98,15 @@ func (b *bench) coldRead(ctx context.Context, c readCase) (readStats, bool, erro
 		err = serr
 	}
 	return st, dropped, err
+}
+
+// joinFloats formats each of v with format, comma-separated.
+func joinFloats(v []float64, format string) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // median of a non-empty list (the mean of the middle two for an even count).
