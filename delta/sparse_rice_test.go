@@ -271,3 +271,43 @@ func BenchmarkDecodeRice(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(gaps)), "ns/gap")
 }
+
+// TestBitWriterMatchesBitByBit: the bits written (four bytes at a time) are the bytes a
+// writer of one bit at a time produces, least-significant first, with the last byte padded
+// with zeros, for runs of fields of every width 0..32 and unary codes long and short.
+func TestBitWriterMatchesBitByBit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(81, 82))
+	for trial := 0; trial < 500; trial++ {
+		var w bitWriter
+		var ref []byte
+		nbits := 0
+		put := func(bit uint64) {
+			if nbits%8 == 0 {
+				ref = append(ref, 0)
+			}
+			ref[nbits/8] |= byte(bit&1) << (nbits % 8)
+			nbits++
+		}
+		for f := rng.IntN(60); f > 0; f-- {
+			if rng.IntN(3) == 0 {
+				q := uint64(rng.IntN(100))
+				w.writeUnary(q)
+				for i := uint64(0); i < q; i++ {
+					put(0)
+				}
+				put(1)
+				continue
+			}
+			k := uint(rng.IntN(33))
+			v := rng.Uint64()
+			w.writeBits(v, k)
+			for i := uint(0); i < k; i++ {
+				put(v >> i)
+			}
+		}
+		w.flush()
+		if !bytes.Equal(w.out, ref) {
+			t.Fatalf("trial %d: %d bits written as %x, want %x", trial, nbits, w.out, ref)
+		}
+	}
+}
