@@ -74,19 +74,38 @@ func riceCost(gaps []uint32, k uint) uint64 {
 
 // bestRiceParam returns the smallest k with the least exact cost for gaps. The cost is convex
 // in k: cost(k+1) - cost(k) = n - sum(ceil((g>>k)/2)), and the sum shrinks as k grows. So the
-// search walks up from 0 and stops at the first k that costs more than the best so far.
+// search starts at the k of the mean gap, walks down while the cost does not grow (ties go
+// to the smaller k), else up while it shrinks: three or four costs, where a walk up from 0
+// took k+2 (bestRiceParamLinear in the tests is that walk, the reference).
 func bestRiceParam(gaps []uint32) uint {
-	best, bestCost := uint(0), riceCost(gaps, 0)
-	for k := uint(1); k <= maxRiceParam; k++ {
-		c := riceCost(gaps, k)
-		if c > bestCost {
+	if len(gaps) == 0 {
+		return 0
+	}
+	var sum uint64
+	for _, g := range gaps {
+		sum += uint64(g)
+	}
+	k := uint(0)
+	if mean := sum / uint64(len(gaps)); mean > 0 {
+		k = min(uint(bits.Len64(mean))-1, maxRiceParam)
+	}
+	cost := riceCost(gaps, k)
+	moved := false
+	for k > 0 {
+		c := riceCost(gaps, k-1)
+		if c > cost {
 			break
 		}
-		if c < bestCost {
-			best, bestCost = k, c
-		}
+		k, cost, moved = k-1, c, true
 	}
-	return best
+	for !moved && k < maxRiceParam {
+		c := riceCost(gaps, k+1)
+		if c >= cost {
+			break
+		}
+		k, cost = k+1, c
+	}
+	return k
 }
 
 // appendRice Rice-codes gaps in groups of riceGroup and appends the padded stream to w.out.

@@ -95,11 +95,30 @@ func TestBestRiceParamIsExact(t *testing.T) {
 		k := bestRiceParam(gaps)
 		best := riceCost(gaps, k)
 		for j := uint(0); j <= maxRiceParam; j++ {
-			if c := riceCost(gaps, j); c < best {
+			if c := riceCost(gaps, j); c < best || c == best && j < k {
 				t.Fatalf("k=%d costs %d bits but k=%d costs %d", k, best, j, c)
 			}
 		}
+		if ref := bestRiceParamLinear(gaps); k != ref {
+			t.Fatalf("bestRiceParam %d, the linear walk %d", k, ref)
+		}
 	}
+}
+
+// bestRiceParamLinear is the reference search: up from 0, stopping at the first k that
+// costs more than the best so far.
+func bestRiceParamLinear(gaps []uint32) uint {
+	best, bestCost := uint(0), riceCost(gaps, 0)
+	for k := uint(1); k <= maxRiceParam; k++ {
+		c := riceCost(gaps, k)
+		if c > bestCost {
+			break
+		}
+		if c < bestCost {
+			best, bestCost = k, c
+		}
+	}
+	return best
 }
 
 func TestRicePaddingMustBeZero(t *testing.T) {
