@@ -83,13 +83,14 @@ func (r *baseReader) readAhead(view *matView, id ID, off, n int64) bool {
 	a := &baseRead{id: id, off: off, n: min(n, m.ContentLen-off), gen: view.gen, done: make(chan struct{})}
 	raw := r.buf(1-r.cur, a.n)
 	r.ahead = a
+	mat := r.s.mat // r belongs to the caller's goroutine
 	go func() {
 		defer close(a.done)
 		// A hold of its own (the caller's ends when its read returns), but not one that
 		// waits: a change of the copy waiting for the caller's hold would wait for this
 		// read, and this read for it. A copy changed in between (another generation)
 		// makes the read useless, not wrong: read checks gen.
-		v := r.s.mat.tryView()
+		v := mat.tryView()
 		if v == nil || v.gen != a.gen || !v.holds(a.id) {
 			v.release()
 			a.err = errStale

@@ -235,7 +235,9 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 // path (the copy moved on meanwhile). next is what the worker will read after the tensor.
 func (st *FileStream) readBase(ts *tensorState, off, n int64, next nextRead) ([]byte, error) {
 	wk := &st.wk
-	wk.base.s = st.s
+	if wk.base.s == nil {
+		wk.base.s = st.s
+	}
 	if view := st.s.mat.view(); view != nil {
 		if view.holds(ts.base) {
 			b, err := wk.base.read(view, ts.base, off, n, next)
