@@ -195,9 +195,10 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
 	h := sha256.New()
-	// The base bytes are hashed too: a delta computed against a damaged copy would be a
-	// wrong object, forever; this costs one more SHA-256 pass and rules that out.
-	hb := sha256.New()
+	// The base bytes are checked too: a delta computed against a damaged copy would be a
+	// wrong object, forever. With the CRC of the base's content when it is known, as the
+	// streaming path does (stream_crc.go), else with SHA-256.
+	hb := newBaseCheck(s.mat, baseID)
 	cur := make([]byte, min(size, ingestChunk))
 	base := baseReader{s: s} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
 	defer base.wait()
@@ -240,9 +241,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	}
 	h.Sum(id[:0])
 	s.mat.crcs.note(id, crc)
-	var gotBase ID
-	hb.Sum(gotBase[:0])
-	if gotBase != baseID {
+	if !hb.matches(baseID) {
 		view.m.broken.Store(true)
 		return nil, id, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", baseID)
 	}

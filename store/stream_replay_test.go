@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -345,5 +347,84 @@ func TestStreamDetectsDamagedCopy(t *testing.T) {
 	mustEqualBytes(t, "sealed over a damaged copy", readWhole(t, s, 2, p), data)
 	if _, err := s.Verify(nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchDetectsDamagedCopy is the batch path's side of TestStreamDetectsDamagedCopy: AddFile
+// over a damaged copy finds the damage, whether the base is checked by the CRC noted when it
+// was diffed in (version 2) or (its CRC forgotten, as after a restart) by SHA-256, has the
+// copy rebuilt, and stores the version correctly.
+func TestBatchDetectsDamagedCopy(t *testing.T) {
+	for _, knownCRC := range []bool{true, false} {
+		t.Run(fmt.Sprintf("CRC known %v", knownCRC), func(t *testing.T) {
+			versions := streamSeries(t, 3, 43)
+			var logMu sync.Mutex
+			var logged []string
+			s, _ := newStore(t, Options{Logf: func(format string, args ...any) {
+				logMu.Lock()
+				logged = append(logged, fmt.Sprintf(format, args...))
+				logMu.Unlock()
+			}})
+			sealBatch(t, s, 1, versions[0])
+			sealBatch(t, s, 2, versions[1])
+			if err := s.mat.ensure(); err != nil {
+				t.Fatal(err)
+			}
+			p := "model.safetensors"
+			ver, err := s.loadVersion(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			big := ver.files[p].Tensors[0].ID
+			if _, ok := s.mat.crcs.get(big); !ok {
+				t.Fatal("no CRC noted for a tensor the batch path diffed")
+			}
+			if !knownCRC {
+				s.mat.crcs.forget(map[ID]matLoc{big: {}}, nil)
+				if _, ok := s.mat.crcs.get(big); ok {
+					t.Fatal("the CRC was not forgotten")
+				}
+			}
+			mat := filepath.Join(s.cacheDir, "materialized", p)
+			b, err := os.ReadFile(mat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x40 // inside the big tensor
+			if err := os.WriteFile(mat, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			data := versions[2][p]
+			w, err := s.NewVersion(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logMu.Lock()
+			logged = nil
+			logMu.Unlock()
+			if err := w.AddFile(p, bytes.NewReader(data), int64(len(data)), 0o644); err != nil {
+				t.Fatalf("AddFile over a damaged copy: %v", err)
+			}
+			logMu.Lock()
+			found := slices.Contains(logged, "materialized copy: a read of it failed; rebuilding")
+			logMu.Unlock()
+			if !found {
+				t.Errorf("the damaged copy was not found: the log says %q", logged)
+			}
+			for q, other := range versions[2] {
+				if q != p {
+					if err := w.AddFile(q, bytes.NewReader(other), int64(len(other)), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if _, err := w.Seal(); err != nil {
+				t.Fatal(err)
+			}
+			mustEqualBytes(t, "sealed over a damaged copy", readWhole(t, s, 3, p), data)
+			if _, err := s.Verify(nil); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
