@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,7 +19,10 @@ import (
 // the Go runtime's world for good.)
 func TestOpenFilesBypassPageCache(t *testing.T) {
 	b := newFakeBackend()
-	mnt, _ := mountTest(t, b, Options{})
+	mnt, srv := mountTest(t, b, Options{})
+	if srv.fuse.KernelSettings().Flags64()&fuse.CAP_DIRECT_IO_ALLOW_MMAP == 0 {
+		t.Skip("the kernel does not let direct-I/O files be mapped shared (before 6.6): open files keep the page cache")
+	}
 	v1 := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(v1, 0o755); err != nil {
 		t.Fatal(err)
@@ -59,5 +63,22 @@ func TestOpenFilesBypassPageCache(t *testing.T) {
 	}
 	if read, err := os.ReadFile(p); err != nil || !bytes.Equal(read, model) {
 		t.Errorf("sealed: read %d bytes, %v; want the %d bytes written", len(read), err, len(model))
+	}
+}
+
+// TestOpenFileFlags: direct I/O only where the kernel lets direct-I/O files be mapped shared.
+func TestOpenFileFlags(t *testing.T) {
+	for _, tc := range []struct {
+		kernel uint64
+		want   uint32
+	}{
+		{0, 0},
+		{fuse.CAP_ASYNC_READ | fuse.CAP_BIG_WRITES, 0},
+		{fuse.CAP_DIRECT_IO_ALLOW_MMAP, fuse.FOPEN_DIRECT_IO},
+		{fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_ASYNC_READ, fuse.FOPEN_DIRECT_IO},
+	} {
+		if got := openFileFlags(tc.kernel); got != tc.want {
+			t.Errorf("openFileFlags(%#x) = %#x, want %#x", tc.kernel, got, tc.want)
+		}
 	}
 }

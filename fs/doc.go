@@ -31,9 +31,9 @@
 // an unlink of an open file switches that file for good to a staging file on disk: the
 // stream hands back every byte it took (checked by hash), and the batch path takes over at
 // the seal. Files of staging directories (renamed into a version later) are always staged.
-// All these files are opened with direct I/O (openFileFlags): a checkpoint's bytes do not
-// pass through the page cache of the FUSE file on their way to the store, and a shared map
-// still works (CAP_DIRECT_IO_ALLOW_MMAP). Every change goes through this kernel mount, so the
+// All these files are opened with direct I/O where the kernel still lets such files be
+// mapped shared (CAP_DIRECT_IO_ALLOW_MMAP, Linux 6.6; openFileFlags): a checkpoint's bytes
+// then do not pass through the page cache of the FUSE file on their way to the store. Every change goes through this kernel mount, so the
 // kernel's caches stay coherent with ordinary one-second timeouts. Staging files are not fsynced: an open version is not durable
 // by design, and after a crash it is gone.
 //

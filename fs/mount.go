@@ -128,6 +128,7 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 		m.shutdown()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
 	}
+	m.openFlags.Store(openFileFlags(srv.KernelSettings().Flags64()))
 	if err := SetReadAhead(mnt, ReadAheadKiB); err != nil {
 		logf("kernel read-ahead stays at the FUSE default (%v)", err)
 	}
@@ -196,8 +197,8 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 		// try to splice each reply, through a pipe grown to the reply's size, which fails
 		// (and logs a line) whenever a reply is larger than fs.pipe-max-size.
 		DisableSplice: true,
-		// Files of open versions are opened with direct I/O (openFileFlags); this lets a
-		// program still map them shared. Kernels before 6.6 ignore it and refuse such maps.
+		// Files of open versions are opened with direct I/O where the kernel grants this
+		// (openFileFlags): programs can then still map them shared.
 		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		Debug:             opts.Debug,
 		Logger:            log.New(logfWriter(logf), "fuse: ", 0),

@@ -173,7 +173,7 @@ func (d *openDir) Create(ctx context.Context, name string, flags uint32, mode ui
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	return ch, &openHandle{}, openFileFlags, 0
+	return ch, &openHandle{}, d.t.m.openFlags.Load(), 0
 }
 
 // Mknod makes regular files only (some programs create files that way); the store holds no

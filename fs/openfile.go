@@ -126,13 +126,22 @@ func (f *openFile) truncateLocked(size int64) syscall.Errno {
 }
 
 // openFileFlags are the open flags of every handle of a file of an open version or a staging
-// directory: direct I/O. A writer's bytes then go from its own buffer to the request the
-// daemon reads, instead of first into the page cache of the FUSE file, where they would fill
-// as many fresh pages as the checkpoint is large (the costliest memory on the VMs measured,
-// docs/benchmarks.md) to be read by no one: an open version is read rarely, and a sealed one
-// is served from other inodes. Reads go to the daemon too, which answers them from the
-// stream or the staging file. A shared mmap still works (CAP_DIRECT_IO_ALLOW_MMAP, mount.go).
-const openFileFlags = fuse.FOPEN_DIRECT_IO
+// directory: direct I/O, where the kernel lets such files still be mapped shared. A writer's
+// bytes then go from its own buffer to the request the daemon reads, instead of first into the
+// page cache of the FUSE file, where they would fill as many fresh pages as the checkpoint is
+// large (the costliest memory on the VMs measured, docs/benchmarks.md) to be read by no one:
+// an open version is read rarely, and a sealed one is served from other inodes. Reads go to the
+// daemon too, which answers them from the stream or the staging file.
+//
+// A kernel that did not grant CAP_DIRECT_IO_ALLOW_MMAP (before 6.6) would refuse shared maps
+// of direct-I/O files (ENODEV), which programs may use to write weights: there the files
+// keep the page cache.
+func openFileFlags(kernelFlags uint64) uint32 {
+	if kernelFlags&fuse.CAP_DIRECT_IO_ALLOW_MMAP != 0 {
+		return fuse.FOPEN_DIRECT_IO
+	}
+	return 0
+}
 
 func (f *openFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&writeFlags != 0 {
@@ -155,7 +164,7 @@ func (f *openFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 	}
 	f.handles++
-	return &openHandle{}, openFileFlags, 0
+	return &openHandle{}, f.t.m.openFlags.Load(), 0
 }
 
 func (f *openFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,6 +32,9 @@ type mountState struct {
 
 	// stagingRoot is this mount's directory of staging files ("" on a read-only mount).
 	stagingRoot string
+	// openFlags are the open flags of files of open versions (openFileFlags), set once the
+	// kernel has said what it supports.
+	openFlags atomic.Uint32
 
 	mu       sync.Mutex
 	trees    map[string]*openTree     // open versions and staging directories, by root name
