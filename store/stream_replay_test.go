@@ -303,21 +303,8 @@ func TestStreamDetectsDamagedCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := "model.safetensors"
-	ver, err := s.loadVersion(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.mat.crcs.get(ver.files[p].Tensors[0].ID); !ok {
+	if _, ok := s.mat.crcs.get(damageCopy(t, s, 1, p)); !ok {
 		t.Fatal("no CRC noted for a streamed tensor: the damage would be found by SHA-256, not by the CRC")
-	}
-	mat := filepath.Join(s.cacheDir, "materialized", p)
-	b, err := os.ReadFile(mat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0x40 // inside the big tensor
-	if err := os.WriteFile(mat, b, 0o644); err != nil {
-		t.Fatal(err)
 	}
 	data := versions[1][p]
 	w, err := s.NewVersion(2)
@@ -371,11 +358,7 @@ func TestBatchDetectsDamagedCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := "model.safetensors"
-			ver, err := s.loadVersion(2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			big := ver.files[p].Tensors[0].ID
+			big := damageCopy(t, s, 2, p)
 			if _, ok := s.mat.crcs.get(big); !ok {
 				t.Fatal("no CRC noted for a tensor the batch path diffed")
 			}
@@ -384,15 +367,6 @@ func TestBatchDetectsDamagedCopy(t *testing.T) {
 				if _, ok := s.mat.crcs.get(big); ok {
 					t.Fatal("the CRC was not forgotten")
 				}
-			}
-			mat := filepath.Join(s.cacheDir, "materialized", p)
-			b, err := os.ReadFile(mat)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b[len(b)/2] ^= 0x40 // inside the big tensor
-			if err := os.WriteFile(mat, b, 0o644); err != nil {
-				t.Fatal(err)
 			}
 			data := versions[2][p]
 			w, err := s.NewVersion(3)
@@ -427,4 +401,24 @@ func TestBatchDetectsDamagedCopy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// damageCopy flips a bit in the middle of file p of the materialized copy (which holds version
+// v), inside the file's first tensor, and returns that tensor's object.
+func damageCopy(t *testing.T, s *Store, v uint64, p string) ID {
+	t.Helper()
+	ver, err := s.loadVersion(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mat := filepath.Join(s.cacheDir, "materialized", p)
+	b, err := os.ReadFile(mat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40 // inside the big tensor
+	if err := os.WriteFile(mat, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ver.files[p].Tensors[0].ID
 }
