@@ -3,10 +3,10 @@
 #include "textflag.h"
 
 // Two SHA-256 streams, interleaved, with the SHA extensions (SHA-NI). SHA256RNDS2 does two
-// rounds of one stream; its latency, not its throughput, bounds a single stream, so two
-// independent streams issued side by side finish in about the time of one. The rounds and
-// the message schedule follow Intel's description of the extensions (ABEF/CDGH state
-// layout, four message words per register); see sha256x2.go for the Go side.
+// rounds of one stream, and its latency bounds a single stream; two independent streams
+// issued side by side fill each other's waits (up to the instruction's throughput). The
+// rounds and the message schedule follow Intel's description of the extensions (ABEF/CDGH
+// state layout, four message words per register); see sha256x2.go for the Go side.
 //
 // Registers: X0 is the implicit operand of SHA256RNDS2 (message words plus constants).
 // Stream A: state X1 (ABEF), X2 (CDGH), message X3-X6, scratch X13.
@@ -34,7 +34,9 @@
 	MOVOU  mem, M; \
 	PSHUFB X15, M
 
-// QROUND does four rounds with message words M and constants at koff in the table (AX).
+// QROUND does four rounds with message words M and constants at koff in the table (AX). The
+// second pair of words reaches X0 through the stream's stack slot (a store and a load)
+// rather than a shuffle: the shuffle port is the one SHA256RNDS2 runs on.
 #define QROUND(M, S1, S2, T, koff, slot) \
 	MOVOU       koff(AX), T; \
 	PADDD       M, T; \
