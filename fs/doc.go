@@ -31,11 +31,12 @@
 // an unlink of an open file switches that file for good to a staging file on disk: the
 // stream hands back every byte it took (checked by hash), and the batch path takes over at
 // the seal. Files of staging directories (renamed into a version later) are always staged.
-// All these files are opened with direct I/O where the kernel still lets such files be
-// mapped shared (CAP_DIRECT_IO_ALLOW_MMAP, Linux 6.6; openFileFlags): a checkpoint's bytes
-// then do not pass through the page cache of the FUSE file on their way to the store. Every change goes through this kernel mount, so the
-// kernel's caches stay coherent with ordinary one-second timeouts. Staging files are not fsynced: an open version is not durable
-// by design, and after a crash it is gone.
+// All these files are opened with direct I/O where the kernel still lets such files be mapped
+// shared (CAP_DIRECT_IO_ALLOW_MMAP, Linux 6.6; openFileFlags): a checkpoint's bytes then do
+// not pass through the page cache of the FUSE file on their way to the store. Every change
+// goes through this kernel mount, so the kernel's caches stay coherent with ordinary
+// one-second timeouts. Staging files are not fsynced: an open version is not durable by
+// design, and after a crash it is gone.
 //
 // The root is dynamic: it is computed from the store's version list and the open trees on every
 // lookup and listing. Negative lookups are not cached, so a version sealed by another process
