@@ -147,7 +147,11 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	w.mu.Unlock()
 	go st.runWorker()
 	go st.runHasher()
-	go st.runFileHasher()
+	if st.hs.oneHasher {
+		close(st.fileHasherDone) // runHasher hashes the file too
+	} else {
+		go st.runFileHasher()
+	}
 	return st, nil
 }
 

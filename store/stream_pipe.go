@@ -151,8 +151,8 @@ func (h *hasherState) hashersOfTensors() int32 {
 	return 2
 }
 
-// runFileHasher computes the whole file's SHA-256 (and writes the seed of a first version),
-// unless runHasher does (oneHasher: it then gets no bytes).
+// runFileHasher computes the whole file's SHA-256 (and writes the seed of a first version)
+// when runHasher does not (it is not started with oneHasher).
 func (st *FileStream) runFileHasher() {
 	defer close(st.fileHasherDone)
 	h := &st.hs
