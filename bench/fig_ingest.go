@@ -100,7 +100,7 @@ func (b *bench) ingestWeightfs(ctx context.Context, name string, cfg gen.Config)
 	res.V1Seconds = time.Since(began).Seconds()
 	res.V1Peak = sampler.Phase()
 
-	if res.V2, err = b.ingestStep(ctx, name, mnt, 2, res.srcV2, sampler); err != nil {
+	if res.V2, err = b.writeVersion(ctx, name, mnt, 2, res.srcV2, sampler); err != nil {
 		return nil, err
 	}
 	res.CachesCold = res.V2.cold
@@ -114,9 +114,9 @@ func (b *bench) ingestWeightfs(ctx context.Context, name string, cfg gen.Config)
 	return res, nil
 }
 
-// ingestStep writes src as version v through the mount at mnt, with the caches dropped and src
+// writeVersion writes src as version v through the mount at mnt, with the caches dropped and src
 // warm, and seals it.
-func (b *bench) ingestStep(ctx context.Context, name, mnt string, v int, src string, sampler *rssSampler) (ingestStep, error) {
+func (b *bench) writeVersion(ctx context.Context, name, mnt string, v int, src string, sampler *rssSampler) (ingestStep, error) {
 	out := ingestStep{Version: v}
 	out.cold = dropCaches() == nil
 	if err := warmTree(src); err != nil {
