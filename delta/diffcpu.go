@@ -18,6 +18,13 @@ func NewCPUDiff() DiffBackend { return cpuDiff{} }
 
 type cpuDiff struct{}
 
+// IsCPUDiff reports whether b is the CPU backend, whose work DeltaEncoder.AddDiff does fused
+// with the encoding: callers use that then.
+func IsCPUDiff(b DiffBackend) bool {
+	_, ok := b.(cpuDiff)
+	return ok
+}
+
 var _ DiffBackend = cpuDiff{}
 
 func (cpuDiff) Name() string { return "cpu" }

@@ -23,6 +23,15 @@ func encodeDeltaShift(backend DiffBackend, base, cur []byte, width int, float bo
 		return nil, fmt.Errorf("encode delta: %w: %d and %d bytes at width %d", ErrInvalidArgument, len(base), len(cur), width)
 	}
 	enc := newDeltaEncoderShift(width, float, int64(len(base)/width), shift)
+	if IsCPUDiff(backend) {
+		for off := 0; off < len(base); off += DiffChunkBytes {
+			end := min(off+DiffChunkBytes, len(base))
+			if _, err := enc.AddDiff(int64(off/width), base[off:end], cur[off:end]); err != nil {
+				return nil, fmt.Errorf("encode delta: %w", err)
+			}
+		}
+		return enc.Finish()
+	}
 	var changes Changes
 	for off := 0; off < len(base); off += DiffChunkBytes {
 		end := min(off+DiffChunkBytes, len(base))
