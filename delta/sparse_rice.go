@@ -76,7 +76,8 @@ func riceCost(gaps []uint32, k uint) uint64 {
 // in k: cost(k+1) - cost(k) = n - sum(ceil((g>>k)/2)), and the sum shrinks as k grows. So the
 // search starts at the k of the mean gap, walks down while the cost does not grow (ties go
 // to the smaller k), else up while it shrinks: three or four costs, where a walk up from 0
-// took k+2 (bestRiceParamLinear in the tests is that walk, the reference).
+// took k+2 (bestRiceParamLinear in the tests is that walk, the reference). The costs next to
+// the start are summed in one pass over the gaps; a walk that goes further sums again.
 func bestRiceParam(gaps []uint32) uint {
 	if len(gaps) == 0 {
 		return 0
@@ -89,23 +90,47 @@ func bestRiceParam(gaps []uint32) uint {
 	if mean := sum / uint64(len(gaps)); mean > 0 {
 		k = min(uint(bits.Len64(mean))-1, maxRiceParam)
 	}
-	cost := riceCost(gaps, k)
+	start, near := k, nearRiceCosts(gaps, k)
+	cost := func(k2 uint) uint64 {
+		if i := int(k2) - int(start) + 2; i >= 0 && i < len(near) {
+			return near[i]
+		}
+		return riceCost(gaps, k2)
+	}
+	best := cost(k)
 	moved := false
 	for k > 0 {
-		c := riceCost(gaps, k-1)
-		if c > cost {
+		c := cost(k - 1)
+		if c > best {
 			break
 		}
-		k, cost, moved = k-1, c, true
+		k, best, moved = k-1, c, true
 	}
 	for !moved && k < maxRiceParam {
-		c := riceCost(gaps, k+1)
-		if c >= cost {
+		c := cost(k + 1)
+		if c >= best {
 			break
 		}
-		k, cost = k+1, c
+		k, best = k+1, c
 	}
 	return k
+}
+
+// nearRiceCosts returns riceCost(gaps, k+i-2) for i = 0..3 (a k+i-2 below zero is computed as
+// for 0, and never asked for), in one pass.
+func nearRiceCosts(gaps []uint32, k uint) [4]uint64 {
+	lo := max(int(k)-2, 0)
+	s0, s1, s2, s3 := uint(lo), uint(max(int(k)-1, 0)), k, min(k+1, 63)
+	var c0, c1, c2, c3 uint64
+	for _, g := range gaps {
+		g := uint64(g)
+		c0 += g >> s0
+		c1 += g >> s1
+		c2 += g >> s2
+		c3 += g >> s3
+	}
+	n := uint64(len(gaps))
+	return [4]uint64{c0 + n*uint64(s0+1), c1 + n*uint64(s1+1), c2 + n*uint64(s2+1), c3 + n*uint64(s3+1)}
 }
 
 // appendRice Rice-codes gaps in groups of riceGroup and appends the padded stream to w.out.
@@ -114,8 +139,15 @@ func appendRice(w *bitWriter, gaps []uint32) {
 		group := gaps[start:min(start+riceGroup, len(gaps))]
 		k := bestRiceParam(group)
 		w.writeBits(uint64(k), riceParamBits)
+		low := uint64(1)<<k - 1
 		for _, g := range group {
-			w.writeUnary(uint64(g >> k))
+			q := uint(g >> k)
+			if q+k < 32 {
+				// The usual gap: its q zero bits, the one and the low k bits in one write.
+				w.writeBits(1<<q|(uint64(g)&low)<<(q+1), q+1+k)
+				continue
+			}
+			w.writeUnary(uint64(q))
 			w.writeBits(uint64(g), k)
 		}
 	}
