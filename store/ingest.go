@@ -203,7 +203,6 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	base := baseReader{s: s} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
 	defer base.wait()
 	var ch delta.Changes
-	var baseVals []byte
 	var crc uint32 // of the new bytes: the next version checks them with it (stream_crc.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
@@ -218,20 +217,11 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 		h.Write(c)
 		crc = crc32.Update(crc, castagnoli, c)
 		hb.Write(b)
-		ch.Reset()
-		if err := s.diff.Diff(b, c, width, &ch); err != nil {
-			return nil, id, 0, fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
+		found, err := s.diffInto(enc, b, c, off/int64(width), width, &ch)
+		if err != nil {
+			return nil, id, 0, err
 		}
-		changed += int64(len(ch.Index))
-		if enc != nil && len(ch.Index) > 0 {
-			baseVals = baseVals[:0]
-			for _, i := range ch.Index {
-				baseVals = append(baseVals, b[int(i)*width:int(i+1)*width]...)
-			}
-			if err := enc.Add(off/int64(width), ch.Index, baseVals, ch.Values); err != nil {
-				return nil, id, 0, fmt.Errorf("encode delta: %w", err)
-			}
-		}
+		changed += found
 		if changed > elems/8 || changed*int64(width+2) > maxDeltaMemory {
 			// Not an RL step: a whole copy is about as small, and the encoder's memory
 			// stays bounded.
@@ -251,6 +241,30 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 		}
 	}
 	return body, id, changed, nil
+}
+
+// diffInto diffs the chunk cur against its base bytes, elements [first, ...) of the tensor,
+// and adds the changes to enc unless it is nil; it returns how many elements changed. With
+// the CPU backend the encoder diffs itself (AddDiff, fused); another backend's list of
+// changes is added to it. ch is scratch space.
+func (s *Store) diffInto(enc *delta.DeltaEncoder, base, cur []byte, first int64, width int, ch *delta.Changes) (int64, error) {
+	if enc != nil && delta.IsCPUDiff(s.diff) {
+		found, err := enc.AddDiff(first, base, cur)
+		if err != nil {
+			return 0, fmt.Errorf("encode delta: %w", err)
+		}
+		return int64(found), nil
+	}
+	ch.Reset()
+	if err := s.diff.Diff(base, cur, width, ch); err != nil {
+		return 0, fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
+	}
+	if enc != nil && len(ch.Index) > 0 {
+		if err := enc.AddChanges(first, base, ch); err != nil {
+			return 0, fmt.Errorf("encode delta: %w", err)
+		}
+	}
+	return int64(len(ch.Index)), nil
 }
 
 // exists reports whether object id is stored (hold it first).

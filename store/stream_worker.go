@@ -190,16 +190,11 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 		return false, err
 	}
 	ts.hb.Write(base)
-	wk.ch.Reset()
-	if err := st.s.diff.Diff(base, data, ts.width, &wk.ch); err != nil {
-		return false, fmt.Errorf("diff (%s): %w", st.s.diff.Name(), err)
+	found, err := st.s.diffInto(ts.enc, base, data, off/int64(ts.width), ts.width, &wk.ch)
+	if err != nil {
+		return false, err
 	}
-	ts.changed += int64(len(wk.ch.Index))
-	if ts.enc != nil && len(wk.ch.Index) > 0 {
-		if err := ts.enc.AddChanges(off/int64(ts.width), base, &wk.ch); err != nil {
-			return false, fmt.Errorf("encode delta: %w", err)
-		}
-	}
+	ts.changed += found
 	ts.done += int64(len(data))
 	if ts.enc != nil && (ts.changed > ts.elems/8 || ts.changed*int64(ts.width+2) > maxDeltaMemory) {
 		// Not an RL step (the batch path's rule): a whole copy is about as small, and the
