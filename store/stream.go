@@ -19,10 +19,11 @@ import (
 // whether it is safetensors; a rename may change which tensor is a tensor's base), it checks
 // at the end and redoes the file through the batch path from the objects it stored.
 //
-// Work is pipelined over three or four goroutines per stream: the caller of Write copies
-// bytes into 4 MiB chunks, a worker diffs, encodes and compresses, and a hasher computes each
-// tensor's SHA-256 (its object's name) and the whole file's, both in one pass with the SHA
-// extensions, else with a second hasher for the file's (stream_pipe.go). Chunks come from a
+// Work is pipelined over four or five goroutines per stream: the caller of Write copies
+// bytes into 4 MiB chunks, a worker diffs and encodes, a finisher stores each tensor the
+// worker is done with (stream_finish.go), and a hasher computes each tensor's SHA-256 (its
+// object's name) and the whole file's, both in one pass with the SHA extensions, else with a
+// second hasher for the file's (stream_pipe.go). Chunks come from a
 // pool per Writer, so the memory of all streams of a version is bounded, and a Write waits
 // when the pipeline is full.
 //
@@ -91,8 +92,9 @@ type FileStream struct {
 	fileHashes     chan hashJob
 	fileHasherDone chan struct{}
 
-	wk workerState // owned by the worker goroutine until it has exited
-	hs hasherState // owned by the hasher goroutines until they have exited
+	wk  workerState // owned by the worker goroutine until it has exited
+	fin finisher    // stores the tensors the worker is done with (stream_finish.go)
+	hs  hasherState // owned by the hasher goroutines until they have exited
 
 	failMu sync.Mutex
 	fail   error // the worker's first error
@@ -128,6 +130,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 		fileHasherDone: make(chan struct{}),
 	}
 	st.hs.init()
+	st.fin.init(st)
 	if basis == nil {
 		// A first version: its bytes also seed the materialized copy (stream_seed.go).
 		if f, err := w.s.mat.seeds.create(); err == nil {
@@ -146,6 +149,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	w.streams[st] = struct{}{}
 	w.mu.Unlock()
 	go st.runWorker()
+	go st.fin.run()
 	go st.runHasher()
 	if st.hs.oneHasher {
 		close(st.fileHasherDone) // runHasher hashes the file too
@@ -402,8 +406,8 @@ func (st *FileStream) stopLocked() {
 	close(st.hashes)
 	close(st.fileHashes)
 	<-st.workerDone
-	st.wk.base.wait() // its read ahead, if any; then its buffers go
-	st.wk.base = baseReader{}
+	<-st.fin.done
+	st.wk.src.close() // its read ahead, if any; then its buffers go
 	<-st.hasherDone
 	<-st.fileHasherDone
 	st.jobs, st.hashes, st.fileHashes = nil, nil, nil

@@ -37,7 +37,7 @@ func (st *FileStream) Replay(dst io.Writer) error {
 			return fmt.Errorf("replay %s: %w", st.hint, err)
 		}
 	case st.hdr != nil:
-		if err := st.replayTensors(sink); err != nil {
+		if err := st.replayTensors(sink, &wk.src); err != nil {
 			return fmt.Errorf("replay %s: %w", st.hint, err)
 		}
 	}
@@ -83,13 +83,14 @@ func copyObjStream(o *objStream, dst byteSink) error {
 // replayTensors writes the bytes of a safetensors file that the worker has taken: the header,
 // the finished tensors (read back from their objects), the processed part of the tensor in
 // progress. Run by the worker (a switch to a whole-file object) or after it has exited.
-func (st *FileStream) replayTensors(dst byteSink) error {
+func (st *FileStream) replayTensors(dst byteSink, src *baseSource) error {
 	wk := &st.wk
 	if err := dst.write(st.prefix[:st.hdr.DataStart()]); err != nil {
 		return err
 	}
 	buf := make([]byte, pageSize)
-	for i := 0; i < wk.doneTensors; i++ {
+	stored, unstored := st.fin.progress()
+	for i := 0; i < stored; i++ {
 		t := &wk.entry.Tensors[i]
 		size := t.End - t.Begin
 		for off := int64(0); off < size; off += pageSize {
@@ -102,15 +103,20 @@ func (st *FileStream) replayTensors(dst byteSink) error {
 			}
 		}
 	}
+	for _, ts := range unstored {
+		if err := st.replayPartial(ts, dst, src); err != nil {
+			return err
+		}
+	}
 	if ts := wk.ts; ts != nil && ts.done > 0 {
-		return st.replayPartial(ts, dst)
+		return st.replayPartial(ts, dst, src)
 	}
 	return nil
 }
 
 // replayPartial writes the processed bytes [0, ts.done) of the tensor in progress: from the
 // whole copy being written if there is one, else from the base and the encoded changes.
-func (st *FileStream) replayPartial(ts *tensorState, dst byteSink) error {
+func (st *FileStream) replayPartial(ts *tensorState, dst byteSink, src *baseSource) error {
 	if ts.fw != nil && ts.fw.usable() {
 		return copyObjStream(ts.fw, dst)
 	}
@@ -128,7 +134,7 @@ func (st *FileStream) replayPartial(ts *tensorState, dst byteSink) error {
 	if ts.body == nil && ts.changed > 0 {
 		return fmt.Errorf("tensor %s: %w", ts.t.Name, errStreamCopy)
 	}
-	return st.rebuildTensor(ts, dst)
+	return st.rebuildTensor(ts, dst, src)
 }
 
 // ReadAt reads the file of a closed stream, from the objects it stored (a file read back

@@ -37,13 +37,11 @@ func (j streamJob) release(p *chunkPool) { j.c.release(p) }
 // worker has exited (stopLocked).
 type workerState struct {
 	entry       manifestFile
-	doneTensors int          // tensors whose result is in entry.Tensors
 	ts          *tensorState // the tensor being worked on
 	blob        *objStream   // the whole-file object, for a file stored whole
 	blobFailed  bool         // the switch to a whole-file object failed: replay the tensors
 	unprocessed []streamJob  // jobs not done after a failure, in order: their bytes are raw
-	base        baseReader   // reads of the bases from the copy (stream_base.go)
-	plainBase   []byte       // bases read through the store's read path
+	src         baseSource   // reads of the bases
 	ch          delta.Changes
 }
 
@@ -67,6 +65,7 @@ type tensorState struct {
 
 func (st *FileStream) runWorker() {
 	defer close(st.workerDone)
+	defer st.fin.close()
 	wk := &st.wk
 	for j := range st.jobs {
 		if st.failed() != nil {
@@ -109,16 +108,19 @@ func (st *FileStream) doJob(j streamJob) (consumed bool, err error) {
 			}
 		}
 		if j.last {
-			if err := st.finishTensor(wk.ts); err != nil {
-				return true, fmt.Errorf("tensor %s: %w", wk.ts.t.Name, err)
-			}
-			wk.doneTensors, wk.ts = j.tensor+1, nil
+			st.fin.hand(wk.ts)
+			wk.ts = nil
 		}
 		return true, nil
 	case jobBlobStart:
 		blob, _ := newObjStream(st.s, 1, -1, true) // never fails: no file until the first frame
 		if j.fromTensors {
-			if err := st.replayTensors(blob); err != nil {
+			st.fin.drain()
+			if err := st.failed(); err != nil {
+				blob.abort()
+				return false, err
+			}
+			if err := st.replayTensors(blob, &wk.src); err != nil {
 				// Nothing lost: the tensors' state is still there for Replay.
 				blob.abort()
 				wk.blobFailed = true
@@ -185,7 +187,7 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	if err := st.s.failpoint("stream-base-read"); err != nil {
 		return false, err
 	}
-	base, err := st.readBase(ts, off, int64(len(data)), st.nextBase(ts, off+int64(len(data))))
+	base, err := wk.src.read(st, ts, off, int64(len(data)), st.nextBase(ts, off+int64(len(data))))
 	if err != nil {
 		return false, err
 	}
@@ -210,7 +212,7 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 		ts.body = body // the bytes so far, until the copy holds them
 		fw, err := newObjStream(st.s, ts.width, ts.size, false)
 		if err == nil {
-			err = st.rebuildTensor(ts, fw)
+			err = st.rebuildTensor(ts, fw, &wk.src)
 		}
 		if err != nil {
 			fw.abort()
@@ -225,27 +227,39 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	return true, nil
 }
 
-// readBase returns bytes [off, off+n) (n <= ingestChunk) of the tensor's base, valid until the
-// next readBase: from the materialized copy when it holds it, else through the store's read
+// baseSource reads the bases of a stream's tensors for one goroutine (the worker, or the
+// finisher when it rebuilds a tensor).
+type baseSource struct {
+	copy  baseReader // from the materialized copy (stream_base.go)
+	plain []byte     // bases read through the store's read path
+}
+
+// read returns bytes [off, off+n) (n <= ingestChunk) of the tensor's base, valid until the
+// next read: from the materialized copy when it holds it, else through the store's read
 // path (the copy moved on meanwhile). next is what the worker will read after the tensor.
-func (st *FileStream) readBase(ts *tensorState, off, n int64, next nextRead) ([]byte, error) {
-	wk := &st.wk
-	if wk.base.s == nil {
-		wk.base.s = st.s
+func (src *baseSource) read(st *FileStream, ts *tensorState, off, n int64, next nextRead) ([]byte, error) {
+	if src.copy.s == nil {
+		src.copy.s = st.s
 	}
 	if view := st.s.mat.view(); view != nil {
 		if view.holds(ts.base) {
-			b, err := wk.base.read(view, ts.base, off, n, next)
+			b, err := src.copy.read(view, ts.base, off, n, next)
 			view.release()
 			return b, err
 		}
 		view.release() // readObject takes its own hold: never two at once
 	}
-	if int64(cap(wk.plainBase)) < n {
-		wk.plainBase = make([]byte, max(n, streamChunkSize))
+	if int64(cap(src.plain)) < n {
+		src.plain = make([]byte, max(n, streamChunkSize))
 	}
-	b := wk.plainBase[:n]
+	b := src.plain[:n]
 	return b, st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
+}
+
+// close waits for the source's read ahead, if any, and drops its buffers.
+func (src *baseSource) close() {
+	src.copy.wait()
+	*src = baseSource{}
 }
 
 // nextBase is what the worker will read after bytes [.., end) of tensor ts: nothing before
@@ -275,11 +289,11 @@ type byteSink interface{ write([]byte) error }
 // rebuildTensor writes the bytes [0, ts.done) of the tensor into dst, from its base and the
 // encoded changes (ts.body). The base bytes read again must hash as those diffed did (ts.hb),
 // so the bytes rebuilt are exactly the bytes received, or it fails.
-func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink) error {
+func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink, src *baseSource) error {
 	end := ts.done
 	check := ts.hb.fresh()
 	for off := int64(0); off < end; off += streamChunkSize {
-		b, err := st.readBase(ts, off, min(streamChunkSize, end-off), nextRead{})
+		b, err := src.read(st, ts, off, min(streamChunkSize, end-off), nextRead{})
 		if err != nil {
 			return err
 		}
@@ -299,8 +313,9 @@ func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink) error {
 	return nil
 }
 
-// finishTensor decides how the tensor is stored, exactly as Writer.ingestTensor does.
-func (st *FileStream) finishTensor(ts *tensorState) error {
+// finishTensor decides how the tensor is stored, exactly as Writer.ingestTensor does. The
+// finisher runs it (stream_finish.go); src is its own reader of bases.
+func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 	w, s, t := st.w, st.s, ts.t
 	id := st.hs.tensorSumOf(ts.idx)
 	if !ts.hasBase {
@@ -371,7 +386,7 @@ func (st *FileStream) finishTensor(ts *tensorState) error {
 		if err != nil {
 			return err
 		}
-		if err := st.rebuildTensor(ts, fw); err != nil {
+		if err := st.rebuildTensor(ts, fw, src); err != nil {
 			fw.abort()
 			return err
 		}
