@@ -2,7 +2,6 @@ package delta
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"math/bits"
 )
@@ -10,10 +9,12 @@ import (
 // maxDiffElements bounds one Diff call: indices are uint32, so callers cut tensors into chunks.
 const maxDiffElements = 1 << 32
 
-// NewCPUDiff returns the CPU diff backend ("cpu"). It compares 8 bytes at a time as uint64
-// words, skips equal words, and looks at single elements only inside words that differ, so on
-// weights where ~98% of elements are unchanged it runs at about memory speed. Its output is
-// exactly that of ReferenceDiff, for every input.
+// NewCPUDiff returns the CPU diff backend ("cpu"). For 8192 elements at a time it builds a
+// bitmap of the changed ones (changedMask: a vector kernel for 2-byte elements, 8-byte words
+// in Go otherwise), with no branch on the data, then walks the set bits: on weights where
+// ~98% of elements are unchanged it runs at about memory speed. Its output is exactly that
+// of ReferenceDiff, for every input. (DeltaEncoder.AddDiff does the same walk straight into
+// the encoder.)
 func NewCPUDiff() DiffBackend { return cpuDiff{} }
 
 type cpuDiff struct{}
@@ -33,45 +34,22 @@ func (cpuDiff) Diff(base, cur []byte, width int, out *Changes) error {
 	if err := checkDiffArgs(base, cur, width, out); err != nil {
 		return err
 	}
-	// Every element of width 1, 2, 4 or 8 lies inside one 8-aligned word of the slices, so
-	// words can be compared whole and only the elements of differing words examined.
-	words := len(base) &^ 7
-	i := 0
-	// Four words per step: on sparse changes most 32-byte groups are equal and cost one test.
-	// A group that differs becomes a bit mask of its changed elements (bit j: element j of
-	// the group), walked with TrailingZeros, so the work is one step per change rather than
-	// one unpredictable branch per word or element.
-	for ; i+32 <= words; i += 32 {
-		b := base[i : i+32 : i+32]
-		c := cur[i : i+32 : i+32]
-		x0 := binary.LittleEndian.Uint64(b[0:]) ^ binary.LittleEndian.Uint64(c[0:])
-		x1 := binary.LittleEndian.Uint64(b[8:]) ^ binary.LittleEndian.Uint64(c[8:])
-		x2 := binary.LittleEndian.Uint64(b[16:]) ^ binary.LittleEndian.Uint64(c[16:])
-		x3 := binary.LittleEndian.Uint64(b[24:]) ^ binary.LittleEndian.Uint64(c[24:])
-		if x0|x1|x2|x3 == 0 {
-			continue
-		}
-		var m uint64
-		switch width { // the same case every time: predicted, and each helper inlines
-		case 1:
-			m = lanes8(x0) | lanes8(x1)<<8 | lanes8(x2)<<16 | lanes8(x3)<<24
-		case 2:
-			m = lanes16(x0) | lanes16(x1)<<4 | lanes16(x2)<<8 | lanes16(x3)<<12
-		case 4:
-			m = lanes32(x0) | lanes32(x1)<<2 | lanes32(x2)<<4 | lanes32(x3)<<6
-		default:
-			m = lanes64(x0) | lanes64(x1)<<1 | lanes64(x2)<<2 | lanes64(x3)<<3
-		}
-		emitLanes(m, c, i, width, out)
-	}
-	for ; i < words; i += 8 {
-		x := binary.LittleEndian.Uint64(base[i:]) ^ binary.LittleEndian.Uint64(cur[i:])
-		if x != 0 {
-			emitLanes(changedLanes(x, width), cur[i:i+8], i, width, out)
+	groupBytes := maskGroupElems * width
+	groups := len(base) / groupBytes
+	var maskBuf [maskChunkGroups]uint64
+	for g := 0; g < groups; g += maskChunkGroups {
+		mask := maskBuf[:min(maskChunkGroups, groups-g)]
+		lo := g * groupBytes
+		changedMask(base[lo:], cur[lo:], width, mask)
+		for k, m := range mask {
+			if m != 0 {
+				off := lo + k*groupBytes
+				emitLanes(m, cur[off:off+groupBytes], off, width, out)
+			}
 		}
 	}
-	// The unaligned tail (fewer than 8 bytes, whole elements) goes element by element.
-	for ; i < len(base); i += width {
+	// The last elements, fewer than a group, one by one.
+	for i := groups * groupBytes; i < len(base); i += width {
 		if !bytes.Equal(base[i:i+width], cur[i:i+width]) {
 			out.Index = append(out.Index, uint32(i/width))
 			out.Values = append(out.Values, cur[i:i+width]...)
