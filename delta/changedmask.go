@@ -10,6 +10,27 @@ import "encoding/binary"
 // maskGroupElems is the number of elements one mask word covers.
 const maskGroupElems = 64
 
+// maskChunkGroups is how many mask words scanChanged builds before they are walked: 8192
+// elements, so the bytes the walk reads again are still in cache.
+const maskChunkGroups = 128
+
+// scanChanged builds the bitmap of the changed elements of base and cur, maskChunkGroups words
+// at a time, and hands each part to walk with the byte offset of its first element. It
+// returns the byte offset of the last elements, fewer than a group, which it leaves to the
+// caller.
+func scanChanged(base, cur []byte, width int, walk func(mask []uint64, lo int)) int {
+	groupBytes := maskGroupElems * width
+	groups := len(base) / groupBytes
+	var maskBuf [maskChunkGroups]uint64
+	for g := 0; g < groups; g += maskChunkGroups {
+		mask := maskBuf[:min(maskChunkGroups, groups-g)]
+		lo := g * groupBytes
+		changedMask(base[lo:], cur[lo:], width, mask)
+		walk(mask, lo)
+	}
+	return groups * groupBytes
+}
+
 // changedMask sets bit j of mask[k] exactly when element 64k+j of base and cur differs, for
 // len(mask) whole groups: len(base) and len(cur) must be at least 64*width*len(mask). It uses
 // the vector kernel where there is one (changedmask_amd64.s), else changedMaskGo.

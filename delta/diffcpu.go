@@ -35,21 +35,16 @@ func (cpuDiff) Diff(base, cur []byte, width int, out *Changes) error {
 		return err
 	}
 	groupBytes := maskGroupElems * width
-	groups := len(base) / groupBytes
-	var maskBuf [maskChunkGroups]uint64
-	for g := 0; g < groups; g += maskChunkGroups {
-		mask := maskBuf[:min(maskChunkGroups, groups-g)]
-		lo := g * groupBytes
-		changedMask(base[lo:], cur[lo:], width, mask)
+	tail := scanChanged(base, cur, width, func(mask []uint64, lo int) {
 		for k, m := range mask {
 			if m != 0 {
 				off := lo + k*groupBytes
 				emitLanes(m, cur[off:off+groupBytes], off, width, out)
 			}
 		}
-	}
+	})
 	// The last elements, fewer than a group, one by one.
-	for i := groups * groupBytes; i < len(base); i += width {
+	for i := tail; i < len(base); i += width {
 		if !bytes.Equal(base[i:i+width], cur[i:i+width]) {
 			out.Index = append(out.Index, uint32(i/width))
 			out.Values = append(out.Values, cur[i:i+width]...)

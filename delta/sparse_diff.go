@@ -56,27 +56,17 @@ func (e *DeltaEncoder) AddDiff(first int64, base, cur []byte) (int, error) {
 	return found, nil
 }
 
-// maskChunkGroups is how many mask words addDiff builds before walking them: 8192 elements,
-// so the bytes the walk reads again are still in cache.
-const maskChunkGroups = 128
-
 // addDiff records the elements that differ between base and cur, the first of which is at
 // position start of the block, and returns how many it found: a bitmap of the changed
 // elements first (changedMask), then a walk of its set bits.
 func (b *blockEncoder) addDiff(start int64, base, cur []byte, width int, values valueMap) int {
 	before := len(b.gaps)
 	shift := uint(bits.TrailingZeros(uint(width)))
-	groupBytes := maskGroupElems * width
-	groups := len(base) / groupBytes
-	var maskBuf [maskChunkGroups]uint64
-	for g := 0; g < groups; g += maskChunkGroups {
-		mask := maskBuf[:min(maskChunkGroups, groups-g)]
-		lo := g * groupBytes
-		changedMask(base[lo:], cur[lo:], width, mask)
+	tail := scanChanged(base, cur, width, func(mask []uint64, lo int) {
 		b.walkMask(mask, start+int64(lo>>shift), base[lo:], cur[lo:], width, values)
-	}
+	})
 	// The last elements, fewer than a group, one by one.
-	for i := groups * groupBytes; i < len(base); i += width {
+	for i := tail; i < len(base); i += width {
 		old, now := loadElement(base[i:], width), loadElement(cur[i:], width)
 		if old != now {
 			b.add(start+int64(i>>shift), values.code(old, now))
