@@ -372,13 +372,14 @@ func (m *materialized) forward(cur, target *version) error {
 
 // apply changes the files of the copy from cur to target. Nobody reads the copy meanwhile.
 func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites map[string]string) error {
+	var bufs patchBufs
 	for i, p := range patches {
 		if i == len(patches)/2 {
 			if err := m.s.failpoint("materialize-partial"); err != nil {
 				return err
 			}
 		}
-		if err := m.patch(p); err != nil {
+		if err := m.patch(p, &bufs); err != nil {
 			return err
 		}
 	}
@@ -450,9 +451,13 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 	return out, true
 }
 
+// patchBufs are the buffers of patch, kept from one tensor to the next: made afresh, they were
+// twice the copy's size in garbage at every update.
+type patchBufs struct{ buf, orig []byte }
+
 // patch applies one in-place update, 4 MiB at a time, writing back only the byte runs that
 // changed.
-func (m *materialized) patch(p inPlace) error {
+func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
 	d, err := m.s.loadDelta(p.obj)
 	if err != nil {
 		return err
@@ -462,8 +467,10 @@ func (m *materialized) patch(p inPlace) error {
 		return err
 	}
 	step := int64(ingestChunk)
-	buf := make([]byte, min(step, p.size))
-	orig := make([]byte, len(buf))
+	if n := int(min(step, p.size)); len(bufs.buf) < n {
+		bufs.buf, bufs.orig = make([]byte, n), make([]byte, n)
+	}
+	buf, orig := bufs.buf, bufs.orig
 	for off := int64(0); off < p.size; off += step {
 		n := min(step, p.size-off)
 		b, o := buf[:n], orig[:n]
