@@ -84,7 +84,7 @@ type hashJob struct {
 }
 
 // hasherState is the hashers': the whole file's SHA-256 and the seed, each tensor's SHA-256
-// and CRC-32C. The worker waits for a tensor's sum when it finishes the tensor.
+// and CRC-32C. The finisher waits for a tensor's sum when it stores the tensor.
 //
 // Where sha256x2 can hash the same bytes into two digests in one pass (x86 SHA extensions),
 // one goroutine (runHasher) computes both SHA-256s: 1.25x the speed of two passes, and the
@@ -205,8 +205,8 @@ func (st *FileStream) runHasher() {
 	}
 }
 
-// tensorSumOf waits for the SHA-256 of tensor i (the worker's side; the hasher always gets a
-// tensor's last piece before the worker does).
+// tensorSumOf waits for the SHA-256 of tensor i (the finisher's side; the hasher always gets a
+// tensor's last piece before the worker does, and the worker hands the tensor over after it).
 func (h *hasherState) tensorSumOf(i int) ID {
 	h.mu.Lock()
 	defer h.mu.Unlock()

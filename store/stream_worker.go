@@ -34,7 +34,8 @@ type streamJob struct {
 func (j streamJob) release(p *chunkPool) { j.c.release(p) }
 
 // workerState is what the worker goroutine owns. Other goroutines read it only after the
-// worker has exited (stopLocked).
+// worker and the finisher have exited (stopLocked); the finisher writes the results (ID,
+// Base, Changed) of the entry's tensors handed to it.
 type workerState struct {
 	entry       manifestFile
 	ts          *tensorState // the tensor being worked on
