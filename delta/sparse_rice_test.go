@@ -28,6 +28,9 @@ func TestRiceRoundTrip(t *testing.T) {
 		{"all zero", make([]uint32, 300)},
 		{"one huge gap", []uint32{1<<20 - 1}},
 		{"mixed", []uint32{0, 5, 1000, 3, 0, 0, 77, 1 << 19}},
+		// A small parameter and one gap far above it: q+1+k exceeds 32 bits, the writer's
+		// long path (writeUnary, then the low bits).
+		{"zeros then a huge gap", append(make([]uint32, riceGroup-1), 1<<20-1)},
 	}
 	geometric := make([]uint32, 5000)
 	for i := range geometric {
