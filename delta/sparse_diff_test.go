@@ -151,15 +151,7 @@ func FuzzAddDiff(f *testing.F) {
 		width := 1 << (widthSel % 4)
 		float := widthSel&4 != 0
 		shift := uint(minBlockShift) + uint(shiftSel%6)
-		n := len(data) / 2 / width
-		base := data[:n*width]
-		cur := bytes.Clone(data[n*width : 2*n*width])
-		rng := rand.New(rand.NewPCG(uint64(chunk), uint64(density)))
-		for i := range n {
-			if byte(rng.Uint32()) > density {
-				copy(cur[i*width:(i+1)*width], base[i*width:(i+1)*width])
-			}
-		}
+		base, cur := fuzzPair(data, width, rand.New(rand.NewPCG(uint64(chunk), uint64(density))), density)
 		c := max(1, int(chunk))
 		want := encodeByReference(t, base, cur, width, float, shift, c)
 		got := encodeByAddDiff(t, base, cur, width, float, shift, c)

@@ -102,6 +102,21 @@ func FuzzDecodeDelta(f *testing.F) {
 	})
 }
 
+// fuzzPair splits a fuzzer's data into a base and a new tensor of width-byte elements, and
+// keeps about (255-density)/256 of the new elements equal to base, so that sparse changes are
+// explored as well as dense ones.
+func fuzzPair(data []byte, width int, rng *rand.Rand, density uint8) (base, cur []byte) {
+	n := len(data) / 2 / width
+	base = data[:n*width]
+	cur = bytes.Clone(data[n*width : 2*n*width])
+	for i := range n {
+		if byte(rng.Uint32()) > density {
+			copy(cur[i*width:(i+1)*width], base[i*width:(i+1)*width])
+		}
+	}
+	return base, cur
+}
+
 // FuzzDeltaRoundTrip encodes arbitrary base/new pairs at every width, block size and density:
 // forward must give new, backward base, and both must equal the reference on sub-ranges.
 func FuzzDeltaRoundTrip(f *testing.F) {
@@ -117,17 +132,8 @@ func FuzzDeltaRoundTrip(f *testing.F) {
 		if shiftSel >= 128 {
 			shift = defaultBlockShift
 		}
-		n := len(data) / 2 / width
-		base := data[:n*width]
-		cur := bytes.Clone(data[n*width : 2*n*width])
-		// Keep about (255-density)/256 of the elements equal to base, so sparse changes
-		// are explored as well as dense ones.
 		rng := rand.New(rand.NewPCG(seed, seed^0x9E3779B97F4A7C15))
-		for i := range n {
-			if byte(rng.Uint32()) > density {
-				copy(cur[i*width:(i+1)*width], base[i*width:(i+1)*width])
-			}
-		}
+		base, cur := fuzzPair(data, width, rng, density)
 		checkRoundTrip(t, rng, base, cur, width, float, shift)
 	})
 }
