@@ -55,12 +55,16 @@ func (b *blockEncoder) reset() {
 func (b *blockEncoder) add(pos int64, code uint64) {
 	b.gaps = append(b.gaps, uint32(pos-b.prev-1))
 	b.prev = pos
+	b.symbols, b.escapes = appendSymbol(b.symbols, b.escapes, code)
+}
+
+// appendSymbol appends the symbol of value code to symbols, and its escape to escapes when the
+// code does not fit a symbol.
+func appendSymbol(symbols, escapes []byte, code uint64) ([]byte, []byte) {
 	if code < escapeSymbol {
-		b.symbols = append(b.symbols, byte(code))
-		return
+		return append(symbols, byte(code)), escapes
 	}
-	b.symbols = append(b.symbols, escapeSymbol)
-	b.escapes = binary.AppendUvarint(b.escapes, code-escapeSymbol)
+	return append(symbols, escapeSymbol), binary.AppendUvarint(escapes, code-escapeSymbol)
 }
 
 // appendTo codes the collected block and appends it to out.

@@ -97,13 +97,7 @@ func (b *blockEncoder) walkMask(mask []uint64, pos int64, base, cur []byte, widt
 			at := groupPos + int64(j)
 			gaps = append(gaps, uint32(at-prev-1))
 			prev = at
-			code := values.code(old, now)
-			if code < escapeSymbol {
-				symbols = append(symbols, byte(code))
-				continue
-			}
-			symbols = append(symbols, escapeSymbol)
-			b.escapes = binary.AppendUvarint(b.escapes, code-escapeSymbol)
+			symbols, b.escapes = appendSymbol(symbols, b.escapes, values.code(old, now))
 		}
 	}
 	b.gaps, b.symbols, b.prev = gaps, symbols, prev
