@@ -4,6 +4,7 @@ package delta
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,7 +112,7 @@ func TestApplyPlantedLinks(t *testing.T) {
 func TestApplyKeepsModeAndOwner(t *testing.T) {
 	for _, file := range []string{"model.safetensors", "config.json"} {
 		for _, opts := range []ApplyOptions{{}, {Sync: true}} {
-			t.Run(file, func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/sync=%v", file, opts.Sync), func(t *testing.T) {
 				dir, patchPath, _, _, result := linkTestSetup(t)
 				target := filepath.Join(dir, file)
 				if err := os.Chmod(target, 0o600); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -132,10 +133,13 @@ func (s sharedBasePatches) checkConcurrentOutcome(t *testing.T, dir, name string
 
 func TestApplyConcurrentGoroutines(t *testing.T) {
 	s := newSharedBasePatches(t)
-	const trials = 25
+	const trials = 20
 	for _, name := range []string{"model.safetensors", "config.json"} {
 		for _, pair := range [][2]uint64{{3, 4}, {4, 3}, {3, 3}} {
 			t.Run(fmt.Sprintf("%s/v%d-v%d", name, pair[0], pair[1]), func(t *testing.T) {
+				var waited atomic.Int64 // trials where the two applies overlapped
+				defer func() { t.Logf("%d of %d trials overlapped (one apply waited for the other)", waited.Load(), trials) }()
+				opts := ApplyOptions{Waiting: func(string) { waited.Add(1) }}
 				for range trials {
 					dir, patches := s.setup(t)
 					var outs [2]applyOutcome
@@ -145,7 +149,7 @@ func TestApplyConcurrentGoroutines(t *testing.T) {
 						go func() {
 							defer func() { done <- struct{}{} }()
 							<-start
-							_, err := ApplyPatchFile(patches[v], filepath.Join(dir, name))
+							_, err := ApplyPatchFileWith(patches[v], filepath.Join(dir, name), opts)
 							outs[i] = applyOutcome{version: v, err: err, mismatch: errors.Is(err, ErrBaseMismatch)}
 						}()
 					}
@@ -253,5 +257,68 @@ func TestApplyConcurrentChild(t *testing.T) {
 		fmt.Printf("result: mismatch: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 	default:
 		fmt.Printf("result: error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+}
+
+// TestApplyLockHolder holds the lock of a target as another apply would, then: an apply with
+// NoWait is refused with ErrLocked, naming this process as the holder, and writes nothing;
+// an apply that waits says so once, and finishes when the lock is released.
+func TestApplyLockHolder(t *testing.T) {
+	s := newSharedBasePatches(t)
+	dir, patches := s.setup(t)
+	target := filepath.Join(dir, "model.safetensors")
+	held, err := lockTarget(target, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ApplyPatchFileWith(patches[3], target, ApplyOptions{NoWait: true})
+	holder := fmt.Sprintf("process %d on host ", os.Getpid())
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), holder) || !strings.Contains(err.Error(), target+LockSuffix) {
+		t.Fatalf("apply with NoWait while the lock is held: %v, want ErrLocked naming %q", err, holder)
+	}
+	if got, _ := os.ReadFile(target); s.versionOf("model.safetensors", got) != 2 {
+		t.Fatal("the refused apply changed the file")
+	}
+	waiting := make(chan string, 2)
+	done := make(chan error)
+	go func() {
+		_, err := ApplyPatchFileWith(patches[3], target, ApplyOptions{Waiting: func(h string) { waiting <- h }})
+		done <- err
+	}()
+	if h := <-waiting; !strings.Contains(h, holder) {
+		t.Errorf("the waiting apply was told %q, want the holder %q", h, holder)
+	}
+	held.release()
+	if err := <-done; err != nil {
+		t.Fatalf("the apply that waited: %v", err)
+	}
+	if len(waiting) != 0 {
+		t.Error("Waiting was called more than once")
+	}
+	if got, _ := os.ReadFile(target); s.versionOf("model.safetensors", got) != 3 {
+		t.Fatal("the apply that waited did not give v3")
+	}
+	if _, err := os.Lstat(target + LockSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file left after the apply: %v", err)
+	}
+}
+
+// TestApplyStaleLock: a lock file left by a killed apply (not locked, naming a dead process)
+// does not stop the next apply, which removes it.
+func TestApplyStaleLock(t *testing.T) {
+	s := newSharedBasePatches(t)
+	dir, patches := s.setup(t)
+	target := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(target+LockSuffix, []byte("999999999 gone\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyPatchFileWith(patches[4], target, ApplyOptions{NoWait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(target); s.versionOf("config.json", got) != 4 {
+		t.Fatal("not v4")
+	}
+	if _, err := os.Lstat(target + LockSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale lock file left: %v", err)
 	}
 }
