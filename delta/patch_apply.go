@@ -67,8 +67,9 @@ type ApplyOptions struct {
 	// the holder, when another apply of the same file holds its lock. By default it waits for
 	// that apply to end, then checks the file as that apply left it (see patch_apply_lock.go).
 	NoWait bool
-	// Waiting, when set, is called once if ApplyPatchFile has to wait for another apply of
-	// the same file, with a description of the holder (its process id and host).
+	// Waiting, when set, is called when ApplyPatchFile has to wait for another apply of the
+	// same file, with a description of the holder (its process id and host): once, or again
+	// if yet another apply takes the lock first.
 	Waiting func(holder string)
 }
 

@@ -155,7 +155,7 @@ func lockHolder(f *os.File) string {
 	pid, host, _ := strings.Cut(string(bytes.TrimSpace(buf[:n])), " ")
 	if _, err := strconv.Atoi(pid); err != nil {
 		// The holder has not written it yet, or could not (a lock file opened read-only).
-		return "another apply (which has not recorded its process id)"
+		return "a process that has not recorded its id"
 	}
 	if host == "" {
 		return "process " + pid
