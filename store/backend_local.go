@@ -43,13 +43,14 @@ func (b *localBackend) manifestPath(v uint64) string {
 // their digits).
 func manifestName(v uint64) string { return fmt.Sprintf("v%06d", v) }
 
-// parseManifestName is the inverse of manifestName; ok is false for other names.
+// parseManifestName is the inverse of manifestName; ok is false for other names, and for
+// numbers above MaxVersion (no version of this program seals one).
 func parseManifestName(name string) (uint64, bool) {
 	if len(name) < 7 || name[0] != 'v' {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(name[1:], 10, 64)
-	if err != nil || v == 0 || manifestName(v) != name {
+	if err != nil || v == 0 || v > MaxVersion || manifestName(v) != name {
 		return 0, false
 	}
 	return v, true

@@ -39,6 +39,9 @@ func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
 	v := opts.Version
 	if v == 0 {
 		latest, _ := s.Latest()
+		if latest >= MaxVersion {
+			return VersionInfo{}, fmt.Errorf("commit %s: version %d is the largest a store accepts: there is no next version: %w", dir, latest, ErrVersionOutOfRange)
+		}
 		v = latest + 1
 	}
 	w, err := s.NewVersion(v)
@@ -125,7 +128,7 @@ func (w *Writer) addPath(e treeEntry) error {
 		return fmt.Errorf("%s changed size during the commit", e.rel)
 	}
 	err = w.AddFile(e.rel, f, e.size, e.mode)
-	if errors.Is(err, ErrBadPath) {
+	if errors.Is(err, ErrBadPath) || errors.Is(err, ErrNameTooLong) {
 		return fmt.Errorf("%s: %w", e.rel, err)
 	}
 	return err

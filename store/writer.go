@@ -48,6 +48,9 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 	if v == 0 {
 		return nil, fmt.Errorf("version numbers start at 1: %w", ErrVersionNotAbove)
 	}
+	if err := checkVersionNumber(v); err != nil {
+		return nil, fmt.Errorf("new version: %w", err)
+	}
 	if latest, ok := s.Latest(); ok && v <= latest {
 		return nil, fmt.Errorf("version %d: the latest sealed version is %d: %w", v, latest, ErrVersionNotAbove)
 	}
@@ -195,7 +198,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	data, err := encodeManifest(m)
+	data, err := encodeManifestChecked(m)
 	if err != nil {
 		return VersionInfo{}, err
 	}
