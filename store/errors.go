@@ -45,6 +45,10 @@ var (
 	// ErrNameTooLong marks a path with an element longer than MaxNameLen bytes or longer than
 	// MaxPathLen bytes as a whole (the fs package answers ENAMETOOLONG).
 	ErrNameTooLong = errors.New("file name too long")
+	// ErrSourceChanged marks a source file that changed while Commit or Writer.AddFile read
+	// it (two reads of its bytes disagree, or its size, mtime or ctime moved): nothing of it
+	// is added. Commit it again once its writer is done.
+	ErrSourceChanged = errors.New("source file changed while it was read")
 	// ErrManifestTooLarge marks a version whose manifest would exceed what readers accept
 	// (1 GiB of JSON): the seal refuses it.
 	ErrManifestTooLarge = errors.New("manifest too large")
