@@ -18,14 +18,15 @@ import (
 //	versions/v000043      manifests
 //	tmp/                  temporary files
 type localBackend struct {
-	root string
+	root  string
+	modes storeModes
 
 	mu        sync.Mutex
 	dirtyDirs map[string]bool // object directories with renames not yet fsynced
 }
 
-func newLocalBackend(root string) *localBackend {
-	return &localBackend{root: root, dirtyDirs: map[string]bool{}}
+func newLocalBackend(root string, modes storeModes) *localBackend {
+	return &localBackend{root: root, modes: modes, dirtyDirs: map[string]bool{}}
 }
 
 var _ Backend = (*localBackend)(nil)
@@ -88,7 +89,7 @@ func (b *localBackend) PutObject(id ID, tmp *os.File) error {
 		return fmt.Errorf("sync object %s: %w", id, err)
 	}
 	// Objects are never written in place: read-only files guard against accidents.
-	if err := tmp.Chmod(0o444); err != nil {
+	if err := tmp.Chmod(b.modes.object); err != nil {
 		return fmt.Errorf("put object %s: %w", id, err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -97,7 +98,7 @@ func (b *localBackend) PutObject(id ID, tmp *os.File) error {
 	dst := b.objectPath(id)
 	dir := filepath.Dir(dst)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("put object %s: %w", id, err)
 		}
 		b.markDirty(filepath.Dir(dir))
@@ -206,7 +207,7 @@ func (b *localBackend) DeleteObject(id ID) error {
 }
 
 func (b *localBackend) PutManifest(v uint64, data []byte) error {
-	if err := writeFileSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data); err != nil {
+	if err := writeFileSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data, b.modes.file); err != nil {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
 	return nil

@@ -131,7 +131,12 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkFormatFile(format); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := newBareStore(path, opts, newLocalBackend(path))
+	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	modes := modesFor(formatInfo.Mode())
+	s := newBareStore(path, opts, newLocalBackend(path, modes))
 	ok := false
 	defer func() {
 		if !ok {
@@ -139,7 +144,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}()
 	if !s.readOnly {
-		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock")); err != nil {
+		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock"), modes.file); err != nil {
 			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
 		}
 		// Nothing is being written now: leftovers are from a process that died.
@@ -227,12 +232,12 @@ func (s *Store) setupCacheDir() error {
 	s.cacheDir = s.opts.CacheDir
 	switch {
 	case s.cacheDir != "":
-		if err := os.MkdirAll(s.cacheDir, 0o755); err != nil {
+		if err := os.MkdirAll(s.cacheDir, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 	case !s.readOnly:
 		s.cacheDir = filepath.Join(s.root, "cache")
-		if err := os.MkdirAll(s.cacheDir, 0o755); err != nil {
+		if err := os.MkdirAll(s.cacheDir, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 	default:
@@ -241,7 +246,7 @@ func (s *Store) setupCacheDir() error {
 			base = os.TempDir()
 		}
 		base = filepath.Join(base, "weightfs")
-		if err := os.MkdirAll(base, 0o755); err != nil {
+		if err := os.MkdirAll(base, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 		removeDeadReaderCaches(base)

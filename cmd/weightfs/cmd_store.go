@@ -16,6 +16,7 @@ import (
 func cmdInit(e *env, args []string) error {
 	fs := newFlags("init")
 	sf := addStoreFlags(fs, false)
+	shared := fs.Bool("shared", false, "let the directory's group read the store (0750/0640; default: private, 0700/0600)")
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -24,9 +25,14 @@ func cmdInit(e *env, args []string) error {
 	if err := sf.apply(&opts); err != nil {
 		return err
 	}
-	if store.IsS3URL(pos[0]) {
+	switch {
+	case store.IsS3URL(pos[0]) && *shared:
+		return usagef("--shared is for local stores; an S3 store's readers are whoever its credentials admit")
+	case store.IsS3URL(pos[0]):
 		err = store.InitS3(pos[0], opts.S3)
-	} else {
+	case *shared:
+		err = store.InitShared(pos[0])
+	default:
 		err = store.Init(pos[0])
 	}
 	if err != nil {
