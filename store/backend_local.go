@@ -256,3 +256,69 @@ func (b *localBackend) CleanTemp() error {
 	}
 	return nil
 }
+
+// The quarantine (repair.go): quarantine/vNNNNNN for manifests, quarantine/objects/<id> for
+// objects, moved there by rename (their bytes as they were) and made durable.
+
+func (b *localBackend) quarantineDir(sub string) (string, error) {
+	dir := filepath.Join(b.root, "quarantine")
+	for _, d := range []string{dir, filepath.Join(dir, sub)} {
+		if err := mkdirMode(d, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return filepath.Join(dir, sub), nil
+}
+
+func (b *localBackend) moveAside(src, dstDir, name string) (string, error) {
+	dst := filepath.Join(dstDir, name)
+	if err := os.Rename(src, dst); err != nil {
+		return "", err
+	}
+	if err := syncDir(dstDir); err != nil {
+		return "", err
+	}
+	return dst, syncDir(filepath.Dir(src))
+}
+
+func (b *localBackend) quarantineManifest(v uint64) (string, error) {
+	dir, err := b.quarantineDir("")
+	if err != nil {
+		return "", err
+	}
+	dst, err := b.moveAside(b.manifestPath(v), dir, manifestName(v))
+	if err != nil {
+		return "", fmt.Errorf("quarantine version %d: %w", v, err)
+	}
+	return dst, nil
+}
+
+func (b *localBackend) quarantineObject(id ID) (string, error) {
+	dir, err := b.quarantineDir("objects")
+	if err != nil {
+		return "", err
+	}
+	dst, err := b.moveAside(b.objectPath(id), dir, id.String())
+	if err != nil {
+		return "", fmt.Errorf("quarantine object %s: %w", id, err)
+	}
+	return dst, nil
+}
+
+func (b *localBackend) listQuarantined() ([]uint64, error) {
+	entries, err := os.ReadDir(filepath.Join(b.root, "quarantine"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list quarantine: %w", err)
+	}
+	var vs []uint64
+	for _, e := range entries {
+		if v, ok := parseManifestName(e.Name()); ok {
+			vs = append(vs, v)
+		}
+	}
+	slices.Sort(vs)
+	return vs, nil
+}

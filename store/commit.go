@@ -40,11 +40,11 @@ func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
 	}
 	v := opts.Version
 	if v == 0 {
-		latest, _ := s.Latest()
-		if latest >= MaxVersion {
-			return VersionInfo{}, fmt.Errorf("commit %s: version %d is the largest a store accepts: there is no next version: %w", dir, latest, ErrVersionOutOfRange)
+		top, _ := s.highest() // above damaged and quarantined versions too
+		if top >= MaxVersion {
+			return VersionInfo{}, fmt.Errorf("commit %s: version %d is the largest a store accepts: there is no next version: %w", dir, top, ErrVersionOutOfRange)
 		}
-		v = latest + 1
+		v = top + 1
 	}
 	w, err := s.NewVersion(v)
 	if err != nil {

@@ -70,6 +70,10 @@ type Store struct {
 	mu       sync.RWMutex
 	closed   bool
 	versions []VersionInfo // sealed versions, ascending; Anchor is filled on the way out
+	// damaged are versions whose manifests cannot be read (not in versions), with why;
+	// quarantineTop is the highest version number in STORE/quarantine/ (damaged.go).
+	damaged       map[uint64]error
+	quarantineTop uint64
 
 	manifests   *lru[uint64, *version]
 	objInfos    *lru[ID, *objectInfo]
@@ -222,7 +226,12 @@ func (s *Store) finishOpen() error {
 	// reads of the latest version are plain preads rather than a replay.
 	if !s.readOnly || s.opts.Materialize {
 		if err := s.mat.ensure(); err != nil {
-			return err
+			if s.readOnly || !errors.Is(err, ErrCorrupt) {
+				return err
+			}
+			// The writer opens all the same: Repair needs it, and every version but the
+			// damaged one is readable. Ingest needs the copy and says why it cannot.
+			s.logf("materialized copy not built: %v (run weightfs verify --repair %s)", err, s.root)
 		}
 	}
 	return nil
@@ -379,12 +388,25 @@ func summarize(m *manifest) VersionInfo {
 }
 
 // loadVersions lists the manifests and (re)builds the version list, reading only manifests
-// the index has no summary of. A manifest that cannot be read is logged and skipped here; it
-// is reported by Verify and by any read of that version.
+// the index has no summary of, and the newest (so that Latest is readable). A manifest that
+// cannot be read is logged and skipped (noteDamaged); it is reported by Verify, by any read
+// of that version, and moved aside by Repair.
 func (s *Store) loadVersions() error {
 	numbers, err := s.be.ListManifests()
 	if err != nil {
 		return err
+	}
+	if q, ok := s.be.(quarantiner); ok {
+		quarantined, err := q.listQuarantined()
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.quarantineTop = 0
+		if n := len(quarantined); n > 0 {
+			s.quarantineTop = quarantined[n-1]
+		}
+		s.mu.Unlock()
 	}
 	cached, err := s.ix.versions()
 	if err != nil {
@@ -393,21 +415,38 @@ func (s *Store) loadVersions() error {
 	var add []VersionInfo
 	infos := make([]VersionInfo, 0, len(numbers))
 	present := map[uint64]bool{}
+	read := map[uint64]bool{}
 	for _, v := range numbers {
 		present[v] = true
+		if s.damagedError(v) != nil {
+			continue // logged when found; read again by Verify and Repair
+		}
 		if info, ok := cached[v]; ok {
 			infos = append(infos, info)
 			continue
 		}
 		ver, err := s.loadVersion(v)
 		if err != nil {
-			s.logf("version %d: %v", v, err)
-			infos = append(infos, VersionInfo{Number: v})
+			if s.damagedError(v) == nil {
+				// Not damage (an I/O error, a newer format): skipped this time, said each time.
+				s.logf("version %d is skipped: %v", v, err)
+			}
 			continue
 		}
+		read[v] = true
 		info := summarize(ver.m)
 		infos = append(infos, info)
 		add = append(add, info)
+	}
+	// The newest must be readable: it is what Latest names, and what the copy is built from.
+	for len(infos) > 0 && !read[infos[len(infos)-1].Number] {
+		v := infos[len(infos)-1].Number
+		if _, err := s.loadVersion(v); err == nil {
+			break
+		} else if s.damagedError(v) == nil {
+			return err
+		}
+		infos = infos[:len(infos)-1]
 	}
 	var del []uint64
 	for v := range cached {
@@ -420,6 +459,11 @@ func (s *Store) loadVersions() error {
 		return fmt.Errorf("update index: %w", err)
 	}
 	s.mu.Lock()
+	for v := range s.damaged {
+		if !present[v] {
+			delete(s.damaged, v) // quarantined or dropped since
+		}
+	}
 	s.versions = infos
 	s.mu.Unlock()
 	return nil
