@@ -391,7 +391,11 @@ func (w *Writer) writeFull(src io.ReaderAt, size int64, width int, id, base ID, 
 	if err := copyRange(fw, src, 0, size); err != nil {
 		return err
 	}
-	if _, err := fw.finish(id, base, link); err != nil {
+	if got, err := fw.finish(id, base, link); err != nil {
+		if !got.IsZero() && got != id {
+			// The second read of the source saw other bytes than the first.
+			return fmt.Errorf("%w: %w", err, ErrSourceChanged)
+		}
 		return err
 	}
 	if len(link) == 0 {
