@@ -158,4 +158,3 @@ func (s *Store) isSealed(v uint64) bool {
 	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
 	return i < len(s.versions) && s.versions[i].Number == v
 }
-
