@@ -81,7 +81,7 @@ func renderName(v uint64, key string) string { return fmt.Sprintf("v%06d-%s", v,
 // processes left there.
 func (s *Store) renderTemp() (string, error) {
 	base := s.renderDir("tmp")
-	if err := os.MkdirAll(base, 0o755); err != nil {
+	if err := os.MkdirAll(base, cacheDirPerm); err != nil {
 		return "", fmt.Errorf("create render directory: %w", err)
 	}
 	removeDeadRenders(base)
@@ -253,7 +253,7 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 	if err != nil {
 		return RenderedFile{}, fmt.Errorf("patch of version %d as rendered: %w", v, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
 		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
 	}
 	if err := os.Rename(p, final); err != nil {
@@ -266,7 +266,7 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 
 // writePatchFile writes the patch of v to a new file at p and syncs it.
 func (s *Store) writePatchFile(v uint64, p string) error {
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return fmt.Errorf("create patch file: %w", err)
 	}
@@ -329,7 +329,7 @@ func checkRenderedPatch(p string, cur, base *version) (RenderedFile, error) {
 
 // syncedCreate writes data to a new file at p and syncs it.
 func syncedCreate(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return err
 	}
