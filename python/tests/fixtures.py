@@ -5,6 +5,7 @@ builds them and sets both); otherwise they are built here with `go build` when g
 PATH, else the tests that need them are skipped.
 """
 
+import atexit
 import glob
 import json
 import os
@@ -14,9 +15,15 @@ import subprocess
 import tempfile
 import unittest
 
+import sys
+
 import numpy as np
 
-import weightfs
+try:
+    import weightfs
+except ImportError:  # not installed: the package next to these tests
+    sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+    import weightfs
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 _tmp = None
@@ -24,17 +31,12 @@ _bins = None
 
 
 def tmpdir():
+    """One directory for the whole run (stores are shared by the test modules), removed at exit."""
     global _tmp
     if _tmp is None:
         _tmp = tempfile.mkdtemp(prefix="weightfs-pytest-")
+        atexit.register(shutil.rmtree, _tmp, True)
     return _tmp
-
-
-def cleanup():
-    global _tmp
-    if _tmp is not None:
-        shutil.rmtree(_tmp, ignore_errors=True)
-        _tmp = None
 
 
 def binaries():

@@ -2,16 +2,13 @@
 
 import json
 import os
-import shutil
 import struct
 import unittest
 
 import numpy as np
 
+import fixtures  # first: it finds the weightfs package when it is not installed
 import weightfs
-from weightfs.patch import WHOLE_PREFIX
-
-import fixtures
 
 try:
     import torch
@@ -21,10 +18,6 @@ try:
     import xxhash
 except ImportError:
     xxhash = None
-
-
-def tearDownModule():
-    fixtures.cleanup()
 
 
 def raw_of(x):
