@@ -271,7 +271,7 @@ func (p *Patch) readTensors(changedNames []string) error {
 				return malformedPatch("tensor %q listed under two files", name)
 			}
 			t := PatchTensor{File: f.Name, Name: name, DType: prm.DType, Elements: prm.Elements}
-			if err := readTensorInfo(&t, prm, f.HasXXH3); err != nil {
+			if err := readTensorInfo(&t, prm); err != nil {
 				return err
 			}
 			if prm.XXH3 != "" {

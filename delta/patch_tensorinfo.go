@@ -51,17 +51,14 @@ func checkShape(shape []int64, elements int64) error {
 	return nil
 }
 
-// readTensorInfo checks a params entry's extension fields and copies them into t. hasXXH3
-// says whether the file records xxh3-128 digests: a tensor digest without them would be
-// lost when the plan is encoded again.
-func readTensorInfo(t *PatchTensor, prm patchParam, hasXXH3 bool) error {
+// readTensorInfo checks a params entry's extension fields and copies them into t. A tensor
+// digest is read whether or not its file records xxh3-128 digests: they are independent
+// checks (weightfs writes both or neither).
+func readTensorInfo(t *PatchTensor, prm patchParam) error {
 	if prm.XXH3 != "" {
 		b, err := hex.DecodeString(prm.XXH3)
 		if err != nil || len(b) != 16 || hex.EncodeToString(b) != prm.XXH3 {
 			return malformedPatch("tensor %q: \"xxh3\" is %q, not a lowercase hex xxh3-128", t.Name, prm.XXH3)
-		}
-		if !hasXXH3 {
-			return malformedPatch("tensor %q has an xxh3-128 digest but its file %q records none", t.Name, t.File)
 		}
 		copy(t.ResultXXH3[:], b)
 	}
