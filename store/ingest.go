@@ -42,12 +42,13 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 	}
 	// The whole file's SHA-256 is one sequential pass; it runs beside the per-tensor work.
 	var fileSHA ID
+	var sums sumWriter // the copy's sums of this content, from the bytes hashed (copysums.go)
 	var shaErr error
 	var shaDone sync.WaitGroup
 	shaDone.Add(1)
 	go func() {
 		defer shaDone.Done()
-		fileSHA, shaErr = hashReader(r, size)
+		fileSHA, shaErr = hashReader(io.TeeReader(io.NewSectionReader(r, 0, size), &sums), size)
 	}()
 	if err != nil {
 		if strings.HasSuffix(p, ".safetensors") || size >= 8 && looksLikeSafetensors(r) {
@@ -70,6 +71,7 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 		return nil, err
 	}
 	entry.SHA256 = fileSHA
+	w.s.mat.chk.noteSums(keyOf(entry), sums.sums())
 	return entry, nil
 }
 
@@ -83,9 +85,9 @@ func looksLikeSafetensors(r io.ReaderAt) bool {
 	return b[8] == '{'
 }
 
-func hashReader(r io.ReaderAt, size int64) (ID, error) {
+func hashReader(r io.Reader, size int64) (ID, error) {
 	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(r, 0, size)); err != nil {
+	if _, err := io.Copy(h, io.LimitReader(r, size)); err != nil {
 		return ID{}, fmt.Errorf("hash file: %w", err)
 	}
 	var id ID
