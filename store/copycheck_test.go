@@ -170,6 +170,36 @@ func TestCopyDamagedWhileOpen(t *testing.T) {
 	checkAllVersions(t, "after v4", s, versions)
 }
 
+// TestVerifyChecksCopy damages the writer's copy: Verify reports which caches it checked and
+// the damaged one, without calling the store damaged.
+func TestVerifyChecksCopy(t *testing.T) {
+	versions := modelVersions(t, 2, 44)
+	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	for i, files := range versions {
+		commitTree(t, w, uint64(i+1), files)
+	}
+	w.Close()
+	flipCopyByte(t, filepath.Join(root, "cache"), "model.safetensors", 1_000_000)
+	r := openStore(t, root, Options{ReadOnly: true})
+	rep, err := r.Verify(nil)
+	if err != nil {
+		t.Fatalf("verify over a damaged cache: %v (a cache is not the store)", err)
+	}
+	found := false
+	for _, c := range rep.Caches {
+		t.Logf("cache: %s", c)
+		if strings.Contains(c.String(), "materialized") && c.Damaged {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the damaged copy is not reported: %v", rep.Caches)
+	}
+	// A writer opened over it never serves the damage.
+	s := openStore(t, root, Options{Logf: func(string, ...any) {}})
+	checkAllVersions(t, "writer after verify", s, versions)
+}
+
 // forgeManifest rewrites the manifest of v with edit applied, recomputing its CRC.
 func forgeManifest(t *testing.T, root string, v uint64, edit func(m *manifest)) {
 	t.Helper()

@@ -336,7 +336,12 @@ func decodeSums(b []byte, size int64) (*fileSums, bool) {
 // its SHA-256 is the manifest's. With segments, it also checks that each object's bytes
 // hash to the object's identity: the composition, when nothing else vouched for it.
 func (m *materialized) scanCopyFile(f *manifestFile, segments bool) (*fileSums, error) {
-	in, err := os.Open(filepath.Join(m.dir, filepath.FromSlash(f.Path)))
+	return scanCopyFile(m.dir, f, segments)
+}
+
+// scanCopyFile is materialized.scanCopyFile for the copy in dir.
+func scanCopyFile(dir string, f *manifestFile, segments bool) (*fileSums, error) {
+	in, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +350,7 @@ func (m *materialized) scanCopyFile(f *manifestFile, segments bool) (*fileSums, 
 	var sw sumWriter
 	var segs []segment
 	if segments {
-		segs = m.s.newVersionFile(&version{m: &manifest{}}, f, readOpts{}).segs
+		segs = (*Store)(nil).newVersionFile(nil, f, readOpts{}).segs
 	}
 	buf := make([]byte, 1<<20)
 	objHash := sha256.New()
