@@ -56,6 +56,19 @@ func (m *materialized) failed(err error) error {
 	return &copyError{err}
 }
 
+// suspect is called when a render found bytes that do not match their SHA-256: they may have
+// come from the copy (read through the same checks, so they should not have), so the copy is
+// dropped and rebuilt from the objects, which checks every file against its SHA-256 again.
+func (m *materialized) suspect(err error) {
+	m.mu.RLock()
+	held := m.ver != nil
+	m.mu.RUnlock()
+	if held && !m.broken.Load() {
+		m.s.logf("materialized copy: a render found damage (%v); the copy is rebuilt from the objects", err)
+		m.failed(err)
+	}
+}
+
 // chunkError logs a chunk of the copy that does not match its sums and marks the copy broken.
 func (m *materialized) chunkError(p string, chunk int64, want, got uint32) error {
 	m.s.logf("materialized copy: %s: chunk %d (bytes %d-%d) has CRC-32C %08x, its sums say %08x: not served; reads replay from the objects and the copy is rebuilt",
