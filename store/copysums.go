@@ -168,6 +168,21 @@ func newChecks(ix *index) *checks {
 	return &checks{ix: ix, sums: map[contentKey]*fileSums{}, vouched: map[ID]bool{}, failed: map[ID]error{}}
 }
 
+// db runs fn in a transaction of the index. The index is derived data: a panic of bbolt over
+// a damaged page is an error here (the record is then as good as missing: the check is done
+// again), never a crash.
+func (c *checks) db(write bool, fn func(tx *bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("index %s: %v", c.ix.path, r)
+		}
+	}()
+	if write {
+		return c.ix.db.Update(fn)
+	}
+	return c.ix.db.View(fn)
+}
+
 // noteFailedVouch remembers that composition id does not hash to its SHA-256: reads of the
 // file fail at once rather than hash it again.
 func (c *checks) noteFailedVouch(id ID, err error) {
@@ -211,7 +226,7 @@ func (c *checks) sumsOf(k contentKey) *fileSums {
 		return fs
 	}
 	var raw []byte
-	c.ix.db.View(func(tx *bolt.Tx) error {
+	c.db(false, func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bucketCopySums); b != nil {
 			raw = append(raw, b.Get(sumsKey(k))...)
 		}
@@ -225,21 +240,29 @@ func (c *checks) sumsOf(k contentKey) *fileSums {
 	return fs
 }
 
-// vouch records that composition id was checked against its file's SHA-256.
-func (c *checks) vouch(id ID, persist bool) {
+// vouch records that the compositions ids were checked against their files' SHA-256 (in
+// the index too with persist: one transaction).
+func (c *checks) vouch(persist bool, ids ...ID) {
 	c.mu.Lock()
-	if len(c.vouched) >= maxVouched {
+	if len(c.vouched)+len(ids) >= maxVouched {
 		c.vouched = map[ID]bool{}
 	}
-	c.vouched[id] = true
+	for _, id := range ids {
+		c.vouched[id] = true
+	}
 	c.mu.Unlock()
-	if persist {
-		c.ix.db.Update(func(tx *bolt.Tx) error {
+	if persist && len(ids) > 0 {
+		c.db(true, func(tx *bolt.Tx) error {
 			b, err := tx.CreateBucketIfNotExists(bucketVouched)
 			if err != nil {
 				return err
 			}
-			return b.Put(id[:], nil)
+			for _, id := range ids {
+				if err := b.Put(id[:], []byte{}); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 	}
 }
@@ -253,14 +276,14 @@ func (c *checks) isVouched(id ID) bool {
 	if ok {
 		return true
 	}
-	c.ix.db.View(func(tx *bolt.Tx) error {
+	c.db(false, func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bucketVouched); b != nil {
 			ok = b.Get(id[:]) != nil
 		}
 		return nil
 	})
 	if ok {
-		c.vouch(id, false)
+		c.vouch(false, id)
 	}
 	return ok
 }
@@ -268,7 +291,7 @@ func (c *checks) isVouched(id ID) bool {
 // keepSums writes the sums of the files of the copy to the index and drops every other
 // record of sums there: the index holds the sums of the copy's files only.
 func (c *checks) keepSums(held map[contentKey]*fileSums) error {
-	return c.ix.db.Update(func(tx *bolt.Tx) error {
+	return c.db(true, func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketCopySums)
 		if err != nil {
 			return err

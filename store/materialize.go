@@ -254,6 +254,7 @@ func (m *materialized) loadState() *version {
 func (m *materialized) copySums(ver *version, composed func(*manifestFile) bool) (map[string]*fileSums, error) {
 	out := make(map[string]*fileSums, len(ver.m.Files))
 	held := make(map[contentKey]*fileSums, len(ver.m.Files))
+	comps := make([]ID, 0, len(ver.m.Files))
 	for i := range ver.m.Files {
 		f := &ver.m.Files[i]
 		comp := composition(f)
@@ -266,10 +267,11 @@ func (m *materialized) copySums(ver *version, composed func(*manifestFile) bool)
 			}
 			m.chk.noteSums(keyOf(f), fs)
 		}
-		m.chk.vouch(comp, true)
+		comps = append(comps, comp)
 		out[f.Path] = fs
 		held[keyOf(f)] = fs
 	}
+	m.chk.vouch(true, comps...)
 	if err := m.chk.keepSums(held); err != nil {
 		m.s.logf("materialized copy: record its sums in the index: %v", err)
 	}

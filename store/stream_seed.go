@@ -115,7 +115,7 @@ func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64) {
 	sha := entry.SHA256
 	if w.sums.size == size && sd.chk != nil {
 		sd.chk.noteSums(contentKey{sha, size}, w.sums.sums())
-		sd.chk.vouch(composition(entry), false)
+		sd.chk.vouch(false, composition(entry))
 	}
 	if w.f == nil {
 		return

@@ -60,7 +60,7 @@ func (s *Store) vouchFile(ver *version, f *manifestFile) error {
 			chk.noteFailedVouch(comp, err)
 			return nil, err
 		}
-		chk.vouch(comp, true)
+		chk.vouch(true, comp)
 		return nil, nil
 	})
 	return err

@@ -269,6 +269,10 @@ func cmdVerify(e *env, args []string) error {
 	for _, d := range rep.Damaged {
 		fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
 	}
+	// Node-local caches: reported, dropped when damaged, never store damage (exit 0).
+	for _, c := range rep.Caches {
+		fmt.Fprintf(e.stdout, "cache: %s\n", c)
+	}
 	if err != nil {
 		return err
 	}
