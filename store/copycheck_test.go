@@ -409,3 +409,66 @@ func TestVerifyNoticesMissingManifest(t *testing.T) {
 		t.Errorf("report: %v", rep.Damaged)
 	}
 }
+
+// TestVerifyChecksRenderCache damages a rendered patch and a rendered slime delta in the
+// writer's render cache: Verify reports the render cache damaged, removes the renders and
+// does not call the store damaged; the next render is exact again.
+func TestVerifyChecksRenderCache(t *testing.T) {
+	versions := modelVersions(t, 2, 49)
+	// Only tensors change: version 2 is a slime delta, not a full checkpoint.
+	versions[1]["tokenizer/vocab.txt"] = versions[0]["tokenizer/vocab.txt"]
+	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	for i, files := range versions {
+		commitTree(t, w, uint64(i+1), files)
+	}
+	rf, err := w.RenderPatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(rf.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, files, err := w.RenderSlime(2)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("render the delta of version 2: %d files, %v", len(files), err)
+	}
+	w.Close()
+	bad := append([]byte(nil), good...)
+	bad[len(bad)-10] ^= 1
+	if err := os.WriteFile(rf.Path, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f.Name, ".safetensors") {
+			b, _ := os.ReadFile(f.Path)
+			b[len(b)-3] ^= 1
+			os.WriteFile(f.Path, b, 0o644)
+		}
+	}
+	r := openStore(t, root, Options{ReadOnly: true})
+	rep, err := r.Verify(nil)
+	if err != nil {
+		t.Fatalf("verify over a damaged render cache: %v", err)
+	}
+	found := false
+	for _, c := range rep.Caches {
+		t.Logf("cache: %s", c)
+		if c.Name == "render cache" && c.Damaged && strings.Contains(c.Note, "2 damaged") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the damaged renders are not reported: %v", rep.Caches)
+	}
+	if _, err := os.Stat(rf.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the damaged patch was not removed: %v", err)
+	}
+	s := openStore(t, root, Options{})
+	rf, err = s.RenderPatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := os.ReadFile(rf.Path)
+	mustEqualBytes(t, "the patch rendered again", again, good)
+}
