@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -343,19 +344,30 @@ func TestCopyFailureDegrades(t *testing.T) {
 	t.Run("injected", func(t *testing.T) {
 		var log logLines
 		s := openStore(t, root, Options{Logf: log.logf})
+		// Every write of a file of the copy fails with EIO, as on a failing cache disk.
 		s.hook = func(point string) error {
 			if point == "materialize-write" {
-				return fmt.Errorf("injected: %w", errInjected)
+				return fmt.Errorf("injected: %w", syscall.EIO)
 			}
 			return nil
 		}
-		s.mat.invalidate()
 		_, dir := commitTree(t, s, 3, versions[2])
 		sameTree(t, "v3 sealed without a copy", exportHashes(t, s, 3), treeHashes(t, dir))
 		checkAllVersions(t, "without a copy", s, versions)
-		if !log.has("materialized copy") {
+		if !log.has("version 3 cannot be copied") {
 			t.Errorf("no warning about the copy; log:\n%s", log.String())
 		}
+		if s.mat.view() != nil {
+			t.Errorf("a copy is held after its build failed")
+		}
+		s.hook = nil
+		_, dir = commitTree(t, s, 4, versions[0])
+		sameTree(t, "v4 sealed once the disk works", exportHashes(t, s, 4), treeHashes(t, dir))
+		v := s.mat.view()
+		if v == nil || v.ver.m.Version != 4 {
+			t.Errorf("the copy is not rebuilt at version 4 once the disk works")
+		}
+		v.release()
 	})
 
 	t.Run("ENOSPC", func(t *testing.T) {
