@@ -152,10 +152,10 @@ type checks struct {
 	flight singleflight.Group // first reads of one file vouch for it once
 }
 
-// Bounds of what checks holds in memory: 64 MiB of sums (a TiB of files), a million
+// Bounds of what checks holds in memory: 16 MiB of sums (256 GiB of files), a million
 // compositions. Forgetting costs a check again, never a wrong byte.
 const (
-	maxHeldSums = 16 << 20
+	maxHeldSums = 4 << 20
 	maxVouched  = 1 << 20
 )
 
@@ -289,8 +289,18 @@ func (c *checks) isVouched(id ID) bool {
 }
 
 // keepSums writes the sums of the files of the copy to the index and drops every other
-// record of sums there: the index holds the sums of the copy's files only.
+// record of sums there and in memory: the sums of other content were needed to check the
+// copy once it held that content (a version ingested here, brought forward next), and the
+// copy has moved past it. Sums of a version still being ingested may go too: the copy
+// then reads its files once to sum them again.
 func (c *checks) keepSums(held map[contentKey]*fileSums) error {
+	c.mu.Lock()
+	c.sums, c.nsums = map[contentKey]*fileSums{}, 0
+	for k, fs := range held {
+		c.sums[k] = fs
+		c.nsums += len(fs.crcs)
+	}
+	c.mu.Unlock()
 	return c.db(true, func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketCopySums)
 		if err != nil {
