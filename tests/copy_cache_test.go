@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -126,4 +127,32 @@ func TestBadVersionDoesNotBlockMount(t *testing.T) {
 	d = startMount(t, storeDir, ro, "--read-only", "--cache-dir", filepath.Join(work, "ro-cache"))
 	sameHashes(t, "v4 on a read-only mount", sha256sumTree(t, versionDir(ro, 4)), want[4])
 	d.stop()
+}
+
+// TestMountSmallCacheDir starts a read-only mount whose --cache-dir is a file system too
+// small for the copy (ENOSPC): it starts, warns, and serves every version from the objects.
+func TestMountSmallCacheDir(t *testing.T) {
+	skipWithoutFUSE(t)
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	initStore(t, storeDir)
+	want := genCheckpoints(t, work, 300_000, 2)
+	mustCLI(t, "commit", storeDir, srcDir(work, 1), "--version", "1")
+	mustCLI(t, "commit", storeDir, srcDir(work, 2), "--version", "2")
+	cache := filepath.Join(work, "small")
+	os.Mkdir(cache, 0o755)
+	if err := syscall.Mount("tmpfs", cache, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("cannot mount a small tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(cache, syscall.MNT_DETACH) })
+	ro := filepath.Join(work, "ro")
+	os.Mkdir(ro, 0o755)
+	d := startMount(t, storeDir, ro, "--read-only", "--cache-dir", cache)
+	for v := 2; v >= 1; v-- {
+		sameHashes(t, "read-only mount on a small cache", sha256sumTree(t, versionDir(ro, v)), want[v])
+	}
+	d.stop()
+	if !strings.Contains(d.out.String(), "cannot be copied") {
+		t.Errorf("no warning about the copy:\n%s", d.out.String())
+	}
 }
