@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 )
 
@@ -24,6 +25,95 @@ import (
 // block size, at most 4 KiB on the disks a store lives on.
 const directAlign = 4096
 
+// Every read of the copy is checked (copysums.go): it reads the whole sumChunks under the
+// bytes asked for, checks their CRC-32C against the sums of the file's content, and only then
+// are the bytes used. A read that fails its check, or fails at all, marks the copy broken
+// (nothing reads it any more; the next ensure rebuilds it, started at once in the background
+// where the store keeps a copy) and returns a copyError: the caller reads from the objects
+// instead. So a damaged copy costs time, never a wrong byte.
+
+// copySlack is how much longer than the bytes asked for a buffer of readInto must be: a chunk
+// before them and one after.
+const copySlack = 2 * sumChunk
+
+// copyError is a failed read of the copy (damage, or an I/O error): the caller falls back to
+// the objects.
+type copyError struct{ err error }
+
+func (e *copyError) Error() string { return "materialized copy: " + e.err.Error() }
+func (e *copyError) Unwrap() error { return e.err }
+
+func isCopyError(err error) bool {
+	var ce *copyError
+	return errors.As(err, &ce)
+}
+
+// failed marks the copy broken after a failed read of it and returns err as a copyError.
+func (m *materialized) failed(err error) error {
+	if !m.broken.Swap(true) && !m.closed.Load() && (!m.s.readOnly || m.s.opts.Materialize) {
+		m.ensureInBackground()
+	}
+	return &copyError{err}
+}
+
+// suspect is called when a render found bytes that do not match their SHA-256: they may have
+// come from the copy (read through the same checks, so they should not have), so the copy is
+// dropped and rebuilt from the objects, which checks every file against its SHA-256 again.
+func (m *materialized) suspect(err error) {
+	m.mu.RLock()
+	held := m.ver != nil
+	m.mu.RUnlock()
+	if held && !m.broken.Load() {
+		m.s.logf("materialized copy: a render found damage (%v); the copy is rebuilt from the objects", err)
+		m.failed(err)
+	}
+}
+
+// chunkError logs a chunk of the copy that does not match its sums and marks the copy broken.
+func (m *materialized) chunkError(p string, chunk int64, want, got uint32) error {
+	m.s.logf("materialized copy: %s: chunk %d (bytes %d-%d) has CRC-32C %08x, its sums say %08x: not served; reads replay from the objects and the copy is rebuilt",
+		p, chunk, chunk*sumChunk, (chunk+1)*sumChunk, got, want)
+	return m.failed(fmt.Errorf("%s: chunk %d does not match its sum: %w", p, chunk, ErrCorrupt))
+}
+
+// edgeBufs are the buffers a checked read reads the rest of its first and last chunks into.
+var edgeBufs = sync.Pool{New: func() any { b := make([]byte, 2*sumChunk); return &b }}
+
+// readChecked reads bytes [abs, abs+len(p)) of file path of the copy into p: the parts of
+// their first and last chunks outside p into buffers of their own, then every chunk is
+// checked before p may be used.
+func (v *matView) readChecked(path string, p []byte, abs int64) error {
+	sums := v.m.sums[path]
+	end := abs + int64(len(p))
+	if sums == nil || abs < 0 || end > sums.size {
+		return v.m.failed(fmt.Errorf("%s: bytes [%d, %d) are not in the checked copy", path, abs, end))
+	}
+	f, err := v.m.file(path)
+	if err != nil {
+		return err
+	}
+	lo := abs - abs%sumChunk
+	hi := min((end+sumChunk-1)/sumChunk*sumChunk, sums.size)
+	bp := edgeBufs.Get().(*[]byte)
+	defer edgeBufs.Put(bp)
+	head, tail := (*bp)[:abs-lo], (*bp)[sumChunk:sumChunk+hi-end]
+	for _, r := range []struct {
+		b   []byte
+		off int64
+	}{{head, lo}, {p, abs}, {tail, end}} {
+		if len(r.b) == 0 {
+			continue
+		}
+		if err := readFull(f, r.b, r.off); err != nil {
+			return v.m.failed(fmt.Errorf("read %s: %w", path, err))
+		}
+	}
+	if chunk, want, got, ok := sums.check(lo, head, p, tail); !ok {
+		return v.m.chunkError(path, chunk, want, got)
+	}
+	return nil
+}
+
 // readPage fills page with bytes [off, off+len(page.b)) of object id from the copy (readInto
 // into page.raw, which moves page.b to where they landed) and says whether it read them with
 // O_DIRECT. Short pages (raw nil) read through the page cache.
@@ -39,19 +129,25 @@ func (v *matView) readPage(id ID, page *cachedPage, off int64) (direct bool, err
 }
 
 // readInto reads bytes [off, off+n) of object id from the copy into raw, a directAlign-aligned
-// buffer at least n+2*directAlign long, and returns them (a part of raw) and whether it read
-// them with O_DIRECT. It does when the page cache does not hold them all (partly cached bytes
-// are read whole from the disk). Files that refuse O_DIRECT and kernels that cannot tell what
-// they cache read through the page cache.
+// buffer at least n+copySlack long, checks them, and returns them (a part of raw) and whether
+// it read them with O_DIRECT. It does when the page cache does not hold them all (partly
+// cached bytes are read whole from the disk). Files that refuse O_DIRECT and kernels that
+// cannot tell what they cache read through the page cache.
 func (v *matView) readInto(id ID, raw []byte, off, n int64) (b []byte, direct bool, err error) {
 	loc, ok := v.m.locs[id]
 	if !ok {
 		return nil, false, fmt.Errorf("materialized copy does not hold object %s", id)
 	}
+	sums := v.m.sums[loc.path]
 	abs := loc.off + off
-	// raw[i] holds file byte base+i: base is abs rounded down to a block, so that every
-	// block-aligned file offset lands at a block-aligned address.
-	base := abs - abs%directAlign
+	if sums == nil || abs+n > sums.size {
+		return nil, false, v.m.failed(fmt.Errorf("%s: bytes [%d, %d) are not in the checked copy", loc.path, abs, abs+n))
+	}
+	// raw[i] holds file byte base+i: base is abs rounded down to a chunk of the sums (a
+	// multiple of a block), so that every block-aligned file offset lands at a block-aligned
+	// address and the chunks under the bytes can be checked in place.
+	base := abs - abs%sumChunk
+	hi := min((abs+n+sumChunk-1)/sumChunk*sumChunk, sums.size)
 	b = raw[abs-base : abs-base+n]
 	f, err := v.m.file(loc.path)
 	if err != nil {
@@ -67,7 +163,7 @@ func (v *matView) readInto(id ID, raw []byte, off, n int64) (b []byte, direct bo
 	if err != nil {
 		return nil, false, err
 	}
-	to := min((abs+n+directAlign-1)/directAlign*directAlign, base+int64(len(raw)))
+	to := min((hi+directAlign-1)/directAlign*directAlign, base+int64(len(raw)))
 	got, err := df.ReadAt(raw[:to-base], base)
 	if errors.Is(err, syscall.EINVAL) {
 		// The device wants larger blocks than directAlign: the page cache it is, from now on.
@@ -76,12 +172,15 @@ func (v *matView) readInto(id ID, raw []byte, off, n int64) (b []byte, direct bo
 		v.m.filesMu.Unlock()
 		return b, false, v.readAt(id, b, off)
 	}
-	if base+int64(got) < abs+n {
+	if base+int64(got) < hi {
 		if err == nil || errors.Is(err, io.EOF) {
 			err = fmt.Errorf("short read of %d bytes at %d: %w", to-base, base, ErrCorrupt)
 		}
-		v.m.broken.Store(true) // someone damaged the copy: rebuild it at the next ensure
-		return nil, true, fmt.Errorf("read materialized copy of %s: %w", loc.path, err)
+		// Someone damaged the copy: rebuild it.
+		return nil, true, v.m.failed(fmt.Errorf("read %s: %w", loc.path, err))
+	}
+	if chunk, want, got, ok := sums.check(base, raw[:hi-base]); !ok {
+		return nil, true, v.m.chunkError(loc.path, chunk, want, got)
 	}
 	return b, true, nil
 }
@@ -92,16 +191,7 @@ func (v *matView) readAt(id ID, p []byte, off int64) error {
 	if !ok {
 		return fmt.Errorf("materialized copy does not hold object %s", id)
 	}
-	f, err := v.m.file(loc.path)
-	if err != nil {
-		return err
-	}
-	if err := readFull(f, p, loc.off+off); err != nil {
-		// Someone damaged the copy: rebuild it at the next ensure.
-		v.m.broken.Store(true)
-		return fmt.Errorf("read materialized copy of %s: %w", loc.path, err)
-	}
-	return nil
+	return v.readChecked(loc.path, p, loc.off+off)
 }
 
 // file returns an open handle of a file of the copy (under a shared or exclusive hold).
@@ -113,8 +203,7 @@ func (m *materialized) file(p string) (*os.File, error) {
 	}
 	f, err := os.OpenFile(filepath.Join(m.dir, filepath.FromSlash(p)), os.O_RDWR, 0)
 	if err != nil {
-		m.broken.Store(true)
-		return nil, fmt.Errorf("materialized copy: %w", err)
+		return nil, m.failed(err)
 	}
 	m.files[p] = f
 	return f, nil
@@ -137,8 +226,7 @@ func (m *materialized) directFile(p string) (*os.File, error) {
 		return nil, err
 	}
 	if err != nil {
-		m.broken.Store(true)
-		return nil, fmt.Errorf("materialized copy: %w", err)
+		return nil, m.failed(err)
 	}
 	m.direct[p] = f
 	return f, nil

@@ -72,12 +72,13 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 		ends = append(ends, hdr.DataStart()+t.End)
 	}
 	var sums []ID
+	var copySums sumWriter // the copy's sums of this content, from the bytes hashed (copysums.go)
 	var shaErr error
 	var shaDone sync.WaitGroup
 	shaDone.Add(1)
 	go func() {
 		defer shaDone.Done()
-		entry.SHA256, sums, shaErr = hashPieces(r, ends)
+		entry.SHA256, sums, shaErr = hashPieces(r, ends, &copySums)
 	}()
 	entry.Kind = kindSafetensors
 	err = w.ingestSafetensors(entry, r, hdr, prefix)
@@ -96,6 +97,7 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 			return nil, fmt.Errorf("%s: tensor %s was stored as %s but reads as %s: %w", p, t.Name, t.ID, sums[i+1], ErrSourceChanged)
 		}
 	}
+	w.s.mat.chk.noteSums(keyOf(entry), copySums.sums())
 	return entry, nil
 }
 
@@ -131,10 +133,11 @@ func looksLikeSafetensors(r io.ReaderAt) bool {
 	return b[8] == '{'
 }
 
-// hashPieces reads r once from 0 to the last of ends (ascending, at least one) and returns the SHA-256 of it all and
-// of each piece [ends[i-1], ends[i]) (from 0 for the first): with the SHA extensions both
-// digests in one pass (sha256x2), else one after the other.
-func hashPieces(r io.ReaderAt, ends []int64) (file ID, pieces []ID, err error) {
+// hashPieces reads r once from 0 to the last of ends (ascending, at least one) and returns
+// the SHA-256 of it all and of each piece [ends[i-1], ends[i]) (from 0 for the first): with
+// the SHA extensions both digests in one pass (sha256x2), else one after the other. Every
+// byte read is also written to also (the copy's sums), so they come from the bytes hashed.
+func hashPieces(r io.ReaderAt, ends []int64, also io.Writer) (file ID, pieces []ID, err error) {
 	var fileH, pieceH hash.Hash
 	both := hashInOnePass
 	var pair [2]*sha256x2.Digest
@@ -161,6 +164,7 @@ func hashPieces(r io.ReaderAt, ends []int64) (file ID, pieces []ID, err error) {
 		if err := readAtFull(r, b, off); err != nil {
 			return ID{}, nil, fmt.Errorf("hash file: %w", err)
 		}
+		also.Write(b)
 		for len(b) > 0 {
 			take := b[:min(int64(len(b)), ends[piece]-off)]
 			if both {

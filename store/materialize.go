@@ -6,22 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/weightfs/weightfs/delta"
 )
 
 // materialized is the plain-file copy of the latest version in CACHE/materialized/. New
 // versions are diffed against it without replay; reads use it as a whole copy. It is brought
 // forward at each seal (or Refresh) by writing only changed bytes in place; its state (version,
 // clean) is in the index, and a copy not marked clean (an update was interrupted) is rebuilt.
+// It is a cache, checked on every read against sums of its files' content (copysums.go); a
+// copy that fails a check, or cannot be built at all, is dropped and reads replay from the
+// objects: nothing about it may stop a store.
 type materialized struct {
 	s   *Store
 	dir string
@@ -44,9 +41,14 @@ type materialized struct {
 
 	crcs  contentCRCs // of the content of tensors that may be bases (stream_crc.go)
 	seeds *seeds      // files of a first version, as its streams received them (stream_seed.go)
-	// unbuildable is a version a read-only store found damaged while building the copy:
-	// not tried again (guarded by ensureMu).
+	// unbuildable is a version whose copy could not be built (a damaged version, a full
+	// cache disk): not tried again until another version is the latest or a read finds the
+	// copy broken (guarded by ensureMu).
 	unbuildable uint64
+
+	chk    *checks              // sums of content and compositions vouched for
+	sums   map[string]*fileSums // of each file of ver, by path (guarded by mu)
+	closed atomic.Bool          // close has begun: start no background rebuild
 }
 
 // matLoc is where an object's bytes sit in the copy.
@@ -56,11 +58,14 @@ type matLoc struct {
 }
 
 func newMaterialized(s *Store, dir string) *materialized {
-	return &materialized{s: s, dir: dir, files: map[string]*os.File{}, direct: map[string]*os.File{},
-		seeds: newSeeds(filepath.Join(filepath.Dir(dir), "seed"))}
+	m := &materialized{s: s, dir: dir, files: map[string]*os.File{}, direct: map[string]*os.File{},
+		seeds: newSeeds(filepath.Join(filepath.Dir(dir), "seed")), chk: newChecks(s.ix)}
+	m.seeds.chk = m.chk
+	return m
 }
 
 func (m *materialized) close() {
+	m.closed.Store(true)
 	m.bg.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -88,10 +93,11 @@ type matView struct {
 	gen uint64
 }
 
-// view takes a shared hold on the copy, or returns nil when it holds nothing usable.
+// view takes a shared hold on the copy, or returns nil when it holds nothing usable (nothing,
+// or a copy a read found damaged).
 func (m *materialized) view() *matView {
 	m.mu.RLock()
-	if m.ver == nil {
+	if m.ver == nil || m.broken.Load() {
 		m.mu.RUnlock()
 		return nil
 	}
@@ -104,7 +110,7 @@ func (m *materialized) tryView() *matView {
 	if !m.mu.TryRLock() {
 		return nil
 	}
-	if m.ver == nil {
+	if m.ver == nil || m.broken.Load() {
 		m.mu.RUnlock()
 		return nil
 	}
@@ -143,20 +149,45 @@ func locsOf(ver *version) map[ID]matLoc {
 }
 
 // ensure brings the copy to the latest sealed version: nothing if it is there, forward if it
-// holds an older clean version, else a rebuild.
+// holds an older clean version, else a rebuild. A copy that cannot be had (a version whose
+// objects are damaged or whose files do not match their SHA-256, a full or failing cache
+// disk, a name the cache's file system refuses) is logged and dropped: reads replay from the
+// objects and a writer stores the next version's tensors whole, a new chain, so no cache
+// failure stops a mount or a seal. Only an injected crash (tests) is returned.
 func (m *materialized) ensure() error {
 	m.ensureMu.Lock()
 	defer m.ensureMu.Unlock()
 	target, err := m.s.latestVersion()
 	if err != nil {
+		m.drop()
+		m.s.logf("materialized copy: the latest version cannot be read (%v); reads replay from the objects", err)
+		return nil
+	}
+	err = m.ensureLocked(target)
+	if err == nil || errors.Is(err, errInjected) {
 		return err
 	}
+	m.drop()
+	m.unbuildable = target.m.Version
+	if serr := m.s.ix.setMaterialized(matState{Version: target.m.Version}); serr != nil {
+		m.s.logf("materialized copy: %v", serr)
+	}
+	what := "new versions are stored without a base (a new chain)"
+	if m.s.readOnly {
+		what = "its files are checked and served from the objects"
+	}
+	m.s.logf("materialized copy: version %d cannot be copied (%v); reads replay from the objects, %s", target.m.Version, err, what)
+	return nil
+}
+
+func (m *materialized) ensureLocked(target *version) error {
 	m.mu.RLock()
 	cur := m.ver
 	m.mu.RUnlock()
 	if m.broken.Swap(false) {
-		m.s.logf("materialized copy: a read of it failed; rebuilding")
+		m.s.logf("materialized copy: a read of it failed its check; rebuilding")
 		cur = nil
+		m.unbuildable = 0
 	} else if cur == nil {
 		cur = m.loadState()
 	}
@@ -177,16 +208,7 @@ func (m *materialized) ensure() error {
 		}
 		m.s.logf("materialized copy: bring forward from version %d to %d: %v; rebuilding", cur.m.Version, target.m.Version, err)
 	}
-	err = m.rebuild(target)
-	if err != nil && m.s.readOnly && errors.Is(err, ErrCorrupt) {
-		// A reader serves what it can of a damaged version (EIO for the damaged objects,
-		// exact bytes for the rest) rather than refuse to start; a writer must not ingest
-		// against it.
-		m.s.logf("materialized copy: version %d cannot be built (%v); reads replay from the objects", target.m.Version, err)
-		m.unbuildable = target.m.Version
-		return nil
-	}
-	return err
+	return m.rebuild(target)
 }
 
 // loadState adopts a clean copy left by an earlier run, if the index vouches for it.
@@ -206,15 +228,55 @@ func (m *materialized) loadState() *version {
 			return nil
 		}
 	}
-	m.install(ver)
+	// The record says which version; the sums of its files' content (and a check of each
+	// file not vouched for) say whether the copy holds it.
+	sums, err := m.copySums(ver, func(*manifestFile) bool { return false })
+	if err != nil {
+		m.s.logf("materialized copy: the state record says version %d, but %v; rebuilding", ver.m.Version, err)
+		return nil
+	}
+	m.install(ver, sums)
 	return ver
 }
 
-func (m *materialized) install(ver *version) {
+// copySums returns the checked sums of every file of ver as the copy holds it: known ones
+// (computed from checked bytes, in memory or in the index), else from one pass over the file
+// that checks its SHA-256. A file's composition is vouched for too: composed(f) says the
+// copy's bytes of f were just made from ver's objects in the manifest's order; otherwise it
+// must have been vouched for before, or the pass also checks each object's bytes against its
+// identity.
+func (m *materialized) copySums(ver *version, composed func(*manifestFile) bool) (map[string]*fileSums, error) {
+	out := make(map[string]*fileSums, len(ver.m.Files))
+	held := make(map[contentKey]*fileSums, len(ver.m.Files))
+	comps := make([]ID, 0, len(ver.m.Files))
+	for i := range ver.m.Files {
+		f := &ver.m.Files[i]
+		comp := composition(f)
+		vouched := composed(f) || m.chk.isVouched(comp)
+		fs := m.chk.sumsOf(keyOf(f))
+		if fs == nil || !vouched {
+			var err error
+			if fs, err = m.scanCopyFile(f, !vouched); err != nil {
+				return nil, err
+			}
+			m.chk.noteSums(keyOf(f), fs)
+		}
+		comps = append(comps, comp)
+		out[f.Path] = fs
+		held[keyOf(f)] = fs
+	}
+	m.chk.vouch(true, comps...)
+	if err := m.chk.keepSums(held); err != nil {
+		m.s.logf("materialized copy: record its sums in the index: %v", err)
+	}
+	return out, nil
+}
+
+func (m *materialized) install(ver *version, sums map[string]*fileSums) {
 	m.mu.Lock()
 	m.closeFilesLocked()
 	old := m.locs
-	m.ver, m.locs = ver, locsOf(ver)
+	m.ver, m.locs, m.sums = ver, locsOf(ver), sums
 	m.crcs.forget(old, m.locs)
 	m.gen++
 	m.mu.Unlock()
@@ -231,7 +293,7 @@ func (m *materialized) invalidate() {
 func (m *materialized) drop() {
 	m.mu.Lock()
 	m.closeFilesLocked()
-	m.ver, m.locs = nil, nil
+	m.ver, m.locs, m.sums = nil, nil, nil
 	m.gen++
 	m.mu.Unlock()
 }
@@ -274,7 +336,13 @@ func (m *materialized) rebuild(target *version) error {
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 	}
-	m.install(target)
+	// Every file was written from the objects in the manifest's order and checked against
+	// its SHA-256 (writeTemp), or adopted from a seed that was.
+	sums, err := m.copySums(target, func(*manifestFile) bool { return true })
+	if err != nil {
+		return err
+	}
+	m.install(target, sums)
 	if err := m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
@@ -295,195 +363,24 @@ func (m *materialized) writeTemp(ver *version, f *manifestFile, opts readOpts) (
 	}
 	vf := m.s.newVersionFile(ver, f, opts)
 	h := sha256.New()
-	// Page-sized reads: a smaller one would rebuild a page for each piece of it.
-	_, err = io.CopyBuffer(io.MultiWriter(out, h), io.NewSectionReader(vf, 0, f.Size), make([]byte, pageSize))
+	var sw sumWriter // the copy's sums, from the bytes hashed (copysums.go)
+	err = m.s.failpoint("materialize-write")
+	if err == nil {
+		// Page-sized reads: a smaller one would rebuild a page for each piece of it.
+		_, err = io.CopyBuffer(io.MultiWriter(out, h, &sw), io.NewSectionReader(vf, 0, f.Size), make([]byte, pageSize))
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil && !bytes.Equal(h.Sum(nil), f.SHA256[:]) {
 		err = fmt.Errorf("%s of version %d does not match its SHA-256: %w", f.Path, ver.m.Version, ErrCorrupt)
 	}
+	if err == nil {
+		m.chk.noteSums(keyOf(f), sw.sums())
+	}
 	if err != nil {
 		os.Remove(out.Name())
 		return "", fmt.Errorf("materialized copy of %s: %w", f.Path, err)
 	}
 	return out.Name(), nil
-}
-
-// inPlace is one tensor of a file updated in place: apply the delta of object obj in
-// direction dir to the bytes [off, off+size).
-type inPlace struct {
-	path  string
-	off   int64
-	size  int64
-	width int
-	obj   ID
-	dir   delta.Direction
-}
-
-// forward brings the copy from cur to target: files whose layout is unchanged get their
-// changed tensors patched in place from the delta objects linking old and new identities;
-// other changed files are written beside and renamed over; files gone are removed.
-func (m *materialized) forward(cur, target *version) error {
-	var patches []inPlace
-	rewrites := map[string]string{} // path -> temporary file
-	defer func() {
-		for _, tmp := range rewrites {
-			os.Remove(tmp)
-		}
-	}()
-	for i := range target.m.Files {
-		f := &target.m.Files[i]
-		old := cur.files[f.Path]
-		if old != nil && old.SHA256 == f.SHA256 && old.Size == f.Size {
-			continue
-		}
-		if ps, ok := m.s.patchPlan(old, f); ok {
-			patches = append(patches, ps...)
-			continue
-		}
-		tmp, err := m.writeTemp(target, f, readOpts{})
-		if err != nil {
-			return err
-		}
-		rewrites[f.Path] = tmp
-	}
-	// From here on the copy is neither cur nor target until the end: mark it unclean first.
-	if err := m.s.ix.setMaterialized(matState{Version: cur.m.Version}); err != nil {
-		return fmt.Errorf("materialized copy: %w", err)
-	}
-	// Readers let go of the copy and replay until it holds target: the update runs without
-	// keeping anyone waiting (ensureMu keeps other updates out).
-	m.drop()
-	err := m.apply(cur, target, patches, rewrites)
-	m.mu.Lock()
-	m.closeFilesLocked()
-	if err == nil {
-		m.ver, m.locs = target, locsOf(target)
-		m.crcs.forget(locsOf(cur), m.locs)
-	}
-	m.gen++
-	m.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true})
-}
-
-// apply changes the files of the copy from cur to target. Nobody reads the copy meanwhile.
-func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites map[string]string) error {
-	var bufs patchBufs
-	for i, p := range patches {
-		if i == len(patches)/2 {
-			if err := m.s.failpoint("materialize-partial"); err != nil {
-				return err
-			}
-		}
-		if err := m.patch(p, &bufs); err != nil {
-			return err
-		}
-	}
-	for p, tmp := range rewrites {
-		if err := os.Rename(tmp, filepath.Join(m.dir, filepath.FromSlash(p))); err != nil {
-			return fmt.Errorf("materialized copy: %w", err)
-		}
-		delete(rewrites, p)
-	}
-	// Files and directories of cur that target does not have.
-	for i := range cur.m.Files {
-		p := cur.m.Files[i].Path
-		if target.files[p] == nil {
-			if err := os.Remove(filepath.Join(m.dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("materialized copy: %w", err)
-			}
-		}
-	}
-	keep := map[string]bool{}
-	for _, d := range target.m.Dirs {
-		keep[d.Path] = true
-		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), cacheDirPerm); err != nil {
-			return fmt.Errorf("materialized copy: %w", err)
-		}
-	}
-	for p := range target.files {
-		for d := path.Dir(p); d != "."; d = path.Dir(d) {
-			keep[d] = true
-		}
-	}
-	var gone []string
-	for _, d := range cur.m.Dirs {
-		if !keep[d.Path] {
-			gone = append(gone, d.Path)
-		}
-	}
-	// Deepest first, so parents are empty when their turn comes.
-	slices.SortFunc(gone, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	for _, d := range gone {
-		os.Remove(filepath.Join(m.dir, filepath.FromSlash(d)))
-	}
-	return nil
-}
-
-// patchPlan lists the in-place updates that turn old into f, when both are safetensors files
-// with the same header (so the same layout) and every changed tensor is linked to its old
-// identity by a delta object (either way).
-func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
-	if old == nil || old.Kind != kindSafetensors || f.Kind != kindSafetensors || old.Header != f.Header ||
-		len(old.Tensors) != len(f.Tensors) || old.Size != f.Size {
-		return nil, false
-	}
-	var out []inPlace
-	for j := range f.Tensors {
-		nt, ot := &f.Tensors[j], &old.Tensors[j]
-		if nt.ID == ot.ID {
-			continue
-		}
-		p := inPlace{path: f.Path, off: f.HeaderLen + nt.Begin, size: nt.End - nt.Begin, width: nt.DType.Size()}
-		if nm, err := s.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
-			p.obj, p.dir = nt.ID, delta.Forward
-		} else if om, err := s.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
-			p.obj, p.dir = ot.ID, delta.Backward
-		} else {
-			return nil, false
-		}
-		out = append(out, p)
-	}
-	return out, true
-}
-
-// patchBufs are the buffers of patch, kept from one tensor to the next: made afresh, they were
-// twice the copy's size in garbage at every update.
-type patchBufs struct{ buf, orig []byte }
-
-// patch applies one in-place update, 4 MiB at a time, writing back only the byte runs that
-// changed.
-func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
-	d, err := m.s.loadDelta(p.obj)
-	if err != nil {
-		return err
-	}
-	f, err := m.file(p.path)
-	if err != nil {
-		return err
-	}
-	step := int64(ingestChunk)
-	if n := int(min(step, p.size)); len(bufs.buf) < n {
-		bufs.buf, bufs.orig = make([]byte, n), make([]byte, n)
-	}
-	buf, orig := bufs.buf, bufs.orig
-	for off := int64(0); off < p.size; off += step {
-		n := min(step, p.size-off)
-		b, o := buf[:n], orig[:n]
-		if err := readFull(f, o, p.off+off); err != nil {
-			return fmt.Errorf("materialized %s: %w", p.path, err)
-		}
-		copy(b, o)
-		if err := delta.ApplyDelta(d.body, b, off/int64(p.width), p.dir); err != nil {
-			return objectError(p.obj, fmt.Errorf("apply to the materialized copy: %w", err))
-		}
-		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {
-			return fmt.Errorf("materialized %s: %w", p.path, err)
-		}
-	}
-	return nil
 }

@@ -20,9 +20,9 @@ type cachedPage struct {
 	refs atomic.Int32
 }
 
-// pageBufferLen is the length of a recycled buffer: a page plus a block of the file before
-// and after it.
-const pageBufferLen = pageSize + 2*directAlign
+// pageBufferLen is the length of a recycled buffer: a page plus a chunk of the copy's sums
+// before and after it (a read of the copy checks the whole chunks under it: copyread.go).
+const pageBufferLen = pageSize + copySlack
 
 // freePages holds released pages with recycled buffers (raw != nil) for the next builds. A
 // full page cache gives one back for each page it takes, so only the pages released in a

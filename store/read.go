@@ -25,6 +25,10 @@ type readOpts struct {
 	// pages replaces the store's page cache (verify keeps its own, so that nothing it
 	// checks comes from pages built before or from the materialized copy).
 	pages *lru[pageKey, *cachedPage]
+	// vouch checks the file's composition before its first byte is served (vouch.go); the
+	// readers that hash the whole file themselves (export, verify, the copy's rebuild) do
+	// not ask for it.
+	vouch bool
 }
 
 // objHint says where an object sits in a version (file, and tensor or header), so a read can
@@ -50,6 +54,8 @@ type versionFile struct {
 	opts readOpts
 	// lastEnd is the furthest any read has reached: reads near it are sequential (readahead.go).
 	lastEnd atomic.Int64
+	// vouched: the file's composition was checked (vouch.go).
+	vouched atomic.Bool
 }
 
 var _ File = (*versionFile)(nil)
@@ -64,7 +70,7 @@ func (s *Store) OpenFile(v uint64, path string) (File, error) {
 	if f == nil {
 		return nil, fmt.Errorf("%s in version %d: %w", path, v, ErrNoSuchFile)
 	}
-	return s.newVersionFile(ver, f, readOpts{}), nil
+	return s.newVersionFile(ver, f, readOpts{vouch: true}), nil
 }
 
 func (s *Store) newVersionFile(ver *version, f *manifestFile, opts readOpts) *versionFile {
@@ -90,6 +96,9 @@ func (f *versionFile) Close() error { return nil }
 // ReadAt reads len(p) bytes at off; at the end of the file it returns the bytes there are and
 // io.EOF.
 func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.vouch(); err != nil {
+		return 0, err
+	}
 	return f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
 		return f.s.readObject(sg.id, sg.hint, objOff, dst, f.opts)
 	})
@@ -176,7 +185,11 @@ func (s *Store) readFromCopy(id ID, off int64, p []byte, opts readOpts) (served 
 	if !view.holds(id) {
 		return false, nil
 	}
-	return true, view.readAt(id, p, off)
+	if err := view.readAt(id, p, off); err != nil {
+		// The copy failed its check or its read (logged, marked broken): from the objects.
+		return false, nil
+	}
+	return true, nil
 }
 
 // slicePages adds the parts of the cached pages of object id that hold content bytes
@@ -245,6 +258,11 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 		// was pushed out) is retried with fresh headers.
 		p, err := s.buildPage(id, hint, pg, opts, cache, attempt < 2)
 		if errors.Is(err, errStale) && attempt < 2 {
+			continue
+		}
+		if isCopyError(err) && !opts.noMaterialized {
+			// The copy failed its check (logged, marked broken): from the objects alone.
+			opts.noMaterialized = true
 			continue
 		}
 		if err != nil {

@@ -20,6 +20,9 @@ const maxSliceParts = 32
 
 // ReadSlices implements SliceReader. On an error other than io.EOF it hands out no parts.
 func (f *versionFile) ReadSlices(p []byte, off int64) ([][]byte, func(), int, error) {
+	if err := f.vouch(); err != nil {
+		return nil, func() {}, 0, err
+	}
 	var parts pageParts
 	n, err := f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
 		return f.s.sliceObject(sg.id, sg.hint, objOff, dst, f.opts, &parts)

@@ -253,6 +253,7 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 	}
 	rf, err := checkRenderedPatch(p, cur, base)
 	if err != nil {
+		s.mat.suspect(err)
 		return RenderedFile{}, fmt.Errorf("patch of version %d as rendered: %w", v, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {

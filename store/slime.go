@@ -403,8 +403,10 @@ func writeShard(p string, sh delta.SlimeShard, frames *os.File) (int64, error) {
 // bytes), so a bad read is an error (ErrCorrupt), never a wrong delta.
 func (s *Store) slimeTensorDiff(base, cur *version, c slimeChange, bufBase, bufCur []byte) (positions []uint32, newBytes []byte, checksum string, err error) {
 	size := c.cur.End - c.cur.Begin
-	rb := s.newVersionFile(base, c.baseFile, readOpts{})
-	rc := s.newVersionFile(cur, c.curFile, readOpts{})
+	// Vouched for (vouch.go): each tensor's SHA-256 below checks its object, not that the
+	// object belongs at that place of the file.
+	rb := s.newVersionFile(base, c.baseFile, readOpts{vouch: true})
+	rc := s.newVersionFile(cur, c.curFile, readOpts{vouch: true})
 	offBase, offCur := c.baseFile.HeaderLen+c.base.Begin, c.curFile.HeaderLen+c.cur.Begin
 	hb, hc, xh := sha256.New(), sha256.New(), delta.NewSlimeHasher()
 	for off := int64(0); off < size; off += slimeChunk {
@@ -429,9 +431,11 @@ func (s *Store) slimeTensorDiff(base, cur *version, c slimeChange, bufBase, bufC
 		newBytes = append(newBytes, nb...)
 	}
 	if err := checkSum(hb, c.base.ID, c.base.Name, base.m.Version); err != nil {
+		s.mat.suspect(err)
 		return nil, nil, "", err
 	}
 	if err := checkSum(hc, c.cur.ID, c.cur.Name, cur.m.Version); err != nil {
+		s.mat.suspect(err)
 		return nil, nil, "", err
 	}
 	return positions, newBytes, delta.SlimeChecksumOf(xh), nil

@@ -131,10 +131,12 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	st.hs.init()
 	st.fin.init(st)
+	// The hasher also sums the bytes for the copy's checks (stream_seed.go); a first
+	// version's bytes also seed the copy.
+	st.hs.seed = &seedWriter{}
 	if basis == nil {
-		// A first version: its bytes also seed the materialized copy (stream_seed.go).
 		if f, err := w.s.mat.seeds.create(); err == nil {
-			st.hs.seed = &seedWriter{f: f}
+			st.hs.seed.f = f
 		}
 	}
 	w.mu.Lock()
@@ -376,7 +378,7 @@ func (st *FileStream) Close() error {
 	}
 	st.wk.entry.Size = st.size
 	st.wk.entry.SHA256 = st.hs.fileSum()
-	st.hs.seed.finish(st.s.mat.seeds, st.wk.entry.SHA256, st.size)
+	st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size)
 	if st.class == classBlobUnsure && batchIsSafetensors(st.prefix, st.size) {
 		// The header guess was wrong: the batch path decides.
 		st.redo = true

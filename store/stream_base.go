@@ -41,6 +41,20 @@ type nextRead struct {
 // last chunk, the first chunk of next: the first chunk of every tensor would otherwise be
 // waited for.
 func (r *baseReader) read(view *matView, id ID, off, n int64, next nextRead) ([]byte, error) {
+	b, err := r.readCopy(view, id, off, n, next)
+	if isCopyError(err) {
+		// The copy failed its check (it is marked broken and rebuilt): the base's bytes come
+		// from the objects. This goroutine holds a view, so the read must take none, nor
+		// wait for a page another reader builds (that one may wait for the rebuild, which
+		// waits for this view): a private page cache.
+		r.wait()
+		b = r.buf(r.cur, n)[:n]
+		err = r.s.readObject(id, objHint{}, off, b, readOpts{noMaterialized: true, pages: newPageCache(2 * pageSize)})
+	}
+	return b, err
+}
+
+func (r *baseReader) readCopy(view *matView, id ID, off, n int64, next nextRead) ([]byte, error) {
 	if n > ingestChunk {
 		r.wait()
 		b := make([]byte, n)
@@ -106,12 +120,12 @@ func (r *baseReader) readAhead(view *matView, id ID, off, n int64) bool {
 // into it. Buffers grow in powers of two up to a chunk: a batch ingest has a reader per
 // tensor, and most tensors are small.
 func (r *baseReader) buf(i int, n int64) []byte {
-	if need := int(n) + 2*directAlign; len(r.bufs[i]) < need {
+	if need := int(n) + copySlack; len(r.bufs[i]) < need {
 		size := 64 << 10
 		for size < need {
 			size *= 2
 		}
-		r.bufs[i] = alignedBuffer(max(min(size, ingestChunk+2*directAlign), need))
+		r.bufs[i] = alignedBuffer(max(min(size, ingestChunk+copySlack), need))
 	}
 	return r.bufs[i]
 }

@@ -18,6 +18,7 @@ import (
 // by the next rebuild, and by the next Open.
 type seeds struct {
 	dir string
+	chk *checks // where a finished stream's sums and composition go (copysums.go)
 
 	mu     sync.Mutex
 	byHash map[seedKey]string // finished seeds: content -> file
@@ -80,14 +81,21 @@ func (sd *seeds) clear() {
 }
 
 // seedWriter is a stream's seed file, written by its hasher (which sees every byte in
-// order). A failure only ends the seed, never the stream.
+// order), and the sums of the copy's file that will hold those bytes, computed in the same
+// pass as the file's SHA-256 (every stream has one; only a first version's has a file). A
+// failure only ends the seed, never the stream.
 type seedWriter struct {
-	f   *os.File
-	off int64
+	f    *os.File
+	off  int64
+	sums sumWriter
 }
 
 func (w *seedWriter) write(p []byte) {
-	if w == nil || w.f == nil {
+	if w == nil {
+		return
+	}
+	w.sums.Write(p)
+	if w.f == nil {
 		return
 	}
 	n, err := w.f.WriteAt(p, w.off)
@@ -97,9 +105,19 @@ func (w *seedWriter) write(p []byte) {
 	}
 }
 
-// finish closes the seed and offers it, holding size bytes with SHA-256 sha.
-func (w *seedWriter) finish(sd *seeds, sha ID, size int64) {
-	if w == nil || w.f == nil {
+// finish records the sums of the stream's content and vouches for entry's composition (its
+// objects and its SHA-256 were computed from the same bytes), then closes the seed and offers
+// it, holding size bytes.
+func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64) {
+	if w == nil {
+		return
+	}
+	sha := entry.SHA256
+	if w.sums.size == size && sd.chk != nil {
+		sd.chk.noteSums(contentKey{sha, size}, w.sums.sums())
+		sd.chk.vouch(false, composition(entry))
+	}
+	if w.f == nil {
 		return
 	}
 	f := w.f

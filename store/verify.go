@@ -32,13 +32,19 @@ type VerifyReport struct {
 	Versions int // versions checked
 	Bytes    int64
 	Damaged  []Damage
+	// Caches lists the node-local caches checked (verify_caches.go): a damaged cache is
+	// reported and dropped there, not in Damaged.
+	Caches []CacheCheck
 }
 
 // Verify re-reads every object (its CRC, header and framing), reconstructs every file of
 // every version from the store's objects alone (not the materialized copy) and checks each
 // object's SHA-256 and each file's SHA-256, then reconstructs the objects no version names.
-// It reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil
-// if there is any. progress (nil: none) gets the bytes done of the total to read: every
+// A version that a later version names as its previous, but whose manifest is gone, while
+// older versions remain (so not dropped by gc, which drops the oldest), is damage too. It
+// reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil if
+// there is any. Then it checks the node-local caches it can see (CacheCheck), which never
+// count as damage of the store. progress (nil: none) gets the bytes done of the total to read: every
 // object file, then every file of every version.
 func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	var rep VerifyReport
@@ -84,6 +90,26 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	}
 	checked := map[ID]bool{}
 	var versions []*version
+	present := map[uint64]bool{}
+	oldest := uint64(0)
+	for _, v := range numbers {
+		present[v] = true
+		if oldest == 0 || v < oldest {
+			oldest = v
+		}
+	}
+	// A version that Repair moved into quarantine is gone on purpose, and said so then: a
+	// later version that names it is not a sign of a deleted manifest.
+	quarantined := map[uint64]bool{}
+	if q, ok := s.be.(quarantiner); ok {
+		qs, err := q.listQuarantined()
+		if err != nil {
+			return rep, err
+		}
+		for _, v := range qs {
+			quarantined[v] = true
+		}
+	}
 	for _, v := range numbers {
 		ver, err := s.loadVersionFresh(v)
 		if err != nil {
@@ -91,6 +117,10 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			continue
 		}
 		versions = append(versions, ver)
+		if p := ver.m.Previous; p != 0 && !present[p] && !quarantined[p] && p > oldest {
+			rep.Damaged = append(rep.Damaged, Damage{Version: p,
+				Err: fmt.Errorf("manifest missing: version %d names it as its previous, and older versions remain: %w", v, ErrCorrupt)})
+		}
 		for j := range ver.m.Files {
 			total += ver.m.Files[j].Size
 		}
@@ -126,6 +156,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			rep.Damaged = append(rep.Damaged, Damage{Object: id, Err: err})
 		}
 	}
+	rep.Caches = s.verifyCaches()
 	if len(rep.Damaged) > 0 {
 		lines := make([]string, len(rep.Damaged))
 		for i, d := range rep.Damaged {

@@ -302,6 +302,10 @@ func cmdVerify(e *env, args []string) error {
 	for _, m := range moved {
 		fmt.Fprintf(e.stdout, "QUARANTINED %s\n", m)
 	}
+	// Node-local caches: reported, dropped when damaged, never store damage (exit 0).
+	for _, c := range rep.Caches {
+		fmt.Fprintf(e.stdout, "cache: %s\n", c)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,207 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// Bringing the materialized copy forward from one version to the next in place
+// (materialize.go has the copy itself, its rebuild and its checks).
+
+// inPlace is one tensor of a file updated in place: apply the delta of object obj in
+// direction dir to the bytes [off, off+size).
+type inPlace struct {
+	path  string
+	off   int64
+	size  int64
+	width int
+	obj   ID
+	dir   delta.Direction
+}
+
+// forward brings the copy from cur to target: files whose layout is unchanged get their
+// changed tensors patched in place from the delta objects linking old and new identities;
+// other changed files are written beside and renamed over; files gone are removed.
+func (m *materialized) forward(cur, target *version) error {
+	var patches []inPlace
+	rewrites := map[string]string{} // path -> temporary file
+	made := map[string]bool{}       // files made from target's objects (composition checked)
+	defer func() {
+		for _, tmp := range rewrites {
+			os.Remove(tmp)
+		}
+	}()
+	for i := range target.m.Files {
+		f := &target.m.Files[i]
+		old := cur.files[f.Path]
+		if old != nil && old.SHA256 == f.SHA256 && old.Size == f.Size {
+			continue
+		}
+		if ps, ok := m.s.patchPlan(old, f); ok {
+			patches = append(patches, ps...)
+			made[f.Path] = true
+			continue
+		}
+		tmp, err := m.writeTemp(target, f, readOpts{})
+		if err != nil {
+			return err
+		}
+		rewrites[f.Path] = tmp
+		made[f.Path] = true
+	}
+	// From here on the copy is neither cur nor target until the end: mark it unclean first.
+	if err := m.s.ix.setMaterialized(matState{Version: cur.m.Version}); err != nil {
+		return fmt.Errorf("materialized copy: %w", err)
+	}
+	// Readers let go of the copy and replay until it holds target: the update runs without
+	// keeping anyone waiting (ensureMu keeps other updates out).
+	m.drop()
+	err := m.apply(cur, target, patches, rewrites)
+	var sums map[string]*fileSums
+	if err == nil {
+		// A file patched in place is made of target's objects (each changed tensor by its
+		// delta); one left as it was has cur's content, and its composition must be cur's.
+		sums, err = m.copySums(target, func(f *manifestFile) bool {
+			old := cur.files[f.Path]
+			return made[f.Path] || old != nil && composition(old) == composition(f)
+		})
+	}
+	m.mu.Lock()
+	m.closeFilesLocked()
+	if err == nil {
+		m.ver, m.locs, m.sums = target, locsOf(target), sums
+		m.crcs.forget(locsOf(cur), m.locs)
+	}
+	m.gen++
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true})
+}
+
+// apply changes the files of the copy from cur to target. Nobody reads the copy meanwhile.
+func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites map[string]string) error {
+	var bufs patchBufs
+	for i, p := range patches {
+		if i == len(patches)/2 {
+			if err := m.s.failpoint("materialize-partial"); err != nil {
+				return err
+			}
+		}
+		if err := m.patch(p, &bufs); err != nil {
+			return err
+		}
+	}
+	for p, tmp := range rewrites {
+		if err := os.Rename(tmp, filepath.Join(m.dir, filepath.FromSlash(p))); err != nil {
+			return fmt.Errorf("materialized copy: %w", err)
+		}
+		delete(rewrites, p)
+	}
+	// Files and directories of cur that target does not have.
+	for i := range cur.m.Files {
+		p := cur.m.Files[i].Path
+		if target.files[p] == nil {
+			if err := os.Remove(filepath.Join(m.dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("materialized copy: %w", err)
+			}
+		}
+	}
+	keep := map[string]bool{}
+	for _, d := range target.m.Dirs {
+		keep[d.Path] = true
+		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), cacheDirPerm); err != nil {
+			return fmt.Errorf("materialized copy: %w", err)
+		}
+	}
+	for p := range target.files {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			keep[d] = true
+		}
+	}
+	var gone []string
+	for _, d := range cur.m.Dirs {
+		if !keep[d.Path] {
+			gone = append(gone, d.Path)
+		}
+	}
+	// Deepest first, so parents are empty when their turn comes.
+	slices.SortFunc(gone, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, d := range gone {
+		os.Remove(filepath.Join(m.dir, filepath.FromSlash(d)))
+	}
+	return nil
+}
+
+// patchPlan lists the in-place updates that turn old into f, when both are safetensors files
+// with the same header (so the same layout) and every changed tensor is linked to its old
+// identity by a delta object (either way).
+func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
+	if old == nil || old.Kind != kindSafetensors || f.Kind != kindSafetensors || old.Header != f.Header ||
+		len(old.Tensors) != len(f.Tensors) || old.Size != f.Size {
+		return nil, false
+	}
+	var out []inPlace
+	for j := range f.Tensors {
+		nt, ot := &f.Tensors[j], &old.Tensors[j]
+		if nt.ID == ot.ID {
+			continue
+		}
+		p := inPlace{path: f.Path, off: f.HeaderLen + nt.Begin, size: nt.End - nt.Begin, width: nt.DType.Size()}
+		if nm, err := s.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
+			p.obj, p.dir = nt.ID, delta.Forward
+		} else if om, err := s.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
+			p.obj, p.dir = ot.ID, delta.Backward
+		} else {
+			return nil, false
+		}
+		out = append(out, p)
+	}
+	return out, true
+}
+
+// patchBufs are the buffers of patch, kept from one tensor to the next: made afresh, they were
+// twice the copy's size in garbage at every update.
+type patchBufs struct{ buf, orig []byte }
+
+// patch applies one in-place update, 4 MiB at a time, writing back only the byte runs that
+// changed.
+func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
+	d, err := m.s.loadDelta(p.obj)
+	if err != nil {
+		return err
+	}
+	f, err := m.file(p.path)
+	if err != nil {
+		return err
+	}
+	step := int64(ingestChunk)
+	if n := int(min(step, p.size)); len(bufs.buf) < n {
+		bufs.buf, bufs.orig = make([]byte, n), make([]byte, n)
+	}
+	buf, orig := bufs.buf, bufs.orig
+	for off := int64(0); off < p.size; off += step {
+		n := min(step, p.size-off)
+		b, o := buf[:n], orig[:n]
+		if err := readFull(f, o, p.off+off); err != nil {
+			return fmt.Errorf("materialized %s: %w", p.path, err)
+		}
+		copy(b, o)
+		if err := delta.ApplyDelta(d.body, b, off/int64(p.width), p.dir); err != nil {
+			return objectError(p.obj, fmt.Errorf("apply to the materialized copy: %w", err))
+		}
+		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {
+			return fmt.Errorf("materialized %s: %w", p.path, err)
+		}
+	}
+	return nil
+}

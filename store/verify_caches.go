@@ -1,0 +1,294 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Verify also checks the node-local caches it can see: this process's materialized copy and
+// render cache, and, for a local store, the writer's (STORE/cache). A cache is derived data:
+// a damaged one is reported in VerifyReport.Caches and dropped (rebuilt when next needed),
+// but it is not damage of the store, and Verify's error does not count it.
+
+// CacheCheck is what Verify found in one node-local cache.
+type CacheCheck struct {
+	Name    string // "materialized copy" or "render cache"
+	Path    string
+	Checked bool // false: Note says why not
+	Damaged bool
+	Note    string
+}
+
+func (c CacheCheck) String() string {
+	state := "ok"
+	switch {
+	case c.Damaged:
+		state = "DAMAGED"
+	case !c.Checked:
+		state = "not checked"
+	}
+	return fmt.Sprintf("%s %s: %s: %s", c.Name, c.Path, state, c.Note)
+}
+
+// verifyCaches checks every node-local cache Verify can see.
+func (s *Store) verifyCaches() []CacheCheck {
+	dirs := []string{s.cacheDir}
+	if _, local := s.be.(*localBackend); local {
+		if w := filepath.Join(s.root, "cache"); w != s.cacheDir {
+			dirs = append(dirs, w)
+		}
+	}
+	var out []CacheCheck
+	for i, dir := range dirs {
+		var c CacheCheck
+		if i == 0 {
+			c = s.verifyOwnCopy()
+		} else {
+			c = s.verifyCopyAt(dir)
+		}
+		if c.Name != "" {
+			out = append(out, c)
+		}
+		if c, ok := s.verifyRenders(dir); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// verifyOwnCopy checks the copy this process keeps, every file against the manifest (SHA-256
+// and objects); a damaged one is dropped and rebuilt.
+func (s *Store) verifyOwnCopy() CacheCheck {
+	m := s.mat
+	c := CacheCheck{Name: "materialized copy", Path: m.dir}
+	m.ensureMu.Lock()
+	m.mu.RLock()
+	ver := m.ver
+	m.mu.RUnlock()
+	if ver == nil {
+		m.ensureMu.Unlock()
+		if _, err := os.Stat(m.dir); err != nil {
+			return CacheCheck{}
+		}
+		c.Note = "holds no version now (reads replay from the objects)"
+		return c
+	}
+	c.Checked = true
+	err := checkCopyFiles(m.dir, ver)
+	m.ensureMu.Unlock()
+	if err != nil {
+		c.Damaged = true
+		c.Note = fmt.Sprintf("version %d: %v; dropped, rebuilt from the objects", ver.m.Version, err)
+		s.logf("materialized copy: %v; rebuilding", err)
+		m.failed(err)
+		return c
+	}
+	c.Note = fmt.Sprintf("all %d files match version %d", len(ver.m.Files), ver.m.Version)
+	return c
+}
+
+// checkCopyFiles checks every file of ver in the copy at dir.
+func checkCopyFiles(dir string, ver *version) error {
+	for i := range ver.m.Files {
+		if _, err := scanCopyFile(dir, &ver.m.Files[i], true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyCopyAt checks the copy another process keeps in cacheDir (the writer's), if its
+// index can be read: a running writer holds it, and checks every read of its copy itself.
+// A damaged copy is marked not clean, so the writer rebuilds it when it next opens.
+func (s *Store) verifyCopyAt(cacheDir string) CacheCheck {
+	dir := filepath.Join(cacheDir, "materialized")
+	if _, err := os.Stat(dir); err != nil {
+		return CacheCheck{}
+	}
+	c := CacheCheck{Name: "materialized copy", Path: dir}
+	ixPath := filepath.Join(cacheDir, "index.db")
+	db, err := bolt.Open(ixPath, cacheFilePerm, &bolt.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
+	if errors.Is(err, berrors.ErrTimeout) {
+		c.Note = "in use by a running writer, which checks every read of it against its sums"
+		return c
+	}
+	if err != nil {
+		c.Note = fmt.Sprintf("its index cannot be read (%v): the writer rebuilds both", err)
+		return c
+	}
+	var st matState
+	db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketMeta); b != nil {
+			json.Unmarshal(b.Get(keyMaterial), &st)
+		}
+		return nil
+	})
+	db.Close()
+	if !st.Clean || !s.isSealed(st.Version) {
+		c.Note = "holds no clean sealed version (rebuilt before use)"
+		return c
+	}
+	ver, err := s.loadVersion(st.Version)
+	if err != nil {
+		c.Note = fmt.Sprintf("version %d cannot be read: %v", st.Version, err)
+		return c
+	}
+	c.Checked = true
+	if err := checkCopyFiles(dir, ver); err != nil {
+		c.Damaged = true
+		c.Note = fmt.Sprintf("version %d: %v", st.Version, err)
+		if derr := dropCopyState(ixPath, st.Version); derr != nil {
+			c.Note += fmt.Sprintf("; not dropped (%v): the writer's reads still check it", derr)
+		} else {
+			c.Note += "; dropped (marked not clean): the writer rebuilds it when it next opens"
+		}
+		return c
+	}
+	c.Note = fmt.Sprintf("all %d files match version %d", len(ver.m.Files), ver.m.Version)
+	return c
+}
+
+// dropCopyState marks the copy of another process's index not clean.
+func dropCopyState(ixPath string, v uint64) error {
+	db, err := bolt.Open(ixPath, cacheFilePerm, &bolt.Options{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	js, _ := json.Marshal(matState{Version: v})
+	return db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if b == nil {
+			return nil
+		}
+		return b.Put(keyMaterial, js)
+	})
+}
+
+// verifyRenders renders again every cached patch and slime delta of cacheDir whose key is
+// still current and compares the bytes; a render that differs is removed (rendered again
+// when next asked for). ok is false when there is no render cache.
+func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
+	root := filepath.Join(cacheDir, "render")
+	if _, err := os.Stat(root); err != nil {
+		return CacheCheck{}, false
+	}
+	c := CacheCheck{Name: "render cache", Path: root, Checked: true}
+	var checked, stale int
+	var bad []string
+	for _, kind := range []string{"patches", "deltas"} {
+		ents, _ := os.ReadDir(filepath.Join(root, kind))
+		for _, e := range ents {
+			name := e.Name()
+			v, ok := renderVersion(name)
+			if !ok {
+				continue
+			}
+			err := s.checkRender(kind, v, filepath.Join(root, kind, name), name)
+			switch {
+			case errors.Is(err, errStaleRender):
+				stale++
+			case err != nil:
+				bad = append(bad, fmt.Sprintf("%s/%s: %v", kind, name, err))
+				os.RemoveAll(filepath.Join(root, kind, name))
+			default:
+				checked++
+			}
+		}
+	}
+	c.Note = fmt.Sprintf("%d renders match a fresh render, %d stale ones not checked", checked, stale)
+	if len(bad) > 0 {
+		c.Damaged = true
+		c.Note += fmt.Sprintf("; %d damaged, removed (rendered again when asked for): %s", len(bad), strings.Join(bad, "; "))
+	}
+	return c, true
+}
+
+var errStaleRender = errors.New("stale render")
+
+// renderVersion parses the version of a render's name, vNNNNNN-KEY[.safetensors].
+func renderVersion(name string) (uint64, bool) {
+	num, _, ok := strings.Cut(strings.TrimPrefix(name, "v"), "-")
+	if !ok || !strings.HasPrefix(name, "v") {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(num, 10, 64)
+	return v, err == nil
+}
+
+// checkRender renders the patch or delta of v again and compares it with the cached one at
+// p; errStaleRender: p is not the render of v's current inputs.
+func (s *Store) checkRender(kind string, v uint64, p, name string) error {
+	tmp, err := s.renderTemp()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if kind == "patches" {
+		cur, base, err := s.patchVersions(v)
+		if err != nil || name != renderName(v, renderKey("patch", cur, base))+".safetensors" {
+			return errStaleRender
+		}
+		fresh := filepath.Join(tmp, "patch.safetensors")
+		if err := s.writePatchFile(v, fresh); err != nil {
+			return err
+		}
+		return sameFile(p, fresh)
+	}
+	plan, err := s.PlanSlime(v)
+	if err != nil || plan.Kind != SlimeDelta {
+		return errStaleRender
+	}
+	cur, err1 := s.sealedVersion(v)
+	base, err2 := s.sealedVersion(plan.Base)
+	if err1 != nil || err2 != nil || name != renderName(v, renderKey("slime", cur, base)) {
+		return errStaleRender
+	}
+	files, err := s.writeSlimeDelta(cur, base, tmp)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := sameFile(filepath.Join(p, f.Name), filepath.Join(tmp, f.Name)); err != nil {
+			return fmt.Errorf("%s: %w", f.Name, err)
+		}
+	}
+	return nil
+}
+
+// sameFile compares two files' bytes.
+func sameFile(a, b string) error {
+	fa, err := os.Open(a)
+	if err != nil {
+		return err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return err
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 1<<20), make([]byte, 1<<20)
+	for off := int64(0); ; {
+		na, ea := io.ReadFull(fa, ba)
+		nb, _ := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return fmt.Errorf("differs from a fresh render near byte %d: %w", off, ErrCorrupt)
+		}
+		if ea != nil {
+			return nil
+		}
+		off += int64(na)
+	}
+}

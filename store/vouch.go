@@ -1,0 +1,67 @@
+package store
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+)
+
+// A manifest says which objects make each file, in order, and the SHA-256 of the whole file.
+// Each object is checked on read (its CRC-32C, and its content is named by its SHA-256), but
+// only the file's SHA-256 ties the objects to their places: a manifest with two objects of
+// one shape swapped (CRC recomputed) would otherwise be served as written. So a file read
+// through OpenFile is vouched for before its first byte is served: its composition (the
+// objects in order, and the SHA-256: composition in copysums.go) must have been seen to hash
+// to that SHA-256, by this process or one that recorded it in the same cache directory's
+// index. The first read of a file not vouched for reads the whole file once (through the
+// same read path, so the pages it builds serve the reads that follow) and hashes it; a
+// mismatch fails every read of the file with ErrCorrupt. Files are vouched for without that
+// pass when the copy of the latest version is built or checked (copySums), and when a stream
+// of this process computed the objects and the SHA-256 from the same bytes (seedWriter).
+
+// vouch checks f's composition once (see above).
+func (f *versionFile) vouch() error {
+	if !f.opts.vouch || f.vouched.Load() {
+		return nil
+	}
+	if err := f.s.vouchFile(f.ver, f.f); err != nil {
+		return err
+	}
+	f.vouched.Store(true)
+	return nil
+}
+
+// vouchFile checks that the objects of file f of ver hash to its SHA-256, unless that
+// composition was vouched for already. Concurrent first reads of one file hash it once.
+func (s *Store) vouchFile(ver *version, f *manifestFile) error {
+	comp := composition(f)
+	chk := s.mat.chk
+	if chk.isVouched(comp) {
+		return nil
+	}
+	if err := chk.failedVouch(comp); err != nil {
+		return err
+	}
+	_, err, _ := chk.flight.Do(string(comp[:]), func() (any, error) {
+		if chk.isVouched(comp) {
+			return nil, nil
+		}
+		h := sha256.New()
+		vf := s.newVersionFile(ver, f, readOpts{})
+		if _, err := io.CopyBuffer(h, io.NewSectionReader(vf, 0, f.Size), make([]byte, pageSize)); err != nil {
+			return nil, err
+		}
+		var got ID
+		h.Sum(got[:0])
+		if got != f.SHA256 {
+			s.logf("version %d: %s: its objects hash to %s, the manifest says %s: every read of it fails (a damaged or forged manifest; run weightfs verify)",
+				ver.m.Version, f.Path, got, f.SHA256)
+			err := fmt.Errorf("%s of version %d: its objects hash to %s, the manifest says %s: %w", f.Path, ver.m.Version, got, f.SHA256, ErrCorrupt)
+			chk.noteFailedVouch(comp, err)
+			return nil, err
+		}
+		chk.vouch(true, comp)
+		return nil, nil
+	})
+	return err
+}
