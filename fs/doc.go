@@ -77,7 +77,9 @@
 //   - EINVAL: mkdir or rename to a version number that is not above every sealed and open
 //     version, or a version-like name that is not weight_v plus six or more digits.
 //   - EXDEV: a rename between two different open trees, or between a tree and the root.
-//   - EIO: the store failed to read (a corrupt object: ErrCorrupt) or to seal; ENOSPC and
+//   - EIO: the store failed to read (a corrupt or missing object: ErrCorrupt) or to seal.
+//     Damage wins over any errno in the error's chain: a missing object file carries the
+//     OS's ENOENT, but a listed file whose bytes are gone is damage, not absence. ENOSPC and
 //     other errnos from the store pass through unchanged, and the store's sentinels map to
 //     the nearest errno (ErrVersionNotAbove EINVAL, ErrVersionBusy EEXIST, ErrNoSuchVersion
 //     and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
