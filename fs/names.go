@@ -43,3 +43,15 @@ func ParseVersionName(name string) (v uint64, ok bool, err error) {
 	}
 	return v, true, nil
 }
+
+const (
+	// maxNameLen is the longest file or directory name, in bytes, that an open version takes:
+	// what statfs advertises (NAME_MAX), and what the file systems the store and its
+	// materialized copy live on hold.
+	maxNameLen = 255
+	// maxPathLen bounds the version-relative path of every file and directory of an open
+	// version. The store writes a version's files below its own directories (the
+	// materialized copy, an export's target), whose paths must stay within PATH_MAX (4096
+	// bytes with the NUL): 3072 leaves 1023 bytes for the directory they are put in.
+	maxPathLen = 3072
+)
