@@ -57,8 +57,13 @@
 // A top-level DONE is never stored. The seal takes the tree's lock exclusively, so it waits
 // for writes in flight, and writes that come after it get EPERM.
 //
-// touch(1) closes a first descriptor of DONE (which seals) before it sets the times through a
-// second one: setting only the times of DONE is therefore accepted after the seal.
+// DONE is a marker: its content is ignored, never an error (done.go). Bytes written into it
+// are not stored and a line says so; `echo x > DONE` seals the version and succeeds, though
+// the shell closes its first descriptor of DONE, which seals, before echo writes through the
+// second: a write through a descriptor of DONE that outlived the seal is taken and dropped.
+// Likewise touch(1) closes a first descriptor of DONE (which seals) before it sets the times
+// through a second one: setting only the times of DONE is accepted after the seal. A second
+// DONE in a sealed version is a modification of a sealed version (EPERM).
 //
 // After the seal the root entry is invalidated, so the next lookup serves the sealed version
 // from the store, and the staging files are unlinked (descriptors still open on them keep
