@@ -71,6 +71,15 @@
 // kernel holds no directory lock during FLUSH) and asynchronous for a rename (the kernel holds
 // the root's lock until the rename returns).
 //
+// # Unmounting
+//
+// Server.Unmount unmounts and waits until serving has stopped; open versions are aborted.
+// A daemon hands its SIGTERM, SIGINT and SIGHUP to Server.UnmountOnSignals, which asks for an
+// unmount at each one until one succeeds: while the mount is busy (a process has a file, a
+// mapping or its working directory in it) the kernel refuses, the mount keeps serving, the log
+// names the processes that hold it (MountHolders, read from /proc like fuser(1)), and the next
+// signal tries again. No signal leaves a dead mount behind.
+//
 // # Errors at the boundary
 //
 // Every error that reaches the kernel is a syscall.Errno:
