@@ -49,12 +49,13 @@ func run() error {
 			return fmt.Errorf("--version %q: %w", *version, err)
 		}
 	}
+	// Caught from before the mount: a signal as soon as the mount is there is not lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	srv, err := wfs.Mount(st, flag.Arg(1), opts)
 	if err != nil {
 		return err
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go srv.UnmountOnSignals(sigs, logf)
 	srv.Wait()
 	return st.Close()
