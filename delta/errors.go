@@ -14,4 +14,7 @@ var (
 	// 1, 2, 4 or 8, slices of unequal or unaligned length, indices out of range or out of
 	// order. It is the caller's bug, not bad input data.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrLocked marks an apply refused because another apply of the same file holds its
+	// lock (ApplyOptions.NoWait); the message names the holder's process and host.
+	ErrLocked = errors.New("locked by another apply")
 )

@@ -63,6 +63,14 @@ type ApplyOptions struct {
 	// VerifySHA256 checks the base and result by SHA-256 even when the patch records
 	// xxh3-128 (which is several times faster). Patches without xxh3 always use SHA-256.
 	VerifySHA256 bool
+	// NoWait makes ApplyPatchFile refuse at once, with an error wrapping ErrLocked that names
+	// the holder, when another apply of the same file holds its lock. By default it waits for
+	// that apply to end, then checks the file as that apply left it (see patch_apply_lock.go).
+	NoWait bool
+	// Waiting, when set, is called when ApplyPatchFile has to wait for another apply of the
+	// same file, with a description of the holder (its process id and host): once, or again
+	// if yet another apply takes the lock first.
+	Waiting func(holder string)
 }
 
 // applyMarker replaces a file's header length while an apply is writing it. As a
@@ -129,7 +137,8 @@ func (r ApplyResult) String() string {
 // the patch's base (checked by hash before anything is written; otherwise the error wraps
 // ErrBaseMismatch and the target is untouched) or already its result (then nothing is
 // written). journal records the apply while it writes; see the comment at the top of this
-// file.
+// file. ApplyPatch does not lock: the caller must make sure that no other apply of the same
+// file runs meanwhile (ApplyPatchFile does, see patch_apply_lock.go).
 func ApplyPatch(p *Patch, target ApplyTarget, size int64, name string, journal Journal) (ApplyResult, error) {
 	return ApplyPatchWith(p, target, size, name, journal, ApplyOptions{})
 }

@@ -18,14 +18,15 @@ import (
 //	versions/v000043      manifests
 //	tmp/                  temporary files
 type localBackend struct {
-	root string
+	root  string
+	modes storeModes
 
 	mu        sync.Mutex
 	dirtyDirs map[string]bool // object directories with renames not yet fsynced
 }
 
-func newLocalBackend(root string) *localBackend {
-	return &localBackend{root: root, dirtyDirs: map[string]bool{}}
+func newLocalBackend(root string, modes storeModes) *localBackend {
+	return &localBackend{root: root, modes: modes, dirtyDirs: map[string]bool{}}
 }
 
 var _ Backend = (*localBackend)(nil)
@@ -43,13 +44,14 @@ func (b *localBackend) manifestPath(v uint64) string {
 // their digits).
 func manifestName(v uint64) string { return fmt.Sprintf("v%06d", v) }
 
-// parseManifestName is the inverse of manifestName; ok is false for other names.
+// parseManifestName is the inverse of manifestName; ok is false for other names, and for
+// numbers above MaxVersion (no version of this program seals one).
 func parseManifestName(name string) (uint64, bool) {
 	if len(name) < 7 || name[0] != 'v' {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(name[1:], 10, 64)
-	if err != nil || v == 0 || manifestName(v) != name {
+	if err != nil || v == 0 || v > MaxVersion || manifestName(v) != name {
 		return 0, false
 	}
 	return v, true
@@ -87,7 +89,7 @@ func (b *localBackend) PutObject(id ID, tmp *os.File) error {
 		return fmt.Errorf("sync object %s: %w", id, err)
 	}
 	// Objects are never written in place: read-only files guard against accidents.
-	if err := tmp.Chmod(0o444); err != nil {
+	if err := tmp.Chmod(b.modes.object); err != nil {
 		return fmt.Errorf("put object %s: %w", id, err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -96,7 +98,7 @@ func (b *localBackend) PutObject(id ID, tmp *os.File) error {
 	dst := b.objectPath(id)
 	dir := filepath.Dir(dst)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("put object %s: %w", id, err)
 		}
 		b.markDirty(filepath.Dir(dir))
@@ -205,7 +207,7 @@ func (b *localBackend) DeleteObject(id ID) error {
 }
 
 func (b *localBackend) PutManifest(v uint64, data []byte) error {
-	if err := writeFileSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data); err != nil {
+	if err := writeFileSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data, b.modes.file); err != nil {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
 	return nil
@@ -253,4 +255,70 @@ func (b *localBackend) CleanTemp() error {
 		}
 	}
 	return nil
+}
+
+// The quarantine (repair.go): quarantine/vNNNNNN for manifests, quarantine/objects/<id> for
+// objects, moved there by rename (their bytes as they were) and made durable.
+
+func (b *localBackend) quarantineDir(sub string) (string, error) {
+	dir := filepath.Join(b.root, "quarantine")
+	for _, d := range []string{dir, filepath.Join(dir, sub)} {
+		if err := mkdirMode(d, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return filepath.Join(dir, sub), nil
+}
+
+func (b *localBackend) moveAside(src, dstDir, name string) (string, error) {
+	dst := filepath.Join(dstDir, name)
+	if err := os.Rename(src, dst); err != nil {
+		return "", err
+	}
+	if err := syncDir(dstDir); err != nil {
+		return "", err
+	}
+	return dst, syncDir(filepath.Dir(src))
+}
+
+func (b *localBackend) quarantineManifest(v uint64) (string, error) {
+	dir, err := b.quarantineDir("")
+	if err != nil {
+		return "", err
+	}
+	dst, err := b.moveAside(b.manifestPath(v), dir, manifestName(v))
+	if err != nil {
+		return "", fmt.Errorf("quarantine version %d: %w", v, err)
+	}
+	return dst, nil
+}
+
+func (b *localBackend) quarantineObject(id ID) (string, error) {
+	dir, err := b.quarantineDir("objects")
+	if err != nil {
+		return "", err
+	}
+	dst, err := b.moveAside(b.objectPath(id), dir, id.String())
+	if err != nil {
+		return "", fmt.Errorf("quarantine object %s: %w", id, err)
+	}
+	return dst, nil
+}
+
+func (b *localBackend) listQuarantined() ([]uint64, error) {
+	entries, err := os.ReadDir(filepath.Join(b.root, "quarantine"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list quarantine: %w", err)
+	}
+	var vs []uint64
+	for _, e := range entries {
+		if v, ok := parseManifestName(e.Name()); ok {
+			vs = append(vs, v)
+		}
+	}
+	slices.Sort(vs)
+	return vs, nil
 }

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // CommitOptions configure Commit.
@@ -38,8 +40,11 @@ func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
 	}
 	v := opts.Version
 	if v == 0 {
-		latest, _ := s.Latest()
-		v = latest + 1
+		top, _ := s.highest() // above damaged and quarantined versions too
+		if top >= MaxVersion {
+			return VersionInfo{}, fmt.Errorf("commit %s: version %d is the largest a store accepts: there is no next version: %w", dir, top, ErrVersionOutOfRange)
+		}
+		v = top + 1
 	}
 	w, err := s.NewVersion(v)
 	if err != nil {
@@ -111,22 +116,61 @@ func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
 	return files, dirs, total, err
 }
 
+// addPath adds one source file. Its size, mtime and ctime (and identity) are taken when it
+// is opened and again once it is read: a file that changed meanwhile fails the commit
+// (ErrSourceChanged), whatever the hashes say (ingestFile checks that its reads agree). A
+// write within the clock's granularity may leave the times as they were; the hashes catch
+// every change that reached the bytes read.
 func (w *Writer) addPath(e treeEntry) error {
 	f, err := os.Open(e.abs)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	before, err := stampOf(f)
 	if err != nil {
 		return err
 	}
-	if st.Size() != e.size {
-		return fmt.Errorf("%s changed size during the commit", e.rel)
+	if before.size != e.size {
+		return fmt.Errorf("%s changed size during the commit (%d bytes, then %d): %w", e.rel, e.size, before.size, ErrSourceChanged)
 	}
 	err = w.AddFile(e.rel, f, e.size, e.mode)
-	if errors.Is(err, ErrBadPath) {
+	if errors.Is(err, ErrBadPath) || errors.Is(err, ErrNameTooLong) {
 		return fmt.Errorf("%s: %w", e.rel, err)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if err := w.s.failpoint("commit-file-read"); err != nil {
+		return err
+	}
+	after, err := stampOf(f)
+	if err != nil {
+		return err
+	}
+	if after != before {
+		w.Remove(e.rel)
+		return fmt.Errorf("%s changed while it was committed (%s, then %s): commit again once its writer is done: %w", e.rel, before, after, ErrSourceChanged)
+	}
+	return nil
+}
+
+// stamp is what changes when a file is written: its size, mtime and ctime, and which file
+// it is.
+type stamp struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func stampOf(f *os.File) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return stamp{}, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	return stamp{dev: uint64(st.Dev), ino: uint64(st.Ino), size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+}
+
+func (s stamp) String() string {
+	return fmt.Sprintf("%d bytes, mtime %d.%09d, ctime %d.%09d", s.size, s.mtime.Sec, s.mtime.Nsec, s.ctime.Sec, s.ctime.Nsec)
 }

@@ -39,7 +39,23 @@
 //
 // Errors wrap the sentinels of errors.go: ErrCorrupt for anything that fails a check (reads
 // return it rather than wrong bytes; it names the object or file), ErrVersionNotAbove,
-// ErrNoSuchVersion, ErrNoSuchFile, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
+// ErrVersionOutOfRange (above MaxVersion), ErrNameTooLong (a path element over MaxNameLen
+// bytes, a path over MaxPathLen), ErrBadPath, ErrSourceChanged (a source file changed while
+// Commit or AddFile read it), ErrManifestTooLarge (the seal refuses a manifest readers would
+// refuse), ErrNoSuchVersion, ErrNoSuchFile, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
 // ErrEmptyVersion, ErrReadOnly, and the operating system's errors (a full disk wraps
 // syscall.ENOSPC) as they come.
+//
+// # Damage
+//
+// A version whose manifest cannot be read is skipped, not fatal: it leaves the list with a
+// log line naming it and `weightfs verify --repair`, reads of it return ErrCorrupt saying the
+// same, Latest is the newest readable version, and new versions are numbered above it.
+// Repair moves damaged versions and objects into STORE/quarantine/ (repair.go).
+//
+// # Permissions
+//
+// A store is private (0700 directories, 0600 files, 0400 objects); InitShared makes one its
+// group may read. New files take the read bits of the store's format file; caches are always
+// private (perm.go).
 package store

@@ -39,6 +39,19 @@ var (
 	ErrLayoutChanged = errors.New("tensor layout changed")
 	// ErrClosed marks a call on a closed Store.
 	ErrClosed = errors.New("store is closed")
+	// ErrVersionOutOfRange marks a version number above MaxVersion (refused by Commit,
+	// NewVersion and manifest validation).
+	ErrVersionOutOfRange = errors.New("version number is above the largest a store accepts")
+	// ErrNameTooLong marks a path with an element longer than MaxNameLen bytes or longer than
+	// MaxPathLen bytes as a whole (the fs package answers ENAMETOOLONG).
+	ErrNameTooLong = errors.New("file name too long")
+	// ErrSourceChanged marks a source file that changed while Commit or Writer.AddFile read
+	// it (two reads of its bytes disagree, or its size, mtime or ctime moved): nothing of it
+	// is added. Commit it again once its writer is done.
+	ErrSourceChanged = errors.New("source file changed while it was read")
+	// ErrManifestTooLarge marks a version whose manifest would exceed what readers accept
+	// (1 GiB of JSON): the seal refuses it.
+	ErrManifestTooLarge = errors.New("manifest too large")
 )
 
 // errNoDirectIO marks a file system that refuses O_DIRECT: its files are read through the

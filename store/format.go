@@ -53,16 +53,27 @@ func checkFormatFile(b []byte) error {
 // storeDirs are the directories Init creates (see docs/format.md (Part I)).
 var storeDirs = []string{"objects", "versions", "tmp", "cache"}
 
+// InitShared is Init for a store its group may read (a read-only mount run by another user
+// of the group): directories 0750, files 0640, objects 0440.
+func InitShared(path string) error { return initStore(path, true) }
+
 // Init creates an empty store at path: a local directory (it must not exist or be empty),
-// or s3://bucket/prefix (InitS3 with the endpoint and region from the environment).
-func Init(path string) error {
+// or s3://bucket/prefix (InitS3 with the endpoint and region from the environment). A local
+// store is private: directories 0700, files 0600, objects 0400.
+func Init(path string) error { return initStore(path, false) }
+
+func initStore(path string, shared bool) error {
 	if IsS3URL(path) {
 		return InitS3(path, S3Options{})
+	}
+	modes := modesFor(0o600)
+	if shared {
+		modes = modesFor(0o640)
 	}
 	entries, err := os.ReadDir(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := os.MkdirAll(path, 0o755); err != nil {
+		if err := os.MkdirAll(path, modes.dir); err != nil {
 			return fmt.Errorf("init store: %w", err)
 		}
 	case err != nil:
@@ -70,22 +81,30 @@ func Init(path string) error {
 	case len(entries) > 0:
 		return fmt.Errorf("init store %s: directory is not empty", path)
 	}
+	if err := os.Chmod(path, modes.dir); err != nil {
+		return fmt.Errorf("init store: %w", err)
+	}
 	for _, d := range storeDirs {
-		if err := os.Mkdir(filepath.Join(path, d), 0o755); err != nil {
+		mode := modes.dir
+		if d == "cache" {
+			mode = cacheDirPerm
+		}
+		if err := mkdirMode(filepath.Join(path, d), mode); err != nil {
 			return fmt.Errorf("init store: %w", err)
 		}
 	}
 	// The format file comes last: a directory without it is not a store, so an interrupted
 	// Init is refused by Open rather than half-used.
-	if err := writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), encodeFormatFile()); err != nil {
+	if err := writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), encodeFormatFile(), modes.file); err != nil {
 		return fmt.Errorf("init store %s: %w", path, err)
 	}
 	return nil
 }
 
 // writeFileSynced writes data to a temporary file in tmpDir, fsyncs it, renames it to path
-// and fsyncs path's directory: afterwards path holds data or (after a crash) its old content.
-func writeFileSynced(path, tmpDir string, data []byte) error {
+// and fsyncs path's directory: afterwards path holds data (with permission bits mode) or
+// (after a crash) its old content.
+func writeFileSynced(path, tmpDir string, data []byte, mode fs.FileMode) error {
 	f, err := os.CreateTemp(tmpDir, "put-*")
 	if err != nil {
 		return err
@@ -98,6 +117,9 @@ func writeFileSynced(path, tmpDir string, data []byte) error {
 			os.Remove(tmp)
 		}
 	}()
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
 	if _, err := f.Write(data); err != nil {
 		return err
 	}

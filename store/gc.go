@@ -74,12 +74,21 @@ func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
 		return 0, 0, err
 	}
 	roots := map[ID]bool{}
+	var unreadable []uint64
 	for _, v := range numbers {
 		ver, err := s.loadVersion(v)
+		if err != nil && s.damagedError(v) != nil {
+			unreadable = append(unreadable, v)
+			continue
+		}
 		if err != nil {
 			return 0, 0, err
 		}
 		ver.m.roots(roots)
+	}
+	if len(unreadable) > 0 {
+		// What they need is unknown: nothing is deleted until they are repaired.
+		return 0, 0, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
 	}
 	s.pendingRoots(roots)
 	live, err := s.liveSet(roots)
@@ -166,6 +175,10 @@ func (s *Store) GC(keepLast int) (GCStats, error) {
 	if len(all) <= keepLast {
 		n, freed, err := s.sweepLocked()
 		st.DeletedObjects, st.DeletedBytes = n, freed
+		if errors.Is(err, errUnreadableManifests) {
+			s.logf("gc: no object deleted: %v", err)
+			err = nil
+		}
 		return st, err
 	}
 	drop, keep := all[:len(all)-keepLast], all[len(all)-keepLast:]
@@ -221,6 +234,10 @@ func (s *Store) GC(keepLast int) (GCStats, error) {
 	}
 	n, freed, err := s.sweepLocked()
 	st.DeletedObjects, st.DeletedBytes = n, freed
+	if errors.Is(err, errUnreadableManifests) {
+		s.logf("gc: no object deleted: %v", err)
+		err = nil
+	}
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}

@@ -19,6 +19,10 @@ var errInjected = errors.New("injected failure")
 //	stream-base-read       before a stream worker reads a chunk's base bytes
 //	stream-object-put      before a stream worker writes a delta object
 //
+// of Commit:
+//
+//	commit-file-read       a source file is read and added, its stamp not yet compared
+//
 // and of GC:
 //
 //	gc-reanchored          kept versions re-anchored, no manifest deleted

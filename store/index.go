@@ -100,7 +100,7 @@ func openIndex(path string) (*index, error) {
 var errIndexBusy = errors.New("index is in use by another process (give each reader its own cache directory)")
 
 func tryOpenIndex(path string) (*index, error) {
-	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 2 * time.Second})
+	db, err := bolt.Open(path, cacheFilePerm, &bolt.Options{Timeout: 2 * time.Second})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open index %s: %w", path, errIndexBusy)
 	}

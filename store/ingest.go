@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -11,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/internal/sha256x2"
 )
 
 // ingestChunk is how much of a tensor is read, diffed and hashed at a time: ingest never
@@ -34,21 +37,20 @@ func readAtFull(r io.ReaderAt, b []byte, off int64) error {
 }
 
 // ingestFile stores one file's objects and returns its manifest entry.
+//
+// The file's SHA-256 must be of the bytes stored: a source that a writer changes while it is
+// read (a trainer still saving, rsync --inplace) must not seal a file hash its objects do not
+// have. A file stored whole is read once, and its object's identity is its SHA-256. A
+// safetensors file's header is read once and stored from the bytes parsed; its tensors are
+// read by the tensor jobs, and the whole file's SHA-256 by one sequential pass beside them,
+// which also hashes the header's and each tensor's bytes: they must hash to the objects
+// stored, else two reads of the source disagreed and the file is refused (ErrSourceChanged).
 func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) (*manifestFile, error) {
 	entry := &manifestFile{Path: p, Mode: uint32(mode.Perm()), Size: size}
-	hdr, err := delta.ReadHeader(r, size)
+	prefix, hdr, err := readHeader(r, size)
 	if err != nil && !errors.Is(err, delta.ErrMalformed) {
 		return nil, err
 	}
-	// The whole file's SHA-256 is one sequential pass; it runs beside the per-tensor work.
-	var fileSHA ID
-	var shaErr error
-	var shaDone sync.WaitGroup
-	shaDone.Add(1)
-	go func() {
-		defer shaDone.Done()
-		fileSHA, shaErr = hashReader(r, size)
-	}()
 	if err != nil {
 		if strings.HasSuffix(p, ".safetensors") || size >= 8 && looksLikeSafetensors(r) {
 			w.s.logf("%s: stored as an opaque file: %v", p, err)
@@ -57,11 +59,28 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 			w.s.logf("%s: not a safetensors file: stored whole", p)
 		}
 		entry.Kind = kindBlob
-		entry.ID, err = w.storeWhole(r, 0, size, 1)
-	} else {
-		entry.Kind = kindSafetensors
-		err = w.ingestSafetensors(entry, r, hdr)
+		if entry.ID, err = w.storeWhole(r, 0, size, 1); err != nil {
+			return nil, err
+		}
+		entry.SHA256 = entry.ID // the object's content is the file
+		return entry, nil
 	}
+	// The pieces of the file: the header, then each tensor (contiguous, in file order).
+	ends := make([]int64, 0, 1+len(hdr.Tensors))
+	ends = append(ends, hdr.DataStart())
+	for _, t := range hdr.Tensors {
+		ends = append(ends, hdr.DataStart()+t.End)
+	}
+	var sums []ID
+	var shaErr error
+	var shaDone sync.WaitGroup
+	shaDone.Add(1)
+	go func() {
+		defer shaDone.Done()
+		entry.SHA256, sums, shaErr = hashPieces(r, ends)
+	}()
+	entry.Kind = kindSafetensors
+	err = w.ingestSafetensors(entry, r, hdr, prefix)
 	shaDone.Wait()
 	if err == nil {
 		err = shaErr
@@ -69,8 +88,37 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 	if err != nil {
 		return nil, err
 	}
-	entry.SHA256 = fileSHA
+	if sums[0] != entry.Header {
+		return nil, fmt.Errorf("%s: its header was stored as %s but reads as %s: %w", p, entry.Header, sums[0], ErrSourceChanged)
+	}
+	for i := range entry.Tensors {
+		if t := &entry.Tensors[i]; sums[i+1] != t.ID {
+			return nil, fmt.Errorf("%s: tensor %s was stored as %s but reads as %s: %w", p, t.Name, t.ID, sums[i+1], ErrSourceChanged)
+		}
+	}
 	return entry, nil
+}
+
+// readHeader reads and parses a safetensors header (delta.ReadHeader), returning the bytes
+// parsed too: they are what is stored as the header object.
+func readHeader(r io.ReaderAt, size int64) ([]byte, *delta.Header, error) {
+	var first8 [8]byte
+	if size >= 8 {
+		if err := readAtFull(r, first8[:], 0); err != nil {
+			return nil, nil, fmt.Errorf("read safetensors header length: %w", err)
+		}
+	}
+	n, err := delta.HeaderLength(first8[:], size)
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := make([]byte, 8+n)
+	copy(prefix, first8[:])
+	if err := readAtFull(r, prefix[8:], 8); err != nil {
+		return nil, nil, fmt.Errorf("read safetensors header of %d bytes: %w", n, err)
+	}
+	hdr, err := delta.ParseHeader(prefix, size)
+	return prefix, hdr, err
 }
 
 // looksLikeSafetensors reports whether a file starts like one (a header length, then "{"),
@@ -83,20 +131,57 @@ func looksLikeSafetensors(r io.ReaderAt) bool {
 	return b[8] == '{'
 }
 
-func hashReader(r io.ReaderAt, size int64) (ID, error) {
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(r, 0, size)); err != nil {
-		return ID{}, fmt.Errorf("hash file: %w", err)
+// hashPieces reads r once from 0 to the last of ends (ascending, at least one) and returns the SHA-256 of it all and
+// of each piece [ends[i-1], ends[i]) (from 0 for the first): with the SHA extensions both
+// digests in one pass (sha256x2), else one after the other.
+func hashPieces(r io.ReaderAt, ends []int64) (file ID, pieces []ID, err error) {
+	var fileH, pieceH hash.Hash
+	both := hashInOnePass
+	var pair [2]*sha256x2.Digest
+	if both {
+		pair = [2]*sha256x2.Digest{sha256x2.New(), sha256x2.New()}
+		fileH, pieceH = pair[0], pair[1]
+	} else {
+		fileH, pieceH = sha256.New(), sha256.New()
 	}
-	var id ID
-	h.Sum(id[:0])
-	return id, nil
+	pieces = make([]ID, len(ends))
+	piece := 0
+	closePieces := func(off int64) {
+		for piece < len(ends) && ends[piece] == off {
+			pieceH.Sum(pieces[piece][:0])
+			pieceH.Reset()
+			piece++
+		}
+	}
+	closePieces(0)
+	size := ends[len(ends)-1]
+	buf := make([]byte, min(size, ingestChunk))
+	for off := int64(0); off < size; {
+		b := buf[:min(int64(len(buf)), size-off)]
+		if err := readAtFull(r, b, off); err != nil {
+			return ID{}, nil, fmt.Errorf("hash file: %w", err)
+		}
+		for len(b) > 0 {
+			take := b[:min(int64(len(b)), ends[piece]-off)]
+			if both {
+				sha256x2.WriteBoth(pair[0], pair[1], take)
+			} else {
+				fileH.Write(take)
+				pieceH.Write(take)
+			}
+			b = b[len(take):]
+			off += int64(len(take))
+			closePieces(off)
+		}
+	}
+	fileH.Sum(file[:0])
+	return file, pieces, nil
 }
 
-func (w *Writer) ingestSafetensors(entry *manifestFile, r io.ReaderAt, hdr *delta.Header) error {
+func (w *Writer) ingestSafetensors(entry *manifestFile, r io.ReaderAt, hdr *delta.Header, prefix []byte) error {
 	entry.HeaderLen = hdr.DataStart()
 	var err error
-	if entry.Header, err = w.storeWhole(r, 0, entry.HeaderLen, 1); err != nil {
+	if entry.Header, err = w.storeWhole(bytes.NewReader(prefix), 0, entry.HeaderLen, 1); err != nil {
 		return fmt.Errorf("store header: %w", err)
 	}
 	entry.Tensors = make([]manifestTensor, len(hdr.Tensors))
@@ -306,7 +391,11 @@ func (w *Writer) writeFull(src io.ReaderAt, size int64, width int, id, base ID, 
 	if err := copyRange(fw, src, 0, size); err != nil {
 		return err
 	}
-	if _, err := fw.finish(id, base, link); err != nil {
+	if got, err := fw.finish(id, base, link); err != nil {
+		if !got.IsZero() && got != id {
+			// The second read of the source saw other bytes than the first.
+			return fmt.Errorf("%w: %w", err, ErrSourceChanged)
+		}
 		return err
 	}
 	if len(link) == 0 {

@@ -16,9 +16,19 @@ type writerLock struct {
 	lease *lease
 }
 
-func acquireWriterLock(path string) (*writerLock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+func acquireWriterLock(path string, mode os.FileMode) (*writerLock, error) {
+	// Created with the store's mode (the umask takes nothing away); an existing one is left
+	// as it is.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, mode)
+	if err == nil {
+		err = f.Chmod(mode)
+	} else if errors.Is(err, os.ErrExist) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
 	if err != nil {
+		if f != nil {
+			f.Close()
+		}
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -25,10 +26,37 @@ const (
 	manifestMagic         = "WFSM"
 	manifestFormatVersion = 1
 	manifestHeadLen       = 16
-	// maxManifestLen bounds the JSON a reader accepts (a model with a million tensors stays
-	// far below it).
-	maxManifestLen = 1 << 30
 )
+
+// maxManifestLen bounds the JSON a reader accepts (a model with a million tensors stays far
+// below it: ~160 MB); the writer refuses to seal a larger one. A variable for the tests.
+var maxManifestLen uint64 = 1 << 30
+
+// Bounds of what a version may hold (docs/format.md (Part I) §4).
+const (
+	// MaxVersion is the largest version number: twelve digits, exact in a JSON number read
+	// as a double (2^53), in an int64, and in every name that carries it (weight_vN, vN,
+	// slime's "version" strings, which keep all their digits past six).
+	MaxVersion = 999_999_999_999
+	// MaxNameLen is the longest element of a path, in bytes: the kernel's NAME_MAX, which
+	// every file system the copy or an export is written to enforces.
+	MaxNameLen = 255
+	// MaxPathLen is the longest path of a file or directory of a version, in bytes: PATH_MAX
+	// (4096, with its NUL) less 1 KiB for what goes in front of it (a mount point and
+	// weight_vN/, the cache directory and materialized/, an export's directory).
+	MaxPathLen = 3072
+)
+
+// checkVersionNumber refuses 0 and numbers above MaxVersion.
+func checkVersionNumber(v uint64) error {
+	if v > MaxVersion {
+		return fmt.Errorf("version %d: the largest version number is %d: %w", v, uint64(MaxVersion), ErrVersionOutOfRange)
+	}
+	if v == 0 {
+		return fmt.Errorf("version 0: version numbers start at 1: %w", ErrVersionOutOfRange)
+	}
+	return nil
+}
 
 // File kinds of a manifest.
 const (
@@ -111,6 +139,31 @@ func encodeManifest(m *manifest) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(b, crc32c(b)), nil
 }
 
+// encodeManifestChecked is encodeManifest for a seal: the bytes are read back with the
+// reader's own checks (decodeManifest) and must encode to themselves again, so that a
+// version is never sealed that readers would refuse (a manifest over maxManifestLen) or read
+// otherwise than it was written. It costs a decode and an encode of the manifest: ~0.1% of
+// a seal's work for a model of a few hundred tensors.
+func encodeManifestChecked(m *manifest) ([]byte, error) {
+	data, err := encodeManifest(m)
+	if err != nil {
+		return nil, err
+	}
+	if n := uint64(len(data) - manifestHeadLen - 4); n > maxManifestLen {
+		return nil, fmt.Errorf("version %d: its manifest would be %d bytes of JSON, more than the %d readers accept (too many files or tensors): %w",
+			m.Version, n, maxManifestLen, ErrManifestTooLarge)
+	}
+	back, err := decodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("version %d: its manifest would not read back: %w", m.Version, err)
+	}
+	again, err := encodeManifest(back)
+	if err != nil || !bytes.Equal(again, data) {
+		return nil, fmt.Errorf("version %d: its manifest reads back as another manifest (%v): %w", m.Version, err, ErrCorrupt)
+	}
+	return data, nil
+}
+
 // decodeManifest checks magic, version and CRC, decodes the JSON strictly and validates it.
 func decodeManifest(b []byte) (*manifest, error) {
 	if len(b) < len(manifestMagic) || string(b[:4]) != manifestMagic {
@@ -148,8 +201,8 @@ func decodeManifest(b []byte) (*manifest, error) {
 // validate checks what readers rely on: clean unique paths, files under recorded or implied
 // directories, tensors contiguous and filling each safetensors file exactly.
 func (m *manifest) validate() error {
-	if m.Version == 0 {
-		return fmt.Errorf("version 0")
+	if err := checkVersionNumber(m.Version); err != nil {
+		return err
 	}
 	if m.Previous >= m.Version {
 		return fmt.Errorf("previous version %d is not below it", m.Previous)
@@ -237,11 +290,25 @@ func (f *manifestFile) validate() error {
 	return nil
 }
 
-// checkPath accepts clean, relative, slash-separated paths without "." or ".." elements.
+// checkPath accepts clean, relative, slash-separated paths without "." or ".." elements,
+// in UTF-8 (the manifest's JSON would replace other bytes: the name read back would be
+// another), no NUL, each element at most MaxNameLen bytes and the whole at most MaxPathLen
+// (ErrNameTooLong). Any other byte a POSIX name may hold is stored as it is: a backslash, a
+// newline, a control character.
 func checkPath(p string) error {
 	if p == "" || p == "." || strings.HasPrefix(p, "/") || path.Clean(p) != p || strings.HasPrefix(p, "../") || p == ".." ||
-		strings.Contains(p, "\x00") || strings.Contains(p, "\\") {
+		strings.Contains(p, "\x00") || !utf8.ValidString(p) {
 		return fmt.Errorf("path %q: %w", p, ErrBadPath)
+	}
+	if len(p) > MaxPathLen {
+		return fmt.Errorf("path %q is %d bytes, more than %d: %w", p, len(p), MaxPathLen, ErrNameTooLong)
+	}
+	for rest := p; rest != ""; {
+		elem, after, _ := strings.Cut(rest, "/")
+		if len(elem) > MaxNameLen {
+			return fmt.Errorf("path %q: the name %q is %d bytes, more than %d: %w", p, elem, len(elem), MaxNameLen, ErrNameTooLong)
+		}
+		rest = after
 	}
 	return nil
 }

@@ -246,11 +246,11 @@ func (m *materialized) rebuild(target *version) error {
 	if err := os.RemoveAll(m.dir); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
-	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+	if err := os.MkdirAll(m.dir, cacheDirPerm); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
 	for _, d := range target.m.Dirs {
-		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), cacheDirPerm); err != nil {
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 	}
@@ -286,7 +286,7 @@ func (m *materialized) rebuild(target *version) error {
 // the read path) and checks its SHA-256. It returns the temporary path.
 func (m *materialized) writeTemp(ver *version, f *manifestFile, opts readOpts) (string, error) {
 	dst := filepath.Join(m.dir, filepath.FromSlash(f.Path))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), cacheDirPerm); err != nil {
 		return "", fmt.Errorf("materialized copy: %w", err)
 	}
 	out, err := os.CreateTemp(filepath.Dir(dst), ".tmp-*")
@@ -401,7 +401,7 @@ func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites m
 	keep := map[string]bool{}
 	for _, d := range target.m.Dirs {
 		keep[d.Path] = true
-		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), cacheDirPerm); err != nil {
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 	}

@@ -43,7 +43,7 @@ type cacheEntry struct {
 // files already there, oldest modification first at the back of the LRU order.
 func openObjectCache(dir string, limit int64) (*objectCache, error) {
 	c := &objectCache{dir: dir, limit: limit, order: list.New(), items: map[ID]*list.Element{}}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, cacheDirPerm); err != nil {
 		return nil, fmt.Errorf("object cache: %w", err)
 	}
 	type found struct {
@@ -128,7 +128,7 @@ func (c *objectCache) size(id ID) (int64, bool) {
 // reading tmp's open descriptor even if the file is evicted at once.
 func (c *objectCache) adopt(id ID, tmp string, size int64) error {
 	dst := c.path(id)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), cacheDirPerm); err != nil {
 		return fmt.Errorf("object cache: %w", err)
 	}
 	c.mu.Lock()

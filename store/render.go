@@ -38,7 +38,9 @@ import (
 
 // renderFormat names the layout of rendered files; changing how their bytes are made means a
 // new name here, so stale caches are not served. 2: patches record xxh3-128 beside SHA-256.
-const renderFormat = "weightfs-render-2"
+// 3: each changed tensor's params entry records the xxh3-128 of its new bytes (PatchSize
+// counts it, so a render cached by format 2 would be served at the wrong size).
+const renderFormat = "weightfs-render-3"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
 // cheaper to make than to cache) in Data. Size is their length either way.
@@ -81,7 +83,7 @@ func renderName(v uint64, key string) string { return fmt.Sprintf("v%06d-%s", v,
 // processes left there.
 func (s *Store) renderTemp() (string, error) {
 	base := s.renderDir("tmp")
-	if err := os.MkdirAll(base, 0o755); err != nil {
+	if err := os.MkdirAll(base, cacheDirPerm); err != nil {
 		return "", fmt.Errorf("create render directory: %w", err)
 	}
 	removeDeadRenders(base)
@@ -253,7 +255,7 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 	if err != nil {
 		return RenderedFile{}, fmt.Errorf("patch of version %d as rendered: %w", v, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
 		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
 	}
 	if err := os.Rename(p, final); err != nil {
@@ -266,7 +268,7 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 
 // writePatchFile writes the patch of v to a new file at p and syncs it.
 func (s *Store) writePatchFile(v uint64, p string) error {
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return fmt.Errorf("create patch file: %w", err)
 	}
@@ -329,7 +331,7 @@ func checkRenderedPatch(p string, cur, base *version) (RenderedFile, error) {
 
 // syncedCreate writes data to a new file at p and syncs it.
 func syncedCreate(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return err
 	}

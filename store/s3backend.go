@@ -77,7 +77,7 @@ const (
 
 func newS3Backend(c *s3Client, dir string, writer, prefetch bool, logf func(string, ...any)) (*s3Backend, error) {
 	for _, d := range []string{s3CacheUpload, s3CacheManifests, s3CacheTmp} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, d), cacheDirPerm); err != nil {
 			return nil, fmt.Errorf("S3 cache: %w", err)
 		}
 	}

@@ -104,7 +104,7 @@ func defaultS3WriterCache(c *s3Client) (string, error) {
 	}
 	sum := sha256.Sum256([]byte(c.set.endpointURL() + "\n" + c.loc.String()))
 	dir := filepath.Join(base, "weightfs", "s3-writer-"+hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, cacheDirPerm); err != nil {
 		return "", fmt.Errorf("create cache directory: %w", err)
 	}
 	return dir, nil
@@ -139,7 +139,7 @@ func claimS3Cache(dir string, c *s3Client) error {
 		}
 	}
 	data, _ = json.MarshalIndent(want, "", "  ")
-	if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(p, append(data, '\n'), cacheFilePerm); err != nil {
 		return fmt.Errorf("cache directory: %w", err)
 	}
 	return nil

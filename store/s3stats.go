@@ -92,7 +92,7 @@ func (c *s3Counters) writeFile(dir string, st S3Stats) {
 	c.fileMu.Lock()
 	defer c.fileMu.Unlock()
 	tmp := filepath.Join(dir, "."+S3StatsFileName+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, append(b, '\n'), cacheFilePerm); err != nil {
 		return
 	}
 	_ = os.Rename(tmp, filepath.Join(dir, S3StatsFileName))

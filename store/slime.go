@@ -215,13 +215,13 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 	}
 	defer os.RemoveAll(tmp)
 	dir := filepath.Join(tmp, "delta")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, cacheDirPerm); err != nil {
 		return plan, nil, fmt.Errorf("create render directory: %w", err)
 	}
 	if _, err := s.writeSlimeDelta(cur, base, dir); err != nil {
 		return plan, nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
 		return plan, nil, fmt.Errorf("create render directory: %w", err)
 	}
 	if err := os.Rename(dir, final); err != nil {
@@ -376,7 +376,7 @@ func writeShard(p string, sh delta.SlimeShard, frames *os.File) (int64, error) {
 	if _, err := frames.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
-	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return 0, err
 	}

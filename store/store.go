@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -70,6 +69,10 @@ type Store struct {
 	mu       sync.RWMutex
 	closed   bool
 	versions []VersionInfo // sealed versions, ascending; Anchor is filled on the way out
+	// damaged are versions whose manifests cannot be read (not in versions), with why;
+	// quarantineTop is the highest version number in STORE/quarantine/ (damaged.go).
+	damaged       map[uint64]error
+	quarantineTop uint64
 
 	manifests   *lru[uint64, *version]
 	objInfos    *lru[ID, *objectInfo]
@@ -131,7 +134,12 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkFormatFile(format); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := newBareStore(path, opts, newLocalBackend(path))
+	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	modes := modesFor(formatInfo.Mode())
+	s := newBareStore(path, opts, newLocalBackend(path, modes))
 	ok := false
 	defer func() {
 		if !ok {
@@ -139,7 +147,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}()
 	if !s.readOnly {
-		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock")); err != nil {
+		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock"), modes.file); err != nil {
 			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
 		}
 		// Nothing is being written now: leftovers are from a process that died.
@@ -217,7 +225,12 @@ func (s *Store) finishOpen() error {
 	// reads of the latest version are plain preads rather than a replay.
 	if !s.readOnly || s.opts.Materialize {
 		if err := s.mat.ensure(); err != nil {
-			return err
+			if s.readOnly || !errors.Is(err, ErrCorrupt) {
+				return err
+			}
+			// The writer opens all the same: Repair needs it, and every version but the
+			// damaged one is readable. Ingest needs the copy and says why it cannot.
+			s.logf("materialized copy not built: %v (run weightfs verify --repair %s)", err, s.root)
 		}
 	}
 	return nil
@@ -227,12 +240,12 @@ func (s *Store) setupCacheDir() error {
 	s.cacheDir = s.opts.CacheDir
 	switch {
 	case s.cacheDir != "":
-		if err := os.MkdirAll(s.cacheDir, 0o755); err != nil {
+		if err := os.MkdirAll(s.cacheDir, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 	case !s.readOnly:
 		s.cacheDir = filepath.Join(s.root, "cache")
-		if err := os.MkdirAll(s.cacheDir, 0o755); err != nil {
+		if err := os.MkdirAll(s.cacheDir, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 	default:
@@ -241,7 +254,7 @@ func (s *Store) setupCacheDir() error {
 			base = os.TempDir()
 		}
 		base = filepath.Join(base, "weightfs")
-		if err := os.MkdirAll(base, 0o755); err != nil {
+		if err := os.MkdirAll(base, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 		removeDeadReaderCaches(base)
@@ -371,121 +384,6 @@ func summarize(m *manifest) VersionInfo {
 		ChangedElems: m.Stats.ChangedElems, TotalElems: m.Stats.TotalElems,
 		PreviousNumber: m.Previous,
 	}
-}
-
-// loadVersions lists the manifests and (re)builds the version list, reading only manifests
-// the index has no summary of. A manifest that cannot be read is logged and skipped here; it
-// is reported by Verify and by any read of that version.
-func (s *Store) loadVersions() error {
-	numbers, err := s.be.ListManifests()
-	if err != nil {
-		return err
-	}
-	cached, err := s.ix.versions()
-	if err != nil {
-		return fmt.Errorf("read index: %w", err)
-	}
-	var add []VersionInfo
-	infos := make([]VersionInfo, 0, len(numbers))
-	present := map[uint64]bool{}
-	for _, v := range numbers {
-		present[v] = true
-		if info, ok := cached[v]; ok {
-			infos = append(infos, info)
-			continue
-		}
-		ver, err := s.loadVersion(v)
-		if err != nil {
-			s.logf("version %d: %v", v, err)
-			infos = append(infos, VersionInfo{Number: v})
-			continue
-		}
-		info := summarize(ver.m)
-		infos = append(infos, info)
-		add = append(add, info)
-	}
-	var del []uint64
-	for v := range cached {
-		if !present[v] {
-			del = append(del, v)
-			s.manifests.remove(v)
-		}
-	}
-	if err := s.ix.updateVersions(add, del); err != nil {
-		return fmt.Errorf("update index: %w", err)
-	}
-	s.mu.Lock()
-	s.versions = infos
-	s.mu.Unlock()
-	return nil
-}
-
-// Refresh picks up versions sealed (or dropped by gc) by another process since the last call,
-// and brings the materialized copy forward if this store keeps one.
-func (s *Store) Refresh() error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	if err := s.loadVersions(); err != nil {
-		return err
-	}
-	if s.readOnly && s.opts.Materialize {
-		return s.mat.ensure()
-	}
-	return nil
-}
-
-// Versions lists sealed versions in ascending order.
-func (s *Store) Versions() []VersionInfo {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := slices.Clone(s.versions)
-	sealed := make(map[uint64]bool, len(out))
-	for _, v := range out {
-		sealed[v.Number] = true
-	}
-	for i := range out {
-		out[i].Anchor = out[i].PreviousNumber == 0 || !sealed[out[i].PreviousNumber]
-	}
-	return out
-}
-
-// Version returns the summary of one sealed version.
-func (s *Store) Version(v uint64) (VersionInfo, error) {
-	for _, info := range s.Versions() {
-		if info.Number == v {
-			return info, nil
-		}
-	}
-	return VersionInfo{}, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
-}
-
-// Latest is the newest sealed version; ok is false for an empty store.
-func (s *Store) Latest() (v uint64, ok bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if len(s.versions) == 0 {
-		return 0, false
-	}
-	return s.versions[len(s.versions)-1].Number, true
-}
-
-// Previous is the sealed version before v; ok is false when v is the first or not sealed.
-func (s *Store) Previous(v uint64) (uint64, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
-	if i == 0 || i == len(s.versions) || s.versions[i].Number != v {
-		return 0, false
-	}
-	return s.versions[i-1].Number, true
-}
-
-func (s *Store) isSealed(v uint64) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
-	return i < len(s.versions) && s.versions[i].Number == v
 }
 
 // Entry is one file or directory of a version.

@@ -35,7 +35,7 @@ func newSeeds(dir string) *seeds {
 
 // create starts a seed file.
 func (sd *seeds) create() (*os.File, error) {
-	if err := os.MkdirAll(sd.dir, 0o755); err != nil {
+	if err := os.MkdirAll(sd.dir, cacheDirPerm); err != nil {
 		return nil, err
 	}
 	return os.CreateTemp(sd.dir, "seed-*")
@@ -122,7 +122,7 @@ func (w *seedWriter) drop() {
 // seedInto moves a seed holding file f into its place in the copy, if there is one.
 func (m *materialized) seedInto(f *manifestFile) (bool, error) {
 	dst := filepath.Join(m.dir, filepath.FromSlash(f.Path))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), cacheDirPerm); err != nil {
 		return false, fmt.Errorf("materialized copy: %w", err)
 	}
 	return m.seeds.take(f, dst), nil

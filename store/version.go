@@ -102,10 +102,10 @@ func (s *Store) loadVersion(v uint64) (*version, error) {
 	}
 	m, err := decodeManifest(data)
 	if err != nil {
-		return nil, fmt.Errorf("manifest of version %d: %w", v, err)
+		return nil, s.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
 	}
 	if m.Version != v {
-		return nil, fmt.Errorf("manifest of version %d names version %d: %w", v, m.Version, ErrCorrupt)
+		return nil, s.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, m.Version, ErrCorrupt))
 	}
 	ver := newVersion(m)
 	s.manifests.add(v, ver, int64(len(data))*3)
@@ -117,17 +117,27 @@ func (s *Store) sealedVersion(v uint64) (*version, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
+	if err := s.damagedError(v); err != nil {
+		return nil, err
+	}
 	if !s.isSealed(v) {
 		return nil, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
 	}
 	return s.loadVersion(v)
 }
 
-// latestVersion returns the newest sealed version, or nil for an empty store.
+// latestVersion returns the newest readable sealed version, or nil for an empty store. A
+// damaged manifest found on the way is taken off the list (noteDamaged).
 func (s *Store) latestVersion() (*version, error) {
-	v, ok := s.Latest()
-	if !ok {
-		return nil, nil
+	for {
+		v, ok := s.Latest()
+		if !ok {
+			return nil, nil
+		}
+		ver, err := s.loadVersion(v)
+		if err != nil && s.damagedError(v) != nil {
+			continue
+		}
+		return ver, err
 	}
-	return s.loadVersion(v)
 }

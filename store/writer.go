@@ -48,8 +48,11 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 	if v == 0 {
 		return nil, fmt.Errorf("version numbers start at 1: %w", ErrVersionNotAbove)
 	}
-	if latest, ok := s.Latest(); ok && v <= latest {
-		return nil, fmt.Errorf("version %d: the latest sealed version is %d: %w", v, latest, ErrVersionNotAbove)
+	if err := checkVersionNumber(v); err != nil {
+		return nil, fmt.Errorf("new version: %w", err)
+	}
+	if err := s.checkAbove(v); err != nil {
+		return nil, err
 	}
 	s.pendMu.Lock()
 	defer s.pendMu.Unlock()
@@ -195,7 +198,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	data, err := encodeManifest(m)
+	data, err := encodeManifestChecked(m)
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -245,8 +248,8 @@ func (w *Writer) buildManifest() (*manifest, error) {
 	if len(w.files) == 0 {
 		return nil, fmt.Errorf("version %d has no files: %w", w.v, ErrEmptyVersion)
 	}
-	if latest, ok := w.s.Latest(); ok && w.v <= latest {
-		return nil, fmt.Errorf("version %d: the latest sealed version is %d: %w", w.v, latest, ErrVersionNotAbove)
+	if err := w.s.checkAbove(w.v); err != nil {
+		return nil, err
 	}
 	m := &manifest{Version: w.v, Created: time.Now().UTC(), Dirs: []manifestDir{}}
 	if latest, ok := w.s.Latest(); ok {

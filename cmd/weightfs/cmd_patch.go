@@ -67,11 +67,18 @@ func cmdApply(e *env, args []string) error {
 		"readable but wrong. Re-running apply detects that by hash")
 	sha := fs.Bool("verify-sha256", false, "check FILE's base and result by SHA-256 even when the patch records xxh3-128\n"+
 		"(xxh3 is several times faster; patches without it are always checked by SHA-256)")
+	noWait := fs.Bool("no-wait", false, "fail at once, naming the holder, when another apply of FILE holds its lock\n"+
+		"(FILE.weightfs-apply.lock) instead of waiting for it. Two applies of one file never interleave:\n"+
+		"by default the second waits, then checks FILE as the first left it")
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	res, err := delta.ApplyPatchFileWith(pos[0], pos[1], delta.ApplyOptions{Sync: *sync, VerifySHA256: *sha})
+	opts := delta.ApplyOptions{Sync: *sync, VerifySHA256: *sha, NoWait: *noWait}
+	opts.Waiting = func(holder string) {
+		fmt.Fprintf(e.stderr, "waiting for another apply of %s: %s\n", filepath.Base(pos[1]), holder)
+	}
+	res, err := delta.ApplyPatchFileWith(pos[0], pos[1], opts)
 	if err != nil {
 		return fmt.Errorf("apply %s to %s: %w", pos[0], filepath.Base(pos[1]), err)
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +18,7 @@ import (
 func cmdInit(e *env, args []string) error {
 	fs := newFlags("init")
 	sf := addStoreFlags(fs, false)
+	shared := fs.Bool("shared", false, "let the directory's group read the store (0750/0640; default: private, 0700/0600)")
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -24,9 +27,14 @@ func cmdInit(e *env, args []string) error {
 	if err := sf.apply(&opts); err != nil {
 		return err
 	}
-	if store.IsS3URL(pos[0]) {
+	switch {
+	case store.IsS3URL(pos[0]) && *shared:
+		return usagef("--shared is for local stores; an S3 store's readers are whoever its credentials admit")
+	case store.IsS3URL(pos[0]):
 		err = store.InitS3(pos[0], opts.S3)
-	} else {
+	case *shared:
+		err = store.InitShared(pos[0])
+	default:
 		err = store.Init(pos[0])
 	}
 	if err != nil {
@@ -167,7 +175,14 @@ func cmdLog(e *env, args []string) error {
 		stored += v.StoredBytes
 	}
 	fmt.Fprintf(tw, "total\t\t\t%s\t%s\t%.2f%%\t\t\n", humanBytes(logical), humanBytes(stored), percent(stored, logical))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	damaged := st.DamagedVersions()
+	for _, v := range slices.Sorted(maps.Keys(damaged)) {
+		fmt.Fprintf(e.stdout, "weight_v%06d  DAMAGED, not listed: run weightfs verify --repair %s\n", v, st.Root())
+	}
+	return nil
 }
 
 // parseVersionNumber accepts 43, v43, weight_v000043.
@@ -258,22 +273,44 @@ func cmdExport(e *env, args []string) error {
 
 func cmdVerify(e *env, args []string) error {
 	fs := newFlags("verify")
-	_, st, err := openReader(e, fs, args, 1, 1)
+	repair := fs.Bool("repair", false, "move damaged versions and objects into STORE/quarantine/ (takes the writer's lock)")
+	sf := addStoreFlags(fs, true)
+	pos, err := parse(e, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	// Repair moves files: it takes the writer's lock (and opens as the writer does).
+	st, err := openStore(e, pos[0], !*repair, "", sf)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	p := newProgress(e, "verify")
-	rep, err := st.Verify(p.update)
+	var rep store.VerifyReport
+	var moved []string
+	if *repair {
+		var rr store.RepairReport
+		rr, err = st.Repair(p.update)
+		rep, moved = rr.Verify, rr.Moved
+	} else {
+		rep, err = st.Verify(p.update)
+	}
 	p.done()
 	for _, d := range rep.Damaged {
 		fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
 	}
+	for _, m := range moved {
+		fmt.Fprintf(e.stdout, "QUARANTINED %s\n", m)
+	}
 	if err != nil {
 		return err
 	}
+	if len(rep.Damaged) > 0 {
+		// Repaired, and said so; the exit status still tells a script that there was damage.
+		return fmt.Errorf("verified %d versions, %d objects: %d damaged, moved into quarantine; the store is consistent again", rep.Versions, rep.Objects, len(rep.Damaged))
+	}
 	fmt.Fprintf(e.stdout, "verified %d versions, %d objects: no damage\n", rep.Versions, rep.Objects)
-	return nil
+	return st.Close()
 }
 
 func cmdGC(e *env, args []string) error {

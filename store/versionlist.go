@@ -1,0 +1,160 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// The list of sealed versions: built from the manifests (and the index's summaries of them),
+// refreshed, and asked.
+
+// loadVersions lists the manifests and (re)builds the version list, reading only manifests
+// the index has no summary of, and the newest (so that Latest is readable). A manifest that
+// cannot be read is logged and skipped (noteDamaged); it is reported by Verify, by any read
+// of that version, and moved aside by Repair.
+func (s *Store) loadVersions() error {
+	numbers, err := s.be.ListManifests()
+	if err != nil {
+		return err
+	}
+	if q, ok := s.be.(quarantiner); ok {
+		quarantined, err := q.listQuarantined()
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.quarantineTop = 0
+		if n := len(quarantined); n > 0 {
+			s.quarantineTop = quarantined[n-1]
+		}
+		s.mu.Unlock()
+	}
+	cached, err := s.ix.versions()
+	if err != nil {
+		return fmt.Errorf("read index: %w", err)
+	}
+	var add []VersionInfo
+	infos := make([]VersionInfo, 0, len(numbers))
+	present := map[uint64]bool{}
+	read := map[uint64]bool{}
+	for _, v := range numbers {
+		present[v] = true
+		if s.damagedError(v) != nil {
+			continue // logged when found; read again by Verify and Repair
+		}
+		if info, ok := cached[v]; ok {
+			infos = append(infos, info)
+			continue
+		}
+		ver, err := s.loadVersion(v)
+		if err != nil {
+			if s.damagedError(v) == nil {
+				// Not damage (an I/O error, a newer format): skipped this time, said each time.
+				s.logf("version %d is skipped: %v", v, err)
+			}
+			continue
+		}
+		read[v] = true
+		info := summarize(ver.m)
+		infos = append(infos, info)
+		add = append(add, info)
+	}
+	// The newest must be readable: it is what Latest names, and what the copy is built from.
+	for len(infos) > 0 && !read[infos[len(infos)-1].Number] {
+		v := infos[len(infos)-1].Number
+		if _, err := s.loadVersion(v); err == nil {
+			break
+		} else if s.damagedError(v) == nil {
+			return err
+		}
+		infos = infos[:len(infos)-1]
+	}
+	var del []uint64
+	for v := range cached {
+		if !present[v] {
+			del = append(del, v)
+			s.manifests.remove(v)
+		}
+	}
+	if err := s.ix.updateVersions(add, del); err != nil {
+		return fmt.Errorf("update index: %w", err)
+	}
+	s.mu.Lock()
+	for v := range s.damaged {
+		if !present[v] {
+			delete(s.damaged, v) // quarantined or dropped since
+		}
+	}
+	s.versions = infos
+	s.mu.Unlock()
+	return nil
+}
+
+// Refresh picks up versions sealed (or dropped by gc) by another process since the last call,
+// and brings the materialized copy forward if this store keeps one.
+func (s *Store) Refresh() error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if err := s.loadVersions(); err != nil {
+		return err
+	}
+	if s.readOnly && s.opts.Materialize {
+		return s.mat.ensure()
+	}
+	return nil
+}
+
+// Versions lists sealed versions in ascending order.
+func (s *Store) Versions() []VersionInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := slices.Clone(s.versions)
+	sealed := make(map[uint64]bool, len(out))
+	for _, v := range out {
+		sealed[v.Number] = true
+	}
+	for i := range out {
+		out[i].Anchor = out[i].PreviousNumber == 0 || !sealed[out[i].PreviousNumber]
+	}
+	return out
+}
+
+// Version returns the summary of one sealed version.
+func (s *Store) Version(v uint64) (VersionInfo, error) {
+	for _, info := range s.Versions() {
+		if info.Number == v {
+			return info, nil
+		}
+	}
+	return VersionInfo{}, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
+}
+
+// Latest is the newest sealed version; ok is false for an empty store.
+func (s *Store) Latest() (v uint64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.versions) == 0 {
+		return 0, false
+	}
+	return s.versions[len(s.versions)-1].Number, true
+}
+
+// Previous is the sealed version before v; ok is false when v is the first or not sealed.
+func (s *Store) Previous(v uint64) (uint64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
+	if i == 0 || i == len(s.versions) || s.versions[i].Number != v {
+		return 0, false
+	}
+	return s.versions[i-1].Number, true
+}
+
+func (s *Store) isSealed(v uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
+	return i < len(s.versions) && s.versions[i].Number == v
+}
