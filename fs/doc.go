@@ -90,19 +90,19 @@
 //   - EEXIST: mkdir of a version number that is already sealed or open, or of a reserved name.
 //   - EINVAL: mkdir or rename to a version number that is not above every sealed and open
 //     version, or a version-like name that is not weight_v plus six or more digits; a name
-//     in an open version that the store cannot hold (store.CheckPath refuses it: a
-//     backslash), at create, mknod, mkdir or rename, rather than at the seal.
-//   - ENAMETOOLONG: a name of more than 255 bytes (what statfs advertises), or a path in an
-//     open version of more than 3072 bytes (room for the directory the store writes the
-//     version's files below, within PATH_MAX), at create, mknod, mkdir, symlink, link and
-//     rename (a renamed directory's deepest path counts), and at lookup of such a name.
+//     in an open version that the store cannot hold (store.CheckPath refuses it: not UTF-8),
+//     at create, mknod, mkdir or rename, rather than at the seal.
+//   - ENAMETOOLONG: a name of more than store.MaxNameLen (255) bytes, what statfs
+//     advertises, or a path in an open version of more than store.MaxPathLen (3072) bytes,
+//     at create, mknod, mkdir, symlink, link and rename (a renamed directory's deepest path
+//     counts), and at lookup of such a name; the store's ErrNameTooLong likewise.
 //   - EXDEV: a rename between two different open trees, or between a tree and the root.
 //   - EIO: the store failed to read (a corrupt or missing object: ErrCorrupt) or to seal.
 //     Damage wins over any errno in the error's chain: a missing object file carries the
 //     OS's ENOENT, but a listed file whose bytes are gone is damage, not absence. ENOSPC and
 //     other errnos from the store pass through unchanged, and the store's sentinels map to
-//     the nearest errno (ErrVersionNotAbove EINVAL, ErrVersionBusy EEXIST, ErrNoSuchVersion
-//     and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
+//     the nearest errno (ErrVersionNotAbove and ErrVersionOutOfRange EINVAL, ErrVersionBusy
+//     EEXIST, ErrNoSuchVersion and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
 //   - ESTALE: an open of a file of an open version that was sealed meanwhile through a
 //     cached path; the kernel then looks the path up again and finds the sealed file.
 //

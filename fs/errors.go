@@ -50,6 +50,8 @@ var storeErrnos = []struct {
 	errno syscall.Errno
 }{
 	{store.ErrVersionNotAbove, syscall.EINVAL},
+	{store.ErrVersionOutOfRange, syscall.EINVAL},
+	{store.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{store.ErrVersionBusy, syscall.EEXIST},
 	{store.ErrNoSuchVersion, syscall.ENOENT},
 	{store.ErrNoSuchFile, syscall.ENOENT},

@@ -30,6 +30,8 @@ func TestToErrno(t *testing.T) {
 		{"missing object", fmt.Errorf("object x is missing: %w (%w)", store.ErrCorrupt, missing), syscall.EIO},
 		{"missing object, errno first", fmt.Errorf("%w: %w", missing, store.ErrCorrupt), syscall.EIO},
 		{"bad path", fmt.Errorf("add: %w", store.ErrBadPath), syscall.EINVAL},
+		{"name too long", fmt.Errorf("add: %w", store.ErrNameTooLong), syscall.ENAMETOOLONG},
+		{"version out of range", fmt.Errorf("open: %w", store.ErrVersionOutOfRange), syscall.EINVAL},
 		{"no such file", store.ErrNoSuchFile, syscall.ENOENT},
 		{"anything else", errors.New("boom"), syscall.EIO},
 	}

@@ -16,10 +16,12 @@ import (
 // directory with ENAMETOOLONG, at every later seal and mount).
 //
 // Three rules, in this order: a name is at most maxNameLen bytes (what statfs advertises), a
-// version-relative path at most maxPathLen bytes (ENAMETOOLONG for both), and the path is one
-// the store's own check (store.CheckPath, the function the store's writer and manifest reader
-// call) accepts: EINVAL for what it refuses, such as a backslash. Sealed versions are not
-// checked: they are served as the store has them.
+// version-relative path at most maxPathLen bytes (ENAMETOOLONG for both; the store's bounds,
+// store.MaxNameLen and store.MaxPathLen), and the path is one the store's own check
+// (store.CheckPath, the function its writer and manifest reader call) accepts, so the two
+// cannot disagree: EINVAL for what it refuses (a name that is not UTF-8, which the manifest
+// would not give back as it was), ENAMETOOLONG for its ErrNameTooLong. Sealed versions are
+// not checked: they are served as the store has them.
 
 // checkNewName checks name, about to be made in d, and returns the errno of the refusal (and
 // logs it) or 0. extra is the length of the longest path inside a directory being renamed

@@ -130,9 +130,10 @@ func TestPathTooLong(t *testing.T) {
 	}
 }
 
-// TestNamesTheStoreRefuses creates names that the store's path check refuses (a backslash):
-// create, mkdir and rename to them fail at once with EINVAL, instead of the seal failing
-// later, and the version seals.
+// TestNamesTheStoreRefuses creates a name the store's path check refuses (not UTF-8: the
+// manifest would give back another name): create, mkdir and rename to it fail at once with
+// EINVAL, instead of the seal failing later, and the version seals. A name the store holds
+// as it is (a backslash, a newline) is taken, sealed and read back.
 func TestNamesTheStoreRefuses(t *testing.T) {
 	sm := newStreamMount(t)
 	ver := filepath.Join(sm.mnt, "weight_v000001")
@@ -140,13 +141,17 @@ func TestNamesTheStoreRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(ver, "f"), []byte("f"))
-	bad := `a\b`
+	bad := "a\xffb"
 	wantErrno(t, "create", create(filepath.Join(ver, bad)), syscall.EINVAL)
 	wantErrno(t, "mkdir", os.Mkdir(filepath.Join(ver, bad), 0o755), syscall.EINVAL)
 	wantErrno(t, "rename", os.Rename(filepath.Join(ver, "f"), filepath.Join(ver, bad)), syscall.EINVAL)
+	odd := "a\\b\nc"
+	writeFile(t, filepath.Join(ver, odd), []byte("odd"))
 	mustSeal(t, ver)
-	if got, err := os.ReadFile(filepath.Join(ver, "f")); err != nil || string(got) != "f" {
-		t.Fatalf("read f: %q, %v", got, err)
+	for name, want := range map[string]string{"f": "f", odd: "odd"} {
+		if got, err := os.ReadFile(filepath.Join(ver, name)); err != nil || string(got) != want {
+			t.Fatalf("read %q: %q, %v", name, got, err)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/weightfs/weightfs/store"
 )
 
 const (
@@ -46,12 +48,11 @@ func ParseVersionName(name string) (v uint64, ok bool, err error) {
 
 const (
 	// maxNameLen is the longest file or directory name, in bytes, that an open version takes:
-	// what statfs advertises (NAME_MAX), and what the file systems the store and its
-	// materialized copy live on hold.
-	maxNameLen = 255
+	// what statfs advertises (NAME_MAX), and the store's bound (store.MaxNameLen).
+	maxNameLen = store.MaxNameLen
 	// maxPathLen bounds the version-relative path of every file and directory of an open
-	// version. The store writes a version's files below its own directories (the
-	// materialized copy, an export's target), whose paths must stay within PATH_MAX (4096
-	// bytes with the NUL): 3072 leaves 1023 bytes for the directory they are put in.
-	maxPathLen = 3072
+	// version: the store's bound (store.MaxPathLen), which leaves room within PATH_MAX for
+	// the directory the store writes a version's files below (its materialized copy, an
+	// export's target).
+	maxPathLen = store.MaxPathLen
 )
