@@ -57,14 +57,28 @@
 // A top-level DONE is never stored. The seal takes the tree's lock exclusively, so it waits
 // for writes in flight, and writes that come after it get EPERM.
 //
-// touch(1) closes a first descriptor of DONE (which seals) before it sets the times through a
-// second one: setting only the times of DONE is therefore accepted after the seal.
+// DONE is a marker: its content is ignored, never an error (done.go). Bytes written into it
+// are not stored and a line says so; `echo x > DONE` seals the version and succeeds, though
+// the shell closes its first descriptor of DONE, which seals, before echo writes through the
+// second: a write through a descriptor of DONE that outlived the seal is taken and dropped.
+// Likewise touch(1) closes a first descriptor of DONE (which seals) before it sets the times
+// through a second one: setting only the times of DONE is accepted after the seal. A second
+// DONE in a sealed version is a modification of a sealed version (EPERM).
 //
 // After the seal the root entry is invalidated, so the next lookup serves the sealed version
 // from the store, and the staging files are unlinked (descriptors still open on them keep
 // reading the same bytes until they are closed). The invalidation is synchronous for DONE (the
 // kernel holds no directory lock during FLUSH) and asynchronous for a rename (the kernel holds
 // the root's lock until the rename returns).
+//
+// # Unmounting
+//
+// Server.Unmount unmounts and waits until serving has stopped; open versions are aborted.
+// A daemon hands its SIGTERM, SIGINT and SIGHUP to Server.UnmountOnSignals, which asks for an
+// unmount at each one until one succeeds: while the mount is busy (a process has a file, a
+// mapping or its working directory in it) the kernel refuses, the mount keeps serving, the log
+// names the processes that hold it (MountHolders, read from /proc like fuser(1)), and the next
+// signal tries again. No signal leaves a dead mount behind.
 //
 // # Errors at the boundary
 //
@@ -75,12 +89,20 @@
 //     made with MS_RDONLY).
 //   - EEXIST: mkdir of a version number that is already sealed or open, or of a reserved name.
 //   - EINVAL: mkdir or rename to a version number that is not above every sealed and open
-//     version, or a version-like name that is not weight_v plus six or more digits.
+//     version, or a version-like name that is not weight_v plus six or more digits; a name
+//     in an open version that the store cannot hold (store.CheckPath refuses it: not UTF-8),
+//     at create, mknod, mkdir or rename, rather than at the seal.
+//   - ENAMETOOLONG: a name of more than store.MaxNameLen (255) bytes, what statfs
+//     advertises, or a path in an open version of more than store.MaxPathLen (3072) bytes,
+//     at create, mknod, mkdir, symlink, link and rename (a renamed directory's deepest path
+//     counts), and at lookup of such a name; the store's ErrNameTooLong likewise.
 //   - EXDEV: a rename between two different open trees, or between a tree and the root.
-//   - EIO: the store failed to read (a corrupt object: ErrCorrupt) or to seal; ENOSPC and
+//   - EIO: the store failed to read (a corrupt or missing object: ErrCorrupt) or to seal.
+//     Damage wins over any errno in the error's chain: a missing object file carries the
+//     OS's ENOENT, but a listed file whose bytes are gone is damage, not absence. ENOSPC and
 //     other errnos from the store pass through unchanged, and the store's sentinels map to
-//     the nearest errno (ErrVersionNotAbove EINVAL, ErrVersionBusy EEXIST, ErrNoSuchVersion
-//     and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
+//     the nearest errno (ErrVersionNotAbove and ErrVersionOutOfRange EINVAL, ErrVersionBusy
+//     EEXIST, ErrNoSuchVersion and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
 //   - ESTALE: an open of a file of an open version that was sealed meanwhile through a
 //     cached path; the kernel then looks the path up again and finds the sealed file.
 //

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,5 +117,81 @@ func TestDirectoryInUseAfterSeal(t *testing.T) {
 	}
 	if err := unix.Mkdirat(dirfd, "new", 0o755); !errors.Is(err, syscall.EPERM) {
 		t.Errorf("mkdir through the directory in use: %v, want EPERM", err)
+	}
+}
+
+// TestDoneContentIsIgnored pins what bytes written into DONE do: DONE only marks the version
+// sealed, its content is not stored and never fails the seal, and a write through a
+// descriptor of DONE that outlived the seal succeeds (the shell's `echo x > DONE` closes its
+// first descriptor, which seals, before echo writes). Each case seals, says so in its exit
+// status and logs that the bytes were not stored.
+func TestDoneContentIsIgnored(t *testing.T) {
+	b := newFakeBackend()
+	mnt, _ := mountTest(t, b, Options{})
+	lg, _ := mountLogs.Load(mnt)
+	newVersion := func(v uint64) string {
+		ver := filepath.Join(mnt, VersionName(v))
+		if err := os.Mkdir(ver, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(ver, "w"), []byte("weights"))
+		return ver
+	}
+	tests := []struct {
+		name  string
+		write func(done string) error
+	}{
+		{"echo x > DONE", func(done string) error {
+			out, err := exec.Command("sh", "-c", "echo x > "+done).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		}},
+		{"write then close", func(done string) error { return os.WriteFile(done, []byte("hello"), 0o644) }},
+		{"write after the sealing close", func(done string) error {
+			fd, err := syscall.Open(done, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
+			if err != nil {
+				return err
+			}
+			fd2, err := syscall.Dup(fd)
+			if err != nil {
+				syscall.Close(fd)
+				return err
+			}
+			defer syscall.Close(fd2) // a descriptor left open would keep the mount busy
+			if err := syscall.Close(fd); err != nil {
+				return fmt.Errorf("the sealing close: %w", err)
+			}
+			if n, err := syscall.Write(fd2, []byte("x\n")); err != nil || n != 2 {
+				return fmt.Errorf("write after the seal: %d, %w", n, err)
+			}
+			return nil
+		}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := uint64(i + 1)
+			ver := newVersion(v)
+			if err := tc.write(filepath.Join(ver, doneName)); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if vs := b.Versions(); len(vs) != int(v) || vs[v-1].Number != v {
+				t.Fatalf("version %d not sealed: %v", v, vs)
+			}
+			if got, _ := b.file(v, "w"); string(got) != "weights" {
+				t.Errorf("stored w = %q", got)
+			}
+			if _, ok := b.file(v, doneName); ok {
+				t.Errorf("DONE was stored")
+			}
+			found := false
+			for _, l := range lg.(*testLog).logged() {
+				found = found || (strings.Contains(l, VersionName(v)+"/DONE") && strings.Contains(l, "not stored"))
+			}
+			if !found {
+				t.Errorf("no log line says DONE's bytes were not stored")
+			}
+		})
 	}
 }

@@ -20,12 +20,17 @@ var (
 )
 
 // toErrno turns an error from the store or the staging area into the errno the kernel gets.
-// An errno inside the chain (ENOSPC, EDQUOT, ENOENT from the OS) passes through; everything
-// else (a corrupt object, store.ErrCorrupt, included) is EIO: the caller can only retry or
-// give up, and the log line carries the store's message.
+// Damage comes first: an error marked store.ErrCorrupt is EIO whatever else its chain holds,
+// since a missing object file carries the OS's ENOENT, which would tell the reader that a
+// file it has just listed does not exist. Then an errno inside the chain (ENOSPC, EDQUOT from
+// the OS) passes through; then the store's sentinels map to the nearest errno; everything
+// else is EIO: the caller can only retry or give up, and the log line carries the message.
 func toErrno(err error) syscall.Errno {
 	if err == nil {
 		return 0
+	}
+	if errors.Is(err, store.ErrCorrupt) {
+		return syscall.EIO
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) && errno != 0 {
@@ -44,8 +49,9 @@ var storeErrnos = []struct {
 	err   error
 	errno syscall.Errno
 }{
-	{store.ErrCorrupt, syscall.EIO},
 	{store.ErrVersionNotAbove, syscall.EINVAL},
+	{store.ErrVersionOutOfRange, syscall.EINVAL},
+	{store.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{store.ErrVersionBusy, syscall.EEXIST},
 	{store.ErrNoSuchVersion, syscall.ENOENT},
 	{store.ErrNoSuchFile, syscall.ENOENT},

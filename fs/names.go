@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/weightfs/weightfs/store"
 )
 
 const (
@@ -43,3 +45,14 @@ func ParseVersionName(name string) (v uint64, ok bool, err error) {
 	}
 	return v, true, nil
 }
+
+const (
+	// maxNameLen is the longest file or directory name, in bytes, that an open version takes:
+	// what statfs advertises (NAME_MAX), and the store's bound (store.MaxNameLen).
+	maxNameLen = store.MaxNameLen
+	// maxPathLen bounds the version-relative path of every file and directory of an open
+	// version: the store's bound (store.MaxPathLen), which leaves room within PATH_MAX for
+	// the directory the store writes a version's files below (its materialized copy, an
+	// export's target).
+	maxPathLen = store.MaxPathLen
+)

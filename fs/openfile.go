@@ -39,6 +39,9 @@ type openFile struct {
 	addedAs  string            // the path its stream was added as at the last seal attempt
 	storedIn uint64            // after the seal: the version that holds its streamed bytes
 	sealed   store.File        // that file, opened for reads through handles still open
+
+	marker       bool // the DONE a seal of its tree left out (done.go)
+	markerLogged bool // a line said that DONE's bytes are not stored
 }
 
 // openHandle is one open of an openFile. The node does the work; the handle exists so the
@@ -210,6 +213,9 @@ func (f *openFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 }
 
 func (f *openFile) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if n, dropped := f.dropMarkerWrite(len(data)); dropped {
+		return n, 0
+	}
 	done, errno := f.t.begin("write " + f.where())
 	if errno != 0 {
 		return 0, errno

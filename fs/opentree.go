@@ -158,7 +158,8 @@ func (t *openTree) writeTo(w VersionWriter) (store.VersionInfo, error) {
 			}
 		case *openFile:
 			if p == doneName {
-				return // the seal marker is not part of the version
+				node.skipAsMarker() // the seal marker is not part of the version
+				return
 			}
 			if err := node.addTo(w, p); err != nil {
 				walkErr = fmt.Errorf("add file %s: %w", p, err)

@@ -53,6 +53,9 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		t.dir.fillAttr(&out.Attr)
 		return t.dir.EmbeddedInode(), 0
 	}
+	if len(name) > maxNameLen {
+		return nil, syscall.ENAMETOOLONG // see openDir.Lookup
+	}
 	v, isVersion, err := ParseVersionName(name)
 	if !isVersion || err != nil {
 		return nil, syscall.ENOENT
@@ -110,6 +113,9 @@ func (r *rootNode) Mkdir(ctx context.Context, name string, mode uint32, out *fus
 	}
 	if isFixedName(name) {
 		return nil, m.refuse(syscall.EEXIST, "mkdir %s: the name is reserved", name)
+	}
+	if errno := m.checkRootName("mkdir", name); errno != 0 {
+		return nil, errno
 	}
 	v, isVersion, err := ParseVersionName(name)
 	if err != nil {

@@ -83,6 +83,9 @@ func (r *rootNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	if isFixedName(newName) {
 		return m.refuse(syscall.EPERM, "rename %s to %s: the name is reserved", name, newName)
 	}
+	if errno := m.checkRootName("rename "+name+" to", newName); errno != 0 {
+		return errno
+	}
 	v, isVersion, err := ParseVersionName(newName)
 	if err != nil {
 		return m.refuse(syscall.EINVAL, "rename %s: %v", name, err)

@@ -12,7 +12,7 @@ import (
 // trainers that check free space before saving see the real figure. A read-only mount has
 // nothing to write to and reports no free space.
 func (m *mountState) statfs(out *fuse.StatfsOut) syscall.Errno {
-	out.NameLen = 255
+	out.NameLen = maxNameLen
 	out.Bsize = 4096
 	out.Frsize = 4096
 	if m.stagingRoot == "" {

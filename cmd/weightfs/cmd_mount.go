@@ -59,6 +59,13 @@ func cmdMount(e *env, args []string) error {
 		}
 		mopts.Version = v
 	}
+	// Every signal that ends a daemon asks for an unmount, until one succeeds: a busy mount
+	// keeps serving, and the log names what holds it. SIGHUP (a closed terminal) is one of
+	// them: its default action would kill the daemon and leave a dead mount. They are caught
+	// from before the mount, so that one that comes as soon as the mount is there is not lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	srv, err := wfs.Mount(st, pos[1], mopts)
 	if err != nil {
 		return err
@@ -69,19 +76,7 @@ func cmdMount(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "weightfs: serving %s %s at %s (unmount with 'umount %s' or Ctrl-C)\n", pos[0], mode, pos[1], pos[1])
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		s, ok := <-sigs
-		if !ok {
-			return
-		}
-		fmt.Fprintf(e.stderr, "weightfs: %v: unmounting %s\n", s, pos[1])
-		if err := srv.Unmount(); err != nil {
-			fmt.Fprintf(e.stderr, "weightfs: unmount %s: %v\n", pos[1], err)
-		}
-	}()
+	go srv.UnmountOnSignals(sigs, logTo(e))
 	srv.Wait()
 	return st.Close()
 }

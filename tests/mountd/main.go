@@ -1,6 +1,6 @@
 // Command mountd is the end-to-end tests' stand-in for `weightfs mount` when cmd/weightfs does
-// not build: it opens a store and serves it with fs.Mount until SIGINT/SIGTERM or an external
-// unmount. Its flags are those of `weightfs mount`.
+// not build: it opens a store and serves it with fs.Mount until SIGINT/SIGTERM/SIGHUP (retried
+// while the mount is busy) or an external unmount. Its flags are those of `weightfs mount`.
 package main
 
 import (
@@ -49,18 +49,14 @@ func run() error {
 			return fmt.Errorf("--version %q: %w", *version, err)
 		}
 	}
+	// Caught from before the mount: a signal as soon as the mount is there is not lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	srv, err := wfs.Mount(st, flag.Arg(1), opts)
 	if err != nil {
 		return err
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		<-sigs
-		if err := srv.Unmount(); err != nil {
-			logf("unmount: %v", err)
-		}
-	}()
+	go srv.UnmountOnSignals(sigs, logf)
 	srv.Wait()
 	return st.Close()
 }
