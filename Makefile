@@ -1,7 +1,7 @@
 # weightfs — every target installs what it needs itself (a fresh Debian machine, as root).
 GO       ?= go
 BIN      := bin
-PKGS     := fuse3 python3-numpy python3-xxhash python3-zstandard pocl-opencl-icd ocl-icd-libopencl1
+PKGS     := fuse3 python3-numpy python3-xxhash python3-zstandard python3-torch python3-pip python3-setuptools pocl-opencl-icd ocl-icd-libopencl1
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Long tests (the 20-version ~100M-parameter run, kill -9 trials) are part of `make test`.
 TEST_TIMEOUT ?= 14m
@@ -16,7 +16,8 @@ S3SERVER_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/weightfs-s3/versitygw-$(V
 
 all: build
 
-# deps installs the system packages the mount, the Python reference apply and the OpenCL
+# deps installs the system packages the mount, the Python reference apply, the Python client
+# (python/: numpy, torch, xxhash; pip and setuptools install it offline) and the OpenCL
 # backend need (only those that are missing).
 deps:
 	@missing=""; for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -55,6 +55,16 @@ type PatchTensor struct {
 	DType    DType
 	Elements int64 // elements of the whole tensor
 	Changed  int64 // changed elements carried by the patch, 1..Elements
+	// ResultXXH3 is the xxh3-128 of the tensor's new raw bytes (the whole tensor, not only its
+	// changes): the optional per-tensor digest of docs/format.md Part III §2, which lets an
+	// engine that applies the patch to tensors in memory check each one. It is recorded for
+	// every tensor of a file whose HasXXH3 is set, so a writer that sets HasXXH3 sets it too
+	// (a size-only plan may leave it zero: the hex has one length whatever the value).
+	ResultXXH3 [16]byte
+	// Shape is the tensor's full shape, recorded when not nil (the optional shape extension:
+	// TRL's format gives only the element count, engines that map checkpoint coordinates need
+	// the shape). A scalar's shape is an empty, non-nil slice.
+	Shape []int64
 }
 
 // IndexDType is the dtype of the tensor's .indices entry.
@@ -148,6 +158,11 @@ func (p *PatchPlan) validate() error {
 		case t.Changed > math.MaxInt64/8:
 			return fmt.Errorf("patch plan: tensor %q: %d changes overflow the data section", t.Name, t.Changed)
 		}
+		if t.Shape != nil {
+			if err := checkShape(t.Shape, t.Elements); err != nil {
+				return fmt.Errorf("patch plan: tensor %q: %w", t.Name, err)
+			}
+		}
 		perFile[t.File]++
 		changed += t.Changed
 		if changed < 0 {
@@ -183,10 +198,13 @@ func (p *PatchPlan) layout() []Tensor {
 	return out
 }
 
-// patchParam is the per-tensor entry of the params:FILE metadata.
+// patchParam is the per-tensor entry of the params:FILE metadata. XXH3 and Shape are the
+// optional extension (patch_tensorinfo.go); readers that predate it ignore them.
 type patchParam struct {
-	DType    DType `json:"dtype"`
-	Elements int64 `json:"elements"`
+	DType    DType    `json:"dtype"`
+	Elements int64    `json:"elements"`
+	Shape    *[]int64 `json:"shape,omitempty"`
+	XXH3     string   `json:"xxh3,omitempty"`
 }
 
 // metadata returns the __metadata__ of the patch.
@@ -201,6 +219,7 @@ func (p *PatchPlan) metadata() (map[string]string, error) {
 		}
 		params[t.File][t.Name] = patchParam{DType: t.DType, Elements: t.Elements}
 	}
+	p.addTensorInfo(params)
 	files := make([]string, 0, len(p.Files))
 	whole := []string{}
 	meta := map[string]string{

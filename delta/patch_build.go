@@ -28,11 +28,27 @@ const buildChunk = 4 << 20
 // memory. A safetensors file whose header bytes and size are unchanged is patched sparsely;
 // any other changed file is carried whole. Files equal in both versions are left out, but
 // their tensors count in total_elements, so pass every file of the result version.
+//
+// Every changed tensor's params entry records the xxh3-128 of its new raw bytes (the optional
+// per-tensor digest, docs/format.md Part III §2); BuildPatchWith can record shapes too.
 func BuildPatch(w io.WriterAt, modelVersion, baseVersion uint64, files []PatchSource) (PatchPlan, error) {
+	return BuildPatchWith(w, modelVersion, baseVersion, files, PatchBuildOptions{})
+}
+
+// PatchBuildOptions are the optional parts of a patch BuildPatchWith writes.
+type PatchBuildOptions struct {
+	// Shapes records each changed tensor's full shape in its params entry (the optional shape
+	// extension, docs/format.md Part III §2). Off by default: the store's PatchSize, which
+	// must give the size of the patch it serves without building it, does not count shapes.
+	Shapes bool
+}
+
+// BuildPatchWith is BuildPatch with options.
+func BuildPatchWith(w io.WriterAt, modelVersion, baseVersion uint64, files []PatchSource, opts PatchBuildOptions) (PatchPlan, error) {
 	plan := PatchPlan{ModelVersion: modelVersion, BaseVersion: baseVersion}
 	sparse := make(map[string]*Header)
 	for _, src := range files {
-		f, tensors, h, elements, err := planFile(src)
+		f, tensors, h, elements, err := planFile(src, opts)
 		if err != nil {
 			return plan, fmt.Errorf("plan patch of %s: %w", src.Name, err)
 		}
@@ -111,7 +127,7 @@ func sourceByName(files []PatchSource, name string) PatchSource {
 
 // planFile hashes one file pair and counts its changed elements. It returns a nil file when
 // nothing changed, and the result's tensor elements either way.
-func planFile(src PatchSource) (f *PatchFile, tensors []PatchTensor, h *Header, elements int64, err error) {
+func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []PatchTensor, h *Header, elements int64, err error) {
 	rh, rerr := ReadHeader(src.Result, src.ResultSize)
 	if rerr == nil {
 		for _, t := range rh.Tensors {
@@ -164,11 +180,14 @@ func planFile(src PatchSource) (f *PatchFile, tensors []PatchTensor, h *Header, 
 	base, cur := make([]byte, buildChunk), make([]byte, buildChunk)
 	var idx []uint32
 	var vals []byte
+	tensorHash := xxh3.New()
 	for _, t := range rh.Tensors {
 		changed := int64(0)
+		tensorHash.Reset()
 		err := forTensorChunks(src, rh, t, base, cur, func(_ int64, b, c []byte) error {
 			hb.Write(b)
 			hr.Write(c)
+			tensorHash.Write(c)
 			idx, vals = diffElements(b, c, t.DType.Size(), idx[:0], vals[:0])
 			changed += int64(len(idx))
 			return nil
@@ -177,7 +196,12 @@ func planFile(src PatchSource) (f *PatchFile, tensors []PatchTensor, h *Header, 
 			return nil, nil, nil, 0, err
 		}
 		if changed > 0 {
-			tensors = append(tensors, PatchTensor{File: src.Name, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: changed})
+			pt := PatchTensor{File: src.Name, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: changed,
+				ResultXXH3: tensorHash.Sum128().Bytes()}
+			if opts.Shapes {
+				pt.Shape = append([]int64{}, t.Shape...)
+			}
+			tensors = append(tensors, pt)
 		}
 	}
 	if len(tensors) == 0 {

@@ -35,21 +35,21 @@ func TestDocPatchExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantJSON := `{"__metadata__":{"base_sha256:model.safetensors":"255ac236ecd498c4133eb92e040adaa9839aa03b9bd525d2671da5e5963d8490","base_version":"1","base_xxh3:model.safetensors":"a5e125f92ea14a6badca1f685f0d9042","changed_params":"[\"w\"]","encoding":"raw","files":"[\"model.safetensors\"]","format":"sparse_weight_patch","model_version":"2","num_changed_params":"1","params:model.safetensors":"{\"w\":{\"dtype\":\"BF16\",\"elements\":4}}","result_sha256:model.safetensors":"f67a92b891169de3bd0ee1dfc29c1a3a2520cc3f78cf24904936516dfddde9d2","result_xxh3:model.safetensors":"984bb8aa4db2f7cc3071ded2969a55a1","sparse":"True","sparsity":"0.5","total_changed_elements":"2","total_elements":"4","version":"1","whole_files":"[]"},"w.indices":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},"w.values":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}}     `
-	want := docHexBytes("4803000000000000") + wantJSON + docHexBytes("01000000 03000000 0140 8140")
+	wantJSON := `{"__metadata__":{"base_sha256:model.safetensors":"255ac236ecd498c4133eb92e040adaa9839aa03b9bd525d2671da5e5963d8490","base_version":"1","base_xxh3:model.safetensors":"a5e125f92ea14a6badca1f685f0d9042","changed_params":"[\"w\"]","encoding":"raw","files":"[\"model.safetensors\"]","format":"sparse_weight_patch","model_version":"2","num_changed_params":"1","params:model.safetensors":"{\"w\":{\"dtype\":\"BF16\",\"elements\":4,\"xxh3\":\"69b81da6cd3f4d4da9a9caec21020684\"}}","result_sha256:model.safetensors":"f67a92b891169de3bd0ee1dfc29c1a3a2520cc3f78cf24904936516dfddde9d2","result_xxh3:model.safetensors":"984bb8aa4db2f7cc3071ded2969a55a1","sparse":"True","sparsity":"0.5","total_changed_elements":"2","total_elements":"4","version":"1","whole_files":"[]"},"w.indices":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},"w.values":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}}       `
+	want := docHexBytes("7803000000000000") + wantJSON + docHexBytes("01000000 03000000 0140 8140")
 	if string(out.b) != want {
 		t.Errorf("patch bytes\n%q\nwant\n%q", out.b, want)
 	}
-	if len(out.b) != 860 {
-		t.Errorf("patch is %d bytes, the document says 860", len(out.b))
+	if len(out.b) != 908 {
+		t.Errorf("patch is %d bytes, the document says 908", len(out.b))
 	}
 	// The document shows these bytes; keep it in step.
 	doc, err := os.ReadFile("../docs/format.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{strings.TrimRight(wantJSON, " "), "is 860 bytes long", "`48 03 00 00 00 00 00 00`: `N` = 840",
-		"(835 bytes plus five spaces of padding)", "(file offset 848)", "00000350  01 00 00 00 03 00 00 00"} {
+	for _, s := range []string{strings.TrimRight(wantJSON, " "), "is 908 bytes long", "`78 03 00 00 00 00 00 00`: `N` = 888",
+		"(881 bytes plus seven spaces of padding)", "(file offset 896)", "00000380  01 00 00 00 03 00 00 00"} {
 		if !strings.Contains(string(doc), s) {
 			t.Errorf("docs/format.md (Part III) lacks %q", s)
 		}

@@ -265,11 +265,23 @@ func (p *Patch) readTensors(changedNames []string) error {
 		if err := json.Unmarshal([]byte(js), &params); err != nil {
 			return malformedPatch("%q is not a JSON object of {dtype, elements}: %v", metaParamsPrefix+f.Name, err)
 		}
+		digests := 0
 		for name, prm := range params {
 			if _, dup := byName[name]; dup {
 				return malformedPatch("tensor %q listed under two files", name)
 			}
-			byName[name] = PatchTensor{File: f.Name, Name: name, DType: prm.DType, Elements: prm.Elements}
+			t := PatchTensor{File: f.Name, Name: name, DType: prm.DType, Elements: prm.Elements}
+			if err := readTensorInfo(&t, prm); err != nil {
+				return err
+			}
+			if prm.XXH3 != "" {
+				digests++
+			}
+			byName[name] = t
+		}
+		// A writer records every tensor's digest or none (patches before the extension).
+		if digests != 0 && digests != len(params) {
+			return malformedPatch("%d of the %d tensors of file %q have an xxh3-128 digest", digests, len(params), f.Name)
 		}
 	}
 	if len(byName) != len(changedNames) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"reflect"
@@ -42,11 +43,27 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 	if plan.ModelVersion != 43 || plan.BaseVersion != 42 {
 		t.Errorf("versions %d from %d", plan.ModelVersion, plan.BaseVersion)
 	}
+	// Each changed tensor's digest: the xxh3-128 of its new bytes (the optional extension).
+	digest := func(name string) [16]byte {
+		f := result["model.safetensors"]
+		h, err := ParseHeader(f, int64(len(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		th, _ := h.Tensor(name)
+		return xxh3.Hash128(f[h.DataStart()+th.Begin : h.DataStart()+th.End]).Bytes()
+	}
 	wantTensors := []PatchTensor{
 		{File: "model.safetensors", Name: "model.embed_tokens.weight", DType: DTypeBF16, Elements: 91, Changed: 5},
 		{File: "model.safetensors", Name: "model.layers.0.mlp.up_proj.weight", DType: DTypeF32, Elements: 45, Changed: 1},
 		{File: "model.safetensors", Name: "model.step", DType: DTypeI64, Elements: 1, Changed: 1},
 		{File: "model.safetensors", Name: "model.wide", DType: DTypeF64, Elements: 4, Changed: 2},
+	}
+	wantParams := map[string]map[string]any{}
+	for i := range wantTensors {
+		wt := &wantTensors[i]
+		wt.ResultXXH3 = digest(wt.Name)
+		wantParams[wt.Name] = map[string]any{"dtype": string(wt.DType), "elements": float64(wt.Elements), "xxh3": hex.EncodeToString(wt.ResultXXH3[:])}
 	}
 	if !reflect.DeepEqual(plan.Tensors, wantTensors) {
 		t.Errorf("tensors\n%+v\nwant\n%+v", plan.Tensors, wantTensors)
@@ -70,10 +87,13 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 		"format": "sparse_weight_patch", "version": "1", "sparse": "True", "encoding": "raw",
 		"model_version": "43", "base_version": "42", "num_changed_params": "4",
 		"total_changed_elements": "9", "total_elements": "167", "sparsity": "0.9461077844311377",
-		"changed_params":           `["model.embed_tokens.weight","model.layers.0.mlp.up_proj.weight","model.step","model.wide"]`,
-		"files":                    `["config.json","extra/notes.txt","model.safetensors"]`,
-		"whole_files":              `["config.json","extra/notes.txt"]`,
-		"params:model.safetensors": `{"model.embed_tokens.weight":{"dtype":"BF16","elements":91},"model.layers.0.mlp.up_proj.weight":{"dtype":"F32","elements":45},"model.step":{"dtype":"I64","elements":1},"model.wide":{"dtype":"F64","elements":4}}`,
+		"changed_params": `["model.embed_tokens.weight","model.layers.0.mlp.up_proj.weight","model.step","model.wide"]`,
+		"files":          `["config.json","extra/notes.txt","model.safetensors"]`,
+		"whole_files":    `["config.json","extra/notes.txt"]`,
+	}
+	var gotParams map[string]map[string]any
+	if err := json.Unmarshal([]byte(p.Header.Metadata["params:model.safetensors"]), &gotParams); err != nil || !reflect.DeepEqual(gotParams, wantParams) {
+		t.Errorf("params:model.safetensors = %v (%v), want %v", gotParams, err, wantParams)
 	}
 	for k, v := range want {
 		if meta[k] != v {
@@ -91,7 +111,7 @@ func TestBuildPatchPlanAndMetadata(t *testing.T) {
 			t.Errorf("a new file has a base hash %s", k)
 		}
 	}
-	if len(meta) != len(want)+10 { // of each hash: 3 result hashes, 2 base hashes
+	if len(meta) != len(want)+11 { // params, and of each hash: 3 result hashes, 2 base hashes
 		t.Errorf("%d metadata keys: %v", len(meta), meta)
 	}
 	// The whole files read back exactly.

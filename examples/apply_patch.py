@@ -25,6 +25,10 @@ In an engine the same patch is applied to live parameters with torch, per change
     values = patch.get_tensor(f"{name}.values")
     param.view(-1).index_copy_(0, indices, values)   # idempotent, no arithmetic
 
+The weightfs Python client (``pip install --no-build-isolation ./python``) does that for a
+whole state dict, numpy or torch, with the checks and an optional per-tensor digest check:
+``weightfs.Patch.open(PATCH).apply(state_dict, verify=True)``; see docs/engines.md.
+
 Exit status: 0 on success (or already applied), 1 on any error.
 """
 

@@ -38,7 +38,9 @@ import (
 
 // renderFormat names the layout of rendered files; changing how their bytes are made means a
 // new name here, so stale caches are not served. 2: patches record xxh3-128 beside SHA-256.
-const renderFormat = "weightfs-render-2"
+// 3: each changed tensor's params entry records the xxh3-128 of its new bytes (PatchSize
+// counts it, so a render cached by format 2 would be served at the wrong size).
+const renderFormat = "weightfs-render-3"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
 // cheaper to make than to cache) in Data. Size is their length either way.

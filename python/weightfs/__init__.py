@@ -1,0 +1,24 @@
+"""weightfs: the Python client of weightfs's one-file sparse patches.
+
+- :class:`Patch` opens and checks a ``patches/weight_vNNNNNN.safetensors`` patch
+  (docs/format.md Part III §2) and applies it in place to a dict of numpy arrays or torch
+  tensors (``index_copy_`` / fancy assignment, bit-exact), optionally checking each tensor
+  against the digest of its new bytes.
+- :mod:`weightfs.vllm` turns a patch into vLLM's sparse checkpoint-coordinate updates
+  (``SparseWeightPatch``, ``CheckpointWeightPatch``), chunked by a byte budget.
+- :mod:`weightfs.safetensors` reads safetensors strictly, without the safetensors package.
+
+numpy is required; torch, xxhash (for verify=True) and vLLM are optional. See
+docs/engines.md for recipes per engine.
+"""
+
+from .patch import (ApplyError, ApplyResult, DigestMismatch, DigestUnavailable, MalformedPatch, Patch,
+                    PatchError, PatchTensor, UnsupportedPatch)
+from .safetensors import MalformedFile, SafetensorsFile, checkpoint_shapes, read_header
+from .versions import latest, patch_path, version_dir, version_name
+
+__version__ = "0.1.0"
+
+__all__ = ["Patch", "PatchTensor", "ApplyResult", "PatchError", "MalformedPatch", "UnsupportedPatch",
+           "ApplyError", "DigestMismatch", "DigestUnavailable", "MalformedFile", "SafetensorsFile",
+           "read_header", "checkpoint_shapes", "latest", "patch_path", "version_dir", "version_name"]
