@@ -52,6 +52,11 @@ func TestStaticBinary(t *testing.T) {
 		}
 	}
 
+	out, _ = run(0, "gpus", "--json")
+	if !strings.Contains(out, `"gpu_support": false`) || !strings.Contains(out, `"reason": "`+msg) {
+		t.Errorf("weightfs gpus --json does not say gpu_support false and why:\n%s", out)
+	}
+
 	dir := t.TempDir()
 	storeDir := filepath.Join(dir, "store")
 	run(0, "init", storeDir)
