@@ -12,7 +12,7 @@ TEST_TIMEOUT ?= 14m
 VERSITYGW    := v1.8.0
 S3SERVER_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/weightfs-s3/versitygw-$(VERSITYGW)
 
-.PHONY: all deps build test demo bench lint clean s3server
+.PHONY: all deps build static test demo bench lint clean s3server
 
 all: build
 
@@ -37,6 +37,11 @@ s3server:
 build:
 	$(GO) build -o $(BIN)/weightfs ./cmd/weightfs
 	$(GO) build -o $(BIN)/weightfs-gen ./cmd/weightfs-gen
+
+# static builds bin/weightfs-static without cgo: one file that runs on any Linux of the same
+# architecture, with no GPU support (the diff runs on the CPU; `weightfs gpus` says so).
+static:
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/weightfs-static ./cmd/weightfs
 
 test: deps s3server
 	$(GO) vet ./...

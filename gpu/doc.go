@@ -5,7 +5,9 @@
 // Nothing here is linked against a GPU library: libnvidia-ml.so.1 is opened by go-nvml's
 // loader and libOpenCL.so.1 by this package's own dlopen/dlsym table (opencl_cgo.go), both at
 // run time. A machine without them builds and runs the same binary; it just gets the CPU
-// backend. The package needs cgo (go-nvml does too).
+// backend. Loading them needs cgo (go-nvml does too): a binary built with CGO_ENABLED=0 (a
+// static binary, `make static`) compiles nogpu.go instead of the loaders, always runs the CPU
+// backend in auto mode, fails gpu mode, and says ErrNoGPUSupport in Choice and Report.
 //
 // Selection (Select, SelectWith):
 //   - "cpu": always the CPU backend.

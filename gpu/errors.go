@@ -23,4 +23,7 @@ var (
 	ErrClosed = errors.New("backend closed")
 	// ErrBadPCIAddress marks a PCI bus ID that does not parse.
 	ErrBadPCIAddress = errors.New("malformed PCI bus ID")
+	// ErrNoGPUSupport marks a binary built without cgo (CGO_ENABLED=0, a static binary): it
+	// cannot load NVML or OpenCL, so it always runs the CPU diff and --diff gpu fails.
+	ErrNoGPUSupport = errors.New("this binary was built without GPU support (CGO_ENABLED=0)")
 )

@@ -12,11 +12,6 @@ const DefaultOpenCLLibrary = "libOpenCL.so.1"
 
 // OpenCL constants used here (values from the Khronos headers, which are not needed to build).
 const (
-	clDeviceNotFound      = -1
-	clPlatformNotFoundKHR = -1001
-	clDeviceTypeAll       = 0xFFFFFFFF
-	clProgramBuildLog     = 0x1183
-
 	clPlatformVersion = 0x0901
 	clPlatformName    = 0x0902
 	clPlatformVendor  = 0x0903
@@ -268,21 +263,14 @@ func cStringBytes(b []byte) string {
 	return string(b)
 }
 
-// clCodeName spells an OpenCL status code for error messages.
-func clCodeName(code int32) string {
-	names := map[int32]string{
-		-1: "CL_DEVICE_NOT_FOUND", -2: "CL_DEVICE_NOT_AVAILABLE", -3: "CL_COMPILER_NOT_AVAILABLE",
-		-4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES", -6: "CL_OUT_OF_HOST_MEMORY",
-		-11: "CL_BUILD_PROGRAM_FAILURE", -30: "CL_INVALID_VALUE", -32: "CL_INVALID_PLATFORM",
-		-33: "CL_INVALID_DEVICE", -34: "CL_INVALID_CONTEXT", -36: "CL_INVALID_COMMAND_QUEUE",
-		-38: "CL_INVALID_MEM_OBJECT", -43: "CL_INVALID_BUILD_OPTIONS", -44: "CL_INVALID_PROGRAM",
-		-46: "CL_INVALID_KERNEL_NAME", -48: "CL_INVALID_KERNEL", -49: "CL_INVALID_ARG_INDEX",
-		-50: "CL_INVALID_ARG_VALUE", -51: "CL_INVALID_ARG_SIZE", -52: "CL_INVALID_KERNEL_ARGS",
-		-54: "CL_INVALID_WORK_GROUP_SIZE", -55: "CL_INVALID_WORK_ITEM_SIZE", -61: "CL_INVALID_BUFFER_SIZE",
-		-63: "CL_INVALID_GLOBAL_WORK_SIZE", -1001: "CL_PLATFORM_NOT_FOUND_KHR",
-	}
-	if n, ok := names[code]; ok {
-		return fmt.Sprintf("%s (%d)", n, code)
-	}
-	return fmt.Sprintf("OpenCL error %d", code)
-}
+// relKind selects the release call; the order is that of the F_Release* entries of the C
+// table in opencl_cgo.go.
+type relKind int
+
+const (
+	relMem relKind = iota
+	relKernel
+	relProgram
+	relQueue
+	relContext
+)

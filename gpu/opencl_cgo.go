@@ -141,6 +141,14 @@ import (
 	"unsafe"
 )
 
+// OpenCL constants used only by the loader's calls (the others are in opencl.go).
+const (
+	clDeviceNotFound      = -1
+	clPlatformNotFoundKHR = -1001
+	clDeviceTypeAll       = 0xFFFFFFFF
+	clProgramBuildLog     = 0x1183
+)
+
 // clLib is a loaded OpenCL library: the table of its entry points. Its methods are thin
 // wrappers that turn OpenCL error codes into Go errors; they hold no other state, so a clLib
 // may be shared by several sessions.
@@ -336,17 +344,6 @@ func (l *clLib) finish(q uintptr) error {
 	return clCheck("clFinish", C.wcl_Finish(l.t, C.uintptr_t(q)))
 }
 
-// relKind selects the release call; the order is that of the F_Release* entries above.
-type relKind int
-
-const (
-	relMem relKind = iota
-	relKernel
-	relProgram
-	relQueue
-	relContext
-)
-
 // release drops the reference to an OpenCL object; a zero handle is ignored.
 func (l *clLib) release(kind relKind, h uintptr) {
 	if h == 0 {
@@ -355,4 +352,23 @@ func (l *clLib) release(kind relKind, h uintptr) {
 	// A failed release leaks one object of a session being torn down; there is nothing better
 	// to do with the error.
 	_ = C.wcl_Release(l.t, C.int(kind), C.uintptr_t(h))
+}
+
+// clCodeName spells an OpenCL status code for error messages.
+func clCodeName(code int32) string {
+	names := map[int32]string{
+		-1: "CL_DEVICE_NOT_FOUND", -2: "CL_DEVICE_NOT_AVAILABLE", -3: "CL_COMPILER_NOT_AVAILABLE",
+		-4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES", -6: "CL_OUT_OF_HOST_MEMORY",
+		-11: "CL_BUILD_PROGRAM_FAILURE", -30: "CL_INVALID_VALUE", -32: "CL_INVALID_PLATFORM",
+		-33: "CL_INVALID_DEVICE", -34: "CL_INVALID_CONTEXT", -36: "CL_INVALID_COMMAND_QUEUE",
+		-38: "CL_INVALID_MEM_OBJECT", -43: "CL_INVALID_BUILD_OPTIONS", -44: "CL_INVALID_PROGRAM",
+		-46: "CL_INVALID_KERNEL_NAME", -48: "CL_INVALID_KERNEL", -49: "CL_INVALID_ARG_INDEX",
+		-50: "CL_INVALID_ARG_VALUE", -51: "CL_INVALID_ARG_SIZE", -52: "CL_INVALID_KERNEL_ARGS",
+		-54: "CL_INVALID_WORK_GROUP_SIZE", -55: "CL_INVALID_WORK_ITEM_SIZE", -61: "CL_INVALID_BUFFER_SIZE",
+		-63: "CL_INVALID_GLOBAL_WORK_SIZE", -1001: "CL_PLATFORM_NOT_FOUND_KHR",
+	}
+	if n, ok := names[code]; ok {
+		return fmt.Sprintf("%s (%d)", n, code)
+	}
+	return fmt.Sprintf("OpenCL error %d", code)
 }

@@ -31,6 +31,10 @@ func DiscoverWith(opts Options) Report {
 	env := discover(opts, true)
 	chunk := normalizeChunk(opts.ChunkBytes)
 	r := Report{NVML: env.nvml, OpenCL: env.opencl, ChunkBytes: chunk, MemoryNeeded: DeviceMemoryNeeded(chunk)}
+	if !gpuSupport {
+		r.Auto, r.GPUMode = noGPUSupportChoice(), "fails: "+ErrNoGPUSupport.Error()
+		return r
+	}
 	b, choice, err := env.choose(ModeAuto, opts, opts.cpu())
 	if err != nil { // auto mode does not fail; kept for safety
 		choice = Choice{Backend: BackendCPU, Reason: err.Error()}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	"github.com/weightfs/weightfs/delta"
 )
 
@@ -54,7 +52,7 @@ type Options struct {
 	NVMLLibrary   string
 	OpenCLLibrary string
 	// NVML, if set, is used instead of loading NVMLLibrary (tests pass go-nvml's mocks).
-	NVML nvml.Interface
+	NVML NVMLInterface
 	// ChunkBytes is the OpenCL backend's chunk size (default DefaultChunkBytes).
 	ChunkBytes int
 	// MemoryReserve overrides DefaultMemoryReserve.
@@ -109,6 +107,12 @@ func SelectWith(opts Options) (delta.DiffBackend, Choice, error) {
 	if mode == ModeCPU {
 		return cpu, Choice{Backend: BackendCPU, Reason: "the CPU backend was asked for (--diff cpu)"}, nil
 	}
+	if !gpuSupport {
+		if mode == ModeGPU {
+			return nil, Choice{}, fmt.Errorf("--diff gpu: %w", ErrNoGPUSupport)
+		}
+		return cpu, noGPUSupportChoice(), nil
+	}
 	env := discover(opts, mode == ModeGPU)
 	return env.choose(mode, opts, cpu)
 }
@@ -143,14 +147,7 @@ type environment struct {
 // does not start an OpenCL runtime at all.
 func discover(opts Options, forceOpenCL bool) environment {
 	var env environment
-	lib := opts.NVML
-	nvmlName := orDefault(opts.NVMLLibrary, DefaultNVMLLibrary)
-	if lib == nil {
-		lib = nvml.New(nvml.WithLibraryPath(nvmlName))
-	} else if opts.NVMLLibrary == "" {
-		nvmlName = "NVML (injected)"
-	}
-	env.nvml = DiscoverNVML(lib, nvmlName)
+	env.nvml = discoverNVML(opts)
 	opts.logf("gpu: NVML: %s", env.nvml.summary())
 	clName := orDefault(opts.OpenCLLibrary, DefaultOpenCLLibrary)
 	env.opencl = OpenCLInventory{Library: clName, Reason: "not loaded: no NVIDIA GPU to use it for"}
@@ -273,4 +270,9 @@ func formatBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+// noGPUSupportChoice is what auto mode runs in a binary built without cgo.
+func noGPUSupportChoice() Choice {
+	return Choice{Backend: BackendCPU, Reason: ErrNoGPUSupport.Error() + "; the CPU diff runs", Err: ErrNoGPUSupport}
 }

@@ -158,7 +158,17 @@ type GCStats struct {
 // A crash at any point leaves a readable store: re-anchoring replaces a delta by a whole copy
 // of the same identity atomically, manifests go before objects, and objects are only deleted
 // when no remaining manifest needs them.
-func (s *Store) GC(keepLast int) (GCStats, error) {
+func (s *Store) GC(keepLast int) (GCStats, error) { return s.GCWith(keepLast, GCOptions{}) }
+
+// GCOptions are the options of GCWith.
+type GCOptions struct {
+	// Progress (nil: none) gets the bytes re-anchored so far of those to re-anchor (the bytes
+	// gc reads and writes); it is not called when there is nothing to re-anchor.
+	Progress func(done, total int64)
+}
+
+// GCWith is GC with options.
+func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	var st GCStats
 	if err := s.checkOpen(); err != nil {
 		return st, err
@@ -192,20 +202,37 @@ func (s *Store) GC(keepLast int) (GCStats, error) {
 		ver.m.roots(kept)
 		keptVersions = append(keptVersions, ver)
 	}
-	// Re-anchor, oldest kept version first, every kept delta whose base is not kept.
+	// Re-anchor, oldest kept version first, every kept delta whose base is not kept (listed
+	// first, so that progress knows the total).
+	type job struct {
+		id   ID
+		hint objHint
+		m    objMeta
+	}
+	var jobs []job
+	var total, done int64
+	listed := map[ID]bool{}
 	for _, ver := range keptVersions {
 		for id, hint := range objectsOf(ver) {
 			m, err := s.meta(id)
 			if err != nil {
 				return st, fmt.Errorf("gc: %w", err)
 			}
-			if m.Kind != kindDelta || kept[m.Base] {
+			if m.Kind != kindDelta || kept[m.Base] || listed[id] {
 				continue
 			}
-			if err := s.reanchor(id, hint, m); err != nil {
-				return st, fmt.Errorf("gc: re-anchor object %s: %w", id, err)
-			}
-			st.Reanchored++
+			listed[id] = true
+			jobs = append(jobs, job{id, hint, m})
+			total += m.ContentLen
+		}
+	}
+	for _, j := range jobs {
+		if err := s.reanchor(j.id, j.hint, j.m); err != nil {
+			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
+		}
+		st.Reanchored++
+		if done += j.m.ContentLen; opts.Progress != nil {
+			opts.Progress(done, total)
 		}
 	}
 	if err := s.be.SyncObjects(); err != nil {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // s3Client is the store's view of an S3 bucket: whole-object and ranged GETs, PUTs (with
@@ -47,10 +46,7 @@ func newS3Client(loc S3Location, set s3Settings, logf func(string, ...any)) (*s3
 		lookup = minio.BucketLookupPath
 	}
 	mc, err := minio.New(set.host, &minio.Options{
-		Creds: credentials.NewChainCredentials([]credentials.Provider{
-			&credentials.EnvAWS{},
-			&credentials.FileAWSCredentials{},
-		}),
+		Creds:        s3Credentials(set.region, os.Getenv, logf),
 		Secure:       set.secure,
 		Region:       set.region,
 		BucketLookup: lookup,
@@ -202,7 +198,7 @@ func errorText(err error) string {
 		msg := fmt.Sprintf("%s (%s, HTTP %d)", er.Message, er.Code, er.StatusCode)
 		switch er.Code {
 		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthorizationHeaderMalformed":
-			msg += "; check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or ~/.aws/credentials) and the region"
+			msg += "; check the credentials (environment, shared files and AWS_PROFILE, or instance or pod role: see docs/s3.md) and the region"
 		}
 		return msg
 	}

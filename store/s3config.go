@@ -9,9 +9,9 @@ import (
 )
 
 // S3Options configure a store at s3://bucket/prefix. Zero fields take the standard AWS
-// environment variables where there is one, then the defaults below. Credentials come only
-// from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or the
-// shared credentials file (~/.aws/credentials, AWS_PROFILE), never from flags.
+// environment variables where there is one, then the defaults below. Credentials are never
+// options: they come from where every AWS tool finds them (s3Credentials: the environment,
+// web identity, the shared files and AWS_PROFILE, a container or instance role).
 type S3Options struct {
 	// Endpoint is the S3 service, "https://host[:port]" or "http://host[:port]" (no path).
 	// Empty: AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL, then https://s3.amazonaws.com.

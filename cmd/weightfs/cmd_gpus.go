@@ -21,11 +21,19 @@ func gpuOptions(mode string) gpu.Options {
 
 func cmdGPUs(e *env, args []string) error {
 	fs := newFlags("gpus")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the report (docs/cli.md):\n"+
+		`{"gpu_support", "nvml": {"library", "loaded", "reason", "driver_version", "nvml_version", "gpus": [...], "problems"},`+"\n"+
+		`"opencl": {"library", "loaded", "reason", "devices": [...], "problems"}, "auto": {"backend", "device", "reason"},`+"\n"+
+		`"gpu_mode", "chunk_bytes", "memory_needed"}`)
 	if _, err := parse(e, fs, args, 0, 0); err != nil {
 		return err
 	}
 	// The report names the GPUs, the OpenCL devices, and what --diff auto and --diff gpu run.
-	fmt.Fprint(e.stdout, gpu.DiscoverWith(gpuOptions("")).String())
+	r := gpu.DiscoverWith(gpuOptions(""))
+	if *asJSON {
+		return writeJSON(e.stdout, newGPUsJSON(r))
+	}
+	fmt.Fprint(e.stdout, r.String())
 	return nil
 }
 

@@ -38,7 +38,12 @@ func cmdPatch(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	n, err := st.WritePatch(v, f)
+	// Progress: the bytes written of the size the manifests predict (unknown for a patch
+	// against another base than the recorded one: then no bar).
+	p := newProgress(e, "patch")
+	total, _, _ := st.PatchSize(v)
+	n, err := st.WritePatch(v, &countingWriterAt{w: f, total: total, p: p})
+	p.done()
 	if err == nil {
 		err = f.Sync()
 	}

@@ -156,11 +156,24 @@ func percent(a, b int64) float64 {
 
 func cmdLog(e *env, args []string) error {
 	fs := newFlags("log")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the table (docs/cli.md):\n"+
+		`{"versions": [{"version", "name", "created", "files", "logical_bytes", "stored_bytes", "anchor",`+"\n"+
+		`"previous", "changed_elements", "total_elements"}], "total": {"logical_bytes", "stored_bytes"}, "damaged": [N]}`)
 	_, st, err := openReader(e, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if *asJSON {
+		out := logJSON{Versions: []versionJSON{}, Damaged: slices.Sorted(maps.Keys(st.DamagedVersions()))}
+		for _, v := range st.Versions() {
+			out.Versions = append(out.Versions, newVersionJSON(v))
+			out.Total.LogicalBytes += v.LogicalBytes
+			out.Total.StoredBytes += v.StoredBytes
+		}
+		out.Damaged = nonNil(out.Damaged)
+		return writeJSON(e.stdout, out)
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "VERSION\tCREATED\tFILES\tLOGICAL\tSTORED\tSTORED%\tCHANGED\t")
 	var logical, stored int64
@@ -210,6 +223,9 @@ func resolveVersion(st interface{ Latest() (uint64, bool) }, s string) (uint64, 
 func cmdDiff(e *env, args []string) error {
 	fs := newFlags("diff")
 	all := fs.Bool("all", false, "list unchanged tensors too")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the table (docs/cli.md), the same rows (--all too):\n"+
+		`{"a", "b", "tensors": [{"file", "tensor", "dtype", "shape", "elements", "changed", "status"}],`+"\n"+
+		`"total": {"changed", "elements"}}`)
 	pos, st, err := openReader(e, fs, args, 3, 3)
 	if err != nil {
 		return err
@@ -230,6 +246,7 @@ func cmdDiff(e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FILE\tTENSOR\tCHANGED\tELEMENTS\tFRACTION")
 	var changed, total int64
+	out := diffJSON{A: a, B: b, Tensors: []tensorJSON{}}
 	for _, d := range diffs {
 		// Rows of whole (non-safetensors) files count bytes, not elements: they are listed
 		// but stay out of the element totals.
@@ -240,11 +257,20 @@ func cmdDiff(e *env, args []string) error {
 		if d.Changed == 0 && !*all && d.Status == "" {
 			continue
 		}
+		if *asJSON {
+			out.Tensors = append(out.Tensors, tensorJSON{File: d.File, Tensor: d.Tensor, DType: string(d.DType),
+				Shape: nonNil(d.Shape), Elements: d.Elements, Changed: d.Changed, Status: d.Status})
+			continue
+		}
 		frac := fmt.Sprintf("%.4f%%", percent(d.Changed, d.Elements))
 		if d.Status != "" {
 			frac = d.Status
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", d.File, d.Tensor, d.Changed, d.Elements, frac)
+	}
+	if *asJSON {
+		out.Total.Changed, out.Total.Elements = changed, total
+		return writeJSON(e.stdout, out)
 	}
 	fmt.Fprintf(tw, "total\t\t%d\t%d\t%.4f%%\n", changed, total, percent(changed, total))
 	return tw.Flush()
@@ -274,6 +300,8 @@ func cmdExport(e *env, args []string) error {
 func cmdVerify(e *env, args []string) error {
 	fs := newFlags("verify")
 	repair := fs.Bool("repair", false, "move damaged versions and objects into STORE/quarantine/ (takes the writer's lock)")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the lines (docs/cli.md); the exit status is the same:\n"+
+		`{"ok", "versions", "objects", "bytes", "damaged": [{"version", "object", "path", "error", "text"}], "quarantined": [...]}`)
 	sf := addStoreFlags(fs, true)
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
@@ -296,11 +324,24 @@ func cmdVerify(e *env, args []string) error {
 		rep, err = st.Verify(p.update)
 	}
 	p.done()
-	for _, d := range rep.Damaged {
-		fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
-	}
-	for _, m := range moved {
-		fmt.Fprintf(e.stdout, "QUARANTINED %s\n", m)
+	switch {
+	case !*asJSON:
+		for _, d := range rep.Damaged {
+			fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
+		}
+		for _, m := range moved {
+			fmt.Fprintf(e.stdout, "QUARANTINED %s\n", m)
+		}
+	case err == nil || len(rep.Damaged) > 0:
+		// (An error without a finding, such as a store that cannot be read, has no report.)
+		out := verifyJSON{OK: len(rep.Damaged) == 0, Versions: rep.Versions, Objects: rep.Objects, Bytes: rep.Bytes,
+			Damaged: []damageJSON{}, Quarantined: nonNil(moved)}
+		for _, d := range rep.Damaged {
+			out.Damaged = append(out.Damaged, newDamageJSON(d))
+		}
+		if jerr := writeJSON(e.stdout, out); jerr != nil {
+			return jerr
+		}
 	}
 	// Node-local caches: reported, dropped when damaged, never store damage (exit 0).
 	for _, c := range rep.Caches {
@@ -313,7 +354,9 @@ func cmdVerify(e *env, args []string) error {
 		// Repaired, and said so; the exit status still tells a script that there was damage.
 		return fmt.Errorf("verified %d versions, %d objects: %d damaged, moved into quarantine; the store is consistent again", rep.Versions, rep.Objects, len(rep.Damaged))
 	}
-	fmt.Fprintf(e.stdout, "verified %d versions, %d objects: no damage\n", rep.Versions, rep.Objects)
+	if !*asJSON {
+		fmt.Fprintf(e.stdout, "verified %d versions, %d objects: no damage\n", rep.Versions, rep.Objects)
+	}
 	return st.Close()
 }
 
@@ -333,7 +376,9 @@ func cmdGC(e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	rep, err := st.GC(*keep)
+	p := newProgress(e, "gc: re-anchor")
+	rep, err := st.GCWith(*keep, store.GCOptions{Progress: p.update})
+	p.done()
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // storeFlags are the flags every command that takes STORE has: where an s3:// store's service
-// is, and this process's local state. Credentials come only from the environment
-// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or ~/.aws/credentials.
+// is, and this process's local state. Credentials are never flags: they come from where every
+// AWS tool finds them (environment, shared files and AWS_PROFILE, instance or pod role; see
+// docs/s3.md).
 type storeFlags struct {
 	endpoint  *string
 	region    *string

@@ -188,4 +188,6 @@ func (s *Server) SetEnv(t *testing.T) {
 	t.Setenv("AWS_REGION", "us-east-1")
 	t.Setenv("AWS_ENDPOINT_URL", s.Endpoint())
 	t.Setenv("AWS_ENDPOINT_URL_S3", "")
+	// A test that takes the credentials away must not send the chain to 169.254.169.254.
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/weightfs/weightfs/gpu"
+	"github.com/weightfs/weightfs/store"
+)
+
+// The --json outputs of log, diff, verify and gpus: one JSON object on stdout, the shapes
+// below, documented in docs/cli.md. Numbers are exact (bytes, elements), never rounded or
+// formatted; the text output's percentages and units are derived from the same numbers. Fields
+// are only ever added, never renamed or removed.
+
+// writeJSON writes v as indented JSON and a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// logJSON is `weightfs log --json`.
+type logJSON struct {
+	Versions []versionJSON `json:"versions"`
+	Total    struct {
+		LogicalBytes int64 `json:"logical_bytes"`
+		StoredBytes  int64 `json:"stored_bytes"`
+	} `json:"total"`
+	// Damaged lists the versions whose manifest cannot be read (not in versions).
+	Damaged []uint64 `json:"damaged"`
+}
+
+type versionJSON struct {
+	Version         uint64    `json:"version"`
+	Name            string    `json:"name"` // weight_v000043
+	Created         time.Time `json:"created"`
+	Files           int       `json:"files"`
+	LogicalBytes    int64     `json:"logical_bytes"`
+	StoredBytes     int64     `json:"stored_bytes"`
+	Anchor          bool      `json:"anchor"`
+	Previous        uint64    `json:"previous"` // 0 for an anchor
+	ChangedElements int64     `json:"changed_elements"`
+	TotalElements   int64     `json:"total_elements"`
+}
+
+func newVersionJSON(v store.VersionInfo) versionJSON {
+	return versionJSON{Version: v.Number, Name: versionName(v.Number), Created: v.Created.UTC(), Files: v.Files,
+		LogicalBytes: v.LogicalBytes, StoredBytes: v.StoredBytes, Anchor: v.Anchor, Previous: v.PreviousNumber,
+		ChangedElements: v.ChangedElems, TotalElements: v.TotalElems}
+}
+
+// diffJSON is `weightfs diff --json`.
+type diffJSON struct {
+	A       uint64       `json:"a"`
+	B       uint64       `json:"b"`
+	Tensors []tensorJSON `json:"tensors"`
+	// Total counts the elements of tensors (rows of whole files count bytes and stay out).
+	Total struct {
+		Changed  int64 `json:"changed"`
+		Elements int64 `json:"elements"`
+	} `json:"total"`
+}
+
+type tensorJSON struct {
+	File     string  `json:"file"`
+	Tensor   string  `json:"tensor"` // empty for a file that is not safetensors
+	DType    string  `json:"dtype"`
+	Shape    []int64 `json:"shape"`
+	Elements int64   `json:"elements"`
+	Changed  int64   `json:"changed"`
+	Status   string  `json:"status"` // empty, or what the text output's FRACTION column says instead
+}
+
+// verifyJSON is `weightfs verify --json`.
+type verifyJSON struct {
+	OK       bool         `json:"ok"`
+	Versions int          `json:"versions"`
+	Objects  int          `json:"objects"`
+	Bytes    int64        `json:"bytes"`
+	Damaged  []damageJSON `json:"damaged"`
+	// Quarantined says where --repair moved each damaged version and object.
+	Quarantined []string `json:"quarantined"`
+}
+
+type damageJSON struct {
+	Version uint64 `json:"version,omitempty"`
+	Object  string `json:"object,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Error   string `json:"error"`
+	Text    string `json:"text"` // the line the text output prints after DAMAGED
+}
+
+func newDamageJSON(d store.Damage) damageJSON {
+	j := damageJSON{Version: d.Version, Path: d.Path, Text: d.String()}
+	if d.Object != (store.ID{}) {
+		j.Object = d.Object.String()
+	}
+	if d.Err != nil {
+		j.Error = d.Err.Error()
+	}
+	return j
+}
+
+// gpusJSON is `weightfs gpus --json`.
+type gpusJSON struct {
+	// GPUSupport is false in a binary built without cgo (make static).
+	GPUSupport bool       `json:"gpu_support"`
+	NVML       nvmlJSON   `json:"nvml"`
+	OpenCL     openCLJSON `json:"opencl"`
+	Auto       struct {
+		Backend string `json:"backend"` // "cpu" or "gpu"
+		Device  string `json:"device"`
+		Reason  string `json:"reason"`
+	} `json:"auto"`
+	GPUMode      string `json:"gpu_mode"`
+	ChunkBytes   int    `json:"chunk_bytes"`
+	MemoryNeeded uint64 `json:"memory_needed"`
+}
+
+type nvmlJSON struct {
+	Library       string    `json:"library"`
+	Loaded        bool      `json:"loaded"`
+	Reason        string    `json:"reason"`
+	DriverVersion string    `json:"driver_version"`
+	NVMLVersion   string    `json:"nvml_version"`
+	List          []gpuJSON `json:"gpus"`
+	Problems      []string  `json:"problems"`
+}
+
+type gpuJSON struct {
+	Index       int    `json:"index"`
+	Name        string `json:"name"`
+	UUID        string `json:"uuid"`
+	PCI         string `json:"pci"`
+	TotalMemory uint64 `json:"total_memory"`
+	FreeMemory  uint64 `json:"free_memory"`
+	// Utilization is null where the device does not report it.
+	Utilization *struct {
+		GPU    uint32 `json:"gpu"`
+		Memory uint32 `json:"memory"`
+	} `json:"utilization"`
+}
+
+type openCLJSON struct {
+	Library  string       `json:"library"`
+	Loaded   bool         `json:"loaded"`
+	Reason   string       `json:"reason"`
+	Devices  []deviceJSON `json:"devices"`
+	Problems []string     `json:"problems"`
+}
+
+type deviceJSON struct {
+	Platform      string `json:"platform"`
+	Name          string `json:"name"`
+	Vendor        string `json:"vendor"`
+	Type          string `json:"type"`
+	Version       string `json:"version"`
+	DriverVersion string `json:"driver_version"`
+	ComputeUnits  uint32 `json:"compute_units"`
+	GlobalMemory  uint64 `json:"global_memory"`
+	PCI           string `json:"pci"` // empty when the device does not say
+}
+
+func newGPUsJSON(r gpu.Report) gpusJSON {
+	j := gpusJSON{GPUSupport: !errors.Is(r.Auto.Err, gpu.ErrNoGPUSupport), GPUMode: r.GPUMode,
+		ChunkBytes: r.ChunkBytes, MemoryNeeded: r.MemoryNeeded}
+	j.Auto.Backend, j.Auto.Device, j.Auto.Reason = r.Auto.Backend, r.Auto.Device, r.Auto.Reason
+	n := r.NVML
+	j.NVML = nvmlJSON{Library: n.Library, Loaded: n.Loaded, Reason: n.Reason, DriverVersion: n.DriverVersion,
+		NVMLVersion: n.NVMLVersion, List: []gpuJSON{}, Problems: nonNil(n.Problems)}
+	for _, g := range n.GPUs {
+		gj := gpuJSON{Index: g.Index, Name: g.Name, UUID: g.UUID, PCI: g.PCI.String(), TotalMemory: g.TotalMemory, FreeMemory: g.FreeMemory}
+		if g.UtilizationKnown {
+			gj.Utilization = &struct {
+				GPU    uint32 `json:"gpu"`
+				Memory uint32 `json:"memory"`
+			}{g.GPUUtilization, g.MemoryUtilization}
+		}
+		j.NVML.List = append(j.NVML.List, gj)
+	}
+	c := r.OpenCL
+	j.OpenCL = openCLJSON{Library: c.Library, Loaded: c.Loaded, Reason: c.Reason, Devices: []deviceJSON{}, Problems: nonNil(c.Problems)}
+	for _, d := range c.Devices {
+		dj := deviceJSON{Platform: d.Platform, Name: d.Name, Vendor: d.Vendor, Type: d.Type, Version: d.Version,
+			DriverVersion: d.DriverVersion, ComputeUnits: d.ComputeUnits, GlobalMemory: d.GlobalMemory}
+		if d.PCIKnown {
+			dj.PCI = d.PCI.String()
+		}
+		j.OpenCL.Devices = append(j.OpenCL.Devices, dj)
+	}
+	return j
+}
+
+// nonNil makes an absent list an empty JSON array, not null: a consumer can always iterate.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func versionName(v uint64) string { return fmt.Sprintf("weight_v%06d", v) }
