@@ -42,10 +42,34 @@ func crashExcerpt(out string) string {
 		return tail(out, 3000)
 	}
 	out = out[i:]
+	// The first goroutine's stack is the crashing one; the others are noise here.
+	if r := strings.Index(out, "[running]:"); r >= 0 {
+		if end := strings.Index(out[r:], "\n\ngoroutine "); end >= 0 {
+			out = out[:r+end]
+		}
+	}
 	if len(out) > 3000 {
 		out = out[:3000] + "..."
 	}
 	return strings.ReplaceAll(strings.TrimSpace(out), "\n", "\n\t\t")
+}
+
+// stackExcerpt is the goroutines of a command stopped with SIGQUIT that run weightfs code.
+func stackExcerpt(out string) string {
+	var keep []string
+	for _, g := range strings.Split(out, "\n\n") {
+		if strings.Contains(g, "weightfs/weightfs/") && strings.HasPrefix(g, "goroutine ") {
+			keep = append(keep, g)
+		}
+	}
+	if len(keep) == 0 {
+		return tail(out, 3000)
+	}
+	s := strings.Join(keep, "\n\n")
+	if len(s) > 4000 {
+		s = s[:4000] + "..."
+	}
+	return strings.ReplaceAll(s, "\n", "\n\t\t")
 }
 
 // storeDamageLine matches a verify line that reports damage of the store itself.
@@ -60,9 +84,13 @@ var cacheNamed = regexp.MustCompile(`(?i)cache|materiali[sz]ed|index|render`)
 // checkVerify runs `weightfs verify STORE`: store damage must make it fail naming what is
 // damaged; cache damage must not be reported as damage of the store; it must never crash.
 func (tr *trial) checkVerify() {
-	r := runCLI(tr.t, "verify", tr.storeDir)
+	r := tr.runCLI("verify", tr.storeDir)
 	out := r.stdout + r.stderr
 	tr.noted("verify exit %d", r.code)
+	if r.hung {
+		tr.fail("verify", "hung", "no exit in %v; its goroutines:\n\t\t%s", campaignCLITimeout, stackExcerpt(out))
+		return
+	}
 	if crashed(r.code, out) {
 		tr.fail("verify", "crash", "exit %d:\n\t\t%s", r.code, crashExcerpt(out))
 		return
@@ -104,9 +132,15 @@ func (tr *trial) checkExports() {
 	var failed []string
 	for v := 1; v <= campaignVersions; v++ {
 		out := filepath.Join(tr.work, fmt.Sprintf("export-v%d", v))
-		r := runCLI(tr.t, "export", tr.storeDir, fmt.Sprint(v), out)
+		r := tr.runCLI("export", tr.storeDir, fmt.Sprint(v), out)
 		msg := r.stdout + r.stderr
 		what := fmt.Sprintf("export v%d", v)
+		if r.hung {
+			tr.fail("export", "hung", "%s: no exit in %v; its goroutines:\n\t\t%s", what, campaignCLITimeout, stackExcerpt(msg))
+			os.RemoveAll(out)
+			failed = append(failed, fmt.Sprint(v))
+			continue
+		}
 		if crashed(r.code, msg) {
 			tr.fail("export", "crash", "%s: exit %d:\n\t\t%s", what, r.code, crashExcerpt(msg))
 			continue
@@ -162,6 +196,7 @@ func (tr *trial) checkMount(phase string, flags ...string) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		tr.t.Fatal(err)
 	}
+	tr.deadRead = ""
 	d, err := campaignMount(tr.t, tr.storeDir, mnt, flags...)
 	if err != nil {
 		out := ""
@@ -205,9 +240,11 @@ func (tr *trial) checkMount(phase string, flags ...string) {
 	switch {
 	case hungReads:
 	case res.diedEarly:
-		tr.fail(phase, "daemon died", "the daemon exited (status %d) while serving:\n\t\t%s", res.code, crashExcerpt(out))
-	case res.notServing:
-		tr.fail(phase, "daemon died", "the mount stopped answering while the daemon ran:\n\t\t%s", tail(out, 3000))
+		tr.fail(phase, "daemon died", "the daemon exited (status %d) while serving (first noticed by %s):\n\t\t%s",
+			res.code, orNone(tr.deadRead), crashExcerpt(out))
+	case res.notServing, tr.deadRead != "":
+		tr.fail(phase, "daemon died", "the mount stopped answering while the daemon ran (first noticed by %s):\n\t\t%s",
+			orNone(tr.deadRead), tail(out, 3000))
 	case res.hung:
 		tr.fail(phase, "hung", "the daemon did not exit on SIGTERM:\n\t\t%s", tail(out, 3000))
 	case crashed(res.code, out):
@@ -222,6 +259,9 @@ func (tr *trial) checkMount(phase string, flags ...string) {
 func (tr *trial) readMount(phase, mnt string, d *mountDaemon) readStats {
 	var st readStats
 	alive := func() bool {
+		if tr.deadRead != "" {
+			return false
+		}
 		select {
 		case <-d.exited:
 			return false
@@ -308,7 +348,10 @@ func (tr *trial) checkRead(phase, p, want string, must bool, st *readStats) {
 func (tr *trial) readFailed(phase, what string, err error, must bool, st *readStats) {
 	switch {
 	case errors.Is(err, syscall.ENOTCONN), errors.Is(err, syscall.ECONNABORTED):
-		tr.fail(phase, "daemon died", "%s: %v", what, err)
+		// The daemon is gone: checkMount reports it once, with its output.
+		if tr.deadRead == "" {
+			tr.deadRead = fmt.Sprintf("%s: %v", what, err)
+		}
 	case errors.Is(err, syscall.EIO) && must:
 		tr.fail(phase, "EIO on intact data", "%s: %v (%s)", what, err, tr.whyMust())
 	case errors.Is(err, syscall.EIO):
@@ -325,6 +368,13 @@ func (tr *trial) whyMust() string {
 		return "only a cache is damaged"
 	}
 	return fmt.Sprintf("only v%d's manifest is damaged", tr.manifest)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no read"
+	}
+	return s
 }
 
 func sortedKeys(m map[string]string) []string {

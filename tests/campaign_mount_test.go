@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,6 +47,53 @@ func campaignMount(t *testing.T, storeDir, mnt string, flags ...string) (*mountD
 		time.Sleep(10 * time.Millisecond)
 	}
 	return d, nil
+}
+
+// campaignCLITimeout bounds one verify or export of the small store (well under a second when
+// all is well).
+const campaignCLITimeout = 30 * time.Second
+
+// campaignCLIResult is a cliResult that may have timed out.
+type campaignCLIResult struct {
+	cliResult
+	hung bool // no exit in campaignCLITimeout: it was sent SIGQUIT (its goroutines are in stderr)
+}
+
+// runCLI is runCLI with a time limit: a command that does not exit in campaignCLITimeout is
+// sent SIGQUIT, so that its goroutines show where it is stuck, then killed.
+func (tr *trial) runCLI(args ...string) campaignCLIResult {
+	tr.t.Helper()
+	cmd := weightfsCommand(weightfsBin(tr.t), args...)
+	var out, errb lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		tr.t.Fatalf("run weightfs %v: %v", args, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var res campaignCLIResult
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(campaignCLITimeout):
+		res.hung = true
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case err = <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			err = <-exited
+		}
+	}
+	res.stdout, res.stderr = out.String(), errb.String()
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			tr.t.Fatalf("run weightfs %v: %v", args, err)
+		}
+		res.code = ee.ExitCode()
+	}
+	return res
 }
 
 // daemonEnd is how a campaign daemon ended.

@@ -28,7 +28,7 @@ import (
 //	WORK/rocache          a read-only mount's persistent --cache-dir: its index, its copy and
 //	                      its renders, made by a read-only mount of the finished store
 const (
-	campaignParams   = 200_000
+	campaignParams   = 500_000
 	campaignVersions = 5
 	campaignMaxChain = 2 // makes v4 an anchor version: chains of two deltas, then a whole copy
 )
