@@ -27,6 +27,7 @@ import (
 //	                      (at v5) and renders of every patch and delta
 //	WORK/rocache          a read-only mount's persistent --cache-dir: its index, its copy and
 //	                      its renders, made by a read-only mount of the finished store
+//	WORK/next             the next checkpoint, which each trial's read-write mount seals
 const (
 	campaignParams   = 500_000
 	campaignVersions = 5
@@ -40,6 +41,7 @@ type campaignStore struct {
 	views   map[string]string         // "patches/NAME" or "deltas/DIR/NAME" -> SHA-256
 	objects map[string]objectUse      // object id -> what it is and who names it
 	latest  string                    // the latest version's directory name
+	next    string                    // the source of version campaignVersions+1 (want has it)
 }
 
 // objectUse says what an object holds, for failure messages and for knowing which versions
@@ -67,7 +69,7 @@ func buildCampaignStore(t *testing.T) *campaignStore {
 		t.Fatal(err)
 	}
 	srcs := filepath.Join(work, "src")
-	for v := 1; v <= campaignVersions; v++ {
+	for v := 1; v <= campaignVersions+1; v++ { // the last one is sealed by each trial
 		if v > 1 {
 			m.Step()
 		}
@@ -115,6 +117,10 @@ func buildCampaignStore(t *testing.T) *campaignStore {
 	sameHashes(t, "pristine: views of the read-only mount against the read-write mount's", roViews, c.views)
 	if t.Failed() {
 		t.FailNow()
+	}
+	c.next = filepath.Join(work, "next")
+	if err := os.Rename(srcDir(srcs, campaignVersions+1), c.next); err != nil {
+		t.Fatal(err)
 	}
 	os.RemoveAll(srcs)
 

@@ -17,11 +17,12 @@ import (
 // damages one file of one kind (a flipped byte, a truncation or a deletion), then runs
 // `weightfs verify`, `weightfs export` of every version, and reads every file of every version
 // and of patches/ and deltas/ through a read-only mount (with a persistent, pre-filled cache
-// directory) and then a read-write mount. It fails on any wrong byte, any dead or hung daemon,
-// any crashed command, and any damage of the store that verify does not name; and, where the
-// damage cannot explain them, on errors: a damaged cache must never cost a read, a damaged
-// manifest never a read of another version, and no mount may refuse to start except on a
-// damaged format file.
+// directory) and then a read-write mount, which also seals the next version and reads it back.
+// It fails on any wrong byte, any dead or hung daemon or command, any crashed command, and any
+// damage of the store that verify does not name; and, where the damage cannot explain them,
+// on errors: a damaged cache must never cost a read, a damaged manifest never a read of
+// another version, no mount may refuse to start and no seal may fail except on a damaged
+// format file, and a missing object is EIO, never ENOENT.
 //
 // Trials run kinds x attacks in turn (trial i: kind i mod 6, attack i/6 mod 3); which file
 // and which byte or length come from a generator seeded by the campaign seed and the trial
@@ -29,7 +30,8 @@ import (
 //
 //	WEIGHTFS_CAMPAIGN_SEED=S go test ./tests -run 'TestCampaign/trial07_' -v
 //
-// WEIGHTFS_CAMPAIGN_TRIALS=N runs N trials (default campaignDefaultTrials, 6 under -short).
+// WEIGHTFS_CAMPAIGN_TRIALS=N runs N trials (default campaignDefaultTrials, 18 under -short:
+// each kind and attack once).
 const (
 	campaignDefaultTrials = 72
 	campaignDefaultSeed   = 1
@@ -43,7 +45,7 @@ func TestCampaign(t *testing.T) {
 	seed := campaignEnv(t, "WEIGHTFS_CAMPAIGN_SEED", campaignDefaultSeed)
 	trials := campaignDefaultTrials
 	if testing.Short() {
-		trials = 6
+		trials = len(campaignKinds) * len(campaignAttacks)
 	}
 	trials = int(campaignEnv(t, "WEIGHTFS_CAMPAIGN_TRIALS", uint64(trials)))
 	t.Logf("campaign seed %d, %d trials (WEIGHTFS_CAMPAIGN_SEED, WEIGHTFS_CAMPAIGN_TRIALS)", seed, trials)
