@@ -14,16 +14,16 @@ import (
 	"time"
 )
 
-// crashed says whether a command's output shows a Go runtime crash (an unrecovered panic or a
-// fatal error) or it died of a signal.
-func crashed(code int, out string) bool {
+// campaignCrashed says whether a command's output shows a Go runtime crash (an unrecovered
+// panic or a fatal error) or it died of a signal.
+func campaignCrashed(code int, out string) bool {
 	return code < 0 || strings.Contains(out, "fatal error: ") ||
 		(strings.Contains(out, "panic: ") && strings.Contains(out, "goroutine ")) ||
 		strings.Contains(out, " [running]:")
 }
 
-// tail is the end of a long output, for failure messages.
-func tail(s string, n int) string {
+// campaignTail is the end of a long output, for failure messages.
+func campaignTail(s string, n int) string {
 	s = strings.TrimSpace(s)
 	if len(s) > n {
 		s = "..." + s[len(s)-n:]
@@ -31,15 +31,15 @@ func tail(s string, n int) string {
 	return strings.ReplaceAll(s, "\n", "\n\t\t")
 }
 
-// crashExcerpt is the part of a crashed command's output that says why: from the panic or
+// campaignCrashExcerpt is the part of a crashed command's output that says why: from the panic or
 // fatal error on, through the first goroutine's stack.
-func crashExcerpt(out string) string {
+func campaignCrashExcerpt(out string) string {
 	i := strings.Index(out, "panic: ")
 	if j := strings.Index(out, "fatal error: "); i < 0 || (j >= 0 && j < i) {
 		i = j
 	}
 	if i < 0 {
-		return tail(out, 3000)
+		return campaignTail(out, 3000)
 	}
 	out = out[i:]
 	// The first goroutine's stack is the crashing one; the others are noise here.
@@ -54,8 +54,8 @@ func crashExcerpt(out string) string {
 	return strings.ReplaceAll(strings.TrimSpace(out), "\n", "\n\t\t")
 }
 
-// stackExcerpt is the goroutines of a command stopped with SIGQUIT that run weightfs code.
-func stackExcerpt(out string) string {
+// campaignStackExcerpt is the goroutines of a command stopped with SIGQUIT that run weightfs code.
+func campaignStackExcerpt(out string) string {
 	var keep []string
 	for _, g := range strings.Split(out, "\n\n") {
 		if strings.Contains(g, "weightfs/weightfs/") && strings.HasPrefix(g, "goroutine ") {
@@ -63,7 +63,7 @@ func stackExcerpt(out string) string {
 		}
 	}
 	if len(keep) == 0 {
-		return tail(out, 3000)
+		return campaignTail(out, 3000)
 	}
 	s := strings.Join(keep, "\n\n")
 	if len(s) > 4000 {
@@ -92,52 +92,52 @@ func storeDamageLines(stdout string) []string {
 
 // checkVerify runs `weightfs verify STORE`: store damage must make it fail naming what is
 // damaged; cache damage must not be reported as damage of the store; it must never crash.
-func (tr *trial) checkVerify() {
+func (tr *campaignTrial) checkVerify() {
 	r := tr.runCLI("verify", tr.storeDir)
 	out := r.stdout + r.stderr
 	tr.noted("verify exit %d", r.code)
 	if r.hung {
-		tr.fail("verify", "hung", "no exit in %v; its goroutines:\n\t\t%s", campaignCLITimeout, stackExcerpt(out))
+		tr.fail("verify", "hung", "no exit in %v; its goroutines:\n\t\t%s", campaignCLITimeout, campaignStackExcerpt(out))
 		return
 	}
-	if crashed(r.code, out) {
-		tr.fail("verify", "crash", "exit %d:\n\t\t%s", r.code, crashExcerpt(out))
+	if campaignCrashed(r.code, out) {
+		tr.fail("verify", "crash", "exit %d:\n\t\t%s", r.code, campaignCrashExcerpt(out))
 		return
 	}
 	switch {
 	case tr.kind.cache:
 		if lines := storeDamageLines(r.stdout); len(lines) > 0 {
-			tr.fail("verify", "false store damage", "only a cache was damaged, verify reported the store:\n\t\t%s", tail(strings.Join(lines, "\n"), 2000))
+			tr.fail("verify", "false store damage", "only a cache was damaged, verify reported the store:\n\t\t%s", campaignTail(strings.Join(lines, "\n"), 2000))
 		} else if r.code != 0 && !cacheNamed.MatchString(out) {
-			tr.fail("verify", "failed on cache damage", "exit %d without naming a cache:\n\t\t%s", r.code, tail(out, 2000))
+			tr.fail("verify", "failed on cache damage", "exit %d without naming a cache:\n\t\t%s", r.code, campaignTail(out, 2000))
 		}
 	case tr.kind.name == "object":
 		if r.code == 0 {
-			tr.fail("verify", "missed damage", "exit 0:\n\t\t%s", tail(out, 1000))
+			tr.fail("verify", "missed damage", "exit 0:\n\t\t%s", campaignTail(out, 1000))
 		} else if !strings.Contains(out, tr.object) {
-			tr.fail("verify", "damage not named", "exit %d without naming object %s:\n\t\t%s", r.code, tr.object, tail(out, 2000))
+			tr.fail("verify", "damage not named", "exit %d without naming object %s:\n\t\t%s", r.code, tr.object, campaignTail(out, 2000))
 		}
 	case tr.kind.name == "manifest":
 		if tr.latestManifestDeleted() {
 			return // indistinguishable from a seal that never happened
 		}
 		if r.code == 0 {
-			tr.fail("verify", "missed damage", "exit 0:\n\t\t%s", tail(out, 1000))
-		} else if !namesVersion(out, tr.manifest) {
-			tr.fail("verify", "damage not named", "exit %d without naming version %d:\n\t\t%s", r.code, tr.manifest, tail(out, 2000))
+			tr.fail("verify", "missed damage", "exit 0:\n\t\t%s", campaignTail(out, 1000))
+		} else if !campaignNamesVersion(out, tr.manifest) {
+			tr.fail("verify", "damage not named", "exit %d without naming version %d:\n\t\t%s", r.code, tr.manifest, campaignTail(out, 2000))
 		}
 	case tr.kind.name == "format":
 		if r.code == 0 {
-			tr.fail("verify", "missed damage", "exit 0:\n\t\t%s", tail(out, 1000))
+			tr.fail("verify", "missed damage", "exit 0:\n\t\t%s", campaignTail(out, 1000))
 		} else if !formatNamed.MatchString(out) {
-			tr.fail("verify", "damage not named", "exit %d without naming the format file:\n\t\t%s", r.code, tail(out, 2000))
+			tr.fail("verify", "damage not named", "exit %d without naming the format file:\n\t\t%s", r.code, campaignTail(out, 2000))
 		}
 	}
 }
 
 // checkExports exports every version: each export writes exactly the version's bytes or
 // fails, and never leaves a wrong file. Exports that the damage cannot explain must succeed.
-func (tr *trial) checkExports() {
+func (tr *campaignTrial) checkExports() {
 	var failed []string
 	for v := 1; v <= campaignVersions; v++ {
 		out := filepath.Join(tr.work, fmt.Sprintf("export-v%d", v))
@@ -145,13 +145,13 @@ func (tr *trial) checkExports() {
 		msg := r.stdout + r.stderr
 		what := fmt.Sprintf("export v%d", v)
 		if r.hung {
-			tr.fail("export", "hung", "%s: no exit in %v; its goroutines:\n\t\t%s", what, campaignCLITimeout, stackExcerpt(msg))
+			tr.fail("export", "hung", "%s: no exit in %v; its goroutines:\n\t\t%s", what, campaignCLITimeout, campaignStackExcerpt(msg))
 			os.RemoveAll(out)
 			failed = append(failed, fmt.Sprint(v))
 			continue
 		}
-		if crashed(r.code, msg) {
-			tr.fail("export", "crash", "%s: exit %d:\n\t\t%s", what, r.code, crashExcerpt(msg))
+		if campaignCrashed(r.code, msg) {
+			tr.fail("export", "crash", "%s: exit %d:\n\t\t%s", what, r.code, campaignCrashExcerpt(msg))
 			continue
 		}
 		got := map[string]string{}
@@ -182,9 +182,9 @@ func (tr *trial) checkExports() {
 		failed = append(failed, fmt.Sprint(v))
 		switch {
 		case tr.kind.cache:
-			tr.fail("export", "failed on cache damage", "%s: exit %d:\n\t\t%s", what, r.code, tail(msg, 1500))
+			tr.fail("export", "failed on cache damage", "%s: exit %d:\n\t\t%s", what, r.code, campaignTail(msg, 1500))
 		case tr.kind.name == "manifest" && v != tr.manifest:
-			tr.fail("export", "intact version unreadable", "%s: exit %d although only v%d's manifest is damaged:\n\t\t%s", what, r.code, tr.manifest, tail(msg, 1500))
+			tr.fail("export", "intact version unreadable", "%s: exit %d although only v%d's manifest is damaged:\n\t\t%s", what, r.code, tr.manifest, campaignTail(msg, 1500))
 		}
 		os.RemoveAll(out)
 	}
@@ -194,13 +194,13 @@ func (tr *trial) checkExports() {
 // campaignReadTimeout bounds one mount's reads (a few seconds when all is well).
 const campaignReadTimeout = 2 * time.Minute
 
-// readStats counts a mount's reads by outcome.
-type readStats struct{ ok, eio, skipped int }
+// campaignReads counts a mount's reads by outcome.
+type campaignReads struct{ ok, eio, skipped int }
 
 // checkMount mounts the damaged store (phase "ro" or "rw" with flags), reads every file of
 // every version, the latest link and every file of patches/ and deltas/, and stops the
 // daemon. Reads must return the right bytes or EIO; the daemon must live to the end.
-func (tr *trial) checkMount(phase string, flags ...string) {
+func (tr *campaignTrial) checkMount(phase string, flags ...string) {
 	mnt := filepath.Join(tr.work, "mnt-"+phase)
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		tr.t.Fatal(err)
@@ -213,19 +213,19 @@ func (tr *trial) checkMount(phase string, flags ...string) {
 			out = d.out.String()
 		}
 		switch {
-		case crashed(0, out):
-			tr.fail(phase, "crash", "the daemon crashed while mounting: %v\n\t\t%s", err, crashExcerpt(out))
+		case campaignCrashed(0, out):
+			tr.fail(phase, "crash", "the daemon crashed while mounting: %v\n\t\t%s", err, campaignCrashExcerpt(out))
 		case tr.kind.name == "format":
 			tr.noted("%s: refused to mount", phase)
 		default:
-			tr.fail(phase, "mount refused", "%v\n\t\t%s", err, tail(out, 1500))
+			tr.fail(phase, "mount refused", "%v\n\t\t%s", err, campaignTail(out, 1500))
 		}
 		return
 	}
 	if tr.kind.name == "format" {
 		tr.fail(phase, "damaged format accepted", "the mount started")
 	}
-	var st readStats
+	var st campaignReads
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -247,29 +247,33 @@ func (tr *trial) checkMount(phase string, flags ...string) {
 		}
 		<-done
 	}
-	res := d.finish()
+	res := d.campaignStop()
 	out := d.out.String()
 	switch {
 	case hungReads:
-	case res.diedEarly:
-		tr.fail(phase, "daemon died", "the daemon exited (status %d) while serving (first noticed by %s):\n\t\t%s",
-			res.code, orNone(tr.deadRead), crashExcerpt(out))
-	case res.notServing, tr.deadRead != "":
-		tr.fail(phase, "daemon died", "the mount stopped answering while the daemon ran (first noticed by %s):\n\t\t%s",
-			orNone(tr.deadRead), tail(out, 3000))
+	case res.diedEarly, res.notServing, tr.deadRead != "":
+		how := fmt.Sprintf("the daemon exited (status %d) while serving", res.code)
+		if !res.diedEarly {
+			how = "the mount stopped answering while the daemon ran"
+		}
+		why := campaignTail(out, 3000)
+		if campaignCrashed(res.code, out) {
+			why = campaignCrashExcerpt(out)
+		}
+		tr.fail(phase, "daemon died", "%s (first noticed by %s):\n\t\t%s", how, campaignOrNone(tr.deadRead), why)
 	case res.hung:
-		tr.fail(phase, "hung", "the daemon did not exit on SIGTERM:\n\t\t%s", tail(out, 3000))
-	case crashed(res.code, out):
-		tr.fail(phase, "crash", "exit %d:\n\t\t%s", res.code, crashExcerpt(out))
+		tr.fail(phase, "hung", "the daemon did not exit on SIGTERM:\n\t\t%s", campaignTail(out, 3000))
+	case campaignCrashed(res.code, out):
+		tr.fail(phase, "crash", "exit %d:\n\t\t%s", res.code, campaignCrashExcerpt(out))
 	case res.code != 0:
-		tr.fail(phase, "unclean exit", "the daemon exited with status %d on SIGTERM:\n\t\t%s", res.code, tail(out, 1500))
+		tr.fail(phase, "unclean exit", "the daemon exited with status %d on SIGTERM:\n\t\t%s", res.code, campaignTail(out, 1500))
 	}
 	tr.noted("%s: %d reads right, %d EIO, %d not checked", phase, st.ok, st.eio, st.skipped)
 }
 
 // readMount does checkMount's reads; it stops early when the daemon is gone.
-func (tr *trial) readMount(phase, mnt string, d *mountDaemon) readStats {
-	var st readStats
+func (tr *campaignTrial) readMount(phase, mnt string, d *mountDaemon) campaignReads {
+	var st campaignReads
 	alive := func() bool {
 		if tr.deadRead != "" {
 			return false
@@ -299,7 +303,7 @@ func (tr *trial) readMount(phase, mnt string, d *mountDaemon) readStats {
 			st.skipped += len(tr.c.want[v])
 			continue
 		}
-		for _, f := range sortedKeys(tr.c.want[v]) {
+		for _, f := range campaignSortedKeys(tr.c.want[v]) {
 			tr.checkRead(phase, filepath.Join(mnt, name, f), tr.c.want[v][f], tr.mustRead(v), &st)
 		}
 	}
@@ -307,14 +311,14 @@ func (tr *trial) readMount(phase, mnt string, d *mountDaemon) readStats {
 	if err == nil && alive() {
 		var v int
 		if _, err := fmt.Sscanf(link, "weight_v%d", &v); err == nil && tr.c.want[v] != nil {
-			f := sortedKeys(tr.c.want[v])[0]
+			f := campaignSortedKeys(tr.c.want[v])[0]
 			tr.checkRead(phase, filepath.Join(mnt, "latest", f), tr.c.want[v][f], tr.mustRead(v), &st)
 		}
 	}
 	if tr.kind.cache && alive() && link != tr.c.latest {
 		tr.fail(phase, "wrong latest", "latest -> %q (%v), want %s", link, err, tr.c.latest)
 	}
-	for _, view := range sortedKeys(tr.c.views) {
+	for _, view := range campaignSortedKeys(tr.c.views) {
 		if !alive() {
 			break
 		}
@@ -339,14 +343,14 @@ func (tr *trial) readMount(phase, mnt string, d *mountDaemon) readStats {
 // checkSeal writes the next version through the read-write mount, seals it with DONE and
 // reads it back: damage of an older version, of a manifest or of a cache must not stop the
 // store from taking new versions (issue 15, items 4, 5 and 7), nor make them unreadable.
-func (tr *trial) checkSeal(mnt string, st *readStats) {
+func (tr *campaignTrial) checkSeal(mnt string, st *campaignReads) {
 	v := campaignVersions + 1
 	dir := versionDir(mnt, v)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		tr.sealFailed("mkdir "+filepath.Base(dir), err)
 		return
 	}
-	for _, f := range sortedKeys(tr.c.want[v]) {
+	for _, f := range campaignSortedKeys(tr.c.want[v]) {
 		data, err := os.ReadFile(filepath.Join(tr.c.next, f))
 		if err != nil {
 			tr.t.Error(err) // not Fatal: not the test's goroutine
@@ -367,12 +371,12 @@ func (tr *trial) checkSeal(mnt string, st *readStats) {
 	}
 	// A new version's objects may be deltas against a damaged object: only then may it EIO.
 	must := tr.kind.name != "object"
-	for _, f := range sortedKeys(tr.c.want[v]) {
+	for _, f := range campaignSortedKeys(tr.c.want[v]) {
 		tr.checkRead("seal", filepath.Join(dir, f), tr.c.want[v][f], must, st)
 	}
 }
 
-func (tr *trial) sealFailed(what string, err error) {
+func (tr *campaignTrial) sealFailed(what string, err error) {
 	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
 		tr.deadRead = fmt.Sprintf("seal: %s: %v", what, err)
 		return
@@ -382,13 +386,13 @@ func (tr *trial) sealFailed(what string, err error) {
 
 // mustRead says whether every read of version v must succeed: when only a cache is damaged
 // (caches fall back to the store) or only another version's manifest.
-func (tr *trial) mustRead(v int) bool {
+func (tr *campaignTrial) mustRead(v int) bool {
 	return tr.kind.cache || (tr.kind.name == "manifest" && v != tr.manifest)
 }
 
 // checkRead reads the file p through the mount: the right bytes, or EIO where the damage may
 // explain it (must: never).
-func (tr *trial) checkRead(phase, p, want string, must bool, st *readStats) {
+func (tr *campaignTrial) checkRead(phase, p, want string, must bool, st *campaignReads) {
 	data, err := os.ReadFile(p)
 	rel := strings.TrimPrefix(p, tr.work+"/")
 	if err != nil {
@@ -403,7 +407,7 @@ func (tr *trial) checkRead(phase, p, want string, must bool, st *readStats) {
 	st.ok++
 }
 
-func (tr *trial) readFailed(phase, what string, err error, must bool, st *readStats) {
+func (tr *campaignTrial) readFailed(phase, what string, err error, must bool, st *campaignReads) {
 	switch {
 	case errors.Is(err, syscall.ENOTCONN), errors.Is(err, syscall.ECONNABORTED):
 		// The daemon is gone: checkMount reports it once, with its output.
@@ -421,7 +425,7 @@ func (tr *trial) readFailed(phase, what string, err error, must bool, st *readSt
 	}
 }
 
-func (tr *trial) whyMust(what string) string {
+func (tr *campaignTrial) whyMust(what string) string {
 	switch {
 	case strings.Contains(what, fmt.Sprintf("weight_v%06d", campaignVersions+1)):
 		return "a version sealed after the damage"
@@ -431,14 +435,14 @@ func (tr *trial) whyMust(what string) string {
 	return fmt.Sprintf("only v%d's manifest is damaged", tr.manifest)
 }
 
-func orNone(s string) string {
+func campaignOrNone(s string) string {
 	if s == "" {
 		return "no read"
 	}
 	return s
 }
 
-func sortedKeys(m map[string]string) []string {
+func campaignSortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

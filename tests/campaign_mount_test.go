@@ -36,12 +36,12 @@ func campaignMount(t *testing.T, storeDir, mnt string, flags ...string) (*mountD
 	for !isServing(mnt) {
 		select {
 		case <-d.exited:
-			d.finish()
+			d.campaignStop()
 			return d, fmt.Errorf("weightfs %s exited with status %d before mounting", strings.Join(args, " "), d.cmd.ProcessState.ExitCode())
 		default:
 		}
 		if time.Now().After(deadline) {
-			d.finish()
+			d.campaignStop()
 			return d, fmt.Errorf("weightfs %s: not mounted after 30s", strings.Join(args, " "))
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -61,7 +61,7 @@ type campaignCLIResult struct {
 
 // runCLI is runCLI with a time limit: a command that does not exit in campaignCLITimeout is
 // sent SIGQUIT, so that its goroutines show where it is stuck, then killed.
-func (tr *trial) runCLI(args ...string) campaignCLIResult {
+func (tr *campaignTrial) runCLI(args ...string) campaignCLIResult {
 	tr.t.Helper()
 	cmd := weightfsCommand(weightfsBin(tr.t), args...)
 	var out, errb lockedBuffer
@@ -96,18 +96,18 @@ func (tr *trial) runCLI(args ...string) campaignCLIResult {
 	return res
 }
 
-// daemonEnd is how a campaign daemon ended.
-type daemonEnd struct {
+// campaignDaemonEnd is how a campaign daemon ended.
+type campaignDaemonEnd struct {
 	diedEarly  bool // it had exited before it was asked to
 	notServing bool // it ran, but its mount no longer answered
 	hung       bool // it did not exit within 20s of SIGTERM
 	code       int  // its exit status
 }
 
-// finish stops the daemon (SIGTERM, then SIGKILL after 20s), unmounts what it left, and says
+// campaignStop stops the daemon (SIGTERM, then SIGKILL after 20s), unmounts what it left, and says
 // how it ended. The cleanup's stop does nothing after it.
-func (d *mountDaemon) finish() daemonEnd {
-	var end daemonEnd
+func (d *mountDaemon) campaignStop() campaignDaemonEnd {
+	var end campaignDaemonEnd
 	d.once.Do(func() {
 		select {
 		case <-d.exited:

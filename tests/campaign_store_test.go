@@ -39,14 +39,14 @@ type campaignStore struct {
 	dir     string                    // WORK: store/ and rocache/ under it
 	want    map[int]map[string]string // version -> file -> SHA-256 (from the sources)
 	views   map[string]string         // "patches/NAME" or "deltas/DIR/NAME" -> SHA-256
-	objects map[string]objectUse      // object id -> what it is and who names it
+	objects map[string]campaignObject // object id -> what it is and who names it
 	latest  string                    // the latest version's directory name
 	next    string                    // the source of version campaignVersions+1 (want has it)
 }
 
-// objectUse says what an object holds, for failure messages and for knowing which versions
+// campaignObject says what an object holds, for failure messages and for knowing which versions
 // name it directly.
-type objectUse struct {
+type campaignObject struct {
 	rep      string         // "full", "anchor" (full with a link), "delta"
 	versions map[int]string // version -> the first file (and tensor) that names it
 }
@@ -102,12 +102,12 @@ func buildCampaignStore(t *testing.T) *campaignStore {
 	d := startMount(t, storeDir, rw)
 	run(t, "cp", "-r", srcDir(srcs, campaignVersions), versionDir(rw, campaignVersions))
 	run(t, "touch", filepath.Join(versionDir(rw, campaignVersions), "DONE"))
-	c.views = readViews(t, rw)
+	c.views = campaignReadViews(t, rw)
 	d.stop()
 
 	// A read-only mount with a persistent cache directory: its copy and its renders.
 	d = startMount(t, storeDir, rw, "--read-only", "--cache-dir", c.roCacheDir())
-	roViews := readViews(t, rw)
+	roViews := campaignReadViews(t, rw)
 	link, err := os.Readlink(filepath.Join(rw, "latest"))
 	if err != nil {
 		t.Fatal(err)
@@ -127,13 +127,13 @@ func buildCampaignStore(t *testing.T) *campaignStore {
 	// What the campaign attacks must be there.
 	for _, cache := range []string{filepath.Join(storeDir, "cache"), c.roCacheDir()} {
 		sameHashes(t, "pristine: materialized copy in "+cache, treeHashes(t, filepath.Join(cache, "materialized")), c.want[campaignVersions])
-		for _, kind := range []fileKind{kindIndex, kindCopy, kindRender} {
+		for _, kind := range []campaignKind{kindIndex, kindCopy, kindRender} {
 			if len(kind.files(cache)) == 0 {
 				t.Errorf("pristine: no %s files in %s", kind.name, cache)
 			}
 		}
 	}
-	c.objects = objectUses(t, storeDir)
+	c.objects = campaignObjectUses(t, storeDir)
 	reps := map[string]int{}
 	for _, u := range c.objects {
 		reps[u.rep]++
@@ -152,8 +152,8 @@ func buildCampaignStore(t *testing.T) *campaignStore {
 	return c
 }
 
-// readViews reads every file under MNT/patches and MNT/deltas and returns their hashes.
-func readViews(t *testing.T, mnt string) map[string]string {
+// campaignReadViews reads every file under MNT/patches and MNT/deltas and returns their hashes.
+func campaignReadViews(t *testing.T, mnt string) map[string]string {
 	t.Helper()
 	got := map[string]string{}
 	for _, view := range []string{"patches", "deltas"} {
@@ -167,12 +167,12 @@ func readViews(t *testing.T, mnt string) map[string]string {
 	return got
 }
 
-// objectUses reads every manifest of a store (their JSON, without the library) and every
+// campaignObjectUses reads every manifest of a store (their JSON, without the library) and every
 // object's header, and says of every object whether it is a full copy, an anchor or a delta
 // and which versions name it.
-func objectUses(t *testing.T, storeDir string) map[string]objectUse {
+func campaignObjectUses(t *testing.T, storeDir string) map[string]campaignObject {
 	t.Helper()
-	uses := map[string]objectUse{}
+	uses := map[string]campaignObject{}
 	for _, p := range kindObject.files(storeDir) {
 		data, err := os.ReadFile(p)
 		if err != nil || len(data) < 96 {
@@ -185,10 +185,10 @@ func objectUses(t *testing.T, storeDir string) map[string]objectUse {
 		case !bytes.Equal(data[48:80], make([]byte, 32)):
 			rep = "anchor"
 		}
-		uses[filepath.Base(p)] = objectUse{rep: rep, versions: map[int]string{}}
+		uses[filepath.Base(p)] = campaignObject{rep: rep, versions: map[int]string{}}
 	}
 	for _, p := range kindManifest.files(storeDir) {
-		m := readManifestJSON(t, p)
+		m := campaignReadManifest(t, p)
 		for _, f := range m.Files {
 			name := func(id, what string) {
 				if u, ok := uses[id]; ok {
@@ -207,8 +207,8 @@ func objectUses(t *testing.T, storeDir string) map[string]objectUse {
 	return uses
 }
 
-// manifestJSON is the part of a manifest (docs/format.md §4) the campaign needs.
-type manifestJSON struct {
+// campaignManifest is the part of a manifest (docs/format.md §4) the campaign needs.
+type campaignManifest struct {
 	Version int `json:"version"`
 	Files   []struct {
 		Path    string `json:"path"`
@@ -221,7 +221,7 @@ type manifestJSON struct {
 	} `json:"files"`
 }
 
-func readManifestJSON(t *testing.T, p string) manifestJSON {
+func campaignReadManifest(t *testing.T, p string) campaignManifest {
 	t.Helper()
 	data, err := os.ReadFile(p)
 	if err != nil {
@@ -231,46 +231,46 @@ func readManifestJSON(t *testing.T, p string) manifestJSON {
 		t.Fatalf("manifest %s: not a manifest", p)
 	}
 	n := binary.LittleEndian.Uint64(data[8:16])
-	var m manifestJSON
+	var m campaignManifest
 	if n > uint64(len(data)-20) || json.Unmarshal(data[16:16+n], &m) != nil {
 		t.Fatalf("manifest %s: cannot read its JSON", p)
 	}
 	return m
 }
 
-// fileKind is one kind of file the campaign damages. files lists them under root (the store
+// campaignKind is one kind of file the campaign damages. files lists them under root (the store
 // for store kinds, a cache directory for cache kinds), sorted.
-type fileKind struct {
+type campaignKind struct {
 	name  string
 	cache bool // node-local: damage is repaired, never reported as store damage
 	files func(root string) []string
 }
 
 var (
-	kindObject = fileKind{"object", false, func(root string) []string {
-		return regularFiles(filepath.Join(root, "objects"), func(rel string) bool { return isHexID(filepath.Base(rel)) })
+	kindObject = campaignKind{"object", false, func(root string) []string {
+		return campaignRegularFiles(filepath.Join(root, "objects"), func(rel string) bool { return campaignIsHexID(filepath.Base(rel)) })
 	}}
-	kindManifest = fileKind{"manifest", false, func(root string) []string {
-		return regularFiles(filepath.Join(root, "versions"), func(rel string) bool { return strings.HasPrefix(rel, "v") })
+	kindManifest = campaignKind{"manifest", false, func(root string) []string {
+		return campaignRegularFiles(filepath.Join(root, "versions"), func(rel string) bool { return strings.HasPrefix(rel, "v") })
 	}}
-	kindFormat = fileKind{"format", false, func(root string) []string {
-		return existing(filepath.Join(root, "weightfs-store"))
+	kindFormat = campaignKind{"format", false, func(root string) []string {
+		return campaignExisting(filepath.Join(root, "weightfs-store"))
 	}}
-	kindIndex = fileKind{"index", true, func(root string) []string {
-		return existing(filepath.Join(root, "index.db"))
+	kindIndex = campaignKind{"index", true, func(root string) []string {
+		return campaignExisting(filepath.Join(root, "index.db"))
 	}}
-	kindCopy = fileKind{"copy", true, func(root string) []string {
-		return regularFiles(filepath.Join(root, "materialized"), nil)
+	kindCopy = campaignKind{"copy", true, func(root string) []string {
+		return campaignRegularFiles(filepath.Join(root, "materialized"), nil)
 	}}
-	kindRender = fileKind{"render", true, func(root string) []string {
-		return regularFiles(filepath.Join(root, "render"), func(rel string) bool { return !strings.HasPrefix(rel, "tmp/") })
+	kindRender = campaignKind{"render", true, func(root string) []string {
+		return campaignRegularFiles(filepath.Join(root, "render"), func(rel string) bool { return !strings.HasPrefix(rel, "tmp/") })
 	}}
-	campaignKinds = []fileKind{kindObject, kindManifest, kindIndex, kindCopy, kindFormat, kindRender}
+	campaignKinds = []campaignKind{kindObject, kindManifest, kindIndex, kindCopy, kindFormat, kindRender}
 )
 
-// regularFiles lists the regular files under dir whose slash path relative to dir passes
+// campaignRegularFiles lists the regular files under dir whose slash path relative to dir passes
 // keep (nil: all), sorted. A missing dir has none.
-func regularFiles(dir string, keep func(rel string) bool) []string {
+func campaignRegularFiles(dir string, keep func(rel string) bool) []string {
 	var out []string
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -289,22 +289,22 @@ func regularFiles(dir string, keep func(rel string) bool) []string {
 	return out
 }
 
-// existing is the file p as a list: empty when it is not a regular file.
-func existing(p string) []string {
+// campaignExisting is the file p as a list: empty when it is not a regular file.
+func campaignExisting(p string) []string {
 	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
 		return []string{p}
 	}
 	return nil
 }
 
-func isHexID(s string) bool {
+func campaignIsHexID(s string) bool {
 	b, err := hex.DecodeString(s)
 	return err == nil && len(b) == 32
 }
 
-// copyTree copies the directory src to dst (which must not exist): directories, regular
+// campaignCopyTree copies the directory src to dst (which must not exist): directories, regular
 // files with their modes; a store and its caches hold nothing else.
-func copyTree(src, dst string) error {
+func campaignCopyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -319,7 +319,7 @@ func copyTree(src, dst string) error {
 		case d.IsDir():
 			return os.MkdirAll(target, info.Mode().Perm()|0o700)
 		case d.Type().IsRegular():
-			return copyFile(p, target, info.Mode().Perm())
+			return campaignCopyFile(p, target, info.Mode().Perm())
 		case d.Type()&fs.ModeSocket != 0, d.Type()&fs.ModeNamedPipe != 0:
 			return nil
 		}
@@ -327,7 +327,7 @@ func copyTree(src, dst string) error {
 	})
 }
 
-func copyFile(src, dst string, mode fs.FileMode) error {
+func campaignCopyFile(src, dst string, mode fs.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ const (
 	campaignDefaultSeed   = 1
 )
 
-// campaignAttacks are applied to one file each; see damageFile.
+// campaignAttacks are applied to one file each; see campaignDamage.
 var campaignAttacks = []string{"flip", "truncate", "delete"}
 
 func TestCampaign(t *testing.T) {
@@ -56,7 +56,7 @@ func TestCampaign(t *testing.T) {
 		kind := campaignKinds[i%len(campaignKinds)]
 		attack := campaignAttacks[(i/len(campaignKinds))%len(campaignAttacks)]
 		t.Run(fmt.Sprintf("trial%02d_%s_%s", i, kind.name, attack), func(t *testing.T) {
-			tr := newTrial(t, c, log, seed, i, kind, attack)
+			tr := newCampaignTrial(t, c, log, seed, i, kind, attack)
 			tr.run()
 		})
 	}
@@ -76,14 +76,14 @@ func campaignEnv(t *testing.T, name string, def uint64) uint64 {
 	return n
 }
 
-// trial is one damaged copy of the pristine store and what is checked on it.
-type trial struct {
+// campaignTrial is one damaged copy of the pristine store and what is checked on it.
+type campaignTrial struct {
 	t      *testing.T
 	c      *campaignStore
 	log    *campaignLog
 	seed   uint64
 	n      int
-	kind   fileKind
+	kind   campaignKind
 	attack string
 	rng    *rand.Rand
 
@@ -97,21 +97,21 @@ type trial struct {
 	deadRead string   // the current mount's first read that found the daemon gone
 }
 
-func newTrial(t *testing.T, c *campaignStore, log *campaignLog, seed uint64, n int, kind fileKind, attack string) *trial {
+func newCampaignTrial(t *testing.T, c *campaignStore, log *campaignLog, seed uint64, n int, kind campaignKind, attack string) *campaignTrial {
 	work := t.TempDir()
-	tr := &trial{t: t, c: c, log: log, seed: seed, n: n, kind: kind, attack: attack,
+	tr := &campaignTrial{t: t, c: c, log: log, seed: seed, n: n, kind: kind, attack: attack,
 		rng:  rand.New(rand.NewPCG(seed, uint64(n))),
 		work: work, storeDir: filepath.Join(work, "store"), roCache: filepath.Join(work, "rocache")}
-	if err := copyTree(c.storeDir(), tr.storeDir); err != nil {
+	if err := campaignCopyTree(c.storeDir(), tr.storeDir); err != nil {
 		t.Fatalf("copy the pristine store: %v", err)
 	}
-	if err := copyTree(c.roCacheDir(), tr.roCache); err != nil {
+	if err := campaignCopyTree(c.roCacheDir(), tr.roCache); err != nil {
 		t.Fatalf("copy the pristine reader cache: %v", err)
 	}
 	return tr
 }
 
-func (tr *trial) run() {
+func (tr *campaignTrial) run() {
 	tr.applyDamage()
 	tr.t.Logf("seed %d trial %d: %s", tr.seed, tr.n, strings.Join(tr.damage, "; "))
 	tr.checkVerify()
@@ -123,7 +123,7 @@ func (tr *trial) run() {
 
 // applyDamage picks the file(s) and damages them: for a store kind one file of the store;
 // for a cache kind one file of the writer's cache (STORE/cache) and one of the reader's.
-func (tr *trial) applyDamage() {
+func (tr *campaignTrial) applyDamage() {
 	roots := []string{tr.storeDir}
 	if tr.kind.cache {
 		roots = []string{filepath.Join(tr.storeDir, "cache"), tr.roCache}
@@ -134,7 +134,7 @@ func (tr *trial) applyDamage() {
 			tr.t.Fatalf("%s: %v under %s", tr.kind.name, errNoTarget, root)
 		}
 		p := files[tr.rng.IntN(len(files))]
-		what, err := damageFile(tr.rng, p, tr.attack)
+		what, err := campaignDamage(tr.rng, p, tr.attack)
 		if err != nil {
 			tr.t.Fatalf("damage %s: %v", p, err)
 		}
@@ -144,7 +144,7 @@ func (tr *trial) applyDamage() {
 		case "object":
 			tr.object = filepath.Base(p)
 			u := tr.c.objects[tr.object]
-			desc += fmt.Sprintf(" [%s object, named by %s]", u.rep, describeUses(u.versions))
+			desc += fmt.Sprintf(" [%s object, named by %s]", u.rep, campaignDescribeUses(u.versions))
 		case "manifest":
 			v, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(p), "v"))
 			if err != nil {
@@ -156,7 +156,7 @@ func (tr *trial) applyDamage() {
 	}
 }
 
-func describeUses(vs map[int]string) string {
+func campaignDescribeUses(vs map[int]string) string {
 	if len(vs) == 0 {
 		return "no manifest (a base only)"
 	}
@@ -168,9 +168,9 @@ func describeUses(vs map[int]string) string {
 	return strings.Join(parts, ", ")
 }
 
-// damageFile applies attack to the file p and says what it did. A flip XORs one random byte
+// campaignDamage applies attack to the file p and says what it did. A flip XORs one random byte
 // with a random non-zero value; a truncation cuts the file at a random shorter length.
-func damageFile(rng *rand.Rand, p, attack string) (string, error) {
+func campaignDamage(rng *rand.Rand, p, attack string) (string, error) {
 	st, err := os.Stat(p)
 	if err != nil {
 		return "", err
@@ -210,7 +210,7 @@ func damageFile(rng *rand.Rand, p, attack string) (string, error) {
 }
 
 // fail records one finding and fails the trial with a message that says how to reproduce it.
-func (tr *trial) fail(phase, class, format string, args ...any) {
+func (tr *campaignTrial) fail(phase, class, format string, args ...any) {
 	tr.t.Helper()
 	detail := fmt.Sprintf(format, args...)
 	tr.log.add(campaignFinding{trial: tr.n, kind: tr.kind.name, attack: tr.attack, phase: phase, class: class})
@@ -219,21 +219,23 @@ func (tr *trial) fail(phase, class, format string, args ...any) {
 }
 
 // noted adds a line to the trial's outcome.
-func (tr *trial) noted(format string, args ...any) {
+func (tr *campaignTrial) noted(format string, args ...any) {
 	tr.outcome = append(tr.outcome, fmt.Sprintf(format, args...))
 }
 
 // versionIntact says whether version v's manifest was left alone.
-func (tr *trial) versionIntact(v int) bool { return tr.kind.name != "manifest" || v != tr.manifest }
+func (tr *campaignTrial) versionIntact(v int) bool {
+	return tr.kind.name != "manifest" || v != tr.manifest
+}
 
 // latestManifestDeleted is the one damage no check can see: a store whose newest manifest is
 // gone is a store whose newest seal never happened (docs/format.md §7).
-func (tr *trial) latestManifestDeleted() bool {
+func (tr *campaignTrial) latestManifestDeleted() bool {
 	return tr.kind.name == "manifest" && tr.attack == "delete" && tr.manifest == campaignVersions
 }
 
-// namesVersion matches output naming version v ("version 3", "weight_v000003", "v000003").
-func namesVersion(out string, v int) bool {
+// campaignNamesVersion matches output naming version v ("version 3", "weight_v000003", "v000003").
+func campaignNamesVersion(out string, v int) bool {
 	re := regexp.MustCompile(fmt.Sprintf(`(?i)(version\s+0*%d\b|v0*%d\b)`, v, v))
 	return re.MatchString(out)
 }
