@@ -98,6 +98,9 @@ func (s *Store) writeVerified(ver *version, f *manifestFile, dir string, opts re
 		if err != nil && !(errors.Is(err, io.EOF) && off+int64(n) == f.Size) {
 			return "", err
 		}
+		if n == 0 { // no error, no byte: stop rather than spin
+			return "", fmt.Errorf("read %s at %d: no bytes: %w", f.Path, off, ErrCorrupt)
+		}
 		h.Write(buf[:n])
 		if _, err := out.Write(buf[:n]); err != nil {
 			return "", err

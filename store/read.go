@@ -318,12 +318,38 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		}
 		return nil, err
 	}
+	if err := s.checkStepLengths(id, p, m.ContentLen); err != nil {
+		return nil, err
+	}
 	page := newPage(min(pageSize, m.ContentLen-off))
 	if err := s.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
 		page.release()
 		return nil, err
 	}
 	return page, nil
+}
+
+// checkStepLengths checks the content length the page of id is cut by (from id's header
+// before its CRC was checked, or from the index) against a checked source: the header of
+// every delta the plan applies, each loaded with its object's CRC checked (loadDelta caches
+// them for applySteps). A length that disagrees is damage (ErrCorrupt), found before a read
+// of the start object is sized by it.
+func (s *Store) checkStepLengths(id ID, p plan, contentLen int64) error {
+	for _, st := range p.steps {
+		d, err := s.loadDelta(st.obj)
+		if errors.Is(err, errStale) {
+			s.forgetMeta(st.obj)
+		}
+		if err != nil {
+			return err
+		}
+		if d.hdr.ContentLen != contentLen {
+			s.forgetMeta(id)
+			return objectError(id, fmt.Errorf("read as %d content bytes, delta %s (checked) has %d: %w",
+				contentLen, st.obj, d.hdr.ContentLen, ErrCorrupt))
+		}
+	}
+	return nil
 }
 
 // fillPage writes into page.b the page at content offset off (page number pg) of the object
@@ -380,11 +406,20 @@ func (s *Store) readFullRange(id ID, off int64, dst []byte) error {
 	if info.hdr.Kind != kindFull {
 		return errStale
 	}
+	// The range comes from a length the caller took from elsewhere (a delta's header, the
+	// index): one past this object's content is damage, and would make no progress below.
+	if off < 0 || off+int64(len(dst)) > info.hdr.ContentLen {
+		return objectError(id, fmt.Errorf("read of content bytes [%d, %d) of an object of %d bytes: %w",
+			off, off+int64(len(dst)), info.hdr.ContentLen, ErrCorrupt))
+	}
 	size := info.table.size
 	for len(dst) > 0 {
 		i := off / size
 		in := off - i*size
 		clen := info.table.chunkLen(int(i), info.hdr.ContentLen)
+		if clen <= in { // every pass must move: never spin on a chunk with nothing left
+			return objectError(id, fmt.Errorf("chunk %d holds no content byte at %d: %w", i, off, ErrCorrupt))
+		}
 		if in == 0 && int64(len(dst)) >= clen {
 			if err := s.readChunk(id, int(i), dst[:clen]); err != nil {
 				return err
