@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -38,10 +37,21 @@ type viewFile struct {
 	first   func() (store.RenderedFile, error)
 }
 
-// viewHandle is one open of a viewFile.
+// viewHandle is one open of a viewFile. Every read is checked against the render's sums
+// (store.RenderedFile.ReadAt); a damaged render is dropped by the store and rendered again,
+// and the handle moves to the new render's file.
 type viewHandle struct {
-	f    *os.File // nil when the bytes are in memory
+	mu   sync.Mutex
+	f    *os.File           // nil when the bytes are in memory
+	rf   store.RenderedFile // what f holds and is checked against
+	old  []*os.File         // files of dropped renders, closed at release (a read may be on one)
 	data []byte
+}
+
+func (h *viewHandle) current() (*os.File, store.RenderedFile) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.f, h.rf
 }
 
 func newViewFile(m *mountState, where string, rf store.RenderedFile, mtime time.Time, again func() (store.RenderedFile, error)) *viewFile {
@@ -92,35 +102,35 @@ func (f *viewFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	rf := f.rendered()
 	if f.isPending() {
-		file, err := f.renderAgain(rf, f.first)
+		file, rf, err := f.renderAgain(rf, f.first)
 		if err != nil {
 			return nil, 0, f.m.fail(err, "open %s", f.where)
 		}
-		return &viewHandle{f: file}, fuse.FOPEN_KEEP_CACHE, 0
+		return &viewHandle{f: file, rf: rf}, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	if rf.Path == "" {
 		return &viewHandle{data: rf.Data}, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	file, err := os.Open(rf.Path)
 	if errors.Is(err, fs.ErrNotExist) && f.again != nil {
-		file, err = f.renderAgain(rf, f.again)
+		file, rf, err = f.renderAgain(rf, f.again)
 	}
 	if err != nil {
 		return nil, 0, f.m.fail(err, "open %s", f.where)
 	}
-	return &viewHandle{f: file}, fuse.FOPEN_KEEP_CACHE, 0
+	return &viewHandle{f: file, rf: rf}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // renderAgain renders a file whose cache file has gone, or a pending file; the render must have
 // the size the kernel already knows (the same key gives the same bytes; a pending file's size
 // was worked out for exactly these bytes).
-func (f *viewFile) renderAgain(old store.RenderedFile, render func() (store.RenderedFile, error)) (*os.File, error) {
+func (f *viewFile) renderAgain(old store.RenderedFile, render func() (store.RenderedFile, error)) (*os.File, store.RenderedFile, error) {
 	rf, err := render()
 	if err != nil {
-		return nil, err
+		return nil, rf, err
 	}
 	if rf.Size != old.Size || rf.Path == "" {
-		return nil, fmt.Errorf("rendered again as %d bytes, served as %d: %w", rf.Size, old.Size, store.ErrCorrupt)
+		return nil, rf, fmt.Errorf("rendered again as %d bytes, served as %d: %w", rf.Size, old.Size, store.ErrCorrupt)
 	}
 	f.mu.Lock()
 	f.rf = rf
@@ -128,9 +138,10 @@ func (f *viewFile) renderAgain(old store.RenderedFile, render func() (store.Rend
 	f.pending = false
 	f.mu.Unlock()
 	if !wasPending {
-		f.m.logf("%s: rendered again (the cached file had gone)", f.where)
+		f.m.logf("%s: rendered again (the cached file had gone or failed its check)", f.where)
 	}
-	return os.Open(rf.Path)
+	file, err := os.Open(rf.Path)
+	return file, rf, err
 }
 
 func (f *viewFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -150,18 +161,51 @@ func (f *viewFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 		return fuse.ReadResultData(h.data[off : off+n]), 0
 	}
 	buf := dest[:n]
-	got, err := h.f.ReadAt(buf, off)
-	if int64(got) < n {
-		if err == nil || errors.Is(err, io.EOF) {
-			err = fmt.Errorf("short read: %d of %d bytes (the cached render shrank)", got, n)
+	file, rf := h.current()
+	got, err := rf.ReadAt(file, buf, off)
+	if errors.Is(err, store.ErrDamagedRender) && f.again != nil {
+		// The store logged and dropped the damaged render: serve from a new one.
+		f.m.logf("%s: %v: rendering it again", f.where, err)
+		if file, rf, err = f.swapRender(h, file, rf); err == nil {
+			got, err = rf.ReadAt(file, buf, off)
+		}
+	}
+	if err == nil && int64(got) < n {
+		err = fmt.Errorf("short read: %d of %d bytes: %w", got, n, store.ErrCorrupt)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrDamagedRender) {
+			err = fmt.Errorf("%w (%w)", err, store.ErrCorrupt)
 		}
 		return nil, f.m.fail(err, "read %s at %d+%d", f.where, off, n)
 	}
 	return fuse.ReadResultData(buf), 0
 }
 
+// swapRender moves handle h from the dropped render had (open as hadFile) to a new one,
+// rendered once for all the handle's readers: one that finds it moved uses the new file.
+func (f *viewFile) swapRender(h *viewHandle, hadFile *os.File, had store.RenderedFile) (*os.File, store.RenderedFile, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.f != hadFile {
+		return h.f, h.rf, nil
+	}
+	file, rf, err := f.renderAgain(had, f.again)
+	if err != nil {
+		return nil, rf, err
+	}
+	h.old = append(h.old, h.f)
+	h.f, h.rf = file, rf
+	return file, rf, nil
+}
+
 func (f *viewFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 	if h, ok := fh.(*viewHandle); ok && h.f != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, old := range h.old {
+			old.Close()
+		}
 		if err := h.f.Close(); err != nil {
 			f.m.logf("close %s: %v", f.where, err)
 		}

@@ -8,6 +8,11 @@ var (
 	// ErrCorrupt marks store data that fails a check: a CRC, a SHA-256, a framing rule. Reads
 	// return it rather than wrong bytes; Verify reports it per object and per version.
 	ErrCorrupt = errors.New("corrupt store data")
+	// ErrDamagedRender marks a cached render (a patch or a slime delta in the cache
+	// directory) whose bytes failed their sums or whose file went missing or short: the read
+	// served nothing, the render was dropped (and logged), and rendering it again from the
+	// store gives the right bytes.
+	ErrDamagedRender = errors.New("cached render failed its check")
 	// ErrVersionNotAbove marks a new version whose number does not exceed every sealed one.
 	ErrVersionNotAbove = errors.New("version number is not above the latest sealed version")
 	// ErrNoSuchVersion marks a version number that is not sealed in the store.

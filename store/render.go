@@ -20,6 +20,7 @@ import (
 // made from the store on demand and kept in this process's cache directory:
 //
 //	CACHE/render/patches/vNNNNNN-KEY.safetensors   the patch of version NNNNNN
+//	CACHE/render/patches/vNNNNNN-KEY.sums.json     its sums (rendersums.go)
 //	CACHE/render/deltas/vNNNNNN-KEY/               its slime delta (index, shards, render.json)
 //	CACHE/render/tmp/PID-*/                         renders in progress
 //
@@ -40,7 +41,8 @@ import (
 // new name here, so stale caches are not served. 2: patches record xxh3-128 beside SHA-256.
 // 3: each changed tensor's params entry records the xxh3-128 of its new bytes (PatchSize
 // counts it, so a render cached by format 2 would be served at the wrong size).
-const renderFormat = "weightfs-render-3"
+// 4: every render's files have sums (rendersums.go), which format 3 did not write.
+const renderFormat = "weightfs-render-4"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
 // cheaper to make than to cache) in Data. Size is their length either way.
@@ -49,6 +51,8 @@ type RenderedFile struct {
 	Path string
 	Data []byte
 	Size int64
+	// check is what the bytes at Path are checked against on every read (ReadAt).
+	check *renderCheck
 }
 
 // CacheDir is this process's cache directory (index, materialized copy, renders).
@@ -131,7 +135,7 @@ func (s *Store) pruneRenders(kind string, v uint64, keep string) {
 		}
 	}
 	for _, e := range ents {
-		base := strings.TrimSuffix(e.Name(), ".safetensors")
+		base := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".safetensors"), patchSumsSuffix)
 		num, _, ok := strings.Cut(strings.TrimPrefix(base, "v"), "-")
 		n, err := strconv.ParseUint(num, 10, 64)
 		if !ok || err != nil || !strings.HasPrefix(base, "v") {
@@ -236,11 +240,17 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 	}
 	name := renderName(v, renderKey("patch", cur, base))
 	final := s.renderDir("patches", name+".safetensors")
-	if rf, err := checkRenderedPatch(final, cur, base); err == nil {
-		s.pruneRenders("patches", v, name)
-		return rf, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		s.logf("cached patch %s is unusable, rendering it again: %v", final, err)
+	finalSums := s.renderDir("patches", name+patchSumsSuffix)
+	rf, err := checkRenderedPatch(final, cur, base)
+	if err == nil {
+		if rf.check, err = s.loadPatchSums(final, finalSums, rf.Size); err == nil {
+			s.pruneRenders("patches", v, name)
+			return rf, nil
+		}
+	}
+	if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
+		s.logf("cached patch %s is unusable, dropped, rendering it again: %v", final, err)
+		s.dropRender(final, finalSums)
 	}
 	tmp, err := s.renderTemp()
 	if err != nil {
@@ -251,13 +261,21 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 	if err := s.writePatchFile(v, p); err != nil {
 		return RenderedFile{}, err
 	}
-	rf, err := checkRenderedPatch(p, cur, base)
+	rf, err = checkRenderedPatch(p, cur, base)
 	if err != nil {
 		s.mat.suspect(err)
 		return RenderedFile{}, fmt.Errorf("patch of version %d as rendered: %w", v, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
 		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
+	}
+	sumsTmp := filepath.Join(tmp, "patch"+patchSumsSuffix)
+	if rf.check, err = s.writePatchSums(p, sumsTmp, final, finalSums); err != nil {
+		return RenderedFile{}, err
+	}
+	// The sums first: a patch without them is dropped and rendered again.
+	if err := os.Rename(sumsTmp, finalSums); err != nil {
+		return RenderedFile{}, fmt.Errorf("install patch sums of version %d: %w", v, err)
 	}
 	if err := os.Rename(p, final); err != nil {
 		return RenderedFile{}, fmt.Errorf("install patch of version %d: %w", v, err)
@@ -328,6 +346,11 @@ func checkRenderedPatch(p string, cur, base *version) (RenderedFile, error) {
 		}
 	}
 	return RenderedFile{Path: p, Size: st.Size()}, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 // syncedCreate writes data to a new file at p and syncs it.

@@ -228,8 +228,8 @@ func TestRenderCacheKeepsRecentVersions(t *testing.T) {
 		}
 	}
 	ents, _ := os.ReadDir(s.renderDir("patches"))
-	if len(ents) != renderKeepVersions {
-		t.Errorf("the cache holds %d patches, want %d", len(ents), renderKeepVersions)
+	if len(ents) != 2*renderKeepVersions { // each patch and its sums
+		t.Errorf("the cache holds %d patches and sums, want %d", len(ents), 2*renderKeepVersions)
 	}
 	if _, err := os.Stat(first.Path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the oldest patch is still cached: %v", err)

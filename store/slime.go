@@ -200,14 +200,13 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 	}
 	name := renderName(v, renderKey("slime", cur, base))
 	final := s.renderDir("deltas", name)
-	if files, err := loadRenderedDir(final); err == nil {
+	if files, err := s.loadRenderedDir(final); err == nil {
 		s.pruneRenders("deltas", v, name)
 		return plan, files, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		s.logf("cached delta %s is unusable, rendering it again: %v", final, err)
-		if err := os.RemoveAll(final); err != nil {
-			return plan, nil, fmt.Errorf("remove unusable delta %s: %w", final, err)
-		}
+	} else if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
+		// Any part missing or wrong: the whole render goes, so the new one's name is free.
+		s.logf("cached delta %s is unusable, dropped, rendering it again: %v", final, err)
+		s.dropRender(final, "")
 	}
 	tmp, err := s.renderTemp()
 	if err != nil {
@@ -225,14 +224,18 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 		return plan, nil, fmt.Errorf("create render directory: %w", err)
 	}
 	if err := os.Rename(dir, final); err != nil {
-		// Another render of the same key got there first: its bytes are the same.
-		if files, lerr := loadRenderedDir(final); lerr == nil {
+		// Another render of the same key got there first: its bytes are the same, unless
+		// it is damaged already; then it goes and this one takes its place.
+		if files, lerr := s.loadRenderedDir(final); lerr == nil {
 			return plan, files, nil
 		}
-		return plan, nil, fmt.Errorf("install delta of version %d: %w", v, err)
+		s.dropRender(final, "")
+		if err := os.Rename(dir, final); err != nil {
+			return plan, nil, fmt.Errorf("install delta of version %d: %w", v, err)
+		}
 	}
 	s.pruneRenders("deltas", v, name)
-	files, err := loadRenderedDir(final)
+	files, err := s.loadRenderedDir(final)
 	return plan, files, err
 }
 
@@ -273,10 +276,13 @@ func (s *Store) WriteSlimeDelta(v uint64, dir string) ([]string, error) {
 type renderedEntry struct {
 	Name string `json:"name"`
 	Size int64  `json:"size"`
+	// CRC32C are the sums of the file's bytes as rendered, one per 64 KiB (rendersums.go).
+	CRC32C []uint32 `json:"crc32c"`
 }
 
-// loadRenderedDir reads the file list of a rendered delta and checks every file's size.
-func loadRenderedDir(dir string) ([]RenderedFile, error) {
+// loadRenderedDir reads the file list of a rendered delta and checks every file's size and
+// that its sums fit it; the bytes are checked as they are read (RenderedFile.ReadAt).
+func (s *Store) loadRenderedDir(dir string) ([]RenderedFile, error) {
 	data, err := os.ReadFile(filepath.Join(dir, slimeRenderFile))
 	if err != nil {
 		return nil, err
@@ -298,7 +304,11 @@ func loadRenderedDir(dir string) ([]RenderedFile, error) {
 		if st.Size() != e.Size {
 			return nil, fmt.Errorf("rendered %s has %d bytes, the list says %d", e.Name, st.Size(), e.Size)
 		}
-		files = append(files, RenderedFile{Name: e.Name, Path: p, Size: e.Size})
+		check, err := s.newRenderCheck(e.Name, e.Size, e.CRC32C, dir, "")
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, RenderedFile{Name: e.Name, Path: p, Size: e.Size, check: check})
 	}
 	return files, nil
 }
@@ -344,21 +354,25 @@ func (s *Store) writeSlimeDelta(cur, base *version, dir string) ([]RenderedFile,
 // writeSlimeFiles turns the frames the writer sent to sinks into shard files (header, then
 // frames), and writes the index and render.json.
 func writeSlimeFiles(d *delta.SlimeDelta, dir string, sinks []*os.File) ([]RenderedFile, error) {
+	var indexSums sumWriter
+	indexSums.Write(d.Index)
 	files := []RenderedFile{{Name: delta.SlimeIndexName, Size: int64(len(d.Index))}}
+	sums := []*fileSums{indexSums.sums()}
 	if err := syncedCreate(filepath.Join(dir, delta.SlimeIndexName), d.Index); err != nil {
 		return nil, fmt.Errorf("write delta index: %w", err)
 	}
 	for i, sh := range d.Shards {
-		size, err := writeShard(filepath.Join(dir, sh.Name), sh, sinks[i])
+		shardSums, err := writeShard(filepath.Join(dir, sh.Name), sh, sinks[i])
 		if err != nil {
 			return nil, fmt.Errorf("write delta shard %s: %w", sh.Name, err)
 		}
-		files = append(files, RenderedFile{Name: sh.Name, Size: size})
+		files = append(files, RenderedFile{Name: sh.Name, Size: shardSums.size})
+		sums = append(sums, shardSums)
 		os.Remove(sinks[i].Name())
 	}
 	list := make([]renderedEntry, len(files))
 	for i, f := range files {
-		list[i] = renderedEntry{Name: f.Name, Size: f.Size}
+		list[i] = renderedEntry{Name: f.Name, Size: f.Size, CRC32C: sums[i].crcs}
 		files[i].Path = filepath.Join(dir, f.Name)
 	}
 	data, err := json.Marshal(list)
@@ -371,30 +385,33 @@ func writeSlimeFiles(d *delta.SlimeDelta, dir string, sinks []*os.File) ([]Rende
 	return files, nil
 }
 
-// writeShard writes a shard file: its header, then the frames collected in frames.
-func writeShard(p string, sh delta.SlimeShard, frames *os.File) (int64, error) {
+// writeShard writes a shard file: its header, then the frames collected in frames. It returns
+// the sums of the bytes it wrote (their size is the file's).
+func writeShard(p string, sh delta.SlimeShard, frames *os.File) (*fileSums, error) {
 	if _, err := frames.Seek(0, io.SeekStart); err != nil {
-		return 0, err
+		return nil, err
 	}
 	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer out.Close()
-	if _, err := out.Write(sh.Header); err != nil {
-		return 0, err
+	var sums sumWriter
+	w := io.MultiWriter(out, &sums)
+	if _, err := w.Write(sh.Header); err != nil {
+		return nil, err
 	}
-	n, err := io.Copy(out, frames)
+	n, err := io.Copy(w, frames)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if n != sh.DataSize {
-		return 0, fmt.Errorf("%d frame bytes, the writer counted %d", n, sh.DataSize)
+		return nil, fmt.Errorf("%d frame bytes, the writer counted %d", n, sh.DataSize)
 	}
 	if err := out.Sync(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return int64(len(sh.Header)) + n, out.Close()
+	return sums.sums(), out.Close()
 }
 
 // slimeTensorDiff reads one changed tensor of base and cur in chunks and returns the byte

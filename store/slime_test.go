@@ -303,6 +303,8 @@ func FuzzLoadRenderedDir(f *testing.F) {
 	f.Add([]byte(`[{"name":"../x","size":1}]`))
 	f.Add([]byte(`[{"name":"render.json","size":1}]`))
 	f.Add([]byte(`[{"name":"a.safetensors","size":-1}]`))
+	f.Add([]byte(`[{"name":"a.safetensors","size":3,"crc32c":[7]}]`))
+	f.Add([]byte(`[{"name":"a.safetensors","size":3,"crc32c":[7,8]}]`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	dir := f.TempDir()
@@ -315,13 +317,14 @@ func FuzzLoadRenderedDir(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, slimeRenderFile), list, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		files, err := loadRenderedDir(dir)
+		files, err := (&Store{}).loadRenderedDir(dir)
 		if err != nil {
 			return
 		}
 		for _, rf := range files {
 			st, err := os.Stat(rf.Path)
-			if err != nil || st.Size() != rf.Size || filepath.Dir(rf.Path) != dir || rf.Name == slimeRenderFile {
+			if err != nil || st.Size() != rf.Size || filepath.Dir(rf.Path) != dir || rf.Name == slimeRenderFile ||
+				rf.check == nil || int64(len(rf.check.sums.crcs)) != chunkCount(rf.Size, sumChunk) {
 				t.Fatalf("accepted %+v from %q: %v", rf, list, err)
 			}
 		}
