@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 )
 
@@ -23,6 +24,9 @@ import (
 
 // patchSumsSuffix names the sums of a cached patch: vNNNNNN-KEY.sums.json.
 const patchSumsSuffix = ".sums.json"
+
+// renderReadBufs hold the whole chunks under reads that do not start and end on them.
+var renderReadBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // renderCheck is what a RenderedFile on disk is checked against, and how its render is dropped.
 type renderCheck struct {
@@ -80,18 +84,23 @@ func (rf RenderedFile) ReadAt(f io.ReaderAt, p []byte, off int64) (int, error) {
 	buf := p[:end-off]
 	if lo != off || hi != end {
 		// The usual read (page-aligned, a multiple of 64 KiB, or up to the end) is checked
-		// in place; others read the whole chunks under them into a buffer.
-		buf = make([]byte, hi-lo)
+		// in place; others read the whole chunks under them into a pooled buffer.
+		pb := renderReadBufs.Get().(*[]byte)
+		defer renderReadBufs.Put(pb)
+		if int64(cap(*pb)) < hi-lo {
+			*pb = make([]byte, hi-lo)
+		}
+		buf = (*pb)[:hi-lo]
 	}
 	n, err := f.ReadAt(buf, lo)
 	if int64(n) < hi-lo {
 		if err == nil || err == io.EOF {
 			err = fmt.Errorf("%d of %d bytes at %d: the file is short", n, hi-lo, lo)
 		}
-		return 0, c.damaged(rf.Path, err)
+		return 0, c.damaged(f, rf.Path, err)
 	}
 	if chunk, want, got, ok := c.sums.check(lo, buf); !ok {
-		return 0, c.damaged(rf.Path, fmt.Errorf("chunk %d has CRC-32C %08x, rendered as %08x", chunk, got, want))
+		return 0, c.damaged(f, rf.Path, fmt.Errorf("chunk %d has CRC-32C %08x, rendered as %08x", chunk, got, want))
 	}
 	if len(buf) != int(end-off) {
 		copy(p, buf[off-lo:end-lo])
@@ -100,7 +109,15 @@ func (rf RenderedFile) ReadAt(f io.ReaderAt, p []byte, off int64) (int, error) {
 }
 
 // damaged logs the damage of a render's file, drops the render and returns the read's error.
-func (c *renderCheck) damaged(p string, why error) error {
+// A render whose file at p is no longer the one read (f) was replaced already and stays.
+func (c *renderCheck) damaged(f io.ReaderAt, p string, why error) error {
+	if of, ok := f.(*os.File); ok {
+		held, herr := of.Stat()
+		now, nerr := os.Stat(p)
+		if herr == nil && nerr == nil && !os.SameFile(held, now) {
+			return fmt.Errorf("rendered %s (since replaced): %v: %w", p, why, ErrDamagedRender)
+		}
+	}
 	if c.dropped.CompareAndSwap(false, true) {
 		c.s.logf("cached render %s is damaged (%v): dropped, it is rendered again from the store", p, why)
 		c.s.dropRender(c.drop, c.extra)
