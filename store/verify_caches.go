@@ -192,7 +192,7 @@ func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
 		for _, e := range ents {
 			name := e.Name()
 			v, ok := renderVersion(name)
-			if !ok {
+			if !ok || strings.HasSuffix(name, patchSumsSuffix) { // a patch's sums: checked with it
 				continue
 			}
 			err := s.checkRender(kind, v, filepath.Join(root, kind, name), name)
@@ -202,6 +202,9 @@ func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
 			case err != nil:
 				bad = append(bad, fmt.Sprintf("%s/%s: %v", kind, name, err))
 				os.RemoveAll(filepath.Join(root, kind, name))
+				if kind == "patches" {
+					os.Remove(filepath.Join(root, kind, strings.TrimSuffix(name, ".safetensors")+patchSumsSuffix))
+				}
 			default:
 				checked++
 			}
@@ -244,7 +247,19 @@ func (s *Store) checkRender(kind string, v uint64, p, name string) error {
 		if err := s.writePatchFile(v, fresh); err != nil {
 			return err
 		}
-		return sameFile(p, fresh)
+		if err := sameFile(p, fresh); err != nil {
+			return err
+		}
+		// Its sums must be the fresh bytes' (they check every read).
+		sumsPath := strings.TrimSuffix(p, ".safetensors") + patchSumsSuffix
+		freshSums := filepath.Join(tmp, "patch"+patchSumsSuffix)
+		if _, err := s.writePatchSums(fresh, freshSums, p, sumsPath); err != nil {
+			return err
+		}
+		if err := sameFile(sumsPath, freshSums); err != nil {
+			return fmt.Errorf("sums: %w", err)
+		}
+		return nil
 	}
 	plan, err := s.PlanSlime(v)
 	if err != nil || plan.Kind != SlimeDelta {
@@ -259,7 +274,7 @@ func (s *Store) checkRender(kind string, v uint64, p, name string) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
+	for _, f := range append(files, RenderedFile{Name: slimeRenderFile}) { // render.json: sizes, sums
 		if err := sameFile(filepath.Join(p, f.Name), filepath.Join(tmp, f.Name)); err != nil {
 			return fmt.Errorf("%s: %w", f.Name, err)
 		}
