@@ -18,7 +18,10 @@ import (
 // (store.RenderPatch, store.RenderSlime: temp file, fsync, rename), so every read returns the
 // same bytes and the size is known at lookup; a version's files are then served like sealed
 // files (FOPEN_KEEP_CACHE, random offsets). A render that fails (a corrupt store object) is
-// EIO with a log line, never wrong bytes. Details are in view_patches.go and view_deltas.go.
+// EIO with a log line, never wrong bytes. Every read is checked against the render's sums
+// (store.RenderedFile.ReadAt); a damaged render is dropped by the store, rendered again and
+// the read served from the new one (view_file.go). Details are in view_patches.go and
+// view_deltas.go.
 //
 // The extension point: a viewSpec's newNode returns the node serving the directory (a
 // gofs.InodeEmbedder implementing Lookup, Readdir and the refusals); it gets the
