@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 )
 
 // Every byte served from a render is checked (docs/format.md Part III §5). A render's files
@@ -32,9 +31,8 @@ var renderReadBufs = sync.Pool{New: func() any { return new([]byte) }}
 type renderCheck struct {
 	s       *Store
 	sums    *fileSums
-	drop    string      // the render: a patch file or a delta directory
-	dropped atomic.Bool // logged and dropped once
-	extra   string      // a patch's sums file, dropped with it
+	drop  string // the render: a patch file or a delta directory
+	extra string // a patch's sums file, dropped with it
 }
 
 // sumsOf returns the sums of a file's bytes.
@@ -118,10 +116,10 @@ func (c *renderCheck) damaged(f io.ReaderAt, p string, why error) error {
 			return fmt.Errorf("rendered %s (since replaced): %v: %w", p, why, ErrDamagedRender)
 		}
 	}
-	if c.dropped.CompareAndSwap(false, true) {
-		c.s.logf("cached render %s is damaged (%v): dropped, it is rendered again from the store", p, why)
-		c.s.dropRender(c.drop, c.extra)
-	}
+	// Not once per check: a handle may be given this check again for the render made in the
+	// place of a dropped one (the same key, so the same sums), and that one can be damaged too.
+	c.s.logf("cached render %s is damaged (%v): dropped, it is rendered again from the store", p, why)
+	c.s.dropRender(c.drop, c.extra)
 	return fmt.Errorf("rendered %s: %v: %w", p, why, ErrDamagedRender)
 }
 
