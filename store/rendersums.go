@@ -29,8 +29,8 @@ var renderReadBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // renderCheck is what a RenderedFile on disk is checked against, and how its render is dropped.
 type renderCheck struct {
-	s       *Store
-	sums    *fileSums
+	s     *Store
+	sums  *fileSums
 	drop  string // the render: a patch file or a delta directory
 	extra string // a patch's sums file, dropped with it
 }
