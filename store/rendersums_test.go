@@ -40,7 +40,7 @@ func readRendered(rf RenderedFile, n int) ([]byte, error) {
 	for off := int64(0); off < rf.Size; off += int64(n) {
 		p := out[off:min(off+int64(n), rf.Size)]
 		if got, err := rf.ReadAt(f, p, off); err != nil || got != len(p) {
-			return nil, fmt.Errorf("at %d: %d of %d bytes: %v", off, got, len(p), err)
+			return nil, fmt.Errorf("at %d: %d of %d bytes: %w", off, got, len(p), err)
 		}
 	}
 	return out, nil
@@ -114,6 +114,17 @@ func TestRenderedReadsAreChecked(t *testing.T) {
 		again := renders()[i]
 		if got, err := readRendered(again, 128<<10); err != nil || !bytes.Equal(got, want[rf.Path]) || again.Path != rf.Path {
 			t.Fatalf("%s rendered again: %v", rf.Path, err)
+		}
+		// The new render damaged too, read with the check the old one was loaded with (a
+		// mount keeps RenderedFiles): found and dropped again.
+		if err := os.WriteFile(rf.Path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readRendered(rf, 128<<10); !errors.Is(err, ErrDamagedRender) {
+			t.Fatalf("second damage of %s: %v", rf.Path, err)
+		}
+		if _, err := os.Stat(rf.Path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("second damaged render %s not dropped: %v", rf.Path, err)
 		}
 	}
 	// A file of the delta gone: the whole render is dropped and rendered again.
