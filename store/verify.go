@@ -125,6 +125,9 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			total += ver.m.Files[j].Size
 		}
 	}
+	if d, ok := s.checkOldestPrevious(versions, present, quarantined); !ok {
+		rep.Damaged = append(rep.Damaged, d)
+	}
 	pages := newPageCache(64 << 20)
 	opts := readOpts{noMaterialized: true, pages: pages}
 	for _, ver := range versions {
@@ -165,6 +168,43 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		return rep, fmt.Errorf("verify: %d damaged: %s: %w", len(rep.Damaged), strings.Join(lines, "; "), ErrCorrupt)
 	}
 	return rep, nil
+}
+
+// checkOldestPrevious tells a deleted manifest of the version before the oldest from a gc.
+// gc drops the oldest versions only after it has rewritten, as whole copies, every delta
+// object of a kept version whose base no kept version names; so when the oldest version's
+// previous is gone (and not quarantined by Repair) while a delta object it names still has
+// its base among no version's objects, that manifest was lost, not dropped by gc.
+func (s *Store) checkOldestPrevious(versions []*version, present, quarantined map[uint64]bool) (Damage, bool) {
+	if len(versions) == 0 {
+		return Damage{}, true
+	}
+	oldest := versions[0]
+	for _, ver := range versions[1:] {
+		if ver.m.Version < oldest.m.Version {
+			oldest = ver
+		}
+	}
+	p := oldest.m.Previous
+	if p == 0 || present[p] || quarantined[p] {
+		return Damage{}, true
+	}
+	named := map[ID]bool{}
+	for _, ver := range versions {
+		ver.m.roots(named)
+	}
+	for i := range oldest.m.Files {
+		f := &oldest.m.Files[i]
+		for j := range f.Tensors {
+			m, err := s.meta(f.Tensors[j].ID)
+			if err != nil || m.Kind != kindDelta || named[m.Base] {
+				continue // damage of the object itself is reported with the object
+			}
+			return Damage{Version: p, Err: fmt.Errorf("manifest missing: version %d names it as its previous and its tensor %s of %s is a delta against %s, which no version names (gc would have stored it whole): %w",
+				oldest.m.Version, f.Tensors[j].Name, f.Path, m.Base, ErrCorrupt)}, false
+		}
+	}
+	return Damage{}, true
 }
 
 // checkObject checks one object file without reconstructing it: header, name, CRC, framing
