@@ -198,7 +198,7 @@ func (s *Store) finishOpen() error {
 	}
 	indexPath := filepath.Join(s.cacheDir, "index.db")
 	_, statErr := os.Stat(indexPath)
-	if s.ix, err = openIndex(indexPath); err != nil {
+	if s.ix, err = openIndex(indexPath, s.logf); err != nil {
 		return err
 	}
 	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))
