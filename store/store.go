@@ -71,7 +71,7 @@ type Store struct {
 	closed   bool
 	versions []VersionInfo // sealed versions, ascending; Anchor is filled on the way out
 
-	manifests   *lru[uint64, *version]
+	manifests   *versionCache
 	objInfos    *lru[ID, *objectInfo]
 	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
@@ -174,7 +174,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	if cacheBytes <= 0 {
 		cacheBytes = DefaultCacheBytes
 	}
-	s.manifests = newLRU[uint64, *version](64 << 20)
+	s.manifests = newVersionCache(versionCacheBytes)
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newBlockCache(cacheBytes / 8)
@@ -394,13 +394,12 @@ func (s *Store) loadVersions() error {
 			infos = append(infos, info)
 			continue
 		}
-		ver, err := s.loadVersion(v)
+		info, err := s.versionSummary(v)
 		if err != nil {
 			s.logf("version %d: %v", v, err)
 			infos = append(infos, VersionInfo{Number: v})
 			continue
 		}
-		info := summarize(ver.m)
 		infos = append(infos, info)
 		add = append(add, info)
 	}

@@ -2,9 +2,7 @@ package store
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io/fs"
 	"sync"
 	"sync/atomic"
 
@@ -161,30 +159,6 @@ func sameShape(a, b []int64) bool {
 		}
 	}
 	return true
-}
-
-// loadVersion reads, checks and parses the manifest of version v (cached).
-func (s *Store) loadVersion(v uint64) (*version, error) {
-	if ver, ok := s.manifests.get(v); ok {
-		return ver, nil
-	}
-	data, err := s.be.GetManifest(v)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
-	}
-	if err != nil {
-		return nil, err
-	}
-	m, err := decodeManifest(data)
-	if err != nil {
-		return nil, fmt.Errorf("manifest of version %d: %w", v, err)
-	}
-	if m.Version != v {
-		return nil, fmt.Errorf("manifest of version %d names version %d: %w", v, m.Version, ErrCorrupt)
-	}
-	ver := newVersion(m)
-	s.manifests.add(v, ver, int64(len(data))*3)
-	return ver, nil
 }
 
 // sealedVersion is loadVersion for a version the store lists as sealed.
