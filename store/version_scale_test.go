@@ -116,3 +116,27 @@ func FuzzManifestSummary(f *testing.F) {
 		}
 	})
 }
+
+// TestMetasInMemoryAreBounded: the object metas kept in front of the index stay under
+// maxMetas however many objects a process touches, and every one is still found (in the
+// index).
+func TestMetasInMemoryAreBounded(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	const n = maxMetas + maxMetas/4
+	id := func(i int) ID { return ID{byte(i), byte(i >> 8), byte(i >> 16), 7} }
+	for i := range n {
+		s.putMeta(id(i), objMeta{Kind: kindFull, Width: 2, ContentLen: int64(i)})
+	}
+	s.metaMu.Lock()
+	held := len(s.metas)
+	s.metaMu.Unlock()
+	if held >= maxMetas {
+		t.Errorf("%d metas held in memory after %d were put, want fewer than %d", held, n, maxMetas)
+	}
+	s.flushMetas()
+	for i := 0; i < n; i += 97 {
+		if m, ok := s.cachedMeta(id(i)); !ok || m.ContentLen != int64(i) {
+			t.Fatalf("meta %d: %+v %v", i, m, ok)
+		}
+	}
+}
