@@ -170,6 +170,15 @@ func tryOpenIndex(path string) (*bolt.DB, error) {
 func prepareIndex(db *bolt.DB) error {
 	unclean := false
 	err := db.View(func(tx *bolt.Tx) error {
+		// A file cut short of its pages: bbolt would read past its end (a fault), here or
+		// in Tx.Check's own goroutine, which no guard covers.
+		info, err := os.Stat(db.Path())
+		if err != nil {
+			return err
+		}
+		if info.Size() < tx.Size() {
+			return fmt.Errorf("file of %d bytes holds pages up to %d: %w", info.Size(), tx.Size(), errIndexDamaged)
+		}
 		if meta := tx.Bucket(bucketMeta); meta != nil {
 			unclean = meta.Get(keyOpen) != nil
 		}
