@@ -83,21 +83,21 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		return rep, err
 	}
 	checked := map[ID]bool{}
-	var versions []*version
+	// The summaries give the total; each version is parsed when its turn comes (holding all
+	// of them parsed at once cost ~300 bytes a tensor of every version).
+	for _, v := range numbers {
+		if info, err := s.versionSummary(v); err == nil {
+			total += info.LogicalBytes
+		}
+	}
+	pages := newPageCache(64 << 20)
+	opts := readOpts{noMaterialized: true, pages: pages}
 	for _, v := range numbers {
 		ver, err := s.loadVersionFresh(v)
 		if err != nil {
 			rep.Damaged = append(rep.Damaged, Damage{Version: v, Err: err})
 			continue
 		}
-		versions = append(versions, ver)
-		for j := range ver.m.Files {
-			total += ver.m.Files[j].Size
-		}
-	}
-	pages := newPageCache(64 << 20)
-	opts := readOpts{noMaterialized: true, pages: pages}
-	for _, ver := range versions {
 		rep.Versions++
 		for j := range ver.m.Files {
 			f := &ver.m.Files[j]
