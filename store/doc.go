@@ -22,7 +22,10 @@
 // bodies, 1 MiB pages of reconstructed content. The materialized copy (the latest version as
 // plain files, in the cache directory) is the one thing that changes: after each seal it is
 // brought forward (in the background for the mount) under a lock that keeps reads off it
-// while it changes; reads of the newest version replay deltas until it is done.
+// while it changes; reads of the newest version replay deltas until it is done. The index is
+// derived: a damaged one (an error or a panic of bbolt, in any goroutine, or a record failing
+// its CRC) is recreated and logged; it costs re-reading manifests and object headers, never a
+// failed read or a dead process (index.go).
 //
 // # Writing
 //
