@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -353,5 +354,72 @@ func TestIndexCheckedAfterUncleanClose(t *testing.T) {
 				t.Errorf("recreated %d times at open, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestIndexRunsWithoutWhenItCannotBeRecreated: an index found damaged whose file cannot be
+// replaced leaves the store running without one (lookups miss, writes are dropped, no error),
+// logged, and it is recreated at a later call once that is possible.
+func TestIndexRunsWithoutWhenItCannotBeRecreated(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "index.db")
+	log := &logBuffer{t: t}
+	ix, err := openIndex(path, log.logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.close()
+	id := ID{1, 2, 3}
+	if err := ix.putObjects(map[ID]objMeta{id: {Kind: kindFull, Width: 2, ContentLen: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	// The open file moves away and is damaged where it is; a directory that cannot be
+	// removed takes its name.
+	moved := filepath.Join(dir, "moved.db")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "busy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(moved, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, len(b)-2*4096), 2*4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, ok := ix.object(id); ok {
+		t.Fatal("a damaged index answered a lookup")
+	}
+	if !log.has("running without it") {
+		t.Fatalf("the log does not say the store runs without an index")
+	}
+	if err := ix.putObjects(map[ID]objMeta{id: {Kind: kindFull, Width: 2, ContentLen: 5}}); err != nil {
+		t.Errorf("a write without an index: %v, want it dropped", err)
+	}
+	if got := ix.materialized(); got != (matState{}) {
+		t.Errorf("copy state without an index: %+v", got)
+	}
+	// Once the name is free again, a later call recreates the index.
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatal(err)
+	}
+	ix.mu.Lock()
+	ix.retryAt = time.Time{}
+	ix.mu.Unlock()
+	if err := ix.putObjects(map[ID]objMeta{id: {Kind: kindFull, Width: 2, ContentLen: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := ix.object(id); !ok || m.ContentLen != 5 {
+		t.Errorf("after the index was recreated: %+v %v", m, ok)
+	}
+	if !log.has("recreated") {
+		t.Errorf("the log does not say the index was recreated")
 	}
 }
