@@ -67,7 +67,8 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 			case mt.Base != ot.ID:
 				return 0, false, nil // counted against another base
 			}
-			tensors = append(tensors, delta.PatchTensor{File: f.Path, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: mt.Changed})
+			tensors = append(tensors, delta.PatchTensor{File: f.Path, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: mt.Changed,
+				Shape: append([]int64{}, t.Shape...)})
 		}
 		if len(tensors) == 0 {
 			return 0, false, nil // the file differs but no tensor does: the manifests disagree
