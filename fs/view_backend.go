@@ -11,6 +11,9 @@ type viewSource interface {
 	PatchBase(v uint64) (uint64, error)
 	// RenderPatch returns the patch of v, rendered in the cache directory.
 	RenderPatch(v uint64) (store.RenderedFile, error)
+	// RenderPatchFrom returns the catch-up patch from version from to v, rendered in the
+	// cache directory (store.ErrNoSuchVersion, ErrNoPrevious, ErrLayoutChanged: none).
+	RenderPatchFrom(v, from uint64) (store.RenderedFile, error)
 	// PatchSize is the size of v's patch without rendering it (ok false: render to know).
 	PatchSize(v uint64) (size int64, ok bool, err error)
 	// PlanSlime says how v is served in deltas/ (ErrNoSuchVersion: not at all).
@@ -23,6 +26,10 @@ func (b storeBackend) PatchBase(v uint64) (uint64, error) { return b.s.PatchBase
 
 func (b storeBackend) RenderPatch(v uint64) (store.RenderedFile, error) {
 	return b.s.RenderPatch(v)
+}
+
+func (b storeBackend) RenderPatchFrom(v, from uint64) (store.RenderedFile, error) {
+	return b.s.RenderPatchFrom(v, from)
 }
 
 func (b storeBackend) PatchSize(v uint64) (int64, bool, error) { return b.s.PatchSize(v) }
