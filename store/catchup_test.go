@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/gen"
 )
 
 // TestCatchupPatch takes 11 versions at RL density (about 1% of elements per step) and checks
@@ -128,4 +129,57 @@ func differingElements(t *testing.T, a, b map[string][]byte) int64 {
 		}
 	}
 	return n
+}
+
+// TestCatchupPatchSizesRL logs, at RL densities (gen's model, lr 1e-6 and 3e-6, 11 versions),
+// the size of the catch-up patch to version 11 from K = 10, 9, 6, 1 beside the sum of the
+// one-step patches it replaces, and requires it never to exceed that sum.
+func TestCatchupPatchSizesRL(t *testing.T) {
+	for _, lr := range []float64{1e-6, 3e-6} {
+		s, _ := newStore(t, Options{})
+		cfg := gen.ConfigForParams(1_000_000, lr, 5)
+		m, err := gen.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const last = 11
+		for v := uint64(1); v <= last; v++ {
+			if v > 1 {
+				m.Step()
+			}
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			if err := m.WriteCheckpoint(dir); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Commit(dir, CommitOptions{Version: v}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sum := int64(0)
+		for k := uint64(last - 1); k >= 1; k-- {
+			n, err := s.WritePatch(k+1, &writerAtBuffer{&bytes.Buffer{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += n
+			if k != last-1 && k != last-2 && k != last-5 && k != last-10 {
+				continue
+			}
+			var b bytes.Buffer
+			size, err := s.WritePatchFrom(last, k, &writerAtBuffer{&b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := delta.OpenPatch(bytes.NewReader(b.Bytes()), int64(b.Len()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("lr %g, k = %2d: catch-up patch %8d bytes (%7d elements, %.3f%% of %d); %2d one-step patches %8d bytes (%.2fx)",
+				lr, last-k, size, p.Plan.TotalChanged(), 100*float64(p.Plan.TotalChanged())/float64(p.Plan.TotalElements),
+				p.Plan.TotalElements, last-k, sum, float64(sum)/float64(size))
+			if size > sum {
+				t.Errorf("catch-up patch from %d (%d bytes) is larger than the %d one-step patches (%d bytes)", k, size, last-k, sum)
+			}
+		}
+	}
 }
