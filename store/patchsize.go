@@ -38,8 +38,11 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 			pf.BaseSHA256, pf.BaseXXH3 = old.SHA256, placeholderXXH3
 		}
 		sparse := rerr == nil && old != nil && old.Size == f.Size && f.Kind == kindSafetensors &&
-			old.Kind == kindSafetensors && old.Header == f.Header && old.HeaderLen == f.HeaderLen &&
-			f.HeaderLen == rh.DataStart()
+			old.Kind == kindSafetensors && old.HeaderLen == f.HeaderLen && f.HeaderLen == rh.DataStart()
+		newHeader := sparse && old.Header != f.Header
+		if newHeader && !sameTensorPlaces(old, f) {
+			sparse = false // the header moved tensors: carried whole
+		}
 		if !sparse {
 			if rerr == nil && old != nil && old.Size == f.Size && (f.Kind != kindSafetensors || old.Kind != kindSafetensors) {
 				return 0, false, nil // planFile would compare header bytes the manifests do not name
@@ -70,7 +73,9 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 			tensors = append(tensors, delta.PatchTensor{File: f.Path, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: mt.Changed,
 				Shape: append([]int64{}, t.Shape...)})
 		}
-		if len(tensors) == 0 {
+		if newHeader {
+			pf.NewHeader = make([]byte, f.HeaderLen) // only its length counts
+		} else if len(tensors) == 0 {
 			return 0, false, nil // the file differs but no tensor does: the manifests disagree
 		}
 		plan.Files = append(plan.Files, pf)
@@ -86,3 +91,23 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 // placeholderXXH3 stands for an xxh3-128 not computed: the patch's header holds its hex, whose
 // length does not depend on the value.
 var placeholderXXH3 = [16]byte{1}
+
+// sameTensorPlaces reports whether two manifest files hold the same tensors (names, dtypes,
+// shapes) at the same offsets: what delta.BuildPatch requires of a header-only change.
+func sameTensorPlaces(a, b *manifestFile) bool {
+	if len(a.Tensors) != len(b.Tensors) {
+		return false
+	}
+	byName := make(map[string]*manifestTensor, len(a.Tensors))
+	for i := range a.Tensors {
+		byName[a.Tensors[i].Name] = &a.Tensors[i]
+	}
+	for i := range b.Tensors {
+		t := &b.Tensors[i]
+		o := byName[t.Name]
+		if o == nil || o.DType != t.DType || o.Begin != t.Begin || o.End != t.End || !sameShape(o.Shape, t.Shape) {
+			return false
+		}
+	}
+	return true
+}

@@ -40,7 +40,8 @@ import (
 // new name here, so stale caches are not served. 2: patches record xxh3-128 beside SHA-256.
 // 3: each changed tensor's params entry records the xxh3-128 of its new bytes (PatchSize
 // counts it, so a render cached by format 2 would be served at the wrong size). 4: each changed
-// tensor's params entry records its shape.
+// tensor's params entry records its shape, and a header-only change carries the new header
+// (header_files) rather than the whole file.
 const renderFormat = "weightfs-render-4"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
