@@ -42,7 +42,7 @@ const (
 	metaChangedParams = "changed_params"
 	metaFiles         = "files"
 	metaWholeFiles    = "whole_files"
-	metaHeaderFiles   = "header_files" // optional: files in "files" patched sparsely with a new header
+	metaHeaderFiles   = "header_files"   // optional: files in "files" patched sparsely with a new header
 	metaBasePrefix    = "base_sha256:"   // + file path: SHA-256 (hex) of the file before
 	metaResultPrefix  = "result_sha256:" // + file path: SHA-256 (hex) of the file after
 	metaBaseXXH3      = "base_xxh3:"     // + file path: xxh3-128 (hex, canonical big-endian) before
