@@ -14,6 +14,8 @@ type viewSource interface {
 	// RenderPatchFrom returns the catch-up patch from version from to v, rendered in the
 	// cache directory (store.ErrNoSuchVersion, ErrNoPrevious, ErrLayoutChanged: none).
 	RenderPatchFrom(v, from uint64) (store.RenderedFile, error)
+	// PatchNote says when v's patch carries files whole, and why ("" when it does not).
+	PatchNote(v uint64) string
 	// PatchSize is the size of v's patch without rendering it (ok false: render to know).
 	PatchSize(v uint64) (size int64, ok bool, err error)
 	// PlanSlime says how v is served in deltas/ (ErrNoSuchVersion: not at all).
@@ -31,6 +33,8 @@ func (b storeBackend) RenderPatch(v uint64) (store.RenderedFile, error) {
 func (b storeBackend) RenderPatchFrom(v, from uint64) (store.RenderedFile, error) {
 	return b.s.RenderPatchFrom(v, from)
 }
+
+func (b storeBackend) PatchNote(v uint64) string { return b.s.PatchNote(v) }
 
 func (b storeBackend) PatchSize(v uint64) (int64, bool, error) { return b.s.PatchSize(v) }
 

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -110,4 +112,48 @@ func sameTensorPlaces(a, b *manifestFile) bool {
 		}
 	}
 	return true
+}
+
+// PatchNote says, from the manifests, when version v's patch is not purely sparse: which
+// files it carries whole and why (a new file, not safetensors, the size or the header length
+// changed, the header moved tensors), or why v has no patch (its tensor layout changed).
+// "" when the patch is sparse throughout, or v is the first version. weightfs log and the
+// mount's log print it, so that a whole-model patch is never a surprise.
+func (s *Store) PatchNote(v uint64) string {
+	cur, base, err := s.patchVersions(v)
+	switch {
+	case errors.Is(err, ErrLayoutChanged):
+		return "no patch: " + strings.TrimPrefix(err.Error(), fmt.Sprintf("patch of version %d: ", v))
+	case err != nil:
+		return ""
+	}
+	var parts []string
+	var bytes int64
+	for i := range cur.m.Files {
+		f := &cur.m.Files[i]
+		old := base.files[f.Path]
+		why := ""
+		switch {
+		case old != nil && old.SHA256 == f.SHA256 && old.Size == f.Size:
+			continue
+		case old == nil:
+			why = "new file"
+		case f.Kind != kindSafetensors || old.Kind != kindSafetensors:
+			why = "not safetensors"
+		case old.Size != f.Size:
+			why = "file size changed"
+		case old.HeaderLen != f.HeaderLen:
+			why = "header length changed"
+		case old.Header != f.Header && !sameTensorPlaces(old, f):
+			why = "header moved tensors"
+		default:
+			continue // patched sparsely (a header-only change included)
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", f.Path, why))
+		bytes += f.Size
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("patch carries %d file(s) whole, %d bytes: %s", len(parts), bytes, strings.Join(parts, ", "))
 }

@@ -83,6 +83,14 @@ func TestPatchSizeMatchesRender(t *testing.T) {
 		case got != want.Size:
 			t.Errorf("v%d (%s): PatchSize %d, rendered %d bytes", v, step.name, got, want.Size)
 		}
+		note := s.PatchNote(v)
+		switch {
+		case step.name == "a header that grew" && !strings.Contains(note, "model.safetensors (file size changed)"),
+			strings.Contains(step.name, "header-only") && strings.Contains(note, "model.safetensors"),
+			step.name == "a blob changes size" && !strings.Contains(note, "config.json (not safetensors)"),
+			step.name == "nothing changes" && note != "":
+			t.Errorf("v%d (%s): PatchNote %q", v, step.name, note)
+		}
 		if werr == nil && strings.Contains(step.name, "header") {
 			p, err := delta.OpenPatch(bytes.NewReader(readFile(t, want.Path)), want.Size)
 			if err != nil {
