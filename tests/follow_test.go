@@ -163,6 +163,61 @@ func TestFollow(t *testing.T) {
 	if t.Failed() || testing.Verbose() {
 		t.Logf("follower output:\n%s", all)
 	}
+
+	// The catch-up patch the follower would fetch from 3 is the file `weightfs patch --from`
+	// writes, resolvable by name but not listed; none from a later version.
+	p := filepath.Join(work, "from3.safetensors")
+	mustCLI(t, "patch", storeDir, "20", "--from", "3", "-o", p)
+	name := "weight_v000020.from_v000003.safetensors"
+	if got, want := mustSHA256(t, filepath.Join(ro, "patches", name)), mustSHA256(t, p); got != want {
+		t.Errorf("%s: sha256 %s in the mount, weightfs patch --from wrote %s", name, got, want)
+	}
+	if strings.Contains(rootListing(t, filepath.Join(ro, "patches")), ".from_") {
+		t.Errorf("catch-up patches are listed in patches/")
+	}
+	if _, err := os.Stat(filepath.Join(ro, "patches", "weight_v000003.from_v000020.safetensors")); !os.IsNotExist(err) {
+		t.Errorf("a catch-up patch from a later version: %v, want ENOENT", err)
+	}
+}
+
+// TestFollowFallsBack: when no patch can exist (the tensor layout changed), the follower copies
+// the version whole, says why, and goes on by patches afterwards.
+func TestFollowFallsBack(t *testing.T) {
+	work, _, rw, _ := followMounts(t)
+	dir := filepath.Join(work, "follow")
+	seal := func(v int, shape []int64, fill byte) map[string]string {
+		src := filepath.Join(work, fmt.Sprintf("src%d", v))
+		os.MkdirAll(src, 0o755)
+		tensors := []delta.Tensor{{Name: "w", DType: delta.DTypeBF16, Shape: shape}}
+		hdr, err := delta.EncodeHeader(nil, tensors)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := make([]byte, tensors[0].End)
+		for i := range data {
+			data[i] = byte(i) ^ fill
+		}
+		os.WriteFile(filepath.Join(src, "model.safetensors"), append(hdr, data...), 0o644)
+		os.WriteFile(filepath.Join(src, "config.json"), []byte(fmt.Sprintf(`{"v": %d}`, v)), 0o644)
+		want := treeHashes(t, src)
+		sealVersion(t, rw, v, src)
+		return want
+	}
+	want := seal(1, []int64{64, 64}, 0)
+	f := startFollower(t, rw, dir)
+	waitDirVersion(t, dir, 1, f)
+	sameHashes(t, "version 1", followedHashes(t, dir), want)
+	want = seal(2, []int64{32, 128}, 1) // reshaped: no patch from 1
+	waitDirVersion(t, dir, 2, f)
+	sameHashes(t, "version 2", followedHashes(t, dir), want)
+	want = seal(3, []int64{32, 128}, 3)
+	waitDirVersion(t, dir, 3, f)
+	sameHashes(t, "version 3", followedHashes(t, dir), want)
+	out := f.out.String()
+	if !strings.Contains(out, "no patch from version 1 to 2 can exist") || strings.Count(out, "copied whole") != 2 ||
+		!strings.Contains(out, "version 2 -> 3") {
+		t.Errorf("follower output:\n%s", out)
+	}
 }
 
 // TestFollowKill9: a follower killed with SIGKILL at random points (while versions arrive)
