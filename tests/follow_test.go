@@ -111,8 +111,7 @@ func TestFollow(t *testing.T) {
 	execArgs := []string{"--exec", `echo "$WEIGHTFS_VERSION $WEIGHTFS_BASE_VERSION $WEIGHTFS_DIR" >> ` + execLog}
 	var f *follower
 	var outputs []string
-	var want map[int]map[string]string
-	want = genSeries(t, work, 1_000_000, 31, 20, func(v int, src string) {
+	want := genSeries(t, work, 1_000_000, 31, 20, func(v int, src string) {
 		sealVersion(t, rw, v, src)
 		switch v {
 		case 1:
