@@ -40,4 +40,3 @@ func (p *Patch) readHeaderFiles() (int, error) {
 	}
 	return len(names), nil
 }
-
