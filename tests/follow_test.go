@@ -76,7 +76,7 @@ func followedHashes(t *testing.T, dir string) map[string]string {
 	return m
 }
 
-func followMounts(t *testing.T) (work, storeDir, rw, ro string) {
+func followMounts(t *testing.T) (work, storeDir, rw, ro string, rwMount *mountDaemon) {
 	skipWithoutFUSE(t)
 	work = t.TempDir()
 	storeDir = filepath.Join(work, "store")
@@ -87,8 +87,8 @@ func followMounts(t *testing.T) (work, storeDir, rw, ro string) {
 			t.Fatal(err)
 		}
 	}
-	startMount(t, storeDir, rw)
-	return work, storeDir, rw, ro
+	rwMount = startMount(t, storeDir, rw)
+	return work, storeDir, rw, ro, rwMount
 }
 
 func sealVersion(t *testing.T, rw string, v int, src string) {
@@ -103,7 +103,7 @@ func sealVersion(t *testing.T, rw string, v int, src string) {
 // 12 and mounted again after 13. Only the first version is copied whole; --exec runs once per
 // version reached, with the version in its environment.
 func TestFollow(t *testing.T) {
-	work, storeDir, rw, ro := followMounts(t)
+	work, storeDir, rw, ro, _ := followMounts(t)
 	roFlags := []string{"--read-only", "--cache-dir", filepath.Join(work, "ro-cache"), "--poll", "100ms"}
 	roMount := startMount(t, storeDir, ro, roFlags...)
 	dir := filepath.Join(work, "follow")
@@ -182,7 +182,7 @@ func TestFollow(t *testing.T) {
 // TestFollowFallsBack: when no patch can exist (the tensor layout changed), the follower copies
 // the version whole, says why, and goes on by patches afterwards.
 func TestFollowFallsBack(t *testing.T) {
-	work, _, rw, _ := followMounts(t)
+	work, _, rw, _, rwMount := followMounts(t)
 	dir := filepath.Join(work, "follow")
 	seal := func(v int, shape []int64, fill byte) map[string]string {
 		src := filepath.Join(work, fmt.Sprintf("src%d", v))
@@ -217,12 +217,18 @@ func TestFollowFallsBack(t *testing.T) {
 		!strings.Contains(out, "version 2 -> 3") {
 		t.Errorf("follower output:\n%s", out)
 	}
+	// The daemon's log says why each version's patch is not sparse throughout.
+	log := rwMount.out.String()
+	if !strings.Contains(log, "version 2: no patch: tensor layout changed since version 1: tensor w of model.safetensors changed") ||
+		!strings.Contains(log, "version 3: patch carries 1 file(s) whole, 8 bytes: config.json (not safetensors)") {
+		t.Errorf("the mount's log does not say why:\n%s", log)
+	}
 }
 
 // TestFollowKill9: a follower killed with SIGKILL at random points (while versions arrive)
 // and started again ends at the latest version, bit for bit.
 func TestFollowKill9(t *testing.T) {
-	work, storeDir, rw, ro := followMounts(t)
+	work, storeDir, rw, ro, _ := followMounts(t)
 	startMount(t, storeDir, ro, "--read-only", "--cache-dir", filepath.Join(work, "ro-cache"), "--poll", "100ms")
 	dir := filepath.Join(work, "follow")
 	rng := rand.New(rand.NewPCG(18, 9))
