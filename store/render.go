@@ -39,8 +39,10 @@ import (
 // renderFormat names the layout of rendered files; changing how their bytes are made means a
 // new name here, so stale caches are not served. 2: patches record xxh3-128 beside SHA-256.
 // 3: each changed tensor's params entry records the xxh3-128 of its new bytes (PatchSize
-// counts it, so a render cached by format 2 would be served at the wrong size).
-const renderFormat = "weightfs-render-3"
+// counts it, so a render cached by format 2 would be served at the wrong size). 4: each changed
+// tensor's params entry records its shape, and a header-only change carries the new header
+// (header_files) rather than the whole file.
+const renderFormat = "weightfs-render-4"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
 // cheaper to make than to cache) in Data. Size is their length either way.
@@ -269,11 +271,16 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 
 // writePatchFile writes the patch of v to a new file at p and syncs it.
 func (s *Store) writePatchFile(v uint64, p string) error {
+	return s.writePatchFileWith(p, func(f *os.File) (int64, error) { return s.WritePatch(v, f) })
+}
+
+// writePatchFileWith creates a new file at p, fills it with write and syncs it.
+func (s *Store) writePatchFileWith(p string, write func(*os.File) (int64, error)) error {
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return fmt.Errorf("create patch file: %w", err)
 	}
-	_, err = s.WritePatch(v, f)
+	_, err = write(f)
 	if err == nil {
 		err = f.Sync()
 	}

@@ -191,6 +191,11 @@ func cmdLog(e *env, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, v := range st.Versions() { // what would make a version's patch large, or absent
+		if note := st.PatchNote(v.Number); note != "" {
+			fmt.Fprintf(e.stdout, "weight_v%06d  %s\n", v.Number, note)
+		}
+	}
 	damaged := st.DamagedVersions()
 	for _, v := range slices.Sorted(maps.Keys(damaged)) {
 		fmt.Fprintf(e.stdout, "weight_v%06d  DAMAGED, not listed: run weightfs verify --repair %s\n", v, st.Root())
