@@ -23,6 +23,11 @@ const (
 	// WholeFilePrefix starts the tensor name of a file carried whole. Model tensor names never
 	// contain ':', and a collision with an emitted name is refused when the patch is planned.
 	WholeFilePrefix = "__file__:"
+	// HeaderPrefix starts the tensor name of the new header of a sparsely patched safetensors
+	// file whose header bytes changed but not their length nor its tensors' places (a
+	// header-only change: metadata edited, keys reordered). The U8 tensor holds the result's
+	// bytes [0, 8+N): the length and the JSON header with its padding.
+	HeaderPrefix = "__header__:"
 
 	metaFormat        = "format"
 	metaVersion       = "version"
@@ -37,6 +42,7 @@ const (
 	metaChangedParams = "changed_params"
 	metaFiles         = "files"
 	metaWholeFiles    = "whole_files"
+	metaHeaderFiles   = "header_files"   // optional: files in "files" patched sparsely with a new header
 	metaBasePrefix    = "base_sha256:"   // + file path: SHA-256 (hex) of the file before
 	metaResultPrefix  = "result_sha256:" // + file path: SHA-256 (hex) of the file after
 	metaBaseXXH3      = "base_xxh3:"     // + file path: xxh3-128 (hex, canonical big-endian) before
@@ -94,6 +100,11 @@ type PatchFile struct {
 	// safetensors file whose header changed); WholeSize is their length.
 	Whole     bool
 	WholeSize int64
+	// NewHeader, when set, is the result's header bytes [0, 8+N) of a file patched sparsely
+	// whose header changed in place (same length, same tensors at the same offsets): the
+	// apply writes them with the changed elements. Carried as the U8 tensor HeaderPrefix+Name
+	// and listed in "header_files".
+	NewHeader []byte
 }
 
 // PatchPlan describes a patch before its data is written.
@@ -140,6 +151,9 @@ func (p *PatchPlan) validate() error {
 		if f.Whole && f.WholeSize < 0 {
 			return fmt.Errorf("patch plan: file %q has negative size %d", f.Name, f.WholeSize)
 		}
+		if f.NewHeader != nil && (f.Whole || len(f.NewHeader) < 8) {
+			return fmt.Errorf("patch plan: file %q has a new header of %d bytes but is carried whole or the header is too short", f.Name, len(f.NewHeader))
+		}
 		files[f.Name] = f
 	}
 	perFile := make(map[string]int)
@@ -170,7 +184,7 @@ func (p *PatchPlan) validate() error {
 		}
 	}
 	for _, f := range p.Files {
-		if !f.Whole && perFile[f.Name] == 0 {
+		if !f.Whole && f.NewHeader == nil && perFile[f.Name] == 0 {
 			return fmt.Errorf("patch plan: file %q is patched sparsely but has no changed tensor", f.Name)
 		}
 	}
@@ -193,6 +207,11 @@ func (p *PatchPlan) layout() []Tensor {
 	for _, f := range p.Files {
 		if f.Whole {
 			out = append(out, Tensor{Name: WholeFilePrefix + f.Name, DType: DTypeU8, Shape: []int64{f.WholeSize}})
+		}
+	}
+	for _, f := range p.Files {
+		if f.NewHeader != nil {
+			out = append(out, Tensor{Name: HeaderPrefix + f.Name, DType: DTypeU8, Shape: []int64{int64(len(f.NewHeader))}})
 		}
 	}
 	return out
@@ -221,7 +240,7 @@ func (p *PatchPlan) metadata() (map[string]string, error) {
 	}
 	p.addTensorInfo(params)
 	files := make([]string, 0, len(p.Files))
-	whole := []string{}
+	whole, headers := []string{}, []string{}
 	meta := map[string]string{
 		metaFormat:        PatchFormat,
 		metaVersion:       PatchVersion,
@@ -250,13 +269,23 @@ func (p *PatchPlan) metadata() (map[string]string, error) {
 			whole = append(whole, f.Name)
 			continue
 		}
+		if f.NewHeader != nil {
+			headers = append(headers, f.Name)
+		}
+		if params[f.Name] == nil {
+			params[f.Name] = map[string]patchParam{} // a header-only change: "{}"
+		}
 		js, err := marshalJSON(params[f.Name])
 		if err != nil {
 			return nil, err
 		}
 		meta[metaParamsPrefix+f.Name] = js
 	}
-	for key, list := range map[string][]string{metaChangedParams: names, metaFiles: files, metaWholeFiles: whole} {
+	lists := map[string][]string{metaChangedParams: names, metaFiles: files, metaWholeFiles: whole}
+	if len(headers) > 0 { // absent otherwise: patches without header changes keep their bytes
+		lists[metaHeaderFiles] = headers
+	}
+	for key, list := range lists {
 		js, err := marshalJSON(list)
 		if err != nil {
 			return nil, err

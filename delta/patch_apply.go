@@ -198,7 +198,7 @@ func applyPatch(p *Patch, target ApplyTarget, size int64, name string, journal J
 	if resuming {
 		override = &rec
 	}
-	layout, err := readTargetLayout(p.TensorsOf(name), target, size, name, override)
+	layout, err := readTargetLayout(p.TensorsOf(name), target, size, name, override, f.NewHeader)
 	if err != nil {
 		return res, err
 	}
@@ -256,6 +256,13 @@ func applyPatch(p *Patch, target ApplyTarget, size int64, name string, journal J
 	}
 	if err := writeChanges(p, layout, target, m, &res, cfg); err != nil {
 		return res, fmt.Errorf("write changes to %s: %w", name, err)
+	}
+	if layout.newPrefix != nil {
+		// A header-only change: the new header after its 8 length bytes, which are equal
+		// (the marker stays in place until step 4 restores them).
+		if _, err := target.WriteAt(layout.newPrefix[8:], 8); err != nil {
+			return res, fmt.Errorf("write the new header of %s: %w", name, err)
+		}
 	}
 	if cfg.opts.Sync {
 		if err := target.Sync(); err != nil {

@@ -57,7 +57,6 @@ func ApplyPatchFileWith(patchPath, target string, opts ApplyOptions) (ApplyResul
 }
 
 func applyPatchFile(patchPath, target string, cfg applyConfig) (ApplyResult, error) {
-	opts := cfg.opts
 	pf, err := os.Open(patchPath)
 	if err != nil {
 		return ApplyResult{}, err
@@ -71,6 +70,12 @@ func applyPatchFile(patchPath, target string, cfg applyConfig) (ApplyResult, err
 	if err != nil {
 		return ApplyResult{}, err
 	}
+	return applyOpenPatch(p, patchFileName(p, filepath.Base(target)), target, cfg)
+}
+
+// applyOpenPatch applies the file called name in patch p to the local file target.
+func applyOpenPatch(p *Patch, name, target string, cfg applyConfig) (ApplyResult, error) {
+	opts := cfg.opts
 	// Refuse a symbolic link before taking its lock (which would be created beside the link);
 	// the O_NOFOLLOW opens below close the window between the two.
 	if err := refuseSymlink(target); err != nil {
@@ -81,7 +86,6 @@ func applyPatchFile(patchPath, target string, cfg applyConfig) (ApplyResult, err
 		return ApplyResult{}, err
 	}
 	defer lock.release() // after the journal is gone: applyPatch removes it before it returns
-	name := patchFileName(p, filepath.Base(target))
 	if f, ok := p.File(name); ok && f.Whole {
 		return replaceWholeFile(p, f, target, opts)
 	}

@@ -41,7 +41,7 @@ func TestScanPathsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.unmap()
-	layout, err := readTargetLayout(p.TensorsOf(name), f, int64(len(base)), name, nil)
+	layout, err := readTargetLayout(p.TensorsOf(name), f, int64(len(base)), name, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestMappedFaultIsAnError(t *testing.T) {
 	base, _, _, p := bigTestPatch(t)
 	const name = "model.safetensors"
 	f := openFileTarget(t, base).(*fileTarget)
-	layout, err := readTargetLayout(p.TensorsOf(name), f, int64(len(base)), name, nil)
+	layout, err := readTargetLayout(p.TensorsOf(name), f, int64(len(base)), name, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,7 @@ type appliedTensor struct {
 type targetLayout struct {
 	first8    [8]byte // the target's first 8 bytes as found (the marker, when resuming)
 	prefix    []byte  // the 8+N header bytes with the first 8 as the file's own (override applied)
+	newPrefix []byte  // the result's 8+N header bytes when the patch changes the header in place
 	dataStart int64
 	tensors   []appliedTensor // sorted by offset
 }
@@ -114,7 +115,11 @@ const scanBuffers = 3
 
 // readTargetLayout reads and parses the target's header and finds the patched tensors in it.
 // override, when set, replaces the target's first 8 bytes (the marker of an interrupted apply).
-func readTargetLayout(tensors []PatchTensor, target io.ReaderAt, size int64, name string, override *[8]byte) (targetLayout, error) {
+//
+// With newHeader (the patch changes the header in place: same length, same tensor places) the
+// tensors are found in newHeader rather than in the target, whose header an interrupted apply
+// may have left half written; the target's header must have newHeader's length.
+func readTargetLayout(tensors []PatchTensor, target io.ReaderAt, size int64, name string, override *[8]byte, newHeader []byte) (targetLayout, error) {
 	var l targetLayout
 	if size < 8 {
 		return l, fmt.Errorf("%w: %s has %d bytes, too short to be a safetensors file", ErrBaseMismatch, name, size)
@@ -138,7 +143,14 @@ func readTargetLayout(tensors []PatchTensor, target io.ReaderAt, size int64, nam
 	if err := readFull(target, l.prefix[8:], 8); err != nil {
 		return l, fmt.Errorf("read header of %s: %w", name, err)
 	}
-	h, err := ParseHeader(l.prefix, size)
+	parsed := l.prefix
+	if newHeader != nil {
+		if len(newHeader) != len(l.prefix) {
+			return l, fmt.Errorf("%w: %s has a header of %d bytes, the patch's new header has %d", ErrBaseMismatch, name, len(l.prefix), len(newHeader))
+		}
+		parsed, l.newPrefix = newHeader, newHeader
+	}
+	h, err := ParseHeader(parsed, size)
 	if err != nil {
 		return l, fmt.Errorf("%w: %s is not the patch's base: %v", ErrBaseMismatch, name, err)
 	}
@@ -153,6 +165,14 @@ func readTargetLayout(tensors []PatchTensor, target io.ReaderAt, size int64, nam
 	}
 	slices.SortFunc(l.tensors, func(a, b appliedTensor) int { return cmpInt64(a.target.Begin, b.target.Begin) })
 	return l, nil
+}
+
+// outPrefix is the header bytes of the result: the new header, or the target's own.
+func (l *targetLayout) outPrefix() []byte {
+	if l.newPrefix != nil {
+		return l.newPrefix
+	}
+	return l.prefix
 }
 
 // scanResult is what the read pass learned: the digest of the target as it is (with the
@@ -182,7 +202,7 @@ func scanTarget(p *Patch, l targetLayout, target io.ReaderAt, m *fileMapping, si
 func scanSequential(p *Patch, l targetLayout, target io.ReaderAt, size int64, kind digestKind, chunk int64) (scanResult, error) {
 	in, out := kind.newHasher(), kind.newHasher()
 	in.Write(l.prefix)
-	out.Write(l.prefix)
+	out.Write(l.outPrefix())
 	patcher := newChunkPatcher(p, l.tensors)
 	buf := make([]byte, chunk)
 	for off := int64(0); off < size-l.dataStart; off += chunk {
@@ -220,7 +240,7 @@ func scanParallel(p *Patch, l targetLayout, target io.ReaderAt, size int64, kind
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		patcher := newChunkPatcher(p, l.tensors)
-		out.Write(l.prefix)
+		out.Write(l.outPrefix())
 		for pc := range full {
 			if patchErr == nil {
 				if patchErr = patcher.patch(pc.buf, pc.off); patchErr != nil {
@@ -287,7 +307,7 @@ func scanMapped(p *Patch, l targetLayout, data []byte, kind digestKind, needInpu
 			res.input = in.digest()
 		})
 	}
-	out.Write(l.prefix)
+	out.Write(l.outPrefix())
 	err = patchMapped(p, l, data, buf, out)
 	wg.Wait()
 	if err == nil {

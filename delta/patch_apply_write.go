@@ -267,5 +267,8 @@ func applyPatchReference(p *Patch, file []byte, name string) ([]byte, error) {
 			copy(out[h.DataStart()+th.Begin+idx*int64(len(val)):], val)
 		}
 	}
+	if f, ok := p.File(name); ok && f.NewHeader != nil {
+		copy(out, f.NewHeader)
+	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 )
@@ -140,12 +141,19 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 			bh = nil
 		}
 	}
+	var basePrefix, newHeader []byte
 	if bh != nil {
-		same, err := samePrefix(src, rh.DataStart())
-		if err != nil {
+		// Patched sparsely when the header bytes are the same, or when only the header's
+		// bytes changed, not its length nor any tensor's name, dtype, shape or place (a
+		// header-only change: the patch carries the new header, not the whole file).
+		same, b, r, err := samePrefix(src, rh.DataStart())
+		switch {
+		case err != nil:
 			return nil, nil, nil, 0, err
-		}
-		if !same {
+		case same:
+		case bh.DataStart() == rh.DataStart() && sameTensorPlaces(bh, rh):
+			basePrefix, newHeader = b, r
+		default:
 			bh = nil
 		}
 	}
@@ -169,14 +177,19 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 		pf.ResultSHA256, pf.ResultXXH3, pf.Whole, pf.WholeSize = result.sha256, result.xxh3, true, src.ResultSize
 		return &pf, nil, nil, elements, nil
 	}
-	// Same header: hash both while counting changed elements tensor by tensor.
+	// Same places: hash both while counting changed elements tensor by tensor.
 	prefix := make([]byte, rh.DataStart())
 	if err := readFull(src.Result, prefix, 0); err != nil {
 		return nil, nil, nil, 0, err
 	}
 	hb, hr := newFileHasher(), newFileHasher()
-	hb.Write(prefix)
+	if basePrefix != nil {
+		hb.Write(basePrefix)
+	} else {
+		hb.Write(prefix)
+	}
 	hr.Write(prefix)
+	pf.NewHeader = newHeader
 	base, cur := make([]byte, buildChunk), make([]byte, buildChunk)
 	var idx []uint32
 	var vals []byte
@@ -204,7 +217,7 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 			tensors = append(tensors, pt)
 		}
 	}
-	if len(tensors) == 0 {
+	if len(tensors) == 0 && newHeader == nil {
 		return nil, nil, nil, elements, nil
 	}
 	before, after := hb.digests(), hr.digests()
@@ -213,16 +226,32 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 	return &pf, tensors, rh, elements, nil
 }
 
-// samePrefix reports whether base and result have the same first n bytes.
-func samePrefix(src PatchSource, n int64) (bool, error) {
+// samePrefix reports whether base and result have the same first n bytes, and returns both.
+func samePrefix(src PatchSource, n int64) (same bool, base, result []byte, err error) {
 	a, b := make([]byte, n), make([]byte, n)
 	if err := readFull(src.Base, a, 0); err != nil {
-		return false, err
+		return false, nil, nil, err
 	}
 	if err := readFull(src.Result, b, 0); err != nil {
-		return false, err
+		return false, nil, nil, err
 	}
-	return bytes.Equal(a, b), nil
+	return bytes.Equal(a, b), a, b, nil
+}
+
+// sameTensorPlaces reports whether two headers hold the same tensors (names, dtypes, shapes)
+// at the same data offsets, in whatever order their JSON lists them.
+func sameTensorPlaces(a, b *Header) bool {
+	if len(a.Tensors) != len(b.Tensors) {
+		return false
+	}
+	byName := tensorsByName(a)
+	for _, t := range b.Tensors {
+		o, ok := byName[t.Name]
+		if !ok || o.DType != t.DType || o.Begin != t.Begin || o.End != t.End || !slices.Equal(o.Shape, t.Shape) {
+			return false
+		}
+	}
+	return true
 }
 
 // forTensorChunks calls fn with aligned chunks of tensor t from base and result; first is

@@ -120,6 +120,10 @@ func (p *Patch) readPlan() error {
 	if err := p.readFiles(fileNames, wholeNames); err != nil {
 		return err
 	}
+	headerNames, err := p.readHeaderFiles()
+	if err != nil {
+		return err
+	}
 	if err := p.readTensors(changedNames); err != nil {
 		return err
 	}
@@ -138,7 +142,7 @@ func (p *Patch) readPlan() error {
 		return malformedPatch("%q is %q, want %v", metaSparsity, s, want)
 	}
 	// Every tensor of the file must be accounted for: nothing unexplained is carried.
-	if want := 2*len(plan.Tensors) + len(wholeNames); len(p.Header.Tensors) != want {
+	if want := 2*len(plan.Tensors) + len(wholeNames) + headerNames; len(p.Header.Tensors) != want {
 		return malformedPatch("file holds %d tensors but its metadata accounts for %d", len(p.Header.Tensors), want)
 	}
 	return p.validate()

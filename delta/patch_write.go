@@ -48,6 +48,19 @@ func NewPatchWriter(w io.WriterAt, plan PatchPlan) (*PatchWriter, error) {
 	if n := len(entries); n > 0 {
 		pw.size += entries[n-1].End
 	}
+	// New headers are in the plan already (they are small): they go out with the header.
+	for _, f := range plan.Files {
+		if f.NewHeader == nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.Name == HeaderPrefix+f.Name {
+				if _, err := w.WriteAt(f.NewHeader, pw.dataOff+e.Begin); err != nil {
+					return nil, fmt.Errorf("write new header of %q into patch: %w", f.Name, err)
+				}
+			}
+		}
+	}
 	pw.startTensor()
 	return pw, nil
 }

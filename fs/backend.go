@@ -31,6 +31,15 @@ type VersionWriter interface {
 	Abort() error
 }
 
+// damageReporter is implemented by backends that know of versions whose manifests exist but
+// cannot be read (store.Store.VersionDamage). Optional: such a version is not listed, and a
+// lookup of it is EIO (damage), never ENOENT.
+type damageReporter interface {
+	VersionDamage(v uint64) error
+}
+
+func (b storeBackend) VersionDamage(v uint64) error { return b.s.VersionDamage(v) }
+
 // stagingDirer is implemented by backends that offer a directory for staging files (on the
 // store's own disk, so a full disk shows up as ENOSPC of the store). Optional.
 type stagingDirer interface {

@@ -37,6 +37,11 @@ func (m *mountState) finishSeal(t *openTree, rootName string, info store.Version
 	m.mu.Unlock()
 	m.logf("sealed version %d: %d files, %d bytes, %d stored, in %v",
 		info.Number, info.Files, info.LogicalBytes, info.StoredBytes, time.Since(start).Round(time.Millisecond))
+	if src, ok := viewSourceOf(m.b); ok {
+		if note := src.PatchNote(info.Number); note != "" {
+			m.logf("version %d: %s", info.Number, note)
+		}
+	}
 }
 
 // notifyEntry makes the kernel forget the root entry name. Never call it holding m.mu, or

@@ -11,6 +11,11 @@ type viewSource interface {
 	PatchBase(v uint64) (uint64, error)
 	// RenderPatch returns the patch of v, rendered in the cache directory.
 	RenderPatch(v uint64) (store.RenderedFile, error)
+	// RenderPatchFrom returns the catch-up patch from version from to v, rendered in the
+	// cache directory (store.ErrNoSuchVersion, ErrNoPrevious, ErrLayoutChanged: none).
+	RenderPatchFrom(v, from uint64) (store.RenderedFile, error)
+	// PatchNote says when v's patch carries files whole, and why ("" when it does not).
+	PatchNote(v uint64) string
 	// PatchSize is the size of v's patch without rendering it (ok false: render to know).
 	PatchSize(v uint64) (size int64, ok bool, err error)
 	// PlanSlime says how v is served in deltas/ (ErrNoSuchVersion: not at all).
@@ -24,6 +29,12 @@ func (b storeBackend) PatchBase(v uint64) (uint64, error) { return b.s.PatchBase
 func (b storeBackend) RenderPatch(v uint64) (store.RenderedFile, error) {
 	return b.s.RenderPatch(v)
 }
+
+func (b storeBackend) RenderPatchFrom(v, from uint64) (store.RenderedFile, error) {
+	return b.s.RenderPatchFrom(v, from)
+}
+
+func (b storeBackend) PatchNote(v uint64) string { return b.s.PatchNote(v) }
 
 func (b storeBackend) PatchSize(v uint64) (int64, bool, error) { return b.s.PatchSize(v) }
 

@@ -11,14 +11,14 @@ import (
 	"github.com/weightfs/weightfs/store"
 )
 
-// TestDamagedRenderIsNeverServed damages a cached render (the patch, a delta's index or its
-// shard: one byte flipped, the file removed, or cut short) before a mount serves it, or
+// TestDamagedRenderIsNeverServed damages a cached render (a patch, a catch-up patch, a
+// delta's index or its shard: one byte flipped, the file removed, or cut short) before a mount serves it, or
 // between its open and its read, and reads it through the mount: the bytes are always the
 // render's own. The damage is found by the render's sums (a flip) or its listing (a missing
 // or short file), logged, the render dropped and made again from the store; never a wrong
 // byte, and never EEXIST from a re-render colliding with the damaged one.
 func TestDamagedRenderIsNeverServed(t *testing.T) {
-	targets := []string{"patch", "index", "shard"}
+	targets := []string{"patch", "catchup", "index", "shard"}
 	damages := []string{"flip", "remove", "truncate"}
 	for _, target := range targets {
 		for _, damage := range damages {
@@ -44,6 +44,12 @@ func damagedRender(t *testing.T, target, damage, when string) {
 			t.Fatal(err)
 		}
 		cachePath, mountRel = rf.Path, filepath.Join("patches", PatchName(2))
+	case "catchup":
+		rf, err := st.RenderPatchFrom(5, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cachePath, mountRel = rf.Path, filepath.Join("patches", CatchupPatchName(5, 1))
 	default:
 		_, files, err := st.RenderSlime(2)
 		if err != nil {

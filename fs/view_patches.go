@@ -20,6 +20,12 @@ import (
 // lookup gives the patch's size from the manifests (store.PatchSize: `ls -l` renders nothing);
 // the patch is rendered at its first open, must come out at that size, and is served from
 // the cache directory. Where the manifests cannot tell, the lookup renders.
+//
+// weight_vNNNNNN.from_vKKKKKK.safetensors is the catch-up patch from any earlier sealed
+// version KKKKKK to NNNNNN (store.RenderPatchFrom; docs/format.md Part III §5), for a reader
+// that holds KKKKKK. Such names are resolved on lookup and never listed (there is one per pair
+// of versions); the lookup renders the patch, since no manifest gives its size. A pair with
+// another tensor layout, or a KKKKKK gc removed, has none (ENOENT).
 
 const patchSuffix = ".safetensors"
 
@@ -29,9 +35,10 @@ type patchesView struct {
 	src viewSource
 
 	mu      sync.Mutex
-	locks   map[uint64]*sync.Mutex // one render of a version at a time
-	renders map[uint64]patchRender // what this mount has rendered
-	has     map[uint64]patchRender // PatchBase decisions (rf unset)
+	locks   map[uint64]*sync.Mutex    // one render of a version at a time
+	pairs   map[[2]uint64]*sync.Mutex // one render of a catch-up patch at a time
+	renders map[uint64]patchRender    // what this mount has rendered
+	has     map[uint64]patchRender    // PatchBase decisions (rf unset)
 }
 
 // patchRender is a render (or a decision) made when the version before was base; a change
@@ -51,6 +58,7 @@ func newPatchesView(m *mountState, name string) viewNode {
 		viewDir: viewDir{m: m, where: name},
 		src:     src,
 		locks:   map[uint64]*sync.Mutex{},
+		pairs:   map[[2]uint64]*sync.Mutex{},
 		renders: map[uint64]patchRender{},
 		has:     map[uint64]patchRender{},
 	}
@@ -58,6 +66,14 @@ func newPatchesView(m *mountState, name string) viewNode {
 
 // PatchName is the name of version v's patch in patches/.
 func PatchName(v uint64) string { return VersionName(v) + patchSuffix }
+
+// CatchupPatchName is the name in patches/ of the catch-up patch from version from to v.
+func CatchupPatchName(v, from uint64) string {
+	return VersionName(v) + catchupInfix + strings.TrimPrefix(VersionName(from), "weight_") + patchSuffix
+}
+
+// catchupInfix separates the two versions of a catch-up patch's name.
+const catchupInfix = ".from_"
 
 // parsePatchName returns the version a name in patches/ stands for.
 func parsePatchName(name string) (uint64, bool) {
@@ -67,6 +83,57 @@ func parsePatchName(name string) (uint64, bool) {
 	}
 	v, isVersion, err := ParseVersionName(base)
 	return v, isVersion && err == nil
+}
+
+// parseCatchupName returns the two versions a catch-up patch's name stands for.
+func parseCatchupName(name string) (v, from uint64, ok bool) {
+	base, ok := strings.CutSuffix(name, patchSuffix)
+	if !ok {
+		return 0, 0, false
+	}
+	to, fromName, ok := strings.Cut(base, catchupInfix)
+	if !ok {
+		return 0, 0, false
+	}
+	v, isV, err1 := ParseVersionName(to)
+	from, isFrom, err2 := ParseVersionName("weight_" + fromName)
+	if !isV || !isFrom || err1 != nil || err2 != nil || CatchupPatchName(v, from) != name {
+		return 0, 0, false
+	}
+	return v, from, true
+}
+
+// lookupCatchup resolves a catch-up patch's name, rendering it.
+func (p *patchesView) lookupCatchup(ctx context.Context, name string, v, from uint64, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	info, sealed := p.m.sealedInfo(v)
+	if _, fromSealed := p.m.sealedInfo(from); !sealed || !fromSealed || from >= v {
+		return nil, syscall.ENOENT
+	}
+	where := p.where + "/" + name
+	render := func() (store.RenderedFile, error) {
+		key := [2]uint64{v, from}
+		p.mu.Lock()
+		lock := p.pairs[key]
+		if lock == nil {
+			lock = &sync.Mutex{}
+			p.pairs[key] = lock
+		}
+		p.mu.Unlock()
+		lock.Lock()
+		defer lock.Unlock()
+		return p.src.RenderPatchFrom(v, from)
+	}
+	start := time.Now()
+	rf, err := render()
+	if isNoPatch(err) {
+		return nil, syscall.ENOENT
+	}
+	if err != nil {
+		return nil, p.m.fail(err, "render %s", where)
+	}
+	p.m.logf("%s: %d bytes, ready in %v", where, rf.Size, time.Since(start).Round(time.Millisecond))
+	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, render) }
+	return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
 }
 
 // previousSealed is the sealed version before v in the mount's current list (0: none).
@@ -87,6 +154,9 @@ func isNoPatch(err error) bool {
 }
 
 func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if v, from, ok := parseCatchupName(name); ok {
+		return p.lookupCatchup(ctx, name, v, from, out)
+	}
 	v, ok := parsePatchName(name)
 	if !ok {
 		return nil, syscall.ENOENT

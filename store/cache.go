@@ -19,6 +19,11 @@ type lru[K comparable, V any] struct {
 	// caller's when get returns one; drop when the cache lets go of a value. Nil for plain
 	// values.
 	share, drop func(V)
+
+	// keepOversized keeps a value costing more than the whole limit, alone (the parsed
+	// versions: one a reader uses must not be parsed again on every call however large it
+	// is). Unset, such a value is not kept.
+	keepOversized bool
 }
 
 type lruEntry[K comparable, V any] struct {
@@ -60,9 +65,10 @@ func (c *lru[K, V]) dropped(v V) {
 	}
 }
 
-// add stores v under k; a value costing more than the whole limit is not kept.
+// add stores v under k; a value costing more than the whole limit is not kept (unless
+// keepOversized).
 func (c *lru[K, V]) add(k K, v V, cost int64) {
-	if cost > c.limit {
+	if cost > c.limit && !c.keepOversized {
 		return
 	}
 	c.mu.Lock()
@@ -80,7 +86,7 @@ func (c *lru[K, V]) add(k K, v V, cost int64) {
 		c.items[k] = c.order.PushFront(&lruEntry[K, V]{key: k, val: v, cost: cost})
 		c.used += cost
 	}
-	for c.used > c.limit {
+	for c.used > c.limit && c.order.Len() > 1 {
 		e := c.order.Back()
 		old := e.Value.(*lruEntry[K, V])
 		c.order.Remove(e)

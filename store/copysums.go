@@ -168,19 +168,14 @@ func newChecks(ix *index) *checks {
 	return &checks{ix: ix, sums: map[contentKey]*fileSums{}, vouched: map[ID]bool{}, failed: map[ID]error{}}
 }
 
-// db runs fn in a transaction of the index. The index is derived data: a panic of bbolt over
-// a damaged page is an error here (the record is then as good as missing: the check is done
-// again), never a crash.
-func (c *checks) db(write bool, fn func(tx *bolt.Tx) error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("index %s: %v", c.ix.path, r)
-		}
-	}()
+// db runs fn in a transaction of the index (index.run: a damaged index is recreated and
+// logged, never a crash; without an index a write is dropped). A record lost with the
+// index is as good as missing: the check is done again.
+func (c *checks) db(write bool, fn func(tx *bolt.Tx) error) error {
 	if write {
-		return c.ix.db.Update(fn)
+		return c.ix.write(fn)
 	}
-	return c.ix.db.View(fn)
+	return c.ix.run(false, fn)
 }
 
 // noteFailedVouch remembers that composition id does not hash to its SHA-256: reads of the
@@ -227,10 +222,9 @@ func (c *checks) sumsOf(k contentKey) *fileSums {
 	}
 	var raw []byte
 	c.db(false, func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketCopySums); b != nil {
-			raw = append(raw, b.Get(sumsKey(k))...)
-		}
-		return nil
+		v, err := get(tx, bucketCopySums, sumsKey(k))
+		raw = append(raw[:0], v...)
+		return err
 	})
 	fs, ok := decodeSums(raw, k.size)
 	if !ok {
@@ -253,12 +247,8 @@ func (c *checks) vouch(persist bool, ids ...ID) {
 	c.mu.Unlock()
 	if persist && len(ids) > 0 {
 		c.db(true, func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists(bucketVouched)
-			if err != nil {
-				return err
-			}
 			for _, id := range ids {
-				if err := b.Put(id[:], []byte{}); err != nil {
+				if err := put(tx, bucketVouched, id[:], nil); err != nil {
 					return err
 				}
 			}
@@ -277,10 +267,9 @@ func (c *checks) isVouched(id ID) bool {
 		return true
 	}
 	c.db(false, func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketVouched); b != nil {
-			ok = b.Get(id[:]) != nil
-		}
-		return nil
+		v, err := get(tx, bucketVouched, id[:])
+		ok = v != nil && err == nil
+		return err
 	})
 	if ok {
 		c.vouch(false, id)
@@ -302,7 +291,7 @@ func (c *checks) keepSums(held map[contentKey]*fileSums) error {
 	}
 	c.mu.Unlock()
 	return c.db(true, func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketCopySums)
+		b, err := bucket(tx, bucketCopySums)
 		if err != nil {
 			return err
 		}
@@ -327,7 +316,7 @@ func (c *checks) keepSums(held map[contentKey]*fileSums) error {
 		}
 		for k, fs := range held {
 			if b.Get(sumsKey(k)) == nil {
-				if err := b.Put(sumsKey(k), encodeSums(fs)); err != nil {
+				if err := b.Put(sumsKey(k), sealValue(sumsKey(k), encodeSums(fs))); err != nil {
 					return err
 				}
 			}

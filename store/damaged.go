@@ -51,6 +51,11 @@ func (s *Store) damagedError(v uint64) error {
 	return s.damaged[v]
 }
 
+// VersionDamage is the error of version v when its manifest is in the store but cannot be
+// read (wrapping ErrCorrupt, naming the repair command), else nil: a lookup of such a
+// version is damage, not absence.
+func (s *Store) VersionDamage(v uint64) error { return s.damagedError(v) }
+
 // DamagedVersions lists the versions whose manifests are in the store but cannot be read,
 // ascending, with why.
 func (s *Store) DamagedVersions() map[uint64]error {

@@ -132,12 +132,7 @@ func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, e
 		row := TensorDiff{File: fb.Path, Tensor: tb.Name, DType: tb.DType, Shape: tb.Shape, Elements: tb.elements()}
 		var ta *manifestTensor
 		if fa != nil {
-			for k := range fa.Tensors {
-				if fa.Tensors[k].Name == tb.Name {
-					ta = &fa.Tensors[k]
-					break
-				}
-			}
+			ta = va.tensorIn(fa, tb.Name)
 		}
 		switch {
 		case ta == nil:
@@ -256,10 +251,5 @@ func findTensor(ver *version, path, name string) *manifestTensor {
 	if f == nil {
 		return nil
 	}
-	for i := range f.Tensors {
-		if f.Tensors[i].Name == name {
-			return &f.Tensors[i]
-		}
-	}
-	return nil
+	return ver.tensorIn(f, name)
 }

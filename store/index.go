@@ -2,10 +2,13 @@ package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,14 +17,33 @@ import (
 
 // index is the node-local bbolt index of one process: object representations (kind, base,
 // chain depth and bytes), version summaries for `log`, and the state of the materialized
-// copy. It is derived from the store: deleting it loses nothing (it is rebuilt lazily from
-// object headers and manifests), and a damaged one is deleted and rebuilt at open.
+// copy. It is derived from the store: deleting it loses nothing (it refills lazily from
+// object headers and manifests).
+//
+// So no failure of the index is allowed to become a failure of the store. Every call into
+// bbolt goes through index.run, which turns what bbolt does with a damaged file (an error, a
+// panic on a page it does not expect, a fault on its mapping: bbolt checks no page but the
+// meta pages) into an error wrapping errIndexDamaged, in whichever goroutine it happens
+// (reads run in the read-ahead's goroutines too). Every value carries a CRC-32C, so damage
+// inside a record is found as well. On damage the file is closed, deleted and recreated,
+// empty, with a log line, and the call is retried once on the new file; if it cannot be
+// recreated the store runs without an index (every lookup misses, writes are dropped) and
+// tries again a minute later.
 type index struct {
-	db   *bolt.DB
 	path string
+	logf func(format string, args ...any)
+
+	mu      sync.Mutex
+	db      *bolt.DB  // nil: running without an index until retryAt
+	retryAt time.Time // when to try recreating a missing index again
+	closed  bool
+
+	recreated atomic.Int64 // times the index was found damaged and recreated (tests)
 }
 
-const indexFormat = "1"
+// indexFormat 2: every value ends in a CRC-32C (index_records.go). An index of another
+// format is emptied at open.
+const indexFormat = "2"
 
 var (
 	bucketMeta     = []byte("meta")
@@ -29,6 +51,9 @@ var (
 	bucketVersions = []byte("versions")
 	keyFormat      = []byte("format")
 	keyMaterial    = []byte("materialized")
+	// keyOpen is set while a process has the index open: found set at open, the last
+	// process died with it open, and bbolt's consistency check runs before it is used.
+	keyOpen = []byte("open")
 )
 
 // objMeta is what planning and the anchor policy need of an object without opening it.
@@ -80,38 +105,108 @@ type matState struct {
 	Clean   bool   `json:"clean"`
 }
 
-// openIndex opens (creating or, when damaged or of another format, recreating) the index at
-// path.
-func openIndex(path string) (*index, error) {
-	ix, err := tryOpenIndex(path)
-	if err == nil {
-		return ix, nil
-	}
-	if errors.Is(err, errIndexBusy) {
-		return nil, err
-	}
-	// The index is derived: a damaged one is dropped, not repaired.
-	if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
-		return nil, fmt.Errorf("drop damaged index %s (%v): %w", path, err, rmErr)
-	}
-	return tryOpenIndex(path)
-}
+// errIndexDamaged marks a failure of the index file itself (bbolt's error or panic, a
+// record failing its CRC): the index is recreated. It never reaches the store's callers.
+var errIndexDamaged = errors.New("index is damaged")
 
+// errIndexBusy is returned by Open when another process holds the index.
 var errIndexBusy = errors.New("index is in use by another process (give each reader its own cache directory)")
 
-func tryOpenIndex(path string) (*index, error) {
-	db, err := bolt.Open(path, cacheFilePerm, &bolt.Options{Timeout: 2 * time.Second})
+// errNoIndex is what a call gets while the store runs without an index.
+var errNoIndex = errors.New("running without an index")
+
+// indexRetry is how long a store that could not recreate its index runs without one before
+// it tries again.
+const indexRetry = time.Minute
+
+// openIndex opens the index at path, checking it with bbolt's consistency check when the
+// last process that had it open did not close it. A damaged index, or one of another format,
+// is deleted and recreated (logged); one that cannot be created leaves the store running
+// without an index (logged). Only errIndexBusy (another process has it open) is an error.
+func openIndex(path string, logf func(format string, args ...any)) (*index, error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	ix := &index{path: path, logf: logf}
+	db, err := tryOpenIndex(path)
+	switch {
+	case err == nil:
+		ix.db = db
+	case errors.Is(err, errIndexBusy):
+		return nil, err
+	default:
+		ix.mu.Lock()
+		ix.recreateLocked(err)
+		ix.mu.Unlock()
+	}
+	return ix, nil
+}
+
+// tryOpenIndex opens and prepares the index at path; any failure but errIndexBusy means the
+// file is damaged.
+func tryOpenIndex(path string) (*bolt.DB, error) {
+	var db *bolt.DB
+	err := guard(func() error {
+		var err error
+		db, err = bolt.Open(path, cacheFilePerm, &bolt.Options{Timeout: 2 * time.Second})
+		return err
+	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open index %s: %w", path, errIndexBusy)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open index %s: %w", path, err)
+		return nil, fmt.Errorf("open index %s: %w", path, markDamaged(err))
 	}
-	ix := &index{db: db, path: path}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = guard(func() error { return prepareIndex(db) })
+	if err != nil {
+		closeIndexDB(db)
+		return nil, fmt.Errorf("prepare index %s: %w", path, markDamaged(err))
+	}
+	return db, nil
+}
+
+// prepareIndex checks the index when it was not closed cleanly, empties one of another
+// format, creates the buckets and marks the index open.
+func prepareIndex(db *bolt.DB) error {
+	unclean := false
+	err := db.View(func(tx *bolt.Tx) error {
+		// A file cut short of its pages: bbolt would read past its end (a fault), here or
+		// in Tx.Check's own goroutine, which no guard covers.
+		info, err := os.Stat(db.Path())
+		if err != nil {
+			return err
+		}
+		if info.Size() < tx.Size() {
+			return fmt.Errorf("file of %d bytes holds pages up to %d: %w", info.Size(), tx.Size(), errIndexDamaged)
+		}
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			unclean = meta.Get(keyOpen) != nil
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if unclean {
+		// Walks every page once: bounded by the index's size (about 90 bytes an object).
+		err = db.View(func(tx *bolt.Tx) error {
+			var errs []error
+			for err := range tx.Check() {
+				errs = append(errs, err)
+			}
+			if len(errs) > 0 {
+				return fmt.Errorf("consistency check after an unclean close: %w: %w", errors.Join(errs...), errIndexDamaged)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if meta != nil && string(meta.Get(keyFormat)) != indexFormat {
-			for _, b := range [][]byte{bucketMeta, bucketObjects, bucketVersions} {
+			for _, b := range [][]byte{bucketMeta, bucketObjects, bucketVersions, bucketCopySums, bucketVouched} {
 				if tx.Bucket(b) != nil {
 					if err := tx.DeleteBucket(b); err != nil {
 						return err
@@ -119,163 +214,169 @@ func tryOpenIndex(path string) (*index, error) {
 				}
 			}
 		}
-		for _, b := range [][]byte{bucketMeta, bucketObjects, bucketVersions} {
+		for _, b := range [][]byte{bucketMeta, bucketObjects, bucketVersions, bucketCopySums, bucketVouched} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return tx.Bucket(bucketMeta).Put(keyFormat, []byte(indexFormat))
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("prepare index %s: %w", path, err)
-	}
-	return ix, nil
-}
-
-func (ix *index) close() error { return ix.db.Close() }
-
-func (ix *index) object(id ID) (objMeta, bool) {
-	var m objMeta
-	var ok bool
-	ix.db.View(func(tx *bolt.Tx) error {
-		m, ok = decodeObjMeta(tx.Bucket(bucketObjects).Get(id[:]))
-		return nil
-	})
-	return m, ok
-}
-
-func (ix *index) putObjects(metas map[ID]objMeta) error {
-	if len(metas) == 0 {
-		return nil
-	}
-	return ix.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketObjects)
-		for id, m := range metas {
-			if err := b.Put(id[:], m.encode()); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-func (ix *index) deleteObjects(ids []ID) error {
-	return ix.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketObjects)
-		for _, id := range ids {
-			if err := b.Delete(id[:]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// clearObjects drops every object entry (they refill lazily from object headers).
-func (ix *index) clearObjects() error {
-	return ix.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bucketObjects); err != nil {
+		meta = tx.Bucket(bucketMeta)
+		if err := meta.Put(keyFormat, []byte(indexFormat)); err != nil {
 			return err
 		}
-		_, err := tx.CreateBucket(bucketObjects)
+		return meta.Put(keyOpen, []byte("1"))
+	})
+}
+
+// guard runs f, which calls into bbolt, and turns a panic in it into an error wrapping
+// errIndexDamaged. Faults on bbolt's mapping of the file (a page past the end of a
+// truncated file: SIGBUS) become panics too, instead of killing the process: bbolt reads
+// pages straight from the mapping, in the goroutine that calls it, so this is enough in any
+// goroutine.
+func guard(f func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("bbolt panicked: %v: %w", r, errIndexDamaged)
+		}
+	}()
+	return f()
+}
+
+// markDamaged wraps errIndexDamaged around an error of bbolt that says the file is damaged;
+// others (a full disk, a read-only file system) pass unchanged: recreating would not help.
+func markDamaged(err error) error {
+	if err == nil || errors.Is(err, errIndexDamaged) {
 		return err
-	})
+	}
+	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EACCES, syscall.EPERM, errIndexBusy} {
+		if errors.Is(err, e) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", err, errIndexDamaged)
 }
 
-func versionKey(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-
-// versions returns the cached summaries of versions.
-func (ix *index) versions() (map[uint64]VersionInfo, error) {
-	out := map[uint64]VersionInfo{}
-	err := ix.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketVersions).ForEach(func(k, v []byte) error {
-			var info VersionInfo
-			if len(k) == 8 && json.Unmarshal(v, &info) == nil && info.Number == binary.BigEndian.Uint64(k) {
-				out[info.Number] = info
+// run runs fn in a bbolt transaction (write: read-write) through guard. On damage it
+// recreates the index and runs fn once more on the new, empty one, so callers see damage as
+// missing entries, never as an error.
+func (ix *index) run(write bool, fn func(tx *bolt.Tx) error) error {
+	var err error
+	for range 2 {
+		db := ix.current()
+		if db == nil {
+			return errNoIndex
+		}
+		err = guard(func() error {
+			if write {
+				return db.Update(fn)
 			}
-			return nil
+			return db.View(fn)
 		})
-	})
-	return out, err
+		if err == nil || !errors.Is(markDamaged(err), errIndexDamaged) {
+			return err
+		}
+		ix.damaged(db, err)
+	}
+	return err
 }
 
-// updateVersions adds and removes version summaries in one transaction.
-func (ix *index) updateVersions(add []VersionInfo, del []uint64) error {
-	if len(add) == 0 && len(del) == 0 {
+// current returns the open bbolt file, trying to recreate a missing one when it is time.
+func (ix *index) current() *bolt.DB {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.db == nil && !ix.closed && time.Now().After(ix.retryAt) {
+		ix.recreateLocked(nil)
+	}
+	return ix.db
+}
+
+// damaged recreates the index after a call on db found it damaged (once: other goroutines
+// that found the same damage find db already replaced).
+func (ix *index) damaged(db *bolt.DB, cause error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.db != db || ix.closed {
+		return
+	}
+	ix.db = nil
+	// In the background: Close waits for the transactions still running on it.
+	go closeIndexDB(db)
+	ix.recreateLocked(cause)
+}
+
+// recreateLocked deletes the index file and creates an empty index in its place (cause nil:
+// a retry after an earlier failure). The new index is marked dirty, so that the writer's
+// next open sweeps objects the lost flag may have covered. The caller holds ix.mu.
+func (ix *index) recreateLocked(cause error) {
+	if cause != nil {
+		ix.recreated.Add(1)
+	}
+	err := os.Remove(ix.path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		err = fmt.Errorf("delete it: %w", err)
+	} else if ix.db, err = tryOpenIndex(ix.path); err == nil {
+		err = guard(func() error {
+			return ix.db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketMeta).Put(keyDirty, sealValue(keyDirty, []byte("1")))
+			})
+		})
+	}
+	if err != nil {
+		if ix.db != nil {
+			closeIndexDB(ix.db)
+			ix.db = nil
+		}
+		ix.retryAt = time.Now().Add(indexRetry)
+		if cause != nil {
+			ix.logf("index %s is damaged (%v); running without it (it cannot be recreated: %v)", ix.path, cause, err)
+		} else {
+			ix.logf("index %s: still running without it: %v", ix.path, err)
+		}
+		return
+	}
+	if cause != nil {
+		ix.logf("index %s was damaged (%v): deleted and recreated (it refills from the manifests and object headers)", ix.path, cause)
+	} else {
+		ix.logf("index %s: recreated (it refills from the manifests and object headers)", ix.path)
+	}
+}
+
+// closeIndexDB closes a bbolt file, whatever state it is in.
+func closeIndexDB(db *bolt.DB) { _ = guard(db.Close) }
+
+// close marks the index closed cleanly and closes it.
+func (ix *index) close() error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.closed = true
+	db := ix.db
+	ix.db = nil
+	if db == nil {
 		return nil
 	}
-	return ix.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketVersions)
-		for _, info := range add {
-			js, err := json.Marshal(info)
+	err := guard(func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			b, err := bucket(tx, bucketMeta)
 			if err != nil {
 				return err
 			}
-			if err := b.Put(versionKey(info.Number), js); err != nil {
-				return err
-			}
-		}
-		for _, v := range del {
-			if err := b.Delete(versionKey(v)); err != nil {
-				return err
-			}
-		}
-		return nil
+			return b.Delete(keyOpen)
+		})
 	})
+	if err := guard(db.Close); err != nil {
+		return fmt.Errorf("close index %s: %w", ix.path, err)
+	}
+	if errors.Is(markDamaged(err), errIndexDamaged) {
+		return nil // damaged: the next open recreates it
+	}
+	return err
 }
 
-func (ix *index) materialized() matState {
-	var st matState
-	ix.db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketMeta).Get(keyMaterial); b != nil {
-			if json.Unmarshal(b, &st) != nil {
-				st = matState{}
-			}
-		}
-		return nil
-	})
-	return st
-}
-
-func (ix *index) setMaterialized(st matState) error {
-	js, _ := json.Marshal(st)
-	return ix.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyMaterial, js) })
-}
-
-// reset empties the index (RebuildIndex).
-func (ix *index) reset() error {
-	return ix.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketObjects, bucketVersions} {
-			if err := tx.DeleteBucket(name); err != nil {
-				return err
-			}
-			if _, err := tx.CreateBucket(name); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketMeta).Delete(keyMaterial)
-	})
-}
-
-// keyDirty is set while a writer has objects not yet in a manifest; an open that finds it
-// set sweeps unreferenced objects.
-var keyDirty = []byte("dirty")
-
-func (ix *index) flag(key []byte) bool {
-	var set bool
-	ix.db.View(func(tx *bolt.Tx) error {
-		set = string(tx.Bucket(bucketMeta).Get(key)) == "1"
-		return nil
-	})
-	return set
-}
-
-func (ix *index) setFlag(key []byte, on bool) error {
-	return ix.db.Update(func(tx *bolt.Tx) error {
-		if on {
-			return tx.Bucket(bucketMeta).Put(key, []byte("1"))
-		}
-		return tx.Bucket(bucketMeta).Delete(key)
-	})
+// bucket returns a bucket of the index; a missing one is damage.
+func bucket(tx *bolt.Tx, name []byte) (*bolt.Bucket, error) {
+	b := tx.Bucket(name)
+	if b == nil {
+		return nil, fmt.Errorf("bucket %q missing: %w", name, errIndexDamaged)
+	}
+	return b, nil
 }

@@ -166,6 +166,28 @@ func encodeManifestChecked(m *manifest) ([]byte, error) {
 
 // decodeManifest checks magic, version and CRC, decodes the JSON strictly and validates it.
 func decodeManifest(b []byte) (*manifest, error) {
+	js, err := manifestBody(b)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	var m manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("manifest JSON has trailing data: %w", ErrCorrupt)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("manifest of version %d: %w: %w", m.Version, err, ErrCorrupt)
+	}
+	return &m, nil
+}
+
+// manifestBody checks the magic, version, length and CRC of manifest file bytes and returns
+// the JSON they frame.
+func manifestBody(b []byte) ([]byte, error) {
 	if len(b) < len(manifestMagic) || string(b[:4]) != manifestMagic {
 		return nil, fmt.Errorf("no WFSM magic: %w", ErrCorrupt)
 	}
@@ -183,19 +205,7 @@ func decodeManifest(b []byte) (*manifest, error) {
 	if got, want := crc32c(body), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {
 		return nil, fmt.Errorf("manifest CRC-32C %08x, stored %08x: %w", got, want, ErrCorrupt)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body[manifestHeadLen:]))
-	dec.DisallowUnknownFields()
-	var m manifest
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("manifest JSON has trailing data: %w", ErrCorrupt)
-	}
-	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("manifest of version %d: %w: %w", m.Version, err, ErrCorrupt)
-	}
-	return &m, nil
+	return body[manifestHeadLen:], nil
 }
 
 // validate checks what readers rely on: clean unique paths, files under recorded or implied

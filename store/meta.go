@@ -66,9 +66,34 @@ func (s *Store) cachedMeta(id ID) (objMeta, bool) {
 	if m, ok = s.ix.object(id); ok {
 		s.metaMu.Lock()
 		s.metas[id] = m
+		n := len(s.metas)
 		s.metaMu.Unlock()
+		s.trimMetas(n)
 	}
 	return m, ok
+}
+
+// maxMetas bounds the metas kept in memory in front of the index (about 170 bytes each: a
+// process that touches every object of a store of 10^6 tensors would otherwise keep them
+// all). Past it they are dropped wholesale, once the new ones are in the index, and found
+// there again.
+const maxMetas = 1 << 17
+
+// trimMetas drops the metas in memory when there are n >= maxMetas of them.
+func (s *Store) trimMetas(n int) {
+	if n < maxMetas {
+		return
+	}
+	s.flushMetas()
+	s.metaMu.Lock()
+	if len(s.metas) >= maxMetas {
+		clear(s.metas)
+		// Any written since the flush stay until the next one.
+		for id, m := range s.dirtyMetas {
+			s.metas[id] = m
+		}
+	}
+	s.metaMu.Unlock()
 }
 
 // putMeta records a meta in memory; flushMetas writes the new ones to the index in one
@@ -80,11 +105,12 @@ func (s *Store) putMeta(id ID, m objMeta) {
 		s.dirtyMetas = map[ID]objMeta{}
 	}
 	s.dirtyMetas[id] = m
-	n := len(s.dirtyMetas)
+	n, all := len(s.dirtyMetas), len(s.metas)
 	s.metaMu.Unlock()
 	if n >= 4096 {
 		s.flushMetas()
 	}
+	s.trimMetas(all)
 }
 
 // forgetMeta drops what is known of id (its representation changed).

@@ -23,6 +23,28 @@ func (s *Store) WritePatch(v uint64, w io.WriterAt) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return s.writePatchBetween(base, ver, w)
+}
+
+// WritePatchFrom writes the catch-up patch from the sealed version from to the sealed version
+// v (from < v): the patch format of WritePatch with base_version = from, carrying every
+// element that differs between the two with v's value, so that one patch takes a reader that
+// holds from straight to v. Its size tracks the union of the elements changed by the steps in
+// between, not their sum. Both versions are read tensor by tensor in bounded chunks through
+// the store's delta chains, never materialised whole. A pair whose tensor layouts differ has
+// no patch (ErrLayoutChanged), nor does a from that is not sealed (ErrNoSuchVersion) or not
+// below v (ErrNoPrevious). WritePatchFrom(v, Previous(v)) writes WritePatch's bytes.
+func (s *Store) WritePatchFrom(v, from uint64, w io.WriterAt) (int64, error) {
+	cur, base, err := s.patchVersionsFrom(v, from)
+	if err != nil {
+		return 0, err
+	}
+	return s.writePatchBetween(base, cur, w)
+}
+
+// writePatchBetween writes the patch that turns version base into cur.
+func (s *Store) writePatchBetween(base, ver *version, w io.WriterAt) (int64, error) {
+	v, prev := ver.m.Version, base.m.Version
 	sources := make([]delta.PatchSource, 0, len(ver.m.Files))
 	for i := range ver.m.Files {
 		f := &ver.m.Files[i]
@@ -32,13 +54,15 @@ func (s *Store) WritePatch(v uint64, w io.WriterAt) (int64, error) {
 		}
 		sources = append(sources, src)
 	}
-	plan, err := delta.BuildPatch(w, v, prev, sources)
+	// Shapes: engines that map checkpoint coordinates (vLLM's sparse updates) need them, and
+	// PatchSize counts them.
+	plan, err := delta.BuildPatchWith(w, v, prev, sources, delta.PatchBuildOptions{Shapes: true})
 	if err != nil {
-		return 0, fmt.Errorf("patch of version %d: %w", v, err)
+		return 0, fmt.Errorf("patch of version %d from %d: %w", v, prev, err)
 	}
 	_, size, err := delta.EncodePatchHeader(plan)
 	if err != nil {
-		return 0, fmt.Errorf("patch of version %d: %w", v, err)
+		return 0, fmt.Errorf("patch of version %d from %d: %w", v, prev, err)
 	}
 	return size, nil
 }

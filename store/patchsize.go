@@ -1,7 +1,9 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -38,8 +40,11 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 			pf.BaseSHA256, pf.BaseXXH3 = old.SHA256, placeholderXXH3
 		}
 		sparse := rerr == nil && old != nil && old.Size == f.Size && f.Kind == kindSafetensors &&
-			old.Kind == kindSafetensors && old.Header == f.Header && old.HeaderLen == f.HeaderLen &&
-			f.HeaderLen == rh.DataStart()
+			old.Kind == kindSafetensors && old.HeaderLen == f.HeaderLen && f.HeaderLen == rh.DataStart()
+		newHeader := sparse && old.Header != f.Header
+		if newHeader && !sameTensorPlaces(old, f) {
+			sparse = false // the header moved tensors: carried whole
+		}
 		if !sparse {
 			if rerr == nil && old != nil && old.Size == f.Size && (f.Kind != kindSafetensors || old.Kind != kindSafetensors) {
 				return 0, false, nil // planFile would compare header bytes the manifests do not name
@@ -67,9 +72,12 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 			case mt.Base != ot.ID:
 				return 0, false, nil // counted against another base
 			}
-			tensors = append(tensors, delta.PatchTensor{File: f.Path, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: mt.Changed})
+			tensors = append(tensors, delta.PatchTensor{File: f.Path, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: mt.Changed,
+				Shape: append([]int64{}, t.Shape...)})
 		}
-		if len(tensors) == 0 {
+		if newHeader {
+			pf.NewHeader = make([]byte, f.HeaderLen) // only its length counts
+		} else if len(tensors) == 0 {
 			return 0, false, nil // the file differs but no tensor does: the manifests disagree
 		}
 		plan.Files = append(plan.Files, pf)
@@ -85,3 +93,67 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 // placeholderXXH3 stands for an xxh3-128 not computed: the patch's header holds its hex, whose
 // length does not depend on the value.
 var placeholderXXH3 = [16]byte{1}
+
+// sameTensorPlaces reports whether two manifest files hold the same tensors (names, dtypes,
+// shapes) at the same offsets: what delta.BuildPatch requires of a header-only change.
+func sameTensorPlaces(a, b *manifestFile) bool {
+	if len(a.Tensors) != len(b.Tensors) {
+		return false
+	}
+	byName := make(map[string]*manifestTensor, len(a.Tensors))
+	for i := range a.Tensors {
+		byName[a.Tensors[i].Name] = &a.Tensors[i]
+	}
+	for i := range b.Tensors {
+		t := &b.Tensors[i]
+		o := byName[t.Name]
+		if o == nil || o.DType != t.DType || o.Begin != t.Begin || o.End != t.End || !sameShape(o.Shape, t.Shape) {
+			return false
+		}
+	}
+	return true
+}
+
+// PatchNote says, from the manifests, when version v's patch is not purely sparse: which
+// files it carries whole and why (a new file, not safetensors, the size or the header length
+// changed, the header moved tensors), or why v has no patch (its tensor layout changed).
+// "" when the patch is sparse throughout, or v is the first version. weightfs log and the
+// mount's log print it, so that a whole-model patch is never a surprise.
+func (s *Store) PatchNote(v uint64) string {
+	cur, base, err := s.patchVersions(v)
+	switch {
+	case errors.Is(err, ErrLayoutChanged):
+		return "no patch: " + strings.TrimPrefix(err.Error(), fmt.Sprintf("patch of version %d: ", v))
+	case err != nil:
+		return ""
+	}
+	var parts []string
+	var bytes int64
+	for i := range cur.m.Files {
+		f := &cur.m.Files[i]
+		old := base.files[f.Path]
+		why := ""
+		switch {
+		case old != nil && old.SHA256 == f.SHA256 && old.Size == f.Size:
+			continue
+		case old == nil:
+			why = "new file"
+		case f.Kind != kindSafetensors || old.Kind != kindSafetensors:
+			why = "not safetensors"
+		case old.Size != f.Size:
+			why = "file size changed"
+		case old.HeaderLen != f.HeaderLen:
+			why = "header length changed"
+		case old.Header != f.Header && !sameTensorPlaces(old, f):
+			why = "header moved tensors"
+		default:
+			continue // patched sparsely (a header-only change included)
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", f.Path, why))
+		bytes += f.Size
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("patch carries %d file(s) whole, %d bytes: %s", len(parts), bytes, strings.Join(parts, ", "))
+}

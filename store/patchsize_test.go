@@ -2,8 +2,10 @@ package store
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/weightfs/weightfs/delta"
@@ -49,6 +51,17 @@ func TestPatchSizeMatchesRender(t *testing.T) {
 			files["config.json"] = []byte(`{"a": 13, "b": [1, 2, 4]}`)
 		}},
 		{"nothing changes", func() {}},
+		{"a header that grew", func() {
+			files["model.safetensors"] = withMetadata(t, model(), `{"format":"pt"}`)
+		}},
+		{"a header-only change of equal size", func() {
+			// Same tensors at the same places, the metadata edited in place.
+			files["model.safetensors"] = withMetadata(t, model(), `{"format":"tf"}`)
+		}},
+		{"a header-only change and a tensor", func() {
+			big = perturb(rng, big, 2, 0.01)
+			files["model.safetensors"] = withMetadata(t, model(), `{"format":"np"}`)
+		}},
 		{"all elements of a tensor change", func() {
 			huge = perturb(rng, huge, 2, 1)
 			files["part/other.safetensors"] = other()
@@ -70,8 +83,49 @@ func TestPatchSizeMatchesRender(t *testing.T) {
 		case got != want.Size:
 			t.Errorf("v%d (%s): PatchSize %d, rendered %d bytes", v, step.name, got, want.Size)
 		}
+		note := s.PatchNote(v)
+		switch {
+		case step.name == "a header that grew" && !strings.Contains(note, "model.safetensors (file size changed)"),
+			strings.Contains(step.name, "header-only") && strings.Contains(note, "model.safetensors"),
+			step.name == "a blob changes size" && !strings.Contains(note, "config.json (not safetensors)"),
+			step.name == "nothing changes" && note != "":
+			t.Errorf("v%d (%s): PatchNote %q", v, step.name, note)
+		}
+		if werr == nil && strings.Contains(step.name, "header") {
+			p, err := delta.OpenPatch(bytes.NewReader(readFile(t, want.Path)), want.Size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _ := p.File("model.safetensors")
+			if headerOnly := strings.Contains(step.name, "header-only"); (f.NewHeader != nil) != headerOnly || f.Whole == headerOnly {
+				t.Errorf("v%d (%s): model.safetensors whole %v, new header %d bytes", v, step.name, f.Whole, len(f.NewHeader))
+			}
+		}
 	}
 	if _, _, err := s.PatchSize(1); !errors.Is(err, ErrNoPrevious) {
 		t.Errorf("PatchSize of the first version: %v, want ErrNoPrevious", err)
 	}
+}
+
+// withMetadata re-encodes a safetensors file's header with __metadata__ meta (a JSON object),
+// keeping its tensors and data.
+func withMetadata(t *testing.T, file []byte, meta string) []byte {
+	t.Helper()
+	h, err := delta.ParseHeader(file, int64(len(file)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(meta), &m); err != nil {
+		t.Fatal(err)
+	}
+	tensors := make([]delta.Tensor, len(h.Tensors))
+	for i, tn := range h.Tensors {
+		tensors[i] = delta.Tensor{Name: tn.Name, DType: tn.DType, Shape: tn.Shape}
+	}
+	hdr, err := delta.EncodeHeader(m, tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(hdr, file[h.DataStart():]...)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,9 +39,11 @@ import (
 // renderFormat names the layout of rendered files; changing how their bytes are made means a
 // new name here, so stale caches are not served. 2: patches record xxh3-128 beside SHA-256.
 // 3: each changed tensor's params entry records the xxh3-128 of its new bytes (PatchSize
-// counts it, so a render cached by format 2 would be served at the wrong size).
-// 4: every render's files have sums (rendersums.go), which format 3 did not write.
-const renderFormat = "weightfs-render-4"
+// counts it, so a render cached by format 2 would be served at the wrong size). 4: each changed
+// tensor's params entry records its shape, and a header-only change carries the new header
+// (header_files) rather than the whole file. 5: every render's files have sums
+// (rendersums.go), which format 4 did not write.
+const renderFormat = "weightfs-render-5"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
 // cheaper to make than to cache) in Data. Size is their length either way.
@@ -240,58 +241,26 @@ func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
 	}
 	name := renderName(v, renderKey("patch", cur, base))
 	final := s.renderDir("patches", name+".safetensors")
-	finalSums := s.renderDir("patches", name+patchSumsSuffix)
-	rf, err := checkRenderedPatch(final, cur, base)
-	if err == nil {
-		if rf.check, err = s.loadPatchSums(final, finalSums, rf.Size); err == nil {
-			s.pruneRenders("patches", v, name)
-			return rf, nil
-		}
-	}
-	if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
-		s.logf("cached patch %s is unusable, dropped, rendering it again: %v", final, err)
-		s.dropRender(final, finalSums)
-	}
-	tmp, err := s.renderTemp()
+	rf, err := s.renderPatchCached(final, cur, base, func(p string) error { return s.writePatchFile(v, p) })
 	if err != nil {
-		return RenderedFile{}, err
+		return RenderedFile{}, fmt.Errorf("patch of version %d: %w", v, err)
 	}
-	defer os.RemoveAll(tmp)
-	p := filepath.Join(tmp, "patch.safetensors")
-	if err := s.writePatchFile(v, p); err != nil {
-		return RenderedFile{}, err
-	}
-	rf, err = checkRenderedPatch(p, cur, base)
-	if err != nil {
-		s.mat.suspect(err)
-		return RenderedFile{}, fmt.Errorf("patch of version %d as rendered: %w", v, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
-		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
-	}
-	sumsTmp := filepath.Join(tmp, "patch"+patchSumsSuffix)
-	if rf.check, err = s.writePatchSums(p, sumsTmp, final, finalSums); err != nil {
-		return RenderedFile{}, err
-	}
-	// The sums first: a patch without them is dropped and rendered again.
-	if err := os.Rename(sumsTmp, finalSums); err != nil {
-		return RenderedFile{}, fmt.Errorf("install patch sums of version %d: %w", v, err)
-	}
-	if err := os.Rename(p, final); err != nil {
-		return RenderedFile{}, fmt.Errorf("install patch of version %d: %w", v, err)
-	}
-	rf.Path = final
 	s.pruneRenders("patches", v, name)
 	return rf, nil
 }
 
 // writePatchFile writes the patch of v to a new file at p and syncs it.
 func (s *Store) writePatchFile(v uint64, p string) error {
+	return s.writePatchFileWith(p, func(f *os.File) (int64, error) { return s.WritePatch(v, f) })
+}
+
+// writePatchFileWith creates a new file at p, fills it with write and syncs it.
+func (s *Store) writePatchFileWith(p string, write func(*os.File) (int64, error)) error {
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return fmt.Errorf("create patch file: %w", err)
 	}
-	_, err = s.WritePatch(v, f)
+	_, err = write(f)
 	if err == nil {
 		err = f.Sync()
 	}

@@ -2,10 +2,13 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -172,4 +175,57 @@ func (s *Store) loadPatchSums(final, sumsPath string, size int64) (*renderCheck,
 		return nil, fmt.Errorf("sums of the patch %s do not describe its %d bytes (%v)", final, size, err)
 	}
 	return s.newRenderCheck(filepath.Base(final), size, list[0].CRC32C, final, sumsPath)
+}
+
+// renderPatchCached returns the patch render at final (a one-step or a catch-up patch of cur
+// against base) if it is cached with its sums and its header checks out; else it drops what
+// is there (logged, unless nothing was), renders it with write into a temporary file, checks
+// it, and installs its sums and then the patch.
+func (s *Store) renderPatchCached(final string, cur, base *version, write func(p string) error) (RenderedFile, error) {
+	finalSums := strings.TrimSuffix(final, ".safetensors") + patchSumsSuffix
+	rf, err := checkRenderedPatch(final, cur, base)
+	if err == nil {
+		if rf.check, err = s.loadPatchSums(final, finalSums, rf.Size); err == nil {
+			return rf, nil
+		}
+	}
+	if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
+		s.logf("cached patch %s is unusable, dropped, rendering it again: %v", final, err)
+		s.dropRender(final, finalSums)
+	}
+	tmp, err := s.renderTemp()
+	if err != nil {
+		return RenderedFile{}, err
+	}
+	defer os.RemoveAll(tmp)
+	p := filepath.Join(tmp, "patch.safetensors")
+	if err := write(p); err != nil {
+		return RenderedFile{}, err
+	}
+	if rf, err = checkRenderedPatch(p, cur, base); err != nil {
+		s.mat.suspect(err)
+		return RenderedFile{}, fmt.Errorf("as rendered: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
+		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
+	}
+	sumsTmp := filepath.Join(tmp, "patch"+patchSumsSuffix)
+	if rf.check, err = s.writePatchSums(p, sumsTmp, final, finalSums); err != nil {
+		return RenderedFile{}, err
+	}
+	// The sums first: a patch without them is dropped and rendered again.
+	if err := os.Rename(sumsTmp, finalSums); err != nil {
+		return RenderedFile{}, fmt.Errorf("install patch sums: %w", err)
+	}
+	if err := os.Rename(p, final); err != nil {
+		return RenderedFile{}, fmt.Errorf("install patch: %w", err)
+	}
+	rf.Path = final
+	return rf, nil
+}
+
+// removePatch removes a cached patch and its sums.
+func removePatch(p string) error {
+	os.Remove(strings.TrimSuffix(p, ".safetensors") + patchSumsSuffix)
+	return os.Remove(p)
 }

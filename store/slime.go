@@ -128,10 +128,8 @@ func slimeFullReason(base, cur *version) string {
 			return fmt.Sprintf("non-safetensors file %s was removed", bf.Path)
 		}
 	}
-	for name, refs := range cur.byName {
-		if len(refs) > 1 {
-			return fmt.Sprintf("tensor name %s is in both %s and %s", name, refs[0].file.Path, refs[1].file.Path)
-		}
+	if name, a, b := cur.duplicateName(); name != "" {
+		return fmt.Sprintf("tensor name %s is in both %s and %s", name, a, b)
 	}
 	for _, c := range slimeChanges(base, cur) {
 		if n := c.cur.End - c.cur.Begin; n > delta.SlimeMaxTensorBytes {

@@ -74,7 +74,7 @@ type Store struct {
 	damaged       map[uint64]error
 	quarantineTop uint64
 
-	manifests   *lru[uint64, *version]
+	manifests   *versionCache
 	objInfos    *lru[ID, *objectInfo]
 	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
@@ -182,7 +182,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	if cacheBytes <= 0 {
 		cacheBytes = DefaultCacheBytes
 	}
-	s.manifests = newLRU[uint64, *version](64 << 20)
+	s.manifests = newVersionCache(versionCacheBytes)
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newBlockCache(cacheBytes / 8)
@@ -206,7 +206,7 @@ func (s *Store) finishOpen() error {
 	}
 	indexPath := filepath.Join(s.cacheDir, "index.db")
 	_, statErr := os.Stat(indexPath)
-	if s.ix, err = openIndex(indexPath); err != nil {
+	if s.ix, err = openIndex(indexPath, s.logf); err != nil {
 		return err
 	}
 	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))

@@ -89,7 +89,6 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		return rep, err
 	}
 	checked := map[ID]bool{}
-	var versions []*version
 	present := map[uint64]bool{}
 	oldest := uint64(0)
 	for _, v := range numbers {
@@ -110,24 +109,32 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			quarantined[v] = true
 		}
 	}
+	// The summaries give the total; each version is parsed when its turn comes (holding all
+	// of them parsed at once cost ~300 bytes a tensor of every version).
+	for _, v := range numbers {
+		if info, err := s.versionSummary(v); err == nil {
+			total += info.LogicalBytes
+		}
+	}
+	pages := newPageCache(64 << 20)
+	opts := readOpts{noMaterialized: true, pages: pages}
+	named := map[ID]bool{} // every object a manifest names
+	var lost []Damage      // the oldest version's previous, lost rather than dropped by gc
 	for _, v := range numbers {
 		ver, err := s.loadVersionFresh(v)
 		if err != nil {
 			rep.Damaged = append(rep.Damaged, Damage{Version: v, Err: err})
 			continue
 		}
-		versions = append(versions, ver)
-		if p := ver.m.Previous; p != 0 && !present[p] && !quarantined[p] && p > oldest {
-			rep.Damaged = append(rep.Damaged, Damage{Version: p,
-				Err: fmt.Errorf("manifest missing: version %d names it as its previous, and older versions remain: %w", v, ErrCorrupt)})
+		ver.m.roots(named)
+		if p := ver.m.Previous; p != 0 && !present[p] && !quarantined[p] {
+			if p > oldest {
+				rep.Damaged = append(rep.Damaged, Damage{Version: p,
+					Err: fmt.Errorf("manifest missing: version %d names it as its previous, and older versions remain: %w", v, ErrCorrupt)})
+			} else {
+				lost = s.deltasBasedOutside(ver)
+			}
 		}
-		for j := range ver.m.Files {
-			total += ver.m.Files[j].Size
-		}
-	}
-	pages := newPageCache(64 << 20)
-	opts := readOpts{noMaterialized: true, pages: pages}
-	for _, ver := range versions {
 		rep.Versions++
 		for j := range ver.m.Files {
 			f := &ver.m.Files[j]
@@ -137,6 +144,15 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 				rep.Damaged = append(rep.Damaged, Damage{Version: ver.m.Version, Path: f.Path, Err: err})
 			}
 			report(f.Size)
+		}
+	}
+	// gc drops the oldest versions only after it has rewritten, as whole copies, every delta
+	// object of a kept version whose base no kept version names: a delta of the oldest
+	// version based on an object no version names means its previous was lost, not dropped.
+	for _, d := range lost {
+		if !named[d.Object] {
+			rep.Damaged = append(rep.Damaged, Damage{Version: d.Version, Err: d.Err})
+			break
 		}
 	}
 	// Objects no version names (bases only, or left by an interrupted writer).
@@ -165,6 +181,28 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		return rep, fmt.Errorf("verify: %d damaged: %s: %w", len(rep.Damaged), strings.Join(lines, "; "), ErrCorrupt)
 	}
 	return rep, nil
+}
+
+// deltasBasedOutside lists, for the oldest version whose previous manifest is gone, its
+// tensors that are deltas: each as the Damage its previous would be if that base (in
+// Damage.Object) turns out to be named by no version (Verify decides once it has seen every
+// manifest).
+func (s *Store) deltasBasedOutside(ver *version) []Damage {
+	var out []Damage
+	p := ver.m.Previous
+	for i := range ver.m.Files {
+		f := &ver.m.Files[i]
+		for j := range f.Tensors {
+			m, err := s.meta(f.Tensors[j].ID)
+			if err != nil || m.Kind != kindDelta {
+				continue // damage of the object itself is reported with the object
+			}
+			out = append(out, Damage{Version: p, Object: m.Base,
+				Err: fmt.Errorf("manifest missing: version %d names it as its previous and its tensor %s of %s is a delta against %s, which no version names (gc would have stored it whole): %w",
+					ver.m.Version, f.Tensors[j].Name, f.Path, m.Base, ErrCorrupt)})
+		}
+	}
+	return out
 }
 
 // checkObject checks one object file without reconstructing it: header, name, CRC, framing

@@ -128,13 +128,18 @@ func (s *Store) verifyCopyAt(cacheDir string) CacheCheck {
 		return c
 	}
 	var st matState
-	db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketMeta); b != nil {
-			json.Unmarshal(b.Get(keyMaterial), &st)
-		}
-		return nil
+	// Another process's index may be damaged too: guard turns bbolt's panics into errors, and
+	// a record failing its CRC leaves st zero (no clean copy to check).
+	guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			js, err := get(tx, bucketMeta, keyMaterial)
+			if err == nil && js != nil {
+				json.Unmarshal(js, &st)
+			}
+			return nil
+		})
 	})
-	db.Close()
+	closeIndexDB(db)
 	if !st.Clean || !s.isSealed(st.Version) {
 		c.Note = "holds no clean sealed version (rebuilt before use)"
 		return c
@@ -165,14 +170,10 @@ func dropCopyState(ixPath string, v uint64) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer closeIndexDB(db)
 	js, _ := json.Marshal(matState{Version: v})
-	return db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketMeta)
-		if b == nil {
-			return nil
-		}
-		return b.Put(keyMaterial, js)
+	return guard(func() error {
+		return db.Update(func(tx *bolt.Tx) error { return put(tx, bucketMeta, keyMaterial, js) })
 	})
 }
 

@@ -47,7 +47,7 @@ func (s *Store) loadVersions() error {
 			infos = append(infos, info)
 			continue
 		}
-		ver, err := s.loadVersion(v)
+		info, err := s.versionSummary(v)
 		if err != nil {
 			if s.damagedError(v) == nil {
 				// Not damage (an I/O error, a newer format): skipped this time, said each time.
@@ -56,7 +56,6 @@ func (s *Store) loadVersions() error {
 			continue
 		}
 		read[v] = true
-		info := summarize(ver.m)
 		infos = append(infos, info)
 		add = append(add, info)
 	}

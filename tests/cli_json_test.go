@@ -96,6 +96,29 @@ type verifyOut struct {
 		Text    string `json:"text"`
 	} `json:"damaged"`
 	Quarantined []string `json:"quarantined"`
+	Caches      []struct {
+		Name    string `json:"name"`
+		Path    string `json:"path"`
+		Checked bool   `json:"checked"`
+		Damaged bool   `json:"damaged"`
+		Note    string `json:"note"`
+	} `json:"caches"`
+}
+
+// cacheLines is what the text output of verify prints of the caches in vf.
+func (vf verifyOut) cacheLines() string {
+	var b strings.Builder
+	for _, c := range vf.Caches {
+		state := "ok"
+		switch {
+		case c.Damaged:
+			state = "DAMAGED"
+		case !c.Checked:
+			state = "not checked"
+		}
+		fmt.Fprintf(&b, "cache: %s %s: %s: %s\n", c.Name, c.Path, state, c.Note)
+	}
+	return b.String()
 }
 
 type gpusOut struct {
@@ -201,8 +224,8 @@ func TestCLIJSONLogDiffVerify(t *testing.T) {
 	// verify, clean.
 	var vf verifyOut
 	decodeJSON(t, "verify --json", mustCLI(t, "verify", "--json", storeDir).stdout, &vf)
-	want := fmt.Sprintf("verified %d versions, %d objects: no damage\n", vf.Versions, vf.Objects)
-	if got := mustCLI(t, "verify", storeDir).stdout; got != want || !vf.OK || vf.Versions != 3 || len(vf.Damaged) != 0 || vf.Bytes == 0 {
+	want := fmt.Sprintf("verified %d versions, %d objects: no damage\n", vf.Versions, vf.Objects) + vf.cacheLines()
+	if got := mustCLI(t, "verify", storeDir).stdout; got != want || !vf.OK || vf.Versions != 3 || len(vf.Damaged) != 0 || vf.Bytes == 0 || len(vf.Caches) == 0 || !vf.Caches[0].Checked {
 		t.Errorf("verify: text %q, JSON %+v", got, vf)
 	}
 
@@ -226,7 +249,7 @@ func TestCLIJSONLogDiffVerify(t *testing.T) {
 	for _, d := range vf.Damaged {
 		lines = append(lines, "DAMAGED "+d.Text)
 	}
-	if vf.OK || len(vf.Damaged) == 0 || strings.Join(lines, "\n")+"\n" != tr.stdout {
+	if vf.OK || len(vf.Damaged) == 0 || strings.Join(lines, "\n")+"\n"+vf.cacheLines() != tr.stdout {
 		t.Errorf("verify damaged: text\n%s\nJSON %+v", tr.stdout, vf)
 	}
 }

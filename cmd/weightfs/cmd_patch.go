@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -11,6 +12,8 @@ import (
 func cmdPatch(e *env, args []string) error {
 	fs := newFlags("patch")
 	out := fs.String("o", "", "the patch file to write (required)")
+	from := fs.String("from", "", "write the catch-up patch from this earlier version (a number, weight_vNNNNNN) instead of\n"+
+		"from the version before: one file taking a reader that holds it straight to VERSION")
 	sf := addStoreFlags(fs, true)
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
@@ -30,7 +33,17 @@ func cmdPatch(e *env, args []string) error {
 	}
 	// The mount serves patches/ only for versions with a same-layout predecessor; the CLI
 	// writes exactly those files and refuses the rest with the same reason.
-	if _, err := st.PatchBase(v); err != nil {
+	write := func(w io.WriterAt) (int64, error) { return st.WritePatch(v, w) }
+	base := uint64(0)
+	if *from != "" {
+		if base, err = parseVersionNumber(*from); err != nil {
+			return usagef("--from: %v", err)
+		}
+		if err := st.PatchBaseFrom(v, base); err != nil {
+			return err
+		}
+		write = func(w io.WriterAt) (int64, error) { return st.WritePatchFrom(v, base, w) }
+	} else if base, err = st.PatchBase(v); err != nil {
 		return err
 	}
 	tmp := *out + ".tmp"
@@ -41,8 +54,11 @@ func cmdPatch(e *env, args []string) error {
 	// Progress: the bytes written of the size the manifests predict (unknown for a patch
 	// against another base than the recorded one: then no bar).
 	p := newProgress(e, "patch")
-	total, _, _ := st.PatchSize(v)
-	n, err := st.WritePatch(v, &countingWriterAt{w: f, total: total, p: p})
+	var total int64 // a catch-up patch has no predicted size: the bar shows bytes and rate
+	if *from == "" {
+		total, _, _ = st.PatchSize(v)
+	}
+	n, err := write(&countingWriterAt{w: f, total: total, p: p})
 	p.done()
 	if err == nil {
 		err = f.Sync()
@@ -57,7 +73,7 @@ func cmdPatch(e *env, args []string) error {
 		os.Remove(tmp)
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: patch of weight_v%06d, %s\n", *out, v, humanBytes(n))
+	fmt.Fprintf(e.stdout, "wrote %s: patch of weight_v%06d from weight_v%06d, %s\n", *out, v, base, humanBytes(n))
 	return nil
 }
 
@@ -82,6 +98,18 @@ func cmdApply(e *env, args []string) error {
 	opts := delta.ApplyOptions{Sync: *sync, VerifySHA256: *sha, NoWait: *noWait}
 	opts.Waiting = func(holder string) {
 		fmt.Fprintf(e.stderr, "waiting for another apply of %s: %s\n", filepath.Base(pos[1]), holder)
+	}
+	if fi, err := os.Stat(pos[1]); err == nil && fi.IsDir() {
+		// A checkpoint directory: every file the patch names, then the directory's state.
+		res, err := delta.ApplyPatchDir(pos[0], pos[1], opts)
+		for _, f := range res.Files {
+			fmt.Fprintf(e.stdout, "%s\n", f)
+		}
+		if err != nil {
+			return fmt.Errorf("apply %s to directory %s: %w", pos[0], pos[1], err)
+		}
+		fmt.Fprintf(e.stdout, "%s: %s\n", pos[1], res)
+		return nil
 	}
 	res, err := delta.ApplyPatchFileWith(pos[0], pos[1], opts)
 	if err != nil {

@@ -191,6 +191,11 @@ func cmdLog(e *env, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, v := range st.Versions() { // what would make a version's patch large, or absent
+		if note := st.PatchNote(v.Number); note != "" {
+			fmt.Fprintf(e.stdout, "weight_v%06d  %s\n", v.Number, note)
+		}
+	}
 	damaged := st.DamagedVersions()
 	for _, v := range slices.Sorted(maps.Keys(damaged)) {
 		fmt.Fprintf(e.stdout, "weight_v%06d  DAMAGED, not listed: run weightfs verify --repair %s\n", v, st.Root())
@@ -301,7 +306,8 @@ func cmdVerify(e *env, args []string) error {
 	fs := newFlags("verify")
 	repair := fs.Bool("repair", false, "move damaged versions and objects into STORE/quarantine/ (takes the writer's lock)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the lines (docs/cli.md); the exit status is the same:\n"+
-		`{"ok", "versions", "objects", "bytes", "damaged": [{"version", "object", "path", "error", "text"}], "quarantined": [...]}`)
+		`{"ok", "versions", "objects", "bytes", "damaged": [{"version", "object", "path", "error", "text"}], "quarantined": [...],`+"\n"+
+		`"caches": [{"name", "path", "checked", "damaged", "note"}]}`)
 	sf := addStoreFlags(fs, true)
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
@@ -339,24 +345,36 @@ func cmdVerify(e *env, args []string) error {
 		for _, d := range rep.Damaged {
 			out.Damaged = append(out.Damaged, newDamageJSON(d))
 		}
+		out.Caches = []cacheJSON{}
+		for _, c := range rep.Caches {
+			out.Caches = append(out.Caches, cacheJSON{Name: c.Name, Path: c.Path, Checked: c.Checked, Damaged: c.Damaged, Note: c.Note})
+		}
 		if jerr := writeJSON(e.stdout, out); jerr != nil {
 			return jerr
 		}
 	}
-	// Node-local caches: reported, dropped when damaged, never store damage (exit 0).
-	for _, c := range rep.Caches {
-		fmt.Fprintf(e.stdout, "cache: %s\n", c)
+	// Node-local caches: reported after the result line, dropped when damaged, never store
+	// damage (the exit status is the store's).
+	printCaches := func() {
+		if !*asJSON {
+			for _, c := range rep.Caches {
+				fmt.Fprintf(e.stdout, "cache: %s\n", c)
+			}
+		}
 	}
 	if err != nil {
+		printCaches()
 		return err
 	}
 	if len(rep.Damaged) > 0 {
 		// Repaired, and said so; the exit status still tells a script that there was damage.
+		printCaches()
 		return fmt.Errorf("verified %d versions, %d objects: %d damaged, moved into quarantine; the store is consistent again", rep.Versions, rep.Objects, len(rep.Damaged))
 	}
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "verified %d versions, %d objects: no damage\n", rep.Versions, rep.Objects)
 	}
+	printCaches()
 	return st.Close()
 }
 

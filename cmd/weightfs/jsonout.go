@@ -84,6 +84,16 @@ type verifyJSON struct {
 	Damaged  []damageJSON `json:"damaged"`
 	// Quarantined says where --repair moved each damaged version and object.
 	Quarantined []string `json:"quarantined"`
+	// Caches are the node-local caches verify checked (or says why not): never store damage.
+	Caches []cacheJSON `json:"caches"`
+}
+
+type cacheJSON struct {
+	Name    string `json:"name"` // "materialized copy" or "render cache"
+	Path    string `json:"path"`
+	Checked bool   `json:"checked"`
+	Damaged bool   `json:"damaged"` // found damaged, and dropped: rebuilt when next needed
+	Note    string `json:"note"`
 }
 
 type damageJSON struct {

@@ -289,3 +289,30 @@ class Digests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HeaderOnly(unittest.TestCase):
+    def test_header_change_in_place(self):
+        """A header edited in place (same length, same tensors) is carried as 'header_files'
+        and a __header__: tensor, not the whole file; the client reads it and applies the rest."""
+        root = os.path.join(fixtures.tmpdir(), "header-only")
+        rng = np.random.default_rng(9)
+        a = rng.integers(0, 1 << 16, 64, dtype=np.uint16)
+        b = a.copy()
+        b[[3, 40]] ^= 1
+        versions = {}
+        for v, (fmt, data) in enumerate([("pt", a), ("tf", b)], start=1):
+            d = os.path.join(root, f"weight_v{v:06d}")
+            os.makedirs(d)
+            fixtures.write_safetensors(os.path.join(d, "model.safetensors"), [("w", "BF16", (8, 8), data.tobytes())], {"format": fmt})
+            versions[v] = d
+        store = fixtures.Store("header-only", versions)
+        p = weightfs.Patch.open(store.patch(2))
+        self.assertEqual(p.whole_files, {})
+        self.assertEqual(list(p.header_files), ["model.safetensors"])
+        with open(os.path.join(versions[2], "model.safetensors"), "rb") as f:
+            v2 = f.read()
+        self.assertEqual(p.header_bytes("model.safetensors").tobytes(), v2[:p.header_files["model.safetensors"]])
+        state = {"w": a.reshape(8, 8).copy()}
+        p.apply(state)
+        self.assertEqual(state["w"].tobytes(), b.tobytes())

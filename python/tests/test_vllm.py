@@ -16,7 +16,9 @@ the path tested here; vLLM's TP/packed mapping itself is not.
 """
 
 import dataclasses
+import json
 import math
+import os
 import typing
 import unittest
 
@@ -24,6 +26,7 @@ import numpy as np
 
 import fixtures  # first: it finds the weightfs package when it is not installed
 import weightfs
+from test_patch import rewrite
 
 try:
     import torch
@@ -199,6 +202,18 @@ class VLLMBridge(unittest.TestCase):
 
     def test_shapes_needed(self):
         p = weightfs.Patch.open(self.store.patch(2))
+        # Served patches carry each tensor's shape (the optional extension): no shapes needed.
+        from_patch = wv.sparse_weight_patches(p, patch_class=SparseWeightPatch)
+        self.assertEqual([x.full_shape for x in from_patch], [self.shapes[x.name] for x in from_patch])
+
+        def strip(meta):
+            for k in [k for k in meta if k.startswith("params:")]:
+                params = json.loads(meta[k])
+                for v in params.values():
+                    v.pop("shape", None)
+                meta[k] = json.dumps(params, separators=(",", ":"))
+        bare = rewrite(self.store.patch(2), os.path.join(fixtures.tmpdir(), "noshape.safetensors"), edit_meta=strip)
+        p = weightfs.Patch.open(bare)
         with self.assertRaisesRegex(wv.NotConvertible, "records no shape"):
             wv.sparse_weight_patches(p, patch_class=SparseWeightPatch)
         bad = dict(self.shapes)

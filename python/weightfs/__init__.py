@@ -6,6 +6,8 @@
   against the digest of its new bytes.
 - :mod:`weightfs.vllm` turns a patch into vLLM's sparse checkpoint-coordinate updates
   (``SparseWeightPatch``, ``CheckpointWeightPatch``), chunked by a byte budget.
+- :class:`Follower` follows a mount's latest version for an engine holding its weights in
+  memory: one catch-up patch per update, a full update only when no patch can exist.
 - :mod:`weightfs.safetensors` reads safetensors strictly, without the safetensors package.
 
 numpy is required; torch, xxhash (for verify=True) and vLLM are optional. See
@@ -14,6 +16,7 @@ docs/engines.md for recipes per engine.
 
 from .patch import (ApplyError, ApplyResult, DigestMismatch, DigestUnavailable, MalformedPatch, Patch,
                     PatchError, PatchTensor, UnsupportedPatch)
+from .follow import Follower, Update, catchup_patch_path
 from .safetensors import MalformedFile, SafetensorsFile, checkpoint_shapes, read_header
 from .versions import latest, patch_path, version_dir, version_name
 
@@ -21,4 +24,5 @@ __version__ = "0.1.0"
 
 __all__ = ["Patch", "PatchTensor", "ApplyResult", "PatchError", "MalformedPatch", "UnsupportedPatch",
            "ApplyError", "DigestMismatch", "DigestUnavailable", "MalformedFile", "SafetensorsFile",
-           "read_header", "checkpoint_shapes", "latest", "patch_path", "version_dir", "version_name"]
+           "read_header", "checkpoint_shapes", "latest", "patch_path", "version_dir", "version_name",
+           "Follower", "Update", "catchup_patch_path"]

@@ -24,6 +24,7 @@ __all__ = ["Patch", "PatchTensor", "PatchError", "MalformedPatch", "UnsupportedP
 
 FORMAT, VERSION = "sparse_weight_patch", "1"
 WHOLE_PREFIX = "__file__:"
+HEADER_PREFIX = "__header__:"  # + path: the new header of a file whose header changed in place
 I64_THRESHOLD = 1 << 31  # tensors with this many elements or more get I64 indices
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _XXH3 = re.compile(r"[0-9a-f]{32}")
@@ -155,6 +156,7 @@ class Patch:
         if len(changed_names) != num_changed:
             raise _malformed(f"'num_changed_params' says {num_changed} but 'changed_params' lists {len(changed_names)}")
         self._read_files(file_names, whole_names)
+        self._read_header_files(meta)
         self._read_tensors(changed_names)
         got = sum(t.changed for t in self.tensors.values())
         if got != total_changed:
@@ -169,9 +171,29 @@ class Patch:
             ok = False
         if not ok:
             raise _malformed(f"'sparsity' is {s!r}, want {want}")
-        if len(entries) != 2 * len(self.tensors) + len(self.whole_files):
-            raise _malformed(f"file holds {len(entries)} tensors but its metadata accounts for "
-                             f"{2 * len(self.tensors) + len(self.whole_files)}")
+        want = 2 * len(self.tensors) + len(self.whole_files) + len(self.header_files)
+        if len(entries) != want:
+            raise _malformed(f"file holds {len(entries)} tensors but its metadata accounts for {want}")
+
+    def _read_header_files(self, meta):
+        """The optional 'header_files' (docs/format.md Part III §2): files patched sparsely whose
+        header changed in place; each has a U8 tensor HEADER_PREFIX+path with the new header.
+        A dict in memory has no header: apply ignores them; header_bytes(path) gives them."""
+        self.header_files = {}
+        names = _json_list(meta, "header_files") if "header_files" in meta else []
+        for name in names:
+            if name not in self.files or self.files[name]["whole"] or name in self.header_files:
+                raise _malformed(f"header file {name!r} is not a file patched sparsely, or is listed twice")
+            t = self._file.tensors.get(HEADER_PREFIX + name)
+            if t is None or t.dtype.name != "U8" or len(t.shape) != 1 or t.shape[0] < 8:
+                raise _malformed(f"header file {name!r} has no 1-D U8 tensor {HEADER_PREFIX + name!r}")
+            self.header_files[name] = t.shape[0]
+
+    def header_bytes(self, path):
+        """The new header bytes [0, 8+N) of a file whose header changed in place."""
+        if path not in self.header_files:
+            raise KeyError(f"the patch carries no new header of {path!r}")
+        return self._file.raw(HEADER_PREFIX + path)
 
     def _read_files(self, file_names, whole_names):
         meta = self.metadata

@@ -1,9 +1,8 @@
 """Names in a weightfs mount (DESIGN §2): the seam for a follower.
 
-A follower (issue 18 item 3, not built here) keeps a local copy at the latest version: it
-reads ``MNT/latest``, takes ``patch_path(MNT, v)`` for each version after the one it holds,
-opens it with :meth:`weightfs.Patch.open`, checks ``patch.base_version`` against the version it
-holds and applies it. These helpers give the names; they do not wait or poll.
+A follower (:class:`weightfs.Follower`, follow.py) keeps a copy at the latest version: it
+reads ``MNT/latest`` and takes the one catch-up patch from the version it holds
+(``follow.catchup_patch_path``). These helpers give the names; they do not wait or poll.
 """
 
 import os

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/fs"
+)
+
+// weightfs follow MNT DIR keeps the checkpoint directory DIR at MNT's latest version. Each
+// round it reads the link MNT/latest (one lookup and one readlink: inotify does not see what
+// a FUSE daemon changes, and walking the tree would cost a request per entry), and when it
+// names a version newer than the one DIR's state file records (K), it applies the one
+// catch-up patch MNT/patches/weight_vN.from_vK.safetensors to DIR (delta.ApplyPatchDir),
+// then runs --exec. Everything it does is recorded in DIR's state file before and after
+// (docs/format.md Part III §3), and every file change is journaled or atomic, so a follower
+// killed at any point and started again finishes the step it was taking, then goes on.
+//
+// A full copy of the version (MNT/weight_vN, each file written beside its place and renamed)
+// is made only when DIR holds no version, or when no patch from its version can exist (gc
+// removed it, or the tensor layout changed), or DIR's files are not the version its state
+// says; each time the follower says why.
+
+// followConfig is what one follower works with.
+type followConfig struct {
+	e        *env
+	mnt, dir string
+	exec     string
+	sync     bool
+}
+
+func cmdFollow(e *env, args []string) error {
+	fs := newFlags("follow")
+	execCmd := fs.String("exec", "", "run this shell command after each version is in place, with WEIGHTFS_VERSION (the\n"+
+		"version), WEIGHTFS_BASE_VERSION (the one before, 0 after a full copy) and WEIGHTFS_DIR (DIR) in its\n"+
+		"environment (e.g. a call to an engine's reload endpoint); a failure is reported and following goes on")
+	interval := fs.Duration("interval", time.Second, "how often to read MNT/latest (one lookup and one readlink)")
+	once := fs.Bool("once", false, "bring DIR to the latest version once, then exit")
+	syncFlag := fs.Bool("sync", false, "power-loss safe applies (as weightfs apply --sync)")
+	pos, err := parse(e, fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if *interval <= 0 {
+		return usagef("--interval must be positive")
+	}
+	cfg := followConfig{e: e, mnt: pos[0], dir: pos[1], exec: *execCmd, sync: *syncFlag}
+	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+		return err
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(stop)
+	lastErr := ""
+	for {
+		err := cfg.step()
+		switch {
+		case err == nil:
+			lastErr = ""
+			if *once {
+				return nil
+			}
+		case *once:
+			return err
+		case err.Error() != lastErr: // a mount that is down fails every round: say it once
+			lastErr = err.Error()
+			fmt.Fprintf(e.stderr, "follow: %v (trying again every %v)\n", err, *interval)
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-time.After(*interval):
+		}
+	}
+}
+
+// latest returns the version MNT/latest names.
+func (c *followConfig) latest() (uint64, error) {
+	target, err := os.Readlink(filepath.Join(c.mnt, "latest"))
+	if err != nil {
+		return 0, fmt.Errorf("read %s/latest: %w", c.mnt, err)
+	}
+	v, ok, err := fs.ParseVersionName(filepath.Base(target))
+	if !ok || err != nil {
+		return 0, fmt.Errorf("%s/latest points to %q, not a version", c.mnt, target)
+	}
+	return v, nil
+}
+
+// step brings DIR to the latest version, finishing first a step a killed follower left.
+func (c *followConfig) step() error {
+	st, marked, err := delta.ReadDirState(c.dir)
+	if err != nil {
+		return err
+	}
+	if marked && st.Pending != 0 {
+		c.logf("finishing the interrupted step from version %d to %d", st.Version, st.Pending)
+		if st.Full || st.Version == 0 {
+			err = c.fullCopy(st, st.Pending, "a full copy was interrupted")
+		} else {
+			err = c.patch(st, st.Pending)
+		}
+		if err != nil {
+			return err
+		}
+		return nil // the next round goes on to the latest
+	}
+	latest, err := c.latest()
+	if err != nil {
+		return err
+	}
+	switch {
+	case !marked || st.Version == 0:
+		return c.fullCopy(st, latest, fmt.Sprintf("%s holds no version", c.dir))
+	case st.Version == latest:
+		return nil
+	case st.Version > latest:
+		return c.fullCopy(st, latest, fmt.Sprintf("%s holds version %d, newer than the mount's latest", c.dir, st.Version))
+	}
+	return c.patch(st, latest)
+}
+
+// patch takes DIR from st.Version to v by the catch-up patch, or by a full copy when there is
+// none or DIR does not hold what its state says.
+func (c *followConfig) patch(st delta.DirState, v uint64) error {
+	p := filepath.Join(c.mnt, "patches", fs.CatchupPatchName(v, st.Version))
+	if _, err := os.Stat(p); errors.Is(err, iofs.ErrNotExist) {
+		return c.fullCopy(st, v, fmt.Sprintf("no patch from version %d to %d can exist (version %d was removed by gc, or the tensor layout changed)",
+			st.Version, v, st.Version))
+	} else if err != nil {
+		return err
+	}
+	res, err := delta.ApplyPatchDir(p, c.dir, delta.ApplyOptions{Sync: c.sync})
+	if errors.Is(err, delta.ErrBaseMismatch) {
+		return c.fullCopy(st, v, fmt.Sprintf("%s does not hold what its state says: %v", c.dir, err))
+	}
+	if err != nil {
+		return err
+	}
+	c.logf("%s", res)
+	c.ran(v, st.Version)
+	return nil
+}
+
+// fullCopy copies version v of the mount into DIR, file by file (written beside its place,
+// checked, renamed), under a pending state; files v lacks are left alone.
+func (c *followConfig) fullCopy(st delta.DirState, v uint64, why string) error {
+	c.logf("%s: copying version %d whole", why, v)
+	src := filepath.Join(c.mnt, fs.VersionName(v))
+	if _, err := os.Stat(src); err != nil {
+		return err
+	}
+	if err := delta.WriteDirState(c.dir, delta.DirState{Version: st.Version, Pending: v, Full: true, Source: c.mnt}); err != nil {
+		return err
+	}
+	var bytes int64
+	err := filepath.WalkDir(src, func(path string, d iofs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if rel == delta.StateDir || strings.HasPrefix(rel, delta.StateDir+string(filepath.Separator)) {
+			return nil
+		}
+		n, err := copyChecked(path, filepath.Join(c.dir, rel), c.sync)
+		bytes += n
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("copy version %d: %w", v, err)
+	}
+	if err := delta.WriteDirState(c.dir, delta.DirState{Version: v, Source: c.mnt}); err != nil {
+		return err
+	}
+	c.logf("version %d copied whole: %s", v, humanBytes(bytes))
+	c.ran(v, 0)
+	return nil
+}
+
+// copyChecked copies src to dst through dst.weightfs-tmp: the copy is hashed as it is read
+// and again as written, and renamed over dst only when the two agree. (The mount checks what
+// it serves against the store's own checksums; this catches a bad local write.)
+func copyChecked(src, dst string, sync bool) (int64, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return 0, err
+	}
+	tmp := dst + ".weightfs-tmp"
+	os.Remove(tmp)
+	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	read := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, read), in)
+	if err == nil {
+		written := sha256.New()
+		if _, err = out.Seek(0, io.SeekStart); err == nil {
+			_, err = io.Copy(written, out)
+		}
+		if err == nil && string(written.Sum(nil)) != string(read.Sum(nil)) {
+			err = fmt.Errorf("%s: the copy written does not hash as read", dst)
+		}
+	}
+	if err == nil && sync {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, dst)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return n, err
+}
+
+// ran runs --exec for version v (reached from base; 0 after a full copy).
+func (c *followConfig) ran(v, base uint64) {
+	if c.exec == "" {
+		return
+	}
+	cmd := exec.Command("/bin/sh", "-c", c.exec)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("WEIGHTFS_VERSION=%d", v), fmt.Sprintf("WEIGHTFS_BASE_VERSION=%d", base), "WEIGHTFS_DIR="+c.dir)
+	cmd.Stdout, cmd.Stderr = c.e.stdout, c.e.stderr
+	if err := cmd.Run(); err != nil {
+		c.logf("--exec for version %d: %v", v, err)
+	}
+}
+
+func (c *followConfig) logf(format string, args ...any) {
+	fmt.Fprintf(c.e.stderr, "follow %s: %s\n", c.dir, fmt.Sprintf(format, args...))
+}

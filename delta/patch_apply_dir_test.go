@@ -1,0 +1,132 @@
+package delta
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestApplyPatchDir applies a patch to a checkpoint directory: every named file (a sparse
+// safetensors file, a changed blob, a new file in a new subdirectory) becomes the result,
+// files the patch does not name are untouched, and the state file records the version. A
+// re-run is a no-op success; a directory recording another version is refused before anything
+// is written; an apply interrupted between files (state pending, one file done) is finished by
+// running it again.
+func TestApplyPatchDir(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	raw, _ := buildTestPatch(t, 8, 7, base, result, order)
+	patchPath := filepath.Join(t.TempDir(), "patch.safetensors")
+	if err := os.WriteFile(patchPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(t *testing.T) string {
+		dir := t.TempDir()
+		for name, b := range base {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "mine.txt"), []byte("not in the patch"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	check := func(t *testing.T, dir string) {
+		t.Helper()
+		for name, want := range result {
+			got, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s: %d bytes (%v), not the result", name, len(got), err)
+			}
+		}
+		if got, _ := os.ReadFile(filepath.Join(dir, "mine.txt")); string(got) != "not in the patch" {
+			t.Errorf("a file the patch does not name was changed: %q", got)
+		}
+		st, ok, err := ReadDirState(dir)
+		if err != nil || !ok || st.Version != 8 || st.Pending != 0 {
+			t.Errorf("state %+v, %v, %v; want version 8", st, ok, err)
+		}
+	}
+
+	t.Run("fresh", func(t *testing.T) {
+		dir := fill(t)
+		res, err := ApplyPatchDir(patchPath, dir, ApplyOptions{})
+		if err != nil || len(res.Files) != 3 {
+			t.Fatalf("apply: %+v, %v", res, err)
+		}
+		check(t, dir)
+		raw, _ := os.ReadFile(filepath.Join(dir, StateDir, StateFile))
+		if want := `{"format":"weightfs-dir-state","format_version":1,"version":8}` + "\n"; string(raw) != want {
+			t.Errorf("state file %q, want %q", raw, want)
+		}
+		res, err = ApplyPatchDir(patchPath, dir, ApplyOptions{})
+		if err != nil || !res.AlreadyApplied {
+			t.Fatalf("re-run: %+v, %v; want a no-op", res, err)
+		}
+		check(t, dir)
+	})
+
+	t.Run("another version is refused", func(t *testing.T) {
+		dir := fill(t)
+		if err := WriteDirState(dir, DirState{Version: 6}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); !errors.Is(err, ErrBaseMismatch) {
+			t.Fatalf("apply to a directory at version 6: %v, want ErrBaseMismatch", err)
+		}
+		for name, want := range base {
+			if got, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(got, want) {
+				t.Errorf("refused apply changed %s", name)
+			}
+		}
+		if err := WriteDirState(dir, DirState{Version: 7, Pending: 9}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); !errors.Is(err, ErrBaseMismatch) {
+			t.Fatalf("apply to a directory part-way to version 9: %v, want ErrBaseMismatch", err)
+		}
+	})
+
+	t.Run("interrupted between files", func(t *testing.T) {
+		dir := fill(t)
+		if err := WriteDirState(dir, DirState{Version: 7, Pending: 8}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ApplyPatchFile(patchPath, filepath.Join(dir, "model.safetensors")); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ApplyPatchDir(patchPath, dir, ApplyOptions{})
+		if err != nil {
+			t.Fatalf("finish: %v", err)
+		}
+		already := 0
+		for _, f := range res.Files {
+			if f.AlreadyApplied {
+				already++
+			}
+		}
+		if already != 1 {
+			t.Errorf("%d files already applied, want 1: %+v", already, res.Files)
+		}
+		check(t, dir)
+	})
+
+	t.Run("a name outside the directory is refused", func(t *testing.T) {
+		evil := map[string][]byte{"../escape.txt": []byte("x")}
+		raw, _ := buildTestPatch(t, 8, 7, map[string][]byte{}, evil, []string{"../escape.txt"})
+		p := filepath.Join(t.TempDir(), "evil.safetensors")
+		if err := os.WriteFile(p, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "d")
+		os.Mkdir(dir, 0o755)
+		if _, err := ApplyPatchDir(p, dir, ApplyOptions{}); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("apply of a patch naming ../escape.txt: %v, want ErrMalformed", err)
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape.txt")); err == nil {
+			t.Error("the patch wrote outside the directory")
+		}
+	})
+}

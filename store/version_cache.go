@@ -1,0 +1,136 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// versionCache holds parsed versions (manifests with their lookups), bounded by their
+// estimated memory. A parsed version costs about 300 bytes a tensor, so a store of many
+// versions of 10^6 tensors must not keep them all: the bound holds a few versions of a
+// usual model, and the one version in use when it alone exceeds the bound. Each version is
+// parsed once however many goroutines ask for it at once (a mount's readers of a version just
+// evicted), and the version list never parses a manifest (versionSummary).
+type versionCache struct {
+	*lru[uint64, *version]
+	flight singleflight.Group
+
+	decoded atomic.Int64 // tensors parsed from manifests (tests: what listing and reading cost)
+}
+
+// versionCacheBytes bounds the parsed versions a Store keeps.
+const versionCacheBytes = 64 << 20
+
+func newVersionCache(limit int64) *versionCache {
+	c := &versionCache{lru: newLRU[uint64, *version](limit)}
+	c.keepOversized = true
+	return c
+}
+
+// versionCost estimates the memory of a parsed version from its manifest file's size: the
+// decoded structures take about its size again, the lookups built on first use as much.
+func versionCost(manifestBytes int) int64 { return 3 * int64(manifestBytes) }
+
+// loadVersion reads, checks and parses the manifest of version v (cached).
+func (s *Store) loadVersion(v uint64) (*version, error) {
+	if ver, ok := s.manifests.get(v); ok {
+		return ver, nil
+	}
+	r, err, _ := s.manifests.flight.Do(strconv.FormatUint(v, 10), func() (any, error) {
+		if ver, ok := s.manifests.get(v); ok {
+			return ver, nil
+		}
+		data, err := s.getManifest(v)
+		if err != nil {
+			return nil, err
+		}
+		m, err := decodeManifest(data)
+		if err != nil {
+			return nil, s.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
+		}
+		if m.Version != v {
+			return nil, s.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, m.Version, ErrCorrupt))
+		}
+		ver := newVersion(m)
+		s.manifests.decoded.Add(int64(ver.tensors()))
+		s.manifests.add(v, ver, versionCost(len(data)))
+		return ver, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.(*version), nil
+}
+
+func (s *Store) getManifest(v uint64) ([]byte, error) {
+	data, err := s.be.GetManifest(v)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
+	}
+	return data, err
+}
+
+// versionSummary returns the summary of version v for the version list: from its parsed
+// version when that is cached, else from its manifest, checked as a read checks it (magic,
+// format, CRC) but decoded to the summary alone. Listing a store's versions (log, every
+// open) so holds one manifest's bytes at a time and parses no tensor.
+func (s *Store) versionSummary(v uint64) (VersionInfo, error) {
+	if ver, ok := s.manifests.get(v); ok {
+		return summarize(ver.m), nil
+	}
+	data, err := s.getManifest(v)
+	if err != nil {
+		return VersionInfo{}, err
+	}
+	info, err := decodeManifestSummary(data)
+	if err != nil {
+		return VersionInfo{}, s.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
+	}
+	if info.Number != v {
+		return VersionInfo{}, s.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, info.Number, ErrCorrupt))
+	}
+	return info, nil
+}
+
+// manifestSummary is what the version list needs of a manifest. Its files are counted and
+// skipped: json hands each to skipped.UnmarshalJSON as a slice of the input, copying nothing.
+type manifestSummary struct {
+	Version  uint64        `json:"version"`
+	Created  time.Time     `json:"created"`
+	Previous uint64        `json:"previous"`
+	Files    []skipped     `json:"files"`
+	Stats    manifestStats `json:"stats"`
+}
+
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
+
+// decodeManifestSummary is decodeManifest for the summary alone: the same checks of the
+// file, the summary's fields, no tensor.
+func decodeManifestSummary(b []byte) (VersionInfo, error) {
+	js, err := manifestBody(b)
+	if err != nil {
+		return VersionInfo{}, err
+	}
+	var m manifestSummary
+	if err := json.Unmarshal(js, &m); err != nil {
+		return VersionInfo{}, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
+	}
+	if m.Version == 0 || m.Previous >= m.Version {
+		return VersionInfo{}, fmt.Errorf("manifest of version %d, previous %d: %w", m.Version, m.Previous, ErrCorrupt)
+	}
+	return VersionInfo{
+		Number: m.Version, Created: m.Created, Files: len(m.Files),
+		LogicalBytes: m.Stats.LogicalBytes, StoredBytes: m.Stats.NewObjectBytes,
+		ChangedElems: m.Stats.ChangedElems, TotalElems: m.Stats.TotalElems,
+		PreviousNumber: m.Previous,
+	}, nil
+}
