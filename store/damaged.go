@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,7 +28,7 @@ func (s *Store) noteDamaged(v uint64, err error) error {
 		s.damaged = map[uint64]error{}
 	}
 	s.damaged[v] = err
-	i, found := slices.BinarySearchFunc(s.versions, v, func(info VersionInfo, v uint64) int { return cmpUint64(info.Number, v) })
+	i, found := slices.BinarySearchFunc(s.versions, v, func(info VersionInfo, v uint64) int { return cmp.Compare(info.Number, v) })
 	if found {
 		s.versions = slices.Delete(slices.Clone(s.versions), i, i+1)
 	}
@@ -97,16 +98,6 @@ func (s *Store) checkAbove(v uint64) error {
 		return fmt.Errorf("version %d: version %d exists, damaged or quarantined (weightfs verify --repair), and numbers are never used twice: %w", v, top, ErrVersionNotAbove)
 	}
 	return fmt.Errorf("version %d: the latest sealed version is %d: %w", v, top, ErrVersionNotAbove)
-}
-
-func cmpUint64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // errUnreadableManifests marks a sweep that deleted nothing because some manifest cannot be

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -280,7 +281,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 		}
 		m.Dirs = append(m.Dirs, manifestDir{Path: p, Mode: mode})
 	}
-	slices.SortFunc(m.Dirs, func(a, b manifestDir) int { return cmpString(a.Path, b.Path) })
+	slices.SortFunc(m.Dirs, func(a, b manifestDir) int { return cmp.Compare(a.Path, b.Path) })
 	refs := map[ID]bool{}
 	for _, f := range w.files {
 		m.Files = append(m.Files, *f)
@@ -292,7 +293,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 			m.Stats.ChangedElems += t.Changed
 		}
 	}
-	slices.SortFunc(m.Files, func(a, b manifestFile) int { return cmpString(a.Path, b.Path) })
+	slices.SortFunc(m.Files, func(a, b manifestFile) int { return cmp.Compare(a.Path, b.Path) })
 	for id, size := range w.created {
 		if refs[id] {
 			m.Stats.NewObjects++
@@ -303,16 +304,6 @@ func (w *Writer) buildManifest() (*manifest, error) {
 		return nil, fmt.Errorf("version %d: %w", w.v, err)
 	}
 	return m, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // finish ends the writer: it is no longer open and holds nothing. m is the sealed manifest
