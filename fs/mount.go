@@ -100,13 +100,8 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 	if err := prepareMountpoint(mnt, logf); err != nil {
 		return nil, err
 	}
-	if err := checkMountpoint(mnt, opts.AllowNonEmpty); err != nil {
+	if err := CheckMountpoint(mnt, opts); err != nil {
 		return nil, err
-	}
-	if opts.AllowOther && os.Geteuid() != 0 {
-		if err := checkUserAllowOther(fuseConfPath); err != nil {
-			return nil, err
-		}
 	}
 	m := newMountState(b, opts.ReadOnly, logf)
 	var root gofs.InodeEmbedder

@@ -13,6 +13,23 @@ import (
 // fuseConfPath is where fusermount3 reads user_allow_other.
 const fuseConfPath = "/etc/fuse.conf"
 
+// CheckMountpoint runs the checks Mount makes before it mounts at mnt with opts that do not
+// need the store: a daemon calls it first, so that a mount that must fail fails before the
+// store is opened (a reader's copy may take minutes to bring up to date). A mount point left
+// by a dead daemon is not detected here: Mount detaches it.
+func CheckMountpoint(mnt string, opts Options) error {
+	if _, err := os.Stat(mnt); err != nil {
+		return nil // Mount handles a stale or missing mount point, with its own message
+	}
+	if err := checkMountpoint(mnt, opts.AllowNonEmpty); err != nil {
+		return err
+	}
+	if opts.AllowOther && os.Geteuid() != 0 {
+		return checkUserAllowOther(fuseConfPath)
+	}
+	return nil
+}
+
 // checkMountpoint refuses a mount point that is already mounted (a live file system there:
 // a second mount on top would hide it) and, unless allowNonEmpty, one that holds files (a
 // mount would hide them, and a trainer writing there would not see what it expects). It runs
