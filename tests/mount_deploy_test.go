@@ -292,14 +292,19 @@ func TestMountNotify(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
+		default:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+			}
 		}
 	})
 
@@ -308,8 +313,8 @@ func TestMountNotify(t *testing.T) {
 		select {
 		case nt := <-notes:
 			return nt
-		case err := <-exited:
-			t.Fatalf("the daemon exited (%v) before %s:\n%s", err, what, out.String())
+		case <-exited:
+			t.Fatalf("the daemon exited (%v) before %s:\n%s", waitErr, what, out.String())
 		case <-time.After(time.Minute):
 			t.Fatalf("no %s on NOTIFY_SOCKET within a minute:\n%s", what, out.String())
 		}
@@ -330,9 +335,9 @@ func TestMountNotify(t *testing.T) {
 		t.Errorf("notification after SIGTERM %q, want STOPPING=1", stopping.msg)
 	}
 	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("the daemon exited with %v after SIGTERM:\n%s", err, out.String())
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("the daemon exited with %v after SIGTERM:\n%s", waitErr, out.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the daemon did not exit on SIGTERM:\n%s", out.String())
