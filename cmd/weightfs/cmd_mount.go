@@ -23,7 +23,7 @@ func cmdMount(e *env, args []string) error {
 	fs.DurationVar(&mf.poll, "poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request) (-o poll=DURATION)")
 	fs.BoolVar(&mf.allowOther, "allow-other", false, "let every user of the machine use the mount (-o allow_other; always with default_permissions: the kernel checks the files' modes; as a user other than root it needs user_allow_other in /etc/fuse.conf)")
 	fs.BoolVar(&mf.allowNonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them (-o allow_non_empty)")
-	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_file=FILE, debug; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
+	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_file=FILE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
 	fs.BoolVar(&mf.debug, "debug", false, "print every FUSE request")
 	pos, err := parse(e, fs, args, 2, 2)
@@ -35,6 +35,14 @@ func cmdMount(e *env, args []string) error {
 			return usagef("%v", err)
 		}
 	}
+	// -o s3_* options stand for the --s3-* flags (a flag given too loses: -o comes last in
+	// fstab's spelling and in a unit's ExecStart).
+	for p, v := range map[*string]string{sf.endpoint: mf.s3Endpoint, sf.region: mf.s3Region, sf.cacheSize: mf.s3CacheSize} {
+		if v != "" {
+			*p = v
+		}
+	}
+	*sf.pathStyle = *sf.pathStyle || mf.s3PathStyle
 	if mf.version != "" && !mf.readOnly {
 		return usagef("--version serves a sealed version and needs --read-only")
 	}

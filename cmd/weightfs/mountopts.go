@@ -13,6 +13,10 @@ type mountFlags struct {
 	readOnly, allowOther, defaultPerms, allowNonEmpty, debug bool
 	version, cacheDir, logFile                               string
 	poll                                                     time.Duration
+	// The S3 settings of an s3:// store (the --s3-* flags), for fstab lines: credentials
+	// are never options (docs/s3.md).
+	s3Endpoint, s3Region, s3CacheSize string
+	s3PathStyle                       bool
 }
 
 // optList is a repeatable -o flag: each value is a comma-separated option string.
@@ -52,6 +56,14 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			mf.allowNonEmpty = true
 		case opt == "debug":
 			mf.debug = true
+		case opt == "s3_path_style":
+			mf.s3PathStyle = true
+		case hasVal && val != "" && key == "s3_endpoint":
+			mf.s3Endpoint = val
+		case hasVal && val != "" && key == "s3_region":
+			mf.s3Region = val
+		case hasVal && val != "" && key == "s3_cache_size":
+			mf.s3CacheSize = val
 		case hasVal && val != "" && key == "version":
 			mf.version = val
 		case hasVal && val != "" && key == "cache_dir":
@@ -65,7 +77,7 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			}
 			mf.poll = d
 		default:
-			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
 		}
 	}
 	return nil
