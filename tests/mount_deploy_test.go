@@ -397,3 +397,49 @@ func runMountBriefly(t *testing.T, args ...string) cliResult {
 	_ = cmd.Wait()
 	return cliResult{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
 }
+
+// TestMakeInstall installs into a temporary prefix: the binary, mount.weightfs as a link to it
+// (which, run by that name, is the helper), and the unit with the prefix's path in ExecStart;
+// systemd-analyze, where there is one, finds nothing wrong with the unit.
+func TestMakeInstall(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	dir := t.TempDir()
+	prefix, sbin := filepath.Join(dir, "usr"), filepath.Join(dir, "sbin")
+	cmd := exec.Command("make", "-s", "install", "PREFIX="+prefix, "SBINDIR="+sbin, "BIN="+filepath.Join(dir, "bin"))
+	cmd.Dir = repoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	bin := filepath.Join(prefix, "bin", "weightfs")
+	if st, err := os.Stat(bin); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("%s: %v, %v", bin, st, err)
+	}
+	helper := filepath.Join(sbin, "mount.weightfs")
+	if target, err := os.Readlink(helper); err != nil || target != bin {
+		t.Fatalf("%s -> %q, %v; want a link to %s", helper, target, err, bin)
+	}
+	if out, err := exec.Command(helper, "--help").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "Usage: mount.weightfs STORE MNT") {
+		t.Fatalf("%s --help: %v\n%s", helper, err, out)
+	}
+	unit := filepath.Join(prefix, "lib", "systemd", "system", "weightfs@.service")
+	data, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Type=notify", "ExecStart=" + bin + " mount -o ${OPTS} ${STORE} ${MNT}"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s lacks %q:\n%s", unit, want, data)
+		}
+	}
+	if strings.Contains(string(data), "@BINDIR@") {
+		t.Errorf("%s still has @BINDIR@", unit)
+	}
+	if _, err := exec.LookPath("systemd-analyze"); err == nil {
+		out, err := exec.Command("systemd-analyze", "verify", unit).CombinedOutput()
+		if err != nil || len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", unit, err, out)
+		}
+	}
+}
