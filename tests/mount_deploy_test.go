@@ -117,6 +117,28 @@ func TestMountAllowOther(t *testing.T) {
 		})
 	}
 
+	t.Run("not root, no user_allow_other", func(t *testing.T) {
+		if conf, _ := os.ReadFile("/etc/fuse.conf"); strings.Contains("\n"+string(conf), "\nuser_allow_other") {
+			t.Skip("/etc/fuse.conf allows allow_other to every user")
+		}
+		// The binary where nobody may run it (the tests' directory is root's alone).
+		bin := filepath.Join(work, "weightfs")
+		data, err := os.ReadFile(weightfsBin(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mnt := mkMountpoint(t, work, "nobody")
+		unmountAfter(t, mnt)
+		out, err := asNobody(bin, "mount", "--read-only", "--allow-other", storeDir, mnt)
+		if err == nil || !strings.Contains(out, "allow_other needs user_allow_other in /etc/fuse.conf") ||
+			!strings.Contains(out, "add the line `user_allow_other` to /etc/fuse.conf") {
+			t.Fatalf("nobody mounts with --allow-other: err %v, output %q; want the fuse.conf message", err, out)
+		}
+	})
+
 	t.Run("read-write", func(t *testing.T) {
 		mnt := mkMountpoint(t, work, "rw")
 		startMount(t, storeDir, mnt, "--allow-other")
@@ -220,6 +242,28 @@ func TestMountHelper(t *testing.T) {
 	if err := syscall.Unmount(mnt, 0); err != nil {
 		t.Fatalf("umount %s: %v", mnt, err)
 	}
+	waitNoDaemon(t, mnt)
+
+	// With -o debug the daemon logs every request; the helper relayed its output through a
+	// pipe that closed when the helper exited. The daemon must keep serving (not die of
+	// SIGPIPE on its next log line, leaving a dead mount).
+	t.Run("logs after the helper left", func(t *testing.T) {
+		mnt := mkMountpoint(t, work, "mnt-debug")
+		unmountAfter(t, mnt)
+		out, code := runHelper(t, helper, storeDir, mnt, "-o", "ro,debug,cache_dir="+filepath.Join(work, "cache4"))
+		if code != 0 {
+			t.Fatalf("mount.weightfs -o debug: exit %d:\n%s", code, out)
+		}
+		for i := 0; i < 3; i++ {
+			if data, err := os.ReadFile(filepath.Join(mnt, "latest", "hello.txt")); err != nil || string(data) != deployContent {
+				t.Fatalf("read %d after the helper left: %q, %v", i, data, err)
+			}
+		}
+		if err := syscall.Unmount(mnt, 0); err != nil {
+			t.Fatalf("umount %s: %v", mnt, err)
+		}
+		waitNoDaemon(t, mnt)
+	})
 
 	t.Run("mount -t weightfs", func(t *testing.T) {
 		const sbin = "/sbin/mount.weightfs"
@@ -243,7 +287,42 @@ func TestMountHelper(t *testing.T) {
 		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
 			t.Fatalf("umount: %v\n%s", err, out)
 		}
+		waitNoDaemon(t, mnt)
 	})
+}
+
+// waitNoDaemon waits until no `weightfs mount` process serving mnt is left: a daemon that the
+// helper started exits once its mount is unmounted.
+func waitNoDaemon(t *testing.T, mnt string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pids := daemonsOf(mnt)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("weightfs mount of %s still running (pids %v) after umount", mnt, pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// daemonsOf lists the processes whose command line is `… mount … MNT`.
+func daemonsOf(mnt string) []string {
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(args) > 2 && args[1] == "mount" && args[len(args)-1] == mnt {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
 }
 
 // TestMountNotify starts the daemon as systemd does for a Type=notify unit: READY=1 comes on
