@@ -123,22 +123,22 @@ func cmdMount(e *env, args []string) error {
 	if err := sdNotify("READY=1\nSTATUS=serving " + pos[1]); err != nil {
 		logTo(e)("%v", err)
 	}
-	go srv.UnmountOnSignals(notifyStopping(sigs, e), logTo(e))
+	go srv.UnmountOnSignals(notifyStopping(sigs), logTo(e))
 	srv.Wait()
 	return st.Close()
 }
 
 // notifyStopping passes signals on, telling the service manager STOPPING=1 at the first one.
-func notifyStopping(sigs <-chan os.Signal, e *env) <-chan os.Signal {
+func notifyStopping(sigs <-chan os.Signal) <-chan os.Signal {
 	out := make(chan os.Signal, 4)
 	go func() {
 		first := true
 		for sig := range sigs {
 			if first {
 				first = false
-				if err := sdNotify("STOPPING=1"); err != nil {
-					logTo(e)("%v", err)
-				}
+				// Best effort, unlogged: under mount.weightfs the socket went with the
+				// helper once the mount served, and systemd does not need the message.
+				_ = sdNotify("STOPPING=1")
 			}
 			out <- sig
 		}
