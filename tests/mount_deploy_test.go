@@ -26,6 +26,9 @@ func deployStore(t *testing.T) (work, storeDir string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: reads as another user (setpriv) and mounts for that user")
 	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv (util-linux)")
+	}
 	work = t.TempDir()
 	for _, d := range []string{filepath.Dir(work), work} {
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -84,9 +87,6 @@ func mountOptions(t *testing.T, mnt string) string {
 // has default_permissions: nobody cannot create a version in a read-write mount whose root is
 // root's 0755 directory.
 func TestMountAllowOther(t *testing.T) {
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("no setpriv")
-	}
 	work, storeDir := deployStore(t)
 	cache := filepath.Join(work, "cache")
 
@@ -203,7 +203,8 @@ func TestMountHelper(t *testing.T) {
 	helper := helperLink(t)
 	mnt := mkMountpoint(t, work, "mnt")
 	unmountAfter(t, mnt)
-	opts := "ro,version=latest,cache_dir=" + filepath.Join(work, "cache1") + ",defaults,nofail,_netdev,x-systemd.automount"
+	logFile := filepath.Join(work, "daemon.log")
+	opts := "ro,version=latest,cache_dir=" + filepath.Join(work, "cache1") + ",log_file=" + logFile + ",defaults,nofail,_netdev,x-systemd.automount"
 	out, code := runHelper(t, helper, storeDir, mnt, "-o", opts)
 	if code != 0 {
 		t.Fatalf("mount.weightfs: exit %d:\n%s", code, out)
@@ -243,6 +244,9 @@ func TestMountHelper(t *testing.T) {
 		t.Fatalf("umount %s: %v", mnt, err)
 	}
 	waitNoDaemon(t, mnt)
+	if data, err := os.ReadFile(logFile); err != nil || !strings.Contains(string(data), "serving "+storeDir+" read-only at "+mnt) {
+		t.Errorf("log_file %s: %q, %v; want the daemon's lines", logFile, data, err)
+	}
 
 	// With -o debug the daemon logs every request; the helper relayed its output through a
 	// pipe that closed when the helper exited. The daemon must keep serving (not die of
@@ -283,6 +287,24 @@ func TestMountHelper(t *testing.T) {
 		}
 		if data, err := os.ReadFile(filepath.Join(mnt, "hello.txt")); err != nil || string(data) != deployContent {
 			t.Fatalf("read through mount -t weightfs: %q, %v", data, err)
+		}
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Fatalf("umount: %v\n%s", err, out)
+		}
+		waitNoDaemon(t, mnt)
+
+		// An fstab line, from a file of the test's (mount -T) rather than /etc/fstab.
+		fstab := filepath.Join(work, "fstab")
+		line := storeDir + " " + mnt + " weightfs ro,allow_other,cache_dir=" + filepath.Join(work, "cache5") +
+			",nofail,_netdev,x-systemd.requires-mounts-for=" + work + " 0 0\n"
+		if err := os.WriteFile(fstab, []byte("# weightfs test\n"+line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-T", fstab, mnt).CombinedOutput(); err != nil {
+			t.Fatalf("mount -T %s %s (%s): %v\n%s", fstab, mnt, strings.TrimSpace(line), err, out)
+		}
+		if out, err := asNobody("cat", filepath.Join(mnt, "latest", "hello.txt")); err != nil || out != deployContent {
+			t.Fatalf("nobody reads through the fstab mount: %q, %v", out, err)
 		}
 		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
 			t.Fatalf("umount: %v\n%s", err, out)
