@@ -12,7 +12,13 @@ TEST_TIMEOUT ?= 14m
 VERSITYGW    := v1.8.0
 S3SERVER_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/weightfs-s3/versitygw-$(VERSITYGW)
 
-.PHONY: all deps build static test demo bench lint clean s3server
+# install puts the binary, mount(8)'s helper (a link to it: the binary acts as the helper when
+# run as mount.weightfs) and the systemd unit in place; DESTDIR stages them for a package.
+PREFIX  ?= /usr/local
+SBINDIR ?= /sbin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+.PHONY: all deps build static test demo bench lint clean s3server install uninstall
 
 all: build
 
@@ -57,6 +63,17 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(BIN)/weightfs $(DESTDIR)$(PREFIX)/bin/weightfs
+	ln -sfn $(PREFIX)/bin/weightfs $(DESTDIR)$(SBINDIR)/mount.weightfs
+	sed 's|@BINDIR@|$(PREFIX)/bin|g' packaging/systemd/weightfs@.service > $(DESTDIR)$(UNITDIR)/weightfs@.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/weightfs@.service
+	@echo "installed $(PREFIX)/bin/weightfs, $(SBINDIR)/mount.weightfs, $(UNITDIR)/weightfs@.service (under '$(DESTDIR)'); see docs/operations.md"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(SBINDIR)/mount.weightfs $(DESTDIR)$(UNITDIR)/weightfs@.service
 
 clean:
 	rm -rf $(BIN) demo

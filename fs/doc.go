@@ -71,6 +71,17 @@
 // kernel holds no directory lock during FLUSH) and asynchronous for a rename (the kernel holds
 // the root's lock until the rename returns).
 //
+// # Mount points and who may use a mount
+//
+// Mount refuses a mount point that is already the mount point of a live file system
+// (ErrAlreadyMounted, read from /proc/self/mountinfo) and one that holds files
+// (ErrMountpointNotEmpty) unless Options.AllowNonEmpty; a daemon calls CheckMountpoint first,
+// before it opens the store. A mount point left by a dead daemon is detached, not refused.
+// Only the mounting user may use a mount unless Options.AllowOther, which always comes with
+// default_permissions: the kernel checks each access against the modes and owner (the
+// mounting user) that the attributes carry. As a user other than root, AllowOther needs
+// user_allow_other in /etc/fuse.conf (ErrAllowOtherForbidden, checked before mounting).
+//
 // # Unmounting
 //
 // Server.Unmount unmounts and waits until serving has stopped; open versions are aborted.

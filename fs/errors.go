@@ -14,6 +14,15 @@ var (
 	ErrStaleMount = errors.New("stale FUSE mount point")
 	// ErrNoVersion marks Options.Version naming a version the store does not have.
 	ErrNoVersion = errors.New("no such sealed version")
+	// ErrMountpointNotEmpty marks a mount point that holds files, which a mount would hide
+	// (Options.AllowNonEmpty mounts anyway).
+	ErrMountpointNotEmpty = errors.New("mount point is not empty")
+	// ErrAlreadyMounted marks a mount point that is already the mount point of a live file
+	// system: a second mount on top would hide the first one's files from every process.
+	ErrAlreadyMounted = errors.New("mount point is already mounted")
+	// ErrAllowOtherForbidden marks Options.AllowOther asked by a user other than root where
+	// /etc/fuse.conf lacks user_allow_other: fusermount3 would refuse the mount.
+	ErrAllowOtherForbidden = errors.New("allow_other needs user_allow_other in /etc/fuse.conf")
 
 	// errBadVersionName marks a directory name that starts like a version but is not one.
 	errBadVersionName = errors.New("not a canonical version name")

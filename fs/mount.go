@@ -52,8 +52,18 @@ type Options struct {
 	// subdirectory per mount. Empty: the store's staging directory if it offers one, else a
 	// fresh directory under os.TempDir().
 	StagingDir string
-	// AllowOther lets users other than the one who mounted access the mount.
+	// AllowOther lets users other than the one who mounted access the mount. It always comes
+	// with default_permissions: the kernel then checks each access against the files' modes
+	// and owner (the daemon's user), so that another user can neither write into an open
+	// version nor read what a mode forbids. As a user other than root it needs
+	// user_allow_other in /etc/fuse.conf (checked before mounting, ErrAllowOtherForbidden).
 	AllowOther bool
+	// DefaultPermissions has the kernel check file modes (default_permissions) without
+	// AllowOther.
+	DefaultPermissions bool
+	// AllowNonEmpty mounts over a directory that holds files (hidden while mounted); without
+	// it such a mount point is refused (ErrMountpointNotEmpty).
+	AllowNonEmpty bool
 
 	// helperOnly skips mount(2) and mounts through fusermount3, as for an ordinary user
 	// (tests of that path run as root).
@@ -88,6 +98,9 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 		logf = func(string, ...any) {}
 	}
 	if err := prepareMountpoint(mnt, logf); err != nil {
+		return nil, err
+	}
+	if err := CheckMountpoint(mnt, opts); err != nil {
 		return nil, err
 	}
 	m := newMountState(b, opts.ReadOnly, logf)
@@ -203,6 +216,9 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 		Debug:             opts.Debug,
 		Logger:            log.New(logfWriter(logf), "fuse: ", 0),
 	}
+	if opts.AllowOther || opts.DefaultPermissions {
+		base.Options = append(base.Options, "default_permissions")
+	}
 	derr := errors.New("skipped")
 	if !opts.helperOnly {
 		direct := base
@@ -218,6 +234,7 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 		derr = err
 	}
 	viaHelper := base
+	viaHelper.Options = append([]string(nil), base.Options...)
 	if opts.ReadOnly {
 		viaHelper.Options = append(viaHelper.Options, "ro")
 	}

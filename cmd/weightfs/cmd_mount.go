@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	wfs "github.com/weightfs/weightfs/fs"
@@ -13,47 +14,88 @@ import (
 
 func cmdMount(e *env, args []string) error {
 	fs := newFlags("mount")
-	readOnly := fs.Bool("read-only", false, "serve sealed versions only; every modification fails with EROFS")
-	version := fs.String("version", "", "with --read-only: serve this version (a number or 'latest') at the mount root")
-	cacheDir := fs.String("cache-dir", "", "this process's index, materialized copy and S3 object cache (default: STORE/cache for a local writer, a directory per store for an S3 writer, a per-process directory for readers)")
+	var mf mountFlags
+	var opts optList
+	fs.BoolVar(&mf.readOnly, "read-only", false, "serve sealed versions only; every modification fails with EROFS (-o ro)")
+	fs.StringVar(&mf.version, "version", "", "with --read-only: serve this version (a number or 'latest') at the mount root (-o version=N)")
+	fs.StringVar(&mf.cacheDir, "cache-dir", "", "this process's index, materialized copy and S3 object cache (default: STORE/cache for a local writer, a directory per store for an S3 writer, a per-process directory for readers) (-o cache_dir=DIR)")
 	diffMode := fs.String("diff", "auto", "diff backend: auto, cpu or gpu")
-	poll := fs.Duration("poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request)")
+	fs.DurationVar(&mf.poll, "poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request) (-o poll=DURATION)")
+	fs.BoolVar(&mf.allowOther, "allow-other", false, "let every user of the machine use the mount (-o allow_other; always with default_permissions: the kernel checks the files' modes; as a user other than root it needs user_allow_other in /etc/fuse.conf)")
+	fs.BoolVar(&mf.allowNonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them (-o allow_non_empty)")
+	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_file=FILE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
-	debug := fs.Bool("debug", false, "print every FUSE request")
+	fs.BoolVar(&mf.debug, "debug", false, "print every FUSE request")
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	if *version != "" && !*readOnly {
+	for _, o := range opts {
+		if err := applyMountOptions(&mf, o); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	// -o s3_* options stand for the --s3-* flags (a flag given too loses: -o comes last in
+	// fstab's spelling and in a unit's ExecStart).
+	for p, v := range map[*string]string{sf.endpoint: mf.s3Endpoint, sf.region: mf.s3Region, sf.cacheSize: mf.s3CacheSize} {
+		if v != "" {
+			*p = v
+		}
+	}
+	*sf.pathStyle = *sf.pathStyle || mf.s3PathStyle
+	if mf.version != "" && !mf.readOnly {
 		return usagef("--version serves a sealed version and needs --read-only")
 	}
+	if mf.logFile != "" {
+		f, err := os.OpenFile(mf.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("log_file: %w", err)
+		}
+		defer f.Close()
+		// The daemon's lines go to the file; an error that ends the command still goes to
+		// the caller's stderr (run prints it there).
+		logged := *e
+		logged.stderr = f
+		e = &logged
+	}
+	// A daemon must not die of a closed log pipe (mount.weightfs stops reading the daemon's
+	// output once the mount serves): the mount would stay behind, dead. Writes then fail
+	// with EPIPE instead.
+	signal.Ignore(syscall.SIGPIPE)
 	mountProcs()
-	// A read-only mount serves the latest version from a local materialized copy in its cache
-	// directory, brought forward by the few changed elements each new version adds (a pinned
-	// older version needs none).
-	opts := store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logTo(e),
-		Materialize: *readOnly && (*version == "" || *version == "latest")}
-	if err := sf.apply(&opts); err != nil {
-		return err
-	}
-	if *poll == 0 && store.IsS3URL(pos[0]) {
-		*poll = store.DefaultS3PollInterval
-	}
-	if !*readOnly {
-		if opts.Diff, err = selectDiff(e, *diffMode); err != nil {
+	mopts := wfs.Options{ReadOnly: mf.readOnly, Debug: mf.debug, Logf: logTo(e), PollInterval: mf.poll,
+		AllowOther: mf.allowOther, DefaultPermissions: mf.defaultPerms, AllowNonEmpty: mf.allowNonEmpty}
+	if mnt, err := filepath.Abs(pos[1]); err == nil {
+		if err := wfs.CheckMountpoint(mnt, mopts); err != nil {
 			return err
 		}
 	}
-	st, err := store.Open(pos[0], opts)
-	if err != nil {
-		gpu.CloseBackend(opts.Diff)
+	// A read-only mount serves the latest version from a local materialized copy in its cache
+	// directory, brought forward by the few changed elements each new version adds (a pinned
+	// older version needs none).
+	sopts := store.Options{ReadOnly: mf.readOnly, CacheDir: mf.cacheDir, Logf: logTo(e),
+		Materialize: mf.readOnly && (mf.version == "" || mf.version == "latest")}
+	if err := sf.apply(&sopts); err != nil {
 		return err
 	}
-	defer gpu.CloseBackend(opts.Diff)
+	if mf.poll == 0 && store.IsS3URL(pos[0]) {
+		mf.poll = store.DefaultS3PollInterval
+	}
+	if !mf.readOnly {
+		if sopts.Diff, err = selectDiff(e, *diffMode); err != nil {
+			return err
+		}
+	}
+	st, err := store.Open(pos[0], sopts)
+	if err != nil {
+		gpu.CloseBackend(sopts.Diff)
+		return err
+	}
+	defer gpu.CloseBackend(sopts.Diff)
 	defer st.Close()
-	mopts := wfs.Options{ReadOnly: *readOnly, Debug: *debug, Logf: logTo(e), PollInterval: *poll}
-	if *version != "" {
-		v, err := resolveVersion(st, *version)
+	mopts.PollInterval = mf.poll
+	if mf.version != "" {
+		v, err := resolveVersion(st, mf.version)
 		if err != nil {
 			return err
 		}
@@ -64,6 +106,7 @@ func cmdMount(e *env, args []string) error {
 	// them: its default action would kill the daemon and leave a dead mount. They are caught
 	// from before the mount, so that one that comes as soon as the mount is there is not lost.
 	sigs := make(chan os.Signal, 4)
+	defer close(sigs) // after Stop: ends notifyStopping's loop
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	srv, err := wfs.Mount(st, pos[1], mopts)
@@ -71,12 +114,34 @@ func cmdMount(e *env, args []string) error {
 		return err
 	}
 	mode := "read-write"
-	if *readOnly {
+	if mf.readOnly {
 		mode = "read-only"
 	}
 	fmt.Fprintf(e.stderr, "weightfs: serving %s %s at %s (unmount with 'umount %s' or Ctrl-C)\n", pos[0], mode, pos[1], pos[1])
-
-	go srv.UnmountOnSignals(sigs, logTo(e))
+	// Mount returns once the kernel has sent INIT and got its answer: the mount serves, so a
+	// service manager (or mount.weightfs) may now start what reads it.
+	if err := sdNotify("READY=1\nSTATUS=serving " + pos[1]); err != nil {
+		logTo(e)("%v", err)
+	}
+	go srv.UnmountOnSignals(notifyStopping(sigs), logTo(e))
 	srv.Wait()
 	return st.Close()
+}
+
+// notifyStopping passes signals on, telling the service manager STOPPING=1 at the first one.
+func notifyStopping(sigs <-chan os.Signal) <-chan os.Signal {
+	out := make(chan os.Signal, 4)
+	go func() {
+		first := true
+		for sig := range sigs {
+			if first {
+				first = false
+				// Best effort, unlogged: under mount.weightfs the socket went with the
+				// helper once the mount served, and systemd does not need the message.
+				_ = sdNotify("STOPPING=1")
+			}
+			out <- sig
+		}
+	}()
+	return out
 }

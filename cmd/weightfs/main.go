@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -54,6 +55,10 @@ func commands() []command {
 
 func main() {
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, isTerminal: isTerminal(os.Stderr)}
+	// Installed as /sbin/mount.weightfs (a link), the binary is mount(8)'s helper.
+	if filepath.Base(os.Args[0]) == helperName {
+		os.Exit(mountHelper(e, os.Args[1:]))
+	}
 	os.Exit(run(e, os.Args[1:]))
 }
 

@@ -29,6 +29,8 @@ func run() error {
 	cacheDir := flag.String("cache-dir", "", "this process's cache directory")
 	poll := flag.Duration("poll", 500*time.Millisecond, "with --read-only: poll interval")
 	debug := flag.Bool("debug", false, "trace FUSE requests")
+	allowOther := flag.Bool("allow-other", false, "let other users use the mount (with default_permissions)")
+	allowNonEmpty := flag.Bool("allow-non-empty", false, "mount over a directory that holds files")
 	flag.Parse()
 	if flag.NArg() != 2 {
 		return fmt.Errorf("usage: mountd [flags] STORE MNT")
@@ -39,7 +41,8 @@ func run() error {
 		return err
 	}
 	defer st.Close()
-	opts := wfs.Options{ReadOnly: *readOnly, Debug: *debug, Logf: logf, PollInterval: *poll}
+	opts := wfs.Options{ReadOnly: *readOnly, Debug: *debug, Logf: logf, PollInterval: *poll,
+		AllowOther: *allowOther, AllowNonEmpty: *allowNonEmpty}
 	switch *version {
 	case "":
 	case "latest":

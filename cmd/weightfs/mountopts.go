@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// mountFlags are the settings of `weightfs mount` that -o can also give.
+type mountFlags struct {
+	readOnly, allowOther, defaultPerms, allowNonEmpty, debug bool
+	version, cacheDir, logFile                               string
+	poll                                                     time.Duration
+	// The S3 settings of an s3:// store (the --s3-* flags), for fstab lines: credentials
+	// are never options (docs/s3.md).
+	s3Endpoint, s3Region, s3CacheSize string
+	s3PathStyle                       bool
+}
+
+// optList is a repeatable -o flag: each value is a comma-separated option string.
+type optList []string
+
+func (o *optList) String() string     { return strings.Join(*o, ",") }
+func (o *optList) Set(s string) error { *o = append(*o, s); return nil }
+
+// fstabOnly are the words mount(8) and fstab use that mean nothing to the daemon: mount(8)
+// and systemd act on them (auto, nofail, _netdev, user) before the helper runs, or they are
+// the defaults weightfs has anyway (rw; suid/dev/exec and atime variants: a weightfs mount is
+// always nosuid,nodev and has no access times).
+var fstabOnly = map[string]bool{
+	"defaults": true, "auto": true, "noauto": true, "nofail": true, "_netdev": true,
+	"user": true, "users": true, "nouser": true, "owner": true, "group": true, "rw": true,
+	"suid": true, "nosuid": true, "dev": true, "nodev": true, "exec": true, "noexec": true,
+	"atime": true, "noatime": true, "relatime": true, "strictatime": true, "nodiratime": true,
+	"async": true, "sync": true, "silent": true, "loud": true,
+}
+
+// applyMountOptions applies a FUSE-style option string (`ro,allow_other,version=latest`) on
+// top of the flags. fstab-only words and x-* options (x-systemd.automount, ...) are accepted
+// and ignored; anything else unknown is an error, so a typo does not mount with defaults.
+func applyMountOptions(mf *mountFlags, s string) error {
+	for _, opt := range strings.Split(s, ",") {
+		opt = strings.TrimSpace(opt)
+		key, val, hasVal := strings.Cut(opt, "=")
+		switch {
+		case opt == "" || fstabOnly[opt] || strings.HasPrefix(opt, "x-") || key == "comment":
+		case opt == "ro":
+			mf.readOnly = true
+		case opt == "allow_other":
+			mf.allowOther = true
+		case opt == "default_permissions":
+			mf.defaultPerms = true
+		case opt == "allow_non_empty" || opt == "nonempty":
+			mf.allowNonEmpty = true
+		case opt == "debug":
+			mf.debug = true
+		case opt == "s3_path_style":
+			mf.s3PathStyle = true
+		case hasVal && val != "" && key == "s3_endpoint":
+			mf.s3Endpoint = val
+		case hasVal && val != "" && key == "s3_region":
+			mf.s3Region = val
+		case hasVal && val != "" && key == "s3_cache_size":
+			mf.s3CacheSize = val
+		case hasVal && val != "" && key == "version":
+			mf.version = val
+		case hasVal && val != "" && key == "cache_dir":
+			mf.cacheDir = val
+		case hasVal && val != "" && key == "log_file":
+			mf.logFile = val
+		case hasVal && val != "" && key == "poll":
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("-o poll=%s: want a positive duration such as 500ms or 2s", val)
+			}
+			mf.poll = d
+		default:
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+		}
+	}
+	return nil
+}
+
+// sdNotify sends a state ("READY=1", "STOPPING=1") to the service manager, as sd_notify(3)
+// does: one datagram to the unix socket named by $NOTIFY_SOCKET ('@' for the abstract
+// namespace). Without the variable it does nothing: the daemon was not started by systemd
+// (or by mount.weightfs, which listens the same way).
+func sdNotify(state string) error {
+	name := os.Getenv("NOTIFY_SOCKET")
+	if name == "" {
+		return nil
+	}
+	if name[0] != '/' && name[0] != '@' {
+		return fmt.Errorf("NOTIFY_SOCKET=%s: only unix socket paths are supported", name)
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: name, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("notify %s: %w", name, err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte(state)); err != nil {
+		return fmt.Errorf("notify %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestApplyMountOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts string
+		want mountFlags
+		err  string
+	}{
+		{"ro,version=latest,cache_dir=/var/cache/w", mountFlags{readOnly: true, version: "latest", cacheDir: "/var/cache/w"}, ""},
+		{"defaults,noauto,nofail,_netdev,x-systemd.automount,x-systemd.requires=network-online.target,rw,user", mountFlags{}, ""},
+		{"allow_other,default_permissions,allow_non_empty,poll=2s,version=7", mountFlags{allowOther: true, defaultPerms: true, allowNonEmpty: true, poll: 2 * time.Second, version: "7"}, ""},
+		{"nonempty,log_file=/var/log/w.log,debug", mountFlags{allowNonEmpty: true, logFile: "/var/log/w.log", debug: true}, ""},
+		{"ro,s3_endpoint=http://10.0.0.5:9000,s3_region=eu-west-1,s3_path_style,s3_cache_size=20G", mountFlags{readOnly: true, s3Endpoint: "http://10.0.0.5:9000", s3Region: "eu-west-1", s3PathStyle: true, s3CacheSize: "20G"}, ""},
+		{"ro,alow_other", mountFlags{}, "alow_other: unknown mount option"},
+		{"poll=fast", mountFlags{}, "poll=fast"},
+		{"version=", mountFlags{}, "unknown mount option"},
+	} {
+		var got mountFlags
+		err := applyMountOptions(&got, tc.opts)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err = %v, want one containing %q", tc.opts, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: got %+v, %v; want %+v", tc.opts, got, err, tc.want)
+		}
+	}
+}
+
+func FuzzApplyMountOptions(f *testing.F) {
+	f.Add("ro,allow_other,version=latest,poll=1s")
+	f.Add("defaults,x-systemd.automount,,=")
+	f.Fuzz(func(t *testing.T, s string) {
+		var mf mountFlags
+		_ = applyMountOptions(&mf, s)
+	})
+}
