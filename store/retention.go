@@ -1,0 +1,69 @@
+package store
+
+import (
+	"errors"
+	"sync"
+)
+
+// Retention is a policy that a writer applies after every seal, in the background: gc keeps
+// the newest KeepLast versions, every version whose number is a multiple of KeepEvery, and
+// what GCWith always keeps (pinned versions, the bases of open writers). KeepLast 0: none.
+type Retention struct {
+	KeepLast  int
+	KeepEvery int
+}
+
+// retainer runs a Store's retention gc: one at a time, and one more if a seal came while one
+// ran (seals never wait for it; gc takes the store's write lock only between seals' manifest
+// writes, as any gc).
+type retainer struct {
+	mu      sync.Mutex
+	running bool
+	again   bool
+	wg      sync.WaitGroup
+	// done (tests) is called after each retention gc with its stats and error.
+	done func(GCStats, error)
+}
+
+// retainAfterSeal starts the retention gc, or asks the running one to go once more.
+func (s *Store) retainAfterSeal() {
+	if s.opts.Retention.KeepLast < 1 || s.readOnly {
+		return
+	}
+	r := &s.ret
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running {
+		r.again = true
+		return
+	}
+	r.running = true
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery})
+			switch {
+			case errors.Is(err, ErrClosed):
+			case err != nil:
+				s.logf("retention: %v (tried again after the next seal)", err)
+			case st.DroppedVersions > 0:
+				s.logf("retention: kept versions %v, dropped %v, freed %d bytes", st.Kept, st.Dropped, st.FreedBytes())
+			}
+			if r.done != nil {
+				r.done(st, err)
+			}
+			r.mu.Lock()
+			if !r.again || errors.Is(err, ErrClosed) {
+				r.running = false
+				r.mu.Unlock()
+				return
+			}
+			r.again = false
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// wait waits for a running retention gc (Close).
+func (r *retainer) wait() { r.wg.Wait() }
