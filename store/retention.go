@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -67,3 +69,27 @@ func (s *Store) retainAfterSeal() {
 
 // wait waits for a running retention gc (Close).
 func (r *retainer) wait() { r.wg.Wait() }
+
+// removedByGC turns err, a failed read of version v that met missing or unreadable data
+// (ErrCorrupt), into ErrVersionRemoved when v's manifest is gone and not in quarantine: gc
+// removed the version while this process served it (a reader without a pin, a pin that
+// expired, or a gc of an older program). That is not damage, and the error says what to do.
+// It is logged once per version.
+func (s *Store) removedByGC(v uint64, err error) error {
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	numbers, lerr := s.be.ListManifests()
+	if lerr != nil || slices.Contains(numbers, v) {
+		return err
+	}
+	if q, ok := s.be.(quarantiner); ok {
+		if qs, qerr := q.listQuarantined(); qerr != nil || slices.Contains(qs, v) {
+			return err
+		}
+	}
+	if _, logged := s.removedLogged.LoadOrStore(v, true); !logged {
+		s.logf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v)
+	}
+	return fmt.Errorf("version %d: %w while it was read (pin a version to keep it)", v, ErrVersionRemoved)
+}

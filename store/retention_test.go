@@ -322,3 +322,35 @@ func TestGCKeepsAnOpenWritersBases(t *testing.T) {
 	}
 	sameTree(t, "v9 after gc", exportHashes(t, s, 9), treeHashes(t, dir))
 }
+
+// A reader without a pin that serves a version gc then removes gets ErrVersionRemoved (no
+// such version, a log line naming gc), never ErrCorrupt: nothing is damaged.
+func TestReadOfAVersionGCRemovedIsNotDamage(t *testing.T) {
+	s, root := newStore(t, Options{})
+	want := commitModel(t, s, 4)
+	var mu sync.Mutex
+	var logs []string
+	r := openStore(t, root, Options{ReadOnly: true, Logf: func(f string, a ...any) {
+		mu.Lock()
+		logs = append(logs, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}})
+	f, err := r.OpenFile(2, "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GC(1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.ReadAt(make([]byte, 4096), f.Size()/2)
+	if !errors.Is(err, ErrVersionRemoved) || !errors.Is(err, ErrNoSuchVersion) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of a version gc removed: %v", err)
+	}
+	mu.Lock()
+	joined := strings.Join(logs, "\n")
+	mu.Unlock()
+	if !strings.Contains(joined, "version 2 was removed by gc") {
+		t.Fatalf("no log line names gc:\n%s", joined)
+	}
+	sameTree(t, "v4", exportHashes(t, r, 4), want[4])
+}

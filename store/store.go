@@ -67,7 +67,9 @@ type Store struct {
 	cacheDir string
 	ownCache bool     // a per-process reader cache, removed at Close
 	ret      retainer // the background gc of Options.Retention (retention.go)
-	maxChain int
+	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
+	removedLogged sync.Map
+	maxChain      int
 
 	mu       sync.RWMutex
 	closed   bool
