@@ -198,6 +198,8 @@ type GCOptions struct {
 	// (milestones).
 	KeepEvery int
 	// DryRun changes nothing: the stats say what would be dropped, deleted and re-anchored.
+	// It works on a read-only store too (no writer lock: beside a running writer, whose
+	// open writers it cannot see).
 	DryRun bool
 }
 
@@ -210,7 +212,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if err := s.checkOpen(); err != nil {
 		return st, err
 	}
-	if s.readOnly {
+	if s.readOnly && !opts.DryRun {
 		return st, fmt.Errorf("gc: %w", ErrReadOnly)
 	}
 	if keepLast < 1 {

@@ -20,6 +20,7 @@ func cmdMount(e *env, args []string) error {
 	poll := fs.Duration("poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request)")
 	sf := addStoreFlags(fs, false)
 	debug := fs.Bool("debug", false, "print every FUSE request")
+	keepLast, keepEvery := retentionFlags(fs)
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -34,6 +35,9 @@ func cmdMount(e *env, args []string) error {
 	opts := store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logTo(e),
 		Materialize: *readOnly && (*version == "" || *version == "latest")}
 	if err := sf.apply(&opts); err != nil {
+		return err
+	}
+	if opts.Retention, err = retentionPolicy(*readOnly, *keepLast, *keepEvery); err != nil {
 		return err
 	}
 	if *poll == 0 && store.IsS3URL(pos[0]) {
@@ -58,6 +62,9 @@ func cmdMount(e *env, args []string) error {
 			return err
 		}
 		mopts.Version = v
+		if *version != "latest" {
+			defer pinVersion(e, st, v)()
+		}
 	}
 	// Every signal that ends a daemon asks for an unmount, until one succeeds: a busy mount
 	// keeps serving, and the log names what holds it. SIGHUP (a closed terminal) is one of
