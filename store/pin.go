@@ -96,7 +96,8 @@ func (s *Store) Pin(v uint64) (*Pin, error) {
 	p := &Pin{path: filepath.Join(dir, hex.EncodeToString(token[:])+".json"), logf: s.logf,
 		rec:  pinRecord{Format: pinFormat, Version: v, Host: host, PID: os.Getpid()},
 		stop: make(chan struct{}), done: make(chan struct{})}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	// Private, as the store (docs/format.md §1); a shared store gives it the group write bit.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pin version %d: %w", v, err)
 	}
 	if err := p.write(time.Now()); err != nil {
@@ -122,7 +123,7 @@ func (p *Pin) write(now time.Time) error {
 		return err
 	}
 	tmp := p.path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o666); err != nil {
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p.path)
