@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sort"
 	"sync/atomic"
 
@@ -321,6 +322,17 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 	page := newPage(min(pageSize, m.ContentLen-off))
 	if err := s.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
 		page.release()
+		if allowStale && errors.Is(err, fs.ErrNotExist) && !isCopyError(err) {
+			// An object of the plan is gone: a gc (retention, in the writer's process)
+			// re-anchored the chain and deleted its old bases after our metas were cached.
+			// Fresh headers plan again; a second miss is reported.
+			s.forgetMeta(id)
+			s.forgetMeta(p.start)
+			for _, st := range p.steps {
+				s.forgetMeta(st.obj)
+			}
+			return nil, errStale
+		}
 		return nil, err
 	}
 	return page, nil

@@ -354,3 +354,23 @@ func TestReadOfAVersionGCRemovedIsNotDamage(t *testing.T) {
 	}
 	sameTree(t, "v4", exportHashes(t, r, 4), want[4])
 }
+
+// A reader that cached the object headers of a delta chain reads on after a gc (in the
+// writer's process: retention) re-anchored the chain and deleted its old bases: the stale
+// plan is dropped and the page rebuilt from fresh headers, never "object missing".
+func TestReaderReadsOnAfterGCReanchors(t *testing.T) {
+	s, root := newStore(t, Options{})
+	versions := modelVersions(t, 4, 29)
+	for i, files := range versions {
+		commitTree(t, s, uint64(i+1), files)
+	}
+	r := openStore(t, root, Options{ReadOnly: true})
+	// Reading v3 caches the headers of its chains: v3 -> v2 -> v1.
+	mustEqualBytes(t, "v3", readWhole(t, r, 3, "model.safetensors"), versions[2]["model.safetensors"])
+	// gc keeps 2..4: v2's deltas become whole copies, v1's objects go.
+	if _, err := s.GC(3); err != nil {
+		t.Fatal(err)
+	}
+	// v4's chains pass through v3 and v2, whose cached headers are stale now.
+	mustEqualBytes(t, "v4 after gc", readWhole(t, r, 4, "model.safetensors"), versions[3]["model.safetensors"])
+}
