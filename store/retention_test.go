@@ -360,17 +360,37 @@ func TestReadOfAVersionGCRemovedIsNotDamage(t *testing.T) {
 // plan is dropped and the page rebuilt from fresh headers, never "object missing".
 func TestReaderReadsOnAfterGCReanchors(t *testing.T) {
 	s, root := newStore(t, Options{})
-	versions := modelVersions(t, 4, 29)
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
+	versions := modelVersions(t, 6, 29)
+	commitTree(t, s, 1, versions[0])
+	// No copy, and a page cache too small to keep pages: reads plan from cached headers.
+	r := openStore(t, root, Options{ReadOnly: true, CacheBytes: 1})
+	for v := 2; v <= 4; v++ {
+		commitTree(t, s, uint64(v), versions[v-1])
+		if err := r.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		// Reading each version caches the headers of its chains.
+		mustEqualBytes(t, fmt.Sprint("v", v), readWhole(t, r, uint64(v), "model.safetensors"), versions[v-1]["model.safetensors"])
 	}
-	r := openStore(t, root, Options{ReadOnly: true})
-	// Reading v3 caches the headers of its chains: v3 -> v2 -> v1.
-	mustEqualBytes(t, "v3", readWhole(t, r, 3, "model.safetensors"), versions[2]["model.safetensors"])
-	// gc keeps 2..4: v2's deltas become whole copies, v1's objects go.
+	commitTree(t, s, 5, versions[4])
+	// gc keeps 3..5: v3's deltas become whole copies, the objects of v1 and v2 go.
 	if _, err := s.GC(3); err != nil {
 		t.Fatal(err)
 	}
-	// v4's chains pass through v3 and v2, whose cached headers are stale now.
-	mustEqualBytes(t, "v4 after gc", readWhole(t, r, 4, "model.safetensors"), versions[3]["model.safetensors"])
+	for _, v := range []uint64{3, 4} {
+		f, err := r.OpenFile(v, "model.safetensors")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 4096)
+		for _, off := range []int64{f.Size() - 300_000, f.Size() / 3} {
+			if _, err := f.ReadAt(b, off); err != nil {
+				t.Fatalf("read v%d at %d after gc: %v", v, off, err)
+			}
+		}
+	}
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualBytes(t, "v5 after gc", readWhole(t, r, 5, "model.safetensors"), versions[4]["model.safetensors"])
 }
