@@ -10,7 +10,8 @@ type Usage struct {
 	// them; the sum over all versions is the bytes every version together needs.
 	Versions []VersionUsage
 	// Unreferenced are the bytes of objects no version needs (an open writer's, or left by
-	// an interrupted one until the next sweep).
+	// an interrupted one until the next sweep), and of those only a damaged manifest or
+	// object leads to (verify reports the damage).
 	Unreferenced int64
 	// Total is the sum of the sizes of every object file: what the objects take in the store.
 	// It equals the sum of OwnBytes plus Unreferenced.
@@ -45,23 +46,30 @@ func (s *Store) Usage() (Usage, error) {
 	for _, info := range s.Versions() {
 		ver, err := s.loadVersion(info.Number)
 		if err != nil {
-			return u, fmt.Errorf("usage: %w", err)
+			continue // a damaged manifest: listed as damaged by log, its objects unreferenced here
 		}
 		roots := map[ID]bool{}
 		ver.m.roots(roots)
-		live, err := s.liveSetWhole(roots, nil)
-		if err != nil {
-			return u, fmt.Errorf("usage: version %d: %w", info.Number, err)
-		}
 		vu := VersionUsage{Number: info.Number}
-		for id := range live {
-			if counted[id] {
-				continue
-			}
-			counted[id] = true
-			if size, ok := sizes[id]; ok {
-				vu.OwnBytes += size
-				vu.Objects++
+		// Each chain is walked until an object an older version counted (its bases were
+		// counted with it): every object header is read once for the whole store.
+		for id := range roots {
+			for cur, n := id, 0; !counted[cur]; n++ {
+				counted[cur] = true
+				if size, ok := sizes[cur]; ok {
+					vu.OwnBytes += size
+					vu.Objects++
+				}
+				m, err := s.meta(cur)
+				if err != nil || m.Kind != kindDelta {
+					// A damaged or missing object (verify reports it): its bases, if any,
+					// count as unreferenced; log still shows the store.
+					break
+				}
+				if n > maxWalk {
+					return u, fmt.Errorf("usage: version %d: object %s: delta chain longer than %d: %w", info.Number, id, maxWalk, ErrCorrupt)
+				}
+				cur = m.Base
 			}
 		}
 		u.Versions = append(u.Versions, vu)
