@@ -93,3 +93,72 @@ func (s *Store) removedByGC(v uint64, err error) error {
 	}
 	return fmt.Errorf("version %d: %w while it was read (pin a version to keep it)", v, ErrVersionRemoved)
 }
+
+// gcSweepOnly is gc when no version goes: only objects nothing needs are deleted.
+func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
+	var err error
+	if dryRun {
+		var victims []victim
+		victims, err = s.sweepVictims(nil, nil)
+		for _, v := range victims {
+			st.DeletedObjects++
+			st.DeletedBytes += v.size
+		}
+	} else {
+		st.DeletedObjects, st.DeletedBytes, err = s.sweepLocked()
+	}
+	if errors.Is(err, errUnreadableManifests) {
+		s.logf("gc: no object deleted: %v", err)
+		err = nil
+	}
+	return st, err
+}
+
+// gcPlan splits the sealed versions into those gc drops and those it keeps: the newest
+// keepLast, the multiples of keepEvery, the pinned ones, and those open writers may use as
+// bases. pinned lists the versions kept for a pin alone.
+func (s *Store) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop, keep []VersionInfo, pinned []uint64) {
+	all := s.Versions()
+	floor := s.writerFloor()
+	for i, info := range all {
+		switch {
+		case i >= len(all)-keepLast, keepEvery > 0 && info.Number%uint64(keepEvery) == 0,
+			floor != 0 && info.Number >= floor:
+			keep = append(keep, info)
+		case pins[info.Number]:
+			keep = append(keep, info)
+			pinned = append(pinned, info.Number)
+		default:
+			drop = append(drop, info)
+		}
+	}
+	return drop, keep, pinned
+}
+
+// writerFloor is the lowest version an open writer may take delta bases from (0: none open):
+// bases come from the materialized copy, which holds the latest version sealed when the
+// writer opened, or one before it while it is brought forward, or a later one.
+func (s *Store) writerFloor() uint64 {
+	var floor uint64
+	s.pendMu.Lock()
+	for _, w := range s.open {
+		if w.floor != 0 && (floor == 0 || w.floor < floor) {
+			floor = w.floor
+		}
+	}
+	s.pendMu.Unlock()
+	if floor == 0 {
+		return 0
+	}
+	// Without waiting: a change of the copy may be under way (then keep everything, this
+	// time; the next gc will drop what this one kept).
+	m := s.mat
+	if !m.mu.TryRLock() {
+		return 1
+	}
+	defer m.mu.RUnlock()
+	if m.ver != nil {
+		floor = min(floor, m.ver.m.Version)
+	}
+	return floor
+}
