@@ -10,8 +10,10 @@
 // Exactly one process writes a store (Open without ReadOnly takes an exclusive flock on
 // STORE/lock, or on S3 a lease object taken and renewed by conditional puts; a second writer
 // gets ErrLocked). Any number of processes read it (ReadOnly:
-// no lock, nothing in the store is written), each with its own cache directory; they see
-// versions sealed after their Open once they call Refresh. A Store is safe for concurrent use
+// no lock, nothing in the store is written but a reader's pin, STORE/pins/*.json, which
+// keeps its version from gc: pin.go), each with its own cache directory; they see versions
+// sealed after their Open once they call Refresh. gc runs in the writer's process, by hand
+// (GC, GCWith) or after every seal (Options.Retention, retention.go), beside open Writers. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.
 //
 // # What is immutable, what is cached
@@ -50,7 +52,8 @@
 // ErrVersionOutOfRange (above MaxVersion), ErrNameTooLong (a path element over MaxNameLen
 // bytes, a path over MaxPathLen), ErrBadPath, ErrSourceChanged (a source file changed while
 // Commit or AddFile read it), ErrManifestTooLarge (the seal refuses a manifest readers would
-// refuse), ErrNoSuchVersion, ErrNoSuchFile, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
+// refuse), ErrNoSuchVersion (and ErrVersionRemoved, a version gc removed while a reader
+// served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
 // ErrEmptyVersion, ErrReadOnly, and the operating system's errors (a full disk wraps
 // syscall.ENOSPC) as they come.
 //

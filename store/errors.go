@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of the package. Callers test with errors.Is; the messages of the wrapping
 // errors carry the context (which object, which version, which file).
@@ -27,6 +30,12 @@ var (
 	// ErrUnsupportedVersion marks a store, object or manifest of an unknown format version;
 	// it is refused, never read "best effort".
 	ErrUnsupportedVersion = errors.New("unsupported store format version")
+	// ErrPinUnsupported marks a pin asked of a store that cannot hold pin records (an S3
+	// store: pin.go).
+	ErrPinUnsupported = errors.New("this store cannot hold reader pins")
+	// ErrVersionRemoved marks a read of a version whose manifest gc has removed since the
+	// reader loaded it. It wraps ErrNoSuchVersion (not ErrCorrupt): nothing is damaged.
+	ErrVersionRemoved = fmt.Errorf("version removed by gc: %w", ErrNoSuchVersion)
 	// ErrEmptyVersion marks a version with no files: there is nothing to commit.
 	ErrEmptyVersion = errors.New("nothing to commit: the version is empty")
 	// ErrReadOnly marks a write operation on a store opened read-only.

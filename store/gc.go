@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // roots adds the objects a manifest names to set.
@@ -20,9 +21,10 @@ func (m *manifest) roots(set map[ID]bool) {
 	}
 }
 
-// liveSet is the closure of roots over delta bases: every object a read of them may need.
+// liveSetWhole is the closure of roots over delta bases: every object a read of them may need.
 // (The link of a full object is optional: its base is not kept alive by it.)
-func (s *Store) liveSet(roots map[ID]bool) (map[ID]bool, error) {
+// whole names delta objects to take as whole copies (re-anchored by a dry run's gc).
+func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 	live := make(map[ID]bool, len(roots))
 	for id := range roots {
 		for cur, n := id, 0; !live[cur]; n++ {
@@ -31,7 +33,7 @@ func (s *Store) liveSet(roots map[ID]bool) (map[ID]bool, error) {
 			if err != nil {
 				return nil, err
 			}
-			if m.Kind != kindDelta {
+			if m.Kind != kindDelta || whole[cur] {
 				break
 			}
 			if n > maxWalk {
@@ -69,43 +71,8 @@ func (s *Store) sweep() error {
 }
 
 func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
-	numbers, err := s.be.ListManifests()
+	victims, err := s.sweepVictims(nil, nil)
 	if err != nil {
-		return 0, 0, err
-	}
-	roots := map[ID]bool{}
-	var unreadable []uint64
-	for _, v := range numbers {
-		ver, err := s.loadVersion(v)
-		if err != nil && s.damagedError(v) != nil {
-			unreadable = append(unreadable, v)
-			continue
-		}
-		if err != nil {
-			return 0, 0, err
-		}
-		ver.m.roots(roots)
-	}
-	if len(unreadable) > 0 {
-		// What they need is unknown: nothing is deleted until they are repaired.
-		return 0, 0, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
-	}
-	s.pendingRoots(roots)
-	live, err := s.liveSet(roots)
-	if err != nil {
-		return 0, 0, err
-	}
-	type victim struct {
-		id   ID
-		size int64
-	}
-	var victims []victim
-	if err := s.be.ListObjects(func(id ID, size int64) error {
-		if !live[id] {
-			victims = append(victims, victim{id, size})
-		}
-		return nil
-	}); err != nil {
 		return 0, 0, err
 	}
 	var gone []ID
@@ -142,14 +109,76 @@ func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
 	return deleted, freed, nil
 }
 
-// GCStats says what GC did.
+// victim is an object a sweep deletes.
+type victim struct {
+	id   ID
+	size int64
+}
+
+// sweepVictims lists the objects that no manifest (but those in without) and no open writer
+// needs. whole names delta objects to count as whole copies (a dry run's re-anchoring): their
+// bases are not kept alive by them. The real sweep and gc's dry run share it, so that the
+// prediction is what the sweep does.
+func (s *Store) sweepVictims(without map[uint64]bool, whole map[ID]bool) ([]victim, error) {
+	numbers, err := s.be.ListManifests()
+	if err != nil {
+		return nil, err
+	}
+	roots := map[ID]bool{}
+	var unreadable []uint64
+	for _, v := range numbers {
+		if without[v] {
+			continue
+		}
+		ver, err := s.loadVersion(v)
+		if err != nil && s.damagedError(v) != nil {
+			unreadable = append(unreadable, v)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		ver.m.roots(roots)
+	}
+	if len(unreadable) > 0 {
+		// What they need is unknown: nothing is deleted until they are repaired.
+		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
+	}
+	s.pendingRoots(roots)
+	live, err := s.liveSetWhole(roots, whole)
+	if err != nil {
+		return nil, err
+	}
+	var victims []victim
+	if err := s.be.ListObjects(func(id ID, size int64) error {
+		if !live[id] {
+			victims = append(victims, victim{id, size})
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return victims, nil
+}
+
+// GCStats says what GC did (or, with GCOptions.DryRun, would do).
 type GCStats struct {
 	DroppedVersions int      // how many versions were dropped
 	Dropped         []uint64 // which
+	Kept            []uint64 // the versions kept, ascending
+	Pinned          []uint64 // kept only because a reader's pin names them (pin.go)
 	Reanchored      int      // delta objects of kept versions rewritten as whole copies
-	DeletedObjects  int      // objects removed
-	DeletedBytes    int64    // their stored bytes
+	// ReanchorBytes is what re-anchoring added to the store: the whole copies' sizes minus
+	// the deltas' they replace. A dry run cannot compress, so it gives an upper bound: the
+	// objects' content lengths minus the deltas' sizes.
+	ReanchorBytes  int64
+	DeletedObjects int   // objects removed
+	DeletedBytes   int64 // their stored bytes (the sizes of their files)
 }
+
+// FreedBytes is how much smaller the store became: the deleted objects' bytes less what
+// re-anchoring added (negative when re-anchoring added more).
+func (st GCStats) FreedBytes() int64 { return st.DeletedBytes - st.ReanchorBytes }
 
 // GC drops every version but the newest keepLast, keeping each kept version readable: a
 // delta object of a kept version whose base no kept version has is rewritten as a whole copy
@@ -165,33 +194,53 @@ type GCOptions struct {
 	// Progress (nil: none) gets the bytes re-anchored so far of those to re-anchor (the bytes
 	// gc reads and writes); it is not called when there is nothing to re-anchor.
 	Progress func(done, total int64)
+	// KeepEvery (0: none) also keeps every version whose number is a multiple of it
+	// (milestones).
+	KeepEvery int
+	// DryRun changes nothing: the stats say what would be dropped, deleted and re-anchored.
+	// It works on a read-only store too (no writer lock: beside a running writer, whose
+	// open writers it cannot see).
+	DryRun bool
 }
 
-// GCWith is GC with options.
+// GCWith is GC with options. Besides the newest keepLast versions (and the milestones of
+// KeepEvery) it keeps every version named by a reader's unexpired pin (pin.go) and every
+// version an open Writer may take delta bases from (the latest sealed when it opened, and
+// all above), so that it can run in the writer's process while the writer ingests.
 func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	var st GCStats
 	if err := s.checkOpen(); err != nil {
 		return st, err
 	}
-	if s.readOnly {
+	if s.readOnly && !opts.DryRun {
 		return st, fmt.Errorf("gc: %w", ErrReadOnly)
 	}
 	if keepLast < 1 {
 		return st, fmt.Errorf("gc: keep at least one version (asked to keep %d)", keepLast)
 	}
+	if opts.KeepEvery < 0 {
+		return st, fmt.Errorf("gc: --keep-every must not be negative (got %d)", opts.KeepEvery)
+	}
+	pins, err := s.activePins(time.Now())
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	all := s.Versions()
-	if len(all) <= keepLast {
-		n, freed, err := s.sweepLocked()
-		st.DeletedObjects, st.DeletedBytes = n, freed
-		if errors.Is(err, errUnreadableManifests) {
-			s.logf("gc: no object deleted: %v", err)
-			err = nil
-		}
-		return st, err
+	drop, keep, pinned := s.gcPlan(keepLast, opts.KeepEvery, pins)
+	for _, info := range keep {
+		st.Kept = append(st.Kept, info.Number)
 	}
-	drop, keep := all[:len(all)-keepLast], all[len(all)-keepLast:]
+	st.Pinned = pinned
+	if len(drop) == 0 {
+		return s.gcSweepOnly(st, opts.DryRun)
+	}
+	dropSet := map[uint64]bool{}
+	for _, info := range drop {
+		dropSet[info.Number] = true
+		st.Dropped = append(st.Dropped, info.Number)
+	}
+	st.DroppedVersions = len(drop)
 	kept := map[ID]bool{}
 	var keptVersions []*version
 	for _, info := range keep {
@@ -226,11 +275,45 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 			total += m.ContentLen
 		}
 	}
+	if opts.DryRun {
+		for _, j := range jobs {
+			size, err := s.be.StatObject(j.id)
+			if err != nil {
+				return st, fmt.Errorf("gc: %w", err)
+			}
+			st.Reanchored++
+			st.ReanchorBytes += j.m.ContentLen - size
+		}
+		victims, err := s.sweepVictims(dropSet, listed)
+		if errors.Is(err, errUnreadableManifests) {
+			return st, nil // the real gc deletes no object either
+		}
+		if err != nil {
+			return st, fmt.Errorf("gc: %w", err)
+		}
+		for _, v := range victims {
+			st.DeletedObjects++
+			st.DeletedBytes += v.size
+		}
+		return st, nil
+	}
 	for _, j := range jobs {
+		if err := s.checkOpen(); err != nil {
+			return st, err // closing: what is re-anchored stays, nothing is dropped
+		}
+		before, err := s.be.StatObject(j.id)
+		if err != nil {
+			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
+		}
 		if err := s.reanchor(j.id, j.hint, j.m); err != nil {
 			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
 		}
+		after, err := s.be.StatObject(j.id)
+		if err != nil {
+			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
+		}
 		st.Reanchored++
+		st.ReanchorBytes += after - before
 		if done += j.m.ContentLen; opts.Progress != nil {
 			opts.Progress(done, total)
 		}
@@ -249,7 +332,6 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 		dropped = append(dropped, info.Number)
 		s.manifests.remove(info.Number)
 	}
-	st.Dropped, st.DroppedVersions = dropped, len(dropped)
 	s.mu.Lock()
 	s.versions = append([]VersionInfo(nil), keep...)
 	s.mu.Unlock()
@@ -276,7 +358,8 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if err := s.ix.clearObjects(); err != nil {
 		s.logf("index: %v", err)
 	}
-	s.logf("gc: dropped %d versions, re-anchored %d objects, deleted %d objects (%d bytes)", len(dropped), st.Reanchored, n, freed)
+	s.removeExpiredPins(time.Now())
+	s.logf("gc: dropped versions %v, re-anchored %d objects, deleted %d objects (%d bytes)", dropped, st.Reanchored, n, freed)
 	return st, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sort"
 	"sync/atomic"
 
@@ -126,7 +127,7 @@ func (f *versionFile) readSegments(p []byte, off int64, read func(sg segment, ob
 		pos := off + int64(n)
 		k := min(int64(len(p)-n), sg.end-pos)
 		if err := read(sg, pos-sg.start, p[n:n+int(k)]); err != nil {
-			return n, fmt.Errorf("read %s of version %d: %w", f.f.Path, f.ver.m.Version, err)
+			return n, f.s.removedByGC(f.ver.m.Version, fmt.Errorf("read %s of version %d: %w", f.f.Path, f.ver.m.Version, err))
 		}
 		n += int(k)
 	}
@@ -324,6 +325,17 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 	page := newPage(min(pageSize, m.ContentLen-off))
 	if err := s.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
 		page.release()
+		if allowStale && errors.Is(err, fs.ErrNotExist) && !isCopyError(err) {
+			// An object of the plan is gone: a gc (retention, in the writer's process)
+			// re-anchored the chain and deleted its old bases after our metas were cached.
+			// Fresh headers plan again; a second miss is reported.
+			s.forgetMeta(id)
+			s.forgetMeta(p.start)
+			for _, st := range p.steps {
+				s.forgetMeta(st.obj)
+			}
+			return nil, errStale
+		}
 		return nil, err
 	}
 	return page, nil

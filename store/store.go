@@ -44,6 +44,8 @@ type Options struct {
 	// S3 configures stores at s3://bucket/prefix (endpoint, region, transfers, lease, the
 	// local object cache); ignored for local stores. See S3Options and docs/s3.md.
 	S3 S3Options
+	// Retention (zero: none) runs gc in the background after every seal (retention.go).
+	Retention Retention
 }
 
 // Defaults of Options.
@@ -63,8 +65,11 @@ type Store struct {
 	lock     *writerLock
 	ix       *index
 	cacheDir string
-	ownCache bool // a per-process reader cache, removed at Close
-	maxChain int
+	ownCache bool     // a per-process reader cache, removed at Close
+	ret      retainer // the background gc of Options.Retention (retention.go)
+	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
+	removedLogged sync.Map
+	maxChain      int
 
 	mu       sync.RWMutex
 	closed   bool
@@ -290,6 +295,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.ret.wait() // a retention gc stops between objects once closed is set
 	s.pendMu.Lock()
 	writers := make([]*Writer, 0, len(s.open))
 	for _, w := range s.open {

@@ -41,7 +41,8 @@ type VerifyReport struct {
 // every version from the store's objects alone (not the materialized copy) and checks each
 // object's SHA-256 and each file's SHA-256, then reconstructs the objects no version names.
 // A version that a later version names as its previous, but whose manifest is gone, while
-// older versions remain (so not dropped by gc, which drops the oldest), is damage too. It
+// that later version has a delta against an object no version names (gc would have stored
+// it whole), is damage too. It
 // reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil if
 // there is any. Then it checks the node-local caches it can see (CacheCheck), which never
 // count as damage of the store. progress (nil: none) gets the bytes done of the total to read: every
@@ -90,12 +91,8 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	}
 	checked := map[ID]bool{}
 	present := map[uint64]bool{}
-	oldest := uint64(0)
 	for _, v := range numbers {
 		present[v] = true
-		if oldest == 0 || v < oldest {
-			oldest = v
-		}
 	}
 	// A version that Repair moved into quarantine is gone on purpose, and said so then: a
 	// later version that names it is not a sign of a deleted manifest.
@@ -119,7 +116,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	pages := newPageCache(64 << 20)
 	opts := readOpts{noMaterialized: true, pages: pages}
 	named := map[ID]bool{} // every object a manifest names
-	var lost []Damage      // the oldest version's previous, lost rather than dropped by gc
+	var lost []Damage      // previous versions lost rather than dropped by gc, if their deltas say so
 	for _, v := range numbers {
 		ver, err := s.loadVersionFresh(v)
 		if err != nil {
@@ -128,12 +125,10 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		}
 		ver.m.roots(named)
 		if p := ver.m.Previous; p != 0 && !present[p] && !quarantined[p] {
-			if p > oldest {
-				rep.Damaged = append(rep.Damaged, Damage{Version: p,
-					Err: fmt.Errorf("manifest missing: version %d names it as its previous, and older versions remain: %w", v, ErrCorrupt)})
-			} else {
-				lost = s.deltasBasedOutside(ver)
-			}
+			// gc drops the oldest versions, and (--keep-every, readers' pins) versions
+			// between kept ones; either way it re-anchors the deltas whose bases go, so a
+			// delta based outside every named object is what a lost manifest leaves.
+			lost = append(lost, s.deltasBasedOutside(ver)...)
 		}
 		rep.Versions++
 		for j := range ver.m.Files {
@@ -146,13 +141,14 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			report(f.Size)
 		}
 	}
-	// gc drops the oldest versions only after it has rewritten, as whole copies, every delta
-	// object of a kept version whose base no kept version names: a delta of the oldest
-	// version based on an object no version names means its previous was lost, not dropped.
+	// gc drops versions only after it has rewritten, as whole copies, every delta object of
+	// a kept version whose base no kept version names: a delta based on an object no version
+	// names means its version's previous was lost, not dropped.
+	reported := map[uint64]bool{}
 	for _, d := range lost {
-		if !named[d.Object] {
+		if !named[d.Object] && !reported[d.Version] {
+			reported[d.Version] = true
 			rep.Damaged = append(rep.Damaged, Damage{Version: d.Version, Err: d.Err})
-			break
 		}
 	}
 	// Objects no version names (bases only, or left by an interrupted writer).

@@ -25,7 +25,7 @@ func (f *versionFile) vouch() error {
 		return nil
 	}
 	if err := f.s.vouchFile(f.ver, f.f); err != nil {
-		return err
+		return f.s.removedByGC(f.ver.m.Version, err)
 	}
 	f.vouched.Store(true)
 	return nil

@@ -31,6 +31,9 @@ type Writer struct {
 	pool    *chunkPool // the chunks of its streams (stream.go)
 	// bgMaterialize lets Seal return before the materialized copy is brought forward.
 	bgMaterialize bool
+	// floor is the latest version sealed when the writer opened: gc keeps it and every
+	// later one while the writer is open, as its delta bases come from them (gc.go).
+	floor uint64
 
 	progress   func(done, total int64)
 	progressMu sync.Mutex
@@ -55,6 +58,7 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 	if err := s.checkAbove(v); err != nil {
 		return nil, err
 	}
+	floor, _ := s.Latest()
 	s.pendMu.Lock()
 	defer s.pendMu.Unlock()
 	if s.open[v] != nil {
@@ -68,7 +72,7 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 		}
 	}
 	w := &Writer{s: s, v: v, files: map[string]*manifestFile{}, dirs: map[string]uint32{},
-		created: map[ID]int64{}, held: map[ID]bool{}, streams: map[*FileStream]struct{}{}}
+		created: map[ID]int64{}, held: map[ID]bool{}, streams: map[*FileStream]struct{}{}, floor: floor}
 	s.open[v] = w
 	return w, nil
 }
@@ -239,6 +243,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 		s.logf("version %d sealed; materialized copy not brought forward: %v", w.v, err)
 	}
 	info.Anchor = info.PreviousNumber == 0
+	s.retainAfterSeal()
 	return info, nil
 }
 

@@ -57,10 +57,13 @@ type logOut struct {
 		Previous        uint64 `json:"previous"`
 		ChangedElements int64  `json:"changed_elements"`
 		TotalElements   int64  `json:"total_elements"`
+		DiskBytes       int64  `json:"disk_bytes"`
 	} `json:"versions"`
 	Total struct {
-		LogicalBytes int64 `json:"logical_bytes"`
-		StoredBytes  int64 `json:"stored_bytes"`
+		LogicalBytes      int64 `json:"logical_bytes"`
+		StoredBytes       int64 `json:"stored_bytes"`
+		DiskBytes         int64 `json:"disk_bytes"`
+		UnreferencedBytes int64 `json:"unreferenced_bytes"`
 	} `json:"total"`
 	Damaged []uint64 `json:"damaged"`
 }
@@ -173,7 +176,7 @@ func TestCLIJSONLogDiffVerify(t *testing.T) {
 	if len(lg.Versions) != 3 || len(rows) != 1+3+1 || len(lg.Damaged) != 0 {
 		t.Fatalf("log: %d JSON versions, %d text rows:\n%s", len(lg.Versions), len(rows), text)
 	}
-	var logical, stored int64
+	var logical, stored, disk int64
 	for i, v := range lg.Versions {
 		changed := "anchor"
 		if !v.Anchor {
@@ -181,16 +184,18 @@ func TestCLIJSONLogDiffVerify(t *testing.T) {
 		}
 		f := strings.Fields(rows[1+i])
 		want := []string{v.Name, strconv.Itoa(v.Files), humanBytesText(v.LogicalBytes), humanBytesText(v.StoredBytes),
-			fmt.Sprintf("%.2f%%", pct(v.StoredBytes, v.LogicalBytes)), changed}
-		got := []string{f[0], f[3], f[4] + " " + f[5], f[6] + " " + f[7], f[8], f[9]}
+			fmt.Sprintf("%.2f%%", pct(v.StoredBytes, v.LogicalBytes)), changed, humanBytesText(v.DiskBytes)}
+		got := []string{f[0], f[3], f[4] + " " + f[5], f[6] + " " + f[7], f[8], f[9], f[10] + " " + f[11]}
 		if strings.Join(got, "|") != strings.Join(want, "|") || v.Name != fmt.Sprintf("weight_v%06d", v.Version) {
 			t.Errorf("log row %d: text %q, JSON gives %q", i, got, want)
 		}
 		logical += v.LogicalBytes
 		stored += v.StoredBytes
+		disk += v.DiskBytes
 	}
-	wantTotal := fmt.Sprintf("total %s %s %.2f%%", humanBytesText(logical), humanBytesText(stored), pct(stored, logical))
-	if got := strings.Join(strings.Fields(rows[4]), " "); got != wantTotal || lg.Total.LogicalBytes != logical || lg.Total.StoredBytes != stored {
+	wantTotal := fmt.Sprintf("total %s %s %.2f%% %s", humanBytesText(logical), humanBytesText(stored), pct(stored, logical), humanBytesText(lg.Total.DiskBytes))
+	if got := strings.Join(strings.Fields(rows[4]), " "); got != wantTotal || lg.Total.LogicalBytes != logical || lg.Total.StoredBytes != stored ||
+		lg.Total.DiskBytes != disk+lg.Total.UnreferencedBytes || lg.Total.DiskBytes != objectBytes(t, storeDir) {
 		t.Errorf("log total: text %q, JSON %+v (sum %d/%d, want %q)", got, lg.Total, logical, stored, wantTotal)
 	}
 

@@ -26,6 +26,7 @@ func cmdMount(e *env, args []string) error {
 	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_file=FILE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
 	fs.BoolVar(&mf.debug, "debug", false, "print every FUSE request")
+	keepLast, keepEvery := retentionFlags(fs)
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -78,6 +79,9 @@ func cmdMount(e *env, args []string) error {
 	if err := sf.apply(&sopts); err != nil {
 		return err
 	}
+	if sopts.Retention, err = retentionPolicy(mf.readOnly, *keepLast, *keepEvery); err != nil {
+		return err
+	}
 	if mf.poll == 0 && store.IsS3URL(pos[0]) {
 		mf.poll = store.DefaultS3PollInterval
 	}
@@ -100,6 +104,9 @@ func cmdMount(e *env, args []string) error {
 			return err
 		}
 		mopts.Version = v
+		if mf.version != "latest" {
+			defer pinVersion(e, st, v)()
+		}
 	}
 	// Every signal that ends a daemon asks for an unmount, until one succeeds: a busy mount
 	// keeps serving, and the log names what holds it. SIGHUP (a closed terminal) is one of

@@ -158,36 +158,52 @@ func cmdLog(e *env, args []string) error {
 	fs := newFlags("log")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table (docs/cli.md):\n"+
 		`{"versions": [{"version", "name", "created", "files", "logical_bytes", "stored_bytes", "anchor",`+"\n"+
-		`"previous", "changed_elements", "total_elements"}], "total": {"logical_bytes", "stored_bytes"}, "damaged": [N]}`)
+		`"previous", "changed_elements", "total_elements", "disk_bytes"}],`+"\n"+
+		`"total": {"logical_bytes", "stored_bytes", "disk_bytes", "unreferenced_bytes"}, "damaged": [N]}`)
 	_, st, err := openReader(e, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// STORED is what each version's commit added; ON-DISK what it holds now (store.Usage).
+	usage, err := st.Usage()
+	if err != nil {
+		return err
+	}
+	disk := map[uint64]int64{}
+	for _, vu := range usage.Versions {
+		disk[vu.Number] = vu.OwnBytes
+	}
 	if *asJSON {
 		out := logJSON{Versions: []versionJSON{}, Damaged: slices.Sorted(maps.Keys(st.DamagedVersions()))}
 		for _, v := range st.Versions() {
-			out.Versions = append(out.Versions, newVersionJSON(v))
+			vj := newVersionJSON(v)
+			vj.DiskBytes = disk[v.Number]
+			out.Versions = append(out.Versions, vj)
 			out.Total.LogicalBytes += v.LogicalBytes
 			out.Total.StoredBytes += v.StoredBytes
 		}
+		out.Total.DiskBytes, out.Total.UnreferencedBytes = usage.Total, usage.Unreferenced
 		out.Damaged = nonNil(out.Damaged)
 		return writeJSON(e.stdout, out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "VERSION\tCREATED\tFILES\tLOGICAL\tSTORED\tSTORED%\tCHANGED\t")
+	fmt.Fprintln(tw, "VERSION\tCREATED\tFILES\tLOGICAL\tSTORED\tSTORED%\tCHANGED\tON-DISK\t")
 	var logical, stored int64
 	for _, v := range st.Versions() {
 		changed := "anchor"
 		if !v.Anchor {
 			changed = fmt.Sprintf("%.3f%%", percent(v.ChangedElems, v.TotalElems))
 		}
-		fmt.Fprintf(tw, "weight_v%06d\t%s\t%d\t%s\t%s\t%.2f%%\t%s\t\n", v.Number, v.Created.Local().Format("2006-01-02 15:04:05"),
-			v.Files, humanBytes(v.LogicalBytes), humanBytes(v.StoredBytes), percent(v.StoredBytes, v.LogicalBytes), changed)
+		fmt.Fprintf(tw, "weight_v%06d\t%s\t%d\t%s\t%s\t%.2f%%\t%s\t%s\t\n", v.Number, v.Created.Local().Format("2006-01-02 15:04:05"),
+			v.Files, humanBytes(v.LogicalBytes), humanBytes(v.StoredBytes), percent(v.StoredBytes, v.LogicalBytes), changed, humanBytes(disk[v.Number]))
 		logical += v.LogicalBytes
 		stored += v.StoredBytes
 	}
-	fmt.Fprintf(tw, "total\t\t\t%s\t%s\t%.2f%%\t\t\n", humanBytes(logical), humanBytes(stored), percent(stored, logical))
+	if usage.Unreferenced > 0 {
+		fmt.Fprintf(tw, "unreferenced\t\t\t\t\t\t\t%s\t\n", humanBytes(usage.Unreferenced))
+	}
+	fmt.Fprintf(tw, "total\t\t\t%s\t%s\t%.2f%%\t\t%s\t\n", humanBytes(logical), humanBytes(stored), percent(stored, logical), humanBytes(usage.Total))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -382,6 +398,8 @@ func cmdGC(e *env, args []string) error {
 	fs := newFlags("gc")
 	sf := addStoreFlags(fs, true)
 	keep := fs.Int("keep-last", 0, "number of newest versions to keep (required, at least 1)")
+	every := fs.Int("keep-every", 0, "also keep every version whose number is a multiple of K (milestones)")
+	dryRun := fs.Bool("dry-run", false, "say what gc would drop and free, changing nothing (needs no writer lock: works while a writer mounts the store)")
 	pos, err := parse(e, fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -389,18 +407,37 @@ func cmdGC(e *env, args []string) error {
 	if *keep < 1 {
 		return usagef("--keep-last N is required and must be at least 1")
 	}
-	st, err := openStore(e, pos[0], false, "", sf)
+	if *every < 0 {
+		return usagef("--keep-every K must not be negative")
+	}
+	st, err := openStore(e, pos[0], *dryRun, "", sf)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	opts := store.GCOptions{KeepEvery: *every, DryRun: *dryRun}
+	if *dryRun {
+		rep, err := st.GCWith(*keep, opts)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "gc --dry-run: would drop %d versions %v, keep %v (pinned by readers: %v)\n",
+			rep.DroppedVersions, nonNil(rep.Dropped), nonNil(rep.Kept), nonNil(rep.Pinned))
+		fmt.Fprintf(e.stdout, "gc --dry-run: would delete %d objects (%s, %d bytes), re-anchor %d objects (adding at most %d bytes): frees at least %d bytes; nothing changed\n",
+			rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.DeletedBytes, rep.Reanchored, rep.ReanchorBytes, rep.FreedBytes())
+		return st.Close()
+	}
 	p := newProgress(e, "gc: re-anchor")
-	rep, err := st.GCWith(*keep, store.GCOptions{Progress: p.update})
+	opts.Progress = p.update
+	rep, err := st.GCWith(*keep, opts)
 	p.done()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "gc: dropped %d versions, deleted %d objects (%s), re-anchored %d objects\n",
-		rep.DroppedVersions, rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.Reanchored)
+	fmt.Fprintf(e.stdout, "gc: dropped %d versions, deleted %d objects (%s, %d bytes), re-anchored %d objects (adding %d bytes)\n",
+		rep.DroppedVersions, rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.DeletedBytes, rep.Reanchored, rep.ReanchorBytes)
+	if len(rep.Pinned) > 0 {
+		fmt.Fprintf(e.stdout, "gc: kept versions %v for readers' pins\n", rep.Pinned)
+	}
 	return st.Close()
 }

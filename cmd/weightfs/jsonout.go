@@ -29,6 +29,10 @@ type logJSON struct {
 	Total    struct {
 		LogicalBytes int64 `json:"logical_bytes"`
 		StoredBytes  int64 `json:"stored_bytes"`
+		// DiskBytes is the size of every object file: the sum of the versions' disk_bytes
+		// and of UnreferencedBytes.
+		DiskBytes         int64 `json:"disk_bytes"`
+		UnreferencedBytes int64 `json:"unreferenced_bytes"`
 	} `json:"total"`
 	// Damaged lists the versions whose manifest cannot be read (not in versions).
 	Damaged []uint64 `json:"damaged"`
@@ -45,6 +49,10 @@ type versionJSON struct {
 	Previous        uint64    `json:"previous"` // 0 for an anchor
 	ChangedElements int64     `json:"changed_elements"`
 	TotalElements   int64     `json:"total_elements"`
+	// DiskBytes are the stored bytes of the objects the version needs that no older version
+	// needs (store.Usage): what it holds on disk now, unlike StoredBytes (what its commit
+	// added).
+	DiskBytes int64 `json:"disk_bytes"`
 }
 
 func newVersionJSON(v store.VersionInfo) versionJSON {

@@ -31,12 +31,15 @@ func run() error {
 	debug := flag.Bool("debug", false, "trace FUSE requests")
 	allowOther := flag.Bool("allow-other", false, "let other users use the mount (with default_permissions)")
 	allowNonEmpty := flag.Bool("allow-non-empty", false, "mount over a directory that holds files")
+	keepLast := flag.Int("keep-last", 0, "read-write: gc after each seal keeping the newest N versions")
+	keepEvery := flag.Int("keep-every", 0, "with --keep-last: also keep the multiples of K")
 	flag.Parse()
 	if flag.NArg() != 2 {
 		return fmt.Errorf("usage: mountd [flags] STORE MNT")
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "mountd: "+format+"\n", args...) }
-	st, err := store.Open(flag.Arg(0), store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logf})
+	st, err := store.Open(flag.Arg(0), store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logf,
+		Retention: store.Retention{KeepLast: *keepLast, KeepEvery: *keepEvery}})
 	if err != nil {
 		return err
 	}
@@ -50,6 +53,11 @@ func run() error {
 	default:
 		if opts.Version, err = strconv.ParseUint(*version, 10, 64); err != nil {
 			return fmt.Errorf("--version %q: %w", *version, err)
+		}
+		if pin, err := st.Pin(opts.Version); err != nil {
+			logf("version %d not pinned: %v", opts.Version, err)
+		} else {
+			defer pin.Close()
 		}
 	}
 	// Caught from before the mount: a signal as soon as the mount is there is not lost.

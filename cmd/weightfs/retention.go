@@ -1,0 +1,50 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/weightfs/weightfs/store"
+)
+
+// retentionFlags adds mount's retention flags (docs/operations.md, "Retention").
+func retentionFlags(fs *flag.FlagSet) (keepLast, keepEvery *int) {
+	keepLast = fs.Int("keep-last", 0, "read-write mount: after each seal, gc in the background keeping the newest N versions (and pinned ones); 0: keep all")
+	keepEvery = fs.Int("keep-every", 0, "with --keep-last: also keep every version whose number is a multiple of K (milestones)")
+	return keepLast, keepEvery
+}
+
+// retentionPolicy checks the retention flags of mount.
+func retentionPolicy(readOnly bool, keepLast, keepEvery int) (store.Retention, error) {
+	switch {
+	case keepLast < 0 || keepEvery < 0:
+		return store.Retention{}, usagef("--keep-last and --keep-every must not be negative")
+	case keepEvery > 0 && keepLast == 0:
+		return store.Retention{}, usagef("--keep-every needs --keep-last")
+	case keepLast > 0 && readOnly:
+		return store.Retention{}, usagef("--keep-last applies to the read-write mount (the writer runs gc); readers keep their version with a pin")
+	}
+	return store.Retention{KeepLast: keepLast, KeepEvery: keepEvery}, nil
+}
+
+// pinVersion pins version v for as long as the mount serves it (store.Pin) and returns the
+// function that removes the pin. A store that cannot hold pins (S3), or a pin directory the
+// reader may not write, only costs the protection: the mount serves anyway, and says so.
+func pinVersion(e *env, st *store.Store, v uint64) func() {
+	pin, err := st.Pin(v)
+	if err != nil {
+		if errors.Is(err, store.ErrPinUnsupported) {
+			fmt.Fprintf(e.stderr, "weightfs: version %d not pinned (S3 stores hold no pins): a gc may remove it while it is served\n", v)
+		} else {
+			fmt.Fprintf(e.stderr, "weightfs: version %d not pinned: %v: a gc may remove it while it is served\n", v, err)
+		}
+		return func() {}
+	}
+	fmt.Fprintf(e.stderr, "weightfs: version %d pinned (%s, renewed every %s) while this mount serves it\n", v, pin.Path(), store.PinLease/4)
+	return func() {
+		if err := pin.Close(); err != nil {
+			fmt.Fprintf(e.stderr, "weightfs: %v\n", err)
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Retention is a policy that a writer applies after every seal, in the background: gc keeps
+// the newest KeepLast versions, every version whose number is a multiple of KeepEvery, and
+// what GCWith always keeps (pinned versions, the bases of open writers). KeepLast 0: none.
+type Retention struct {
+	KeepLast  int
+	KeepEvery int
+}
+
+// retainer runs a Store's retention gc: one at a time, and one more if a seal came while one
+// ran (seals never wait for it; gc takes the store's write lock only between seals' manifest
+// writes, as any gc).
+type retainer struct {
+	mu      sync.Mutex
+	running bool
+	again   bool
+	wg      sync.WaitGroup
+	// done (tests) is called after each retention gc with its stats and error.
+	done func(GCStats, error)
+}
+
+// retainAfterSeal starts the retention gc, or asks the running one to go once more.
+func (s *Store) retainAfterSeal() {
+	if s.opts.Retention.KeepLast < 1 || s.readOnly {
+		return
+	}
+	r := &s.ret
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running {
+		r.again = true
+		return
+	}
+	r.running = true
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery})
+			switch {
+			case errors.Is(err, ErrClosed):
+			case err != nil:
+				s.logf("retention: %v (tried again after the next seal)", err)
+			case st.DroppedVersions > 0:
+				s.logf("retention: kept versions %v, dropped %v, freed %d bytes", st.Kept, st.Dropped, st.FreedBytes())
+			}
+			if r.done != nil {
+				r.done(st, err)
+			}
+			r.mu.Lock()
+			if !r.again || errors.Is(err, ErrClosed) {
+				r.running = false
+				r.mu.Unlock()
+				return
+			}
+			r.again = false
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// wait waits for a running retention gc (Close).
+func (r *retainer) wait() { r.wg.Wait() }
+
+// removedByGC turns err, a failed read of version v that met missing or unreadable data
+// (ErrCorrupt), into ErrVersionRemoved when v's manifest is gone and not in quarantine: gc
+// removed the version while this process served it (a reader without a pin, a pin that
+// expired, or a gc of an older program). That is not damage, and the error says what to do.
+// It is logged once per version.
+func (s *Store) removedByGC(v uint64, err error) error {
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	numbers, lerr := s.be.ListManifests()
+	if lerr != nil || slices.Contains(numbers, v) {
+		return err
+	}
+	if q, ok := s.be.(quarantiner); ok {
+		if qs, qerr := q.listQuarantined(); qerr != nil || slices.Contains(qs, v) {
+			return err
+		}
+	}
+	if _, logged := s.removedLogged.LoadOrStore(v, true); !logged {
+		s.logf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v)
+	}
+	return fmt.Errorf("version %d: %w while it was read (pin a version to keep it)", v, ErrVersionRemoved)
+}
+
+// gcSweepOnly is gc when no version goes: only objects nothing needs are deleted.
+func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
+	var err error
+	if dryRun {
+		var victims []victim
+		victims, err = s.sweepVictims(nil, nil)
+		for _, v := range victims {
+			st.DeletedObjects++
+			st.DeletedBytes += v.size
+		}
+	} else {
+		st.DeletedObjects, st.DeletedBytes, err = s.sweepLocked()
+	}
+	if errors.Is(err, errUnreadableManifests) {
+		s.logf("gc: no object deleted: %v", err)
+		err = nil
+	}
+	return st, err
+}
+
+// gcPlan splits the sealed versions into those gc drops and those it keeps: the newest
+// keepLast, the multiples of keepEvery, the pinned ones, and those open writers may use as
+// bases. pinned lists the versions kept for a pin alone.
+func (s *Store) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop, keep []VersionInfo, pinned []uint64) {
+	all := s.Versions()
+	floor := s.writerFloor()
+	for i, info := range all {
+		switch {
+		case i >= len(all)-keepLast, keepEvery > 0 && info.Number%uint64(keepEvery) == 0,
+			floor != 0 && info.Number >= floor:
+			keep = append(keep, info)
+		case pins[info.Number]:
+			keep = append(keep, info)
+			pinned = append(pinned, info.Number)
+		default:
+			drop = append(drop, info)
+		}
+	}
+	return drop, keep, pinned
+}
+
+// writerFloor is the lowest version an open writer may take delta bases from (0: none open):
+// bases come from the materialized copy, which holds the latest version sealed when the
+// writer opened, or one before it while it is brought forward, or a later one.
+func (s *Store) writerFloor() uint64 {
+	var floor uint64
+	s.pendMu.Lock()
+	for _, w := range s.open {
+		if w.floor != 0 && (floor == 0 || w.floor < floor) {
+			floor = w.floor
+		}
+	}
+	s.pendMu.Unlock()
+	if floor == 0 {
+		return 0
+	}
+	// Without waiting: a change of the copy may be under way (then keep everything, this
+	// time; the next gc will drop what this one kept).
+	m := s.mat
+	if !m.mu.TryRLock() {
+		return 1
+	}
+	defer m.mu.RUnlock()
+	if m.ver != nil {
+		floor = min(floor, m.ver.m.Version)
+	}
+	return floor
+}
