@@ -319,21 +319,31 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		}
 		return nil, err
 	}
+	// An object of the plan that is gone (here, as the deltas are loaded to check their
+	// lengths, or as the page is filled): a gc (retention, in the writer's process) may have
+	// re-anchored the chain and deleted its old bases after our metas were cached. Fresh
+	// headers plan again; a second miss is reported.
+	stale := func(err error) bool {
+		if !allowStale || !errors.Is(err, fs.ErrNotExist) || isCopyError(err) {
+			return false
+		}
+		s.forgetMeta(id)
+		s.forgetMeta(p.start)
+		for _, st := range p.steps {
+			s.forgetMeta(st.obj)
+		}
+		return true
+	}
 	if err := s.checkStepLengths(id, p, m.ContentLen); err != nil {
+		if stale(err) {
+			return nil, errStale
+		}
 		return nil, err
 	}
 	page := newPage(min(pageSize, m.ContentLen-off))
 	if err := s.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
 		page.release()
-		if allowStale && errors.Is(err, fs.ErrNotExist) && !isCopyError(err) {
-			// An object of the plan is gone: a gc (retention, in the writer's process)
-			// re-anchored the chain and deleted its old bases after our metas were cached.
-			// Fresh headers plan again; a second miss is reported.
-			s.forgetMeta(id)
-			s.forgetMeta(p.start)
-			for _, st := range p.steps {
-				s.forgetMeta(st.obj)
-			}
+		if stale(err) {
 			return nil, errStale
 		}
 		return nil, err
