@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,13 +55,8 @@ type leaseRecord struct {
 // decodeLease parses and checks a lease record.
 func decodeLease(b []byte) (leaseRecord, error) {
 	var rec leaseRecord
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rec); err != nil {
-		return leaseRecord{}, fmt.Errorf("lease record: %w", err)
-	}
-	if dec.More() {
-		return leaseRecord{}, errors.New("lease record: data after the JSON object")
+	if err := decodeRecord(b, &rec, "lease record"); err != nil {
+		return leaseRecord{}, err
 	}
 	if rec.Format != leaseFormat {
 		return leaseRecord{}, fmt.Errorf("lease record of format %q (this program reads %q): %w", rec.Format, leaseFormat, ErrUnsupportedVersion)

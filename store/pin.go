@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -46,13 +45,8 @@ type pinRecord struct {
 // decodePin parses and checks a pin record.
 func decodePin(b []byte) (pinRecord, error) {
 	var rec pinRecord
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rec); err != nil {
-		return pinRecord{}, fmt.Errorf("pin record: %w", err)
-	}
-	if dec.More() {
-		return pinRecord{}, errors.New("pin record: data after the JSON object")
+	if err := decodeRecord(b, &rec, "pin record"); err != nil {
+		return pinRecord{}, err
 	}
 	if rec.Format != pinFormat {
 		return pinRecord{}, fmt.Errorf("pin record of format %q (this program reads %q): %w", rec.Format, pinFormat, ErrUnsupportedVersion)
