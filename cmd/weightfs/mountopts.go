@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -17,6 +18,8 @@ type mountFlags struct {
 	// are never options (docs/s3.md).
 	s3Endpoint, s3Region, s3CacheSize string
 	s3PathStyle                       bool
+	// Retention of a read-write mount (--keep-last, --keep-every).
+	keepLast, keepEvery int
 }
 
 // optList is a repeatable -o flag: each value is a comma-separated option string.
@@ -58,18 +61,14 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			mf.debug = true
 		case opt == "s3_path_style":
 			mf.s3PathStyle = true
-		case hasVal && val != "" && key == "s3_endpoint":
-			mf.s3Endpoint = val
-		case hasVal && val != "" && key == "s3_region":
-			mf.s3Region = val
-		case hasVal && val != "" && key == "s3_cache_size":
-			mf.s3CacheSize = val
-		case hasVal && val != "" && key == "version":
-			mf.version = val
-		case hasVal && val != "" && key == "cache_dir":
-			mf.cacheDir = val
-		case hasVal && val != "" && key == "log_file":
-			mf.logFile = val
+		case hasVal && val != "" && mf.stringOption(key) != nil:
+			*mf.stringOption(key) = val
+		case hasVal && val != "" && mf.intOption(key) != nil:
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return fmt.Errorf("-o %s: want a whole number, 0 or more", opt)
+			}
+			*mf.intOption(key) = n
 		case hasVal && val != "" && key == "poll":
 			d, err := time.ParseDuration(val)
 			if err != nil || d <= 0 {
@@ -77,10 +76,23 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			}
 			mf.poll = d
 		default:
-			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, keep_last=N, keep_every=K, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
 		}
 	}
 	return nil
+}
+
+// stringOption is the field a -o KEY=VALUE option with a string value sets, or nil.
+func (mf *mountFlags) stringOption(key string) *string {
+	return map[string]*string{
+		"version": &mf.version, "cache_dir": &mf.cacheDir, "log_file": &mf.logFile,
+		"s3_endpoint": &mf.s3Endpoint, "s3_region": &mf.s3Region, "s3_cache_size": &mf.s3CacheSize,
+	}[key]
+}
+
+// intOption is the field a -o KEY=N option sets, or nil.
+func (mf *mountFlags) intOption(key string) *int {
+	return map[string]*int{"keep_last": &mf.keepLast, "keep_every": &mf.keepEvery}[key]
 }
 
 // sdNotify sends a state ("READY=1", "STOPPING=1") to the service manager, as sd_notify(3)

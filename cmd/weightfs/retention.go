@@ -9,10 +9,9 @@ import (
 )
 
 // retentionFlags adds mount's retention flags (docs/operations.md, "Retention").
-func retentionFlags(fs *flag.FlagSet) (keepLast, keepEvery *int) {
-	keepLast = fs.Int("keep-last", 0, "read-write mount: after each seal, gc in the background keeping the newest N versions (and pinned ones); 0: keep all")
-	keepEvery = fs.Int("keep-every", 0, "with --keep-last: also keep every version whose number is a multiple of K (milestones)")
-	return keepLast, keepEvery
+func retentionFlags(fs *flag.FlagSet, mf *mountFlags) {
+	fs.IntVar(&mf.keepLast, "keep-last", 0, "read-write mount: after each seal, gc in the background keeping the newest N versions (and pinned ones); 0: keep all (-o keep_last=N)")
+	fs.IntVar(&mf.keepEvery, "keep-every", 0, "with --keep-last: also keep every version whose number is a multiple of K (milestones) (-o keep_every=K)")
 }
 
 // retentionPolicy checks the retention flags of mount.
