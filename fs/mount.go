@@ -76,6 +76,7 @@ type Server struct {
 	mountpoint string
 	poller     *poller
 	done       chan struct{}
+	m          *mountState // its counters (Stats)
 }
 
 // Mount serves the store at mountpoint until Unmount (or an external umount). It returns once
@@ -145,7 +146,7 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 	if err := SetReadAhead(mnt, ReadAheadKiB); err != nil {
 		logf("kernel read-ahead stays at the FUSE default (%v)", err)
 	}
-	s := &Server{fuse: srv, mountpoint: mnt, done: make(chan struct{})}
+	s := &Server{fuse: srv, mountpoint: mnt, done: make(chan struct{}), m: m}
 	if opts.ReadOnly && opts.Version == 0 {
 		interval := opts.PollInterval
 		if interval <= 0 {

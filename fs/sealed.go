@@ -224,6 +224,7 @@ func (f *sealedFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, 
 			}
 			return nil, f.m.fail(err, "read %s at %d+%d", f.where(), off, n)
 		}
+		f.m.countRead(f.idx.number, got)
 		return &slicesResult{parts: parts, release: release, size: got}, 0
 	}
 	got, err := h.f.ReadAt(buf, off)
@@ -233,6 +234,7 @@ func (f *sealedFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, 
 		}
 		return nil, f.m.fail(err, "read %s at %d+%d", f.where(), off, n)
 	}
+	f.m.countRead(f.idx.number, got)
 	return fuse.ReadResultData(buf), 0
 }
 

@@ -42,6 +42,8 @@ type mountState struct {
 	indexes  map[uint64]*versionIndex // sealed versions already listed
 	seen     []uint64                 // sealed versions at the last poll
 	seq      uint64                   // names staging files and trees
+
+	stats mountStats // what it did, for metrics (stats.go)
 }
 
 func newMountState(b Backend, readOnly bool, logf func(string, ...any)) *mountState {
@@ -68,6 +70,7 @@ func (m *mountState) modErrno() syscall.Errno {
 
 // refuse logs why an operation is refused and returns errno.
 func (m *mountState) refuse(errno syscall.Errno, format string, args ...any) syscall.Errno {
+	m.stats.countErrno(errno)
 	m.logf("refused (%s): %s", errnoName(errno), fmt.Sprintf(format, args...))
 	return errno
 }
@@ -75,6 +78,7 @@ func (m *mountState) refuse(errno syscall.Errno, format string, args ...any) sys
 // fail logs a store or staging failure and returns the errno for it.
 func (m *mountState) fail(err error, format string, args ...any) syscall.Errno {
 	errno := toErrno(err)
+	m.stats.countErrno(errno)
 	m.logf("%s: %v (returning %s)", fmt.Sprintf(format, args...), err, errnoName(errno))
 	return errno
 }

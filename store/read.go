@@ -184,12 +184,15 @@ func (s *Store) readFromCopy(id ID, off int64, p []byte, opts readOpts) (served 
 	}
 	defer view.release()
 	if !view.holds(id) {
+		s.stats.copyMisses.Add(1)
 		return false, nil
 	}
 	if err := view.readAt(id, p, off); err != nil {
 		// The copy failed its check or its read (logged, marked broken): from the objects.
+		s.stats.copyMisses.Add(1)
 		return false, nil
 	}
+	s.stats.copyHits.Add(1)
 	return true, nil
 }
 
@@ -221,7 +224,11 @@ func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) (*cachedPage,
 		cache = s.pages
 	}
 	key := pageKey{id, pg}
-	if p, ok := cache.get(key); ok {
+	p, ok := cache.get(key)
+	if opts.pages == nil {
+		hit(&s.stats.pageHits, &s.stats.pageMisses, ok) // the shared cache only
+	}
+	if ok {
 		return p, nil
 	}
 	if opts.pages != nil {

@@ -186,9 +186,11 @@ func (s *Store) renderPatchCached(final string, cur, base *version, write func(p
 	rf, err := checkRenderedPatch(final, cur, base)
 	if err == nil {
 		if rf.check, err = s.loadPatchSums(final, finalSums, rf.Size); err == nil {
+			s.stats.renderHits.Add(1)
 			return rf, nil
 		}
 	}
+	s.stats.renderMisses.Add(1)
 	if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
 		s.logf("cached patch %s is unusable, dropped, rendering it again: %v", final, err)
 		s.dropRender(final, finalSums)

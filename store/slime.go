@@ -199,6 +199,7 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 	name := renderName(v, renderKey("slime", cur, base))
 	final := s.renderDir("deltas", name)
 	if files, err := s.loadRenderedDir(final); err == nil {
+		s.stats.renderHits.Add(1)
 		s.pruneRenders("deltas", v, name)
 		return plan, files, nil
 	} else if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
@@ -206,6 +207,7 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 		s.logf("cached delta %s is unusable, dropped, rendering it again: %v", final, err)
 		s.dropRender(final, "")
 	}
+	s.stats.renderMisses.Add(1)
 	tmp, err := s.renderTemp()
 	if err != nil {
 		return plan, nil, err

@@ -46,6 +46,8 @@ type Options struct {
 	S3 S3Options
 	// Retention (zero: none) runs gc in the background after every seal (retention.go).
 	Retention Retention
+	// Observer (nil: none) is told of seals and of versions a reader finds (stats.go).
+	Observer Observer
 }
 
 // Defaults of Options.
@@ -70,6 +72,7 @@ type Store struct {
 	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
 	removedLogged sync.Map
 	maxChain      int
+	stats         storeStats // what it did since Open, for metrics (stats.go)
 
 	mu       sync.RWMutex
 	closed   bool

@@ -116,6 +116,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	if err := w.s.mat.ensure(); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", hint, err)
 	}
+	w.noteFileStart()
 	basis, err := w.s.latestVersion()
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", hint, err)

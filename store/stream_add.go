@@ -44,6 +44,7 @@ func (w *Writer) AddStream(p string, st *FileStream, mode fs.FileMode) error {
 		return fmt.Errorf("add %s: a directory of that name exists: %w", p, ErrBadPath)
 	}
 	w.files[p] = &entry
+	w.markStreamedLocked(p, true)
 	return nil
 }
 

@@ -96,9 +96,11 @@ func (s *Store) Refresh() error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
+	before := s.sealedNumbers()
 	if err := s.loadVersions(); err != nil {
 		return err
 	}
+	s.noteSeen(before)
 	if s.readOnly && s.opts.Materialize {
 		return s.mat.ensure()
 	}

@@ -34,6 +34,10 @@ type Writer struct {
 	// floor is the latest version sealed when the writer opened: gc keeps it and every
 	// later one while the writer is open, as its delta bases come from them (gc.go).
 	floor uint64
+	// started is when its first file began; streamed marks the files a stream diffed
+	// (stats.go).
+	started  time.Time
+	streamed map[string]bool
 
 	progress   func(done, total int64)
 	progressMu sync.Mutex
@@ -134,6 +138,7 @@ func (w *Writer) AddFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) 
 	if err := w.s.mat.ensure(); err != nil {
 		return fmt.Errorf("add %s: %w", p, err)
 	}
+	w.noteFileStart()
 	entry, err := w.ingestFile(p, r, size, mode)
 	if err != nil && w.s.mat.broken.Load() {
 		// The materialized copy was damaged under us: rebuild it and try once more.
@@ -151,6 +156,7 @@ func (w *Writer) AddFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) 
 		return fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
 	}
 	w.files[p] = entry
+	w.markStreamedLocked(p, false)
 	return nil
 }
 
@@ -194,6 +200,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
 	}
+	sealStart := time.Now()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	if err := w.checkLive(); err != nil {
@@ -232,6 +239,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 		s.logf("index: %v", err)
 	}
 	s.flushMetas()
+	w.noteSealed(info, sealStart)
 	w.finish(m)
 	if err := s.failpoint("seal-index-updated"); err != nil {
 		return info, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/weightfs/weightfs/delta"
 	"github.com/weightfs/weightfs/fs"
+	"github.com/weightfs/weightfs/metrics"
 )
 
 // weightfs follow MNT DIR keeps the checkpoint directory DIR at MNT's latest version. Each
@@ -38,6 +39,7 @@ type followConfig struct {
 	mnt, dir string
 	exec     string
 	sync     bool
+	mx       *metrics.Follower // nil: no --metrics-addr
 }
 
 func cmdFollow(e *env, args []string) error {
@@ -48,6 +50,7 @@ func cmdFollow(e *env, args []string) error {
 	interval := fs.Duration("interval", time.Second, "how often to read MNT/latest (one lookup and one readlink)")
 	once := fs.Bool("once", false, "bring DIR to the latest version once, then exit")
 	syncFlag := fs.Bool("sync", false, "power-loss safe applies (as weightfs apply --sync)")
+	metricsAddr := fs.String("metrics-addr", "", metricsAddrUsage)
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -55,7 +58,12 @@ func cmdFollow(e *env, args []string) error {
 	if *interval <= 0 {
 		return usagef("--interval must be positive")
 	}
-	cfg := followConfig{e: e, mnt: pos[0], dir: pos[1], exec: *execCmd, sync: *syncFlag}
+	mx, stopMetrics, err := startMetrics(e, *metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	cfg := followConfig{e: e, mnt: pos[0], dir: pos[1], exec: *execCmd, sync: *syncFlag, mx: mx.follower()}
 	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
 		return err
 	}
@@ -141,6 +149,10 @@ func (c *followConfig) patch(st delta.DirState, v uint64) error {
 	} else if err != nil {
 		return err
 	}
+	var size int64
+	if fi, err := os.Stat(p); err == nil {
+		size = fi.Size()
+	}
 	res, err := delta.ApplyPatchDir(p, c.dir, delta.ApplyOptions{Sync: c.sync})
 	if errors.Is(err, delta.ErrBaseMismatch) {
 		return c.fullCopy(st, v, fmt.Sprintf("%s does not hold what its state says: %v", c.dir, err))
@@ -149,6 +161,7 @@ func (c *followConfig) patch(st delta.DirState, v uint64) error {
 		return err
 	}
 	c.logf("%s", res)
+	c.mx.Applied("patch", size, c.sealTime(v))
 	c.ran(v, st.Version)
 	return nil
 }
@@ -184,6 +197,7 @@ func (c *followConfig) fullCopy(st delta.DirState, v uint64, why string) error {
 		return err
 	}
 	c.logf("version %d copied whole: %s", v, humanBytes(bytes))
+	c.mx.Applied("full", bytes, c.sealTime(v))
 	c.ran(v, 0)
 	return nil
 }
@@ -230,6 +244,16 @@ func copyChecked(src, dst string, sync bool) (int64, error) {
 		os.Remove(tmp)
 	}
 	return n, err
+}
+
+// sealTime is when version v was sealed: the mount gives a sealed version's directory the
+// version's creation time. Zero if it cannot be read (gc removed the version since).
+func (c *followConfig) sealTime(v uint64) time.Time {
+	fi, err := os.Stat(filepath.Join(c.mnt, fs.VersionName(v)))
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
 }
 
 // ran runs --exec for version v (reached from base; 0 after a full copy).

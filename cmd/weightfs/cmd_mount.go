@@ -23,10 +23,11 @@ func cmdMount(e *env, args []string) error {
 	fs.DurationVar(&mf.poll, "poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request) (-o poll=DURATION)")
 	fs.BoolVar(&mf.allowOther, "allow-other", false, "let every user of the machine use the mount (-o allow_other; always with default_permissions: the kernel checks the files' modes; as a user other than root it needs user_allow_other in /etc/fuse.conf)")
 	fs.BoolVar(&mf.allowNonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them (-o allow_non_empty)")
-	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_file=FILE, keep_last=N, keep_every=K, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
+	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
 	fs.BoolVar(&mf.debug, "debug", false, "print every FUSE request")
 	retentionFlags(fs, &mf)
+	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", metricsAddrUsage+" (-o metrics_addr=HOST:PORT)")
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -63,6 +64,11 @@ func cmdMount(e *env, args []string) error {
 	// output once the mount serves): the mount would stay behind, dead. Writes then fail
 	// with EPIPE instead.
 	signal.Ignore(syscall.SIGPIPE)
+	mx, stopMetrics, err := startMetrics(e, mf.metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	mountProcs()
 	mopts := wfs.Options{ReadOnly: mf.readOnly, Debug: mf.debug, Logf: logTo(e), PollInterval: mf.poll,
 		AllowOther: mf.allowOther, DefaultPermissions: mf.defaultPerms, AllowNonEmpty: mf.allowNonEmpty}
@@ -79,6 +85,7 @@ func cmdMount(e *env, args []string) error {
 	if err := sf.apply(&sopts); err != nil {
 		return err
 	}
+	sopts.Observer = mx.storeObserver()
 	if sopts.Retention, err = retentionPolicy(mf.readOnly, mf.keepLast, mf.keepEvery); err != nil {
 		return err
 	}
@@ -97,6 +104,7 @@ func cmdMount(e *env, args []string) error {
 	}
 	defer gpu.CloseBackend(sopts.Diff)
 	defer st.Close()
+	mx.addStore(st)
 	mopts.PollInterval = mf.poll
 	if mf.version != "" {
 		v, err := resolveVersion(st, mf.version)
@@ -120,6 +128,7 @@ func cmdMount(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	mx.addMount(srv)
 	mode := "read-write"
 	if mf.readOnly {
 		mode = "read-only"

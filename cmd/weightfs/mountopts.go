@@ -20,6 +20,8 @@ type mountFlags struct {
 	s3PathStyle                       bool
 	// Retention of a read-write mount (--keep-last, --keep-every).
 	keepLast, keepEvery int
+	// metricsAddr is where /metrics is served (--metrics-addr; "": off).
+	metricsAddr string
 }
 
 // optList is a repeatable -o flag: each value is a comma-separated option string.
@@ -76,7 +78,7 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			}
 			mf.poll = d
 		default:
-			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, keep_last=N, keep_every=K, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
 		}
 	}
 	return nil
@@ -87,6 +89,7 @@ func (mf *mountFlags) stringOption(key string) *string {
 	return map[string]*string{
 		"version": &mf.version, "cache_dir": &mf.cacheDir, "log_file": &mf.logFile,
 		"s3_endpoint": &mf.s3Endpoint, "s3_region": &mf.s3Region, "s3_cache_size": &mf.s3CacheSize,
+		"metrics_addr": &mf.metricsAddr,
 	}[key]
 }
 
