@@ -318,3 +318,52 @@ func TestMetricsIngestAndFollow(t *testing.T) {
 		t.Errorf("the writer counted EIO though nothing failed there")
 	}
 }
+
+// TestMetricsFollow: a follower started with --metrics-addr counts the versions it put in
+// place (the first by a full copy, then one patch each) and the bytes each took, the sizes
+// of the files it read from the read-only mount.
+func TestMetricsFollow(t *testing.T) {
+	work, storeDir, rw, ro, _ := followMounts(t)
+	if _, cli := mountBinary(t); !cli {
+		t.Skip("cmd/weightfs does not build: follow needs it")
+	}
+	rod := startMount(t, storeDir, ro, "--read-only", "--cache-dir", filepath.Join(work, "ro-cache"),
+		"--poll", "50ms", "--metrics-addr", "127.0.0.1:0")
+	roURL := metricsURL(t, rod.out)
+	dir := filepath.Join(work, "follow")
+	var f *follower
+	var fullBytes, patchBytes int64
+	genSeries(t, work, 200_000, 7, 3, func(v int, src string) {
+		sealVersion(t, rw, v, src)
+		if v == 1 {
+			f = startFollower(t, ro, dir, "--metrics-addr", "127.0.0.1:0")
+		}
+		waitDirVersion(t, dir, uint64(v), f)
+		if v == 1 {
+			for _, n := range fileSizes(t, versionDir(ro, 1)) {
+				fullBytes += n
+			}
+			return
+		}
+		fi, err := os.Stat(filepath.Join(ro, "patches", fmt.Sprintf("weight_v%06d.from_v%06d.safetensors", v, v-1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		patchBytes += fi.Size()
+	})
+	// The follower counts a version just after its state file records it.
+	fURL := metricsURL(t, f.out)
+	s := scrapeMetrics(t, fURL)
+	for deadline := time.Now().Add(10 * time.Second); s.value("weightfs_follow_lag_seconds") < 3 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		s = scrapeMetrics(t, fURL)
+	}
+	s.want(t, "follower", 1, "weightfs_follow_versions_applied_total", "how", "full")
+	s.want(t, "follower", 2, "weightfs_follow_versions_applied_total", "how", "patch")
+	s.want(t, "follower", fullBytes, "weightfs_follow_bytes_total", "how", "full")
+	s.want(t, "follower", patchBytes, "weightfs_follow_bytes_total", "how", "patch")
+	s.want(t, "follower", 3, "weightfs_follow_lag_seconds")
+	if s := scrapeMetrics(t, roURL); s.value("weightfs_cache_requests_total", "cache", "render", "result", "miss") < 2 {
+		t.Errorf("the reader rendered fewer than the 2 patches the follower read: %v", s.value("weightfs_cache_requests_total", "cache", "render", "result", "miss"))
+	}
+}
