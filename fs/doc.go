@@ -118,5 +118,7 @@
 //     cached path; the kernel then looks the path up again and finds the sealed file.
 //
 // Every refusal and every store failure is reported through Options.Logf with the path and the
-// reason, since an errno alone cannot say why.
+// reason, since an errno alone cannot say why, and counted by its errno in Server.Stats, with
+// the reads of sealed versions by how far behind the latest they are (stats.go; the metrics
+// package exports them).
 package fs

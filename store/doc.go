@@ -45,6 +45,13 @@
 // content is already stored. Nothing is visible until Seal writes the manifest. A crash at
 // any point leaves every sealed version intact and the interrupted one absent.
 //
+// # Counts
+//
+// Stats counts what the store did since Open (seals and their bytes and files, versions a
+// reader found, hits and misses of the caches reads use), where it is done; Options.Observer
+// hears of each seal and each version found as they happen (stats.go). The metrics package
+// exports them; this package knows nothing of Prometheus.
+//
 // # Errors
 //
 // Errors wrap the sentinels of errors.go: ErrCorrupt for anything that fails a check (reads
