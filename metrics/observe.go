@@ -28,7 +28,7 @@ func newStoreObserver() *storeObserver {
 	return &storeObserver{
 		seal: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "seal_duration_seconds",
-			Help:    "Time a seal took, from Writer.Seal to the version being durable (what close(DONE) or the publishing rename waits for).",
+			Help:    "Time the store's seal of a version took, once its files were in: objects synced, manifest written and durable (the last part of what close(DONE) or the publishing rename waits for; staged files are ingested just before it).",
 			Buckets: sealBuckets,
 		}),
 		throughput: prometheus.NewHistogram(prometheus.HistogramOpts{
