@@ -109,6 +109,9 @@ type Store struct {
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
 	hook func(point string) error
+	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
+	// bytes fixes it).
+	now func() time.Time
 }
 
 func (s *Store) logf(format string, args ...any) {
@@ -176,6 +179,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 		root: path, opts: opts, readOnly: opts.ReadOnly, be: be,
 		diff: opts.Diff, maxChain: opts.MaxChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
+		now: time.Now,
 	}
 	if s.diff == nil {
 		s.diff = delta.NewCPUDiff()
