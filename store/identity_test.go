@@ -15,6 +15,7 @@ import (
 	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 // storedBytesSHA256 is the hash of every object and manifest (name and bytes) that
@@ -32,18 +33,18 @@ func TestStoredBytesPinned(t *testing.T) {
 	srv.SetEnv(t)
 	const bucket, prefix = "weightfs-test", "pinned-bytes"
 	url := "s3://" + bucket + "/" + prefix
-	if err := store.Init(url); err != nil {
+	if err := location.Init(url, false, location.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	local := filepath.Join(t.TempDir(), "store")
-	if err := store.Init(local); err != nil {
+	if err := location.Init(local, false, location.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ name, path, dir string }{
 		{"local", local, local},
 		{"s3", url, srv.ObjectDir(bucket, prefix)},
 	} {
-		s, err := store.Open(c.path, store.Options{CacheDir: t.TempDir(), Logf: t.Logf})
+		s, err := location.Open(c.path, location.Options{Options: store.Options{CacheDir: t.TempDir(), Logf: t.Logf}})
 		if err != nil {
 			t.Fatal(err)
 		}
