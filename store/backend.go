@@ -43,7 +43,7 @@ type Backend interface {
 	// ListManifests lists the versions that have a manifest, ascending. It is a pure
 	// listing: it changes nothing, in the store or in a local cache.
 	ListManifests() ([]uint64, error)
-	// DeleteManifest removes a version's manifest durably.
+	// DeleteManifest removes a version's manifest durably; a missing one is not an error.
 	DeleteManifest(v uint64) error
 	// CleanTemp removes leftover temporary files (the writer calls it at open).
 	CleanTemp() error

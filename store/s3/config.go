@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Config configure a store at s3://bucket/prefix. Zero fields take the standard AWS
+// Config configures a store at s3://bucket/prefix. Zero fields take the standard AWS
 // environment variables where there is one, then the defaults below. Credentials are never
 // options: they come from where every AWS tool finds them (credentialChain: the environment,
 // web identity, the shared files and AWS_PROFILE, a container or instance role).

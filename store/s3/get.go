@@ -12,7 +12,7 @@ import (
 )
 
 // The GETs of object content: ranges, first parts, whole objects. Each is one attempt
-// except getRange, which retries; downloads (s3fetch.go) wrap the others in client.retry.
+// except getRange, which retries; downloads (fetch.go) wrap the others in client.retry.
 
 // getRange reads bytes [off, off+n) of an object whose ETag is etag (empty: any), counting
 // them as object bytes.
