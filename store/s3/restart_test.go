@@ -15,8 +15,9 @@ import (
 )
 
 // TestS3WriterRestart: a writer that comes back (with its cache, or on a new machine with a
-// fresh one) goes on where the store is; objects left by a writer that was killed before its seal
-// (a child process, SIGKILL: its lease stays) are removed, and nothing sealed is touched.
+// fresh one) goes on where the store is; objects left by a writer that was killed before its
+// seal (a child process, SIGKILL: its lease stays) are removed, and nothing sealed is
+// touched.
 func TestS3WriterRestart(t *testing.T) {
 	if os.Getenv(crashWriterEnv) != "" {
 		crashingWriter(t)
