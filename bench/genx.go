@@ -13,6 +13,7 @@ import (
 
 	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 // configForBytes returns the generator's config whose checkpoint holds at least minBytes of
@@ -92,10 +93,10 @@ func (b *bench) buildModelRun(ctx context.Context, name string, cfg gen.Config, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := store.Init(run.StorePath); err != nil {
+	if err := location.Init(run.StorePath, false, location.Options{}); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(run.StorePath, store.Options{})
+	st, err := location.Open(run.StorePath, location.Options{})
 	if err != nil {
 		return nil, err
 	}

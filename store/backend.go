@@ -5,13 +5,15 @@ import (
 	"os"
 )
 
-// Backend is where a store keeps its bytes. The local-directory backend is the only one now;
-// an S3 backend with the same layout comes later, so everything the store does to its files
-// goes through this small interface. Implementations are safe for concurrent use.
+// Backend is where a store keeps its bytes, and all the store asks of it: the local
+// directory (backend_local.go) and S3 (package store/s3) implement it, and one contract
+// suite (package store/backendtest) holds every implementation to the promises below.
+// Implementations are safe for concurrent use. docs/design.md ("Backends") says why the
+// contract is this small.
 //
 // Objects are immutable and named by their ID. A backend may replace an object with another
 // file of the same ID (same content, other representation: GC re-anchors a delta as a whole
-// copy); the replacement is atomic.
+// copy); the replacement is atomic: a reader opens the old file or the new one, never a mix.
 type Backend interface {
 	// CreateTemp returns a new temporary file for an object being written; the caller either
 	// passes it to PutObject or removes it (RemoveTemp).
@@ -22,7 +24,7 @@ type Backend interface {
 	// takes ownership of tmp. The object is durable once SyncObjects returns.
 	PutObject(id ID, tmp *os.File) error
 	// SyncObjects makes every object put so far durable (on the local backend: fsync of the
-	// object directories that gained entries).
+	// object directories that gained entries; on S3: every upload has ended).
 	SyncObjects() error
 	// OpenObject opens an object for random access. A missing object is an error wrapping
 	// fs.ErrNotExist.
@@ -38,12 +40,17 @@ type Backend interface {
 	PutManifest(v uint64, data []byte) error
 	// GetManifest returns the manifest bytes of version v (fs.ErrNotExist if there is none).
 	GetManifest(v uint64) ([]byte, error)
-	// ListManifests lists the versions that have a manifest, ascending.
+	// ListManifests lists the versions that have a manifest, ascending. It is a pure
+	// listing: it changes nothing, in the store or in a local cache.
 	ListManifests() ([]uint64, error)
-	// DeleteManifest removes a version's manifest durably.
+	// DeleteManifest removes a version's manifest durably; a missing one is not an error.
 	DeleteManifest(v uint64) error
 	// CleanTemp removes leftover temporary files (the writer calls it at open).
 	CleanTemp() error
+	// Close ends the backend's background work (a remote backend's transfers: objects not
+	// yet uploaded belong to no sealed version). The store calls it once, at its Close,
+	// after every other call has returned.
+	Close() error
 }
 
 // ObjectFile is an open object: random access to its stored bytes.
@@ -52,3 +59,36 @@ type ObjectFile interface {
 	Size() int64
 	Close() error
 }
+
+// RemoteCache is the optional part of a Backend that keeps a local cache of a remote store
+// (store/s3: a disk cache of objects and manifests). The store, which decodes manifests,
+// decides what the cache should hold and tells it (cachepolicy.go): the objects a new
+// version needs before a reader's materialized copy moves to it, and the versions that
+// disappeared (gc in another process, which may have replaced objects the cache holds).
+type RemoteCache interface {
+	// CachedVersions returns the versions whose manifests the cache holds: those this cache
+	// directory has seen, in this process or an earlier one.
+	CachedVersions() []uint64
+	// CacheLimit is the byte bound of the cache of objects.
+	CacheLimit() int64
+	// IsCached reports whether object id is in the local cache (or waiting there for its
+	// upload): reading it costs no request.
+	IsCached(id ID) bool
+	// Prefetch fetches the objects ids into the local cache, several at a time, and returns
+	// the first error once all have ended.
+	Prefetch(ids []ID) error
+	// VersionsRemoved says that versions vs are gone from the remote store: the cache drops
+	// their manifests and every cached object (objects are fetched again on demand).
+	VersionsRemoved(vs []uint64)
+}
+
+// CheckObject verifies a whole object file against its CRC-32C trailer (docs/format.md):
+// a backend that fetched an object checks the bytes it got before it keeps them.
+func CheckObject(f ObjectFile) error { return checkCRC(f) }
+
+// ManifestName is the name of version v's manifest in a store's layout (versions/NAME on
+// disk, PREFIX/versions/NAME in S3): "v" and the number, zero-padded to six digits.
+func ManifestName(v uint64) string { return manifestName(v) }
+
+// ParseManifestName is the inverse of ManifestName; ok is false for any other name.
+func ParseManifestName(name string) (v uint64, ok bool) { return parseManifestName(name) }

@@ -31,6 +31,17 @@ func newLocalBackend(root string, modes storeModes) *localBackend {
 
 var _ Backend = (*localBackend)(nil)
 
+// localDirBackend is a backend that keeps the store in a local directory: the store's
+// reader pins (pin.go) and a writer's default cache live beside the objects there.
+type localDirBackend interface {
+	localDir() string
+}
+
+func (b *localBackend) localDir() string { return b.root }
+
+// Close has nothing to end: every call of the local backend is done when it returns.
+func (b *localBackend) Close() error { return nil }
+
 func (b *localBackend) objectPath(id ID) string {
 	h := id.String()
 	return filepath.Join(b.root, "objects", h[:2], h)

@@ -5,13 +5,24 @@
 // verification and garbage collection. docs/format.md (Part I) has every byte and the
 // crash-safety argument; docs/design.md the reasons.
 //
+// # Backends
+//
+// The store keeps its bytes through Backend, and nothing else: the local directory
+// (backend_local.go, opened by Open) or another kind given to OpenBackend (package store/s3
+// for s3://bucket/prefix; package store/location chooses from a STORE argument). The
+// contract is Backend's comments, and package store/backendtest checks every backend
+// against it. A backend with a local cache of a remote store (RemoteCache) is told by the
+// store what to fetch ahead and when to empty it: that policy is the store's
+// (cachepolicy.go). This package imports no S3 client.
+//
 // # Processes and locking
 //
-// Exactly one process writes a store (Open without ReadOnly takes an exclusive flock on
-// STORE/lock, or on S3 a lease object taken and renewed by conditional puts; a second writer
-// gets ErrLocked). Any number of processes read it (ReadOnly:
-// no lock, nothing in the store is written but a reader's pin, STORE/pins/*.json, which
-// keeps its version from gc: pin.go), each with its own cache directory; they see versions
+// Exactly one process writes a store: the writer holds the backend's lock (Open without
+// ReadOnly takes an exclusive flock on STORE/lock; store/s3 a lease object taken and renewed
+// by conditional puts), which the store closes last; a second writer gets ErrLocked. Any
+// number of processes read it (ReadOnly: no lock, nothing in the store is written but a
+// reader's pin, STORE/pins/*.json, which keeps its version from gc: pin.go), each with its
+// own cache directory; they see versions
 // sealed after their Open once they call Refresh. gc runs in the writer's process, by hand
 // (GC, GCWith) or after every seal (Options.Retention, retention.go), beside open Writers. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.

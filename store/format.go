@@ -25,6 +25,17 @@ const (
 	formatFileLen      = 16
 )
 
+// FormatFileName is the name of the store's format file, STORE/weightfs-store (in S3,
+// PREFIX/weightfs-store).
+const FormatFileName = formatFileName
+
+// FormatFile returns the bytes of the format file of a new store.
+func FormatFile() []byte { return encodeFormatFile() }
+
+// CheckFormatFile checks the bytes of a store's format file: ErrNotAStore, ErrCorrupt or
+// ErrUnsupportedVersion when they are not this program's store.
+func CheckFormatFile(b []byte) error { return checkFormatFile(b) }
+
 func encodeFormatFile() []byte {
 	b := make([]byte, formatFileLen)
 	copy(b, formatMagic)
@@ -57,15 +68,12 @@ var storeDirs = []string{"objects", "versions", "tmp", "cache"}
 // of the group): directories 0750, files 0640, objects 0440.
 func InitShared(path string) error { return initStore(path, true) }
 
-// Init creates an empty store at path: a local directory (it must not exist or be empty),
-// or s3://bucket/prefix (InitS3 with the endpoint and region from the environment). A local
-// store is private: directories 0700, files 0600, objects 0400.
+// Init creates an empty store in the local directory path (it must not exist or be empty).
+// A local store is private: directories 0700, files 0600, objects 0400. (store/location
+// creates a store from a STORE argument, s3://bucket/prefix too.)
 func Init(path string) error { return initStore(path, false) }
 
 func initStore(path string, shared bool) error {
-	if IsS3URL(path) {
-		return InitS3(path, S3Options{})
-	}
 	modes := modesFor(0o600)
 	if shared {
 		modes = modesFor(0o640)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/jsonrecord"
 )
 
 // A reader's pin keeps a version from gc while the reader serves it: a small JSON record
@@ -45,7 +47,7 @@ type pinRecord struct {
 // decodePin parses and checks a pin record.
 func decodePin(b []byte) (pinRecord, error) {
 	var rec pinRecord
-	if err := decodeRecord(b, &rec, "pin record"); err != nil {
+	if err := jsonrecord.Decode(b, &rec, "pin record"); err != nil {
 		return pinRecord{}, err
 	}
 	if rec.Format != pinFormat {
@@ -156,7 +158,7 @@ func (p *Pin) Close() error {
 
 // pinDir is the pins' directory, and whether the store can hold pins.
 func (s *Store) pinDir() (string, bool) {
-	if _, ok := s.be.(*localBackend); !ok {
+	if _, ok := s.be.(localDirBackend); !ok {
 		return "", false
 	}
 	return filepath.Join(s.root, pinDir), true

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -41,9 +42,6 @@ type Options struct {
 	// CacheBytes bounds the memory of rebuilt pages, delta bodies and decoded delta blocks
 	// kept for reads (0: DefaultCacheBytes; an eighth, three eighths and an eighth of it).
 	CacheBytes int64
-	// S3 configures stores at s3://bucket/prefix (endpoint, region, transfers, lease, the
-	// local object cache); ignored for local stores. See S3Options and docs/s3.md.
-	S3 S3Options
 	// Retention (zero: none) runs gc in the background after every seal (retention.go).
 	Retention Retention
 	// Observer (nil: none) is told of seals and of versions a reader finds (stats.go).
@@ -61,10 +59,11 @@ type Store struct {
 	root     string
 	opts     Options
 	readOnly bool
-	be       Backend
+	be       Backend // backend, behind the cache policy when it has a remote cache
+	backend  Backend // as given to the store
 	codec    *codec
 	diff     delta.DiffBackend
-	lock     *writerLock
+	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
 	ix       *index
 	cacheDir string
 	ownCache bool     // a per-process reader cache, removed at Close
@@ -112,6 +111,9 @@ type Store struct {
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
 	hook func(point string) error
+	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
+	// bytes fixes it).
+	now func() time.Time
 }
 
 func (s *Store) logf(format string, args ...any) {
@@ -127,11 +129,9 @@ func (s *Store) failpoint(point string) error {
 	return nil
 }
 
-// Open opens the store at path: a local directory, or s3://bucket/prefix (see s3open.go).
+// Open opens the store in the local directory path. (A STORE argument, which may also name
+// a store in S3, is opened by package store/location.)
 func Open(path string, opts Options) (*Store, error) {
-	if IsS3URL(path) {
-		return openS3(path, opts)
-	}
 	format, err := os.ReadFile(filepath.Join(path, formatFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
@@ -147,24 +147,70 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	modes := modesFor(formatInfo.Mode())
-	s := newBareStore(path, opts, newLocalBackend(path, modes))
+	o := Opening{Root: path, NewBackend: func(string) (Backend, error) { return newLocalBackend(path, modes), nil }}
+	if !opts.ReadOnly {
+		lock, err := acquireWriterLock(filepath.Join(path, "lock"), modes.file)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
+		}
+		o.Lock = lock
+		o.WriterCacheDir = filepath.Join(path, "cache")
+	}
+	return OpenBackend(o, opts)
+}
+
+// Opening is a store on a backend, ready to open: what OpenBackend needs. Open builds one
+// for a local directory, store/s3 one for s3://bucket/prefix.
+type Opening struct {
+	// Root names the store (Store.Root, messages): its directory or its s3:// address.
+	Root string
+	// Lock is the writer's lock, already held (nil when Options.ReadOnly): an flock, an S3
+	// lease, whatever the backend's kind has. The store closes it last, at Close, or when
+	// OpenBackend fails.
+	Lock io.Closer
+	// WriterCacheDir is the writer's cache directory when Options.CacheDir is empty (a
+	// reader's is a fresh per-process directory under the user cache directory).
+	WriterCacheDir string
+	// NewBackend opens the backend; cacheDir is the store's cache directory, where a
+	// backend with a local cache keeps it.
+	NewBackend func(cacheDir string) (Backend, error)
+}
+
+// OpenBackend opens the store that o describes: its cache directory, its backend (behind
+// the store's cache policy if the backend is a RemoteCache, cachepolicy.go), a writer's
+// clean-up of temporary files, the index, the versions and the materialized copy. The
+// caller has checked the store's format file (CheckFormatFile).
+func OpenBackend(o Opening, opts Options) (*Store, error) {
+	s := newBareStore(o.Root, opts, nil)
+	s.lock = o.Lock
 	ok := false
 	defer func() {
 		if !ok {
 			s.shutdown()
 		}
 	}()
+	if s.lock == nil && !s.readOnly {
+		return nil, fmt.Errorf("open store %s for writing: no writer lock", o.Root)
+	}
+	if !s.readOnly && s.opts.CacheDir == "" {
+		s.opts.CacheDir = o.WriterCacheDir
+	}
+	if err := s.setupCacheDir(); err != nil {
+		return nil, err
+	}
+	be, err := o.NewBackend(s.cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	s.backend, s.be = be, be
+	if rc, ok := be.(RemoteCache); ok {
+		s.be = newCachePolicy(be, rc, s.readOnly && opts.Materialize, s.root, s.logf)
+	}
 	if !s.readOnly {
-		if s.lock, err = acquireWriterLock(filepath.Join(path, "lock"), modes.file); err != nil {
-			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
-		}
 		// Nothing is being written now: leftovers are from a process that died.
 		if err := s.be.CleanTemp(); err != nil {
 			return nil, err
 		}
-	}
-	if err := s.setupCacheDir(); err != nil {
-		return nil, err
 	}
 	if err := s.finishOpen(); err != nil {
 		return nil, err
@@ -176,9 +222,10 @@ func Open(path string, opts Options) (*Store, error) {
 // newBareStore builds the in-memory part of a Store on backend be (nil: set by the caller).
 func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
-		root: path, opts: opts, readOnly: opts.ReadOnly, be: be,
+		root: path, opts: opts, readOnly: opts.ReadOnly, be: be, backend: be,
 		diff: opts.Diff, maxChain: opts.MaxChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
+		now: time.Now,
 	}
 	if s.diff == nil {
 		s.diff = delta.NewCPUDiff()
@@ -334,13 +381,15 @@ func (s *Store) shutdown() error {
 	}
 	// A remote backend stops its transfers (objects not yet uploaded belong to no sealed
 	// version) before its cache directory may go.
-	if c, ok := s.be.(interface{ close() error }); ok {
-		errs = append(errs, c.close())
+	if s.be != nil {
+		errs = append(errs, s.be.Close())
 	}
 	if s.ownCache {
 		errs = append(errs, os.RemoveAll(s.cacheDir))
 	}
-	errs = append(errs, s.lock.release())
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -364,6 +413,15 @@ func (s *Store) Root() string { return s.root }
 
 // ReadOnly reports whether the store was opened read-only.
 func (s *Store) ReadOnly() bool { return s.readOnly }
+
+// Backend is the backend the store keeps its bytes in, as it was given (its own
+// counters, such as store/s3's Stats, are asked of it).
+func (s *Store) Backend() Backend { return s.backend }
+
+// StagingDir is where a read-write mount keeps the bytes of open versions: CACHE/staging, on
+// the cache directory's disk (STORE/cache/staging for a local writer with the default
+// cache). A store in S3 has no local directory of its own, so this is the one place for it.
+func (s *Store) StagingDir() (string, error) { return filepath.Join(s.cacheDir, "staging"), nil }
 
 // VersionInfo summarises one sealed version.
 type VersionInfo struct {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Writer builds one open version (used by the mount and by Commit). Nothing of it is visible
@@ -265,7 +264,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 	if err := w.s.checkAbove(w.v); err != nil {
 		return nil, err
 	}
-	m := &manifest{Version: w.v, Created: time.Now().UTC(), Dirs: []manifestDir{}}
+	m := &manifest{Version: w.v, Created: w.s.now().UTC(), Dirs: []manifestDir{}}
 	if latest, ok := w.s.Latest(); ok {
 		m.Previous = latest
 	}

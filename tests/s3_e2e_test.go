@@ -3,7 +3,6 @@ package tests
 import (
 	"errors"
 	"fmt"
-	"github.com/weightfs/weightfs/internal/s3test"
 	"math"
 	"os"
 	"os/exec"
@@ -13,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/s3test"
+	"github.com/weightfs/weightfs/store/location"
+	"github.com/weightfs/weightfs/store/s3"
 
 	"github.com/weightfs/weightfs/store"
 )
@@ -68,7 +71,7 @@ func TestS3TrainerAndTwoInferenceNodes(t *testing.T) {
 	type snap struct{ objects, manifests, all int64 }
 	counts := map[string][]snap{} // reader -> per version, after the version was listed
 	stats := func(r string) snap {
-		st, err := store.ReadS3StatsFile(dirs[r+"-cache"])
+		st, err := s3.ReadStatsFile(dirs[r+"-cache"])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +133,7 @@ func TestS3TrainerAndTwoInferenceNodes(t *testing.T) {
 	}
 
 	t.Run("downloads per version", func(t *testing.T) {
-		st, err := store.Open(url, store.Options{ReadOnly: true, CacheDir: t.TempDir()})
+		st, err := location.Open(url, location.Options{Options: store.Options{ReadOnly: true, CacheDir: t.TempDir()}})
 		if err != nil {
 			t.Fatal(err)
 		}

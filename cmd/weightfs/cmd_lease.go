@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
+	"github.com/weightfs/weightfs/store/s3"
 )
 
 // cmdLease shows or breaks the writer's lease of a store: `weightfs lease show STORE`,
@@ -16,21 +17,21 @@ func cmdLease(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var opts store.Options
+	var opts location.Options
 	if err := sf.apply(&opts); err != nil {
 		return err
 	}
 	opts.Logf = logTo(e)
 	switch pos[0] {
 	case "show":
-		info, err := store.ShowLease(pos[1], opts)
+		info, err := location.ShowLease(pos[1], opts)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(e.stdout, describeLease(pos[1], info))
 		return nil
 	case "break":
-		info, err := store.BreakLease(pos[1], opts)
+		info, err := location.BreakLease(pos[1], opts)
 		if err != nil {
 			return err
 		}
@@ -44,7 +45,7 @@ func cmdLease(e *env, args []string) error {
 	return usagef("unknown lease action %q: use show or break", pos[0])
 }
 
-func describeLease(path string, info store.LeaseInfo) string {
+func describeLease(path string, info s3.LeaseInfo) string {
 	switch {
 	case !info.Held:
 		return fmt.Sprintf("%s: no writer holds it", path)

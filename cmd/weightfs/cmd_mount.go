@@ -10,6 +10,8 @@ import (
 	wfs "github.com/weightfs/weightfs/fs"
 	"github.com/weightfs/weightfs/gpu"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
+	"github.com/weightfs/weightfs/store/s3"
 )
 
 func cmdMount(e *env, args []string) error {
@@ -80,8 +82,8 @@ func cmdMount(e *env, args []string) error {
 	// A read-only mount serves the latest version from a local materialized copy in its cache
 	// directory, brought forward by the few changed elements each new version adds (a pinned
 	// older version needs none).
-	sopts := store.Options{ReadOnly: mf.readOnly, CacheDir: mf.cacheDir, Logf: logTo(e),
-		Materialize: mf.readOnly && (mf.version == "" || mf.version == "latest")}
+	sopts := location.Options{Options: store.Options{ReadOnly: mf.readOnly, CacheDir: mf.cacheDir, Logf: logTo(e),
+		Materialize: mf.readOnly && (mf.version == "" || mf.version == "latest")}}
 	if err := sf.apply(&sopts); err != nil {
 		return err
 	}
@@ -89,15 +91,15 @@ func cmdMount(e *env, args []string) error {
 	if sopts.Retention, err = retentionPolicy(mf.readOnly, mf.keepLast, mf.keepEvery); err != nil {
 		return err
 	}
-	if mf.poll == 0 && store.IsS3URL(pos[0]) {
-		mf.poll = store.DefaultS3PollInterval
+	if mf.poll == 0 && !location.IsLocal(pos[0]) {
+		mf.poll = s3.DefaultPollInterval
 	}
 	if !mf.readOnly {
 		if sopts.Diff, err = selectDiff(e, *diffMode); err != nil {
 			return err
 		}
 	}
-	st, err := store.Open(pos[0], sopts)
+	st, err := location.Open(pos[0], sopts)
 	if err != nil {
 		gpu.CloseBackend(sopts.Diff)
 		return err

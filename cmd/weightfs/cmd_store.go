@@ -13,6 +13,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 	"github.com/weightfs/weightfs/gpu"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 func cmdInit(e *env, args []string) error {
@@ -23,21 +24,14 @@ func cmdInit(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var opts store.Options
+	var opts location.Options
 	if err := sf.apply(&opts); err != nil {
 		return err
 	}
-	switch {
-	case store.IsS3URL(pos[0]) && *shared:
+	if !location.IsLocal(pos[0]) && *shared {
 		return usagef("--shared is for local stores; an S3 store's readers are whoever its credentials admit")
-	case store.IsS3URL(pos[0]):
-		err = store.InitS3(pos[0], opts.S3)
-	case *shared:
-		err = store.InitShared(pos[0])
-	default:
-		err = store.Init(pos[0])
 	}
-	if err != nil {
+	if err := location.Init(pos[0], *shared, opts); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "initialized empty weightfs store in %s\n", pos[0])
@@ -48,7 +42,7 @@ func cmdInit(e *env, args []string) error {
 // store flags if it has them. With a diff mode it selects the diff backend; closing the
 // returned store releases the backend too.
 func openStore(e *env, path string, readOnly bool, diffMode string, flags ...*storeFlags) (*cliStore, error) {
-	opts := store.Options{ReadOnly: readOnly, Logf: logTo(e)}
+	opts := location.Options{Options: store.Options{ReadOnly: readOnly, Logf: logTo(e)}}
 	for _, f := range flags {
 		if err := f.apply(&opts); err != nil {
 			return nil, err
@@ -61,7 +55,7 @@ func openStore(e *env, path string, readOnly bool, diffMode string, flags ...*st
 		}
 		opts.Diff = backend
 	}
-	st, err := store.Open(path, opts)
+	st, err := location.Open(path, opts)
 	if err != nil {
 		gpu.CloseBackend(opts.Diff)
 		return nil, err

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 // helperName is the name mount(8) runs for `mount -t weightfs` and fstab lines of type
@@ -90,7 +90,7 @@ func mountHelper(e *env, argv []string) int {
 // daemonize runs `weightfs mount -o opts storeArg mnt` in a new session with its working
 // directory at / (so it holds no file system busy), and waits for its READY=1 or its exit.
 func daemonize(e *env, storeArg, mnt, opts string) error {
-	if !store.IsS3URL(storeArg) {
+	if location.IsLocal(storeArg) {
 		abs, err := filepath.Abs(storeArg)
 		if err != nil {
 			return err

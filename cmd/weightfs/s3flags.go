@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 // storeFlags are the flags every command that takes STORE has: where an s3:// store's service
@@ -39,7 +39,7 @@ func addStoreFlags(fs *flag.FlagSet, withCacheDir bool) *storeFlags {
 }
 
 // apply sets the options the flags give.
-func (f *storeFlags) apply(opts *store.Options) error {
+func (f *storeFlags) apply(opts *location.Options) error {
 	if f == nil {
 		return nil
 	}

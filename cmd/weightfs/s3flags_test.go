@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
+	"github.com/weightfs/weightfs/store/s3"
 )
 
 func TestParseSize(t *testing.T) {
@@ -55,11 +56,11 @@ func TestStoreFlagsApply(t *testing.T) {
 		"--s3-cache-size", "1G", "--s3-lease-ttl", "10s", "--cache-dir", "/tmp/c"}); err != nil {
 		t.Fatal(err)
 	}
-	var opts store.Options
+	var opts location.Options
 	if err := sf.apply(&opts); err != nil {
 		t.Fatal(err)
 	}
-	want := store.S3Options{Endpoint: "http://127.0.0.1:9000", Region: "r1", PathStyle: true, ObjectCacheBytes: 1 << 30, LeaseTTL: 10 * time.Second}
+	want := s3.Config{Endpoint: "http://127.0.0.1:9000", Region: "r1", PathStyle: true, ObjectCacheBytes: 1 << 30, LeaseTTL: 10 * time.Second}
 	if opts.S3 != want || opts.CacheDir != "/tmp/c" {
 		t.Fatalf("options: %+v, cache dir %q", opts.S3, opts.CacheDir)
 	}

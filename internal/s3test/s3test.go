@@ -191,3 +191,10 @@ func (s *Server) SetEnv(t *testing.T) {
 	// A test that takes the credentials away must not send the chain to 169.254.169.254.
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }
+
+// ObjectDir is the directory that holds the objects of bucket under key prefix: the posix
+// backend keeps each object as a plain file at DATA/bucket/key, so tests can read what was
+// stored byte for byte.
+func (s *Server) ObjectDir(bucket, prefix string) string {
+	return filepath.Join(s.dir, "data", bucket, filepath.FromSlash(prefix))
+}

@@ -14,6 +14,7 @@ import (
 
 	wfs "github.com/weightfs/weightfs/fs"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 func main() {
@@ -38,8 +39,8 @@ func run() error {
 		return fmt.Errorf("usage: mountd [flags] STORE MNT")
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "mountd: "+format+"\n", args...) }
-	st, err := store.Open(flag.Arg(0), store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logf,
-		Retention: store.Retention{KeepLast: *keepLast, KeepEvery: *keepEvery}})
+	st, err := location.Open(flag.Arg(0), location.Options{Options: store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logf,
+		Retention: store.Retention{KeepLast: *keepLast, KeepEvery: *keepEvery}}})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/jsonrecord"
+	"github.com/weightfs/weightfs/store"
 )
 
 // The writer's lease on an S3 store is the object PREFIX/lock, a small JSON record (below).
@@ -55,11 +58,11 @@ type leaseRecord struct {
 // decodeLease parses and checks a lease record.
 func decodeLease(b []byte) (leaseRecord, error) {
 	var rec leaseRecord
-	if err := decodeRecord(b, &rec, "lease record"); err != nil {
+	if err := jsonrecord.Decode(b, &rec, "lease record"); err != nil {
 		return leaseRecord{}, err
 	}
 	if rec.Format != leaseFormat {
-		return leaseRecord{}, fmt.Errorf("lease record of format %q (this program reads %q): %w", rec.Format, leaseFormat, ErrUnsupportedVersion)
+		return leaseRecord{}, fmt.Errorf("lease record of format %q (this program reads %q): %w", rec.Format, leaseFormat, store.ErrUnsupportedVersion)
 	}
 	if len(rec.Token) != 32 {
 		return leaseRecord{}, fmt.Errorf("lease record: token %q is not 32 hex digits", rec.Token)
@@ -91,7 +94,7 @@ func (r leaseRecord) info(now time.Time) LeaseInfo {
 
 // lease is a held lease, renewed in the background until release.
 type lease struct {
-	c    *s3Client
+	c    *client
 	key  string
 	ttl  time.Duration
 	logf func(string, ...any)
@@ -110,7 +113,7 @@ type lease struct {
 }
 
 // readLease returns the current lease record and its ETag (fs.ErrNotExist: none).
-func readLease(ctx context.Context, c *s3Client) (leaseRecord, string, error) {
+func readLease(ctx context.Context, c *client) (leaseRecord, string, error) {
 	data, etag, err := c.getBytes(ctx, c.loc.key(leaseKey), nil)
 	if err != nil {
 		return leaseRecord{}, "", err
@@ -123,15 +126,15 @@ func readLease(ctx context.Context, c *s3Client) (leaseRecord, string, error) {
 }
 
 // lockedError is the error of a second writer.
-func lockedError(c *s3Client, rec leaseRecord) error {
+func lockedError(c *client, rec leaseRecord) error {
 	return fmt.Errorf("%s is held by %s (acquired %s, renewed %s, expires %s unless renewed); if that writer is dead, wait for the expiry or run 'weightfs lease break %s': %w",
 		c.describe(), rec.Owner, rec.Acquired.Format(time.RFC3339), rec.Renewed.Format(time.RFC3339),
-		rec.Expires.Format(time.RFC3339), c.loc, ErrLocked)
+		rec.Expires.Format(time.RFC3339), c.loc, store.ErrLocked)
 }
 
 // acquireLease takes the writer's lease of the store or fails with ErrLocked. now is the
 // clock (time.Now; tests move it).
-func acquireLease(ctx context.Context, c *s3Client, logf func(string, ...any), now func() time.Time) (*lease, error) {
+func acquireLease(ctx context.Context, c *client, logf func(string, ...any), now func() time.Time) (*lease, error) {
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, fmt.Errorf("lease token: %w", err)
@@ -179,7 +182,7 @@ func acquireLease(ctx context.Context, c *s3Client, logf func(string, ...any), n
 		}
 		return l.start(etag, back.Renewed), nil
 	}
-	return nil, fmt.Errorf("%s: the writer lease changed hands five times while we tried to take it: %w", c.loc, ErrLocked)
+	return nil, fmt.Errorf("%s: the writer lease changed hands five times while we tried to take it: %w", c.loc, store.ErrLocked)
 }
 
 // write stores our record, renewed at sent, under cond, and returns the new ETag.
@@ -222,7 +225,7 @@ func (l *lease) renewLoop() {
 			return
 		case <-tick.C:
 		}
-		if err := l.renew(ctx); err != nil && errors.Is(err, ErrLocked) {
+		if err := l.renew(ctx); err != nil && errors.Is(err, store.ErrLocked) {
 			return // lost for good; renew logged it
 		}
 	}
@@ -254,7 +257,7 @@ func (l *lease) renew(ctx context.Context) error {
 			holder = cur.Owner
 		}
 		l.mu.Lock()
-		l.lost = fmt.Errorf("the writer lease of %s was lost: %s holds it now; this writer can no longer seal versions: %w", l.c.loc, holder, ErrLocked)
+		l.lost = fmt.Errorf("the writer lease of %s was lost: %s holds it now; this writer can no longer seal versions: %w", l.c.loc, holder, store.ErrLocked)
 		l.mu.Unlock()
 		l.logf("s3: %v", l.lost)
 		return l.lost
@@ -288,7 +291,7 @@ func (l *lease) ensure(ctx context.Context, strict bool) error {
 	left = l.validUntil.Sub(l.now())
 	l.mu.Unlock()
 	if left < l.ttl/2 {
-		return fmt.Errorf("the writer lease of %s could not be renewed in time: %w", l.c.loc, ErrLocked)
+		return fmt.Errorf("the writer lease of %s could not be renewed in time: %w", l.c.loc, store.ErrLocked)
 	}
 	return nil
 }

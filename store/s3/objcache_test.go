@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/weightfs/weightfs/store"
 )
 
 // cacheFile writes size bytes of b into a temporary file of dir and returns its path.
@@ -23,7 +25,7 @@ func cacheFile(t *testing.T, dir string, b byte, size int) string {
 	return f.Name()
 }
 
-func cachedBytes(t *testing.T, c *objectCache, id ID) []byte {
+func cachedBytes(t *testing.T, c *objectCache, id store.ID) []byte {
 	t.Helper()
 	f, _, ok := c.open(id)
 	if !ok {
@@ -44,7 +46,7 @@ func TestObjectCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []ID{IDOf([]byte("a")), IDOf([]byte("b")), IDOf([]byte("c")), IDOf([]byte("d"))}
+	ids := []store.ID{store.IDOf([]byte("a")), store.IDOf([]byte("b")), store.IDOf([]byte("c")), store.IDOf([]byte("d"))}
 	for i, id := range ids[:3] {
 		if err := c.adopt(id, cacheFile(t, tmp, byte('a'+i), 100), 100); err != nil {
 			t.Fatal(err)
@@ -59,7 +61,7 @@ func TestObjectCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		id     ID
+		id     store.ID
 		cached bool
 	}{{"a", ids[0], true}, {"b", ids[1], false}, {"c", ids[2], true}, {"d", ids[3], true}}
 	for _, tt := range tests {
@@ -81,7 +83,7 @@ func TestObjectCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := c.adopt(IDOf([]byte("e")), big, 400); err != nil {
+	if err := c.adopt(store.IDOf([]byte("e")), big, 400); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := io.ReadAll(f); err != nil || len(b) != 400 {
@@ -99,7 +101,7 @@ func TestObjectCacheReopenTakesStock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, young := IDOf([]byte("old")), IDOf([]byte("young"))
+	old, young := store.IDOf([]byte("old")), store.IDOf([]byte("young"))
 	if err := c.adopt(old, cacheFile(t, tmp, 'o', 300), 300); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"context"
@@ -96,9 +96,9 @@ func FuzzParseContentRangeTotal(f *testing.F) {
 }
 
 // testRetryClient is a client with no server, for the retry loop alone.
-func testRetryClient(retryFor time.Duration) (*s3Client, *int) {
+func testRetryClient(retryFor time.Duration) (*client, *int) {
 	slept := new(int)
-	c := &s3Client{loc: S3Location{"bucket", "p"}, set: s3Settings{retryFor: retryFor, host: "h"}, stats: &s3Counters{},
+	c := &client{loc: Location{"bucket", "p"}, set: settings{retryFor: retryFor, host: "h"}, stats: &counters{},
 		logf: func(string, ...any) {}}
 	c.sleep = func(ctx context.Context, d time.Duration) error { *slept++; return ctx.Err() }
 	return c, slept

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weightfs/weightfs/internal/s3test"
+	"github.com/weightfs/weightfs/store"
 )
 
 // noAWSCredentials clears every place the credential chain looks (and points the shared files
@@ -31,18 +32,18 @@ func noAWSCredentials(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }
 
-// s3CredsRoundTrip initialises a store at url, commits a version and reads it back through
+// credsRoundTrip initialises a store at url, commits a version and reads it back through
 // a second, read-only handle: every request of both signed with the credentials the chain
 // found.
-func s3CredsRoundTrip(t *testing.T, url string) {
+func credsRoundTrip(t *testing.T, url string) {
 	t.Helper()
-	if err := InitS3(url, S3Options{RetryFor: 1}); err != nil {
+	if err := Init(url, Config{RetryFor: 1}, nil); err != nil {
 		t.Fatalf("init: %v", err)
 	}
-	w := openS3Store(t, url, Options{})
-	files := newS3Model(7, 20_000).files(t)
+	w := openTestStore(t, url, store.Options{})
+	files := newTestModel(7, 20_000).files(t)
 	commitTree(t, w, 1, files)
-	r := openS3Store(t, url, Options{ReadOnly: true})
+	r := openTestStore(t, url, store.Options{ReadOnly: true})
 	for p, b := range files {
 		mustEqualBytes(t, p, readWhole(t, r, 1, p), b)
 	}
@@ -72,23 +73,23 @@ func TestS3CredentialsSharedFiles(t *testing.T) {
 
 	t.Run("default", func(t *testing.T) {
 		t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
-		s3CredsRoundTrip(t, s3URL(t))
+		credsRoundTrip(t, testURL(t))
 	})
 	t.Run("profile", func(t *testing.T) {
 		only := writeFile(t, filepath.Join(t.TempDir(), "credentials"), "[default]\n"+bad+"\n[trainer]\n"+good)
 		t.Setenv("AWS_SHARED_CREDENTIALS_FILE", only)
 		t.Setenv("AWS_PROFILE", "trainer")
-		s3CredsRoundTrip(t, s3URL(t))
+		credsRoundTrip(t, testURL(t))
 	})
 	t.Run("config-profile", func(t *testing.T) {
 		t.Setenv("AWS_CONFIG_FILE", config)
 		t.Setenv("AWS_PROFILE", "ci")
-		s3CredsRoundTrip(t, s3URL(t))
+		credsRoundTrip(t, testURL(t))
 	})
 	t.Run("wrong-profile", func(t *testing.T) {
 		t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
 		t.Setenv("AWS_PROFILE", "stale")
-		err := InitS3(s3URL(t), S3Options{RetryFor: 1})
+		err := Init(testURL(t), Config{RetryFor: 1}, nil)
 		if err == nil || !strings.Contains(err.Error(), "HTTP 403") || !strings.Contains(err.Error(), "check the credentials") {
 			t.Fatalf("init with a profile's wrong secret: %v, want an HTTP 403 error naming the credentials", err)
 		}
@@ -133,7 +134,7 @@ func TestS3CredentialsInstanceRole(t *testing.T) {
 	imds, hits := fakeIMDS(t, srv.Access, srv.Secret)
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "")
 	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.URL)
-	s3CredsRoundTrip(t, s3URL(t))
+	credsRoundTrip(t, testURL(t))
 	if hits.Load() == 0 {
 		t.Fatal("the instance metadata service was not asked")
 	}
@@ -165,7 +166,7 @@ func TestS3CredentialsWebIdentity(t *testing.T) {
 	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", writeFile(t, filepath.Join(t.TempDir(), "token"), jwt))
 	t.Setenv("AWS_ROLE_ARN", role)
 	t.Setenv("AWS_ENDPOINT_URL_STS", sts.URL)
-	s3CredsRoundTrip(t, s3URL(t))
+	credsRoundTrip(t, testURL(t))
 	if calls.Load() == 0 {
 		t.Fatal("STS was not asked")
 	}
@@ -185,7 +186,7 @@ func TestS3CredentialsRoleProbe(t *testing.T) {
 		hits.Store(0)
 		var logged []string
 		env := map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL, "AWS_EC2_METADATA_DISABLED": disabled}
-		c := s3Credentials("us-east-1", func(k string) string { return env[k] }, func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) })
+		c := credentialChain("us-east-1", func(k string) string { return env[k] }, func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) })
 		for range 5 {
 			if v, err := c.GetWithContext(nil); err != nil || v.AccessKeyID != "" {
 				t.Fatalf("disabled=%q: %+v, %v; want anonymous", disabled, v, err)

@@ -1,13 +1,15 @@
-package store
+package s3
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/weightfs/weightfs/internal/s3test"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/s3test"
+	"github.com/weightfs/weightfs/store"
 )
 
 func validLeaseJSON(t testing.TB, edit func(*leaseRecord)) []byte {
@@ -32,7 +34,7 @@ func TestDecodeLease(t *testing.T) {
 		want error
 	}{
 		{"valid", validLeaseJSON(t, nil), true, nil},
-		{"other format", validLeaseJSON(t, func(r *leaseRecord) { r.Format = "weightfs-lease-2" }), false, ErrUnsupportedVersion},
+		{"other format", validLeaseJSON(t, func(r *leaseRecord) { r.Format = "weightfs-lease-2" }), false, store.ErrUnsupportedVersion},
 		{"short token", validLeaseJSON(t, func(r *leaseRecord) { r.Token = "abc" }), false, nil},
 		{"token not hex", validLeaseJSON(t, func(r *leaseRecord) { r.Token = strings.Repeat("zz", 16) }), false, nil},
 		{"expires before renewed", validLeaseJSON(t, func(r *leaseRecord) { r.Expires = r.Renewed.Add(-time.Second) }), false, nil},
@@ -84,10 +86,10 @@ func FuzzDecodeLease(f *testing.F) {
 }
 
 // leaseClient is an S3 client of the store at url on srv, with a lease TTL of ttl.
-func leaseClient(t *testing.T, srv *s3test.Server, url string, ttl time.Duration) *s3Client {
+func leaseClient(t *testing.T, srv *s3test.Server, url string, ttl time.Duration) *client {
 	t.Helper()
 	srv.SetEnv(t)
-	c, err := s3Setup(url, Options{Logf: t.Logf, S3: S3Options{LeaseTTL: ttl, RetryFor: time.Second}})
+	c, err := setup(url, Config{LeaseTTL: ttl, RetryFor: time.Second}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,15 +104,15 @@ func leaseClient(t *testing.T, srv *s3test.Server, url string, ttl time.Duration
 // is free at once.
 func TestLeaseOneWriter(t *testing.T) {
 	srv := s3test.Start(t)
-	c := leaseClient(t, srv, s3URL(t), 30*time.Second)
+	c := leaseClient(t, srv, testURL(t), 30*time.Second)
 	ctx := context.Background()
 	a, err := acquireLease(ctx, c, t.Logf, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.release()
-	if _, err := acquireLease(ctx, c, t.Logf, time.Now); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), a.rec.Owner) {
-		t.Fatalf("second writer: %v, want ErrLocked naming %q", err, a.rec.Owner)
+	if _, err := acquireLease(ctx, c, t.Logf, time.Now); !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), a.rec.Owner) {
+		t.Fatalf("second writer: %v, want store.ErrLocked naming %q", err, a.rec.Owner)
 	}
 	if err := a.ensure(ctx, true); err != nil {
 		t.Fatalf("holder's renewal: %v", err)
@@ -121,10 +123,10 @@ func TestLeaseOneWriter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("take over an expired lease: %v", err)
 	}
-	if err := a.ensure(ctx, true); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "lost") {
+	if err := a.ensure(ctx, true); !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), "lost") {
 		t.Fatalf("old holder after a takeover: %v, want a lost lease", err)
 	}
-	if err := a.ensure(ctx, false); !errors.Is(err, ErrLocked) {
+	if err := a.ensure(ctx, false); !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("old holder stays refused: %v", err)
 	}
 	if err := b.ensure(ctx, true); err != nil {
@@ -148,27 +150,27 @@ func TestLeaseOneWriter(t *testing.T) {
 func TestLeaseBreak(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
-	url := s3URL(t)
-	if err := Init(url); err != nil {
+	url := testURL(t)
+	if err := Init(url, Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	w := openS3Store(t, url, Options{})
-	commitTree(t, w, 1, newS3Model(9, 1000).files(t))
-	info, err := BreakLease(url, Options{})
+	w := openTestStore(t, url, store.Options{})
+	commitTree(t, w, 1, newTestModel(9, 1000).files(t))
+	info, err := BreakLease(url, Config{}, nil)
 	if err != nil || !info.Held || info.Token == "" {
 		t.Fatalf("break: %+v, %v", info, err)
 	}
-	w2 := openS3Store(t, url, Options{})
-	m := newS3Model(9, 1000)
+	w2 := openTestStore(t, url, store.Options{})
+	m := newTestModel(9, 1000)
 	m.step()
 	dir := writeTree(t, t.TempDir(), m.files(t))
-	if _, err := w.Commit(dir, CommitOptions{Version: 2}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("commit by the writer whose lease was broken: %v, want ErrLocked", err)
+	if _, err := w.Commit(dir, store.CommitOptions{Version: 2}); !errors.Is(err, store.ErrLocked) {
+		t.Fatalf("commit by the writer whose lease was broken: %v, want store.ErrLocked", err)
 	}
-	if _, err := w2.Commit(dir, CommitOptions{Version: 2}); err != nil {
+	if _, err := w2.Commit(dir, store.CommitOptions{Version: 2}); err != nil {
 		t.Fatalf("commit by the new writer: %v", err)
 	}
-	if _, err := BreakLease(t.TempDir(), Options{}); err == nil {
+	if _, err := BreakLease(t.TempDir(), Config{}, nil); err == nil {
 		t.Fatal("breaking a local store's lock succeeded")
 	}
 }

@@ -1,15 +1,17 @@
-package store
+package s3
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/weightfs/weightfs/store"
 )
 
 // uploadJob is one object on its way to S3. Its file stays in CACHE/upload/ until the PUT
 // succeeded (reads are served from it meanwhile), then moves into the object cache.
 type uploadJob struct {
-	id   ID
+	id   store.ID
 	path string
 	size int64
 	err  error // the last attempt failed: SyncObjects queues it again
@@ -18,7 +20,7 @@ type uploadJob struct {
 // PutObject queues the finished temporary file tmp for upload as object id. It blocks while
 // the queue is full (2 x Concurrency objects), which bounds what waits on local disk. The
 // object is in S3 once SyncObjects returned without error.
-func (b *s3Backend) PutObject(id ID, tmp *os.File) error {
+func (b *Backend) PutObject(id store.ID, tmp *os.File) error {
 	name := tmp.Name()
 	if err := tmp.Close(); err != nil {
 		os.Remove(name)
@@ -33,7 +35,7 @@ func (b *s3Backend) PutObject(id ID, tmp *os.File) error {
 	if b.closed {
 		b.mu.Unlock()
 		os.Remove(name)
-		return fmt.Errorf("put object %s: %w", id, ErrClosed)
+		return fmt.Errorf("put object %s: %w", id, store.ErrClosed)
 	}
 	if j := b.pending[id]; j != nil && j.err == nil {
 		// The same content is already on its way (an identity names one content).
@@ -41,7 +43,7 @@ func (b *s3Backend) PutObject(id ID, tmp *os.File) error {
 		os.Remove(name)
 		return nil
 	}
-	dst := filepath.Join(b.dir, s3CacheUpload, id.String())
+	dst := filepath.Join(b.dir, cacheUpload, id.String())
 	if err := os.Rename(name, dst); err != nil {
 		b.mu.Unlock()
 		os.Remove(name)
@@ -54,17 +56,17 @@ func (b *s3Backend) PutObject(id ID, tmp *os.File) error {
 	return b.enqueue(job)
 }
 
-func (b *s3Backend) enqueue(job *uploadJob) error {
+func (b *Backend) enqueue(job *uploadJob) error {
 	select {
 	case b.queue <- job:
 		return nil
 	case <-b.ctx.Done():
-		b.finishJob(job, ErrClosed)
-		return fmt.Errorf("put object %s: %w", job.id, ErrClosed)
+		b.finishJob(job, store.ErrClosed)
+		return fmt.Errorf("put object %s: %w", job.id, store.ErrClosed)
 	}
 }
 
-func (b *s3Backend) uploadWorker() {
+func (b *Backend) uploadWorker() {
 	defer b.wg.Done()
 	for {
 		select {
@@ -74,7 +76,7 @@ func (b *s3Backend) uploadWorker() {
 			for {
 				select {
 				case job := <-b.queue:
-					b.finishJob(job, ErrClosed)
+					b.finishJob(job, store.ErrClosed)
 				default:
 					return
 				}
@@ -85,7 +87,7 @@ func (b *s3Backend) uploadWorker() {
 	}
 }
 
-func (b *s3Backend) upload(job *uploadJob) error {
+func (b *Backend) upload(job *uploadJob) error {
 	f, err := os.Open(job.path)
 	if err != nil {
 		return fmt.Errorf("upload object %s: %w", job.id, err)
@@ -99,7 +101,7 @@ func (b *s3Backend) upload(job *uploadJob) error {
 
 // finishJob records the end of an upload: on success the object is in S3 and its file moves
 // into the object cache; on failure it waits for the next SyncObjects.
-func (b *s3Backend) finishJob(job *uploadJob, err error) {
+func (b *Backend) finishJob(job *uploadJob, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inflight--
@@ -117,12 +119,12 @@ func (b *s3Backend) finishJob(job *uploadJob, err error) {
 }
 
 // writeStatsLocked writes the stats file; b.mu is held, which the counters do not need.
-func (b *s3Backend) writeStatsLocked() { b.c.stats.writeFile(b.dir, b.stats()) }
+func (b *Backend) writeStatsLocked() { b.c.stats.writeFile(b.dir, b.Stats()) }
 
 // SyncObjects waits until every object put so far is in S3. Uploads that failed (S3 was
 // unreachable for longer than RetryFor) are tried again first; if any still fails, the error
 // says how many and why, and a later call tries them again.
-func (b *s3Backend) SyncObjects() error {
+func (b *Backend) SyncObjects() error {
 	b.mu.Lock()
 	var again []*uploadJob
 	for _, j := range b.pending {
@@ -153,7 +155,7 @@ func (b *s3Backend) SyncObjects() error {
 	case len(errs) > 0:
 		return fmt.Errorf("%d of the version's objects are not in S3 yet: %w", len(errs), errs[0])
 	case b.closed && b.inflight > 0:
-		return fmt.Errorf("sync objects: %w", ErrClosed)
+		return fmt.Errorf("sync objects: %w", store.ErrClosed)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"strings"
@@ -32,30 +32,30 @@ func TestParseS3URL(t *testing.T) {
 		{"s3://" + strings.Repeat("b", 64), "", "", "3 to 63"},
 	}
 	for _, tt := range tests {
-		loc, err := ParseS3URL(tt.in)
+		loc, err := ParseURL(tt.in)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("ParseS3URL(%q) = %+v, %v; want an error with %q", tt.in, loc, err, tt.wantErr)
+				t.Errorf("ParseURL(%q) = %+v, %v; want an error with %q", tt.in, loc, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || loc.Bucket != tt.bucket || loc.Prefix != tt.prefix {
-			t.Errorf("ParseS3URL(%q) = %+v, %v; want %s %q", tt.in, loc, err, tt.bucket, tt.prefix)
+			t.Errorf("ParseURL(%q) = %+v, %v; want %s %q", tt.in, loc, err, tt.bucket, tt.prefix)
 		}
 	}
 }
 
 func TestS3LocationKeys(t *testing.T) {
-	for _, loc := range []S3Location{{"bucket", ""}, {"bucket", "a/b"}} {
+	for _, loc := range []Location{{"bucket", ""}, {"bucket", "a/b"}} {
 		k := loc.key("versions/v000001")
 		if rel, ok := loc.rel(k); !ok || rel != "versions/v000001" {
 			t.Errorf("%+v: key %q, rel %q %v", loc, k, rel, ok)
 		}
-		if again, err := ParseS3URL(loc.String()); err != nil || again != loc {
+		if again, err := ParseURL(loc.String()); err != nil || again != loc {
 			t.Errorf("%+v: String %q parses to %+v, %v", loc, loc.String(), again, err)
 		}
 	}
-	if _, ok := (S3Location{"bucket", "a"}).rel("ab/c"); ok {
+	if _, ok := (Location{"bucket", "a"}).rel("ab/c"); ok {
 		t.Error("a key outside the prefix was accepted")
 	}
 }
@@ -65,11 +65,11 @@ func FuzzParseS3URL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		loc, err := ParseS3URL(s)
+		loc, err := ParseURL(s)
 		if err != nil {
 			return
 		}
-		again, err := ParseS3URL(loc.String())
+		again, err := ParseURL(loc.String())
 		if err != nil || again != loc {
 			t.Fatalf("%q parses to %+v, whose String %q parses to %+v, %v", s, loc, loc.String(), again, err)
 		}
@@ -89,35 +89,35 @@ func TestS3OptionsResolve(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		opts    S3Options
+		opts    Config
 		env     func(string) string
-		check   func(s3Settings) bool
+		check   func(settings) bool
 		wantErr string
 	}{
-		{"defaults", S3Options{}, env(), func(s s3Settings) bool {
-			return s.host == "s3.amazonaws.com" && s.secure && s.region == "us-east-1" && s.partSize == DefaultS3PartSize &&
-				s.concurrency == DefaultS3Concurrency && s.leaseTTL == DefaultLeaseTTL && s.retryFor == DefaultS3RetryFor
+		{"defaults", Config{}, env(), func(s settings) bool {
+			return s.host == "s3.amazonaws.com" && s.secure && s.region == "us-east-1" && s.partSize == DefaultPartSize &&
+				s.concurrency == DefaultConcurrency && s.leaseTTL == DefaultLeaseTTL && s.retryFor == DefaultRetryFor
 		}, ""},
-		{"env endpoint and region", S3Options{}, env("AWS_ENDPOINT_URL", "http://127.0.0.1:9000", "AWS_REGION", "eu-west-1"), func(s s3Settings) bool {
+		{"env endpoint and region", Config{}, env("AWS_ENDPOINT_URL", "http://127.0.0.1:9000", "AWS_REGION", "eu-west-1"), func(s settings) bool {
 			return s.host == "127.0.0.1:9000" && !s.secure && s.region == "eu-west-1"
 		}, ""},
-		{"S3 endpoint beats the general one", S3Options{}, env("AWS_ENDPOINT_URL", "http://a:1", "AWS_ENDPOINT_URL_S3", "http://b:2"), func(s s3Settings) bool {
+		{"S3 endpoint beats the general one", Config{}, env("AWS_ENDPOINT_URL", "http://a:1", "AWS_ENDPOINT_URL_S3", "http://b:2"), func(s settings) bool {
 			return s.host == "b:2"
 		}, ""},
-		{"option beats env", S3Options{Endpoint: "https://c:3", Region: "r1"}, env("AWS_ENDPOINT_URL", "http://a:1", "AWS_REGION", "r2"), func(s s3Settings) bool {
+		{"option beats env", Config{Endpoint: "https://c:3", Region: "r1"}, env("AWS_ENDPOINT_URL", "http://a:1", "AWS_REGION", "r2"), func(s settings) bool {
 			return s.host == "c:3" && s.secure && s.region == "r1"
 		}, ""},
-		{"bare host is https", S3Options{Endpoint: "minio.local:9000"}, env(), func(s s3Settings) bool {
+		{"bare host is https", Config{Endpoint: "minio.local:9000"}, env(), func(s settings) bool {
 			return s.host == "minio.local:9000" && s.secure
 		}, ""},
-		{"path style from env", S3Options{}, env("AWS_S3_FORCE_PATH_STYLE", "true"), func(s s3Settings) bool { return s.pathStyle }, ""},
-		{"bad path style", S3Options{}, env("AWS_S3_FORCE_PATH_STYLE", "maybe"), nil, "not a boolean"},
-		{"endpoint with a path", S3Options{Endpoint: "http://h:1/base"}, env(), nil, "only scheme"},
-		{"endpoint scheme", S3Options{Endpoint: "ftp://h"}, env(), nil, "scheme"},
-		{"small part", S3Options{PartSize: 1 << 20}, env(), nil, "part size"},
-		{"negative cache", S3Options{ObjectCacheBytes: -1}, env(), nil, "negative"},
-		{"short lease", S3Options{LeaseTTL: time.Millisecond}, env(), nil, "lease"},
-		{"too many transfers", S3Options{Concurrency: 1000}, env(), nil, "concurrency"},
+		{"path style from env", Config{}, env("AWS_S3_FORCE_PATH_STYLE", "true"), func(s settings) bool { return s.pathStyle }, ""},
+		{"bad path style", Config{}, env("AWS_S3_FORCE_PATH_STYLE", "maybe"), nil, "not a boolean"},
+		{"endpoint with a path", Config{Endpoint: "http://h:1/base"}, env(), nil, "only scheme"},
+		{"endpoint scheme", Config{Endpoint: "ftp://h"}, env(), nil, "scheme"},
+		{"small part", Config{PartSize: 1 << 20}, env(), nil, "part size"},
+		{"negative cache", Config{ObjectCacheBytes: -1}, env(), nil, "negative"},
+		{"short lease", Config{LeaseTTL: time.Millisecond}, env(), nil, "lease"},
+		{"too many transfers", Config{Concurrency: 1000}, env(), nil, "concurrency"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,10 +1,8 @@
-package store
+package s3
 
 import (
 	"errors"
 	"fmt"
-	"github.com/weightfs/weightfs/internal/s3test"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -14,44 +12,52 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightfs/weightfs/internal/s3test"
+	"github.com/weightfs/weightfs/store"
+
 	"github.com/weightfs/weightfs/delta"
 )
 
-// s3Model is a small safetensors model whose versions each change about 1% of the elements
+// testModel is a small safetensors model whose versions each change about 1% of the elements
 // of every tensor, as an RL step does.
-type s3Model struct {
+type testModel struct {
 	rng     *rand.Rand
 	tensors []testTensor
 }
 
-func newS3Model(seed uint64, elems ...int) *s3Model {
-	m := &s3Model{rng: rand.New(rand.NewPCG(seed, 1))}
+func newTestModel(seed uint64, elems ...int) *testModel {
+	m := &testModel{rng: rand.New(rand.NewPCG(seed, 1))}
 	for i, n := range elems {
 		m.tensors = append(m.tensors, testTensor{fmt.Sprintf("layer%d.weight", i), delta.DTypeBF16, []int64{int64(n)}, bf16Like(m.rng, n)})
 	}
 	return m
 }
 
-func (m *s3Model) step() {
+func (m *testModel) step() {
 	for i := range m.tensors {
 		m.tensors[i].data = perturb(m.rng, m.tensors[i].data, 2, 0.01)
 	}
 }
 
-func (m *s3Model) files(t testing.TB) map[string][]byte {
+func (m *testModel) files(t testing.TB) map[string][]byte {
 	return map[string][]byte{
 		"model.safetensors": safetensorsFile(t, m.tensors...),
 		"config.json":       []byte(`{"model_type": "test"}`),
 	}
 }
 
-// s3URL is a fresh store address for this test.
-func s3URL(t testing.TB) string {
+// testURL is a fresh store address for this test.
+func testURL(t testing.TB) string {
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	return "s3://weightfs-test/" + name
 }
 
-func openS3Store(t testing.TB, url string, opts Options) *Store {
+func openTestStore(t testing.TB, url string, opts store.Options) *store.Store {
+	t.Helper()
+	return openTestStoreWith(t, url, Config{}, opts)
+}
+
+func openTestStoreWith(t testing.TB, url string, cfg Config, opts store.Options) *store.Store {
 	t.Helper()
 	if opts.Logf == nil {
 		opts.Logf = t.Logf
@@ -59,7 +65,7 @@ func openS3Store(t testing.TB, url string, opts Options) *Store {
 	if opts.CacheDir == "" {
 		opts.CacheDir = t.TempDir()
 	}
-	s, err := Open(url, opts)
+	s, err := Open(url, cfg, opts)
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
@@ -67,13 +73,13 @@ func openS3Store(t testing.TB, url string, opts Options) *Store {
 	return s
 }
 
-func s3Stats(t testing.TB, s *Store) S3Stats {
+func storeStats(t testing.TB, s *store.Store) Stats {
 	t.Helper()
-	st, ok := s.S3Stats()
+	b, ok := s.Backend().(*Backend)
 	if !ok {
 		t.Fatal("not an S3 store")
 	}
-	return st
+	return b.Stats()
 }
 
 // TestS3StoreRoundTrip writes versions to a store in S3 and reads them back through a second
@@ -83,20 +89,20 @@ func s3Stats(t testing.TB, s *Store) S3Stats {
 func TestS3StoreRoundTrip(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
-	url := s3URL(t)
-	if err := Init(url); err != nil {
+	url := testURL(t)
+	if err := Init(url, Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := Init(url); err == nil || !strings.Contains(err.Error(), "not empty") {
+	if err := Init(url, Config{}, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("second init: %v, want a 'not empty' error", err)
 	}
-	w := openS3Store(t, url, Options{})
-	if _, err := Open(url, Options{CacheDir: t.TempDir()}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "weightfs lease break") {
-		t.Fatalf("second writer: %v, want ErrLocked naming 'weightfs lease break'", err)
+	w := openTestStore(t, url, store.Options{})
+	if _, err := Open(url, Config{}, store.Options{CacheDir: t.TempDir()}); !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), "weightfs lease break") {
+		t.Fatalf("second writer: %v, want store.ErrLocked naming 'weightfs lease break'", err)
 	}
-	r := openS3Store(t, url, Options{ReadOnly: true, Materialize: true})
+	r := openTestStore(t, url, store.Options{ReadOnly: true, Materialize: true})
 
-	m := newS3Model(1, 300_000, 200_000, 5_000)
+	m := newTestModel(1, 300_000, 200_000, 5_000)
 	want := map[uint64]map[string][]byte{}
 	for v := uint64(1); v <= 4; v++ {
 		if v > 1 {
@@ -104,11 +110,11 @@ func TestS3StoreRoundTrip(t *testing.T) {
 		}
 		want[v] = m.files(t)
 		info, _ := commitTree(t, w, v, want[v])
-		before := s3Stats(t, r)
+		before := storeStats(t, r)
 		if err := r.Refresh(); err != nil {
 			t.Fatalf("refresh after v%d: %v", v, err)
 		}
-		after := s3Stats(t, r)
+		after := storeStats(t, r)
 		if latest, _ := r.Latest(); latest != v {
 			t.Fatalf("reader sees v%d, want v%d", latest, v)
 		}
@@ -135,18 +141,18 @@ func TestS3StoreRoundTrip(t *testing.T) {
 		t.Fatalf("verify: %v (%v)", err, rep.Damaged)
 	}
 	// The counters are on disk too, for other processes.
-	st, err := ReadS3StatsFile(r.cacheDir)
+	st, err := ReadStatsFile(r.CacheDir())
 	if err != nil || st.ObjectBytes == 0 {
 		t.Fatalf("stats file: %+v, %v", st, err)
 	}
-	info, err := ShowLease(url, Options{})
+	info, err := ShowLease(url, Config{}, nil)
 	if err != nil || !info.Held || info.Expired || !strings.Contains(info.Owner, fmt.Sprintf("pid %d", os.Getpid())) {
 		t.Fatalf("lease: %+v, %v", info, err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := ShowLease(url, Options{}); err != nil || info.Held {
+	if info, err := ShowLease(url, Config{}, nil); err != nil || info.Held {
 		t.Fatalf("lease after the writer closed: %+v, %v", info, err)
 	}
 }
@@ -157,29 +163,33 @@ func TestS3StoreRoundTrip(t *testing.T) {
 func TestS3MultipartAndParallelDownload(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
-	url := s3URL(t)
-	if err := Init(url); err != nil {
+	url := testURL(t)
+	if err := Init(url, Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{S3: S3Options{PartSize: MinS3PartSize}}
-	w := openS3Store(t, url, opts)
+	cfg := Config{PartSize: MinPartSize}
+	w := openTestStoreWith(t, url, cfg, store.Options{})
 	rng := rand.New(rand.NewPCG(3, 4))
-	blob := randomBytes(rng, 2*MinS3PartSize+12345) // incompressible: the object is as large
+	blob := randomBytes(rng, 2*MinPartSize+12345) // incompressible: the object is as large
 	commitTree(t, w, 1, map[string][]byte{"blob.bin": blob})
-	if st := s3Stats(t, w); st.MultipartUploads != 1 {
+	if st := storeStats(t, w); st.MultipartUploads != 1 {
 		t.Fatalf("multipart uploads: %d, want 1 (%+v)", st.MultipartUploads, st)
 	}
-	ropts := opts
-	ropts.ReadOnly = true
-	r := openS3Store(t, url, ropts)
+	r := openTestStoreWith(t, url, cfg, store.Options{ReadOnly: true})
 	mustEqualBytes(t, "blob read through a fresh reader", readWhole(t, r, 1, "blob.bin"), blob)
 
-	ver, err := r.sealedVersion(1)
-	if err != nil {
+	be := r.Backend().(*Backend)
+	var blobID store.ID
+	var blobSize int64
+	if err := be.ListObjects(func(id store.ID, size int64) error {
+		if size > blobSize {
+			blobID, blobSize = id, size
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	be := r.be.(*s3Backend)
-	key := be.objectKey(ver.m.Files[0].ID)
+	key := be.objectKey(blobID)
 	fast, err := os.Create(filepath.Join(t.TempDir(), "fast"))
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +202,7 @@ func TestS3MultipartAndParallelDownload(t *testing.T) {
 	defer slow.Close()
 	n1, err1 := be.downloadTo(be.ctx, key, fast)
 	n2, err2 := be.downloadWhole(be.ctx, key, slow)
-	if err1 != nil || err2 != nil || n1 != n2 || n1 <= 2*MinS3PartSize {
+	if err1 != nil || err2 != nil || n1 != n2 || n1 <= 2*MinPartSize {
 		t.Fatalf("downloads: parallel %d bytes (%v), reference %d bytes (%v)", n1, err1, n2, err2)
 	}
 	a, _ := os.ReadFile(fast.Name())
@@ -207,22 +217,20 @@ func TestS3OutageFailsCleanlyAndRecovers(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
 	proxy := startFlakyProxy(t, srv.Addr)
-	url := s3URL(t)
-	if err := Init(url); err != nil {
+	url := testURL(t)
+	if err := Init(url, Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{S3: S3Options{Endpoint: "http://" + proxy.addr(), RetryFor: 300 * time.Millisecond}}
-	w := openS3Store(t, url, opts)
-	m := newS3Model(5, 100_000, 50_000)
+	cfg := Config{Endpoint: "http://" + proxy.addr(), RetryFor: 300 * time.Millisecond}
+	w := openTestStoreWith(t, url, cfg, store.Options{})
+	m := newTestModel(5, 100_000, 50_000)
 	v1 := m.files(t)
 	commitTree(t, w, 1, v1)
 	m.step()
 	v2 := m.files(t)
 	commitTree(t, w, 2, v2)
 
-	ropts := opts
-	ropts.ReadOnly = true
-	r := openS3Store(t, url, ropts)
+	r := openTestStoreWith(t, url, cfg, store.Options{ReadOnly: true})
 	proxy.setDown(true)
 	f, err := r.OpenFile(2, "model.safetensors")
 	if err == nil {
@@ -269,7 +277,7 @@ func TestS3OutageFailsCleanlyAndRecovers(t *testing.T) {
 			mustEqualBytes(t, fmt.Sprintf("v%d %s after the outage", v, p), readWhole(t, r, v, p), b)
 		}
 	}
-	if st := s3Stats(t, r); st.Retries == 0 || st.Failures == 0 {
+	if st := storeStats(t, r); st.Retries == 0 || st.Failures == 0 {
 		t.Errorf("reader counters after an outage: %+v, want retries and failures", st)
 	}
 }
@@ -279,13 +287,13 @@ func TestS3OutageFailsCleanlyAndRecovers(t *testing.T) {
 func TestS3GCDropsVersionsForReaders(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
-	url := s3URL(t)
-	if err := Init(url); err != nil {
+	url := testURL(t)
+	if err := Init(url, Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	w := openS3Store(t, url, Options{})
-	r := openS3Store(t, url, Options{ReadOnly: true, Materialize: true})
-	m := newS3Model(7, 60_000, 30_000)
+	w := openTestStore(t, url, store.Options{})
+	r := openTestStore(t, url, store.Options{ReadOnly: true, Materialize: true})
+	m := newTestModel(7, 60_000, 30_000)
 	var last map[string][]byte
 	for v := uint64(1); v <= 4; v++ {
 		if v > 1 {
@@ -313,7 +321,7 @@ func TestS3GCDropsVersionsForReaders(t *testing.T) {
 	for p, b := range last {
 		mustEqualBytes(t, "v4 "+p+" after gc", readWhole(t, r, 4, p), b)
 	}
-	fresh := openS3Store(t, url, Options{ReadOnly: true})
+	fresh := openTestStore(t, url, store.Options{ReadOnly: true})
 	for p, b := range last {
 		mustEqualBytes(t, "v4 "+p+" by a fresh reader after gc", readWhole(t, fresh, 4, p), b)
 	}
@@ -326,122 +334,31 @@ func TestS3GCDropsVersionsForReaders(t *testing.T) {
 func TestS3OpenErrors(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
-	url := s3URL(t)
-	if err := InitS3(url, S3Options{}); err != nil {
+	url := testURL(t)
+	if err := Init(url, Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(url+"-none", Options{ReadOnly: true, CacheDir: t.TempDir()}); !errors.Is(err, ErrNotAStore) {
-		t.Fatalf("open of an empty prefix: %v, want ErrNotAStore", err)
+	if _, err := Open(url+"-none", Config{}, store.Options{ReadOnly: true, CacheDir: t.TempDir()}); !errors.Is(err, store.ErrNotAStore) {
+		t.Fatalf("open of an empty prefix: %v, want store.ErrNotAStore", err)
 	}
 	for _, bad := range []string{"s3://", "s3://B/x", "s3://bucket//x", "s3://bucket/../x"} {
-		if _, err := Open(bad, Options{ReadOnly: true}); err == nil {
+		if _, err := Open(bad, Config{}, store.Options{ReadOnly: true}); err == nil {
 			t.Errorf("open %q succeeded", bad)
 		}
 	}
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-	_, err := Open(url, Options{ReadOnly: true, CacheDir: t.TempDir(), S3: S3Options{RetryFor: 1}})
+	_, err := Open(url, Config{RetryFor: 1}, store.Options{ReadOnly: true, CacheDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Fatalf("open with a wrong secret: %v, want an HTTP 403 error", err)
 	}
 	// A cache directory of one store is refused for another.
 	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.Secret)
 	dir := t.TempDir()
-	openS3Store(t, url, Options{ReadOnly: true, CacheDir: dir}).Close()
-	if err := InitS3(url+"-other", S3Options{}); err != nil {
+	openTestStore(t, url, store.Options{ReadOnly: true, CacheDir: dir}).Close()
+	if err := Init(url+"-other", Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(url+"-other", Options{ReadOnly: true, CacheDir: dir}); err == nil || !strings.Contains(err.Error(), "another store") {
+	if _, err := Open(url+"-other", Config{}, store.Options{ReadOnly: true, CacheDir: dir}); err == nil || !strings.Contains(err.Error(), "another store") {
 		t.Fatalf("open with another store's cache: %v", err)
 	}
-}
-
-// TestS3WriterRestart: a writer that comes back (with its cache, or on a new machine with a
-// fresh one) goes on where the store is; objects left by a writer that died before its seal
-// are removed, and nothing sealed is touched.
-func TestS3WriterRestart(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := s3URL(t)
-	if err := Init(url); err != nil {
-		t.Fatal(err)
-	}
-	cache := t.TempDir()
-	m := newS3Model(11, 80_000, 20_000)
-	want := map[uint64]map[string][]byte{}
-	w := openS3Store(t, url, Options{CacheDir: cache})
-	for v := uint64(1); v <= 2; v++ {
-		if v > 1 {
-			m.step()
-		}
-		want[v] = m.files(t)
-		commitTree(t, w, v, want[v])
-	}
-	countObjects := func(s *Store) int {
-		n := 0
-		if err := s.be.ListObjects(func(ID, int64) error { n++; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	sealed := countObjects(w)
-	// Die in the middle of version 3: its objects are uploaded, its manifest is not.
-	m.step()
-	vw, err := w.NewVersion(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p, b := range m.files(t) {
-		if err := vw.AddFile(p, bytesReaderAt(b), int64(len(b)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.be.SyncObjects(); err != nil {
-		t.Fatal(err)
-	}
-	if n := countObjects(w); n <= sealed {
-		t.Fatalf("the unsealed version uploaded nothing (%d objects, %d sealed)", n, sealed)
-	}
-	w.shutdown() // a crash: no clean-up, and the lease stays until it expires
-	if _, err := BreakLease(url, Options{}); err != nil {
-		t.Fatal(err)
-	}
-
-	// Back with the same cache: the dirty index makes it sweep the leftovers.
-	w2 := openS3Store(t, url, Options{CacheDir: cache})
-	if n := countObjects(w2); n != sealed {
-		t.Fatalf("after the restart: %d objects, want the %d sealed ones", n, sealed)
-	}
-	want[3] = m.files(t)
-	commitTree(t, w2, 3, want[3])
-	w2.Close()
-
-	// On another machine: a fresh cache, built from the store alone.
-	m.step()
-	want[4] = m.files(t)
-	w3 := openS3Store(t, url, Options{})
-	commitTree(t, w3, 4, want[4])
-	// A reader that joins late builds its copy of the latest version from the store.
-	r := openS3Store(t, url, Options{ReadOnly: true, Materialize: true})
-	for v, files := range want {
-		for p, b := range files {
-			mustEqualBytes(t, fmt.Sprintf("v%d %s", v, p), readWhole(t, r, v, p), b)
-		}
-	}
-	if _, err := r.Verify(nil); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// bytesReaderAt serves a byte slice as an io.ReaderAt.
-type bytesReaderAt []byte
-
-func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	if off >= int64(len(b)) {
-		return 0, io.EOF
-	}
-	n := copy(p, b[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
 }

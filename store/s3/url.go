@@ -1,55 +1,55 @@
-package store
+package s3
 
 import (
 	"fmt"
 	"strings"
 )
 
-// S3Scheme starts the address of a store kept in an S3 bucket: s3://bucket/prefix.
-const S3Scheme = "s3://"
+// Scheme starts the address of a store kept in an S3 bucket: s3://bucket/prefix.
+const Scheme = "s3://"
 
-// IsS3URL reports whether a STORE argument names an S3 store rather than a local directory.
-func IsS3URL(s string) bool { return strings.HasPrefix(s, S3Scheme) }
+// IsURL reports whether a STORE argument names an S3 store rather than a local directory.
+func IsURL(s string) bool { return strings.HasPrefix(s, Scheme) }
 
-// S3Location is where a store lives in S3: a bucket and a key prefix (no leading or trailing
+// Location is where a store lives in S3: a bucket and a key prefix (no leading or trailing
 // slash; empty for the bucket's top). Every key of the store is Prefix + "/" + its path in
 // the local layout (docs/format.md (Part I) §1).
-type S3Location struct {
+type Location struct {
 	Bucket string
 	Prefix string
 }
 
-// ParseS3URL parses s3://bucket or s3://bucket/prefix. The bucket must follow S3's naming
+// ParseURL parses s3://bucket or s3://bucket/prefix. The bucket must follow S3's naming
 // rules (3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a
 // letter or digit); the prefix must be a clean relative key path (no empty, "." or ".."
 // segments, no backslashes or control characters). One trailing slash is allowed.
-func ParseS3URL(s string) (S3Location, error) {
-	if !IsS3URL(s) {
-		return S3Location{}, fmt.Errorf("%q is not an S3 store address (want s3://bucket/prefix)", s)
+func ParseURL(s string) (Location, error) {
+	if !IsURL(s) {
+		return Location{}, fmt.Errorf("%q is not an S3 store address (want s3://bucket/prefix)", s)
 	}
-	rest := strings.TrimSuffix(strings.TrimPrefix(s, S3Scheme), "/")
+	rest := strings.TrimSuffix(strings.TrimPrefix(s, Scheme), "/")
 	bucket, prefix, _ := strings.Cut(rest, "/")
 	if err := checkBucketName(bucket); err != nil {
-		return S3Location{}, fmt.Errorf("store address %q: %w", s, err)
+		return Location{}, fmt.Errorf("store address %q: %w", s, err)
 	}
 	if prefix != "" {
 		if err := checkKeyPrefix(prefix); err != nil {
-			return S3Location{}, fmt.Errorf("store address %q: %w", s, err)
+			return Location{}, fmt.Errorf("store address %q: %w", s, err)
 		}
 	}
-	return S3Location{Bucket: bucket, Prefix: prefix}, nil
+	return Location{Bucket: bucket, Prefix: prefix}, nil
 }
 
 // String is the canonical s3:// address.
-func (l S3Location) String() string {
+func (l Location) String() string {
 	if l.Prefix == "" {
-		return S3Scheme + l.Bucket
+		return Scheme + l.Bucket
 	}
-	return S3Scheme + l.Bucket + "/" + l.Prefix
+	return Scheme + l.Bucket + "/" + l.Prefix
 }
 
 // key is the object key of rel, a slash-separated path of the store's layout.
-func (l S3Location) key(rel string) string {
+func (l Location) key(rel string) string {
 	if l.Prefix == "" {
 		return rel
 	}
@@ -58,7 +58,7 @@ func (l S3Location) key(rel string) string {
 
 // rel is the inverse of key: the store path of an object key; ok is false for keys outside
 // the prefix.
-func (l S3Location) rel(key string) (string, bool) {
+func (l Location) rel(key string) (string, bool) {
 	if l.Prefix == "" {
 		return key, true
 	}

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"context"
@@ -8,23 +8,25 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/weightfs/weightfs/store"
 )
 
 const (
-	// s3HeadLen is what a first small read of an uncached object fetches: the object header
+	// headLen is what a first small read of an uncached object fetches: the object header
 	// and the chunk table of objects up to 4 GiB, all the store reads to plan (meta,
 	// objectInfo) without the object's content.
-	s3HeadLen = 16 << 10
-	// s3SmallObject: objects up to this size are fetched whole at their first read.
-	s3SmallObject = 64 << 10
+	headLen = 16 << 10
+	// smallObject: objects up to this size are fetched whole at their first read.
+	smallObject = 64 << 10
 )
 
 // remoteObject is an open object that is not in the local cache yet. Reads inside the first
-// s3HeadLen bytes are served by one ranged GET; any other read fetches the whole object into
+// headLen bytes are served by one ranged GET; any other read fetches the whole object into
 // the cache first (once per process, however many readers ask: fetch).
 type remoteObject struct {
-	b    *s3Backend
-	id   ID
+	b    *Backend
+	id   store.ID
 	size int64
 
 	mu   sync.Mutex
@@ -44,10 +46,10 @@ func (o *remoteObject) ReadAt(p []byte, off int64) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	end := min(off+int64(len(p)), o.size)
-	if o.file == nil && o.size > s3SmallObject && end <= s3HeadLen {
+	if o.file == nil && o.size > smallObject && end <= headLen {
 		if o.head == nil {
-			head := make([]byte, s3HeadLen)
-			if err := o.b.c.getRange(o.b.ctx, o.b.objectKey(o.id), "", 0, s3HeadLen, byteWriterAt(head)); err != nil {
+			head := make([]byte, headLen)
+			if err := o.b.c.getRange(o.b.ctx, o.b.objectKey(o.id), "", 0, headLen, byteWriterAt(head)); err != nil {
 				return 0, fmt.Errorf("object %s: %w", o.id, err)
 			}
 			o.head = head
@@ -97,7 +99,7 @@ type fetchFlight struct {
 
 // fetch returns an open descriptor of the whole object id, downloading it into the cache
 // unless it is there. Concurrent fetches of one object download it once.
-func (b *s3Backend) fetch(id ID) (*os.File, error) {
+func (b *Backend) fetch(id store.ID) (*os.File, error) {
 	for range 3 {
 		if f, _, ok := b.cache.open(id); ok {
 			b.c.stats.add(&b.c.stats.cacheHits, 1)
@@ -130,24 +132,24 @@ func (b *s3Backend) fetch(id ID) (*os.File, error) {
 
 // download fetches object id whole into the cache, checks that the file is complete and
 // intact (its CRC-32C trailer), and returns it open.
-func (b *s3Backend) download(id ID) (*os.File, error) {
+func (b *Backend) download(id store.ID) (*os.File, error) {
 	select {
 	case b.dl <- struct{}{}:
 	case <-b.ctx.Done():
-		return nil, fmt.Errorf("fetch object %s: %w", id, ErrClosed)
+		return nil, fmt.Errorf("fetch object %s: %w", id, store.ErrClosed)
 	}
 	defer func() { <-b.dl }()
 	key := b.objectKey(id)
 	var lastErr error
 	// A second attempt after a failed check: the bytes may have been damaged on the way.
 	for attempt := 0; attempt < 2; attempt++ {
-		f, err := os.CreateTemp(filepath.Join(b.dir, s3CacheTmp), "fetch-*")
+		f, err := os.CreateTemp(filepath.Join(b.dir, cacheTmp), "fetch-*")
 		if err != nil {
 			return nil, fmt.Errorf("fetch object %s: %w", id, err)
 		}
 		size, err := b.downloadTo(b.ctx, key, f)
 		if err == nil {
-			if err = checkCRC(localObject{f, size}); err != nil {
+			if err = store.CheckObject(fileObject{f, size}); err != nil {
 				err = fmt.Errorf("object %s as downloaded from %s: %w", id, b.c.loc, err)
 			}
 		}
@@ -158,7 +160,7 @@ func (b *s3Backend) download(id ID) (*os.File, error) {
 			f.Close()
 			os.Remove(f.Name())
 			lastErr = err
-			if !errors.Is(err, ErrCorrupt) {
+			if !errors.Is(err, store.ErrCorrupt) {
 				break
 			}
 			continue
@@ -174,7 +176,7 @@ func (b *s3Backend) download(id ID) (*os.File, error) {
 // downloadTo writes the object at key into f (empty) and returns its size. The first GET
 // asks for the first part only; an object no larger than that is then complete after one
 // request, and the rest of a larger one is fetched in parallel (downloadParts).
-func (b *s3Backend) downloadTo(ctx context.Context, key string, f *os.File) (int64, error) {
+func (b *Backend) downloadTo(ctx context.Context, key string, f *os.File) (int64, error) {
 	var total, got int64
 	var etag string
 	err := b.c.retry(ctx, "GET "+b.c.name(key), func(ctx context.Context) error {
@@ -202,7 +204,7 @@ func (b *s3Backend) downloadTo(ctx context.Context, key string, f *os.File) (int
 }
 
 // downloadWhole is the reference download: one GET of the whole object streamed into f.
-func (b *s3Backend) downloadWhole(ctx context.Context, key string, f *os.File) (int64, error) {
+func (b *Backend) downloadWhole(ctx context.Context, key string, f *os.File) (int64, error) {
 	var size int64
 	err := b.c.retry(ctx, "GET "+b.c.name(key), func(ctx context.Context) error {
 		if err := f.Truncate(0); err != nil {
@@ -221,7 +223,7 @@ func (b *s3Backend) downloadWhole(ctx context.Context, key string, f *os.File) (
 // downloadParts fetches bytes [start, size) of a large object: parts of PartSize by up to
 // four ranged GETs at a time, each written at its offset, all pinned to one ETag so that
 // every part comes from the same object.
-func (b *s3Backend) downloadParts(ctx context.Context, key, etag string, start, size int64, f *os.File) error {
+func (b *Backend) downloadParts(ctx context.Context, key, etag string, start, size int64, f *os.File) error {
 	part := b.c.set.partSize
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

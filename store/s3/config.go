@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// S3Options configure a store at s3://bucket/prefix. Zero fields take the standard AWS
+// Config configures a store at s3://bucket/prefix. Zero fields take the standard AWS
 // environment variables where there is one, then the defaults below. Credentials are never
-// options: they come from where every AWS tool finds them (s3Credentials: the environment,
+// options: they come from where every AWS tool finds them (credentialChain: the environment,
 // web identity, the shared files and AWS_PROFILE, a container or instance role).
-type S3Options struct {
+type Config struct {
 	// Endpoint is the S3 service, "https://host[:port]" or "http://host[:port]" (no path).
 	// Empty: AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL, then https://s3.amazonaws.com.
 	Endpoint string
@@ -25,17 +25,17 @@ type S3Options struct {
 	PathStyle bool
 
 	// ObjectCacheBytes bounds the local disk cache of downloaded objects (LRU; 0:
-	// DefaultS3ObjectCacheBytes). Objects waiting for upload and the materialized copy are
+	// DefaultObjectCacheBytes). Objects waiting for upload and the materialized copy are
 	// not counted.
 	ObjectCacheBytes int64
 	// Concurrency bounds the uploads and the downloads in flight, each (0:
-	// DefaultS3Concurrency).
+	// DefaultConcurrency).
 	Concurrency int
 	// PartSize is the multipart part size: larger objects are uploaded in parts and
-	// downloaded by parallel ranged reads (0: DefaultS3PartSize; at least 5 MiB).
+	// downloaded by parallel ranged reads (0: DefaultPartSize; at least 5 MiB).
 	PartSize int64
 	// RetryFor is how long a transient error (a refused connection, a timeout, HTTP 5xx or
-	// 429) is retried with backoff before the operation fails (0: DefaultS3RetryFor).
+	// 429) is retried with backoff before the operation fails (0: DefaultRetryFor).
 	RetryFor time.Duration
 	// LeaseTTL is how long the writer's lease lasts without renewal; it is renewed every
 	// third of it, and a writer that died is replaced automatically once it expired
@@ -43,21 +43,21 @@ type S3Options struct {
 	LeaseTTL time.Duration
 }
 
-// Defaults of S3Options.
+// Defaults of Config.
 const (
-	DefaultS3ObjectCacheBytes = 8 << 30
-	DefaultS3Concurrency      = 8
-	DefaultS3PartSize         = 16 << 20
-	MinS3PartSize             = 5 << 20
-	DefaultS3RetryFor         = 30 * time.Second
-	DefaultLeaseTTL           = 30 * time.Second
-	// DefaultS3PollInterval is how often a read-only mount of an S3 store looks for new
+	DefaultObjectCacheBytes = 8 << 30
+	DefaultConcurrency      = 8
+	DefaultPartSize         = 16 << 20
+	MinPartSize             = 5 << 20
+	DefaultRetryFor         = 30 * time.Second
+	DefaultLeaseTTL         = 30 * time.Second
+	// DefaultPollInterval is how often a read-only mount of an S3 store looks for new
 	// versions: each look is one LIST request.
-	DefaultS3PollInterval = time.Second
+	DefaultPollInterval = time.Second
 )
 
-// s3Settings are S3Options resolved against the environment and the defaults.
-type s3Settings struct {
+// settings are Config resolved against the environment and the defaults.
+type settings struct {
 	host      string // host[:port]
 	secure    bool
 	region    string
@@ -71,8 +71,8 @@ type s3Settings struct {
 }
 
 // resolve fills the zero fields of o from getenv and the defaults and checks the result.
-func (o S3Options) resolve(getenv func(string) string) (s3Settings, error) {
-	st := s3Settings{
+func (o Config) resolve(getenv func(string) string) (settings, error) {
+	st := settings{
 		region:     firstNonEmpty(o.Region, getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"), "us-east-1"),
 		cacheBytes: o.ObjectCacheBytes, concurrency: o.Concurrency, partSize: o.PartSize,
 		retryFor: o.RetryFor, leaseTTL: o.LeaseTTL, pathStyle: o.PathStyle,
@@ -80,39 +80,39 @@ func (o S3Options) resolve(getenv func(string) string) (s3Settings, error) {
 	endpoint := firstNonEmpty(o.Endpoint, getenv("AWS_ENDPOINT_URL_S3"), getenv("AWS_ENDPOINT_URL"), "https://s3.amazonaws.com")
 	var err error
 	if st.host, st.secure, err = parseEndpoint(endpoint); err != nil {
-		return s3Settings{}, err
+		return settings{}, err
 	}
 	if v := getenv("AWS_S3_FORCE_PATH_STYLE"); v != "" && !st.pathStyle {
 		if st.pathStyle, err = strconv.ParseBool(v); err != nil {
-			return s3Settings{}, fmt.Errorf("AWS_S3_FORCE_PATH_STYLE=%q is not a boolean", v)
+			return settings{}, fmt.Errorf("AWS_S3_FORCE_PATH_STYLE=%q is not a boolean", v)
 		}
 	}
 	switch {
 	case st.cacheBytes < 0:
-		return s3Settings{}, fmt.Errorf("S3 object cache size %d is negative", st.cacheBytes)
+		return settings{}, fmt.Errorf("S3 object cache size %d is negative", st.cacheBytes)
 	case st.cacheBytes == 0:
-		st.cacheBytes = DefaultS3ObjectCacheBytes
+		st.cacheBytes = DefaultObjectCacheBytes
 	}
 	switch {
 	case st.concurrency < 0 || st.concurrency > 256:
-		return s3Settings{}, fmt.Errorf("S3 concurrency %d is not within 1..256", st.concurrency)
+		return settings{}, fmt.Errorf("S3 concurrency %d is not within 1..256", st.concurrency)
 	case st.concurrency == 0:
-		st.concurrency = DefaultS3Concurrency
+		st.concurrency = DefaultConcurrency
 	}
 	switch {
 	case st.partSize == 0:
-		st.partSize = DefaultS3PartSize
-	case st.partSize < MinS3PartSize || st.partSize > 5<<30:
-		return s3Settings{}, fmt.Errorf("S3 part size %d is not within 5 MiB..5 GiB", st.partSize)
+		st.partSize = DefaultPartSize
+	case st.partSize < MinPartSize || st.partSize > 5<<30:
+		return settings{}, fmt.Errorf("S3 part size %d is not within 5 MiB..5 GiB", st.partSize)
 	}
 	if st.retryFor <= 0 {
-		st.retryFor = DefaultS3RetryFor
+		st.retryFor = DefaultRetryFor
 	}
 	switch {
 	case st.leaseTTL == 0:
 		st.leaseTTL = DefaultLeaseTTL
 	case st.leaseTTL < time.Second:
-		return s3Settings{}, fmt.Errorf("lease TTL %s is shorter than a second", st.leaseTTL)
+		return settings{}, fmt.Errorf("lease TTL %s is shorter than a second", st.leaseTTL)
 	}
 	return st, nil
 }
@@ -148,7 +148,7 @@ func firstNonEmpty(vs ...string) string {
 }
 
 // endpointURL is the endpoint as a URL, for messages and the cache's origin record.
-func (st s3Settings) endpointURL() string {
+func (st settings) endpointURL() string {
 	if st.secure {
 		return "https://" + st.host
 	}

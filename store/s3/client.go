@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"bytes"
@@ -17,22 +17,22 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
-// s3Client is the store's view of an S3 bucket: whole-object and ranged GETs, PUTs (with
+// client is the store's view of an S3 bucket: whole-object and ranged GETs, PUTs (with
 // the conditional headers the lease and the manifests need), listings and deletes, each
 // retried with backoff on transient errors for up to retryFor. Every request goes through
 // minio-go; this type adds the retry policy, the error classes and the traffic counters.
-type s3Client struct {
+type client struct {
 	mc       *minio.Client
-	loc      S3Location
-	set      s3Settings
-	stats    *s3Counters
+	loc      Location
+	set      settings
+	stats    *counters
 	logf     func(string, ...any)
 	sleep    func(ctx context.Context, d time.Duration) error // tests shorten it
 	downMu   sync.Mutex
 	downLogd bool // "unreachable" was logged and "reachable again" was not yet
 }
 
-func newS3Client(loc S3Location, set s3Settings, logf func(string, ...any)) (*s3Client, error) {
+func newClient(loc Location, set settings, logf func(string, ...any)) (*client, error) {
 	base, err := minio.DefaultTransport(set.secure)
 	if err != nil {
 		return nil, fmt.Errorf("S3 transport: %w", err)
@@ -40,25 +40,25 @@ func newS3Client(loc S3Location, set s3Settings, logf func(string, ...any)) (*s3
 	// A server that accepts the connection and then says nothing must not hang a read:
 	// the retry loop decides how long to keep trying.
 	base.ResponseHeaderTimeout = 30 * time.Second
-	stats := &s3Counters{}
+	stats := &counters{}
 	lookup := minio.BucketLookupAuto
 	if set.pathStyle {
 		lookup = minio.BucketLookupPath
 	}
 	mc, err := minio.New(set.host, &minio.Options{
-		Creds:        s3Credentials(set.region, os.Getenv, logf),
+		Creds:        credentialChain(set.region, os.Getenv, logf),
 		Secure:       set.secure,
 		Region:       set.region,
 		BucketLookup: lookup,
 		Transport:    countingTransport{base: base, c: stats},
-		// One attempt per call: retries are ours (s3Client.retry), so that their policy,
+		// One attempt per call: retries are ours (client.retry), so that their policy,
 		// their logging and their counting are in one place.
 		MaxRetries: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("S3 client for %s: %w", set.endpointURL(), err)
 	}
-	return &s3Client{mc: mc, loc: loc, set: set, stats: stats, logf: logf, sleep: sleepCtx}, nil
+	return &client{mc: mc, loc: loc, set: set, stats: stats, logf: logf, sleep: sleepCtx}, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -118,17 +118,17 @@ func classify(err error) errClass {
 	return classPermanent
 }
 
-// s3Error is a failed S3 request. It carries the cause's text but unwraps only to
+// requestError is a failed S3 request. It carries the cause's text but unwraps only to
 // fs.ErrNotExist (a missing key): a network errno such as ECONNREFUSED must not reach the
 // FUSE layer, where an errno in the chain would be passed to the kernel instead of EIO.
-type s3Error struct {
+type requestError struct {
 	op    string // "GET s3://bucket/key"
 	class errClass
 	msg   string
 	tries int
 }
 
-func (e *s3Error) Error() string {
+func (e *requestError) Error() string {
 	s := e.op + ": " + e.msg
 	if e.tries > 1 {
 		s += fmt.Sprintf(" (gave up after %d attempts)", e.tries)
@@ -136,7 +136,7 @@ func (e *s3Error) Error() string {
 	return s
 }
 
-func (e *s3Error) Unwrap() error {
+func (e *requestError) Unwrap() error {
 	if e.class == classNotFound {
 		return fs.ErrNotExist
 	}
@@ -145,7 +145,7 @@ func (e *s3Error) Unwrap() error {
 
 // isPrecondition reports whether err is a failed condition of a conditional request.
 func isPrecondition(err error) bool {
-	var e *s3Error
+	var e *requestError
 	return errors.As(err, &e) && e.class == classPrecondition
 }
 
@@ -161,7 +161,7 @@ func backoff(attempt int) time.Duration {
 
 // retry runs op until it succeeds, fails with a non-transient error, or retryFor has passed
 // since the first attempt. what names the request in errors and logs.
-func (c *s3Client) retry(ctx context.Context, what string, op func(ctx context.Context) error) error {
+func (c *client) retry(ctx context.Context, what string, op func(ctx context.Context) error) error {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		err := op(ctx)
@@ -181,12 +181,12 @@ func (c *s3Client) retry(ctx context.Context, what string, op func(ctx context.C
 			if class == classNotFound || class == classPrecondition {
 				c.reachable()
 			}
-			return &s3Error{op: what, class: class, msg: errorText(err), tries: attempt + 1}
+			return &requestError{op: what, class: class, msg: errorText(err), tries: attempt + 1}
 		}
 		c.unreachable(what, err)
 		c.stats.add(&c.stats.retries, 1)
 		if err := c.sleep(ctx, backoff(attempt)); err != nil {
-			return &s3Error{op: what, class: classPermanent, msg: err.Error(), tries: attempt + 1}
+			return &requestError{op: what, class: classPermanent, msg: err.Error(), tries: attempt + 1}
 		}
 	}
 }
@@ -206,7 +206,7 @@ func errorText(err error) string {
 }
 
 // unreachable logs the first transient failure after a success; reachable logs the recovery.
-func (c *s3Client) unreachable(what string, err error) {
+func (c *client) unreachable(what string, err error) {
 	c.downMu.Lock()
 	defer c.downMu.Unlock()
 	if !c.downLogd {
@@ -215,7 +215,7 @@ func (c *s3Client) unreachable(what string, err error) {
 	}
 }
 
-func (c *s3Client) reachable() {
+func (c *client) reachable() {
 	c.downMu.Lock()
 	defer c.downMu.Unlock()
 	if c.downLogd {
@@ -224,11 +224,11 @@ func (c *s3Client) reachable() {
 	}
 }
 
-func (c *s3Client) name(key string) string { return S3Scheme + c.loc.Bucket + "/" + key }
+func (c *client) name(key string) string { return Scheme + c.loc.Bucket + "/" + key }
 
 // getBytes reads a whole small object (a manifest, the lease, the format file), counting
 // its bytes in *counter, and returns them with the object's ETag.
-func (c *s3Client) getBytes(ctx context.Context, key string, counter *int64) (data []byte, etag string, err error) {
+func (c *client) getBytes(ctx context.Context, key string, counter *int64) (data []byte, etag string, err error) {
 	err = c.retry(ctx, "GET "+c.name(key), func(ctx context.Context) error {
 		obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
 		if err != nil {
@@ -255,7 +255,7 @@ func (c *s3Client) getBytes(ctx context.Context, key string, counter *int64) (da
 }
 
 // stat returns an object's size and ETag.
-func (c *s3Client) stat(ctx context.Context, key string) (size int64, etag string, err error) {
+func (c *client) stat(ctx context.Context, key string) (size int64, etag string, err error) {
 	err = c.retry(ctx, "HEAD "+c.name(key), func(ctx context.Context) error {
 		info, err := c.mc.StatObject(ctx, c.loc.Bucket, key, minio.StatObjectOptions{})
 		if err != nil {
@@ -274,7 +274,7 @@ type putCond struct {
 }
 
 // putBytes stores a small object, optionally under a condition, and returns its ETag.
-func (c *s3Client) putBytes(ctx context.Context, key string, data []byte, cond putCond) (string, error) {
+func (c *client) putBytes(ctx context.Context, key string, data []byte, cond putCond) (string, error) {
 	var etag string
 	err := c.retry(ctx, "PUT "+c.name(key), func(ctx context.Context) error {
 		opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
@@ -297,7 +297,7 @@ func (c *s3Client) putBytes(ctx context.Context, key string, data []byte, cond p
 
 // putFile uploads size bytes of f as key: one PUT up to the part size, else a multipart
 // upload whose parts are read from f at their offsets and sent in parallel.
-func (c *s3Client) putFile(ctx context.Context, key string, f *os.File, size int64) error {
+func (c *client) putFile(ctx context.Context, key string, f *os.File, size int64) error {
 	err := c.retry(ctx, "PUT "+c.name(key), func(ctx context.Context) error {
 		opts := minio.PutObjectOptions{
 			ContentType: "application/octet-stream",
@@ -320,7 +320,7 @@ func (c *s3Client) putFile(ctx context.Context, key string, f *os.File, size int
 }
 
 // remove deletes an object; a missing one is not an error.
-func (c *s3Client) remove(ctx context.Context, key string) error {
+func (c *client) remove(ctx context.Context, key string) error {
 	err := c.retry(ctx, "DELETE "+c.name(key), func(ctx context.Context) error {
 		return c.mc.RemoveObject(ctx, c.loc.Bucket, key, minio.RemoveObjectOptions{})
 	})
@@ -333,7 +333,7 @@ func (c *s3Client) remove(ctx context.Context, key string) error {
 // list calls fn for every object under the store-relative directory dir ("versions/"), in
 // key order. A listing cut short by an error is retried from the last key seen; an error of
 // fn ends it and is returned as it is.
-func (c *s3Client) list(ctx context.Context, dir string, fn func(rel string, size int64) error) error {
+func (c *client) list(ctx context.Context, dir string, fn func(rel string, size int64) error) error {
 	prefix := c.loc.key(dir)
 	after := ""
 	var fnErr error
@@ -360,9 +360,9 @@ func (c *s3Client) list(ctx context.Context, dir string, fn func(rel string, siz
 }
 
 // bucketExists reports whether the bucket is there (and reachable with these credentials).
-func (c *s3Client) bucketExists(ctx context.Context) (bool, error) {
+func (c *client) bucketExists(ctx context.Context) (bool, error) {
 	var ok bool
-	err := c.retry(ctx, "HEAD "+S3Scheme+c.loc.Bucket, func(ctx context.Context) error {
+	err := c.retry(ctx, "HEAD "+Scheme+c.loc.Bucket, func(ctx context.Context) error {
 		var err error
 		ok, err = c.mc.BucketExists(ctx, c.loc.Bucket)
 		return err
@@ -371,8 +371,8 @@ func (c *s3Client) bucketExists(ctx context.Context) (bool, error) {
 }
 
 // makeBucket creates the bucket in the client's region.
-func (c *s3Client) makeBucket(ctx context.Context) error {
-	return c.retry(ctx, "CREATE BUCKET "+S3Scheme+c.loc.Bucket, func(ctx context.Context) error {
+func (c *client) makeBucket(ctx context.Context) error {
+	return c.retry(ctx, "CREATE BUCKET "+Scheme+c.loc.Bucket, func(ctx context.Context) error {
 		err := c.mc.MakeBucket(ctx, c.loc.Bucket, minio.MakeBucketOptions{Region: c.set.region})
 		var er minio.ErrorResponse
 		if errors.As(err, &er) && (er.Code == "BucketAlreadyOwnedByYou" || er.Code == "BucketAlreadyExists") {
@@ -383,6 +383,6 @@ func (c *s3Client) makeBucket(ctx context.Context) error {
 }
 
 // describe names the store and its endpoint, for messages.
-func (c *s3Client) describe() string {
+func (c *client) describe() string {
 	return fmt.Sprintf("%s at %s", c.loc, strings.TrimSuffix(c.set.endpointURL(), "/"))
 }

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"container/list"
@@ -11,13 +11,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/weightfs/weightfs/store"
 )
 
 // objectCache is the local disk cache of objects of a remote store: complete object files,
 // exactly as stored, in DIR/ab/<64 hex>, bounded by the sum of their sizes and dropping the
 // least recently used first. Every file in it is a whole object that was in the remote store
 // when it was fetched (objects are immutable, so it stays right); objects still waiting for
-// their upload live elsewhere (s3Backend's upload directory), because until the upload is
+// their upload live elsewhere (Backend's upload directory), because until the upload is
 // done they are not in the store.
 //
 // A file is put in place by rename, so a crash leaves whole files or none; files not named
@@ -31,23 +33,23 @@ type objectCache struct {
 	used      int64
 	evictions int64
 	order     *list.List // of *cacheEntry; front: most recently used
-	items     map[ID]*list.Element
+	items     map[store.ID]*list.Element
 }
 
 type cacheEntry struct {
-	id   ID
+	id   store.ID
 	size int64
 }
 
 // openObjectCache opens (creating it if needed) the cache in dir and takes stock of the
 // files already there, oldest modification first at the back of the LRU order.
 func openObjectCache(dir string, limit int64) (*objectCache, error) {
-	c := &objectCache{dir: dir, limit: limit, order: list.New(), items: map[ID]*list.Element{}}
-	if err := os.MkdirAll(dir, cacheDirPerm); err != nil {
+	c := &objectCache{dir: dir, limit: limit, order: list.New(), items: map[store.ID]*list.Element{}}
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("object cache: %w", err)
 	}
 	type found struct {
-		id    ID
+		id    store.ID
 		size  int64
 		mtime time.Time
 	}
@@ -67,7 +69,7 @@ func openObjectCache(dir string, limit int64) (*objectCache, error) {
 			return nil, fmt.Errorf("object cache: %w", err)
 		}
 		for _, e := range entries {
-			id, err := ParseID(e.Name())
+			id, err := store.ParseID(e.Name())
 			info, ierr := e.Info()
 			if err != nil || ierr != nil || !strings.HasPrefix(e.Name(), fan.Name()) || !info.Mode().IsRegular() {
 				os.RemoveAll(filepath.Join(fanPath, e.Name()))
@@ -87,13 +89,13 @@ func openObjectCache(dir string, limit int64) (*objectCache, error) {
 	return c, nil
 }
 
-func (c *objectCache) path(id ID) string {
+func (c *objectCache) path(id store.ID) string {
 	h := id.String()
 	return filepath.Join(c.dir, h[:2], h)
 }
 
 // open opens the cached file of id and marks it used; ok is false when id is not cached.
-func (c *objectCache) open(id ID) (f *os.File, size int64, ok bool) {
+func (c *objectCache) open(id store.ID) (f *os.File, size int64, ok bool) {
 	c.mu.Lock()
 	e, ok := c.items[id]
 	if ok {
@@ -114,7 +116,7 @@ func (c *objectCache) open(id ID) (f *os.File, size int64, ok bool) {
 }
 
 // size returns the size of a cached object.
-func (c *objectCache) size(id ID) (int64, bool) {
+func (c *objectCache) size(id store.ID) (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.items[id]; ok {
@@ -126,9 +128,9 @@ func (c *objectCache) size(id ID) (int64, bool) {
 // adopt moves the complete object file at tmp (on the cache's file system) into the cache as
 // id, replacing any cached file of id, and evicts what no longer fits. The caller may keep
 // reading tmp's open descriptor even if the file is evicted at once.
-func (c *objectCache) adopt(id ID, tmp string, size int64) error {
+func (c *objectCache) adopt(id store.ID, tmp string, size int64) error {
 	dst := c.path(id)
-	if err := os.MkdirAll(filepath.Dir(dst), cacheDirPerm); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), dirPerm); err != nil {
 		return fmt.Errorf("object cache: %w", err)
 	}
 	c.mu.Lock()
@@ -164,7 +166,7 @@ func (c *objectCache) evictLocked() {
 }
 
 // remove drops id from the cache.
-func (c *objectCache) remove(id ID) {
+func (c *objectCache) remove(id store.ID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.items[id]; ok {
@@ -178,7 +180,7 @@ func (c *objectCache) remove(id ID) {
 // purge drops every cached object (the remote store may have replaced some: gc ran).
 func (c *objectCache) purge() {
 	c.mu.Lock()
-	ids := make([]ID, 0, len(c.items))
+	ids := make([]store.ID, 0, len(c.items))
 	for id := range c.items {
 		ids = append(ids, id)
 	}

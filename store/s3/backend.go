@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"context"
@@ -10,41 +10,41 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/weightfs/weightfs/store"
 )
 
-// s3Backend keeps a store in an S3 bucket under a prefix, with the local layout's keys:
+// Backend keeps a store in an S3 bucket under a prefix, with the local layout's keys:
 //
 //	PREFIX/weightfs-store        format file
 //	PREFIX/objects/ab/<64 hex>   objects
 //	PREFIX/versions/v000043      manifests
 //	PREFIX/lock                  the writer's lease (lease.go)
 //
-// and this process's local state in its cache directory:
+// and this process's local state in the store's cache directory:
 //
 //	CACHE/objects/ab/<64 hex>    objects fetched from S3 or uploaded to it (objcache.go: LRU)
 //	CACHE/upload/<64 hex>        objects put but not yet uploaded (the store's Seal waits)
 //	CACHE/manifests/v000043      manifests seen (immutable; dropped when gc removes them)
 //	CACHE/tmp/                   files being written
 //	CACHE/s3-origin.json         which store the cache belongs to
-//	CACHE/s3-stats.json          the traffic counters (S3Stats)
+//	CACHE/s3-stats.json          the traffic counters (Stats)
 //
 // Uploads run in the background on Concurrency workers; SyncObjects waits for them (the
 // objects are durable in S3 once their PUT returned). OpenObject serves cached files; a miss
 // returns a lazy handle that fetches the first bytes by a ranged GET (object headers) and the
-// whole object into the cache on any other read. A read-only store that keeps a materialized
-// copy prefetches, when it lists manifests, exactly the objects each new version added
-// (s3prefetch.go), so that bringing the copy forward needs no request and an unreachable
-// S3 leaves the copy where it was.
-type s3Backend struct {
-	c     *s3Client
+// whole object into the cache on any other read. It is a store.RemoteCache: the store
+// decides what to fetch ahead (a reader's new versions' objects) and tells it when versions
+// disappeared (store/cachepolicy.go); its ListManifests is a pure listing.
+type Backend struct {
+	c     *client
 	cache *objectCache
 	dir   string // the cache directory
 	// writer: this process holds the lease and is the only one that writes the bucket, so
 	// its listing of the objects stays exact once taken.
-	writer   bool
-	prefetch bool
-	lease    *lease // the writer's, for fencing manifests and deletes
-	logf     func(string, ...any)
+	writer bool
+	lease  *lease // the writer's, for fencing manifests and deletes
+	logf   func(string, ...any)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -55,60 +55,65 @@ type s3Backend struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when an upload ends
 	closed   bool
-	pending  map[ID]*uploadJob // put, not yet uploaded (or failed: retried at SyncObjects)
-	inflight int               // jobs queued or running
-	remote   map[ID]int64      // objects known to be in S3, with their sizes
-	listed   bool              // writer: remote holds every object of the bucket
-	flights  map[ID]*fetchFlight
-	seen     map[uint64]bool // versions of the last listing whose objects were prefetched
+	pending  map[store.ID]*uploadJob // put, not yet uploaded (or failed: retried at SyncObjects)
+	inflight int                     // jobs queued or running
+	remote   map[store.ID]int64      // objects known to be in S3, with their sizes
+	listed   bool                    // writer: remote holds every object of the bucket
+	flights  map[store.ID]*fetchFlight
 
 	listMu sync.Mutex // one full object listing at a time
 }
 
-var _ Backend = (*s3Backend)(nil)
+var (
+	_ store.Backend     = (*Backend)(nil)
+	_ store.RemoteCache = (*Backend)(nil)
+)
 
 // Cache layout names.
 const (
-	s3CacheObjects   = "objects"
-	s3CacheUpload    = "upload"
-	s3CacheManifests = "manifests"
-	s3CacheTmp       = "tmp"
+	cacheObjects   = "objects"
+	cacheUpload    = "upload"
+	cacheManifests = "manifests"
+	cacheTmp       = "tmp"
 )
 
-func newS3Backend(c *s3Client, dir string, writer, prefetch bool, logf func(string, ...any)) (*s3Backend, error) {
-	for _, d := range []string{s3CacheUpload, s3CacheManifests, s3CacheTmp} {
-		if err := os.MkdirAll(filepath.Join(dir, d), cacheDirPerm); err != nil {
+// The cache directory is private, as every cache of the store (store/perm.go).
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+)
+
+func newBackend(c *client, dir string, writer bool, lease *lease, logf func(string, ...any)) (*Backend, error) {
+	for _, d := range []string{cacheUpload, cacheManifests, cacheTmp} {
+		if err := os.MkdirAll(filepath.Join(dir, d), dirPerm); err != nil {
 			return nil, fmt.Errorf("S3 cache: %w", err)
 		}
 	}
-	cache, err := openObjectCache(filepath.Join(dir, s3CacheObjects), c.set.cacheBytes)
+	cache, err := openObjectCache(filepath.Join(dir, cacheObjects), c.set.cacheBytes)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &s3Backend{
-		c: c, cache: cache, dir: dir, writer: writer, prefetch: prefetch, logf: logf,
+	b := &Backend{
+		c: c, cache: cache, dir: dir, writer: writer, lease: lease, logf: logf,
 		ctx: ctx, cancel: cancel,
 		dl:      make(chan struct{}, c.set.concurrency),
 		queue:   make(chan *uploadJob, 2*c.set.concurrency),
-		pending: map[ID]*uploadJob{}, remote: map[ID]int64{}, flights: map[ID]*fetchFlight{},
-		seen: map[uint64]bool{},
+		pending: map[store.ID]*uploadJob{}, remote: map[store.ID]int64{}, flights: map[store.ID]*fetchFlight{},
 	}
 	b.cond = sync.NewCond(&b.mu)
 	// Half-written downloads of a process that died.
-	if err := clearDir(filepath.Join(dir, s3CacheTmp)); err != nil {
+	if err := clearDir(filepath.Join(dir, cacheTmp)); err != nil {
 		return nil, err
 	}
-	// The manifests cached by an earlier run are the versions it had seen (and prefetched).
-	entries, err := os.ReadDir(filepath.Join(dir, s3CacheManifests))
+	// Anything in the manifest cache that is not a manifest is not ours.
+	entries, err := os.ReadDir(filepath.Join(dir, cacheManifests))
 	if err != nil {
 		return nil, fmt.Errorf("S3 cache: %w", err)
 	}
 	for _, e := range entries {
-		if v, ok := parseManifestName(e.Name()); ok {
-			b.seen[v] = true
-		} else {
-			os.RemoveAll(filepath.Join(dir, s3CacheManifests, e.Name()))
+		if _, ok := store.ParseManifestName(e.Name()); !ok {
+			os.RemoveAll(filepath.Join(dir, cacheManifests, e.Name()))
 		}
 	}
 	if writer {
@@ -120,7 +125,8 @@ func newS3Backend(c *s3Client, dir string, writer, prefetch bool, logf func(stri
 	return b, nil
 }
 
-func (b *s3Backend) close() error {
+// Close stops the transfers: uploads not yet done belong to no sealed version.
+func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -137,31 +143,38 @@ func (b *s3Backend) close() error {
 	return nil
 }
 
-func (b *s3Backend) objectKey(id ID) string {
+func (b *Backend) objectKey(id store.ID) string {
 	h := id.String()
 	return b.c.loc.key("objects/" + h[:2] + "/" + h)
 }
 
-func (b *s3Backend) manifestKey(v uint64) string {
-	return b.c.loc.key("versions/" + manifestName(v))
+func (b *Backend) manifestKey(v uint64) string {
+	return b.c.loc.key("versions/" + store.ManifestName(v))
 }
 
-// stats is the counters with the cache's numbers filled in.
-func (b *s3Backend) stats() S3Stats {
+// Stats returns what the backend moved since it was opened, with the cache's numbers.
+func (b *Backend) Stats() Stats {
 	st := b.c.stats.snapshot()
 	st.CachedObjects, st.CachedBytes, st.CacheEvictions = b.cache.stats()
 	return st
 }
 
-func (b *s3Backend) writeStats() { b.c.stats.writeFile(b.dir, b.stats()) }
+func (b *Backend) writeStats() { b.c.stats.writeFile(b.dir, b.Stats()) }
 
-func (b *s3Backend) CreateTemp() (*os.File, error) {
-	return createTempObject(filepath.Join(b.dir, s3CacheTmp))
+func (b *Backend) CreateTemp() (*os.File, error) {
+	f, err := os.CreateTemp(filepath.Join(b.dir, cacheTmp), "obj-*")
+	if err != nil {
+		return nil, fmt.Errorf("create temporary object file: %w", err)
+	}
+	return f, nil
 }
 
-func (b *s3Backend) RemoveTemp(f *os.File) { removeTempObject(f) }
+func (b *Backend) RemoveTemp(f *os.File) {
+	f.Close()
+	os.Remove(f.Name())
+}
 
-func (b *s3Backend) OpenObject(id ID) (ObjectFile, error) {
+func (b *Backend) OpenObject(id store.ID) (store.ObjectFile, error) {
 	b.mu.Lock()
 	if j := b.pending[id]; j != nil {
 		// Opened under the lock: the upload worker moves the file only while holding it.
@@ -170,13 +183,13 @@ func (b *s3Backend) OpenObject(id ID) (ObjectFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open object %s waiting for upload: %w", id, err)
 		}
-		return localObject{f, j.size}, nil
+		return fileObject{f, j.size}, nil
 	}
 	size, known := b.remote[id]
 	b.mu.Unlock()
 	if f, cached, ok := b.cache.open(id); ok {
 		b.c.stats.add(&b.c.stats.cacheHits, 1)
-		return localObject{f, cached}, nil
+		return fileObject{f, cached}, nil
 	}
 	if !known {
 		var err error
@@ -188,13 +201,13 @@ func (b *s3Backend) OpenObject(id ID) (ObjectFile, error) {
 	return &remoteObject{b: b, id: id, size: size}, nil
 }
 
-func (b *s3Backend) noteRemote(id ID, size int64) {
+func (b *Backend) noteRemote(id store.ID, size int64) {
 	b.mu.Lock()
 	b.remote[id] = size
 	b.mu.Unlock()
 }
 
-func (b *s3Backend) StatObject(id ID) (int64, error) {
+func (b *Backend) StatObject(id store.ID) (int64, error) {
 	b.mu.Lock()
 	if j := b.pending[id]; j != nil {
 		b.mu.Unlock()
@@ -230,7 +243,7 @@ func (b *s3Backend) StatObject(id ID) (int64, error) {
 
 // ensureListed takes the writer's one listing of the bucket's objects unless another caller
 // did meanwhile.
-func (b *s3Backend) ensureListed() error {
+func (b *Backend) ensureListed() error {
 	b.listMu.Lock()
 	defer b.listMu.Unlock()
 	b.mu.Lock()
@@ -239,20 +252,20 @@ func (b *s3Backend) ensureListed() error {
 	if listed {
 		return nil
 	}
-	return b.listObjectsLocked(func(ID, int64) error { return nil })
+	return b.listObjectsLocked(func(store.ID, int64) error { return nil })
 }
 
-func (b *s3Backend) ListObjects(fn func(id ID, size int64) error) error {
+func (b *Backend) ListObjects(fn func(id store.ID, size int64) error) error {
 	b.listMu.Lock()
 	defer b.listMu.Unlock()
 	return b.listObjectsLocked(fn)
 }
 
-func (b *s3Backend) listObjectsLocked(fn func(id ID, size int64) error) error {
-	found := map[ID]int64{}
+func (b *Backend) listObjectsLocked(fn func(id store.ID, size int64) error) error {
+	found := map[store.ID]int64{}
 	err := b.c.list(b.ctx, "objects/", func(rel string, size int64) error {
 		fan, name, ok := strings.Cut(strings.TrimPrefix(rel, "objects/"), "/")
-		id, err := ParseID(name)
+		id, err := store.ParseID(name)
 		if !ok || err != nil || len(fan) != 2 || !strings.HasPrefix(name, fan) {
 			return nil // not an object key; the layout has nothing else here
 		}
@@ -279,7 +292,7 @@ func (b *s3Backend) listObjectsLocked(fn func(id ID, size int64) error) error {
 	return nil
 }
 
-func (b *s3Backend) DeleteObject(id ID) error {
+func (b *Backend) DeleteObject(id store.ID) error {
 	if err := b.fence(false); err != nil {
 		return fmt.Errorf("delete object %s: %w", id, err)
 	}
@@ -295,14 +308,14 @@ func (b *s3Backend) DeleteObject(id ID) error {
 
 // fence refuses a change of the bucket by a writer that no longer holds its lease; strict
 // renews the lease first (before a manifest makes a version visible).
-func (b *s3Backend) fence(strict bool) error {
+func (b *Backend) fence(strict bool) error {
 	if b.lease == nil {
-		return fmt.Errorf("%s: %w", b.c.loc, ErrReadOnly)
+		return fmt.Errorf("%s: %w", b.c.loc, store.ErrReadOnly)
 	}
 	return b.lease.ensure(b.ctx, strict)
 }
 
-func (b *s3Backend) PutManifest(v uint64, data []byte) error {
+func (b *Backend) PutManifest(v uint64, data []byte) error {
 	if err := b.fence(true); err != nil {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
@@ -314,27 +327,24 @@ func (b *s3Backend) PutManifest(v uint64, data []byte) error {
 		if gerr == nil && string(have) == string(data) {
 			err = nil
 		} else {
-			err = fmt.Errorf("version %d already exists in %s, written by another writer: %w", v, b.c.loc, ErrLocked)
+			err = fmt.Errorf("version %d already exists in %s, written by another writer: %w", v, b.c.loc, store.ErrLocked)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
 	b.cacheManifest(v, data)
-	b.mu.Lock()
-	b.seen[v] = true
-	b.mu.Unlock()
 	b.writeStats()
 	return nil
 }
 
-func (b *s3Backend) manifestCachePath(v uint64) string {
-	return filepath.Join(b.dir, s3CacheManifests, manifestName(v))
+func (b *Backend) manifestCachePath(v uint64) string {
+	return filepath.Join(b.dir, cacheManifests, store.ManifestName(v))
 }
 
 // cacheManifest keeps a manifest's bytes on local disk (a failure only costs a download).
-func (b *s3Backend) cacheManifest(v uint64, data []byte) {
-	tmp, err := os.CreateTemp(filepath.Join(b.dir, s3CacheTmp), "manifest-*")
+func (b *Backend) cacheManifest(v uint64, data []byte) {
+	tmp, err := os.CreateTemp(filepath.Join(b.dir, cacheTmp), "manifest-*")
 	if err != nil {
 		return
 	}
@@ -350,7 +360,7 @@ func (b *s3Backend) cacheManifest(v uint64, data []byte) {
 	}
 }
 
-func (b *s3Backend) GetManifest(v uint64) ([]byte, error) {
+func (b *Backend) GetManifest(v uint64) ([]byte, error) {
 	if data, err := os.ReadFile(b.manifestCachePath(v)); err == nil {
 		return data, nil
 	}
@@ -364,10 +374,10 @@ func (b *s3Backend) GetManifest(v uint64) ([]byte, error) {
 	return data, nil
 }
 
-func (b *s3Backend) ListManifests() ([]uint64, error) {
+func (b *Backend) ListManifests() ([]uint64, error) {
 	var vs []uint64
 	err := b.c.list(b.ctx, "versions/", func(rel string, _ int64) error {
-		if v, ok := parseManifestName(strings.TrimPrefix(rel, "versions/")); ok {
+		if v, ok := store.ParseManifestName(strings.TrimPrefix(rel, "versions/")); ok {
 			vs = append(vs, v)
 		}
 		return nil
@@ -377,50 +387,34 @@ func (b *s3Backend) ListManifests() ([]uint64, error) {
 	}
 	slices.Sort(vs)
 	vs = slices.Compact(vs)
-	b.noticeRemovedVersions(vs)
-	if b.prefetch {
-		if err := b.prefetchNew(vs); err != nil {
-			b.writeStats()
-			return nil, err
-		}
-	}
-	b.mu.Lock()
-	clear(b.seen)
-	for _, v := range vs {
-		b.seen[v] = true
-	}
-	b.mu.Unlock()
 	b.writeStats()
 	return vs, nil
 }
 
-func (b *s3Backend) DeleteManifest(v uint64) error {
+func (b *Backend) DeleteManifest(v uint64) error {
 	if err := b.fence(false); err != nil {
 		return fmt.Errorf("delete manifest of version %d: %w", v, err)
 	}
 	if err := b.c.remove(b.ctx, b.manifestKey(v)); err != nil {
 		return fmt.Errorf("delete manifest of version %d: %w", v, err)
 	}
-	b.mu.Lock()
-	delete(b.seen, v)
-	b.mu.Unlock()
 	os.Remove(b.manifestCachePath(v))
 	return nil
 }
 
 // CleanTemp drops local files of a writer that died: uploads it never finished belong to no
 // sealed version (and may not be in S3), and temporary files.
-func (b *s3Backend) CleanTemp() error {
+func (b *Backend) CleanTemp() error {
 	b.mu.Lock()
 	busy := len(b.pending) > 0
 	b.mu.Unlock()
 	if busy {
 		return nil
 	}
-	if err := clearDir(filepath.Join(b.dir, s3CacheUpload)); err != nil {
+	if err := clearDir(filepath.Join(b.dir, cacheUpload)); err != nil {
 		return err
 	}
-	return clearDir(filepath.Join(b.dir, s3CacheTmp))
+	return clearDir(filepath.Join(b.dir, cacheTmp))
 }
 
 // clearDir removes everything inside dir.

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"encoding/json"
@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 )
 
-// S3Stats counts what an S3 store moved since it was opened. A process serving an S3 store
-// also keeps the latest counts in CACHE/s3-stats.json (S3StatsFileName), so that tests and
+// Stats counts what an S3 store moved since it was opened. A process serving an S3 store
+// also keeps the latest counts in CACHE/s3-stats.json (StatsFileName), so that tests and
 // operators can read them from outside.
-type S3Stats struct {
+type Stats struct {
 	Requests      int64 `json:"requests"`       // HTTP requests sent, retries included
 	ResponseBytes int64 `json:"response_bytes"` // every response body: objects, manifests, listings, errors
 
@@ -36,24 +36,24 @@ type S3Stats struct {
 	CacheEvictions int64 `json:"cache_evictions"`
 }
 
-// S3StatsFileName is the file in the cache directory that holds the latest S3Stats as JSON.
-const S3StatsFileName = "s3-stats.json"
+// StatsFileName is the file in the cache directory that holds the latest Stats as JSON.
+const StatsFileName = "s3-stats.json"
 
-// ReadS3StatsFile reads the counters another process left in its cache directory.
-func ReadS3StatsFile(cacheDir string) (S3Stats, error) {
-	b, err := os.ReadFile(filepath.Join(cacheDir, S3StatsFileName))
+// ReadStatsFile reads the counters another process left in its cache directory.
+func ReadStatsFile(cacheDir string) (Stats, error) {
+	b, err := os.ReadFile(filepath.Join(cacheDir, StatsFileName))
 	if err != nil {
-		return S3Stats{}, fmt.Errorf("read S3 stats: %w", err)
+		return Stats{}, fmt.Errorf("read S3 stats: %w", err)
 	}
-	var st S3Stats
+	var st Stats
 	if err := json.Unmarshal(b, &st); err != nil {
-		return S3Stats{}, fmt.Errorf("read S3 stats %s: %w", filepath.Join(cacheDir, S3StatsFileName), err)
+		return Stats{}, fmt.Errorf("read S3 stats %s: %w", filepath.Join(cacheDir, StatsFileName), err)
 	}
 	return st, nil
 }
 
-// s3Counters are the live counters behind S3Stats.
-type s3Counters struct {
+// counters are the live counters behind Stats.
+type counters struct {
 	requests, responseBytes                atomic.Int64
 	objectDownloads, objectBytes           int64
 	manifestDownloads, manifestBytes       int64
@@ -64,16 +64,16 @@ type s3Counters struct {
 	fileMu                                 sync.Mutex // one writer of the stats file at a time
 }
 
-func (c *s3Counters) add(field *int64, n int64) {
+func (c *counters) add(field *int64, n int64) {
 	c.mu.Lock()
 	*field += n
 	c.mu.Unlock()
 }
 
-func (c *s3Counters) snapshot() S3Stats {
+func (c *counters) snapshot() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return S3Stats{
+	return Stats{
 		Requests: c.requests.Load(), ResponseBytes: c.responseBytes.Load(),
 		ObjectDownloads: c.objectDownloads, ObjectBytes: c.objectBytes,
 		ManifestDownloads: c.manifestDownloads, ManifestBytes: c.manifestBytes,
@@ -82,26 +82,26 @@ func (c *s3Counters) snapshot() S3Stats {
 	}
 }
 
-// writeFile replaces dir/S3StatsFileName with st (temporary file and rename: a reader never
+// writeFile replaces dir/StatsFileName with st (temporary file and rename: a reader never
 // sees half a file). Errors are ignored: the counters are a diagnostic.
-func (c *s3Counters) writeFile(dir string, st S3Stats) {
+func (c *counters) writeFile(dir string, st Stats) {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return
 	}
 	c.fileMu.Lock()
 	defer c.fileMu.Unlock()
-	tmp := filepath.Join(dir, "."+S3StatsFileName+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), cacheFilePerm); err != nil {
+	tmp := filepath.Join(dir, "."+StatsFileName+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), filePerm); err != nil {
 		return
 	}
-	_ = os.Rename(tmp, filepath.Join(dir, S3StatsFileName))
+	_ = os.Rename(tmp, filepath.Join(dir, StatsFileName))
 }
 
 // countingTransport counts requests and response body bytes on their way from the network.
 type countingTransport struct {
 	base http.RoundTripper
-	c    *s3Counters
+	c    *counters
 }
 
 func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"net/http"
@@ -9,7 +9,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// s3Credentials is the credential chain of the AWS CLI and SDKs, built from minio-go's
+// credentialChain is the credential chain of the AWS CLI and SDKs, built from minio-go's
 // providers and asked in this order:
 //  1. the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN;
 //  2. with AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN (an EKS pod's IAM role for its service
@@ -25,7 +25,7 @@ import (
 // The first that has credentials signs every request and is asked again before they expire
 // (role credentials are temporary). With none, requests are anonymous: a public bucket still
 // reads, anything else answers 403 and errorText names the credentials.
-func s3Credentials(region string, getenv func(string) string, logf func(string, ...any)) *credentials.Credentials {
+func credentialChain(region string, getenv func(string) string, logf func(string, ...any)) *credentials.Credentials {
 	providers := []credentials.Provider{&credentials.EnvAWS{}}
 	files := &credentials.FileAWSCredentials{}
 	// A role's endpoint is a local service (metadata, container agent) or STS: a short timeout
@@ -57,7 +57,7 @@ func isTrue(s string) bool {
 	return err == nil && b
 }
 
-// roleProvider wraps minio-go's IAM provider (the role steps of s3Credentials). The chain asks
+// roleProvider wraps minio-go's IAM provider (the role steps of credentialChain). The chain asks
 // every provider again before each request while it has no credentials, so a failed lookup is
 // remembered for roleRetryAfter: a machine with no credentials at all does not probe the
 // metadata service before every request. The first failure is logged with its cause (an

@@ -1,4 +1,4 @@
-package store
+package s3
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 )
 
 // The GETs of object content: ranges, first parts, whole objects. Each is one attempt
-// except getRange, which retries; downloads (s3fetch.go) wrap the others in s3Client.retry.
+// except getRange, which retries; downloads (fetch.go) wrap the others in client.retry.
 
 // getRange reads bytes [off, off+n) of an object whose ETag is etag (empty: any), counting
 // them as object bytes.
-func (c *s3Client) getRange(ctx context.Context, key, etag string, off, n int64, dst io.WriterAt) error {
+func (c *client) getRange(ctx context.Context, key, etag string, off, n int64, dst io.WriterAt) error {
 	err := c.retry(ctx, fmt.Sprintf("GET %s [%d, %d)", c.name(key), off, off+n), func(ctx context.Context) error {
 		opts := minio.GetObjectOptions{}
 		if err := opts.SetRange(off, off+n-1); err != nil {
@@ -52,7 +52,7 @@ func (c *s3Client) getRange(ctx context.Context, key, etag string, off, n int64,
 // getFirst asks for the first n bytes of the object at key (one attempt) and writes what
 // comes into dst at offset 0. It returns the object's total size (from Content-Range; a
 // server that ignores the range sends everything), its ETag and the bytes received.
-func (c *s3Client) getFirst(ctx context.Context, key string, n int64, dst io.WriterAt) (total int64, etag string, got int64, err error) {
+func (c *client) getFirst(ctx context.Context, key string, n int64, dst io.WriterAt) (total int64, etag string, got int64, err error) {
 	opts := minio.GetObjectOptions{}
 	if err := opts.SetRange(0, n-1); err != nil {
 		return 0, "", 0, err
@@ -96,13 +96,13 @@ func parseContentRangeTotal(cr string) (int64, error) {
 
 // isInvalidRange reports whether a ranged GET was refused because the object is empty.
 func isInvalidRange(err error) bool {
-	var e *s3Error
+	var e *requestError
 	return errors.As(err, &e) && strings.Contains(e.msg, "InvalidRange")
 }
 
 // getInto streams the whole object at key into dst from offset 0 (one attempt) and returns
 // its size.
-func (c *s3Client) getInto(ctx context.Context, key string, dst io.WriterAt) (int64, error) {
+func (c *client) getInto(ctx context.Context, key string, dst io.WriterAt) (int64, error) {
 	obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return 0, err

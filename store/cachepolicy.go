@@ -1,0 +1,196 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// cachePolicy is the store's policy for a backend with a local cache of a remote store
+// (RemoteCache: store/s3). It wraps the backend, so that every listing of the versions
+// (Open, Refresh, gc, Verify) is followed by what the policy decides, and the backend's own
+// ListManifests stays a pure listing:
+//
+//   - a version that was seen and is gone was dropped by gc in another process, which may
+//     also have replaced delta objects by whole copies and deleted their bases: cached
+//     object files could then need objects that no longer exist, so the cache is emptied
+//     (files are fetched again on demand; the materialized copy stays);
+//   - a reader that keeps a materialized copy has the objects each new version added (the
+//     objects its manifest names that its predecessor's does not: for an RL step, its delta
+//     objects) fetched into the cache, so that bringing the copy forward needs no request
+//     and an unreachable remote store leaves the copy where it was. A cache that has seen
+//     no version yet fetches the objects the latest version names, for the first build of
+//     the copy. When that is more than half the cache, nothing is fetched ahead (it would
+//     evict what the rebuild needs next); reads fetch on demand. A failed fetch fails the
+//     listing, so the store does not move to a version whose objects it cannot read; the
+//     next Refresh retries, and what was fetched stays cached.
+//
+// "Seen" starts as the versions whose manifests the cache holds from earlier runs, grows
+// with this process's seals and listings, and shrinks with its own gc.
+type cachePolicy struct {
+	Backend
+	rc       RemoteCache
+	prefetch bool
+	root     string
+	logf     func(string, ...any)
+
+	mu   sync.Mutex
+	seen map[uint64]bool // versions of the last listing whose objects were prefetched
+}
+
+func newCachePolicy(be Backend, rc RemoteCache, prefetch bool, root string, logf func(string, ...any)) *cachePolicy {
+	p := &cachePolicy{Backend: be, rc: rc, prefetch: prefetch, root: root, logf: logf, seen: map[uint64]bool{}}
+	for _, v := range rc.CachedVersions() {
+		p.seen[v] = true
+	}
+	return p
+}
+
+func (p *cachePolicy) PutManifest(v uint64, data []byte) error {
+	if err := p.Backend.PutManifest(v, data); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.seen[v] = true
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *cachePolicy) DeleteManifest(v uint64) error {
+	if err := p.Backend.DeleteManifest(v); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	delete(p.seen, v)
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *cachePolicy) ListManifests() ([]uint64, error) {
+	vs, err := p.Backend.ListManifests()
+	if err != nil {
+		return nil, err
+	}
+	p.noticeRemoved(vs)
+	if p.prefetch {
+		if err := p.prefetchNew(vs); err != nil {
+			return nil, err
+		}
+	}
+	p.mu.Lock()
+	clear(p.seen)
+	for _, v := range vs {
+		p.seen[v] = true
+	}
+	p.mu.Unlock()
+	return vs, nil
+}
+
+// noticeRemoved compares a fresh listing with the versions seen before and tells the cache
+// of those that are gone.
+func (p *cachePolicy) noticeRemoved(vs []uint64) {
+	p.mu.Lock()
+	var gone []uint64
+	for v := range p.seen {
+		if _, found := slices.BinarySearch(vs, v); !found {
+			gone = append(gone, v)
+		}
+	}
+	for _, v := range gone {
+		delete(p.seen, v)
+	}
+	p.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	slices.Sort(gone)
+	p.rc.VersionsRemoved(gone)
+	p.logf("%d versions (v%d..v%d) were removed from %s (gc): emptied the local object cache", len(gone), gone[0], gone[len(gone)-1], p.root)
+}
+
+// prefetchNew has the cache fetch the objects the versions new in this listing added.
+func (p *cachePolicy) prefetchNew(vs []uint64) error {
+	p.mu.Lock()
+	fresh := len(p.seen) == 0
+	var news []uint64
+	for _, v := range vs {
+		if !p.seen[v] {
+			news = append(news, v)
+		}
+	}
+	p.mu.Unlock()
+	if len(news) == 0 {
+		return nil
+	}
+	want := map[ID]int64{} // object -> content length (a bound of its file's size)
+	if fresh {
+		objs, err := p.manifestObjects(news[len(news)-1])
+		if err != nil {
+			return err
+		}
+		want = objs
+	} else {
+		for _, v := range news {
+			objs, err := p.manifestObjects(v)
+			if err != nil {
+				return err
+			}
+			i, _ := slices.BinarySearch(vs, v)
+			if i > 0 {
+				prev, err := p.manifestObjects(vs[i-1])
+				if err != nil {
+					return err
+				}
+				for id := range prev {
+					delete(objs, id)
+				}
+			}
+			for id, n := range objs {
+				want[id] = n
+			}
+		}
+	}
+	var ids []ID
+	var total int64
+	for id, n := range want {
+		if !p.rc.IsCached(id) {
+			ids = append(ids, id)
+			total += n
+		}
+	}
+	if total > p.rc.CacheLimit()/2 {
+		p.logf("%s: not prefetching %d objects (%d bytes of content) of v%d: more than half the object cache", p.root, len(ids), total, news[len(news)-1])
+		return nil
+	}
+	if err := p.rc.Prefetch(ids); err != nil {
+		return fmt.Errorf("prefetch %d new objects: %w", len(ids), err)
+	}
+	return nil
+}
+
+// manifestObjects returns the objects version v's manifest names, with their content
+// lengths.
+func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
+	data, err := p.GetManifest(v)
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("manifest of version %d: %w", v, err)
+	}
+	objs := map[ID]int64{}
+	for i := range m.Files {
+		f := &m.Files[i]
+		if f.Kind == kindBlob {
+			objs[f.ID] = f.Size
+			continue
+		}
+		objs[f.Header] = f.HeaderLen
+		for j := range f.Tensors {
+			t := &f.Tensors[j]
+			objs[t.ID] = t.End - t.Begin
+		}
+	}
+	return objs, nil
+}

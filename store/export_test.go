@@ -1,0 +1,21 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// SetClock fixes the clock of s's manifests' creation times, for tests outside the package
+// (store_test) that pin stored bytes.
+func SetClock(s *Store, now func() time.Time) { s.now = now }
+
+// NewLocalBackend opens the backend of the local store at root (made by Init), for the
+// contract suite (backend_local_test.go).
+func NewLocalBackend(root string) (Backend, error) {
+	info, err := os.Stat(filepath.Join(root, formatFileName))
+	if err != nil {
+		return nil, err
+	}
+	return newLocalBackend(root, modesFor(info.Mode())), nil
+}
