@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Writer builds one open version (used by the mount and by Commit). Nothing of it is visible

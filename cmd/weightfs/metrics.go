@@ -4,6 +4,7 @@ import (
 	"github.com/weightfs/weightfs/fs"
 	"github.com/weightfs/weightfs/metrics"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 // The daemons' Prometheus endpoint (--metrics-addr on mount and follow): package metrics
@@ -68,7 +69,7 @@ func (d *daemonMetrics) follower() *metrics.Follower {
 // metrics: it maps the store's own counters onto metrics.S3Stats (ok false: not in S3).
 func s3MetricsSource(st *store.Store) func() (metrics.S3Stats, bool) {
 	return func() (metrics.S3Stats, bool) {
-		s, ok := st.S3Stats()
+		s, ok := location.S3Stats(st)
 		if !ok {
 			return metrics.S3Stats{}, false
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/metrics"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/location"
 )
 
 // gathered is the value of the counter name{labels} (name=value pairs) in fams; -1 if absent.
@@ -48,7 +49,7 @@ func TestMetricsS3EqualStoreCounts(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
 	url := "s3://weightfs-test/metrics"
-	if err := store.Init(url); err != nil {
+	if err := location.Init(url, false, location.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	src := t.TempDir()
@@ -65,7 +66,7 @@ func TestMetricsS3EqualStoreCounts(t *testing.T) {
 		}
 	}
 
-	w, err := store.Open(url, store.Options{CacheDir: t.TempDir()})
+	w, err := location.Open(url, location.Options{Options: store.Options{CacheDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestMetricsS3EqualStoreCounts(t *testing.T) {
 	}
 
 	// A reader does nothing in the background: between a gather and S3Stats nothing moves.
-	r, err := store.Open(url, store.Options{ReadOnly: true, CacheDir: t.TempDir()})
+	r, err := location.Open(url, location.Options{Options: store.Options{ReadOnly: true, CacheDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestMetricsS3EqualStoreCounts(t *testing.T) {
 	if fams, err = rm.Registry().Gather(); err != nil {
 		t.Fatal(err)
 	}
-	st, ok := r.S3Stats()
+	st, ok := location.S3Stats(r)
 	if !ok || st.Requests <= 0 {
 		t.Fatalf("S3Stats: %+v, %v", st, ok)
 	}

@@ -72,3 +72,13 @@ func BreakLease(arg string, opts Options) (s3.LeaseInfo, error) {
 	}
 	return s3.BreakLease(arg, opts.S3, opts.Logf)
 }
+
+// S3Stats returns the traffic counters of a store opened from s3:// (ok false: the store is
+// local). It is here so that callers (the metrics) need not know the concrete backend type.
+func S3Stats(st *store.Store) (s3.Stats, bool) {
+	b, ok := st.Backend().(*s3.Backend)
+	if !ok {
+		return s3.Stats{}, false
+	}
+	return b.Stats(), true
+}
