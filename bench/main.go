@@ -28,6 +28,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "loopback" {
 		os.Exit(runLoopback(os.Args[2:], os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "fetch" {
+		os.Exit(runFetch(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "table" {
 		os.Exit(runTable(os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -173,6 +176,8 @@ func (b *bench) runFigure(ctx context.Context, fig string) {
 		rows, err = b.figApply(ctx)
 	case "history":
 		rows, err = b.figHistory(ctx)
+	case "sync":
+		rows, err = b.figSync(ctx)
 	default:
 		err = fmt.Errorf("no figure %q", fig)
 	}

@@ -96,7 +96,7 @@ func TestSizes(t *testing.T) {
 }
 
 func TestFigureNumber(t *testing.T) {
-	want := map[string]string{"delta": "1", "ingest": "2", "reads": "4", "memory": "5", "apply": "6", "history": "7", "kernel": "8"}
+	want := map[string]string{"delta": "1", "ingest": "2", "reads": "4", "memory": "5", "apply": "6", "history": "7", "kernel": "8", "sync": "9"}
 	for fig, num := range want {
 		if got := figureNumber(fig); got != num {
 			t.Errorf("figureNumber(%s) = %s, want %s", fig, got, num)
