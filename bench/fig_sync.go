@@ -70,8 +70,8 @@ type s3Server struct {
 
 // startS3Server starts versitygw on ip (a free port), its data under dir.
 func (b *bench) startS3Server(ctx context.Context, bin, ip, dir string) (*s3Server, error) {
-	for _, d := range []string{"data", "iam"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+	for _, d := range []string{filepath.Join(dir, "data"), filepath.Join(dir, "iam"), filepath.Join(b.work, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -274,6 +274,9 @@ func newestMtime(dir string) time.Time {
 
 // startFollower runs `weightfs follow` of mnt into dir until the cleaner or stop ends it.
 func (b *bench) startFollower(mnt, dir string) (func() error, error) {
+	if err := os.MkdirAll(filepath.Join(b.work, "logs"), 0o755); err != nil {
+		return nil, err
+	}
 	logf, err := os.Create(filepath.Join(b.work, "logs", "sync-follower.log"))
 	if err != nil {
 		return nil, err
