@@ -21,7 +21,9 @@ func TestParseOnly(t *testing.T) {
 		{"KERNEL", []string{"kernel"}, false},
 		{"ingest,bogus", nil, true},
 		{",", nil, true},
-		{"9", nil, true},
+		{"9", []string{"sync"}, false},
+		{"9,e2e,1", []string{"delta", "sync"}, false},
+		{"10", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseOnly(tc.in)
@@ -88,7 +90,7 @@ func TestSizes(t *testing.T) {
 	if !slices.Contains(quick.MemoryBytes, quick.IngestBytes) || quick.ReadVersions < 2*readsBehind+1 {
 		t.Fatalf("quick sizes: %+v", quick)
 	}
-	for _, fig := range []string{"delta", "ingest", "memory", "apply", "history"} {
+	for _, fig := range []string{"delta", "ingest", "memory", "apply", "history", "sync"} {
 		if full.diskNeed(fig) <= 0 {
 			t.Errorf("no disk estimate for %s", fig)
 		}
