@@ -69,6 +69,7 @@ var errHelp = errors.New("help requested")
 const usageText = `usage: go run ./bench [flags]
        bench loopback [-read-only] SRC MNT    (the pass-through baseline's daemon)
        bench table RESULT.json                (a recorded run as Markdown)
+       bench fetch DIR URL...                 (figure 9's baseline copy over HTTP)
 
 Measures the figures of issues 5 and 20 (delta size, ingest and seal, reads, memory, apply,
 history, diff kernel, end-to-end sync), each against a baseline measured in the same run, prints a table and writes
