@@ -23,11 +23,13 @@ import (
 // Figure 9: end-to-end sync time. A trainer-side read-write mount on an S3 store (versitygw,
 // the tests' server, listening on the trainer's side of fig_sync_net.go's link), a reader-side
 // read-only mount in another network namespace, the link between them shaped to 1 Gbit/s.
-// Version N-1 is written and synced (the reader serves it, a follower's directory holds it)
-// over the link before it is shaped; then the clock starts at the first create of version N,
-// and stops when the reader serves N and every byte of N read through the reader mount hashes
-// as written (and, separately, when `weightfs follow`'s directory holds N). The baseline is
-// the whole checkpoint copied over the same shaped link by HTTP (this program's `fetch`, in
+// Version N-1 is written and synced (the reader serves it) over the link before it is shaped;
+// then the clock starts at the first create of version N, and stops when the reader serves N
+// and every byte of N read through the reader mount hashes as written. Then `weightfs follow`
+// of the reader mount copies N into a directory, and the clock runs again from the first
+// create of N+1 until that directory holds N+1 (its files are checked afterwards): one round
+// each, so that the verifying read and the follower do not compete for the CPU. The baseline
+// is the whole checkpoint copied over the same shaped link by HTTP (this program's `fetch`, in
 // the reader's namespace, from a file server on the trainer's side).
 //
 // The breakdown is what can be seen from outside: the write and the seal (this program's

@@ -60,10 +60,13 @@ func TestRunFetch(t *testing.T) {
 func TestSyncRowsBreakdown(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	t1 := t0.Add(time.Minute)
 	r := &syncResult{
-		Bytes: 2e9, Write: writeStats{Start: t0, LastWrite: at(2), End: at(2)}, Sealed: at(2.1),
-		Ev:       syncEvents{Manifest: at(2.6), LastObject: at(3.0), Latest: at(3.1), Follower: at(6), Objects: 40e6, Manifests: 1e6},
+		Bytes: 2e9,
+		Read: syncRound{Write: writeStats{Start: t0, LastWrite: at(2), End: at(2)}, Sealed: at(2.1),
+			Ev: syncEvents{Manifest: at(2.6), LastObject: at(3.0), Latest: at(3.1), Objects: 40e6, Manifests: 1e6}},
 		Verified: at(5), BroughtFwd: at(3.5), BaseSeconds: 17,
+		Follow: syncRound{Write: writeStats{Start: t1}, Ev: syncEvents{Follower: t1.Add(6 * time.Second)}},
 	}
 	rows := syncRows(r, configForTest(t))
 	for i := range rows {

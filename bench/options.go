@@ -168,7 +168,7 @@ func (s sizes) diskNeed(figure string) int64 {
 	case "history":
 		return 6 * s.HistoryBytes
 	case "sync":
-		return 8 * s.IngestBytes
+		return 10 * s.IngestBytes
 	}
 	return 0
 }
