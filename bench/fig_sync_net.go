@@ -123,9 +123,13 @@ func (l *netLink) remove() error {
 			errs = append(errs, err.Error())
 		}
 	}
+	// The namespace's end takes the pair with it, asynchronously: the host end may vanish
+	// between the look and the delete, which is not an error.
 	if _, err := os.Stat("/sys/class/net/" + l.hostDev); err == nil {
 		if err := l.run(ctx, "ip", "link", "del", l.hostDev); err != nil {
-			errs = append(errs, err.Error())
+			if _, serr := os.Stat("/sys/class/net/" + l.hostDev); serr == nil {
+				errs = append(errs, err.Error())
+			}
 		}
 	}
 	if len(errs) > 0 {
