@@ -8,6 +8,8 @@ import (
 
 // Figure 1: stored bytes per changed element on the generator's RL steps, against TRL's patch,
 // slime's deltas_zstd and the Shannon bound of the positions, all on the same changes.
+// Beside them, what consecutive steps have in common (fig_delta_context.go), against the same
+// statistics of a real RL run.
 
 // The two learning rates of figure 1; readLR's store also serves figure 4.
 const (
@@ -53,6 +55,7 @@ func (b *bench) figDelta(ctx context.Context) ([]Row, error) {
 			return rows, err
 		}
 		rows = append(rows, deltaRows(run, lr)...)
+		rows = append(rows, contextRows(run.Steps.Sum, lr)...)
 	}
 	return rows, nil
 }

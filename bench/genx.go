@@ -80,6 +80,7 @@ type modelRun struct {
 	Versions        []versionRecord
 	LastDir         string // the newest version as plain files, if asked for
 	Seconds         float64
+	Steps           stepTracker // consecutive steps' changes (with wantChanges)
 }
 
 // buildModelRun generates n versions of cfg with an in-memory model (12 bytes of RAM per
@@ -126,6 +127,9 @@ func (b *bench) buildModelRun(ctx context.Context, name string, cfg gen.Config, 
 		rec := versionRecord{Hashes: hashFiles(files)}
 		if prev != nil && wantChanges {
 			if rec.Changes, err = measureChanges(prev, files, enc); err != nil {
+				return nil, fmt.Errorf("version %d: %w", v, err)
+			}
+			if err := run.Steps.observe(prev, files); err != nil {
 				return nil, fmt.Errorf("version %d: %w", v, err)
 			}
 		}

@@ -1,15 +1,19 @@
-// Command bench is weightfs's benchmark harness (`make bench`, issue 5): it measures delta
-// size, ingest throughput and seal latency through the mount, cold reads, daemon memory,
-// patch apply, history growth and the diff kernel, each against a baseline measured in the
-// same run (go-fuse's loopback file system mounted with weightfs's options, the local disk,
-// TRL's and slime's delta formats, copy()), and prints where each figure stands against its
-// goal. It measures whatever the code does; it never asserts on timing.
+// Command bench is weightfs's benchmark harness (`make bench`): it measures delta size,
+// ingest throughput, CPU and seal latency through the mount, cold reads, daemon memory, patch
+// apply, history growth, the diff kernel and the end-to-end sync time from a trainer's mount
+// to a reader's over a shaped link, each against a baseline measured in the same run
+// (go-fuse's loopback file system mounted with weightfs's options, the local disk, TRL's and
+// slime's delta formats, copy(), a copy of the whole checkpoint over the same link), and prints
+// where each figure stands against its goal. It measures whatever the code does; it never
+// asserts on timing.
 //
 // The same binary is the pass-through baseline: `bench loopback [-read-only] SRC MNT` serves
-// a directory through go-fuse's loopback node with the mount options of fs/mount.go.
+// a directory through go-fuse's loopback node with the mount options of fs/mount.go; and
+// `bench fetch DIR URL...` is figure 9's baseline copy, run in the reader's network namespace.
 //
 // Everything it creates lives in one work directory (removed at the end unless -keep), and
-// every mount and daemon it starts is stopped at the end, on failure, and on SIGINT/SIGTERM.
+// every mount, daemon and network namespace it starts or creates is stopped or removed at the
+// end, on failure, and on SIGINT/SIGTERM.
 package main
 
 import (
@@ -27,6 +31,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "loopback" {
 		os.Exit(runLoopback(os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fetch" {
+		os.Exit(runFetch(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "table" {
 		os.Exit(runTable(os.Args[2:], os.Stdout, os.Stderr))
@@ -173,6 +180,8 @@ func (b *bench) runFigure(ctx context.Context, fig string) {
 		rows, err = b.figApply(ctx)
 	case "history":
 		rows, err = b.figHistory(ctx)
+	case "sync":
+		rows, err = b.figSync(ctx)
 	default:
 		err = fmt.Errorf("no figure %q", fig)
 	}

@@ -10,15 +10,15 @@ import (
 	"strings"
 )
 
-// figureNames are the figures of issue 5 a run can select, in the order they run. "ingest"
-// covers figures 2 (throughput) and 3 (seal latency).
-var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history"}
+// figureNames are the figures a run can select, in the order they run. "ingest" covers
+// figures 2 (throughput) and 3 (seal latency); "sync" is figure 9 (end-to-end sync time).
+var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync"}
 
 // figureAliases maps the issue's figure numbers and other spellings to names.
 var figureAliases = map[string]string{
 	"1": "delta", "2": "ingest", "3": "ingest", "4": "reads", "5": "memory", "6": "apply",
 	"7": "history", "8": "kernel", "seal": "ingest", "read": "reads", "diff": "kernel",
-	"size": "delta", "mem": "memory",
+	"size": "delta", "mem": "memory", "9": "sync", "e2e": "sync",
 }
 
 // parseOnly parses -only: a comma-separated list of figure names or numbers ("" or "all":
@@ -35,7 +35,7 @@ func parseOnly(s string) ([]string, error) {
 			name = alias
 		}
 		if !slices.Contains(figureNames, name) {
-			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-8)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
+			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-9)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
 		}
 		want[name] = true
 	}
@@ -69,9 +69,10 @@ var errHelp = errors.New("help requested")
 const usageText = `usage: go run ./bench [flags]
        bench loopback [-read-only] SRC MNT    (the pass-through baseline's daemon)
        bench table RESULT.json                (a recorded run as Markdown)
+       bench fetch DIR URL...                 (figure 9's baseline copy over HTTP)
 
-Measures the figures of issue 5 (delta size, ingest and seal, reads, memory, apply, history,
-diff kernel), each against a baseline measured in the same run, prints a table and writes
+Measures the figures of issues 5 and 20 (delta size, ingest and seal, reads, memory, apply,
+history, diff kernel, end-to-end sync), each against a baseline measured in the same run, prints a table and writes
 JSON. Root is needed for cold-cache reads (drop_caches) and direct FUSE mounts.
 
 flags:
@@ -85,7 +86,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, usageText)
 		fl.PrintDefaults()
 	}
-	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-8)")
+	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-9)")
 	fl.StringVar(&o.Out, "out", "", "write the results as JSON to this file")
 	fl.StringVar(&o.Markdown, "md", "", "also write the table as Markdown to this file")
 	fl.BoolVar(&o.Quick, "quick", false, "scale every size down for a check in a minute or two (not the issue's figures)")
@@ -166,6 +167,8 @@ func (s sizes) diskNeed(figure string) int64 {
 		return 7 * s.ApplyBytes
 	case "history":
 		return 6 * s.HistoryBytes
+	case "sync":
+		return 10 * s.IngestBytes
 	}
 	return 0
 }

@@ -21,7 +21,9 @@ func TestParseOnly(t *testing.T) {
 		{"KERNEL", []string{"kernel"}, false},
 		{"ingest,bogus", nil, true},
 		{",", nil, true},
-		{"9", nil, true},
+		{"9", []string{"sync"}, false},
+		{"9,e2e,1", []string{"delta", "sync"}, false},
+		{"10", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseOnly(tc.in)
@@ -88,7 +90,7 @@ func TestSizes(t *testing.T) {
 	if !slices.Contains(quick.MemoryBytes, quick.IngestBytes) || quick.ReadVersions < 2*readsBehind+1 {
 		t.Fatalf("quick sizes: %+v", quick)
 	}
-	for _, fig := range []string{"delta", "ingest", "memory", "apply", "history"} {
+	for _, fig := range []string{"delta", "ingest", "memory", "apply", "history", "sync"} {
 		if full.diskNeed(fig) <= 0 {
 			t.Errorf("no disk estimate for %s", fig)
 		}
@@ -96,7 +98,7 @@ func TestSizes(t *testing.T) {
 }
 
 func TestFigureNumber(t *testing.T) {
-	want := map[string]string{"delta": "1", "ingest": "2", "reads": "4", "memory": "5", "apply": "6", "history": "7", "kernel": "8"}
+	want := map[string]string{"delta": "1", "ingest": "2", "reads": "4", "memory": "5", "apply": "6", "history": "7", "kernel": "8", "sync": "9"}
 	for fig, num := range want {
 		if got := figureNumber(fig); got != num {
 			t.Errorf("figureNumber(%s) = %s, want %s", fig, got, num)
