@@ -17,7 +17,7 @@ import (
 
 	"github.com/weightfs/weightfs/delta"
 	"github.com/weightfs/weightfs/gen"
-	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/s3"
 )
 
 // Figure 9: end-to-end sync time. A trainer-side read-write mount on an S3 store (versitygw,
@@ -173,7 +173,7 @@ type syncEvents struct {
 
 // watchSync samples the reader's counters, its latest link and the follower's state until
 // stop is closed, and returns what it saw.
-func watchSync(readerCache, readerMnt, followDir string, v int, before store.S3Stats, stop <-chan struct{}) <-chan syncEvents {
+func watchSync(readerCache, readerMnt, followDir string, v int, before s3.Stats, stop <-chan struct{}) <-chan syncEvents {
 	out := make(chan syncEvents, 1)
 	want := gen.VersionDirName(v)
 	go func() {
@@ -183,7 +183,7 @@ func watchSync(readerCache, readerMnt, followDir string, v int, before store.S3S
 		defer t.Stop()
 		for {
 			now := time.Now()
-			if st, err := store.ReadS3StatsFile(readerCache); err == nil {
+			if st, err := s3.ReadStatsFile(readerCache); err == nil {
 				if ev.Manifest.IsZero() && st.ManifestDownloads > before.ManifestDownloads {
 					ev.Manifest = now
 				}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/weightfs/weightfs/gen"
-	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/s3"
 )
 
 // syncRound is one version written through the trainer's mount and watched on the reader.
@@ -63,7 +63,7 @@ func (b *bench) syncSources(cfg gen.Config, dir string, from, to int) (map[int]r
 // set) meanwhile.
 func (b *bench) syncVersion(ctx context.Context, mntW, cacheR, mntR, followDir string, v int, src string, done func() error) (syncRound, error) {
 	var r syncRound
-	before, err := store.ReadS3StatsFile(cacheR)
+	before, err := s3.ReadStatsFile(cacheR)
 	if err != nil {
 		return r, err
 	}
