@@ -1,8 +1,10 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,7 +28,7 @@ import (
 type mountState struct {
 	b        Backend
 	readOnly bool
-	logf     func(format string, args ...any)
+	log      *slog.Logger
 	root     *gofs.Inode
 	started  time.Time // the time stamp of what has none of its own (views, an empty root)
 
@@ -44,11 +46,11 @@ type mountState struct {
 	seq      uint64                   // names staging files and trees
 }
 
-func newMountState(b Backend, readOnly bool, logf func(string, ...any)) *mountState {
+func newMountState(b Backend, readOnly bool, log *slog.Logger) *mountState {
 	m := &mountState{
 		b:        b,
 		readOnly: readOnly,
-		logf:     logf,
+		log:      log,
 		trees:    map[string]*openTree{},
 		reserved: map[uint64]bool{},
 		indexes:  map[uint64]*versionIndex{},
@@ -68,14 +70,18 @@ func (m *mountState) modErrno() syscall.Errno {
 
 // refuse logs why an operation is refused and returns errno.
 func (m *mountState) refuse(errno syscall.Errno, format string, args ...any) syscall.Errno {
-	m.logf("refused (%s): %s", errnoName(errno), fmt.Sprintf(format, args...))
+	m.log.Info("refused: "+fmt.Sprintf(format, args...), "errno", errnoName(errno))
 	return errno
 }
 
 // fail logs a store or staging failure and returns the errno for it.
 func (m *mountState) fail(err error, format string, args ...any) syscall.Errno {
 	errno := toErrno(err)
-	m.logf("%s: %v (returning %s)", fmt.Sprintf(format, args...), err, errnoName(errno))
+	level := slog.LevelWarn
+	if errno == syscall.EIO {
+		level = slog.LevelError
+	}
+	m.log.Log(context.Background(), level, fmt.Sprintf(format, args...), "err", err, "errno", errnoName(errno))
 	return errno
 }
 
@@ -203,7 +209,7 @@ func (m *mountState) openStaging(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create staging directory %s: %w", dir, err)
 	}
-	removeDeadMounts(dir, m.logf)
+	removeDeadMounts(dir, m.log)
 	d, err := os.MkdirTemp(dir, fmt.Sprintf("mount-%d-", os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("create staging directory in %s: %w", dir, err)
@@ -214,7 +220,7 @@ func (m *mountState) openStaging(dir string) error {
 
 // removeDeadMounts deletes staging directories of mounts whose process is gone (a daemon
 // killed mid-write leaves its open versions' bytes behind; they can never be sealed).
-func removeDeadMounts(dir string, logf func(string, ...any)) {
+func removeDeadMounts(dir string, log *slog.Logger) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -234,9 +240,9 @@ func removeDeadMounts(dir string, logf func(string, ...any)) {
 		}
 		p := filepath.Join(dir, e.Name())
 		if err := os.RemoveAll(p); err != nil {
-			logf("remove staging files of dead mount %s: %v", p, err)
+			log.Warn("remove staging files of a dead mount", "dir", p, "err", err)
 		} else {
-			logf("removed staging files of a dead mount: %s", p)
+			log.Info("removed staging files of a dead mount", "dir", p)
 		}
 	}
 }
@@ -255,7 +261,7 @@ func (m *mountState) shutdown() {
 	}
 	if m.stagingRoot != "" {
 		if err := os.RemoveAll(m.stagingRoot); err != nil {
-			m.logf("remove staging directory %s: %v", m.stagingRoot, err)
+			m.log.Warn("remove staging directory", "dir", m.stagingRoot, "err", err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"strings"
 	"testing"
@@ -87,7 +88,7 @@ func FuzzDecodeLease(f *testing.F) {
 func leaseClient(t *testing.T, srv *s3test.Server, url string, ttl time.Duration) *s3Client {
 	t.Helper()
 	srv.SetEnv(t)
-	c, err := s3Setup(url, Options{Logf: t.Logf, S3: S3Options{LeaseTTL: ttl, RetryFor: time.Second}})
+	c, err := s3Setup(url, Options{Logger: logtest.New(t.Logf), S3: S3Options{LeaseTTL: ttl, RetryFor: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

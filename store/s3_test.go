@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"io"
 	"io/fs"
@@ -53,8 +54,8 @@ func s3URL(t testing.TB) string {
 
 func openS3Store(t testing.TB, url string, opts Options) *Store {
 	t.Helper()
-	if opts.Logf == nil {
-		opts.Logf = t.Logf
+	if opts.Logger == nil {
+		opts.Logger = logtest.New(t.Logf)
 	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = t.TempDir()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -24,11 +25,7 @@ func s3Setup(url string, opts Options) (*s3Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", loc, err)
 	}
-	logf := opts.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	return newS3Client(loc, set, logf)
+	return newS3Client(loc, set, logfAt(opts.Logger, slog.LevelWarn))
 }
 
 // openS3 is Open for s3://bucket/prefix: the format file is read from the bucket, a writer

@@ -50,7 +50,7 @@ func selectDiff(e *env, mode string) (delta.DiffBackend, error) {
 		return nil, fmt.Errorf("--diff %s: %w", mode, err)
 	}
 	if mode != "cpu" {
-		logTo(e)("diff backend: %s (%s)", choice.Backend, choice.Reason)
+		e.log.Info("diff backend: "+choice.Backend, "reason", choice.Reason)
 	}
 	return backend, nil
 }

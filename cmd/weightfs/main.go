@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,6 +27,10 @@ type env struct {
 	stdout, stderr io.Writer
 	// isTerminal reports whether stderr is a terminal, for progress lines.
 	isTerminal bool
+	// log is where a command logs: stderr, or the --log-file, at --log-level in --log-format
+	// (logging.go). The error that ends a command is printed on stderr, not logged.
+	log     *slog.Logger
+	logFile *logFile // the open --log-file, closed when the command returns
 }
 
 // usageError marks a mistake in how the command was called: it prints the command's help.
@@ -78,8 +83,11 @@ func run(e *env, argv []string) int {
 		}
 	}
 	if argv[0] == "--version" || argv[0] == "version" {
-		fmt.Fprintln(e.stdout, "weightfs", buildVersion())
+		fmt.Fprintln(e.stdout, versionLine())
 		return 0
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(e.stderr, nil))
 	}
 	for _, c := range cmds {
 		if c.name != argv[0] {
@@ -88,6 +96,7 @@ func run(e *env, argv []string) int {
 		stopProfile := startProfile(e)
 		err := c.run(e, argv[1:])
 		stopProfile()
+		e.closeLog()
 		switch {
 		case err == nil:
 			return 0
