@@ -81,7 +81,7 @@ func (sm *streamMount) switched(name string) bool {
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
 	for _, l := range sm.log {
-		if strings.Contains(l, name+": ") && strings.Contains(l, "goes on in its staging file") {
+		if strings.Contains(l, "/"+name+" ") && strings.Contains(l, "goes on in its staging file") {
 			return true
 		}
 	}

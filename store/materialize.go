@@ -176,7 +176,7 @@ func (m *materialized) ensure() error {
 	if m.s.readOnly {
 		what = "its files are checked and served from the objects"
 	}
-	m.s.log.Warn("materialized copy: the version cannot be copied; reads replay from the objects, "+what, "version", target.m.Version, "err", err)
+	m.s.log.Warn(fmt.Sprintf("materialized copy: version %d cannot be copied; reads replay from the objects, %s", target.m.Version, what), "err", err)
 	return nil
 }
 
@@ -346,7 +346,7 @@ func (m *materialized) rebuild(target *version) error {
 	if err := m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
-	m.s.log.Info("materialized copy: rebuilt", "version", target.m.Version, "files", len(target.m.Files), "as_streamed", seeded)
+	m.s.log.Info(fmt.Sprintf("materialized copy: rebuilt at version %d (%d of %d files as streamed)", target.m.Version, seeded, len(target.m.Files)))
 	return nil
 }
 

@@ -49,9 +49,8 @@ func cmdMount(e *env, args []string) error {
 	}
 	// A daemon must not die of a closed log pipe (mount.weightfs stops reading the daemon's
 	// output once the mount serves): the mount would stay behind, dead. Writes then fail
-	// with EPIPE instead. Nor of a SIGUSR1 meant for a log file it does not have (logrotate's
-	// postrotate): startLog listens for it when it has one.
-	signal.Ignore(syscall.SIGPIPE, syscall.SIGUSR1)
+	// with EPIPE instead.
+	signal.Ignore(syscall.SIGPIPE)
 	// The log as the flags and then -o say (-o comes last, as for the S3 options). An error
 	// that ends the command still goes to the caller's stderr (run prints it there).
 	ls := logSettingsOf(fs)

@@ -9,9 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // command is one subcommand of the CLI.
@@ -60,6 +62,9 @@ func commands() []command {
 
 func main() {
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, isTerminal: isTerminal(os.Stderr)}
+	// No command may die of a SIGUSR1 meant for a log file it does not have (logrotate's
+	// postrotate signals every weightfs): a --log-file listens for it (logging.go).
+	signal.Ignore(syscall.SIGUSR1)
 	// Installed as /sbin/mount.weightfs (a link), the binary is mount(8)'s helper.
 	if filepath.Base(os.Args[0]) == helperName {
 		os.Exit(mountHelper(e, os.Args[1:]))
