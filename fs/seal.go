@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"time"
 
@@ -39,7 +40,7 @@ func (m *mountState) finishSeal(t *openTree, rootName string, info store.Version
 		"stored", info.StoredBytes, "took", time.Since(start).Round(time.Millisecond))
 	if src, ok := viewSourceOf(m.b); ok {
 		if note := src.PatchNote(info.Number); note != "" {
-			m.log.Info(note, "version", info.Number)
+			m.log.Info(fmt.Sprintf("version %d: %s", info.Number, note), "version", info.Number)
 		}
 	}
 }

@@ -89,7 +89,7 @@ func (s *Store) removedByGC(v uint64, err error) error {
 		}
 	}
 	if _, logged := s.removedLogged.LoadOrStore(v, true); !logged {
-		s.log.Warn("version removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", "version", v)
+		s.log.Warn(fmt.Sprintf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v), "version", v)
 	}
 	return fmt.Errorf("version %d: %w while it was read (pin a version to keep it)", v, ErrVersionRemoved)
 }
