@@ -9,8 +9,9 @@ import (
 // The store logs through Options.Logger with these levels (docs/operations.md, "Logs"):
 // debug for what happens per file (a file stored whole or opaque), info for what happens to
 // the store (versions dropped by gc or retention, a quarantine, a rebuilt copy), warn for
-// damage met, retries and clean-ups that failed (the store goes on), error for what leaves a
-// version unreadable.
+// damage met, retries and clean-ups that failed (the store goes on), error for what it cannot
+// work around (an index it cannot recreate, a writer's copy it cannot build). The lines of
+// the S3 client, its lease and its credential chain come through logfAt, all at warn.
 
 // newLogger is l, or a logger that discards everything when l is nil.
 func newLogger(l *slog.Logger) *slog.Logger {
