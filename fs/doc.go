@@ -117,8 +117,8 @@
 //   - ESTALE: an open of a file of an open version that was sealed meanwhile through a
 //     cached path; the kernel then looks the path up again and finds the sealed file.
 //
-// Every refusal and every store failure is reported through Options.Logf with the path and the
-// reason, since an errno alone cannot say why, and counted by its errno in Server.Stats, with
-// the reads of sealed versions by how far behind the latest they are (stats.go; the metrics
-// package exports them).
+// Every refusal (info) and every store failure (warn; error when it returns EIO) is logged
+// through Options.Logger with the path and the reason, since an errno alone cannot say why,
+// and counted by its errno in Server.Stats, with the reads of sealed versions by how far
+// behind the latest they are (stats.go; the metrics package exports them).
 package fs

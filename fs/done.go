@@ -18,7 +18,7 @@ func (f *openFile) skipAsMarker() {
 	f.marker = true
 	if f.size > 0 && !f.markerLogged {
 		f.markerLogged = true
-		f.t.m.logf("%s/%s: its %d bytes are not stored (DONE only marks the version sealed)", f.t.name, doneName, f.size)
+		f.t.m.log.Warn("DONE holds bytes; they are not stored (DONE only marks the version sealed)", "file", f.t.name+"/"+doneName, "bytes", f.size)
 	}
 }
 
@@ -44,7 +44,7 @@ func (f *openFile) dropMarkerWrite(n int) (uint32, bool) {
 	f.mu.Lock()
 	if !f.markerLogged {
 		f.markerLogged = true
-		f.t.m.logf("%s/%s: %d bytes written after the seal are not stored (DONE only marks the version sealed)", f.t.name, doneName, n)
+		f.t.m.log.Warn("bytes written to DONE after the seal are not stored (DONE only marks the version sealed)", "file", f.t.name+"/"+doneName, "bytes", n)
 	}
 	f.mu.Unlock()
 	return uint32(n), true

@@ -3,6 +3,7 @@ package fs
 import (
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestPrepareMountpoint(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := prepareMountpoint(tc.path, t.Logf)
+			err := prepareMountpoint(tc.path, logtest.New(t.Logf))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("prepareMountpoint(%s) = %v, want error %v", tc.path, err, tc.wantErr)
 			}

@@ -3,7 +3,7 @@ package fs
 import (
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,10 +41,13 @@ type Options struct {
 	// Version, if not 0, makes the mount point itself that sealed version's directory;
 	// LatestVersion resolves to the newest sealed version at mount time.
 	Version uint64
-	// Debug logs every FUSE request through Logf.
+	// Debug logs every FUSE request (go-fuse's request trace) through Logger at debug level;
+	// the Logger must let debug records through for them to show.
 	Debug bool
-	// Logf receives one line per refusal, store failure or noteworthy event (nil: discarded).
-	Logf func(format string, args ...any)
+	// Logger receives the mount's log records (nil: discarded): per-request and per-file
+	// lines at debug, versions opened, sealed and seen and refusals at info, damage and
+	// failed clean-ups at warn, store failures returned as EIO at error.
+	Logger *slog.Logger
 	// PollInterval is how often a read-only mount looks for versions sealed by another
 	// process (0: DefaultPollInterval).
 	PollInterval time.Duration
@@ -94,17 +97,14 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount point %s: %w", mountpoint, err)
 	}
-	logf := opts.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	if err := prepareMountpoint(mnt, logf); err != nil {
+	log := orDiscard(opts.Logger)
+	if err := prepareMountpoint(mnt, log); err != nil {
 		return nil, err
 	}
 	if err := CheckMountpoint(mnt, opts); err != nil {
 		return nil, err
 	}
-	m := newMountState(b, opts.ReadOnly, logf)
+	m := newMountState(b, opts.ReadOnly, log)
 	var root gofs.InodeEmbedder
 	if opts.Version != 0 {
 		v := opts.Version
@@ -129,9 +129,9 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 		root = &rootNode{m: m}
 	}
 
-	rawFS := gofs.NewNodeFS(root, nodeOptions(opts, logf))
+	rawFS := gofs.NewNodeFS(root, nodeOptions(log))
 	m.root = root.EmbeddedInode()
-	srv, err := mountWithFallback(rawFS, mnt, opts, logf)
+	srv, err := mountWithFallback(rawFS, mnt, opts, log)
 	if err != nil {
 		m.shutdown()
 		return nil, err
@@ -144,7 +144,7 @@ func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
 	}
 	m.openFlags.Store(openFileFlags(srv.KernelSettings().Flags64()))
 	if err := SetReadAhead(mnt, ReadAheadKiB); err != nil {
-		logf("kernel read-ahead stays at the FUSE default (%v)", err)
+		log.Info("kernel read-ahead stays at the FUSE default", "err", err)
 	}
 	s := &Server{fuse: srv, mountpoint: mnt, done: make(chan struct{}), m: m}
 	if opts.ReadOnly && opts.Version == 0 {
@@ -181,13 +181,15 @@ func (s *Server) Unmount() error {
 // Mountpoint is the absolute path served.
 func (s *Server) Mountpoint() string { return s.mountpoint }
 
-func nodeOptions(opts Options, logf func(string, ...any)) *gofs.Options {
+func nodeOptions(log *slog.Logger) *gofs.Options {
 	ttl := dynamicTTL
 	return &gofs.Options{
 		EntryTimeout: &ttl,
 		AttrTimeout:  &ttl,
 		// NegativeTimeout stays nil: a version sealed elsewhere must be found at once.
-		Logger: log.New(logfWriter(logf), "", 0),
+		// What go-fuse's node layer logs is a protocol surprise (a lost handle, a bad
+		// notification): a warning.
+		Logger: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		UID:    uint32(os.Getuid()),
 		GID:    uint32(os.Getgid()),
 	}
@@ -196,7 +198,7 @@ func nodeOptions(opts Options, logf func(string, ...any)) *gofs.Options {
 // mountWithFallback mounts with mount(2) directly when we may (root), and otherwise through
 // fusermount3. The two need different spellings of "read-only": a flag for mount(2), an
 // option string for fusermount.
-func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf func(string, ...any)) (*fuse.Server, error) {
+func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, log *slog.Logger) (*fuse.Server, error) {
 	base := fuse.MountOptions{
 		FsName:        "weightfs",
 		Name:          "weightfs",
@@ -215,7 +217,7 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 		// (openFileFlags): programs can then still map them shared.
 		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		Debug:             opts.Debug,
-		Logger:            log.New(logfWriter(logf), "fuse: ", 0),
+		Logger:            fuseLogger(log, opts.Debug),
 	}
 	if opts.AllowOther || opts.DefaultPermissions {
 		base.Options = append(base.Options, "default_permissions")
@@ -248,14 +250,14 @@ func mountWithFallback(rawFS fuse.RawFileSystem, mnt string, opts Options, logf 
 
 // prepareMountpoint checks that mnt is a usable directory. A mount point left behind by a dead
 // daemon answers ENOTCONN; nothing can be serving it, so it is detached lazily.
-func prepareMountpoint(mnt string, logf func(string, ...any)) error {
+func prepareMountpoint(mnt string, log *slog.Logger) error {
 	st, err := os.Stat(mnt)
 	if errors.Is(err, syscall.ENOTCONN) {
 		if derr := detachStale(mnt); derr != nil {
 			return fmt.Errorf("mount point %s: %w (transport endpoint is not connected): a daemon died without unmounting; run `umount -l %s` (root) or `fusermount3 -uz %s`: %v",
 				mnt, ErrStaleMount, mnt, mnt, derr)
 		}
-		logf("%s: detached a stale mount left by a daemon that died", mnt)
+		log.Info("detached a stale mount left by a daemon that died", "mountpoint", mnt)
 		st, err = os.Stat(mnt)
 	}
 	if err != nil {
@@ -284,12 +286,4 @@ func detachStale(mnt string) error {
 		return fmt.Errorf("umount: %v; %s -uz: %v: %s", uerr, bin, err, strings.TrimSpace(string(out)))
 	}
 	return fmt.Errorf("umount: %w (and no fusermount3 found)", uerr)
-}
-
-// logfWriter adapts Logf to the io.Writer a log.Logger needs.
-type logfWriter func(string, ...any)
-
-func (w logfWriter) Write(p []byte) (int, error) {
-	w("%s", strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

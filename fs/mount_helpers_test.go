@@ -3,6 +3,7 @@ package fs
 import (
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,7 +73,7 @@ func mountTest(t *testing.T, b Backend, opts Options) (string, *Server) {
 	}
 	lg := &testLog{t: t}
 	mountLogs.Store(mnt, lg)
-	opts.Logf = lg.logf
+	opts.Logger = logtest.New(lg.logf)
 	opts.Debug = testing.Verbose() && os.Getenv("WEIGHTFS_FUSE_DEBUG") != ""
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 50 * time.Millisecond

@@ -92,7 +92,7 @@ func (d *openDir) sealedView() (*versionIndex, string, bool) {
 	}
 	idx, err := t.m.index(number)
 	if err != nil {
-		t.m.logf("list sealed version %d for a directory sealed in use: %v", number, err)
+		t.m.log.Warn("list a sealed version for a directory sealed in use", "version", number, "err", err)
 		return nil, "", false
 	}
 	return idx, p, true

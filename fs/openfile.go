@@ -376,7 +376,7 @@ func (f *openFile) detach() {
 	}
 	if f.diskPath != "" {
 		if err := os.Remove(f.diskPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-			f.t.m.logf("remove staging file %s: %v", f.diskPath, err)
+			f.t.m.log.Warn("remove staging file", "path", f.diskPath, "err", err)
 		}
 		f.diskPath = ""
 	}
@@ -403,7 +403,7 @@ func (f *openFile) closeLocked() {
 		return
 	}
 	if err := f.file.Close(); err != nil {
-		f.t.m.logf("close staging file: %v", err)
+		f.t.m.log.Warn("close staging file", "err", err)
 	}
 	f.file = nil
 }

@@ -130,7 +130,7 @@ func (t *openTree) seal(number uint64) (store.VersionInfo, error) {
 			}
 		}
 		if aerr := w.Abort(); aerr != nil {
-			t.m.logf("abort version %d after a failed seal: %v", number, aerr)
+			t.m.log.Warn("abort after a failed seal", "version", number, "err", aerr)
 		}
 		return store.VersionInfo{}, err
 	}
@@ -225,7 +225,7 @@ func (t *openTree) releaseStaging() {
 	}
 	t.releaseNodes()
 	if err := os.RemoveAll(t.disk); err != nil {
-		t.m.logf("remove staging directory %s: %v", t.disk, err)
+		t.m.log.Warn("remove staging directory", "dir", t.disk, "err", err)
 	}
 }
 
@@ -256,7 +256,7 @@ func (t *openTree) abortLocked(force bool) {
 	t.state = treeAborted
 	if t.writer != nil {
 		if err := t.writer.Abort(); err != nil {
-			t.m.logf("abort open version %d: %v", t.number, err)
+			t.m.log.Warn("abort open version", "version", t.number, "err", err)
 		}
 		t.writer = nil
 	}
@@ -272,7 +272,7 @@ func (t *openTree) abortLocked(force bool) {
 	}
 	t.releaseNodes()
 	if err := os.RemoveAll(t.disk); err != nil {
-		t.m.logf("remove staging directory %s: %v", t.disk, err)
+		t.m.log.Warn("remove staging directory", "dir", t.disk, "err", err)
 	}
 }
 

@@ -43,13 +43,13 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 			// the materialized copy and cached objects; a read that needs the unreachable
 			// store fails with EIO, never with other bytes).
 			if msg := err.Error(); msg != lastErr {
-				m.logf("refresh: %v (will keep trying every %s)", err, interval)
+				m.log.Warn("refresh failed (trying again every "+interval.String()+")", "err", err)
 				lastErr = msg
 			}
 			continue
 		}
 		if lastErr != "" {
-			m.logf("refresh: working again")
+			m.log.Info("refresh: working again")
 		}
 		lastErr = ""
 		m.noticeVersions()
@@ -67,12 +67,14 @@ func (m *mountState) noticeVersions() {
 	for _, v := range now {
 		if _, found := slices.BinarySearch(before, v); !found {
 			changed = append(changed, VersionName(v))
+			m.log.Info("version seen", "version", v)
 		}
 	}
 	for _, v := range before {
 		if _, found := slices.BinarySearch(now, v); !found {
 			changed = append(changed, VersionName(v))
 			delete(m.indexes, v) // gc dropped it
+			m.log.Info("version gone (gc)", "version", v)
 		}
 	}
 	m.mu.Unlock()

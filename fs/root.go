@@ -149,7 +149,7 @@ func (r *rootNode) Mkdir(ctx context.Context, name string, mode uint32, out *fus
 	}
 	m.trees[name] = t
 	if isVersion {
-		m.logf("opened version %d (%s)", v, name)
+		m.log.Info("opened version", "version", v, "dir", name)
 	}
 	t.dir.fillAttr(&out.Attr)
 	return r.NewPersistentInode(ctx, t.dir, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
@@ -178,7 +178,7 @@ func (r *rootNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	}
 	m.mu.Unlock()
 	if t.number != 0 {
-		m.logf("dropped open version %d (%s)", t.number, name)
+		m.log.Info("dropped open version", "version", t.number, "dir", name)
 	}
 	return 0
 }

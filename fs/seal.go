@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"time"
 
@@ -35,11 +36,11 @@ func (m *mountState) finishSeal(t *openTree, rootName string, info store.Version
 		delete(m.trees, rootName)
 	}
 	m.mu.Unlock()
-	m.logf("sealed version %d: %d files, %d bytes, %d stored, in %v",
-		info.Number, info.Files, info.LogicalBytes, info.StoredBytes, time.Since(start).Round(time.Millisecond))
+	m.log.Info("sealed version", "version", info.Number, "files", info.Files, "bytes", info.LogicalBytes,
+		"stored", info.StoredBytes, "took", time.Since(start).Round(time.Millisecond))
 	if src, ok := viewSourceOf(m.b); ok {
 		if note := src.PatchNote(info.Number); note != "" {
-			m.logf("version %d: %s", info.Number, note)
+			m.log.Info(fmt.Sprintf("version %d: %s", info.Number, note), "version", info.Number)
 		}
 	}
 }
@@ -52,7 +53,7 @@ func (m *mountState) notifyEntry(name string) {
 		return
 	}
 	if errno := m.root.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
-		m.logf("invalidate %s in the kernel: %v", name, errno)
+		m.log.Warn("invalidate an entry in the kernel", "name", name, "err", errno)
 	}
 }
 

@@ -272,6 +272,6 @@ func (f *sealedFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Er
 
 func (h *sealedHandle) close(m *mountState, where string) {
 	if err := h.f.Close(); err != nil {
-		m.logf("close %s: %v", where, err)
+		m.log.Warn("close", "file", where, "err", err)
 	}
 }

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"syscall"
@@ -15,30 +16,28 @@ import (
 // effort from /proc), and the next signal tries again. A daemon that stopped listening after
 // the first signal, or died of SIGHUP, would leave either a mount that no signal can end or a
 // dead one ("transport endpoint is not connected") for every process still in it.
-func (s *Server) UnmountOnSignals(sigs <-chan os.Signal, logf func(format string, args ...any)) {
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
+func (s *Server) UnmountOnSignals(sigs <-chan os.Signal, log *slog.Logger) {
+	log = orDiscard(log)
 	for {
 		select {
 		case <-s.done:
 			return
 		case sig := <-sigs:
-			logf("%v: unmounting %s", sig, s.mountpoint)
+			log.Info("unmounting", "signal", sig.String(), "mountpoint", s.mountpoint)
 			err := s.Unmount()
 			if err == nil {
 				return
 			}
 			if !isBusy(err) {
-				logf("%v (still serving; signal again to retry)", err)
+				log.Warn("unmount failed (still serving; signal again to retry)", "err", err)
 				continue
 			}
 			held := "no process found in /proc (another mount namespace, or already gone)"
 			if hs := MountHolders(s.mountpoint); len(hs) > 0 {
 				held = strings.Join(hs, "; ")
 			}
-			logf("%s is busy, still serving: held by %s; signal again once they are done, or `umount -l %s` to detach it",
-				s.mountpoint, held, s.mountpoint)
+			log.Warn("busy, still serving: signal again once they are done, or `umount -l "+s.mountpoint+"` to detach it",
+				"mountpoint", s.mountpoint, "held_by", held)
 		}
 	}
 }

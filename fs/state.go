@@ -1,8 +1,10 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,7 +28,7 @@ import (
 type mountState struct {
 	b        Backend
 	readOnly bool
-	logf     func(format string, args ...any)
+	log      *slog.Logger
 	root     *gofs.Inode
 	started  time.Time // the time stamp of what has none of its own (views, an empty root)
 
@@ -46,11 +48,11 @@ type mountState struct {
 	stats mountStats // what it did, for metrics (stats.go)
 }
 
-func newMountState(b Backend, readOnly bool, logf func(string, ...any)) *mountState {
+func newMountState(b Backend, readOnly bool, log *slog.Logger) *mountState {
 	m := &mountState{
 		b:        b,
 		readOnly: readOnly,
-		logf:     logf,
+		log:      log,
 		trees:    map[string]*openTree{},
 		reserved: map[uint64]bool{},
 		indexes:  map[uint64]*versionIndex{},
@@ -71,7 +73,7 @@ func (m *mountState) modErrno() syscall.Errno {
 // refuse logs why an operation is refused and returns errno.
 func (m *mountState) refuse(errno syscall.Errno, format string, args ...any) syscall.Errno {
 	m.stats.countErrno(errno)
-	m.logf("refused (%s): %s", errnoName(errno), fmt.Sprintf(format, args...))
+	m.log.Info("refused: "+fmt.Sprintf(format, args...), "errno", errnoName(errno))
 	return errno
 }
 
@@ -79,7 +81,11 @@ func (m *mountState) refuse(errno syscall.Errno, format string, args ...any) sys
 func (m *mountState) fail(err error, format string, args ...any) syscall.Errno {
 	errno := toErrno(err)
 	m.stats.countErrno(errno)
-	m.logf("%s: %v (returning %s)", fmt.Sprintf(format, args...), err, errnoName(errno))
+	level := slog.LevelWarn
+	if errno == syscall.EIO {
+		level = slog.LevelError
+	}
+	m.log.Log(context.Background(), level, fmt.Sprintf(format, args...), "err", err, "errno", errnoName(errno))
 	return errno
 }
 
@@ -207,7 +213,7 @@ func (m *mountState) openStaging(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create staging directory %s: %w", dir, err)
 	}
-	removeDeadMounts(dir, m.logf)
+	removeDeadMounts(dir, m.log)
 	d, err := os.MkdirTemp(dir, fmt.Sprintf("mount-%d-", os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("create staging directory in %s: %w", dir, err)
@@ -218,7 +224,7 @@ func (m *mountState) openStaging(dir string) error {
 
 // removeDeadMounts deletes staging directories of mounts whose process is gone (a daemon
 // killed mid-write leaves its open versions' bytes behind; they can never be sealed).
-func removeDeadMounts(dir string, logf func(string, ...any)) {
+func removeDeadMounts(dir string, log *slog.Logger) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -238,9 +244,9 @@ func removeDeadMounts(dir string, logf func(string, ...any)) {
 		}
 		p := filepath.Join(dir, e.Name())
 		if err := os.RemoveAll(p); err != nil {
-			logf("remove staging files of dead mount %s: %v", p, err)
+			log.Warn("remove staging files of a dead mount", "dir", p, "err", err)
 		} else {
-			logf("removed staging files of a dead mount: %s", p)
+			log.Info("removed staging files of a dead mount", "dir", p)
 		}
 	}
 }
@@ -259,7 +265,7 @@ func (m *mountState) shutdown() {
 	}
 	if m.stagingRoot != "" {
 		if err := os.RemoveAll(m.stagingRoot); err != nil {
-			m.logf("remove staging directory %s: %v", m.stagingRoot, err)
+			m.log.Warn("remove staging directory", "dir", m.stagingRoot, "err", err)
 		}
 	}
 }

@@ -71,7 +71,7 @@ func (f *openFile) maybeStartStreamLocked() {
 	hint := f.Path(f.t.dir.EmbeddedInode())
 	st, err := sw.StreamFile(hint)
 	if err != nil {
-		f.t.m.logf("%s: no stream (%v): staging the file", f.where(), err)
+		f.t.m.log.Debug("no stream: staging the file", "file", f.where(), "err", err)
 		return
 	}
 	f.stream = st
@@ -119,7 +119,7 @@ func (f *openFile) unstreamLocked(why string) syscall.Errno {
 		return f.t.m.fail(f.broken, "switch %s to its staging file (%s)", f.where(), why)
 	}
 	f.dropStreamLocked()
-	f.t.m.logf("%s: %s: the file goes on in its staging file (%d bytes)", f.where(), why, f.size)
+	f.t.m.log.Debug("the file goes on in its staging file: "+why, "file", f.where(), "bytes", f.size)
 	return 0
 }
 

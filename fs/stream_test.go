@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -42,12 +43,12 @@ func newStreamMount(t *testing.T) *streamMount {
 		sm.mu.Unlock()
 		lg.logf(format, args...)
 	}
-	s, err := store.Open(root, store.Options{Logf: logf})
+	s, err := store.Open(root, store.Options{Logger: logtest.New(logf)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sm.store = s
-	srv, err := Mount(s, sm.mnt, Options{StagingDir: sm.staging, Logf: logf, PollInterval: 50 * time.Millisecond})
+	srv, err := Mount(s, sm.mnt, Options{StagingDir: sm.staging, Logger: logtest.New(logf), PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		s.Close()
 		t.Fatalf("mount: %v", err)
@@ -80,7 +81,7 @@ func (sm *streamMount) switched(name string) bool {
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
 	for _, l := range sm.log {
-		if strings.Contains(l, name+": ") && strings.Contains(l, "goes on in its staging file") {
+		if strings.Contains(l, "/"+name+" ") && strings.Contains(l, "goes on in its staging file") {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package fs
 import (
 	"bufio"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io"
 	"os"
 	"path/filepath"
@@ -94,7 +95,7 @@ func TestIngestTiming(t *testing.T) {
 	if err := store.Init(storeDir); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(storeDir, store.Options{Logf: t.Logf})
+	st, err := store.Open(storeDir, store.Options{Logger: logtest.New(t.Logf)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestIngestTiming(t *testing.T) {
 	}()
 	mnt := filepath.Join(scratch, "mnt")
 	os.MkdirAll(mnt, 0o755)
-	wsrv, err := Mount(st, mnt, Options{Logf: t.Logf})
+	wsrv, err := Mount(st, mnt, Options{Logger: logtest.New(t.Logf)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,8 +117,8 @@ func (d *deltaDir) rendered() ([]store.RenderedFile, syscall.Errno) {
 		for _, f := range files {
 			total += f.Size
 		}
-		d.m.logf("%s: delta against version %d, %d files, %d bytes, ready in %v",
-			d.where, d.plan.Base, len(files), total, time.Since(start).Round(time.Millisecond))
+		d.m.log.Debug("delta ready in "+time.Since(start).Round(time.Millisecond).String(),
+			"dir", d.where, "base", d.plan.Base, "files", len(files), "bytes", total)
 	}
 	d.files = files
 	return files, 0

@@ -138,7 +138,7 @@ func (f *viewFile) renderAgain(old store.RenderedFile, render func() (store.Rend
 	f.pending = false
 	f.mu.Unlock()
 	if !wasPending {
-		f.m.logf("%s: rendered again (the cached file had gone or failed its check)", f.where)
+		f.m.log.Warn("rendered again (the cached file had gone or failed its check)", "file", f.where)
 	}
 	file, err := os.Open(rf.Path)
 	return file, rf, err
@@ -165,7 +165,7 @@ func (f *viewFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	got, err := rf.ReadAt(file, buf, off)
 	if errors.Is(err, store.ErrDamagedRender) && f.again != nil {
 		// The store logged and dropped the damaged render: serve from a new one.
-		f.m.logf("%s: %v: rendering it again", f.where, err)
+		f.m.log.Warn("rendering it again", "file", f.where, "err", err)
 		if file, rf, err = f.swapRender(h, file, rf); err == nil {
 			got, err = rf.ReadAt(file, buf, off)
 		}
@@ -207,7 +207,7 @@ func (f *viewFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errn
 			old.Close()
 		}
 		if err := h.f.Close(); err != nil {
-			f.m.logf("close %s: %v", f.where, err)
+			f.m.log.Warn("close", "file", f.where, "err", err)
 		}
 	}
 	return 0

@@ -131,7 +131,7 @@ func (p *patchesView) lookupCatchup(ctx context.Context, name string, v, from ui
 	if err != nil {
 		return nil, p.m.fail(err, "render %s", where)
 	}
-	p.m.logf("%s: %d bytes, ready in %v", where, rf.Size, time.Since(start).Round(time.Millisecond))
+	p.m.log.Debug("ready in "+time.Since(start).Round(time.Millisecond).String(), "file", where, "bytes", rf.Size)
 	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, render) }
 	return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
 }
@@ -236,7 +236,7 @@ func (p *patchesView) render(v uint64, name string) (store.RenderedFile, syscall
 	if err != nil {
 		return store.RenderedFile{}, p.m.fail(err, "render %s/%s", p.where, name)
 	}
-	p.m.logf("%s/%s: %d bytes, ready in %v", p.where, name, rf.Size, time.Since(start).Round(time.Millisecond))
+	p.m.log.Debug("ready in "+time.Since(start).Round(time.Millisecond).String(), "file", p.where+"/"+name, "bytes", rf.Size)
 	p.mu.Lock()
 	p.renders[v] = patchRender{base: prev, has: true, rf: rf}
 	p.mu.Unlock()
@@ -253,7 +253,7 @@ func (p *patchesView) hasPatch(v, prev uint64) bool {
 	}
 	base, err := p.src.PatchBase(v)
 	if err != nil && !isNoPatch(err) {
-		p.m.logf("list %s: %s: %v", p.where, PatchName(v), err)
+		p.m.log.Warn("list a patch", "file", p.where+"/"+PatchName(v), "err", err)
 		return false
 	}
 	has := err == nil && base == prev

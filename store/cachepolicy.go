@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 )
@@ -32,14 +33,14 @@ type cachePolicy struct {
 	rc       RemoteCache
 	prefetch bool
 	root     string
-	logf     func(string, ...any)
+	log      *slog.Logger
 
 	mu   sync.Mutex
 	seen map[uint64]bool // versions of the last listing whose objects were prefetched
 }
 
-func newCachePolicy(be Backend, rc RemoteCache, prefetch bool, root string, logf func(string, ...any)) *cachePolicy {
-	p := &cachePolicy{Backend: be, rc: rc, prefetch: prefetch, root: root, logf: logf, seen: map[uint64]bool{}}
+func newCachePolicy(be Backend, rc RemoteCache, prefetch bool, root string, log *slog.Logger) *cachePolicy {
+	p := &cachePolicy{Backend: be, rc: rc, prefetch: prefetch, root: root, log: log, seen: map[uint64]bool{}}
 	for _, v := range rc.CachedVersions() {
 		p.seen[v] = true
 	}
@@ -105,7 +106,7 @@ func (p *cachePolicy) noticeRemoved(vs []uint64) {
 	}
 	slices.Sort(gone)
 	p.rc.VersionsRemoved(gone)
-	p.logf("%d versions (v%d..v%d) were removed from %s (gc): emptied the local object cache", len(gone), gone[0], gone[len(gone)-1], p.root)
+	p.log.Info(fmt.Sprintf("%d versions (v%d..v%d) were removed from %s (gc): emptied the local object cache", len(gone), gone[0], gone[len(gone)-1], p.root))
 }
 
 // prefetchNew has the cache fetch the objects the versions new in this listing added.
@@ -159,7 +160,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 		}
 	}
 	if total > p.rc.CacheLimit()/2 {
-		p.logf("%s: not prefetching %d objects (%d bytes of content) of v%d: more than half the object cache", p.root, len(ids), total, news[len(news)-1])
+		p.log.Info(fmt.Sprintf("%s: not prefetching %d objects (%d bytes of content) of v%d: more than half the object cache", p.root, len(ids), total, news[len(news)-1]))
 		return nil
 	}
 	if err := p.rc.Prefetch(ids); err != nil {

@@ -96,7 +96,7 @@ func (s *Store) pruneCatchup(pair, keep string) {
 		_, ferr := s.sealedVersion(from)
 		if (strings.HasPrefix(base, pair+"-") && base != keep) || verr != nil || ferr != nil {
 			if err := removePatch(filepath.Join(dir, e.Name())); err != nil {
-				s.logf("remove stale render %s: %v", e.Name(), err)
+				s.log.Warn("remove stale render", "render", e.Name(), "err", err)
 			}
 			continue
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"testing"
 
@@ -20,7 +21,7 @@ func benchStore(b *testing.B) (*Store, int64) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const elems = 32 << 20 // 64 MiB of bf16
 	data := bf16Like(rng, elems)
-	s, _ := newStore(b, Options{Logf: func(string, ...any) {}})
+	s, _ := newStore(b, Options{Logger: logtest.New(func(string, ...any) {})})
 	for v := uint64(1); v <= 2; v++ {
 		if v == 2 {
 			data = perturb(rng, data, 2, 0.01)

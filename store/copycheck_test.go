@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,7 +108,7 @@ func TestCopyDamageIsNeverServed(t *testing.T) {
 		{"state claims v2, reader", true, func(t *testing.T, c string) { setCopyState(t, c, matState{Version: 2, Clean: true}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+			w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 			for i, files := range versions {
 				commitTree(t, w, uint64(i+1), files)
 			}
@@ -122,7 +123,7 @@ func TestCopyDamageIsNeverServed(t *testing.T) {
 			w.Close()
 			tc.damage(t, cacheDir)
 			var log logLines
-			opts.Logf = log.logf
+			opts.Logger = logtest.New(log.logf)
 			s := openStore(t, root, opts)
 			checkAllVersions(t, "after the damage", s, versions)
 			if !log.has("materialized copy") {
@@ -154,7 +155,7 @@ func readMaterializedAt(t *testing.T, cacheDir, p string) []byte {
 func TestCopyDamagedWhileOpen(t *testing.T) {
 	versions := modelVersions(t, 4, 43)
 	var log logLines
-	s, _ := newStore(t, Options{Logf: log.logf})
+	s, _ := newStore(t, Options{Logger: logtest.New(log.logf)})
 	for i, files := range versions[:3] {
 		commitTree(t, s, uint64(i+1), files)
 	}
@@ -175,7 +176,7 @@ func TestCopyDamagedWhileOpen(t *testing.T) {
 // the damaged one, without calling the store damaged.
 func TestVerifyChecksCopy(t *testing.T) {
 	versions := modelVersions(t, 2, 44)
-	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	for i, files := range versions {
 		commitTree(t, w, uint64(i+1), files)
 	}
@@ -197,7 +198,7 @@ func TestVerifyChecksCopy(t *testing.T) {
 		t.Errorf("the damaged copy is not reported: %v", rep.Caches)
 	}
 	// A writer opened over it never serves the damage.
-	s := openStore(t, root, Options{Logf: func(string, ...any) {}})
+	s := openStore(t, root, Options{Logger: logtest.New(func(string, ...any) {})})
 	checkAllVersions(t, "writer after verify", s, versions)
 }
 
@@ -252,7 +253,7 @@ func TestForgedManifestIsNotServed(t *testing.T) {
 	for _, forged := range []uint64{2, 3} {
 		for _, opts := range []Options{{}, {ReadOnly: true}, {ReadOnly: true, Materialize: true}} {
 			t.Run(fmt.Sprintf("v%d ro=%v mat=%v", forged, opts.ReadOnly, opts.Materialize), func(t *testing.T) {
-				w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+				w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 				for i, files := range versions {
 					commitTree(t, w, uint64(i+1), files)
 				}
@@ -261,7 +262,7 @@ func TestForgedManifestIsNotServed(t *testing.T) {
 					ts := m.Files[slicesIndex(m.Files, "twins.safetensors")].Tensors
 					ts[0].ID, ts[1].ID = ts[1].ID, ts[0].ID
 				})
-				opts.Logf = func(string, ...any) {}
+				opts.Logger = logtest.New(func(string, ...any) {})
 				s := openStore(t, root, opts)
 				f, err := s.OpenFile(forged, "twins.safetensors")
 				if err != nil {
@@ -299,7 +300,7 @@ func slicesIndex(files []manifestFile, p string) int {
 // garbage and serves every other version exactly, and says in its log what it did.
 func TestBadVersionDoesNotBlockLater(t *testing.T) {
 	versions := modelVersions(t, 4, 46)
-	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	commitTree(t, w, 1, versions[0])
 	commitTree(t, w, 2, versions[1])
 	w.Close()
@@ -308,7 +309,7 @@ func TestBadVersionDoesNotBlockLater(t *testing.T) {
 	})
 	os.RemoveAll(filepath.Join(root, "cache")) // the copy is built anew from the bad version
 	var log logLines
-	s, err := Open(root, Options{Logf: log.logf})
+	s, err := Open(root, Options{Logger: logtest.New(log.logf)})
 	if err != nil {
 		t.Fatalf("open over a bad latest version: %v", err)
 	}
@@ -335,7 +336,7 @@ func TestBadVersionDoesNotBlockLater(t *testing.T) {
 // every version from the objects, the writer seals, and a warning is logged.
 func TestCopyFailureDegrades(t *testing.T) {
 	versions := modelVersions(t, 3, 47)
-	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	for i, files := range versions[:2] {
 		commitTree(t, w, uint64(i+1), files)
 	}
@@ -343,7 +344,7 @@ func TestCopyFailureDegrades(t *testing.T) {
 
 	t.Run("injected", func(t *testing.T) {
 		var log logLines
-		s := openStore(t, root, Options{Logf: log.logf})
+		s := openStore(t, root, Options{Logger: logtest.New(log.logf)})
 		// Every write of a file of the copy fails with EIO, as on a failing cache disk.
 		s.hook = func(point string) error {
 			if point == "materialize-write" {
@@ -373,7 +374,7 @@ func TestCopyFailureDegrades(t *testing.T) {
 	t.Run("ENOSPC", func(t *testing.T) {
 		small := tinyFS(t, 256<<10)
 		var log logLines
-		r, err := Open(root, Options{ReadOnly: true, Materialize: true, CacheDir: small, Logf: log.logf})
+		r, err := Open(root, Options{ReadOnly: true, Materialize: true, CacheDir: small, Logger: logtest.New(log.logf)})
 		if err != nil {
 			t.Fatalf("a read-only store whose cache cannot hold the copy: %v", err)
 		}
@@ -400,7 +401,7 @@ func tinyFS(t *testing.T, size int) string {
 // reports the version a later version names as its previous.
 func TestVerifyNoticesMissingManifest(t *testing.T) {
 	versions := modelVersions(t, 3, 48)
-	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	for i, files := range versions {
 		commitTree(t, w, uint64(i+1), files)
 	}
@@ -429,7 +430,7 @@ func TestVerifyChecksRenderCache(t *testing.T) {
 	versions := modelVersions(t, 2, 49)
 	// Only tensors change: version 2 is a slime delta, not a full checkpoint.
 	versions[1]["tokenizer/vocab.txt"] = versions[0]["tokenizer/vocab.txt"]
-	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	for i, files := range versions {
 		commitTree(t, w, uint64(i+1), files)
 	}
@@ -491,7 +492,7 @@ func TestVerifyChecksRenderCache(t *testing.T) {
 func TestVerifyNoticesMissingOldestManifest(t *testing.T) {
 	versions := modelVersions(t, 3, 50)
 	build := func() string {
-		w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+		w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 		for i, files := range versions {
 			commitTree(t, w, uint64(i+1), files)
 		}

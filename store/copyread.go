@@ -64,15 +64,15 @@ func (m *materialized) suspect(err error) {
 	held := m.ver != nil
 	m.mu.RUnlock()
 	if held && !m.broken.Load() {
-		m.s.logf("materialized copy: a render found damage (%v); the copy is rebuilt from the objects", err)
+		m.s.log.Warn("materialized copy: a render found damage; the copy is rebuilt from the objects", "err", err)
 		m.failed(err)
 	}
 }
 
 // chunkError logs a chunk of the copy that does not match its sums and marks the copy broken.
 func (m *materialized) chunkError(p string, chunk int64, want, got uint32) error {
-	m.s.logf("materialized copy: %s: chunk %d (bytes %d-%d) has CRC-32C %08x, its sums say %08x: not served; reads replay from the objects and the copy is rebuilt",
-		p, chunk, chunk*sumChunk, (chunk+1)*sumChunk, got, want)
+	m.s.log.Warn(fmt.Sprintf("materialized copy: %s: chunk %d (bytes %d-%d) has CRC-32C %08x, its sums say %08x: not served; reads replay from the objects and the copy is rebuilt",
+		p, chunk, chunk*sumChunk, (chunk+1)*sumChunk, got, want), "file", p)
 	return m.failed(fmt.Errorf("%s: chunk %d does not match its sum: %w", p, chunk, ErrCorrupt))
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -50,7 +51,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 			damaged[pos] ^= mask
 			put(damaged)
 			for v := uint64(1); v <= uint64(len(versions)); v++ {
-				r := openStore(t, root, Options{ReadOnly: true, Logf: func(string, ...any) {}})
+				r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(string, ...any) {})})
 				out := filepath.Join(t.TempDir(), "out")
 				done := make(chan error, 1)
 				go func() { done <- r.Export(v, out, nil) }()

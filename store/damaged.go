@@ -35,10 +35,10 @@ func (s *Store) noteDamaged(v uint64, err error) error {
 	s.mu.Unlock()
 	s.manifests.remove(v)
 	if !known {
-		s.logf("version %d is skipped: %v", v, err)
+		s.log.Warn("version skipped", "version", v, "err", err)
 		if s.ix != nil {
 			if ierr := s.ix.updateVersions(nil, []uint64{v}); ierr != nil {
-				s.logf("index: %v", ierr)
+				s.log.Warn("index: not updated", "err", ierr)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"testing"
 
@@ -22,9 +23,9 @@ func (referenceBackend) Diff(base, cur []byte, width int, out *delta.Changes) er
 func TestDiffBackendsStoreTheSame(t *testing.T) {
 	versions := streamSeries(t, 4, 7)
 	quiet := func(string, ...any) {}
-	cpu, _ := newStore(t, Options{MaxChain: 2, Logf: quiet})
-	listBatch, _ := newStore(t, Options{MaxChain: 2, Logf: quiet, Diff: referenceBackend{}})
-	listStream, _ := newStore(t, Options{MaxChain: 2, Logf: quiet, Diff: referenceBackend{}})
+	cpu, _ := newStore(t, Options{MaxChain: 2, Logger: logtest.New(quiet)})
+	listBatch, _ := newStore(t, Options{MaxChain: 2, Logger: logtest.New(quiet), Diff: referenceBackend{}})
+	listStream, _ := newStore(t, Options{MaxChain: 2, Logger: logtest.New(quiet), Diff: referenceBackend{}})
 	rng := rand.New(rand.NewPCG(8, 9))
 	for i, files := range versions {
 		v := uint64(i + 1)

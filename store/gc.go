@@ -61,11 +61,11 @@ func (s *Store) sweep() error {
 	defer s.writeMu.Unlock()
 	n, freed, err := s.sweepLocked()
 	if err != nil {
-		s.logf("clean-up of unreferenced objects skipped: %v", err)
+		s.log.Warn("clean-up of unreferenced objects skipped", "err", err)
 		return nil
 	}
 	if n > 0 {
-		s.logf("removed %d unreferenced objects (%d bytes) left by an interrupted writer", n, freed)
+		s.log.Info("removed the unreferenced objects an interrupted writer left", "objects", n, "bytes", freed)
 	}
 	return nil
 }
@@ -103,7 +103,7 @@ func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
 	s.pendMu.Unlock()
 	if clearFlag {
 		if err := s.ix.setFlag(keyDirty, false); err != nil {
-			s.logf("index: %v", err)
+			s.log.Warn("index: not updated", "err", err)
 		}
 	}
 	return deleted, freed, nil
@@ -336,7 +336,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	s.versions = append([]VersionInfo(nil), keep...)
 	s.mu.Unlock()
 	if err := s.ix.updateVersions(nil, dropped); err != nil {
-		s.logf("index: %v", err)
+		s.log.Warn("index: not updated", "err", err)
 	}
 	if err := s.failpoint("gc-manifests-deleted"); err != nil {
 		return st, err
@@ -344,7 +344,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	n, freed, err := s.sweepLocked()
 	st.DeletedObjects, st.DeletedBytes = n, freed
 	if errors.Is(err, errUnreadableManifests) {
-		s.logf("gc: no object deleted: %v", err)
+		s.log.Warn("gc: no object deleted", "err", err)
 		err = nil
 	}
 	if err != nil {
@@ -356,10 +356,10 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	s.dirtyMetas = nil
 	s.metaMu.Unlock()
 	if err := s.ix.clearObjects(); err != nil {
-		s.logf("index: %v", err)
+		s.log.Warn("index: not updated", "err", err)
 	}
 	s.removeExpiredPins(time.Now())
-	s.logf("gc: dropped versions %v, re-anchored %d objects, deleted %d objects (%d bytes)", dropped, st.Reanchored, n, freed)
+	s.log.Info("gc: dropped versions", "dropped", dropped, "reanchored", st.Reanchored, "deleted_objects", n, "deleted_bytes", freed)
 	return st, nil
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,7 +21,7 @@ func TestGeneratedModelIsSmallAfterTheFirstVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	s, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	work := t.TempDir()
 	want := map[uint64]map[string]string{}
 	for v := uint64(1); v <= 20; v++ {

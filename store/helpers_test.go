@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -165,8 +166,8 @@ func newStore(t testing.TB, opts Options) (*Store, string) {
 
 func openStore(t testing.TB, root string, opts Options) *Store {
 	t.Helper()
-	if opts.Logf == nil {
-		opts.Logf = t.Logf
+	if opts.Logger == nil {
+		opts.Logger = logtest.New(t.Logf)
 	}
 	s, err := Open(root, opts)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weightfs/weightfs/gen"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 	"github.com/weightfs/weightfs/store/location"
@@ -44,7 +45,7 @@ func TestStoredBytesPinned(t *testing.T) {
 		{"local", local, local},
 		{"s3", url, srv.ObjectDir(bucket, prefix)},
 	} {
-		s, err := location.Open(c.path, location.Options{Options: store.Options{CacheDir: t.TempDir(), Logf: t.Logf}})
+		s, err := location.Open(c.path, location.Options{Options: store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -31,7 +32,7 @@ import (
 // tries again a minute later.
 type index struct {
 	path string
-	logf func(format string, args ...any)
+	log  *slog.Logger
 
 	mu      sync.Mutex
 	db      *bolt.DB  // nil: running without an index until retryAt
@@ -123,11 +124,8 @@ const indexRetry = time.Minute
 // last process that had it open did not close it. A damaged index, or one of another format,
 // is deleted and recreated (logged); one that cannot be created leaves the store running
 // without an index (logged). Only errIndexBusy (another process has it open) is an error.
-func openIndex(path string, logf func(format string, args ...any)) (*index, error) {
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	ix := &index{path: path, logf: logf}
+func openIndex(path string, log *slog.Logger) (*index, error) {
+	ix := &index{path: path, log: newLogger(log)}
 	db, err := tryOpenIndex(path)
 	switch {
 	case err == nil:
@@ -328,16 +326,16 @@ func (ix *index) recreateLocked(cause error) {
 		}
 		ix.retryAt = time.Now().Add(indexRetry)
 		if cause != nil {
-			ix.logf("index %s is damaged (%v); running without it (it cannot be recreated: %v)", ix.path, cause, err)
+			ix.log.Error("index is damaged; running without it (it cannot be recreated)", "index", ix.path, "damage", cause, "err", err)
 		} else {
-			ix.logf("index %s: still running without it: %v", ix.path, err)
+			ix.log.Warn("index: still running without it", "index", ix.path, "err", err)
 		}
 		return
 	}
 	if cause != nil {
-		ix.logf("index %s was damaged (%v): deleted and recreated (it refills from the manifests and object headers)", ix.path, cause)
+		ix.log.Warn("index was damaged: deleted and recreated (it refills from the manifests and object headers)", "index", ix.path, "damage", cause)
 	} else {
-		ix.logf("index %s: recreated (it refills from the manifests and object headers)", ix.path)
+		ix.log.Info("index recreated (it refills from the manifests and object headers)", "index", ix.path)
 	}
 }
 

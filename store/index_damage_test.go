@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,7 +16,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// logBuffer collects a store's log lines (Options.Logf) for assertions.
+// logBuffer collects a store's log lines (Options.Logger, through logtest) for assertions.
 type logBuffer struct {
 	mu    sync.Mutex
 	lines []string
@@ -233,9 +234,9 @@ func TestIndexDamageRebuilds(t *testing.T) {
 						t.Fatal(err)
 					}
 					log := &logBuffer{t: t}
-					opts := Options{ReadOnly: true, CacheDir: readerCache, Logf: log.logf}
+					opts := Options{ReadOnly: true, CacheDir: readerCache, Logger: logtest.New(log.logf)}
 					if who == "writer" {
-						opts = Options{Logf: log.logf}
+						opts = Options{Logger: logtest.New(log.logf)}
 					}
 					s := openStore(t, fx.root, opts)
 					for range 2 {
@@ -266,7 +267,7 @@ func TestIndexDamageWhileOpen(t *testing.T) {
 	fx := newDamageFixture(t)
 	log := &logBuffer{t: t}
 	cache := filepath.Join(t.TempDir(), "cache")
-	s := openStore(t, fx.root, Options{ReadOnly: true, CacheDir: cache, Logf: log.logf})
+	s := openStore(t, fx.root, Options{ReadOnly: true, CacheDir: cache, Logger: logtest.New(log.logf)})
 	fx.readAll(t, s)
 	s.flushMetas()
 	indexPath := filepath.Join(cache, "index.db")
@@ -305,7 +306,7 @@ func TestIndexDamageWhileOpen(t *testing.T) {
 func TestIndexCheckedAfterUncleanClose(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "index.db")
-	ix, err := openIndex(path, t.Logf)
+	ix, err := openIndex(path, logtest.New(t.Logf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestIndexCheckedAfterUncleanClose(t *testing.T) {
 				}
 			}
 			log := &logBuffer{t: t}
-			ix, err := openIndex(path, log.logf)
+			ix, err := openIndex(path, logtest.New(log.logf))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -364,7 +365,7 @@ func TestIndexRunsWithoutWhenItCannotBeRecreated(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "index.db")
 	log := &logBuffer{t: t}
-	ix, err := openIndex(path, log.logf)
+	ix, err := openIndex(path, logtest.New(log.logf))
 	if err != nil {
 		t.Fatal(err)
 	}

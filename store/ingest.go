@@ -53,10 +53,10 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 	}
 	if err != nil {
 		if strings.HasSuffix(p, ".safetensors") || size >= 8 && looksLikeSafetensors(r) {
-			w.s.logf("%s: stored as an opaque file: %v", p, err)
+			w.s.log.Debug("stored as an opaque file", "file", p, "err", err)
 		} else if _, said := w.s.saidWhole.LoadOrStore(p, true); !said {
 			// Said once per path: config.json is not news at every version.
-			w.s.logf("%s: not a safetensors file: stored whole", p)
+			w.s.log.Debug("not a safetensors file: stored whole", "file", p)
 		}
 		entry.Kind = kindBlob
 		if entry.ID, err = w.storeWhole(r, 0, size, 1); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -289,7 +290,7 @@ func TestBadInputIsStoredWhole(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs []string
-			s, _ := newStore(t, Options{Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }})
+			s, _ := newStore(t, Options{Logger: logtest.New(func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) })})
 			_, base := commitTree(t, s, 1, map[string][]byte{"model.safetensors": good, "config.json": []byte("{}")})
 			_, dir := commitTree(t, s, 2, tc.files)
 			sameTree(t, "bad input round trip", exportHashes(t, s, 2), treeHashes(t, dir))
@@ -452,7 +453,7 @@ func TestIngestMemoryIsBounded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	data := bf16Like(rng, elems)
 	dir := t.TempDir()
-	s, _ := newStore(t, Options{Logf: func(string, ...any) {}})
+	s, _ := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	for v := uint64(1); v <= 2; v++ {
 		if v == 2 {
 			data = perturb(rng, data, 2, 0.01)

@@ -160,7 +160,7 @@ func (m *materialized) ensure() error {
 	target, err := m.s.latestVersion()
 	if err != nil {
 		m.drop()
-		m.s.logf("materialized copy: the latest version cannot be read (%v); reads replay from the objects", err)
+		m.s.log.Warn("materialized copy: the latest version cannot be read; reads replay from the objects", "err", err)
 		return nil
 	}
 	err = m.ensureLocked(target)
@@ -170,13 +170,13 @@ func (m *materialized) ensure() error {
 	m.drop()
 	m.unbuildable = target.m.Version
 	if serr := m.s.ix.setMaterialized(matState{Version: target.m.Version}); serr != nil {
-		m.s.logf("materialized copy: %v", serr)
+		m.s.log.Warn("materialized copy: record its state", "err", serr)
 	}
 	what := "new versions are stored without a base (a new chain)"
 	if m.s.readOnly {
 		what = "its files are checked and served from the objects"
 	}
-	m.s.logf("materialized copy: version %d cannot be copied (%v); reads replay from the objects, %s", target.m.Version, err, what)
+	m.s.log.Warn(fmt.Sprintf("materialized copy: version %d cannot be copied; reads replay from the objects, %s", target.m.Version, what), "err", err)
 	return nil
 }
 
@@ -185,7 +185,7 @@ func (m *materialized) ensureLocked(target *version) error {
 	cur := m.ver
 	m.mu.RUnlock()
 	if m.broken.Swap(false) {
-		m.s.logf("materialized copy: a read of it failed its check; rebuilding")
+		m.s.log.Warn("materialized copy: a read of it failed its check; rebuilding")
 		cur = nil
 		m.unbuildable = 0
 	} else if cur == nil {
@@ -206,7 +206,7 @@ func (m *materialized) ensureLocked(target *version) error {
 		if errors.Is(err, errInjected) {
 			return err
 		}
-		m.s.logf("materialized copy: bring forward from version %d to %d: %v; rebuilding", cur.m.Version, target.m.Version, err)
+		m.s.log.Warn("materialized copy: not brought forward; rebuilding", "from", cur.m.Version, "to", target.m.Version, "err", err)
 	}
 	return m.rebuild(target)
 }
@@ -232,7 +232,7 @@ func (m *materialized) loadState() *version {
 	// file not vouched for) say whether the copy holds it.
 	sums, err := m.copySums(ver, func(*manifestFile) bool { return false })
 	if err != nil {
-		m.s.logf("materialized copy: the state record says version %d, but %v; rebuilding", ver.m.Version, err)
+		m.s.log.Warn("materialized copy: it does not hold the version its state record says; rebuilding", "version", ver.m.Version, "err", err)
 		return nil
 	}
 	m.install(ver, sums)
@@ -267,7 +267,7 @@ func (m *materialized) copySums(ver *version, composed func(*manifestFile) bool)
 	}
 	m.chk.vouch(true, comps...)
 	if err := m.chk.keepSums(held); err != nil {
-		m.s.logf("materialized copy: record its sums in the index: %v", err)
+		m.s.log.Warn("materialized copy: record its sums in the index", "err", err)
 	}
 	return out, nil
 }
@@ -346,7 +346,7 @@ func (m *materialized) rebuild(target *version) error {
 	if err := m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
-	m.s.logf("materialized copy: rebuilt at version %d (%d of %d files as streamed)", target.m.Version, seeded, len(target.m.Files))
+	m.s.log.Info(fmt.Sprintf("materialized copy: rebuilt at version %d (%d of %d files as streamed)", target.m.Version, seeded, len(target.m.Files)))
 	return nil
 }
 

@@ -130,6 +130,6 @@ func (s *Store) flushMetas() {
 	s.dirtyMetas = nil
 	s.metaMu.Unlock()
 	if err := s.ix.putObjects(dirty); err != nil {
-		s.logf("index: %v", err)
+		s.log.Warn("index: not updated", "err", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,7 +67,7 @@ func decodePin(b []byte) (pinRecord, error) {
 type Pin struct {
 	path string
 	rec  pinRecord
-	logf func(string, ...any)
+	log  *slog.Logger
 
 	stop chan struct{}
 	done chan struct{}
@@ -89,7 +90,7 @@ func (s *Store) Pin(v uint64) (*Pin, error) {
 		return nil, fmt.Errorf("pin version %d: %w", v, err)
 	}
 	host, _ := os.Hostname()
-	p := &Pin{path: filepath.Join(dir, hex.EncodeToString(token[:])+".json"), logf: s.logf,
+	p := &Pin{path: filepath.Join(dir, hex.EncodeToString(token[:])+".json"), log: s.log,
 		rec:  pinRecord{Format: pinFormat, Version: v, Host: host, PID: os.Getpid()},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	// Private, as the store (docs/format.md §1); a shared store gives it the group write bit.
@@ -137,7 +138,7 @@ func (p *Pin) renewLoop() {
 			if err := p.write(now); err != nil {
 				// Retried at the next tick; the record holds for PinLease from the last
 				// renewal that worked.
-				p.logf("pin of version %d not renewed: %v", p.rec.Version, err)
+				p.log.Warn("pin not renewed", "version", p.rec.Version, "err", err)
 			}
 		}
 	}
@@ -238,7 +239,7 @@ func (s *Store) removeExpiredPins(now time.Time) {
 	for _, p := range ps {
 		if p.Expires.Add(PinLease).Before(now) {
 			if err := os.Remove(filepath.Join(dir, p.Name)); err == nil {
-				s.logf("gc: removed the expired pin of version %d (%s, expired %s)", p.Version, p.Owner, p.Expires.Format(time.RFC3339))
+				s.log.Info("gc: removed an expired pin", "version", p.Version, "owner", p.Owner, "expired", p.Expires.Format(time.RFC3339))
 			}
 		}
 	}

@@ -132,7 +132,7 @@ func (s *Store) pruneRenders(kind string, v uint64, keep string) {
 	var numbers []uint64
 	remove := func(name string) {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-			s.logf("remove stale render %s: %v", name, err)
+			s.log.Warn("remove stale render", "render", name, "err", err)
 		}
 	}
 	for _, e := range ents {

@@ -121,7 +121,7 @@ func (c *renderCheck) damaged(f io.ReaderAt, p string, why error) error {
 	}
 	// Not once per check: a handle may be given this check again for the render made in the
 	// place of a dropped one (the same key, so the same sums), and that one can be damaged too.
-	c.s.logf("cached render %s is damaged (%v): dropped, it is rendered again from the store", p, why)
+	c.s.log.Warn("cached render is damaged: dropped, it is rendered again from the store", "render", p, "err", why)
 	c.s.dropRender(c.drop, c.extra)
 	return fmt.Errorf("rendered %s: %v: %w", p, why, ErrDamagedRender)
 }
@@ -143,7 +143,7 @@ func (s *Store) dropRender(p, extra string) {
 		}
 	}
 	if err := os.RemoveAll(p); err != nil {
-		s.logf("remove damaged render %s: %v", p, err)
+		s.log.Warn("remove damaged render", "render", p, "err", err)
 	}
 }
 
@@ -192,7 +192,7 @@ func (s *Store) renderPatchCached(final string, cur, base *version, write func(p
 	}
 	s.stats.renderMisses.Add(1)
 	if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
-		s.logf("cached patch %s is unusable, dropped, rendering it again: %v", final, err)
+		s.log.Warn("cached patch is unusable, dropped, rendering it again", "render", final, "err", err)
 		s.dropRender(final, finalSums)
 	}
 	tmp, err := s.renderTemp()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -18,7 +19,7 @@ import (
 // renderStore is a store with a version 2 that has a patch and a slime delta; one tensor
 // spans several sum chunks.
 func renderStore(t testing.TB, logf func(string, ...any)) *Store {
-	s, _ := newStore(t, Options{Logf: logf})
+	s, _ := newStore(t, Options{Logger: logtest.New(logf)})
 	rng := rand.New(rand.NewPCG(9, 10))
 	m := newSlimeModel(rng)
 	big := 3*sumChunk/2 + 6

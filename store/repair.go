@@ -85,7 +85,7 @@ func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
 		}
 		rep.Quarantined = append(rep.Quarantined, v)
 		rep.Moved = append(rep.Moved, dst)
-		s.logf("repair: version %d moved to %s", v, dst)
+		s.log.Info("repair: version quarantined", "version", v, "to", dst)
 	}
 	ids := slices.SortedFunc(mapKeys(objects), func(a, b ID) int { return strings.Compare(a.String(), b.String()) })
 	for _, id := range ids {
@@ -97,13 +97,13 @@ func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
 		rep.Moved = append(rep.Moved, dst)
 		s.forgetMeta(id)
 		s.crcChecked.Delete(id)
-		s.logf("repair: object %s moved to %s", id, dst)
+		s.log.Info("repair: object quarantined", "object", id, "to", dst)
 	}
 	if len(rep.Moved) == 0 {
 		return rep, nil
 	}
 	if err := s.ix.updateVersions(nil, rep.Quarantined); err != nil {
-		s.logf("index: %v", err)
+		s.log.Warn("index: not updated", "err", err)
 	}
 	for _, v := range rep.Quarantined {
 		s.manifests.remove(v)
@@ -117,7 +117,7 @@ func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
 	// readable version.
 	s.mat.invalidate()
 	if err := s.mat.ensure(); err != nil {
-		s.logf("repair: materialized copy not rebuilt: %v", err)
+		s.log.Warn("repair: materialized copy not rebuilt", "err", err)
 	}
 	return rep, nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,7 +99,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	flipByte(t, filepath.Join(root, "versions", "v000003"))
 
 	log := &logRecorder{t: t}
-	s = openStore(t, root, Options{Logf: log.logf})
+	s = openStore(t, root, Options{Logger: logtest.New(log.logf)})
 	if !log.has("version 3", "weightfs verify --repair") {
 		t.Errorf("no log line names version 3 and the repair command: %q", log.lines)
 	}
@@ -126,7 +127,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	if _, err := s.GC(10); err != nil {
 		t.Fatalf("gc with a damaged manifest: %v", err)
 	}
-	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, Logf: t.Logf})
+	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, Logger: logtest.New(t.Logf)})
 	if got := versionNumbers(r.Versions()); !sameNumbers(got, []uint64{1, 2, 4}) {
 		t.Fatalf("a reader's versions %v, want [1 2 4]", got)
 	}

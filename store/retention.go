@@ -48,9 +48,9 @@ func (s *Store) retainAfterSeal() {
 			switch {
 			case errors.Is(err, ErrClosed):
 			case err != nil:
-				s.logf("retention: %v (tried again after the next seal)", err)
+				s.log.Warn("retention: failed (tried again after the next seal)", "err", err)
 			case st.DroppedVersions > 0:
-				s.logf("retention: kept versions %v, dropped %v, freed %d bytes", st.Kept, st.Dropped, st.FreedBytes())
+				s.log.Info("retention: kept versions", "kept", st.Kept, "dropped", st.Dropped, "freed_bytes", st.FreedBytes())
 			}
 			if r.done != nil {
 				r.done(st, err)
@@ -89,7 +89,7 @@ func (s *Store) removedByGC(v uint64, err error) error {
 		}
 	}
 	if _, logged := s.removedLogged.LoadOrStore(v, true); !logged {
-		s.logf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v)
+		s.log.Warn(fmt.Sprintf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v), "version", v)
 	}
 	return fmt.Errorf("version %d: %w while it was read (pin a version to keep it)", v, ErrVersionRemoved)
 }
@@ -108,7 +108,7 @@ func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 		st.DeletedObjects, st.DeletedBytes, err = s.sweepLocked()
 	}
 	if errors.Is(err, errUnreadableManifests) {
-		s.logf("gc: no object deleted: %v", err)
+		s.log.Warn("gc: no object deleted", "err", err)
 		err = nil
 	}
 	return st, err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -267,7 +268,7 @@ func TestRetentionAfterSeal(t *testing.T) {
 	var mu sync.Mutex
 	var logs []string
 	s, root := newStore(t, Options{Retention: Retention{KeepLast: 3, KeepEvery: 5},
-		Logf: func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() }})
+		Logger: logtest.New(func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() })})
 	want := commitModel(t, s, 10)
 	s.ret.wait()
 	if got := numbers(s.Versions()); !slices.Equal(got, []uint64{5, 8, 9, 10}) {
@@ -330,11 +331,11 @@ func TestReadOfAVersionGCRemovedIsNotDamage(t *testing.T) {
 	want := commitModel(t, s, 4)
 	var mu sync.Mutex
 	var logs []string
-	r := openStore(t, root, Options{ReadOnly: true, Logf: func(f string, a ...any) {
+	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(f string, a ...any) {
 		mu.Lock()
 		logs = append(logs, fmt.Sprintf(f, a...))
 		mu.Unlock()
-	}})
+	})})
 	f, err := r.OpenFile(2, "model.safetensors")
 	if err != nil {
 		t.Fatal(err)

@@ -204,7 +204,7 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 		return plan, files, nil
 	} else if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
 		// Any part missing or wrong: the whole render goes, so the new one's name is free.
-		s.logf("cached delta %s is unusable, dropped, rendering it again: %v", final, err)
+		s.log.Warn("cached delta is unusable, dropped, rendering it again", "render", final, "err", err)
 		s.dropRender(final, "")
 	}
 	s.stats.renderMisses.Add(1)

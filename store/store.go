@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -29,8 +30,9 @@ type Options struct {
 	CacheDir string
 	// Diff is the diff backend; nil means the CPU backend.
 	Diff delta.DiffBackend
-	// Logf receives one line per noteworthy event (nil: discarded).
-	Logf func(format string, args ...any)
+	// Logger receives the store's log records, at the levels log.go describes (nil:
+	// discarded).
+	Logger *slog.Logger
 
 	// Materialize makes a read-only store keep a plain copy of the latest version in its
 	// cache directory (brought forward on Refresh), so reads of it and of the versions just
@@ -58,6 +60,7 @@ const (
 type Store struct {
 	root     string
 	opts     Options
+	log      *slog.Logger // Options.Logger, or one that discards
 	readOnly bool
 	be       Backend // backend, behind the cache policy when it has a remote cache
 	backend  Backend // as given to the store
@@ -114,12 +117,6 @@ type Store struct {
 	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
 	// bytes fixes it).
 	now func() time.Time
-}
-
-func (s *Store) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
 }
 
 func (s *Store) failpoint(point string) error {
@@ -204,7 +201,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	}
 	s.backend, s.be = be, be
 	if rc, ok := be.(RemoteCache); ok {
-		s.be = newCachePolicy(be, rc, s.readOnly && opts.Materialize, s.root, s.logf)
+		s.be = newCachePolicy(be, rc, s.readOnly && opts.Materialize, s.root, s.log)
 	}
 	if !s.readOnly {
 		// Nothing is being written now: leftovers are from a process that died.
@@ -222,7 +219,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 // newBareStore builds the in-memory part of a Store on backend be (nil: set by the caller).
 func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
-		root: path, opts: opts, readOnly: opts.ReadOnly, be: be, backend: be,
+		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
 		diff: opts.Diff, maxChain: opts.MaxChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
 		now: time.Now,
@@ -261,7 +258,7 @@ func (s *Store) finishOpen() error {
 	}
 	indexPath := filepath.Join(s.cacheDir, "index.db")
 	_, statErr := os.Stat(indexPath)
-	if s.ix, err = openIndex(indexPath, s.logf); err != nil {
+	if s.ix, err = openIndex(indexPath, s.log); err != nil {
 		return err
 	}
 	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))
@@ -285,7 +282,7 @@ func (s *Store) finishOpen() error {
 			}
 			// The writer opens all the same: Repair needs it, and every version but the
 			// damaged one is readable. Ingest needs the copy and says why it cannot.
-			s.logf("materialized copy not built: %v (run weightfs verify --repair %s)", err, s.root)
+			s.log.Error("materialized copy not built (run weightfs verify --repair "+s.root+")", "err", err)
 		}
 	}
 	return nil

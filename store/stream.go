@@ -394,9 +394,9 @@ func (st *FileStream) Close() error {
 // logBlob says why a file is stored whole, as the batch path does.
 func (st *FileStream) logBlob() {
 	if strings.HasSuffix(st.hint, ".safetensors") || len(st.prefix) >= 9 && st.prefix[8] == '{' {
-		st.s.logf("%s: stored as an opaque file: %s", st.hint, st.reason)
+		st.s.log.Debug("stored as an opaque file", "file", st.hint, "reason", st.reason)
 	} else if _, said := st.s.saidWhole.LoadOrStore(st.hint, true); !said {
-		st.s.logf("%s: not a safetensors file: stored whole", st.hint)
+		st.s.log.Debug("not a safetensors file: stored whole", "file", st.hint)
 	}
 }
 

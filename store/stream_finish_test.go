@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 // are not stored, and Replay still gives back every byte the stream took.
 func TestFinisherFailureReplaysQueuedTensors(t *testing.T) {
 	versions := streamSeries(t, 3, 31)
-	s, _ := newStore(t, Options{MaxChain: 8, Logf: func(string, ...any) {}})
+	s, _ := newStore(t, Options{MaxChain: 8, Logger: logtest.New(func(string, ...any) {})})
 	sealBatch(t, s, 1, versions[0])
 	sealBatch(t, s, 2, versions[1])
 	data := versions[2]["model.safetensors"]

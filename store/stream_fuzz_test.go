@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -93,7 +94,7 @@ func TestObjStreamMatchesFullWriter(t *testing.T) {
 
 // fuzzStore is a store with one sealed version whose tensors are bases for the fuzzed files.
 func fuzzStore(f *testing.F) *Store {
-	s, _ := newStore(f, Options{MaxChain: 2, Logf: func(string, ...any) {}})
+	s, _ := newStore(f, Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})})
 	sealBatch(f, s, 1, map[string][]byte{"f": safetensorsFile(f,
 		testTensor{"a", "F32", []int64{4}, []byte("0123456789abcdef")},
 		testTensor{"b", "BF16", []int64{8}, []byte("ABCDEFGHIJKLMNOP")})})

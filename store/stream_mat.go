@@ -16,7 +16,7 @@ func (m *materialized) ensureInBackground() {
 	go func() {
 		defer m.bg.Done()
 		if err := m.ensure(); err != nil {
-			m.s.logf("materialized copy not brought forward: %v (it is rebuilt when next needed)", err)
+			m.s.log.Warn("materialized copy not brought forward (it is rebuilt when next needed)", "err", err)
 		}
 	}()
 }

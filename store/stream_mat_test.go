@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 	const elems = 48 << 20 // bf16: 96 MiB
 	rng := rand.New(rand.NewPCG(23, 24))
 	data := bf16Like(rng, elems)
-	s, _ := newStore(t, Options{Logf: func(string, ...any) {}})
+	s, _ := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	for v := uint64(1); v <= 2; v++ {
 		if v == 2 {
 			data = perturb(rng, data, 2, 0.01)
@@ -104,7 +105,7 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 // store that keeps a materialized copy still opens, reads of the damaged file fail with
 // ErrCorrupt, and the other files read exactly.
 func TestReaderOpensOverDamagedVersion(t *testing.T) {
-	w, root := newStore(t, Options{Logf: func(string, ...any) {}})
+	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	files := map[string][]byte{"a": []byte("the damaged file"), "b": []byte("the good file")}
 	commitTree(t, w, 1, files)
 	w.Close()
@@ -124,7 +125,7 @@ func TestReaderOpensOverDamagedVersion(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir(), Logf: func(string, ...any) {}})
+	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir(), Logger: logtest.New(func(string, ...any) {})})
 	f, err := r.OpenFile(1, "a")
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func cutPoints(rng *rand.Rand, n int) []int {
 // the bytes written, twice, and that after Close it gives the whole file.
 func TestStreamReplay(t *testing.T) {
 	versions := streamSeries(t, 4, 11)
-	s, _ := newStore(t, Options{MaxChain: 2, Logf: func(string, ...any) {}})
+	s, _ := newStore(t, Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})})
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 3; i++ {
 		sealBatch(t, s, uint64(i+1), versions[i])
@@ -96,7 +97,7 @@ func TestStreamReplay(t *testing.T) {
 // the versions must equal those of the batch path alone.
 func TestStreamFallbackMatchesBatch(t *testing.T) {
 	versions := streamSeries(t, 4, 21)
-	opts := Options{MaxChain: 2, Logf: func(string, ...any) {}}
+	opts := Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})}
 	a, _ := newStore(t, opts)
 	b, _ := newStore(t, opts)
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -147,7 +148,7 @@ func TestStreamFallbackMatchesBatch(t *testing.T) {
 // back every byte it took.
 func TestStreamFailureReplay(t *testing.T) {
 	versions := streamSeries(t, 3, 31)
-	s, _ := newStore(t, Options{MaxChain: 2, Logf: func(string, ...any) {}})
+	s, _ := newStore(t, Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})})
 	sealBatch(t, s, 1, versions[0])
 	sealBatch(t, s, 2, versions[1])
 	files := versions[2]
@@ -214,7 +215,7 @@ func TestStreamRedoesWhenBasesMove(t *testing.T) {
 	renamed := safetensorsFile(t, testTensor{"t", "BF16", []int64{5000}, perturb(rng, y, 2, 0.01)})
 	v3 := map[string][]byte{"b.safetensors": renamed}
 
-	opts := Options{Logf: func(string, ...any) {}}
+	opts := Options{Logger: logtest.New(func(string, ...any) {})}
 	a, _ := newStore(t, opts)
 	b, _ := newStore(t, opts)
 	sealBatch(t, a, 1, v1)
@@ -297,7 +298,7 @@ func TestStreamRedoesWhenBasesMove(t *testing.T) {
 func TestStreamDetectsDamagedCopy(t *testing.T) {
 	versions := streamSeries(t, 2, 41)
 	var log logLines
-	s, _ := newStore(t, Options{Logf: log.logf})
+	s, _ := newStore(t, Options{Logger: logtest.New(log.logf)})
 	rng := rand.New(rand.NewPCG(1, 2))
 	sealStreamed(t, s, 1, versions[0], rng)
 	if err := s.mat.ensure(); err != nil {
@@ -345,11 +346,11 @@ func TestBatchDetectsDamagedCopy(t *testing.T) {
 			versions := streamSeries(t, 3, 43)
 			var logMu sync.Mutex
 			var logged []string
-			s, _ := newStore(t, Options{Logf: func(format string, args ...any) {
+			s, _ := newStore(t, Options{Logger: logtest.New(func(format string, args ...any) {
 				logMu.Lock()
 				logged = append(logged, fmt.Sprintf(format, args...))
 				logMu.Unlock()
-			}})
+			})})
 			sealBatch(t, s, 1, versions[0])
 			sealBatch(t, s, 2, versions[1])
 			if err := s.mat.ensure(); err != nil {

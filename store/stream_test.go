@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io"
 	"math/rand/v2"
 	"sort"
@@ -270,7 +271,7 @@ func streamMatchesBatch(t *testing.T) {
 // requires the same versions and objects; it returns the streamed store, verified.
 func streamAndBatch(t *testing.T, versions []map[string][]byte, seed uint64, before func(*Store)) *Store {
 	t.Helper()
-	opts := Options{MaxChain: 2, Logf: func(string, ...any) {}}
+	opts := Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})}
 	a, _ := newStore(t, opts)
 	b, _ := newStore(t, opts)
 	rng := rand.New(rand.NewPCG(seed, seed+1))
@@ -296,11 +297,11 @@ func streamAndBatch(t *testing.T, versions []map[string][]byte, seed uint64, bef
 func TestStreamClassifiesLikeBatch(t *testing.T) {
 	files := streamSeries(t, 1, 3)[0]
 	var rebuilt []string
-	s, _ := newStore(t, Options{Logf: func(format string, args ...any) {
+	s, _ := newStore(t, Options{Logger: logtest.New(func(format string, args ...any) {
 		if msg := fmt.Sprintf(format, args...); strings.Contains(msg, "rebuilt") {
 			rebuilt = append(rebuilt, msg)
 		}
-	}})
+	})})
 	sealStreamed(t, s, 1, files, rand.New(rand.NewPCG(1, 1)))
 	// The first version's copy is made of the files as they were streamed.
 	if err := s.mat.ensure(); err != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/weightfs/weightfs/internal/logtest"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,7 +19,7 @@ func TestStreamTiming(t *testing.T) {
 	if src == "" {
 		t.Skip("set WEIGHTFS_STREAM_TIMING=DIR to measure the stream without FUSE")
 	}
-	s, _ := newStore(t, Options{Logf: t.Logf})
+	s, _ := newStore(t, Options{Logger: logtest.New(t.Logf)})
 	buf := make([]byte, 1<<20)
 	for v := uint64(1); ; v++ {
 		dir := filepath.Join(src, strconv.FormatUint(v, 10))

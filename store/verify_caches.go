@@ -90,7 +90,7 @@ func (s *Store) verifyOwnCopy() CacheCheck {
 	if err != nil {
 		c.Damaged = true
 		c.Note = fmt.Sprintf("version %d: %v; dropped, rebuilt from the objects", ver.m.Version, err)
-		s.logf("materialized copy: %v; rebuilding", err)
+		s.log.Warn("materialized copy: damaged; rebuilding", "err", err)
 		m.failed(err)
 		return c
 	}

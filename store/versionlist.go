@@ -51,7 +51,7 @@ func (s *Store) loadVersions() error {
 		if err != nil {
 			if s.damagedError(v) == nil {
 				// Not damage (an I/O error, a newer format): skipped this time, said each time.
-				s.logf("version %d is skipped: %v", v, err)
+				s.log.Warn("version skipped", "version", v, "err", err)
 			}
 			continue
 		}

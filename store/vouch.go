@@ -54,8 +54,8 @@ func (s *Store) vouchFile(ver *version, f *manifestFile) error {
 		var got ID
 		h.Sum(got[:0])
 		if got != f.SHA256 {
-			s.logf("version %d: %s: its objects hash to %s, the manifest says %s: every read of it fails (a damaged or forged manifest; run weightfs verify)",
-				ver.m.Version, f.Path, got, f.SHA256)
+			s.log.Warn(fmt.Sprintf("its objects hash to %s, the manifest says %s: every read of it fails (a damaged or forged manifest; run weightfs verify)", got, f.SHA256),
+				"version", ver.m.Version, "file", f.Path)
 			err := fmt.Errorf("%s of version %d: its objects hash to %s, the manifest says %s: %w", f.Path, ver.m.Version, got, f.SHA256, ErrCorrupt)
 			chk.noteFailedVouch(comp, err)
 			return nil, err

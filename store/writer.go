@@ -236,7 +236,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	s.versions = append(s.versions, info)
 	s.mu.Unlock()
 	if err := s.ix.updateVersions([]VersionInfo{info}, nil); err != nil {
-		s.logf("index: %v", err)
+		s.log.Warn("index: not updated", "err", err)
 	}
 	s.flushMetas()
 	w.noteSealed(info, sealStart)
@@ -248,7 +248,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 		s.mat.ensureInBackground()
 	} else if err := s.mat.ensure(); err != nil {
 		// The version is sealed; the copy is rebuilt when next needed.
-		s.logf("version %d sealed; materialized copy not brought forward: %v", w.v, err)
+		s.log.Warn("version sealed; materialized copy not brought forward", "version", w.v, "err", err)
 	}
 	info.Anchor = info.PreviousNumber == 0
 	s.retainAfterSeal()
@@ -367,7 +367,7 @@ func (w *Writer) finish(m *manifest) {
 	s.pendMu.Unlock()
 	if clearFlag {
 		if err := s.ix.setFlag(keyDirty, false); err != nil {
-			s.logf("index: %v", err)
+			s.log.Warn("index: not updated", "err", err)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func TestBadInput(t *testing.T) {
 			base := writeTree(t, map[string][]byte{"model.safetensors": good, "config.json": []byte("{}")})
 			mustCLI(t, "commit", storeDir, base)
 			bad := writeTree(t, tc.files)
-			r := runCLI(t, "commit", storeDir, bad)
+			r := runCLI(t, "commit", "--log-level", "debug", storeDir, bad) // a file stored whole is a debug line
 			if tc.refused != (r.code != 0) {
 				t.Fatalf("commit exit %d (refused=%v wanted)\nstdout: %s\nstderr: %s", r.code, tc.refused, r.stdout, r.stderr)
 			}

@@ -50,7 +50,7 @@ func TestProgressQuietInPipes(t *testing.T) {
 			}
 		}
 		for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
-			if l != "" && !strings.HasPrefix(l, "weightfs: ") {
+			if l != "" && !strings.HasPrefix(l, "time=") {
 				t.Errorf("%s: stderr line %q is not a log line", name, l)
 			}
 		}
@@ -92,7 +92,7 @@ func TestProgressOnTerminal(t *testing.T) {
 		}
 		// The bar is cleared (a carriage return, then blanks) and the result line follows.
 		last := s[strings.LastIndex(s, "|"):]
-		if !regexp.MustCompile(`\r +\r(weightfs: [^\r]*\r\n)*(committed|exported|verified|wrote|gc:) `).MatchString(last) {
+		if !regexp.MustCompile(`\r +\r(time=[^\r]*\r\n)*(committed|exported|verified|wrote|gc:) `).MatchString(last) {
 			t.Errorf("%s: the result line does not follow the cleared bar:\n%q", name, last)
 		}
 	}

@@ -69,7 +69,7 @@ func TestStaticBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errOut := run(0, "commit", storeDir, src)
-	if !strings.Contains(errOut, "diff backend: cpu ("+msg) {
+	if !strings.Contains(errOut, `msg="diff backend: cpu" reason="`+msg) {
 		t.Errorf("commit --diff auto does not log the CPU backend and why:\n%s", errOut)
 	}
 	_, errOut = run(1, "commit", "--diff", "gpu", storeDir, src)

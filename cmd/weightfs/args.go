@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"strings"
 
 	"github.com/weightfs/weightfs/internal/cliflags"
@@ -28,6 +27,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 func newFlags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.Usage = func() {}
+	addLogFlags(fs)
 	return fs
 }
 
@@ -39,6 +39,9 @@ func parse(e *env, fs *flag.FlagSet, args []string, min, max int) ([]string, err
 		return nil, errHelp
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := e.startLog(logSettingsOf(fs)); err != nil {
 		return nil, err
 	}
 	if len(pos) < min || (max >= 0 && len(pos) > max) {
@@ -67,12 +70,4 @@ func printHelp(w io.Writer, fs *flag.FlagSet) {
 		fs.SetOutput(w)
 		fs.PrintDefaults()
 	}
-}
-
-// buildVersion is the module version stamped by the Go toolchain, or "dev".
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }

@@ -83,7 +83,7 @@ func cmdFollow(e *env, args []string) error {
 			return err
 		case err.Error() != lastErr: // a mount that is down fails every round: say it once
 			lastErr = err.Error()
-			fmt.Fprintf(e.stderr, "follow: %v (trying again every %v)\n", err, *interval)
+			e.log.Warn("follow: step failed (trying again every "+interval.String()+")", "dir", cfg.dir, "err", err)
 		}
 		select {
 		case <-stop:
@@ -270,5 +270,5 @@ func (c *followConfig) ran(v, base uint64) {
 }
 
 func (c *followConfig) logf(format string, args ...any) {
-	fmt.Fprintf(c.e.stderr, "follow %s: %s\n", c.dir, fmt.Sprintf(format, args...))
+	c.e.log.Info("follow: "+fmt.Sprintf(format, args...), "dir", c.dir)
 }

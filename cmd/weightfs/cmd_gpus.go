@@ -45,12 +45,15 @@ func selectDiff(e *env, mode string) (delta.DiffBackend, error) {
 	default:
 		return nil, usagef("--diff must be auto, cpu or gpu, not %q", mode)
 	}
-	backend, choice, err := gpu.SelectWith(gpuOptions(mode))
+	opts := gpuOptions(mode)
+	// Each step of the choice (NVML, OpenCL, the plan) at debug; the choice itself at info.
+	opts.Logf = func(format string, args ...any) { e.log.Debug(fmt.Sprintf(format, args...)) }
+	backend, choice, err := gpu.SelectWith(opts)
 	if err != nil {
 		return nil, fmt.Errorf("--diff %s: %w", mode, err)
 	}
 	if mode != "cpu" {
-		logTo(e)("diff backend: %s (%s)", choice.Backend, choice.Reason)
+		e.log.Info("diff backend: "+choice.Backend, "reason", choice.Reason)
 	}
 	return backend, nil
 }

@@ -21,7 +21,7 @@ func cmdLease(e *env, args []string) error {
 	if err := sf.apply(&opts); err != nil {
 		return err
 	}
-	opts.Logf = logTo(e)
+	opts.Logger = e.log
 	switch pos[0] {
 	case "show":
 		info, err := location.ShowLease(pos[1], opts)

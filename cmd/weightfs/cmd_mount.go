@@ -25,9 +25,9 @@ func cmdMount(e *env, args []string) error {
 	fs.DurationVar(&mf.poll, "poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request) (-o poll=DURATION)")
 	fs.BoolVar(&mf.allowOther, "allow-other", false, "let every user of the machine use the mount (-o allow_other; always with default_permissions: the kernel checks the files' modes; as a user other than root it needs user_allow_other in /etc/fuse.conf)")
 	fs.BoolVar(&mf.allowNonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them (-o allow_non_empty)")
-	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
+	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
-	fs.BoolVar(&mf.debug, "debug", false, "print every FUSE request")
+	fs.BoolVar(&mf.debug, "debug", false, "log at debug level and trace every FUSE request (-o debug)")
 	retentionFlags(fs, &mf)
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", metricsAddrUsage+" (-o metrics_addr=HOST:PORT)")
 	pos, err := parse(e, fs, args, 2, 2)
@@ -50,29 +50,29 @@ func cmdMount(e *env, args []string) error {
 	if mf.version != "" && !mf.readOnly {
 		return usagef("--version serves a sealed version and needs --read-only")
 	}
-	if mf.logFile != "" {
-		f, err := os.OpenFile(mf.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return fmt.Errorf("log_file: %w", err)
-		}
-		defer f.Close()
-		// The daemon's lines go to the file; an error that ends the command still goes to
-		// the caller's stderr (run prints it there).
-		logged := *e
-		logged.stderr = f
-		e = &logged
-	}
 	// A daemon must not die of a closed log pipe (mount.weightfs stops reading the daemon's
 	// output once the mount serves): the mount would stay behind, dead. Writes then fail
 	// with EPIPE instead.
 	signal.Ignore(syscall.SIGPIPE)
+	// The log as the flags and then -o say (-o comes last, as for the S3 options). An error
+	// that ends the command still goes to the caller's stderr (run prints it there).
+	ls := logSettingsOf(fs)
+	for p, v := range map[*string]string{&ls.level: mf.logLevel, &ls.format: mf.logFormat, &ls.file: mf.logFile} {
+		if v != "" {
+			*p = v
+		}
+	}
+	ls.debug = mf.debug
+	if err := e.startLog(ls); err != nil {
+		return err
+	}
 	mx, stopMetrics, err := startMetrics(e, mf.metricsAddr)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
 	mountProcs()
-	mopts := wfs.Options{ReadOnly: mf.readOnly, Debug: mf.debug, Logf: logTo(e), PollInterval: mf.poll,
+	mopts := wfs.Options{ReadOnly: mf.readOnly, Debug: mf.debug, Logger: e.log, PollInterval: mf.poll,
 		AllowOther: mf.allowOther, DefaultPermissions: mf.defaultPerms, AllowNonEmpty: mf.allowNonEmpty}
 	if mnt, err := filepath.Abs(pos[1]); err == nil {
 		if err := wfs.CheckMountpoint(mnt, mopts); err != nil {
@@ -82,7 +82,7 @@ func cmdMount(e *env, args []string) error {
 	// A read-only mount serves the latest version from a local materialized copy in its cache
 	// directory, brought forward by the few changed elements each new version adds (a pinned
 	// older version needs none).
-	sopts := location.Options{Options: store.Options{ReadOnly: mf.readOnly, CacheDir: mf.cacheDir, Logf: logTo(e),
+	sopts := location.Options{Options: store.Options{ReadOnly: mf.readOnly, CacheDir: mf.cacheDir, Logger: e.log,
 		Materialize: mf.readOnly && (mf.version == "" || mf.version == "latest")}}
 	if err := sf.apply(&sopts); err != nil {
 		return err
@@ -135,13 +135,13 @@ func cmdMount(e *env, args []string) error {
 	if mf.readOnly {
 		mode = "read-only"
 	}
-	fmt.Fprintf(e.stderr, "weightfs: serving %s %s at %s (unmount with 'umount %s' or Ctrl-C)\n", pos[0], mode, pos[1], pos[1])
+	e.log.Info(fmt.Sprintf("serving %s %s at %s (unmount with 'umount %s' or Ctrl-C)", pos[0], mode, pos[1], pos[1]))
 	// Mount returns once the kernel has sent INIT and got its answer: the mount serves, so a
 	// service manager (or mount.weightfs) may now start what reads it.
 	if err := sdNotify("READY=1\nSTATUS=serving " + pos[1]); err != nil {
-		logTo(e)("%v", err)
+		e.log.Warn("systemd notification", "err", err)
 	}
-	go srv.UnmountOnSignals(notifyStopping(sigs), logTo(e))
+	go srv.UnmountOnSignals(notifyStopping(sigs), e.log)
 	srv.Wait()
 	return st.Close()
 }

@@ -97,7 +97,7 @@ func cmdApply(e *env, args []string) error {
 	}
 	opts := delta.ApplyOptions{Sync: *sync, VerifySHA256: *sha, NoWait: *noWait}
 	opts.Waiting = func(holder string) {
-		fmt.Fprintf(e.stderr, "waiting for another apply of %s: %s\n", filepath.Base(pos[1]), holder)
+		e.log.Info("waiting for another apply of "+filepath.Base(pos[1]), "holder", holder)
 	}
 	if fi, err := os.Stat(pos[1]); err == nil && fi.IsDir() {
 		// A checkpoint directory: every file the patch names, then the directory's state.

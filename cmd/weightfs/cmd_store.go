@@ -42,7 +42,7 @@ func cmdInit(e *env, args []string) error {
 // store flags if it has them. With a diff mode it selects the diff backend; closing the
 // returned store releases the backend too.
 func openStore(e *env, path string, readOnly bool, diffMode string, flags ...*storeFlags) (*cliStore, error) {
-	opts := location.Options{Options: store.Options{ReadOnly: readOnly, Logf: logTo(e)}}
+	opts := location.Options{Options: store.Options{ReadOnly: readOnly, Logger: e.log}}
 	for _, f := range flags {
 		if err := f.apply(&opts); err != nil {
 			return nil, err
@@ -93,12 +93,6 @@ func (c *cliStore) Close() error {
 	err := c.Store.Close()
 	gpu.CloseBackend(c.backend)
 	return err
-}
-
-func logTo(e *env) func(string, ...any) {
-	return func(format string, args ...any) {
-		fmt.Fprintf(e.stderr, "weightfs: "+strings.TrimSuffix(format, "\n")+"\n", args...)
-	}
 }
 
 func cmdCommit(e *env, args []string) error {

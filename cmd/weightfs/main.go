@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // command is one subcommand of the CLI.
@@ -26,6 +29,10 @@ type env struct {
 	stdout, stderr io.Writer
 	// isTerminal reports whether stderr is a terminal, for progress lines.
 	isTerminal bool
+	// log is where a command logs: stderr, or the --log-file, at --log-level in --log-format
+	// (logging.go). The error that ends a command is printed on stderr, not logged.
+	log     *slog.Logger
+	logFile *logFile // the open --log-file, closed when the command returns
 }
 
 // usageError marks a mistake in how the command was called: it prints the command's help.
@@ -55,6 +62,9 @@ func commands() []command {
 
 func main() {
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, isTerminal: isTerminal(os.Stderr)}
+	// No command may die of a SIGUSR1 meant for a log file it does not have (logrotate's
+	// postrotate signals every weightfs): a --log-file listens for it (logging.go).
+	signal.Ignore(syscall.SIGUSR1)
 	// Installed as /sbin/mount.weightfs (a link), the binary is mount(8)'s helper.
 	if filepath.Base(os.Args[0]) == helperName {
 		os.Exit(mountHelper(e, os.Args[1:]))
@@ -78,8 +88,11 @@ func run(e *env, argv []string) int {
 		}
 	}
 	if argv[0] == "--version" || argv[0] == "version" {
-		fmt.Fprintln(e.stdout, "weightfs", buildVersion())
+		fmt.Fprintln(e.stdout, versionLine())
 		return 0
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(e.stderr, nil))
 	}
 	for _, c := range cmds {
 		if c.name != argv[0] {
@@ -88,6 +101,7 @@ func run(e *env, argv []string) int {
 		stopProfile := startProfile(e)
 		err := c.run(e, argv[1:])
 		stopProfile()
+		e.closeLog()
 		switch {
 		case err == nil:
 			return 0

@@ -30,10 +30,10 @@ func startMetrics(e *env, addr string) (*daemonMetrics, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	logTo(e)("metrics at %s", srv.URL())
+	e.log.Info("metrics at " + srv.URL())
 	return &daemonMetrics{m: m, srv: srv}, func() {
 		if err := srv.Close(); err != nil {
-			logTo(e)("%v", err)
+			e.log.Warn("metrics endpoint: close", "err", err)
 		}
 	}, nil
 }

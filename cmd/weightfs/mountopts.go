@@ -12,7 +12,8 @@ import (
 // mountFlags are the settings of `weightfs mount` that -o can also give.
 type mountFlags struct {
 	readOnly, allowOther, defaultPerms, allowNonEmpty, debug bool
-	version, cacheDir, logFile                               string
+	version, cacheDir                                        string
+	logLevel, logFormat, logFile                             string
 	poll                                                     time.Duration
 	// The S3 settings of an s3:// store (the --s3-* flags), for fstab lines: credentials
 	// are never options (docs/s3.md).
@@ -78,7 +79,7 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			}
 			mf.poll = d
 		default:
-			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
 		}
 	}
 	return nil
@@ -87,7 +88,8 @@ func applyMountOptions(mf *mountFlags, s string) error {
 // stringOption is the field a -o KEY=VALUE option with a string value sets, or nil.
 func (mf *mountFlags) stringOption(key string) *string {
 	return map[string]*string{
-		"version": &mf.version, "cache_dir": &mf.cacheDir, "log_file": &mf.logFile,
+		"version": &mf.version, "cache_dir": &mf.cacheDir,
+		"log_level": &mf.logLevel, "log_format": &mf.logFormat, "log_file": &mf.logFile,
 		"s3_endpoint": &mf.s3Endpoint, "s3_region": &mf.s3Region, "s3_cache_size": &mf.s3CacheSize,
 		"metrics_addr": &mf.metricsAddr,
 	}[key]

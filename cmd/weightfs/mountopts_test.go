@@ -18,6 +18,7 @@ func TestApplyMountOptions(t *testing.T) {
 		{"nonempty,log_file=/var/log/w.log,debug", mountFlags{allowNonEmpty: true, logFile: "/var/log/w.log", debug: true}, ""},
 		{"ro,s3_endpoint=http://10.0.0.5:9000,s3_region=eu-west-1,s3_path_style,s3_cache_size=20G", mountFlags{readOnly: true, s3Endpoint: "http://10.0.0.5:9000", s3Region: "eu-west-1", s3PathStyle: true, s3CacheSize: "20G"}, ""},
 		{"keep_last=3,keep_every=100", mountFlags{keepLast: 3, keepEvery: 100}, ""},
+		{"log_level=debug,log_format=json,log_file=/var/log/w.log", mountFlags{logLevel: "debug", logFormat: "json", logFile: "/var/log/w.log"}, ""},
 		{"keep_last=three", mountFlags{}, "keep_last=three"},
 		{"ro,metrics_addr=127.0.0.1:9464", mountFlags{readOnly: true, metricsAddr: "127.0.0.1:9464"}, ""},
 		{"keep_every=-1", mountFlags{}, "keep_every=-1"},

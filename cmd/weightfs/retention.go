@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 
 	"github.com/weightfs/weightfs/store"
 )
@@ -34,16 +33,16 @@ func pinVersion(e *env, st *store.Store, v uint64) func() {
 	pin, err := st.Pin(v)
 	if err != nil {
 		if errors.Is(err, store.ErrPinUnsupported) {
-			fmt.Fprintf(e.stderr, "weightfs: version %d not pinned (S3 stores hold no pins): a gc may remove it while it is served\n", v)
+			e.log.Warn("version not pinned (S3 stores hold no pins): a gc may remove it while it is served", "version", v)
 		} else {
-			fmt.Fprintf(e.stderr, "weightfs: version %d not pinned: %v: a gc may remove it while it is served\n", v, err)
+			e.log.Warn("version not pinned: a gc may remove it while it is served", "version", v, "err", err)
 		}
 		return func() {}
 	}
-	fmt.Fprintf(e.stderr, "weightfs: version %d pinned (%s, renewed every %s) while this mount serves it\n", v, pin.Path(), store.PinLease/4)
+	e.log.Info("version pinned while this mount serves it", "version", v, "pin", pin.Path(), "renewed_every", store.PinLease/4)
 	return func() {
 		if err := pin.Close(); err != nil {
-			fmt.Fprintf(e.stderr, "weightfs: %v\n", err)
+			e.log.Warn("unpin", "version", v, "err", err)
 		}
 	}
 }

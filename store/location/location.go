@@ -45,7 +45,7 @@ func Init(arg string, shared bool, opts Options) error {
 	case s3.IsURL(arg) && shared:
 		return fmt.Errorf("init %s: sharing is for local stores; an S3 store's readers are whoever its credentials admit", arg)
 	case s3.IsURL(arg):
-		return s3.Init(arg, opts.S3, opts.Logf)
+		return s3.Init(arg, opts.S3, opts.Logger)
 	case shared:
 		return store.InitShared(arg)
 	}
@@ -57,7 +57,7 @@ func Init(arg string, shared bool, opts Options) error {
 // who).
 func ShowLease(arg string, opts Options) (s3.LeaseInfo, error) {
 	if s3.IsURL(arg) {
-		return s3.ShowLease(arg, opts.S3, opts.Logf)
+		return s3.ShowLease(arg, opts.S3, opts.Logger)
 	}
 	held, err := store.WriterLockHeld(arg)
 	return s3.LeaseInfo{Held: held}, err
@@ -70,7 +70,7 @@ func BreakLease(arg string, opts Options) (s3.LeaseInfo, error) {
 	if !s3.IsURL(arg) {
 		return s3.LeaseInfo{}, fmt.Errorf("%s is a local store: its writer lock is an flock, which the kernel releases when the writer exits; there is nothing to break", arg)
 	}
-	return s3.BreakLease(arg, opts.S3, opts.Logf)
+	return s3.BreakLease(arg, opts.S3, opts.Logger)
 }
 
 // S3Stats returns the traffic counters of a store opened from s3:// (ok false: the store is

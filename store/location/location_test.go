@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/store"
 )
 
@@ -23,7 +24,7 @@ func TestLocalStore(t *testing.T) {
 	if info, err := ShowLease(root, Options{}); err != nil || info.Held {
 		t.Fatalf("lease of an unopened store: %+v, %v", info, err)
 	}
-	w, err := Open(root, Options{Options: store.Options{Logf: t.Logf}})
+	w, err := Open(root, Options{Options: store.Options{Logger: logtest.New(t.Logf)}})
 	if err != nil {
 		t.Fatal(err)
 	}

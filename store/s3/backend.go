@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,7 @@ type Backend struct {
 	// its listing of the objects stays exact once taken.
 	writer bool
 	lease  *lease // the writer's, for fencing manifests and deletes
-	logf   func(string, ...any)
+	log    *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -83,7 +84,7 @@ const (
 	filePerm = 0o600
 )
 
-func newBackend(c *client, dir string, writer bool, lease *lease, logf func(string, ...any)) (*Backend, error) {
+func newBackend(c *client, dir string, writer bool, lease *lease, log *slog.Logger) (*Backend, error) {
 	for _, d := range []string{cacheUpload, cacheManifests, cacheTmp} {
 		if err := os.MkdirAll(filepath.Join(dir, d), dirPerm); err != nil {
 			return nil, fmt.Errorf("S3 cache: %w", err)
@@ -95,7 +96,7 @@ func newBackend(c *client, dir string, writer bool, lease *lease, logf func(stri
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
-		c: c, cache: cache, dir: dir, writer: writer, lease: lease, logf: logf,
+		c: c, cache: cache, dir: dir, writer: writer, lease: lease, log: log,
 		ctx: ctx, cancel: cancel,
 		dl:      make(chan struct{}, c.set.concurrency),
 		queue:   make(chan *uploadJob, 2*c.set.concurrency),

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 	"github.com/weightfs/weightfs/store/backendtest"
@@ -24,18 +25,18 @@ func TestS3BackendContract(t *testing.T) {
 			t.Fatal(err)
 		}
 		return func(t *testing.T, writer bool) store.Backend {
-			c, err := setup(url, Config{RetryFor: 2 * time.Second}, t.Logf)
+			c, err := setup(url, Config{RetryFor: 2 * time.Second}, logtest.New(t.Logf))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var ls *lease
 			if writer {
-				if ls, err = acquireLease(context.Background(), c, t.Logf, time.Now); err != nil {
+				if ls, err = acquireLease(context.Background(), c, logtest.New(t.Logf), time.Now); err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { ls.release() })
 			}
-			b, err := newBackend(c, t.TempDir(), writer, ls, t.Logf)
+			b, err := newBackend(c, t.TempDir(), writer, ls, logtest.New(t.Logf))
 			if err != nil {
 				t.Fatal(err)
 			}

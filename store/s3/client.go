@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -26,13 +27,13 @@ type client struct {
 	loc      Location
 	set      settings
 	stats    *counters
-	logf     func(string, ...any)
+	log      *slog.Logger
 	sleep    func(ctx context.Context, d time.Duration) error // tests shorten it
 	downMu   sync.Mutex
 	downLogd bool // "unreachable" was logged and "reachable again" was not yet
 }
 
-func newClient(loc Location, set settings, logf func(string, ...any)) (*client, error) {
+func newClient(loc Location, set settings, log *slog.Logger) (*client, error) {
 	base, err := minio.DefaultTransport(set.secure)
 	if err != nil {
 		return nil, fmt.Errorf("S3 transport: %w", err)
@@ -46,7 +47,7 @@ func newClient(loc Location, set settings, logf func(string, ...any)) (*client, 
 		lookup = minio.BucketLookupPath
 	}
 	mc, err := minio.New(set.host, &minio.Options{
-		Creds:        credentialChain(set.region, os.Getenv, logf),
+		Creds:        credentialChain(set.region, os.Getenv, log),
 		Secure:       set.secure,
 		Region:       set.region,
 		BucketLookup: lookup,
@@ -58,7 +59,7 @@ func newClient(loc Location, set settings, logf func(string, ...any)) (*client, 
 	if err != nil {
 		return nil, fmt.Errorf("S3 client for %s: %w", set.endpointURL(), err)
 	}
-	return &client{mc: mc, loc: loc, set: set, stats: stats, logf: logf, sleep: sleepCtx}, nil
+	return &client{mc: mc, loc: loc, set: set, stats: stats, log: log, sleep: sleepCtx}, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -211,7 +212,7 @@ func (c *client) unreachable(what string, err error) {
 	defer c.downMu.Unlock()
 	if !c.downLogd {
 		c.downLogd = true
-		c.logf("s3: %s: %s; retrying with backoff for up to %s", what, errorText(err), c.set.retryFor)
+		c.log.Warn(fmt.Sprintf("s3: %s: %s; retrying with backoff for up to %s", what, errorText(err), c.set.retryFor))
 	}
 }
 
@@ -220,7 +221,7 @@ func (c *client) reachable() {
 	defer c.downMu.Unlock()
 	if c.downLogd {
 		c.downLogd = false
-		c.logf("s3: %s is reachable again", c.set.endpointURL())
+		c.log.Info(fmt.Sprintf("s3: %s is reachable again", c.set.endpointURL()))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"syscall"
@@ -99,7 +100,7 @@ func FuzzParseContentRangeTotal(f *testing.F) {
 func testRetryClient(retryFor time.Duration) (*client, *int) {
 	slept := new(int)
 	c := &client{loc: Location{"bucket", "p"}, set: settings{retryFor: retryFor, host: "h"}, stats: &counters{},
-		logf: func(string, ...any) {}}
+		log: slog.New(slog.DiscardHandler)}
 	c.sleep = func(ctx context.Context, d time.Duration) error { *slept++; return ctx.Err() }
 	return c, slept
 }

@@ -1,6 +1,8 @@
 package s3
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -25,7 +27,7 @@ import (
 // The first that has credentials signs every request and is asked again before they expire
 // (role credentials are temporary). With none, requests are anonymous: a public bucket still
 // reads, anything else answers 403 and errorText names the credentials.
-func credentialChain(region string, getenv func(string) string, logf func(string, ...any)) *credentials.Credentials {
+func credentialChain(region string, getenv func(string) string, log *slog.Logger) *credentials.Credentials {
 	providers := []credentials.Provider{&credentials.EnvAWS{}}
 	files := &credentials.FileAWSCredentials{}
 	// A role's endpoint is a local service (metadata, container agent) or STS: a short timeout
@@ -34,14 +36,14 @@ func credentialChain(region string, getenv func(string) string, logf func(string
 	switch {
 	case getenv("AWS_WEB_IDENTITY_TOKEN_FILE") != "":
 		iam.Endpoint = getenv("AWS_ENDPOINT_URL_STS")
-		providers = append(providers, &roleProvider{iam: iam, what: "web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN)", logf: logf}, files)
+		providers = append(providers, &roleProvider{iam: iam, what: "web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN)", log: log}, files)
 	case getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") != "" || getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI") != "":
-		providers = append(providers, files, &roleProvider{iam: iam, what: "container credentials endpoint", logf: logf})
+		providers = append(providers, files, &roleProvider{iam: iam, what: "container credentials endpoint", log: log})
 	case isTrue(getenv("AWS_EC2_METADATA_DISABLED")):
 		providers = append(providers, files)
 	default:
 		iam.Endpoint = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
-		providers = append(providers, files, &roleProvider{iam: iam, what: "EC2 instance metadata service", logf: logf})
+		providers = append(providers, files, &roleProvider{iam: iam, what: "EC2 instance metadata service", log: log})
 	}
 	return credentials.NewChainCredentials(providers)
 }
@@ -65,7 +67,7 @@ func isTrue(s string) bool {
 type roleProvider struct {
 	iam  *credentials.IAM
 	what string
-	logf func(string, ...any)
+	log  *slog.Logger
 
 	mu       sync.Mutex
 	failedAt time.Time
@@ -82,9 +84,9 @@ func (p *roleProvider) RetrieveWithCredContext(cc *credentials.CredContext) (cre
 	v, err := p.iam.RetrieveWithCredContext(cc)
 	if err != nil {
 		p.failedAt, p.err = time.Now(), err
-		if !p.logged && p.logf != nil {
+		if !p.logged && p.log != nil {
 			p.logged = true
-			p.logf("S3 credentials: none from the %s: %v", p.what, err)
+			p.log.Debug(fmt.Sprintf("S3 credentials: none from the %s: %v", p.what, err))
 		}
 		return credentials.Value{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 )
@@ -186,7 +187,7 @@ func TestS3CredentialsRoleProbe(t *testing.T) {
 		hits.Store(0)
 		var logged []string
 		env := map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL, "AWS_EC2_METADATA_DISABLED": disabled}
-		c := credentialChain("us-east-1", func(k string) string { return env[k] }, func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) })
+		c := credentialChain("us-east-1", func(k string) string { return env[k] }, logtest.New(func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }))
 		for range 5 {
 			if v, err := c.GetWithContext(nil); err != nil || v.AccessKeyID != "" {
 				t.Fatalf("disabled=%q: %+v, %v; want anonymous", disabled, v, err)

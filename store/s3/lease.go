@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -94,11 +95,11 @@ func (r leaseRecord) info(now time.Time) LeaseInfo {
 
 // lease is a held lease, renewed in the background until release.
 type lease struct {
-	c    *client
-	key  string
-	ttl  time.Duration
-	logf func(string, ...any)
-	now  func() time.Time
+	c   *client
+	key string
+	ttl time.Duration
+	log *slog.Logger
+	now func() time.Time
 
 	renewMu    sync.Mutex // one write of the record at a time
 	mu         sync.Mutex
@@ -134,13 +135,13 @@ func lockedError(c *client, rec leaseRecord) error {
 
 // acquireLease takes the writer's lease of the store or fails with ErrLocked. now is the
 // clock (time.Now; tests move it).
-func acquireLease(ctx context.Context, c *client, logf func(string, ...any), now func() time.Time) (*lease, error) {
+func acquireLease(ctx context.Context, c *client, log *slog.Logger, now func() time.Time) (*lease, error) {
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, fmt.Errorf("lease token: %w", err)
 	}
 	host, _ := os.Hostname()
-	l := &lease{c: c, key: c.loc.key(leaseKey), ttl: c.set.leaseTTL, logf: logf, now: now}
+	l := &lease{c: c, key: c.loc.key(leaseKey), ttl: c.set.leaseTTL, log: log, now: now}
 	l.rec = leaseRecord{Format: leaseFormat, Token: hex.EncodeToString(tok[:]),
 		Owner: fmt.Sprintf("%s pid %d", host, os.Getpid()), Acquired: l.now().UTC()}
 	for range 5 {
@@ -160,7 +161,7 @@ func acquireLease(ctx context.Context, c *client, logf func(string, ...any), now
 			if werr != nil {
 				return nil, fmt.Errorf("take over the expired lease of %s: %w", c.loc, werr)
 			}
-			logf("s3: took over the writer lease of %s from %s, expired %s ago", c.loc, cur.Owner, sent.Sub(cur.Expires).Round(time.Second))
+			log.Warn(fmt.Sprintf("s3: took over the writer lease of %s from %s, expired %s ago", c.loc, cur.Owner, sent.Sub(cur.Expires).Round(time.Second)))
 		case errors.Is(err, fs.ErrNotExist):
 			_, werr := l.write(ctx, putCond{ifNoneMatch: true}, l.now())
 			if isPrecondition(werr) {
@@ -259,7 +260,7 @@ func (l *lease) renew(ctx context.Context) error {
 		l.mu.Lock()
 		l.lost = fmt.Errorf("the writer lease of %s was lost: %s holds it now; this writer can no longer seal versions: %w", l.c.loc, holder, store.ErrLocked)
 		l.mu.Unlock()
-		l.logf("s3: %v", l.lost)
+		l.log.Error(fmt.Sprintf("s3: %v", l.lost))
 		return l.lost
 	}
 	if err != nil {

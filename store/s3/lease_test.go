@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 )
@@ -89,7 +90,7 @@ func FuzzDecodeLease(f *testing.F) {
 func leaseClient(t *testing.T, srv *s3test.Server, url string, ttl time.Duration) *client {
 	t.Helper()
 	srv.SetEnv(t)
-	c, err := setup(url, Config{LeaseTTL: ttl, RetryFor: time.Second}, t.Logf)
+	c, err := setup(url, Config{LeaseTTL: ttl, RetryFor: time.Second}, logtest.New(t.Logf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,12 +107,12 @@ func TestLeaseOneWriter(t *testing.T) {
 	srv := s3test.Start(t)
 	c := leaseClient(t, srv, testURL(t), 30*time.Second)
 	ctx := context.Background()
-	a, err := acquireLease(ctx, c, t.Logf, time.Now)
+	a, err := acquireLease(ctx, c, logtest.New(t.Logf), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.release()
-	if _, err := acquireLease(ctx, c, t.Logf, time.Now); !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), a.rec.Owner) {
+	if _, err := acquireLease(ctx, c, logtest.New(t.Logf), time.Now); !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), a.rec.Owner) {
 		t.Fatalf("second writer: %v, want store.ErrLocked naming %q", err, a.rec.Owner)
 	}
 	if err := a.ensure(ctx, true); err != nil {
@@ -119,7 +120,7 @@ func TestLeaseOneWriter(t *testing.T) {
 	}
 	// Another writer whose clock is past the expiry takes the lease over.
 	later := func() time.Time { return time.Now().Add(time.Minute) }
-	b, err := acquireLease(ctx, c, t.Logf, later)
+	b, err := acquireLease(ctx, c, logtest.New(t.Logf), later)
 	if err != nil {
 		t.Fatalf("take over an expired lease: %v", err)
 	}
@@ -138,7 +139,7 @@ func TestLeaseOneWriter(t *testing.T) {
 	if _, _, err := readLease(ctx, c); err == nil {
 		t.Fatal("lease still there after release")
 	}
-	d, err := acquireLease(ctx, c, t.Logf, time.Now)
+	d, err := acquireLease(ctx, c, logtest.New(t.Logf), time.Now)
 	if err != nil {
 		t.Fatalf("acquire after release: %v", err)
 	}

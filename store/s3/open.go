@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,7 +17,7 @@ import (
 )
 
 // setup resolves the configuration of the store at url and makes its client.
-func setup(url string, cfg Config, logf func(string, ...any)) (*client, error) {
+func setup(url string, cfg Config, log *slog.Logger) (*client, error) {
 	loc, err := ParseURL(url)
 	if err != nil {
 		return nil, err
@@ -25,10 +26,10 @@ func setup(url string, cfg Config, logf func(string, ...any)) (*client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", loc, err)
 	}
-	if logf == nil {
-		logf = func(string, ...any) {}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	return newClient(loc, set, logf)
+	return newClient(loc, set, log)
 }
 
 // Open opens the store at s3://bucket/prefix: the format file is read from the bucket, a
@@ -37,7 +38,7 @@ func setup(url string, cfg Config, logf func(string, ...any)) (*client, error) {
 // user cache dir (kept, so a restarted writer finds its materialized copy), else a fresh
 // per-process directory (removed by Close).
 func Open(url string, cfg Config, opts store.Options) (*store.Store, error) {
-	c, err := setup(url, cfg, opts.Logf)
+	c, err := setup(url, cfg, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +62,7 @@ func Open(url string, cfg Config, opts store.Options) (*store.Store, error) {
 			}
 		}
 		// The lease comes first: a second writer must not touch the first one's cache.
-		if ls, err = acquireLease(ctx, c, c.logf, time.Now); err != nil {
+		if ls, err = acquireLease(ctx, c, c.log, time.Now); err != nil {
 			return nil, fmt.Errorf("open store %s for writing: %w", c.loc, err)
 		}
 		o.Lock = leaseCloser{ls}
@@ -70,7 +71,7 @@ func Open(url string, cfg Config, opts store.Options) (*store.Store, error) {
 		if err := claimCache(cacheDir, c); err != nil {
 			return nil, err
 		}
-		return newBackend(c, cacheDir, !opts.ReadOnly, ls, c.logf)
+		return newBackend(c, cacheDir, !opts.ReadOnly, ls, c.log)
 	}
 	return store.OpenBackend(o, opts)
 }
@@ -131,8 +132,8 @@ func claimCache(dir string, c *client) error {
 
 // Init creates an empty store at s3://bucket/prefix: the bucket if it does not exist yet,
 // then the format file, created only if absent. The prefix must hold no object.
-func Init(url string, cfg Config, logf func(string, ...any)) error {
-	c, err := setup(url, cfg, logf)
+func Init(url string, cfg Config, log *slog.Logger) error {
+	c, err := setup(url, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -169,8 +170,8 @@ func Init(url string, cfg Config, logf func(string, ...any)) error {
 }
 
 // ShowLease describes who holds the writer's lease of the store at url.
-func ShowLease(url string, cfg Config, logf func(string, ...any)) (LeaseInfo, error) {
-	c, err := setup(url, cfg, logf)
+func ShowLease(url string, cfg Config, log *slog.Logger) (LeaseInfo, error) {
+	c, err := setup(url, cfg, log)
 	if err != nil {
 		return LeaseInfo{}, err
 	}
@@ -187,8 +188,8 @@ func ShowLease(url string, cfg Config, logf func(string, ...any)) (LeaseInfo, er
 // BreakLease deletes the writer's lease of the store at url, whoever holds it, and returns
 // what it held. Use it only when the holder is dead: a live holder finds out at its next
 // renewal (within a third of the TTL) and can no longer seal.
-func BreakLease(url string, cfg Config, logf func(string, ...any)) (LeaseInfo, error) {
-	c, err := setup(url, cfg, logf)
+func BreakLease(url string, cfg Config, log *slog.Logger) (LeaseInfo, error) {
+	c, err := setup(url, cfg, log)
 	if err != nil {
 		return LeaseInfo{}, err
 	}

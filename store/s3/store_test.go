@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 
@@ -59,8 +60,8 @@ func openTestStore(t testing.TB, url string, opts store.Options) *store.Store {
 
 func openTestStoreWith(t testing.TB, url string, cfg Config, opts store.Options) *store.Store {
 	t.Helper()
-	if opts.Logf == nil {
-		opts.Logf = t.Logf
+	if opts.Logger == nil {
+		opts.Logger = logtest.New(t.Logf)
 	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = t.TempDir()

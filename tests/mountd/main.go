@@ -6,6 +6,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -38,14 +39,18 @@ func run() error {
 	if flag.NArg() != 2 {
 		return fmt.Errorf("usage: mountd [flags] STORE MNT")
 	}
-	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "mountd: "+format+"\n", args...) }
-	st, err := location.Open(flag.Arg(0), location.Options{Options: store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logf: logf,
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	st, err := location.Open(flag.Arg(0), location.Options{Options: store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logger: log,
 		Retention: store.Retention{KeepLast: *keepLast, KeepEvery: *keepEvery}}})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	opts := wfs.Options{ReadOnly: *readOnly, Debug: *debug, Logf: logf, PollInterval: *poll,
+	opts := wfs.Options{ReadOnly: *readOnly, Debug: *debug, Logger: log, PollInterval: *poll,
 		AllowOther: *allowOther, AllowNonEmpty: *allowNonEmpty}
 	switch *version {
 	case "":
@@ -56,7 +61,7 @@ func run() error {
 			return fmt.Errorf("--version %q: %w", *version, err)
 		}
 		if pin, err := st.Pin(opts.Version); err != nil {
-			logf("version %d not pinned: %v", opts.Version, err)
+			log.Warn("version not pinned", "version", opts.Version, "err", err)
 		} else {
 			defer pin.Close()
 		}
@@ -68,7 +73,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	go srv.UnmountOnSignals(sigs, logf)
+	go srv.UnmountOnSignals(sigs, log)
 	srv.Wait()
 	return st.Close()
 }
