@@ -24,7 +24,7 @@ import (
 // operations at the root are serialised by the kernel (it holds the root directory's lock
 // for mkdir, rmdir and rename), but seals run from FLUSH, outside that lock.
 type mountState struct {
-	b        Backend
+	b        VersionStore // the store the mount serves
 	readOnly bool
 	logf     func(format string, args ...any)
 	root     *gofs.Inode
@@ -44,7 +44,7 @@ type mountState struct {
 	seq      uint64                   // names staging files and trees
 }
 
-func newMountState(b Backend, readOnly bool, logf func(string, ...any)) *mountState {
+func newMountState(b VersionStore, readOnly bool, logf func(string, ...any)) *mountState {
 	m := &mountState{
 		b:        b,
 		readOnly: readOnly,

@@ -286,13 +286,13 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	h := sha256.New()
 	// The base bytes are checked too: a delta computed against a damaged copy would be a
 	// wrong object, forever. With the CRC of the base's content when it is known, as the
-	// streaming path does (stream_crc.go), else with SHA-256.
+	// streaming path does (basecheck.go), else with SHA-256.
 	hb := newBaseCheck(s.mat, baseID)
 	cur := make([]byte, min(size, ingestChunk))
 	base := baseReader{s: s} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
 	defer base.wait()
 	var ch delta.Changes
-	var crc uint32 // of the new bytes: the next version checks them with it (stream_crc.go)
+	var crc uint32 // of the new bytes: the next version checks them with it (basecheck.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
 		c := cur[:n]

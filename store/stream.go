@@ -131,7 +131,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	st.hs.init()
 	st.fin.init(st)
-	// The hasher also sums the bytes for the copy's checks (stream_seed.go); a first
+	// The hasher also sums the bytes for the copy's checks (copyseed.go); a first
 	// version's bytes also seed the copy.
 	st.hs.seed = &seedWriter{}
 	if basis == nil {
