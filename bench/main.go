@@ -1,4 +1,4 @@
-// Command bench is weightfs's benchmark harness (`make bench`, issue 5): it measures delta
+// Command bench is weightfs's benchmark harness (`make bench`, docs/benchmarks.md): it measures delta
 // size, ingest throughput and seal latency through the mount, cold reads, daemon memory,
 // patch apply, history growth and the diff kernel, each against a baseline measured in the
 // same run (go-fuse's loopback file system mounted with weightfs's options, the local disk,

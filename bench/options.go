@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// figureNames are the figures of issue 5 a run can select, in the order they run. "ingest"
+// figureNames are the figures of docs/benchmarks.md a run can select, in the order they run. "ingest"
 // covers figures 2 (throughput) and 3 (seal latency).
 var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history"}
 
@@ -70,7 +70,7 @@ const usageText = `usage: go run ./bench [flags]
        bench loopback [-read-only] SRC MNT    (the pass-through baseline's daemon)
        bench table RESULT.json                (a recorded run as Markdown)
 
-Measures the figures of issue 5 (delta size, ingest and seal, reads, memory, apply, history,
+Measures the figures of docs/benchmarks.md (delta size, ingest and seal, reads, memory, apply, history,
 diff kernel), each against a baseline measured in the same run, prints a table and writes
 JSON. Root is needed for cold-cache reads (drop_caches) and direct FUSE mounts.
 

@@ -9,7 +9,7 @@ import (
 )
 
 // Views are derived, read-only directories at the mount root, made from sealed versions on
-// every mount, read-write or read-only (DESIGN §3):
+// every mount, read-write or read-only (docs/format.md Part III §5):
 //
 //	patches/weight_vNNNNNN.safetensors   one-file sparse patch, previous version -> NNNNNN
 //	deltas/weight_vNNNNNN/               slime-compatible delta checkpoint (or a full one)

@@ -16,8 +16,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// Regression tests of issue 15 items 1, 3, 4 (a bad version does not block), 7 and 14
-// (verify): the materialized copy is a checked cache, reads check a file's composition,
+// Regression tests of the checked copy (docs/format.md §6, §8): the materialized copy is a checked cache, reads check a file's composition,
 // and no cache failure stops a store.
 
 // logLines collects a store's log.

@@ -85,7 +85,7 @@ func sameNumbers(a, b []uint64) bool {
 }
 
 // One flipped byte in the latest manifest used to make every open for writing, every commit
-// and gc fail (issue 15, item 5). The damaged version is skipped with a log line naming it
+// and gc fail. The damaged version is skipped with a log line naming it
 // and the repair command; latest is the newest readable version; a new version is numbered
 // above the damaged one; reads of the damaged one name it and the command; Repair moves it to
 // quarantine/, and its number is never used again.
@@ -207,7 +207,7 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 }
 
 // The writer refuses at the seal a manifest that readers would refuse: a version of ~7M
-// tensors used to seal and then be unreadable (issue 15, item 5).
+// tensors used to seal and then be unreadable.
 func TestSealRefusesManifestReadersRefuse(t *testing.T) {
 	s, _ := newStore(t, Options{})
 	old := maxManifestLen
