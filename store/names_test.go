@@ -33,7 +33,7 @@ func TestVersionNumberBound(t *testing.T) {
 	// A manifest of a number above the bound (written by an older weightfs) is not a version:
 	// its name is ignored like any other name that is no manifest's, and its content refused.
 	m := &manifest{Version: math.MaxUint64, Dirs: []manifestDir{}}
-	if _, err := encodeManifestChecked(m); !errors.Is(err, ErrVersionOutOfRange) {
+	if _, err := encodeManifestChecked(m, maxManifestLen); !errors.Is(err, ErrVersionOutOfRange) {
 		t.Fatalf("encode of a manifest of version 2^64-1: %v", err)
 	}
 	data, err := encodeManifest(m)

@@ -210,9 +210,7 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 // tensors used to seal and then be unreadable.
 func TestSealRefusesManifestReadersRefuse(t *testing.T) {
 	s, _ := newStore(t, Options{})
-	old := maxManifestLen
-	maxManifestLen = 300
-	defer func() { maxManifestLen = old }()
+	s.manifestLimit = 300
 	files := map[string][]byte{}
 	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
 		files[name+".txt"] = []byte(name)
@@ -224,6 +222,6 @@ func TestSealRefusesManifestReadersRefuse(t *testing.T) {
 	if len(s.Versions()) != 0 {
 		t.Fatalf("versions %v after the refused seal", versionNumbers(s.Versions()))
 	}
-	maxManifestLen = old
+	s.manifestLimit = maxManifestLen
 	commitTree(t, s, 0, files)
 }

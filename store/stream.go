@@ -129,7 +129,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 		fileHashes:     make(chan hashJob, streamQueue),
 		fileHasherDone: make(chan struct{}),
 	}
-	st.hs.init()
+	st.hs.init(w.s.hashInOnePass)
 	st.fin.init(st)
 	// The hasher also sums the bytes for the copy's checks (copyseed.go); a first
 	// version's bytes also seed the copy.
