@@ -29,7 +29,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 		}
 		return nil
 	})
-	s.Close()
+	closeStore(t, s)
 	if obj == "" {
 		t.Fatal("no delta object")
 	}
@@ -51,6 +51,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 			put(damaged)
 			for v := uint64(1); v <= uint64(len(versions)); v++ {
 				r := openStore(t, root, Options{ReadOnly: true, Logf: func(string, ...any) {}})
+				expectDamage(r)
 				out := filepath.Join(t.TempDir(), "out")
 				done := make(chan error, 1)
 				go func() { done <- r.Export(v, out, nil) }()
@@ -68,7 +69,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 						t.Errorf("byte %d ^ %#02x: export of v%d wrote %s with wrong bytes", pos, mask, v, f)
 					}
 				}
-				r.Close()
+				closeStore(t, r)
 			}
 		}
 	}

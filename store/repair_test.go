@@ -94,7 +94,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	for step := byte(1); step <= 3; step++ {
 		commitTree(t, s, 0, stepFiles(t, step))
 	}
-	s.Close()
+	closeStore(t, s)
 	flipByte(t, filepath.Join(root, "versions", "v000003"))
 
 	log := &logRecorder{t: t}
@@ -147,7 +147,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	if _, err := s.Verify(nil); err != nil {
 		t.Fatalf("verify after the repair: %v", err)
 	}
-	s.Close()
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	if got := versionNumbers(s.Versions()); !sameNumbers(got, []uint64{1, 2, 4}) {
 		t.Fatalf("versions after the repair %v, want [1 2 4]", got)
@@ -158,12 +158,13 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 
 	// A quarantined number is not used again, even when it was the newest.
 	flipByte(t, filepath.Join(root, "versions", "v000004"))
-	s.Close()
+	expectDamage(s)
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	if rep, err := s.Repair(nil); err != nil || !sameNumbers(rep.Quarantined, []uint64{4}) {
 		t.Fatalf("repair of version 4: %v %v", rep.Quarantined, err)
 	}
-	s.Close()
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	if info, _ := commitTree(t, s, 0, stepFiles(t, 5)); info.Number != 5 {
 		t.Fatalf("commit after quarantining version 4: version %d, want 5", info.Number)
@@ -184,7 +185,8 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 	}
 	bad := ver.files["step.txt"].ID // only version 2 has it
 	flipByte(t, filepath.Join(root, "objects", bad.String()[:2], bad.String()))
-	s.Close()
+	expectDamage(s)
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	rep, err := s.Repair(nil)
 	if err != nil {
