@@ -1,4 +1,4 @@
-// Command bench is weightfs's benchmark harness (`make bench`): it measures delta size,
+// Command bench is weightfs's benchmark harness (`make bench`, docs/benchmarks.md): it measures delta size,
 // ingest throughput, CPU and seal latency through the mount, cold reads, daemon memory, patch
 // apply, history growth, the diff kernel and the end-to-end sync time from a trainer's mount
 // to a reader's over a shaped link, each against a baseline measured in the same run

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// figureNames are the figures a run can select, in the order they run. "ingest" covers
+// figureNames are the figures of docs/benchmarks.md a run can select, in the order they run. "ingest" covers
 // figures 2 (throughput) and 3 (seal latency); "sync" is figure 9 (end-to-end sync time).
 var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync"}
 
@@ -71,7 +71,7 @@ const usageText = `usage: go run ./bench [flags]
        bench table RESULT.json                (a recorded run as Markdown)
        bench fetch DIR URL...                 (figure 9's baseline copy over HTTP)
 
-Measures the figures of issues 5 and 20 (delta size, ingest and seal, reads, memory, apply,
+Measures the figures of docs/benchmarks.md (delta size, ingest and seal, reads, memory, apply,
 history, diff kernel, end-to-end sync), each against a baseline measured in the same run, prints a table and writes
 JSON. Root is needed for cold-cache reads (drop_caches) and direct FUSE mounts.
 

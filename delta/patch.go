@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// The one-file sparse patch (DESIGN §3.1, byte layout in docs/format.md (Part III)): a valid
+// The one-file sparse patch (byte layout in docs/format.md Part III §2): a valid
 // safetensors file holding, for every changed tensor NAME, NAME.indices (I32, or I64 when the
 // tensor has 2^31 or more elements; ascending flat element indices) and NAME.values (the
 // tensor's dtype: the new values), plus every changed non-safetensors file carried whole as a

@@ -52,7 +52,7 @@ func syntheticVersions(t testing.TB, size int64, density float64, seed uint64) (
 
 // BenchmarkApplyPatch applies a ~1% patch to a 256 MiB bf16 file on disk (in the page cache,
 // as on an inference node that just loaded it) and, in the same run, rewrites the file with
-// fsync, the baseline of issue 5 (apply <= 0.1x rewrite). Run it alone:
+// fsync, the baseline of docs/benchmarks.md's apply figure (apply <= 0.1x rewrite). Run it alone:
 //
 //	go test ./delta/ -run '^$' -bench ApplyPatch -benchtime 5x
 //

@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// Links and ownership around an apply (issue 15, item 12). Whatever is planted at the names
+// Links and ownership around an apply (docs/format.md Part III §3, Names beside the file). Whatever is planted at the names
 // an apply uses beside its target (a symbolic or hard link to a victim file, a stale
 // temporary), the victim keeps its bytes; the apply either succeeds and leaves a regular
 // file, or refuses and names the path. The target keeps its mode and owner on both paths,

@@ -15,7 +15,7 @@ import (
 	"testing"
 )
 
-// Two applies of one file (issue 15, item 2). Two patches share a base (v2->v3 and v2->v4),
+// Two applies of one file (docs/format.md Part III §3, One apply at a time). Two patches share a base (v2->v3 and v2->v4),
 // or the same patch is applied twice, at the same moment, by goroutines of this process and
 // by two processes. The lock on the target serialises them: the file ends as exactly one
 // version, exactly one of two conflicting applies succeeds, and the other fails its base

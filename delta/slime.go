@@ -13,7 +13,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// The slime-compatible delta checkpoint (DESIGN §3.2, bytes in docs/format.md (Part III)): a
+// The slime-compatible delta checkpoint (bytes in docs/format.md Part III §4): a
 // directory holding model.safetensors.index.json and shards model-{i:05d}-of-{n:05d}
 // .safetensors (0-based i). Each changed tensor is a 1-D U8 tensor holding one zstd frame of
 //

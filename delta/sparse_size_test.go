@@ -58,7 +58,7 @@ func slimeLikeBytes(t *testing.T, c *Changes) int {
 	return zstdLen(t, buf)
 }
 
-// slimeDiskBytes is the size of slime's disk delta of one tensor (DESIGN 3.2): u32 count,
+// slimeDiskBytes is the size of slime's disk delta of one tensor (docs/format.md Part III §4): u32 count,
 // u32 byte positions of the changed bytes, the new bytes, one zstd frame.
 func slimeDiskBytes(t *testing.T, base, cur []byte) int {
 	var pos, vals []byte

@@ -18,7 +18,7 @@ import (
 // process other than the daemon: a page fault on a map of this process's own mount can stop
 // the Go runtime's world for good.)
 func TestOpenFilesBypassPageCache(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, srv := mountTest(t, b, Options{})
 	if srv.fuse.KernelSettings().Flags64()&fuse.CAP_DIRECT_IO_ALLOW_MMAP == 0 {
 		t.Skip("the kernel does not let direct-I/O files be mapped shared (before 6.6): open files keep the page cache")

@@ -19,7 +19,7 @@ import (
 // the first one (that close seals), set the times through the second, close it. Every step
 // must succeed, and the version must be sealed after the first close.
 func TestDoneLikeTouch(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	ver := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(ver, 0o755); err != nil {
@@ -89,7 +89,7 @@ func TestPrepareMountpoint(t *testing.T) {
 // whose working directory it is would) across the seal: through it the sealed version's
 // files are found and listed.
 func TestDirectoryInUseAfterSeal(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	ver := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(ver, 0o755); err != nil {
@@ -127,7 +127,7 @@ func TestDirectoryInUseAfterSeal(t *testing.T) {
 // first descriptor, which seals, before echo writes). Each case seals, says so in its exit
 // status and logs that the bytes were not stored.
 func TestDoneContentIsIgnored(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	lg, _ := mountLogs.Load(mnt)
 	newVersion := func(v uint64) string {

@@ -87,7 +87,7 @@ func TestMissingObjectReadsEIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mnt, _ := mountTest(t, StoreBackend(s), Options{ReadOnly: true})
+	mnt, _ := mountTest(t, FromStore(s), Options{ReadOnly: true})
 	t.Cleanup(func() { s.Close() })
 	ver := filepath.Join(mnt, "weight_v000001")
 	if got := listDir(t, ver); got != "w.bin" {

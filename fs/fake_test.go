@@ -13,10 +13,10 @@ import (
 	"github.com/weightfs/weightfs/store"
 )
 
-// fakeBackend is an in-memory Backend for tests of the node tree: versions are maps of paths
+// fakeStore is an in-memory VersionStore for tests of the node tree: versions are maps of paths
 // to bytes. It checks the rules the real store checks (numbers must grow, one writer per
 // number) and can be told to fail.
-type fakeBackend struct {
+type fakeStore struct {
 	mu       sync.Mutex
 	versions []store.VersionInfo
 	content  map[uint64][]store.Entry
@@ -29,36 +29,36 @@ type fakeBackend struct {
 	readErr error
 }
 
-func newFakeBackend() *fakeBackend {
-	return &fakeBackend{
+func newFakeStore() *fakeStore {
+	return &fakeStore{
 		content: map[uint64][]store.Entry{},
 		bytes:   map[uint64]map[string][]byte{},
 		writers: map[uint64]*fakeWriter{},
 	}
 }
 
-func (b *fakeBackend) Refresh() error { return nil }
+func (b *fakeStore) Refresh() error { return nil }
 
-func (b *fakeBackend) Versions() []store.VersionInfo {
+func (b *fakeStore) Versions() []store.VersionInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]store.VersionInfo(nil), b.versions...)
 }
 
-// fakeReader is a second process's read-only view of a fakeBackend: versions sealed after its
+// fakeReader is a second process's read-only view of a fakeStore: versions sealed after its
 // last Refresh are not in its list.
 type fakeReader struct {
-	*fakeBackend
+	*fakeStore
 	mu   sync.Mutex
 	seen int
 }
 
-func newFakeReader(b *fakeBackend) *fakeReader {
-	return &fakeReader{fakeBackend: b, seen: len(b.Versions())}
+func newFakeReader(b *fakeStore) *fakeReader {
+	return &fakeReader{fakeStore: b, seen: len(b.Versions())}
 }
 
 func (r *fakeReader) Refresh() error {
-	n := len(r.fakeBackend.Versions())
+	n := len(r.fakeStore.Versions())
 	r.mu.Lock()
 	r.seen = n
 	r.mu.Unlock()
@@ -66,7 +66,7 @@ func (r *fakeReader) Refresh() error {
 }
 
 func (r *fakeReader) Versions() []store.VersionInfo {
-	all := r.fakeBackend.Versions()
+	all := r.fakeStore.Versions()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return all[:min(r.seen, len(all))]
@@ -74,7 +74,7 @@ func (r *fakeReader) Versions() []store.VersionInfo {
 
 func (r *fakeReader) NewVersion(v uint64) (VersionWriter, error) { return nil, store.ErrReadOnly }
 
-func (b *fakeBackend) Entries(v uint64) ([]store.Entry, error) {
+func (b *fakeStore) Entries(v uint64) ([]store.Entry, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	es, ok := b.content[v]
@@ -84,7 +84,7 @@ func (b *fakeBackend) Entries(v uint64) ([]store.Entry, error) {
 	return append([]store.Entry(nil), es...), nil
 }
 
-func (b *fakeBackend) OpenFile(v uint64, path string) (store.File, error) {
+func (b *fakeStore) OpenFile(v uint64, path string) (store.File, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	data, ok := b.bytes[v][path]
@@ -94,7 +94,7 @@ func (b *fakeBackend) OpenFile(v uint64, path string) (store.File, error) {
 	return &fakeFile{b: b, r: bytes.NewReader(data), size: int64(len(data))}, nil
 }
 
-func (b *fakeBackend) NewVersion(v uint64) (VersionWriter, error) {
+func (b *fakeStore) NewVersion(v uint64) (VersionWriter, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n := len(b.versions); n > 0 && v <= b.versions[n-1].Number {
@@ -109,21 +109,21 @@ func (b *fakeBackend) NewVersion(v uint64) (VersionWriter, error) {
 }
 
 // file returns the bytes of a sealed file.
-func (b *fakeBackend) file(v uint64, path string) ([]byte, bool) {
+func (b *fakeStore) file(v uint64, path string) ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	data, ok := b.bytes[v][path]
 	return data, ok
 }
 
-func (b *fakeBackend) openWriters() int {
+func (b *fakeStore) openWriters() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.writers)
 }
 
 type fakeFile struct {
-	b    *fakeBackend
+	b    *fakeStore
 	r    *bytes.Reader
 	size int64
 }
@@ -141,7 +141,7 @@ func (f *fakeFile) Size() int64  { return f.size }
 func (f *fakeFile) Close() error { return nil }
 
 type fakeWriter struct {
-	b     *fakeBackend
+	b     *fakeStore
 	v     uint64
 	files map[string][]byte
 	dirs  []store.Entry

@@ -88,11 +88,11 @@ func Mount(st *store.Store, mountpoint string, opts Options) (*Server, error) {
 	if st == nil {
 		return nil, errors.New("mount: nil store")
 	}
-	return MountBackend(StoreBackend(st), mountpoint, opts)
+	return MountVersionStore(FromStore(st), mountpoint, opts)
 }
 
-// MountBackend is Mount for any Backend.
-func MountBackend(b Backend, mountpoint string, opts Options) (*Server, error) {
+// MountVersionStore is Mount for any VersionStore.
+func MountVersionStore(b VersionStore, mountpoint string, opts Options) (*Server, error) {
 	mnt, err := filepath.Abs(mountpoint)
 	if err != nil {
 		return nil, fmt.Errorf("mount point %s: %w", mountpoint, err)

@@ -64,7 +64,7 @@ func canMount(t testing.TB) {
 
 // mountTest mounts b under a fresh directory and unmounts it when the test ends, failed or
 // not. FUSE request tracing is on only under -v.
-func mountTest(t *testing.T, b Backend, opts Options) (string, *Server) {
+func mountTest(t *testing.T, b VersionStore, opts Options) (string, *Server) {
 	t.Helper()
 	canMount(t)
 	mnt := t.TempDir()
@@ -78,7 +78,7 @@ func mountTest(t *testing.T, b Backend, opts Options) (string, *Server) {
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 50 * time.Millisecond
 	}
-	srv, err := MountBackend(b, mnt, opts)
+	srv, err := MountVersionStore(b, mnt, opts)
 	if err != nil {
 		t.Fatalf("mount: %v", err)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 func TestWriteSealRead(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	staging := t.TempDir()
 	mnt, _ := mountTest(t, b, Options{StagingDir: staging})
 	if got := listDir(t, mnt); got != "deltas patches" {
@@ -99,7 +99,7 @@ func TestWriteSealRead(t *testing.T) {
 }
 
 func TestSealedVersionIsImmutable(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	v1 := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(v1, 0o755); err != nil {
@@ -147,7 +147,7 @@ func TestSealedVersionIsImmutable(t *testing.T) {
 }
 
 func TestVersionNumberRules(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	v := func(n int) string { return filepath.Join(mnt, VersionName(uint64(n))) }
 	if err := os.Mkdir(v(5), 0o755); err != nil {
@@ -187,7 +187,7 @@ func TestVersionNumberRules(t *testing.T) {
 }
 
 func TestSealFailureKeepsVersionOpen(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	v1 := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(v1, 0o755); err != nil {
@@ -210,7 +210,7 @@ func TestSealFailureKeepsVersionOpen(t *testing.T) {
 }
 
 func TestStagingDirRenameSeals(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	stage := filepath.Join(mnt, "tmp-save")
 	if err := os.Mkdir(stage, 0o755); err != nil {
@@ -248,7 +248,7 @@ func TestStagingDirRenameSeals(t *testing.T) {
 }
 
 func TestReadOnlyMount(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	sealVersion(t, b, 1, map[string][]byte{"a": []byte("one")})
 	mnt, _ := mountTest(t, newFakeReader(b), Options{ReadOnly: true})
 	v1 := filepath.Join(mnt, "weight_v000001")
@@ -289,7 +289,7 @@ func TestReadOnlyMount(t *testing.T) {
 }
 
 func TestPinnedVersionMount(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	sealVersion(t, b, 3, map[string][]byte{"config.json": []byte("{}"), "sub/w": pattern(3, 5000)})
 	sealVersion(t, b, 4, map[string][]byte{"config.json": []byte("{4}")})
 	mnt, _ := mountTest(t, b, Options{ReadOnly: true, Version: 3})
@@ -303,13 +303,13 @@ func TestPinnedVersionMount(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(mnt2, "config.json")); err != nil || string(data) != "{4}" {
 		t.Fatalf("latest pin: config.json = %q, %v", data, err)
 	}
-	if _, err := MountBackend(b, t.TempDir(), Options{ReadOnly: true, Version: 9}); err == nil {
+	if _, err := MountVersionStore(b, t.TempDir(), Options{ReadOnly: true, Version: 9}); err == nil {
 		t.Fatal("mounting a missing version succeeded")
 	}
 }
 
 func TestCorruptReadIsEIO(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	sealVersion(t, b, 1, map[string][]byte{"w": pattern(4, 10000)})
 	mnt, _ := mountTest(t, b, Options{ReadOnly: true})
 	b.mu.Lock()
@@ -320,7 +320,7 @@ func TestCorruptReadIsEIO(t *testing.T) {
 }
 
 // sealVersion puts a version into the fake store directly, as another process would.
-func sealVersion(t *testing.T, b *fakeBackend, v uint64, files map[string][]byte) {
+func sealVersion(t *testing.T, b *fakeStore, v uint64, files map[string][]byte) {
 	t.Helper()
 	w, err := b.NewVersion(v)
 	if err != nil {
@@ -353,7 +353,7 @@ func TestMountThroughFusermount(t *testing.T) {
 	if _, err := exec.LookPath("fusermount3"); err != nil {
 		t.Skip("no fusermount3")
 	}
-	b := newFakeBackend()
+	b := newFakeStore()
 	sealVersion(t, b, 1, map[string][]byte{"a": []byte("one")})
 	mnt, _ := mountTest(t, newFakeReader(b), Options{ReadOnly: true, helperOnly: true})
 	if data, err := os.ReadFile(filepath.Join(mnt, "weight_v000001", "a")); err != nil || string(data) != "one" {
@@ -373,7 +373,7 @@ func TestMountRaisesReadAhead(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the read-ahead is set through sysfs, as root")
 	}
-	b := newFakeBackend()
+	b := newFakeStore()
 	sealVersion(t, b, 1, map[string][]byte{"a": []byte("one")})
 	mnt, _ := mountTest(t, newFakeReader(b), Options{ReadOnly: true})
 	path, err := readAheadPath(mnt)
@@ -393,7 +393,7 @@ func TestMountRaisesReadAhead(t *testing.T) {
 // the log must stay quiet (go-fuse tried to splice every reply, failed above the system's pipe
 // size, and logged a line per read).
 func TestMountReadsLogNothing(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	content := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16+5)
 	sealVersion(t, b, 1, map[string][]byte{"w.bin": content})
 	mnt, _ := mountTest(t, newFakeReader(b), Options{ReadOnly: true})

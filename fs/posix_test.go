@@ -15,7 +15,7 @@ import (
 // open version and to a directory on the local disk (the reference), compares the two trees
 // as it goes, seals, and compares the stored version with the reference.
 func TestOpenVersionMatchesLocalDir(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	ref := t.TempDir()
 	ver := filepath.Join(mnt, "weight_v000001")
@@ -129,7 +129,7 @@ func errnoOf(err error) syscall.Errno {
 }
 
 func TestConcurrentWritersOneVersion(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	ver := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(ver, 0o755); err != nil {
@@ -176,7 +176,7 @@ func TestConcurrentWritersOneVersion(t *testing.T) {
 }
 
 func TestUnlinkedOpenFileStaysReadable(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	ver := filepath.Join(mnt, "weight_v000001")
 	if err := os.Mkdir(ver, 0o755); err != nil {
@@ -208,7 +208,7 @@ func TestUnlinkedOpenFileStaysReadable(t *testing.T) {
 }
 
 func TestRmdirDropsOpenVersion(t *testing.T) {
-	b := newFakeBackend()
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	ver := filepath.Join(mnt, "weight_v000003")
 	if err := os.Mkdir(ver, 0o755); err != nil {

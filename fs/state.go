@@ -26,7 +26,7 @@ import (
 // operations at the root are serialised by the kernel (it holds the root directory's lock
 // for mkdir, rmdir and rename), but seals run from FLUSH, outside that lock.
 type mountState struct {
-	b        Backend
+	b        VersionStore // the store the mount serves
 	readOnly bool
 	log      *slog.Logger
 	root     *gofs.Inode
@@ -48,7 +48,7 @@ type mountState struct {
 	stats mountStats // what it did, for metrics (stats.go)
 }
 
-func newMountState(b Backend, readOnly bool, log *slog.Logger) *mountState {
+func newMountState(b VersionStore, readOnly bool, log *slog.Logger) *mountState {
 	m := &mountState{
 		b:        b,
 		readOnly: readOnly,

@@ -97,13 +97,13 @@ func (c *mountStats) countErrno(e syscall.Errno) {
 	c.errMu.Unlock()
 }
 
-// newerCounter is implemented by backends that can say cheaply how many sealed versions are
+// newerCounter is implemented by version stores that can say cheaply how many sealed versions are
 // newer than v (store.Store.NewerVersions). Optional: without it the list is searched.
 type newerCounter interface {
 	NewerVersions(v uint64) int
 }
 
-func (b storeBackend) NewerVersions(v uint64) int { return b.s.NewerVersions(v) }
+func (b storeVersions) NewerVersions(v uint64) int { return b.s.NewerVersions(v) }
 
 // countRead counts a READ of n bytes answered from sealed version v.
 func (m *mountState) countRead(v uint64, n int) {

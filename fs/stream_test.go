@@ -17,7 +17,7 @@ import (
 	"github.com/weightfs/weightfs/store"
 )
 
-// streamMount is a read-write mount of a real store (the only backend that streams), with
+// streamMount is a read-write mount of a real store (the only version store that streams), with
 // its staging directory and its log lines at hand.
 type streamMount struct {
 	mnt     string

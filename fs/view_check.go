@@ -41,5 +41,5 @@ var (
 	_ = (gofs.NodeStatfser)((*viewFile)(nil))
 	_ = (gofs.NodeFsyncer)((*viewFile)(nil))
 
-	_ = (viewSource)(storeBackend{})
+	_ = (viewSource)(storeVersions{})
 )

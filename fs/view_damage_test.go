@@ -89,7 +89,7 @@ func damagedRender(t *testing.T, target, damage, when string) {
 	if when == "before-mount" {
 		harm()
 	}
-	mnt, _ := mountTest(t, StoreBackend(st), Options{})
+	mnt, _ := mountTest(t, FromStore(st), Options{})
 	p := filepath.Join(mnt, mountRel)
 	f, err := os.Open(p)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // deltas/ holds weight_vNNNNNN/ for every sealed version: slime's delta checkpoint layout
-// (DESIGN §3.2), as store.PlanSlime decides it:
+// (docs/format.md Part III §4), as store.PlanSlime decides it:
 //   - a delta (model.safetensors.index.json and its shards), rendered at the first lookup or
 //     listing inside the directory and served from the cache directory;
 //   - a full checkpoint: the version's top-level files, served like the version itself;

@@ -15,7 +15,7 @@ import (
 )
 
 // patches/ holds weight_vNNNNNN.safetensors, the one-file sparse patch from the previous
-// sealed version to NNNNNN (DESIGN §3.1), for every sealed version whose predecessor has the
+// sealed version to NNNNNN (docs/format.md Part III §2), for every sealed version whose predecessor has the
 // same tensor layout; the first version and re-anchored versions have none (ENOENT). A
 // lookup gives the patch's size from the manifests (store.PatchSize: `ls -l` renders nothing);
 // the patch is rendered at its first open, must come out at that size, and is served from

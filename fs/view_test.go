@@ -81,7 +81,7 @@ func viewStore(t *testing.T) *store.Store {
 // listed, what resolves, and that every file holds exactly the store's render, at any offset.
 func TestViewsServeRenders(t *testing.T) {
 	st := viewStore(t)
-	mnt, _ := mountTest(t, StoreBackend(st), Options{})
+	mnt, _ := mountTest(t, FromStore(st), Options{})
 
 	if got := listDir(t, filepath.Join(mnt, "patches")); got != "weight_v000002.safetensors weight_v000005.safetensors" {
 		t.Errorf("ls patches: %q", got)
@@ -171,7 +171,7 @@ func TestViewsReadOnlyMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ro.Close() })
-	mnt, _ := mountTest(t, StoreBackend(ro), Options{ReadOnly: true})
+	mnt, _ := mountTest(t, FromStore(ro), Options{ReadOnly: true})
 	var want bytes.Buffer
 	if _, err := ro.WritePatch(5, &bufferAt{&want}); err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestViewsReadOnlyMount(t *testing.T) {
 }
 
 // failingRenders is a store whose renders fail as a damaged store's do.
-type failingRenders struct{ storeBackend }
+type failingRenders struct{ storeVersions }
 
 func (failingRenders) RenderPatch(v uint64) (store.RenderedFile, error) {
 	return store.RenderedFile{}, fmt.Errorf("object 1234: %w", store.ErrCorrupt)
@@ -204,7 +204,7 @@ func (f failingRenders) RenderSlime(v uint64) (store.SlimePlan, []store.Rendered
 // TestViewRenderFailureIsEIO: a render that fails is EIO, and nothing is served.
 func TestViewRenderFailureIsEIO(t *testing.T) {
 	st := viewStore(t)
-	mnt, _ := mountTest(t, failingRenders{storeBackend{st}}, Options{})
+	mnt, _ := mountTest(t, failingRenders{storeVersions{st}}, Options{})
 	_, err := os.ReadFile(filepath.Join(mnt, "patches", PatchName(2)))
 	wantErrno(t, "read a patch that fails to render", err, syscall.EIO)
 	_, err = os.ReadDir(filepath.Join(mnt, "deltas", VersionName(2)))
@@ -213,9 +213,9 @@ func TestViewRenderFailureIsEIO(t *testing.T) {
 	sameFileBytes(t, filepath.Join(mnt, "deltas", VersionName(1), "config.json"), readVersionFile(t, st, 1, "config.json"))
 }
 
-// TestViewsOfFakeBackendAreEmpty: a backend that cannot render gets empty views.
-func TestViewsOfFakeBackendAreEmpty(t *testing.T) {
-	b := newFakeBackend()
+// TestViewsOfFakeStoreAreEmpty: a version store that cannot render gets empty views.
+func TestViewsOfFakeStoreAreEmpty(t *testing.T) {
+	b := newFakeStore()
 	mnt, _ := mountTest(t, b, Options{})
 	for _, view := range []string{"patches", "deltas"} {
 		if got := listDir(t, filepath.Join(mnt, view)); got != "" {
@@ -293,7 +293,7 @@ func (w *bufferAt) WriteAt(p []byte, off int64) (int, error) {
 func mountPatch2(t *testing.T) (st *store.Store, mnt, patch string, want *bytes.Buffer) {
 	t.Helper()
 	st = viewStore(t)
-	mnt, _ = mountTest(t, StoreBackend(st), Options{})
+	mnt, _ = mountTest(t, FromStore(st), Options{})
 	want = new(bytes.Buffer)
 	if _, err := st.WritePatch(2, &bufferAt{want}); err != nil {
 		t.Fatal(err)

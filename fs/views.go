@@ -9,7 +9,7 @@ import (
 )
 
 // Views are derived, read-only directories at the mount root, made from sealed versions on
-// every mount, read-write or read-only (DESIGN §3):
+// every mount, read-write or read-only (docs/format.md Part III §5):
 //
 //	patches/weight_vNNNNNN.safetensors   one-file sparse patch, previous version -> NNNNNN
 //	deltas/weight_vNNNNNN/               slime-compatible delta checkpoint (or a full one)
@@ -26,7 +26,7 @@ import (
 // The extension point: a viewSpec's newNode returns the node serving the directory (a
 // gofs.InodeEmbedder implementing Lookup, Readdir and the refusals); it gets the
 // mountState, so it can read m.b (the store) and m.latest(). The root lists every view,
-// looks it up by name, and refuses to remove or replace it. A backend that cannot render
+// looks it up by name, and refuses to remove or replace it. A version store that cannot render
 // (viewSource not implemented, as the tests' fake) gets empty views.
 
 // viewSpec names one view and builds its node.
@@ -123,7 +123,7 @@ func (v *viewDir) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 	return v.refuse("setattr", "")
 }
 
-// emptyView is a view with no content: what a backend that cannot render gets.
+// emptyView is a view with no content: what a version store that cannot render gets.
 type emptyView struct {
 	viewDir
 }

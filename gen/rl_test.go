@@ -38,7 +38,7 @@ func changeStats(t *testing.T, prev, cur map[string][]byte) (changed, oneULP, to
 	return changed, oneULP, total
 }
 
-// TestChangedFractionPerStep is the realism check of issue 2: consecutive bf16 checkpoints,
+// TestChangedFractionPerStep is the generator's realism check (docs/design.md, The generator): consecutive bf16 checkpoints,
 // compared bytewise, differ in 0.3%-5% of elements per step at RL learning rates, and most
 // changed elements move by exactly one bf16 ULP. Measured on the medium preset (seed 1):
 //

@@ -16,21 +16,18 @@ import (
 type cachedBlock struct {
 	db   *delta.DecodedBlock
 	refs atomic.Int32
+	home *freeList[*delta.DecodedBlock] // where the last release puts db (its store's recycler)
 }
-
-// freeBlocks holds blocks nobody holds any more, for decoding into. A full cache gives one
-// back for each block it takes.
-var freeBlocks = freeList[*delta.DecodedBlock]{max: 64}
 
 // decodeBlock decodes block b of delta d (of object id) into a recycled block; the caller
 // holds the one reference.
-func decodeBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
-	spare, _ := freeBlocks.get()
+func (r *recycler) decodeBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
+	spare, _ := r.blocks.get()
 	db, err := d.parsed.DecodeBlockInto(b, spare)
 	if err != nil {
 		return nil, objectError(id, fmt.Errorf("decode delta: %v: %w", err, ErrCorrupt))
 	}
-	cb := &cachedBlock{db: db}
+	cb := &cachedBlock{db: db, home: &r.blocks}
 	cb.refs.Store(1)
 	return cb, nil
 }
@@ -40,7 +37,7 @@ func (cb *cachedBlock) release() {
 	if cb.refs.Add(-1) != 0 {
 		return
 	}
-	freeBlocks.put(cb.db)
+	cb.home.put(cb.db)
 }
 
 func (cb *cachedBlock) hold() { cb.refs.Add(1) }

@@ -22,7 +22,7 @@ func TestBlockReferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Store{blocks: newBlockCache(1)} // too small for any block: each is pushed out at once
+	s := &Store{blocks: newBlockCache(1), bufs: newRecycler()} // too small for any block: each is pushed out at once
 	d := &deltaObject{body: body, info: parsed.Info(), parsed: parsed}
 	var id ID
 	held, err := s.decodedBlock(id, d, 0)
@@ -44,9 +44,10 @@ func TestBlockReferences(t *testing.T) {
 	}
 	want := held.db.Changes()
 	held.release()
-	freeBlocks.mu.Lock()
-	recycled := len(freeBlocks.items) > 0 && freeBlocks.items[len(freeBlocks.items)-1] == held.db
-	freeBlocks.mu.Unlock()
+	free := &s.bufs.blocks
+	free.mu.Lock()
+	recycled := len(free.items) > 0 && free.items[len(free.items)-1] == held.db
+	free.mu.Unlock()
 	if !recycled {
 		t.Fatal("a released block was not kept for reuse")
 	}

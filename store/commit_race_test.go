@@ -46,8 +46,8 @@ func (c *changingSource) ReadAt(b []byte, off int64) (int, error) {
 }
 
 // A source that changes while it is ingested must fail the add, naming the file, and seal
-// nothing: the file hash must be of the bytes stored (issue 15, item 4). Today the file hash
-// comes from a second read, and the version seals with a hash its tensors do not have.
+// nothing: the file hash must be of the bytes stored (a file hash taken from a second read
+// would let a version seal with a hash its tensors do not have).
 func TestAddFileSourceChangesWhileRead(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 15))
 	const n = 3 << 20 // two tensors of 6 MiB: more than one 4 MiB chunk each

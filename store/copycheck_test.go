@@ -17,8 +17,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// Regression tests of issue 15 items 1, 3, 4 (a bad version does not block), 7 and 14
-// (verify): the materialized copy is a checked cache, reads check a file's composition,
+// Regression tests of the checked copy (docs/format.md §6, §8): the materialized copy is a checked cache, reads check a file's composition,
 // and no cache failure stops a store.
 
 // logLines collects a store's log.
@@ -115,12 +114,12 @@ func TestCopyDamageIsNeverServed(t *testing.T) {
 			cacheDir := w.cacheDir
 			opts := Options{}
 			if tc.readOnly {
-				w.Close()
+				closeStore(t, w)
 				cacheDir = t.TempDir()
 				opts = Options{ReadOnly: true, Materialize: true, CacheDir: cacheDir}
-				openStore(t, root, opts).Close() // builds the reader's persistent copy
+				closeStore(t, openStore(t, root, opts)) // builds the reader's persistent copy
 			}
-			w.Close()
+			closeStore(t, w)
 			tc.damage(t, cacheDir)
 			var log logLines
 			opts.Logger = logtest.New(log.logf)
@@ -180,7 +179,7 @@ func TestVerifyChecksCopy(t *testing.T) {
 	for i, files := range versions {
 		commitTree(t, w, uint64(i+1), files)
 	}
-	w.Close()
+	closeStore(t, w)
 	flipCopyByte(t, filepath.Join(root, "cache"), "model.safetensors", 1_000_000)
 	r := openStore(t, root, Options{ReadOnly: true})
 	rep, err := r.Verify(nil)
@@ -257,13 +256,14 @@ func TestForgedManifestIsNotServed(t *testing.T) {
 				for i, files := range versions {
 					commitTree(t, w, uint64(i+1), files)
 				}
-				w.Close()
+				closeStore(t, w)
 				forgeManifest(t, root, forged, func(m *manifest) {
 					ts := m.Files[slicesIndex(m.Files, "twins.safetensors")].Tensors
 					ts[0].ID, ts[1].ID = ts[1].ID, ts[0].ID
 				})
 				opts.Logger = logtest.New(func(string, ...any) {})
 				s := openStore(t, root, opts)
+				expectDamage(s)
 				f, err := s.OpenFile(forged, "twins.safetensors")
 				if err != nil {
 					t.Fatal(err)
@@ -303,7 +303,7 @@ func TestBadVersionDoesNotBlockLater(t *testing.T) {
 	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	commitTree(t, w, 1, versions[0])
 	commitTree(t, w, 2, versions[1])
-	w.Close()
+	closeStore(t, w)
 	forgeManifest(t, root, 2, func(m *manifest) {
 		m.Files[slicesIndex(m.Files, "model.safetensors")].SHA256[0] ^= 1
 	})
@@ -313,7 +313,7 @@ func TestBadVersionDoesNotBlockLater(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open over a bad latest version: %v", err)
 	}
-	defer s.Close()
+	defer closeStore(t, s)
 	_, dir3 := commitTree(t, s, 3, versions[2])
 	sameTree(t, "v3", exportHashes(t, s, 3), treeHashes(t, dir3))
 	_, dir4 := commitTree(t, s, 4, versions[3])
@@ -326,7 +326,7 @@ func TestBadVersionDoesNotBlockLater(t *testing.T) {
 	if !log.has("version 2") {
 		t.Errorf("the bad version is not named in the log:\n%s", log.String())
 	}
-	s.Close()
+	closeStore(t, s)
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir()})
 	mustEqualBytes(t, "v4 read-only", readWhole(t, r, 4, "model.safetensors"), versions[3]["model.safetensors"])
 }
@@ -340,7 +340,7 @@ func TestCopyFailureDegrades(t *testing.T) {
 	for i, files := range versions[:2] {
 		commitTree(t, w, uint64(i+1), files)
 	}
-	w.Close()
+	closeStore(t, w)
 
 	t.Run("injected", func(t *testing.T) {
 		var log logLines
@@ -378,7 +378,7 @@ func TestCopyFailureDegrades(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a read-only store whose cache cannot hold the copy: %v", err)
 		}
-		defer r.Close()
+		defer closeStore(t, r)
 		checkAllVersions(t, "reader on a small cache", r, versions)
 		if !log.has("materialized copy") {
 			t.Errorf("no warning about the copy; log:\n%s", log.String())
@@ -405,11 +405,12 @@ func TestVerifyNoticesMissingManifest(t *testing.T) {
 	for i, files := range versions {
 		commitTree(t, w, uint64(i+1), files)
 	}
-	w.Close()
+	closeStore(t, w)
 	if err := os.Remove(filepath.Join(root, "versions", "v000002")); err != nil {
 		t.Fatal(err)
 	}
 	r := openStore(t, root, Options{ReadOnly: true})
+	expectDamage(r)
 	rep, err := r.Verify(nil)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("verify with a manifest deleted from the middle: %v", err)
@@ -446,7 +447,7 @@ func TestVerifyChecksRenderCache(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("render the delta of version 2: %d files, %v", len(files), err)
 	}
-	w.Close()
+	closeStore(t, w)
 	bad := append([]byte(nil), good...)
 	bad[len(bad)-10] ^= 1
 	if err := os.WriteFile(rf.Path, bad, 0o644); err != nil {
@@ -496,7 +497,7 @@ func TestVerifyNoticesMissingOldestManifest(t *testing.T) {
 		for i, files := range versions {
 			commitTree(t, w, uint64(i+1), files)
 		}
-		w.Close()
+		closeStore(t, w)
 		return root
 	}
 	root := build()
@@ -504,6 +505,7 @@ func TestVerifyNoticesMissingOldestManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := openStore(t, root, Options{ReadOnly: true})
+	expectDamage(r)
 	rep, err := r.Verify(nil)
 	if !errors.Is(err, ErrCorrupt) || len(rep.Damaged) != 1 || rep.Damaged[0].Version != 1 {
 		t.Fatalf("verify with the oldest manifest deleted: %v (report %v)", err, rep.Damaged)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 )
 
@@ -76,9 +75,6 @@ func (m *materialized) chunkError(p string, chunk int64, want, got uint32) error
 	return m.failed(fmt.Errorf("%s: chunk %d does not match its sum: %w", p, chunk, ErrCorrupt))
 }
 
-// edgeBufs are the buffers a checked read reads the rest of its first and last chunks into.
-var edgeBufs = sync.Pool{New: func() any { b := make([]byte, 2*sumChunk); return &b }}
-
 // readChecked reads bytes [abs, abs+len(p)) of file path of the copy into p: the parts of
 // their first and last chunks outside p into buffers of their own, then every chunk is
 // checked before p may be used.
@@ -94,8 +90,8 @@ func (v *matView) readChecked(path string, p []byte, abs int64) error {
 	}
 	lo := abs - abs%sumChunk
 	hi := min((end+sumChunk-1)/sumChunk*sumChunk, sums.size)
-	bp := edgeBufs.Get().(*[]byte)
-	defer edgeBufs.Put(bp)
+	bp := v.m.s.bufs.edges.Get().(*[]byte)
+	defer v.m.s.bufs.edges.Put(bp)
 	head, tail := (*bp)[:abs-lo], (*bp)[sumChunk:sumChunk+hi-end]
 	for _, r := range []struct {
 		b   []byte

@@ -30,7 +30,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 		}
 		return nil
 	})
-	s.Close()
+	closeStore(t, s)
 	if obj == "" {
 		t.Fatal("no delta object")
 	}
@@ -52,6 +52,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 			put(damaged)
 			for v := uint64(1); v <= uint64(len(versions)); v++ {
 				r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(string, ...any) {})})
+				expectDamage(r)
 				out := filepath.Join(t.TempDir(), "out")
 				done := make(chan error, 1)
 				go func() { done <- r.Export(v, out, nil) }()
@@ -69,7 +70,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 						t.Errorf("byte %d ^ %#02x: export of v%d wrote %s with wrong bytes", pos, mask, v, f)
 					}
 				}
-				r.Close()
+				closeStore(t, r)
 			}
 		}
 	}

@@ -42,7 +42,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 		}
 		return nil
 	})
-	s.Close()
+	closeStore(t, s)
 	rng := rand.New(rand.NewPCG(17, 18))
 	for _, obj := range allObjectFiles(t, openStore(t, root, Options{ReadOnly: true})) {
 		name := filepath.Base(obj)
@@ -60,6 +60,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 
 		// Each check runs in a fresh reader, as each CLI command would.
 		r := openStore(t, root, Options{ReadOnly: true})
+		expectDamage(r)
 		rep, err := r.Verify(nil)
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name) {
 			t.Errorf("byte %d of %s flipped: verify says %v", pos, name[:12], err)
@@ -76,6 +77,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 		failed := 0
 		for v := uint64(1); v <= uint64(len(versions)); v++ {
 			r := openStore(t, root, Options{ReadOnly: true})
+			expectDamage(r)
 			out := filepath.Join(t.TempDir(), "out")
 			err := r.Export(v, out, nil)
 			for f, h := range treeHashes(t, out) {
@@ -89,12 +91,12 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 					t.Errorf("export of v%d failed without a clear message: %v", v, err)
 				}
 			}
-			r.Close()
+			closeStore(t, r)
 		}
 		if failed == 0 && !bypassed[name] {
 			t.Errorf("object %s damaged at byte %d, yet every version exported", name[:12], pos)
 		}
-		r.Close()
+		closeStore(t, r)
 		os.Chmod(obj, 0o644)
 		if err := os.WriteFile(obj, orig, 0o444); err != nil {
 			t.Fatal(err)
@@ -112,7 +114,7 @@ func TestMissingObjectAndManifestDamage(t *testing.T) {
 	for i, files := range versions {
 		commitTree(t, s, uint64(i+1), files)
 	}
-	s.Close()
+	closeStore(t, s)
 	// A damaged manifest: the version is reported, the other exports.
 	mpath := filepath.Join(root, "versions", "v000002")
 	orig, _ := os.ReadFile(mpath)
@@ -120,6 +122,7 @@ func TestMissingObjectAndManifestDamage(t *testing.T) {
 	bad[len(bad)/2] ^= 4
 	os.WriteFile(mpath, bad, 0o644)
 	r := openStore(t, root, Options{ReadOnly: true})
+	expectDamage(r)
 	if _, err := r.Verify(nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("verify with a damaged manifest: %v", err)
 	}
@@ -129,16 +132,17 @@ func TestMissingObjectAndManifestDamage(t *testing.T) {
 	if err := r.Export(1, t.TempDir(), nil); err != nil {
 		t.Fatalf("export of an intact version: %v", err)
 	}
-	r.Close()
+	closeStore(t, r)
 	os.WriteFile(mpath, orig, 0o644)
 
 	// A missing object.
 	r = openStore(t, root, Options{ReadOnly: true})
 	ver, _ := r.sealedVersion(2)
 	victim := ver.files["model.safetensors"].Tensors[1].ID
-	r.Close()
+	closeStore(t, r)
 	os.Remove(r.be.(*localBackend).objectPath(victim))
 	r = openStore(t, root, Options{ReadOnly: true})
+	expectDamage(r)
 	if _, err := r.Verify(nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
 		t.Fatalf("verify with a missing object: %v", err)
 	}

@@ -19,7 +19,7 @@ func TestSecondWriterRefused(t *testing.T) {
 	}
 	// Readers take no lock.
 	openStore(t, root, Options{ReadOnly: true})
-	s.Close()
+	closeStore(t, s)
 	openStore(t, root, Options{})
 }
 
@@ -32,7 +32,7 @@ func TestIndexDeletedAndRebuilt(t *testing.T) {
 		want[uint64(i+1)] = treeHashes(t, dir)
 	}
 	infos := s.Versions()
-	s.Close()
+	closeStore(t, s)
 	if err := os.Remove(filepath.Join(root, "cache", "index.db")); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestIndexDeletedAndRebuilt(t *testing.T) {
 		sameTree(t, fmt.Sprintf("v%d after RebuildIndex", v), exportHashes(t, s, v), w)
 	}
 	// A damaged index file is dropped and rebuilt.
-	s.Close()
+	closeStore(t, s)
 	os.WriteFile(filepath.Join(root, "cache", "index.db"), []byte("garbage, not a bbolt file"), 0o644)
 	s = openStore(t, root, Options{})
 	if len(s.Versions()) != 7 {
@@ -133,7 +133,7 @@ func TestFullDisk(t *testing.T) {
 	if _, err := s.Verify(nil); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	closeStore(t, s)
 	// Nothing is left in tmp/ after the next writer opens.
 	openStore(t, root, Options{})
 	if left, _ := os.ReadDir(filepath.Join(root, "tmp")); len(left) != 0 {
@@ -228,7 +228,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Abort()
-	s.Close()
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	count := 0
 	s.be.ListObjects(func(ID, int64) error { count++; return nil })

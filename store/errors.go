@@ -49,7 +49,7 @@ var (
 	// ErrNoPrevious marks a version that has no sealed predecessor, so no patch.
 	ErrNoPrevious = errors.New("version has no previous version")
 	// ErrLayoutChanged marks a version whose tensor layout (safetensors files, tensor names,
-	// dtypes, shapes) differs from its predecessor's: it has no patch (DESIGN §3.1).
+	// dtypes, shapes) differs from its predecessor's: it has no patch (docs/format.md Part III §2).
 	ErrLayoutChanged = errors.New("tensor layout changed")
 	// ErrClosed marks a call on a closed Store.
 	ErrClosed = errors.New("store is closed")

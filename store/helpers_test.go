@@ -5,13 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"github.com/weightfs/weightfs/internal/logtest"
+	"errors"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
+
+	"github.com/weightfs/weightfs/internal/logtest"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -173,8 +176,43 @@ func openStore(t testing.TB, root string, opts Options) *Store {
 	if err != nil {
 		t.Fatalf("open %s: %v", root, err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { closeStore(t, s) })
 	return s
+}
+
+// Every store a test opens ends in closeStore: Verify, then Close, as bbolt runs its check
+// after every test. So every test also checks that what it did left a store that verifies.
+
+// damagedOnPurpose holds the stores whose tests damaged them on purpose (expectDamage).
+var damagedOnPurpose sync.Map // *Store -> struct{}
+
+// expectDamage says that the test damaged s on purpose: its closeStore then requires Verify to
+// find the damage, rather than failing the test for it.
+func expectDamage(s *Store) { damagedOnPurpose.Store(s, struct{}{}) }
+
+// closeStore verifies s and closes it, returning Close's error. Any damage Verify finds fails
+// the test, unless the test damaged the store on purpose (expectDamage); then finding none
+// fails it. A store the test closed already is left alone, and a test that has failed
+// already is not verified (its store may be anywhere).
+func closeStore(t testing.TB, s *Store) error {
+	t.Helper()
+	_, onPurpose := damagedOnPurpose.LoadAndDelete(s)
+	if !t.Failed() && !t.Skipped() {
+		rep, err := s.Verify(nil)
+		switch {
+		case errors.Is(err, ErrClosed):
+		case onPurpose:
+			if err == nil {
+				t.Errorf("store %s was damaged on purpose, but Verify found nothing", s.Root())
+			}
+		case err != nil:
+			t.Errorf("verify of store %s before it closes: %v", s.Root(), err)
+			for _, d := range rep.Damaged {
+				t.Errorf("  %s", d)
+			}
+		}
+	}
+	return s.Close()
 }
 
 func commitTree(t testing.TB, s *Store, v uint64, files map[string][]byte) (VersionInfo, string) {

@@ -70,7 +70,7 @@ func newDamageFixture(t *testing.T) *damageFixture {
 		fx.files[v] = files
 		a, b = perturb(rng, a, 2, 0.03), perturb(rng, b, 2, 0.02)
 	}
-	if err := s.Close(); err != nil {
+	if err := closeStore(t, s); err != nil {
 		t.Fatal(err)
 	}
 	return fx
@@ -211,7 +211,7 @@ func TestIndexDamageRebuilds(t *testing.T) {
 	readerCache := filepath.Join(t.TempDir(), "reader-cache")
 	r := openStore(t, fx.root, Options{ReadOnly: true, CacheDir: readerCache})
 	fx.readAll(t, r) // fills the reader's index with every object
-	r.Close()
+	closeStore(t, r)
 	for _, who := range []string{"reader", "writer"} {
 		indexPath := filepath.Join(readerCache, "index.db")
 		if who == "writer" {
@@ -248,7 +248,7 @@ func TestIndexDamageRebuilds(t *testing.T) {
 					if len(s.Versions()) != len(fx.files) {
 						t.Errorf("%d versions listed, want %d", len(s.Versions()), len(fx.files))
 					}
-					if err := s.Close(); err != nil {
+					if err := closeStore(t, s); err != nil {
 						t.Errorf("close: %v", err)
 					}
 				})

@@ -78,7 +78,7 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 	shaDone.Add(1)
 	go func() {
 		defer shaDone.Done()
-		entry.SHA256, sums, shaErr = hashPieces(r, ends, &copySums)
+		entry.SHA256, sums, shaErr = hashPieces(r, ends, &copySums, w.s.hashInOnePass)
 	}()
 	entry.Kind = kindSafetensors
 	err = w.ingestSafetensors(entry, r, hdr, prefix)
@@ -135,11 +135,11 @@ func looksLikeSafetensors(r io.ReaderAt) bool {
 
 // hashPieces reads r once from 0 to the last of ends (ascending, at least one) and returns
 // the SHA-256 of it all and of each piece [ends[i-1], ends[i]) (from 0 for the first): with
-// the SHA extensions both digests in one pass (sha256x2), else one after the other. Every
+// both (the SHA extensions: Store.hashInOnePass) both digests in one pass (sha256x2), else
+// one after the other. Every
 // byte read is also written to also (the copy's sums), so they come from the bytes hashed.
-func hashPieces(r io.ReaderAt, ends []int64, also io.Writer) (file ID, pieces []ID, err error) {
+func hashPieces(r io.ReaderAt, ends []int64, also io.Writer, both bool) (file ID, pieces []ID, err error) {
 	var fileH, pieceH hash.Hash
-	both := hashInOnePass
 	var pair [2]*sha256x2.Digest
 	if both {
 		pair = [2]*sha256x2.Digest{sha256x2.New(), sha256x2.New()}
@@ -286,13 +286,13 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	h := sha256.New()
 	// The base bytes are checked too: a delta computed against a damaged copy would be a
 	// wrong object, forever. With the CRC of the base's content when it is known, as the
-	// streaming path does (stream_crc.go), else with SHA-256.
+	// streaming path does (basecheck.go), else with SHA-256.
 	hb := newBaseCheck(s.mat, baseID)
 	cur := make([]byte, min(size, ingestChunk))
 	base := baseReader{s: s} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
 	defer base.wait()
 	var ch delta.Changes
-	var crc uint32 // of the new bytes: the next version checks them with it (stream_crc.go)
+	var crc uint32 // of the new bytes: the next version checks them with it (basecheck.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
 		c := cur[:n]

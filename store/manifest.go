@@ -30,7 +30,7 @@ const (
 
 // maxManifestLen bounds the JSON a reader accepts (a model with a million tensors stays far
 // below it: ~160 MB); the writer refuses to seal a larger one. A variable for the tests.
-var maxManifestLen uint64 = 1 << 30
+const maxManifestLen = 1 << 30
 
 // Bounds of what a version may hold (docs/format.md (Part I) §4).
 const (
@@ -144,14 +144,16 @@ func encodeManifest(m *manifest) ([]byte, error) {
 // version is never sealed that readers would refuse (a manifest over maxManifestLen) or read
 // otherwise than it was written. It costs a decode and an encode of the manifest: ~0.1% of
 // a seal's work for a model of a few hundred tensors.
-func encodeManifestChecked(m *manifest) ([]byte, error) {
+// limit is the length of JSON the seal accepts: maxManifestLen (Store.manifestLimit, which a
+// test lowers to reach the refusal with a small version).
+func encodeManifestChecked(m *manifest, limit uint64) ([]byte, error) {
 	data, err := encodeManifest(m)
 	if err != nil {
 		return nil, err
 	}
-	if n := uint64(len(data) - manifestHeadLen - 4); n > maxManifestLen {
+	if n := uint64(len(data) - manifestHeadLen - 4); n > limit {
 		return nil, fmt.Errorf("version %d: its manifest would be %d bytes of JSON, more than the %d readers accept (too many files or tensors): %w",
-			m.Version, n, maxManifestLen, ErrManifestTooLarge)
+			m.Version, n, limit, ErrManifestTooLarge)
 	}
 	back, err := decodeManifest(data)
 	if err != nil {

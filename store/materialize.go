@@ -39,8 +39,8 @@ type materialized struct {
 	adviceMu sync.Mutex
 	advised  map[adviceKey]int64 // how far willNeed asked the kernel to read each file ahead
 
-	crcs  contentCRCs // of the content of tensors that may be bases (stream_crc.go)
-	seeds *seeds      // files of a first version, as its streams received them (stream_seed.go)
+	crcs  contentCRCs // of the content of tensors that may be bases (basecheck.go)
+	seeds *seeds      // files of a first version, as its streams received them (copyseed.go)
 	// unbuildable is a version whose copy could not be built (a damaged version, a full
 	// cache disk): not tried again until another version is the latest or a read finds the
 	// copy broken (guarded by ensureMu).

@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// Version numbers above MaxVersion are refused everywhere a number enters the store (issue
-// 15, item 8): 2^64-1 used to seal and then block every later version.
+// Version numbers above MaxVersion are refused everywhere a number enters the store:
+// 2^64-1 used to seal and then block every later version.
 func TestVersionNumberBound(t *testing.T) {
 	s, root := newStore(t, Options{})
 	for _, v := range []uint64{math.MaxUint64, MaxVersion + 1} {
@@ -33,7 +33,7 @@ func TestVersionNumberBound(t *testing.T) {
 	// A manifest of a number above the bound (written by an older weightfs) is not a version:
 	// its name is ignored like any other name that is no manifest's, and its content refused.
 	m := &manifest{Version: math.MaxUint64, Dirs: []manifestDir{}}
-	if _, err := encodeManifestChecked(m); !errors.Is(err, ErrVersionOutOfRange) {
+	if _, err := encodeManifestChecked(m, maxManifestLen); !errors.Is(err, ErrVersionOutOfRange) {
 		t.Fatalf("encode of a manifest of version 2^64-1: %v", err)
 	}
 	data, err := encodeManifest(m)
@@ -60,7 +60,7 @@ func TestVersionNumberBound(t *testing.T) {
 
 // Names the kernel would refuse (an element over 255 bytes) or that would not fit below a
 // mount point or the copy's directory (a whole path over MaxPathLen) are refused by the
-// writer and by manifest validation, wrapping ErrNameTooLong (issue 15, item 6). Backslashes
+// writer and by manifest validation, wrapping ErrNameTooLong. Backslashes
 // and other bytes a POSIX name may hold are stored; names that are not UTF-8 are refused
 // (JSON would replace their bytes: the name read back would be another one).
 func TestPathNamesRefusedAndStored(t *testing.T) {

@@ -18,16 +18,12 @@ type cachedPage struct {
 	// in a block of the file (readPage). nil for short pages.
 	raw  []byte
 	refs atomic.Int32
+	home *freeList[*cachedPage] // where the last release puts it (its store's recycler)
 }
 
 // pageBufferLen is the length of a recycled buffer: a page plus a chunk of the copy's sums
 // before and after it (a read of the copy checks the whole chunks under it: copyread.go).
 const pageBufferLen = pageSize + copySlack
-
-// freePages holds released pages with recycled buffers (raw != nil) for the next builds. A
-// full page cache gives one back for each page it takes, so only the pages released in a
-// burst (a reader's replies, a cache cleared) wait here.
-var freePages = freeList[*cachedPage]{max: 32}
 
 // minRecycledLen is the shortest page that gets a whole recycled buffer: a tensor's last page
 // is partial, and most of a model's tensors are a few pages long. Shorter pages (small tensors)
@@ -36,15 +32,15 @@ const minRecycledLen = pageSize / 8
 
 // newPage returns a page of n bytes (n <= pageSize) with one reference, its caller's. The
 // contents are arbitrary: the builder overwrites all of them.
-func newPage(n int64) *cachedPage {
+func (r *recycler) newPage(n int64) *cachedPage {
 	if n < minRecycledLen {
 		p := &cachedPage{b: make([]byte, n)}
 		p.refs.Store(1)
 		return p
 	}
-	p, ok := freePages.get()
+	p, ok := r.pages.get()
 	if !ok {
-		p = &cachedPage{raw: alignedBuffer(pageBufferLen)}
+		p = &cachedPage{raw: alignedBuffer(pageBufferLen), home: &r.pages}
 	}
 	p.b = p.raw[:n]
 	p.refs.Store(1)
@@ -71,7 +67,7 @@ func (p *cachedPage) release() {
 	if p.refs.Add(-1) != 0 || p.raw == nil {
 		return
 	}
-	freePages.put(p)
+	p.home.put(p)
 }
 
 func (p *cachedPage) hold() { p.refs.Add(1) }

@@ -10,6 +10,8 @@ import (
 // holds it is not recycled until that reader lets go.
 func TestPageReferences(t *testing.T) {
 	cache := newPageCache(2 * pageSize)
+	r := newRecycler()
+	newPage := r.newPage
 	held := newPage(pageSize)
 	cache.add(pageKey{page: 1}, held, pageSize)
 	held.release() // the builder's reference: the cache keeps the page
@@ -78,17 +80,10 @@ func TestPageReferences(t *testing.T) {
 // TestPagesSurviveCollections: released buffers wait for the next build through garbage
 // collections (a sync.Pool would drop them, and the next page would be fresh memory).
 func TestPagesSurviveCollections(t *testing.T) {
-	freePages.mu.Lock()
-	saved := freePages.items
-	freePages.items = nil
-	freePages.mu.Unlock()
-	t.Cleanup(func() {
-		freePages.mu.Lock()
-		freePages.items = saved
-		freePages.mu.Unlock()
-	})
+	r := newRecycler() // a store's own: its free list starts empty
+	newPage, free := r.newPage, &r.pages
 	var released []*cachedPage
-	for range freePages.max + 3 {
+	for range free.max + 3 {
 		released = append(released, newPage(pageSize))
 	}
 	for _, p := range released {
@@ -97,17 +92,17 @@ func TestPagesSurviveCollections(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 	reused := map[*cachedPage]bool{}
-	for _, p := range released[:freePages.max] {
+	for _, p := range released[:free.max] {
 		reused[p] = true
 	}
-	for i := range freePages.max {
+	for i := range free.max {
 		if p := newPage(pageSize); !reused[p] {
 			t.Fatalf("page %d after two collections: not one of the released buffers", i)
 		}
 	}
-	for _, p := range released[freePages.max:] {
+	for _, p := range released[free.max:] {
 		if p == newPage(pageSize) {
-			t.Fatal("more buffers kept than freePages.max")
+			t.Fatal("more buffers kept than free.max")
 		}
 	}
 }

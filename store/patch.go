@@ -7,7 +7,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// WritePatch writes the one-file sparse patch (DESIGN §3.1) that turns the sealed version
+// WritePatch writes the one-file sparse patch (docs/format.md Part III §2) that turns the sealed version
 // before v into v, and returns its size. A version without a sealed predecessor (the first,
 // or the oldest kept after GC) has no patch (ErrNoPrevious).
 func (s *Store) WritePatch(v uint64, w io.WriterAt) (int64, error) {

@@ -80,7 +80,7 @@ func checkModes(t *testing.T, root string, dir, file, obj fs.FileMode) {
 	}
 }
 
-// A store is private by default (issue 15, item 13): 0700 directories, 0600 files, 0400
+// A store is private by default (docs/format.md §1): 0700 directories, 0600 files, 0400
 // objects, whatever the umask; caches too, the writer's and a reader's.
 func TestStoreIsPrivate(t *testing.T) {
 	withUmask(t, 0o022)

@@ -347,7 +347,7 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		}
 		return nil, err
 	}
-	page := newPage(min(pageSize, m.ContentLen-off))
+	page := s.bufs.newPage(min(pageSize, m.ContentLen-off))
 	if err := s.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
 		page.release()
 		if stale(err) {

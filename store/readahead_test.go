@@ -36,7 +36,7 @@ func testOldVersionReads(t *testing.T, cacheBytes int64) {
 		versions = append(versions, file)
 		cur = perturb(rng, cur, 2, 0.02)
 	}
-	w.Close()
+	closeStore(t, w)
 
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheBytes: cacheBytes})
 	for _, v := range []uint64{2, 4, 1} {
@@ -85,7 +85,7 @@ func testOldVersionReads(t *testing.T, cacheBytes int64) {
 		}
 	}
 	// Close waits for background builds still under way.
-	if err := r.Close(); err != nil {
+	if err := closeStore(t, r); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -99,7 +99,7 @@ func TestLatestReadAdvisesCopyAhead(t *testing.T) {
 	w, root := newStore(t, Options{})
 	file := safetensorsFile(t, testTensor{"a", delta.DTypeBF16, []int64{elems}, bf16Like(rng, elems)})
 	commitTree(t, w, 1, map[string][]byte{"model.safetensors": file})
-	w.Close()
+	closeStore(t, w)
 
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true})
 	f, err := r.OpenFile(1, "model.safetensors")

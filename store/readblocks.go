@@ -71,7 +71,7 @@ func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, erro
 		if s.blocks.has(key) {
 			return nil, nil
 		}
-		cb, err := decodeBlock(id, d, b)
+		cb, err := s.bufs.decodeBlock(id, d, b)
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +90,7 @@ func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, erro
 	if cb, ok := s.blocks.get(key); ok {
 		return cb, nil
 	}
-	return decodeBlock(id, d, b)
+	return s.bufs.decodeBlock(id, d, b)
 }
 
 // flightKey is the singleflight key of (object, number): a page or a block.

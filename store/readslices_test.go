@@ -34,7 +34,7 @@ func TestReadSlicesMatchesReadAt(t *testing.T) {
 		versions = append(versions, file)
 		cur = perturb(rng, cur, 2, 0.02)
 	}
-	w.Close()
+	closeStore(t, w)
 
 	for _, cacheBytes := range []int64{0, 3 * pageSize} {
 		r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheBytes: cacheBytes})
@@ -91,7 +91,7 @@ func TestReadSlicesMatchesReadAt(t *testing.T) {
 				t.Fatal("version 2: no part came from a page")
 			}
 		}
-		if err := r.Close(); err != nil {
+		if err := closeStore(t, r); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,10 +1,43 @@
 package store
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/weightfs/weightfs/delta"
+)
 
 // Recycling of the read path's big buffers (pages: page.go; decoded blocks: block.go). A
 // version read end to end would otherwise take fresh memory for every MiB served, which the
 // runtime clears and the kernel faults in 4 KiB at a time.
+
+// recycler holds one Store's free lists and buffer pools: fields of the Store, never package
+// variables, so two stores in one process (a test's writer and reader, say) share no state
+// and a test may look into or empty one store's lists without touching another's.
+type recycler struct {
+	// pages holds released pages with recycled buffers (raw != nil) for the next builds. A
+	// full page cache gives one back for each page it takes, so only the pages released in
+	// a burst (a reader's replies, a cache cleared) wait here.
+	pages freeList[*cachedPage]
+	// blocks holds decoded delta blocks nobody holds any more, for decoding into. A full
+	// cache gives one back for each block it takes.
+	blocks freeList[*delta.DecodedBlock]
+	// edges are the buffers a checked read of the copy reads the rest of its first and last
+	// chunks into (copyread.go): *[]byte of 2*sumChunk.
+	edges sync.Pool
+	// renderReads hold the whole chunks under reads of a render that do not start and end
+	// on them (rendersums.go): *[]byte, grown as needed.
+	renderReads sync.Pool
+}
+
+func newRecycler() *recycler {
+	r := &recycler{
+		pages:  freeList[*cachedPage]{max: 32},
+		blocks: freeList[*delta.DecodedBlock]{max: 64},
+	}
+	r.edges.New = func() any { b := make([]byte, 2*sumChunk); return &b }
+	r.renderReads.New = func() any { return new([]byte) }
+	return r
+}
 
 // freeList holds released values for reuse, at most max of them. Not a sync.Pool: the runtime
 // empties a Pool at every collection, and a read of an old version collects every few MiB,

@@ -15,7 +15,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// Rendering: the derived files the mount serves under patches/ and deltas/ (DESIGN §3) are
+// Rendering: the derived files the mount serves under patches/ and deltas/ (docs/format.md Part III §5) are
 // made from the store on demand and kept in this process's cache directory:
 //
 //	CACHE/render/patches/vNNNNNN-KEY.safetensors   the patch of version NNNNNN

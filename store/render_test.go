@@ -69,7 +69,7 @@ func TestRenderCache(t *testing.T) {
 	}
 
 	// A reader renders the same bytes into its own cache directory.
-	s.Close()
+	closeStore(t, s)
 	before := dirListing(t, root)
 	cache := t.TempDir()
 	r := openStore(t, root, Options{ReadOnly: true, CacheDir: cache})
@@ -128,8 +128,10 @@ func TestRenderCorruptStore(t *testing.T) {
 	commitTree(t, s, 1, m.tree(t))
 	m.perturbAll(rng, 0.03)
 	commitTree(t, s, 2, m.tree(t))
-	s.Close()
-	for _, obj := range allObjectFiles(t, openStore(t, root, Options{ReadOnly: true})) {
+	closeStore(t, s)
+	lister := openStore(t, root, Options{ReadOnly: true})
+	expectDamage(lister) // verified at the end of the test, when every object is damaged
+	for _, obj := range allObjectFiles(t, lister) {
 		data := readFile(t, obj)
 		data[len(data)/2] ^= 0x10
 		os.Chmod(obj, 0o644)
@@ -139,6 +141,7 @@ func TestRenderCorruptStore(t *testing.T) {
 	}
 	cache := t.TempDir()
 	r := openStore(t, root, Options{ReadOnly: true, CacheDir: cache})
+	expectDamage(r)
 	if rf, err := r.RenderPatch(2); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("RenderPatch of a damaged store = %+v, %v; want ErrCorrupt", rf, err)
 	}

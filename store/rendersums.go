@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 )
 
 // Every byte served from a render is checked (docs/format.md Part III §5). A render's files
@@ -26,9 +25,6 @@ import (
 
 // patchSumsSuffix names the sums of a cached patch: vNNNNNN-KEY.sums.json.
 const patchSumsSuffix = ".sums.json"
-
-// renderReadBufs hold the whole chunks under reads that do not start and end on them.
-var renderReadBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // renderCheck is what a RenderedFile on disk is checked against, and how its render is dropped.
 type renderCheck struct {
@@ -86,8 +82,8 @@ func (rf RenderedFile) ReadAt(f io.ReaderAt, p []byte, off int64) (int, error) {
 	if lo != off || hi != end {
 		// The usual read (page-aligned, a multiple of 64 KiB, or up to the end) is checked
 		// in place; others read the whole chunks under them into a pooled buffer.
-		pb := renderReadBufs.Get().(*[]byte)
-		defer renderReadBufs.Put(pb)
+		pb := c.s.bufs.renderReads.Get().(*[]byte)
+		defer c.s.bufs.renderReads.Put(pb)
 		if int64(cap(*pb)) < hi-lo {
 			*pb = make([]byte, hi-lo)
 		}

@@ -86,7 +86,7 @@ func sameNumbers(a, b []uint64) bool {
 }
 
 // One flipped byte in the latest manifest used to make every open for writing, every commit
-// and gc fail (issue 15, item 5). The damaged version is skipped with a log line naming it
+// and gc fail. The damaged version is skipped with a log line naming it
 // and the repair command; latest is the newest readable version; a new version is numbered
 // above the damaged one; reads of the damaged one name it and the command; Repair moves it to
 // quarantine/, and its number is never used again.
@@ -95,7 +95,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	for step := byte(1); step <= 3; step++ {
 		commitTree(t, s, 0, stepFiles(t, step))
 	}
-	s.Close()
+	closeStore(t, s)
 	flipByte(t, filepath.Join(root, "versions", "v000003"))
 
 	log := &logRecorder{t: t}
@@ -148,7 +148,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	if _, err := s.Verify(nil); err != nil {
 		t.Fatalf("verify after the repair: %v", err)
 	}
-	s.Close()
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	if got := versionNumbers(s.Versions()); !sameNumbers(got, []uint64{1, 2, 4}) {
 		t.Fatalf("versions after the repair %v, want [1 2 4]", got)
@@ -159,12 +159,13 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 
 	// A quarantined number is not used again, even when it was the newest.
 	flipByte(t, filepath.Join(root, "versions", "v000004"))
-	s.Close()
+	expectDamage(s)
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	if rep, err := s.Repair(nil); err != nil || !sameNumbers(rep.Quarantined, []uint64{4}) {
 		t.Fatalf("repair of version 4: %v %v", rep.Quarantined, err)
 	}
-	s.Close()
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	if info, _ := commitTree(t, s, 0, stepFiles(t, 5)); info.Number != 5 {
 		t.Fatalf("commit after quarantining version 4: version %d, want 5", info.Number)
@@ -185,7 +186,8 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 	}
 	bad := ver.files["step.txt"].ID // only version 2 has it
 	flipByte(t, filepath.Join(root, "objects", bad.String()[:2], bad.String()))
-	s.Close()
+	expectDamage(s)
+	closeStore(t, s)
 	s = openStore(t, root, Options{})
 	rep, err := s.Repair(nil)
 	if err != nil {
@@ -208,12 +210,10 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 }
 
 // The writer refuses at the seal a manifest that readers would refuse: a version of ~7M
-// tensors used to seal and then be unreadable (issue 15, item 5).
+// tensors used to seal and then be unreadable.
 func TestSealRefusesManifestReadersRefuse(t *testing.T) {
 	s, _ := newStore(t, Options{})
-	old := maxManifestLen
-	maxManifestLen = 300
-	defer func() { maxManifestLen = old }()
+	s.manifestLimit = 300
 	files := map[string][]byte{}
 	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
 		files[name+".txt"] = []byte(name)
@@ -225,6 +225,6 @@ func TestSealRefusesManifestReadersRefuse(t *testing.T) {
 	if len(s.Versions()) != 0 {
 		t.Fatalf("versions %v after the refused seal", versionNumbers(s.Versions()))
 	}
-	maxManifestLen = old
+	s.manifestLimit = maxManifestLen
 	commitTree(t, s, 0, files)
 }

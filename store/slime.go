@@ -15,7 +15,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// The slime-compatible delta checkpoint of a version (DESIGN §3.2): how it is served
+// The slime-compatible delta checkpoint of a version (docs/format.md Part III §4, §5): how it is served
 // (PlanSlime) and its bytes (RenderSlime, WriteSlimeDelta). Byte layouts are in
 // docs/format.md (Part III) §4; the encoder is delta.SlimeWriter.
 

@@ -77,7 +77,7 @@ func (m *slimeModel) perturbAll(rng *rand.Rand, frac float64) {
 	}
 }
 
-// TestPlanSlime walks a history through every case of DESIGN §3.2 and checks how each
+// TestPlanSlime walks a history through every case of docs/format.md Part III §5 and checks how each
 // number is served, and which versions have a patch.
 func TestPlanSlime(t *testing.T) {
 	s, _ := newStore(t, Options{})

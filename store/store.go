@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/internal/sha256x2"
 )
 
 // Options configure Open.
@@ -99,6 +100,13 @@ type Store struct {
 	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
 	saidWhole    sync.Map // path -> true: logged that this non-safetensors file is stored whole
 	chunkScratch sync.Pool
+	bufs         *recycler // free lists and buffer pools of the read path (recycle.go)
+	// hashInOnePass: a file's and its tensors' SHA-256 in one pass (sha256x2) where the CPU
+	// has the SHA extensions; a field so that tests run both pipelines.
+	hashInOnePass bool
+	// manifestLimit is the manifest JSON length a seal accepts: maxManifestLen, the readers'
+	// bound; a field so that a test can reach the refusal with a small version.
+	manifestLimit uint64
 
 	workers chan struct{} // one token per concurrent tensor job
 
@@ -245,6 +253,9 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.ra = newReadAhead()
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
+	s.bufs = newRecycler()
+	s.hashInOnePass = sha256x2.Accelerated()
+	s.manifestLimit = maxManifestLen
 	return s
 }
 

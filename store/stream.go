@@ -130,9 +130,9 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 		fileHashes:     make(chan hashJob, streamQueue),
 		fileHasherDone: make(chan struct{}),
 	}
-	st.hs.init()
+	st.hs.init(w.s.hashInOnePass)
 	st.fin.init(st)
-	// The hasher also sums the bytes for the copy's checks (stream_seed.go); a first
+	// The hasher also sums the bytes for the copy's checks (copyseed.go); a first
 	// version's bytes also seed the copy.
 	st.hs.seed = &seedWriter{}
 	if basis == nil {

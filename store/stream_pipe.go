@@ -109,11 +109,9 @@ type hasherState struct {
 // does not, and the second pass read it from memory again.
 const cachePiece = 256 << 10
 
-// hashInOnePass chooses the one-hasher pipeline (a variable for the tests of both).
-var hashInOnePass = sha256x2.Accelerated()
-
-func (h *hasherState) init() {
-	if h.oneHasher = hashInOnePass; h.oneHasher {
+// init chooses the one-hasher pipeline when oneHasher (Store.hashInOnePass) says so.
+func (h *hasherState) init(oneHasher bool) {
+	if h.oneHasher = oneHasher; h.oneHasher {
 		h.both = [2]*sha256x2.Digest{sha256x2.New(), sha256x2.New()}
 		h.tensor, h.file = h.both[0], h.both[1]
 	} else {

@@ -236,16 +236,13 @@ func sameStores(t testing.TB, what string, a, b *Store, v uint64) {
 func TestStreamMatchesBatch(t *testing.T) {
 	for _, one := range []bool{true, false} {
 		t.Run(fmt.Sprintf("one hasher %v", one), func(t *testing.T) {
-			was := hashInOnePass
-			hashInOnePass = one
-			defer func() { hashInOnePass = was }()
-			streamMatchesBatch(t)
+			streamMatchesBatch(t, one)
 		})
 	}
 }
 
-func streamMatchesBatch(t *testing.T) {
-	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, nil)
+func streamMatchesBatch(t *testing.T, oneHasher bool) {
+	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, func(s *Store) { s.hashInOnePass = oneHasher })
 	// The series took every way of storing a tensor.
 	kinds := map[string]int{}
 	for _, file := range reachable(t, b) {

@@ -189,9 +189,17 @@ func (s *Store) deltasBasedOutside(ver *version) []Damage {
 	for i := range ver.m.Files {
 		f := &ver.m.Files[i]
 		for j := range f.Tensors {
-			m, err := s.meta(f.Tensors[j].ID)
+			id := f.Tensors[j].ID
+			m, err := s.meta(id)
 			if err != nil || m.Kind != kindDelta {
 				continue // damage of the object itself is reported with the object
+			}
+			// What this process remembers of the object may predate a gc (another
+			// process's, or a writer's retention) that rewrote it whole in place: the
+			// verdict is taken from the object's header as it is now.
+			s.forgetMeta(id)
+			if m, err = s.meta(id); err != nil || m.Kind != kindDelta {
+				continue
 			}
 			out = append(out, Damage{Version: p, Object: m.Base,
 				Err: fmt.Errorf("manifest missing: version %d names it as its previous and its tensor %s of %s is a delta against %s, which no version names (gc would have stored it whole): %w",

@@ -210,7 +210,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	data, err := encodeManifestChecked(m)
+	data, err := encodeManifestChecked(m, w.s.manifestLimit)
 	if err != nil {
 		return VersionInfo{}, err
 	}

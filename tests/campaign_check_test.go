@@ -76,7 +76,7 @@ func campaignStackExcerpt(out string) string {
 var formatNamed = regexp.MustCompile(`(?i)weightfs-store|format|not a weightfs store`)
 
 // cacheNamed matches output that attributes a finding to a node-local cache (verify may check
-// them and say so; issue 15, item 1).
+// them and say so: docs/format.md §8).
 var cacheNamed = regexp.MustCompile(`(?i)cache|materiali[sz]ed|index\.db|\bthe index\b|render`)
 
 // storeDamageLines are verify's DAMAGED lines that do not name a node-local cache.
@@ -342,7 +342,7 @@ func (tr *campaignTrial) readMount(phase, mnt string, d *mountDaemon) campaignRe
 
 // checkSeal writes the next version through the read-write mount, seals it with DONE and
 // reads it back: damage of an older version, of a manifest or of a cache must not stop the
-// store from taking new versions (issue 15, items 4, 5 and 7), nor make them unreadable.
+// store from taking new versions (docs/format.md §4.1, §6), nor make them unreadable.
 func (tr *campaignTrial) checkSeal(mnt string, st *campaignReads) {
 	v := campaignVersions + 1
 	dir := versionDir(mnt, v)

@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// The crash-and-damage campaign (issue 15): every trial copies a pristine store and its caches,
+// The crash-and-damage campaign (docs/format.md §7, §8): every trial copies a pristine store and its caches,
 // damages one file of one kind (a flipped byte, a truncation or a deletion), then runs
 // `weightfs verify`, `weightfs export` of every version, and reads every file of every version
 // and of patches/ and deltas/ through a read-only mount (with a persistent, pre-filled cache

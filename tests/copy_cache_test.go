@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// Issue 15 items 1 and 4, end to end: the materialized copy is a checked cache, and a sealed
+// End to end: the materialized copy is a checked cache, and a sealed
 // version that can never be copied does not block later versions.
 
 // flipFirstShardByte flips a byte in the middle of the first .safetensors file of a copy.

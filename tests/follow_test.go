@@ -14,7 +14,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// weightfs follow (issue 18): a local checkpoint directory kept at a read-only mount's latest
+// weightfs follow (docs/format.md Part III §3, Following a mount): a local checkpoint directory kept at a read-only mount's latest
 // version by catch-up patches, checked by SHA-256 after every version.
 
 // follower is one `weightfs follow` process.

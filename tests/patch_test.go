@@ -19,7 +19,7 @@ import (
 	"github.com/weightfs/weightfs/store"
 )
 
-// The engine-side deltas of DESIGN §3, end to end: versions sealed through a real mount, their
+// The engine-side deltas (docs/format.md Part III), end to end: versions sealed through a real mount, their
 // patches (MNT/patches/) applied in place with `weightfs apply` and with the reference Python
 // apply, and their slime deltas (MNT/deltas/, see slime_test.go) replayed by a reader written
 // from the design alone. Every claim is checked by SHA-256.

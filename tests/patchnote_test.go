@@ -8,7 +8,7 @@ import (
 )
 
 // TestLogSaysWholeFiles: `weightfs log` says which versions' patches carry files whole, and
-// why (issue 18 item 5): here a config.json that changed (not safetensors).
+// why: here a config.json that changed (not safetensors).
 func TestLogSaysWholeFiles(t *testing.T) {
 	work := t.TempDir()
 	storeDir := filepath.Join(work, "store")

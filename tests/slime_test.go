@@ -22,7 +22,7 @@ import (
 	"github.com/weightfs/weightfs/gen"
 )
 
-// A receiver of slime's disk delta weight sync, written from DESIGN §3.2 alone (not from
+// A receiver of slime's disk delta weight sync, written from docs/format.md Part III §4 alone (not from
 // package delta): it keeps a model's safetensors files in memory, pulls a directory of
 // MNT/deltas/ as either a full checkpoint or an overwrite delta, and checks every rule of the
 // layout on the way.
@@ -297,7 +297,7 @@ func replaySlimeChain(t *testing.T, mnt, base string, want map[int]map[string]st
 	}
 }
 
-// TestSlimeDeltaCases seals versions through a mount that hit every case of DESIGN §3.2 and
+// TestSlimeDeltaCases seals versions through a mount that hit every case of docs/format.md Part III §5 and
 // pulls every number from 1 to 9 with the receiver, through a read-write and a read-only
 // mount: v1 (first: full), v2 and v5 (deltas; 3 and 4 are empty deltas, looked up but not
 // listed, and v5 is labelled base 4), v6 (config.json changed: full), v7 (another model:

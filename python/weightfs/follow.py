@@ -1,5 +1,5 @@
-"""Following a weightfs mount from Python: the semantics of ``weightfs follow`` (issue 18,
-docs/format.md Part III §3) for an engine that holds its weights in memory.
+"""Following a weightfs mount from Python: the semantics of ``weightfs follow``
+(docs/format.md Part III §3) for an engine that holds its weights in memory.
 
 A :class:`Follower` reads ``MNT/latest`` every ``interval`` seconds (one lookup and one
 readlink: inotify sees nothing a FUSE daemon changes, and walking the tree would cost a request

@@ -1,4 +1,4 @@
-"""Names in a weightfs mount (DESIGN §2): the seam for a follower.
+"""Names in a weightfs mount (README.md, Layout of a mount): the seam for a follower.
 
 A follower (:class:`weightfs.Follower`, follow.py) keeps a copy at the latest version: it
 reads ``MNT/latest`` and takes the one catch-up patch from the version it holds

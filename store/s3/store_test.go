@@ -70,8 +70,25 @@ func openTestStoreWith(t testing.TB, url string, cfg Config, opts store.Options)
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { verifyAndClose(t, s) })
 	return s
+}
+
+// verifyAndClose runs Verify on s before it closes, as every store test does (store's
+// closeStore): a test that leaves an S3 store damaged fails. A store the test closed already
+// is left alone, and a test that has failed already is not verified.
+func verifyAndClose(t testing.TB, s *store.Store) {
+	t.Helper()
+	if !t.Failed() && !t.Skipped() {
+		rep, err := s.Verify(nil)
+		if err != nil && !errors.Is(err, store.ErrClosed) {
+			t.Errorf("verify of store %s before it closes: %v", s.Root(), err)
+			for _, d := range rep.Damaged {
+				t.Errorf("  %s", d)
+			}
+		}
+	}
+	s.Close()
 }
 
 func storeStats(t testing.TB, s *store.Store) Stats {

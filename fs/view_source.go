@@ -2,9 +2,9 @@ package fs
 
 import "github.com/weightfs/weightfs/store"
 
-// viewSource is what the patches/ and deltas/ views need from a backend beyond Backend: the
-// decisions and renders of store.Store (see store/render.go and store/slime.go). Optional: a
-// backend without it gets empty views.
+// viewSource is what the patches/ and deltas/ views need from a version store beyond
+// VersionStore: the decisions and renders of store.Store (see store/render.go and
+// store/slime.go). Optional: a version store without it gets empty views.
 type viewSource interface {
 	// PatchBase returns the version the patch of v is taken against, or an error wrapping
 	// store.ErrNoPrevious or store.ErrLayoutChanged when v has no patch.
@@ -24,28 +24,28 @@ type viewSource interface {
 	RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error)
 }
 
-func (b storeBackend) PatchBase(v uint64) (uint64, error) { return b.s.PatchBase(v) }
+func (b storeVersions) PatchBase(v uint64) (uint64, error) { return b.s.PatchBase(v) }
 
-func (b storeBackend) RenderPatch(v uint64) (store.RenderedFile, error) {
+func (b storeVersions) RenderPatch(v uint64) (store.RenderedFile, error) {
 	return b.s.RenderPatch(v)
 }
 
-func (b storeBackend) RenderPatchFrom(v, from uint64) (store.RenderedFile, error) {
+func (b storeVersions) RenderPatchFrom(v, from uint64) (store.RenderedFile, error) {
 	return b.s.RenderPatchFrom(v, from)
 }
 
-func (b storeBackend) PatchNote(v uint64) string { return b.s.PatchNote(v) }
+func (b storeVersions) PatchNote(v uint64) string { return b.s.PatchNote(v) }
 
-func (b storeBackend) PatchSize(v uint64) (int64, bool, error) { return b.s.PatchSize(v) }
+func (b storeVersions) PatchSize(v uint64) (int64, bool, error) { return b.s.PatchSize(v) }
 
-func (b storeBackend) PlanSlime(v uint64) (store.SlimePlan, error) { return b.s.PlanSlime(v) }
+func (b storeVersions) PlanSlime(v uint64) (store.SlimePlan, error) { return b.s.PlanSlime(v) }
 
-func (b storeBackend) RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error) {
+func (b storeVersions) RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error) {
 	return b.s.RenderSlime(v)
 }
 
-// viewSourceOf returns the backend's renderer, if it has one.
-func viewSourceOf(b Backend) (viewSource, bool) {
+// viewSourceOf returns the version store's renderer, if it has one.
+func viewSourceOf(b VersionStore) (viewSource, bool) {
 	src, ok := b.(viewSource)
 	return src, ok
 }

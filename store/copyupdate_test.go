@@ -108,7 +108,7 @@ func TestReaderOpensOverDamagedVersion(t *testing.T) {
 	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	files := map[string][]byte{"a": []byte("the damaged file"), "b": []byte("the good file")}
 	commitTree(t, w, 1, files)
-	w.Close()
+	closeStore(t, w)
 	ver, err := w.loadVersion(1)
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +126,7 @@ func TestReaderOpensOverDamagedVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir(), Logger: logtest.New(func(string, ...any) {})})
+	expectDamage(r)
 	f, err := r.OpenFile(1, "a")
 	if err != nil {
 		t.Fatal(err)

@@ -8,9 +8,14 @@ import (
 	"github.com/weightfs/weightfs/store"
 )
 
-// Backend is what the FUSE layer needs from a store. *store.Store provides it through
-// StoreBackend; tests of the node tree use an in-memory fake.
-type Backend interface {
+// VersionStore is what the FUSE layer needs from a store of versions: list the sealed ones,
+// read them, open a new one. *store.Store provides it through FromStore; tests of the node
+// tree use an in-memory fake (fakeStore). It is not called Backend because in this code base a
+// backend is storage only (store.Backend: where objects and manifests are put and got, a
+// directory or S3); the mount sits above the whole store, never on a backend. delta.DiffBackend
+// (the CPU or GPU engine that diffs tensors) keeps its name: `--diff cpu|gpu` and the CLI's JSON
+// call those "backend" too, and they store nothing.
+type VersionStore interface {
 	// Refresh picks up versions sealed by another process.
 	Refresh() error
 	// Versions lists sealed versions in ascending order.
@@ -31,34 +36,34 @@ type VersionWriter interface {
 	Abort() error
 }
 
-// damageReporter is implemented by backends that know of versions whose manifests exist but
+// damageReporter is implemented by version stores that know of versions whose manifests exist but
 // cannot be read (store.Store.VersionDamage). Optional: such a version is not listed, and a
 // lookup of it is EIO (damage), never ENOENT.
 type damageReporter interface {
 	VersionDamage(v uint64) error
 }
 
-func (b storeBackend) VersionDamage(v uint64) error { return b.s.VersionDamage(v) }
+func (b storeVersions) VersionDamage(v uint64) error { return b.s.VersionDamage(v) }
 
-// stagingDirer is implemented by backends that offer a directory for staging files (on the
+// stagingDirer is implemented by version stores that offer a directory for staging files (on the
 // store's own disk, so a full disk shows up as ENOSPC of the store). Optional.
 type stagingDirer interface {
 	StagingDir() (string, error)
 }
 
-// StoreBackend adapts an open *store.Store to Backend.
-func StoreBackend(s *store.Store) Backend { return storeBackend{s} }
+// FromStore adapts an open *store.Store to VersionStore.
+func FromStore(s *store.Store) VersionStore { return storeVersions{s} }
 
-type storeBackend struct{ s *store.Store }
+type storeVersions struct{ s *store.Store }
 
-func (b storeBackend) Refresh() error                          { return b.s.Refresh() }
-func (b storeBackend) Versions() []store.VersionInfo           { return b.s.Versions() }
-func (b storeBackend) Entries(v uint64) ([]store.Entry, error) { return b.s.Entries(v) }
-func (b storeBackend) OpenFile(v uint64, path string) (store.File, error) {
+func (b storeVersions) Refresh() error                          { return b.s.Refresh() }
+func (b storeVersions) Versions() []store.VersionInfo           { return b.s.Versions() }
+func (b storeVersions) Entries(v uint64) ([]store.Entry, error) { return b.s.Entries(v) }
+func (b storeVersions) OpenFile(v uint64, path string) (store.File, error) {
 	return b.s.OpenFile(v, path)
 }
 
-func (b storeBackend) NewVersion(v uint64) (VersionWriter, error) {
+func (b storeVersions) NewVersion(v uint64) (VersionWriter, error) {
 	w, err := b.s.NewVersion(v)
 	if err != nil {
 		return nil, err
@@ -69,7 +74,7 @@ func (b storeBackend) NewVersion(v uint64) (VersionWriter, error) {
 // StagingDir puts staging files on the store's disk: the store's own staging directory if it
 // offers one, else a directory in its cache directory, else STORE/cache/staging (the writer's
 // default cache directory, see store.Options.CacheDir).
-func (b storeBackend) StagingDir() (string, error) {
+func (b storeVersions) StagingDir() (string, error) {
 	switch s := any(b.s).(type) {
 	case stagingDirer:
 		return s.StagingDir()

@@ -5,8 +5,9 @@ import (
 	"os"
 )
 
-// Parts of the materialized copy's upkeep (materialize.go) that the streaming path brought:
-// the update after a seal off the seal's critical path, and a fast in-place update.
+// Updates of the materialized copy (materialize.go has the copy itself, its rebuild and its
+// checks): bringing it forward after a seal off the seal's critical path, and the in-place
+// write of only the pages of a file that changed.
 
 // ensureInBackground runs ensure on its own goroutine: a seal returns without waiting for
 // the copy. Reads meanwhile replay (the copy holds nothing while it changes) and the next
