@@ -41,14 +41,16 @@ s3server:
 		mkdir -p "$(S3SERVER_DIR)" && cd / && GOBIN="$(S3SERVER_DIR)" $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW); \
 	fi
 
+# -buildvcs=auto stamps the git revision into the binary (weightfs --version) wherever the
+# source is a git checkout, whatever GOFLAGS says; elsewhere it builds without it.
 build:
-	$(GO) build -o $(BIN)/weightfs ./cmd/weightfs
+	$(GO) build -buildvcs=auto -o $(BIN)/weightfs ./cmd/weightfs
 	$(GO) build -o $(BIN)/weightfs-gen ./cmd/weightfs-gen
 
 # static builds bin/weightfs-static without cgo: one file that runs on any Linux of the same
 # architecture, with no GPU support (the diff runs on the CPU; `weightfs gpus` says so).
 static:
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/weightfs-static ./cmd/weightfs
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o $(BIN)/weightfs-static ./cmd/weightfs
 
 test: deps s3server
 	$(GO) vet ./...
