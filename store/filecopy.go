@@ -336,13 +336,13 @@ func (s *Store) passFile(ver *version, f *manifestFile, stop *atomic.Bool) (ID, 
 // readCopy serves a read of f from its file copy, if it has one: ok is false when it has none
 // or the copy failed its check (dropped and logged: the caller reads from the objects). Only
 // files vouched for read copies (readOpts.vouch: OpenFile's).
-func (f *versionFile) readCopy(p []byte, off int64) (n int, err error, ok bool) {
+func (f *versionFile) readCopy(p []byte, off int64) (n int, ok bool, err error) {
 	if !f.opts.vouch || f.s.files == nil || off < 0 || off >= f.f.Size {
-		return 0, nil, false
+		return 0, false, nil
 	}
 	c := f.s.files.get(keyOf(f.f))
 	if c == nil {
-		return 0, nil, false
+		return 0, false, nil
 	}
 	defer c.release()
 	want := len(p)
@@ -350,12 +350,12 @@ func (f *versionFile) readCopy(p []byte, off int64) (n int, err error, ok bool) 
 		p = p[:rest]
 	}
 	if f.s.files.readAt(c, f.ver, f.f, p, off) != nil {
-		return 0, nil, false
+		return 0, false, nil
 	}
 	if len(p) < want {
-		return len(p), io.EOF, true
+		return len(p), true, io.EOF
 	}
-	return len(p), nil, true
+	return len(p), true, nil
 }
 
 // stoppable is a reader that fails with ErrClosed once stop is set.

@@ -100,7 +100,7 @@ func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.vouch(); err != nil {
 		return 0, err
 	}
-	if n, err, ok := f.readCopy(p, off); ok {
+	if n, ok, err := f.readCopy(p, off); ok {
 		return n, err
 	}
 	return f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {

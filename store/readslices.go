@@ -23,7 +23,7 @@ func (f *versionFile) ReadSlices(p []byte, off int64) ([][]byte, func(), int, er
 	if err := f.vouch(); err != nil {
 		return nil, func() {}, 0, err
 	}
-	if n, err, ok := f.readCopy(p, off); ok {
+	if n, ok, err := f.readCopy(p, off); ok {
 		return [][]byte{p[:n]}, func() {}, n, err
 	}
 	var parts pageParts
