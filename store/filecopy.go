@@ -45,6 +45,9 @@ const minCopiedFile = pageSize
 // maxFileCopies bounds how many copies are kept at once (each holds an open descriptor).
 const maxFileCopies = 256
 
+// maxCopyDamage is how many copies of one content may fail a read before it gets no more.
+const maxCopyDamage = 2
+
 // fileCopies is the cache of file copies of one Store.
 type fileCopies struct {
 	s     *Store
@@ -56,6 +59,10 @@ type fileCopies struct {
 	entries map[contentKey]*list.Element
 	order   *list.List // of *fileCopy, front: most recently read
 	closed  bool
+	// damaged counts the copies of each content that failed a read: after maxCopyDamage a
+	// content gets no copy again in this process (a disk that keeps damaging them would
+	// otherwise cost a whole pass per read).
+	damaged map[contentKey]int
 	// stop is set by close: a rebuild in the background stops at its next read.
 	stop atomic.Bool
 
@@ -80,7 +87,7 @@ func (c *fileCopy) release() {
 
 // newFileCopies sets up the copies in dir, removing whatever an earlier process left there.
 func newFileCopies(s *Store, dir string, limit int64) *fileCopies {
-	fc := &fileCopies{s: s, dir: dir, limit: limit, entries: map[contentKey]*list.Element{}, order: list.New()}
+	fc := &fileCopies{s: s, dir: dir, limit: limit, entries: map[contentKey]*list.Element{}, order: list.New(), damaged: map[contentKey]int{}}
 	if err := os.RemoveAll(dir); err != nil {
 		s.logf("file copies: remove %s: %v; old versions are read without copies", dir, err)
 		fc.limit = 0
@@ -142,10 +149,11 @@ func (fc *fileCopies) dropLocked(e *list.Element) {
 
 // reserve makes room for a copy of size bytes, removing the least recently read copies, and
 // counts it as used. ok is false when the file gets no copy (too large, the cache off).
-func (fc *fileCopies) reserve(size int64) (ok bool) {
+func (fc *fileCopies) reserve(k contentKey) (ok bool) {
+	size := k.size
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	if fc.closed || fc.limit <= 0 || size < minCopiedFile || size > fc.limit {
+	if fc.closed || fc.limit <= 0 || size < minCopiedFile || size > fc.limit || fc.damaged[k] >= maxCopyDamage {
 		return false
 	}
 	for fc.order.Len() > 0 && (fc.used+size > fc.limit || fc.order.Len() >= maxFileCopies) {
@@ -174,9 +182,10 @@ type copyWriter struct {
 	err  error
 }
 
-// create starts a copy of a file of size bytes, or returns nil when it gets none.
-func (fc *fileCopies) create(size int64) *copyWriter {
-	if fc == nil || !fc.reserve(size) {
+// create starts a copy of content k, or returns nil when it gets none.
+func (fc *fileCopies) create(k contentKey) *copyWriter {
+	size := k.size
+	if fc == nil || !fc.reserve(k) {
 		return nil
 	}
 	err := os.MkdirAll(fc.dir, cacheDirPerm)
@@ -261,23 +270,29 @@ func (fc *fileCopies) readAt(c *fileCopy, ver *version, f *manifestFile, p []byt
 	if err == nil {
 		return nil
 	}
-	what := fmt.Sprintf("%s of version %d", f.Path, ver.m.Version)
-	var bad *chunkMismatch
-	if errors.As(err, &bad) {
-		fc.s.logf("file copies: %s: %v: not served; read from the objects and copied again", what, bad)
-	} else {
-		fc.s.logf("file copies: %s: %v; read from the objects and copied again", what, err)
-	}
 	fc.mu.Lock()
+	dropped := false
 	if e := fc.entries[c.key]; e != nil && e.Value.(*fileCopy) == c {
 		fc.dropLocked(e)
+		fc.damaged[c.key]++
+		dropped = true
 	}
-	closed := fc.closed
-	if !closed {
+	again := dropped && !fc.closed && fc.damaged[c.key] < maxCopyDamage
+	if again {
 		fc.bg.Add(1)
 	}
 	fc.mu.Unlock()
-	if !closed {
+	what := "copied again"
+	if !again {
+		what = "not copied again"
+	}
+	var bad *chunkMismatch
+	if errors.As(err, &bad) {
+		fc.s.logf("file copies: %s of version %d: %v: not served; read from the objects, %s", f.Path, ver.m.Version, bad, what)
+	} else {
+		fc.s.logf("file copies: %s of version %d: %v; read from the objects, %s", f.Path, ver.m.Version, err, what)
+	}
+	if again {
 		go func() {
 			defer fc.bg.Done()
 			fc.rebuild(ver, f)
@@ -309,7 +324,7 @@ func (fc *fileCopies) rebuild(ver *version, f *manifestFile) {
 // A pass stops with ErrClosed once stop (if not nil) is set.
 func (s *Store) passFile(ver *version, f *manifestFile, stop *atomic.Bool) (ID, error) {
 	h := sha256.New()
-	w := s.files.create(f.Size)
+	w := s.files.create(keyOf(f))
 	vf := s.newVersionFile(ver, f, readOpts{})
 	var dst io.Writer = h
 	if w != nil {

@@ -161,6 +161,17 @@ func TestDamagedFileCopyIsNotServed(t *testing.T) {
 	}
 	mustEqualBytes(t, "the copy written again", again, want)
 	mustEqualBytes(t, "read from the new copy", readWhole(t, r, 1, "model.safetensors"), want)
+	// A second damaged copy of the same content: served from the objects, and no more copies.
+	again[at] ^= 0x40
+	if err := os.WriteFile(p, again, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualBytes(t, "read of the copy damaged again", readWhole(t, r, 1, "model.safetensors"), want)
+	r.files.bg.Wait()
+	mustEqualBytes(t, "read without a copy", readWhole(t, r, 1, "model.safetensors"), want)
+	if _, n := r.FileCopyUsage(); n != 0 || !log.has("not copied again") {
+		t.Fatalf("%d copies after the second damage, want none and a log line:\n%s", n, &log)
+	}
 }
 
 // TestForgedManifestGetsNoCopy swaps two tensors of one shape in the manifest of a file large
