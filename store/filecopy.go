@@ -237,24 +237,22 @@ func (w *copyWriter) commit(k contentKey, what string) {
 		return
 	}
 	path := filepath.Join(fc.dir, hex.EncodeToString(k.sha[:])+"-"+strconv.FormatInt(k.size, 10))
+	// Under the lock, so that the name is never renamed over a copy in use.
+	fc.mu.Lock()
+	if fc.entries[k] != nil || fc.closed {
+		// Two passes over equal content (or the store closing): keep the first.
+		fc.mu.Unlock()
+		w.abort()
+		return
+	}
 	if err := os.Rename(w.f.Name(), path); err != nil {
+		fc.mu.Unlock()
 		fc.s.logf("file copies: %v; %s is read without a copy", err, what)
 		w.abort()
 		return
 	}
 	c := &fileCopy{key: k, path: path, f: w.f, sums: sums}
 	c.refs.Store(1)
-	fc.mu.Lock()
-	if old := fc.entries[k]; old != nil || fc.closed {
-		// Two passes over equal content (or the store closing): keep the first.
-		fc.used -= w.size
-		fc.mu.Unlock()
-		if old == nil {
-			os.Remove(path)
-		}
-		c.release()
-		return
-	}
 	fc.entries[k] = fc.order.PushFront(c)
 	used, n := fc.used, fc.order.Len()
 	fc.mu.Unlock()

@@ -248,3 +248,52 @@ func TestFileCopiesBounded(t *testing.T) {
 		t.Fatalf("a bound below the file's size kept %d copies of %d bytes", n, used)
 	}
 }
+
+// TestFileCopiesConcurrent reads files of four old versions from eight goroutines at once,
+// with room for two copies (so copies are removed while others read them): every read is
+// exact, and no more than the bound is in use at the end.
+func TestFileCopiesConcurrent(t *testing.T) {
+	versions := modelVersions(t, 5, 74)
+	w, root := newStore(t, Options{})
+	for i, files := range versions {
+		commitTree(t, w, uint64(i+1), files)
+	}
+	w.Close()
+	size := int64(len(versions[0]["model.safetensors"]))
+	bound := 2*size + size/2
+	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: bound, Logf: func(string, ...any) {}})
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			var err error
+			defer func() { errs <- err }()
+			for i := 0; i < 6 && err == nil; i++ {
+				v := uint64(1 + (g+i)%4)
+				f, oerr := r.OpenFile(v, "model.safetensors")
+				if oerr != nil {
+					err = oerr
+					return
+				}
+				b := make([]byte, size)
+				for off := int64(0); off < size; off += 300_000 {
+					end := min(off+300_000, size)
+					if _, rerr := f.ReadAt(b[off:end], off); rerr != nil && end < size {
+						err = rerr
+						return
+					}
+				}
+				if string(b) != string(versions[v-1]["model.safetensors"]) {
+					err = fmt.Errorf("v%d: wrong bytes", v)
+				}
+			}
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if used, n := r.FileCopyUsage(); used > bound || n > 2 {
+		t.Fatalf("%d copies of %d bytes, bound %d", n, used, bound)
+	}
+}
