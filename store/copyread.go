@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 )
 
@@ -75,9 +76,8 @@ func (m *materialized) chunkError(p string, chunk int64, want, got uint32) error
 	return m.failed(fmt.Errorf("%s: chunk %d does not match its sum: %w", p, chunk, ErrCorrupt))
 }
 
-// readChecked reads bytes [abs, abs+len(p)) of file path of the copy into p: the parts of
-// their first and last chunks outside p into buffers of their own, then every chunk is
-// checked before p may be used.
+// readChecked reads bytes [abs, abs+len(p)) of file path of the copy into p and checks every
+// chunk under them before p may be used (preadChecked).
 func (v *matView) readChecked(path string, p []byte, abs int64) error {
 	sums := v.m.sums[path]
 	end := abs + int64(len(p))
@@ -88,10 +88,40 @@ func (v *matView) readChecked(path string, p []byte, abs int64) error {
 	if err != nil {
 		return err
 	}
+	err = preadChecked(f, sums, p, abs, &v.m.s.bufs.edges)
+	var bad *chunkMismatch
+	switch {
+	case errors.As(err, &bad):
+		return v.m.chunkError(path, bad.chunk, bad.want, bad.got)
+	case err != nil:
+		return v.m.failed(fmt.Errorf("read %s: %w", path, err))
+	}
+	return nil
+}
+
+// chunkMismatch is a chunk of a checked file whose CRC-32C is not its sum's.
+type chunkMismatch struct {
+	chunk     int64
+	want, got uint32
+}
+
+func (e *chunkMismatch) Error() string {
+	return fmt.Sprintf("chunk %d (bytes %d-%d) has CRC-32C %08x, its sums say %08x", e.chunk, e.chunk*sumChunk, (e.chunk+1)*sumChunk, e.got, e.want)
+}
+
+// preadChecked reads bytes [abs, abs+len(p)) of f, whose content sums describes, into p: the
+// parts of their first and last chunks outside p into buffers of their own, then every chunk
+// is checked before p may be used (edges: the Store's pool of such buffers). A chunk that
+// does not match is a *chunkMismatch.
+func preadChecked(f *os.File, sums *fileSums, p []byte, abs int64, edges *sync.Pool) error {
+	end := abs + int64(len(p))
+	if abs < 0 || end > sums.size {
+		return fmt.Errorf("bytes [%d, %d) of a checked file of %d bytes: %w", abs, end, sums.size, ErrCorrupt)
+	}
 	lo := abs - abs%sumChunk
 	hi := min((end+sumChunk-1)/sumChunk*sumChunk, sums.size)
-	bp := v.m.s.bufs.edges.Get().(*[]byte)
-	defer v.m.s.bufs.edges.Put(bp)
+	bp := edges.Get().(*[]byte)
+	defer edges.Put(bp)
 	head, tail := (*bp)[:abs-lo], (*bp)[sumChunk:sumChunk+hi-end]
 	for _, r := range []struct {
 		b   []byte
@@ -101,11 +131,11 @@ func (v *matView) readChecked(path string, p []byte, abs int64) error {
 			continue
 		}
 		if err := readFull(f, r.b, r.off); err != nil {
-			return v.m.failed(fmt.Errorf("read %s: %w", path, err))
+			return err
 		}
 	}
 	if chunk, want, got, ok := sums.check(lo, head, p, tail); !ok {
-		return v.m.chunkError(path, chunk, want, got)
+		return &chunkMismatch{chunk, want, got}
 	}
 	return nil
 }

@@ -100,6 +100,9 @@ func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.vouch(); err != nil {
 		return 0, err
 	}
+	if n, ok, err := f.readCopy(p, off); ok {
+		return n, err
+	}
 	return f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
 		return f.s.readObject(sg.id, sg.hint, objOff, dst, f.opts)
 	})

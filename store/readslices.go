@@ -23,6 +23,9 @@ func (f *versionFile) ReadSlices(p []byte, off int64) ([][]byte, func(), int, er
 	if err := f.vouch(); err != nil {
 		return nil, func() {}, 0, err
 	}
+	if n, ok, err := f.readCopy(p, off); ok {
+		return [][]byte{p[:n]}, func() {}, n, err
+	}
 	var parts pageParts
 	n, err := f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
 		return f.s.sliceObject(sg.id, sg.hint, objOff, dst, f.opts, &parts)

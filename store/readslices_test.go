@@ -14,9 +14,10 @@ import (
 
 // TestReadSlicesMatchesReadAt reads versions of a store through ReadSlices and ReadAt at random
 // places and requires the same bytes, counts and errors. A version rebuilt from deltas must be
-// answered with parts of cached pages (not copies in p), the latest from the copy into p, and a
-// read across many small tensors with one part; a tiny cache pushes pages out while their
-// parts are still held.
+// answered with parts of cached pages (not copies in p) when it has no file copy (filecopy.go),
+// from its file copy into p when it has one, the latest from the copy into p, and a read across
+// many small tensors with one part; a tiny cache pushes pages out while their parts are still
+// held.
 func TestReadSlicesMatchesReadAt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	const elems = 3 << 20 // 6 MiB of bf16
@@ -36,8 +37,8 @@ func TestReadSlicesMatchesReadAt(t *testing.T) {
 	}
 	closeStore(t, w)
 
-	for _, cacheBytes := range []int64{0, 3 * pageSize} {
-		r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheBytes: cacheBytes})
+	for _, c := range []struct{ cacheBytes, copyBytes int64 }{{0, -1}, {3 * pageSize, -1}, {0, 0}} {
+		r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheBytes: c.cacheBytes, FileCopyBytes: c.copyBytes})
 		for _, v := range []uint64{2, 4} {
 			want := versions[v-1]
 			f, err := r.OpenFile(v, "m.safetensors")
@@ -87,8 +88,10 @@ func TestReadSlicesMatchesReadAt(t *testing.T) {
 			switch {
 			case v == 4 && fromPages != 0:
 				t.Fatalf("the latest version: %d parts outside p, want every byte read from the copy into p", fromPages)
-			case v == 2 && fromPages == 0:
+			case v == 2 && c.copyBytes < 0 && fromPages == 0:
 				t.Fatal("version 2: no part came from a page")
+			case v == 2 && c.copyBytes >= 0 && fromPages != 0:
+				t.Fatalf("version 2 with a file copy: %d parts outside p, want every byte read from the copy into p", fromPages)
 			}
 		}
 		if err := closeStore(t, r); err != nil {

@@ -45,6 +45,10 @@ type Options struct {
 	// CacheBytes bounds the memory of rebuilt pages, delta bodies and decoded delta blocks
 	// kept for reads (0: DefaultCacheBytes; an eighth, three eighths and an eighth of it).
 	CacheBytes int64
+	// FileCopyBytes bounds the disk used by the checked copies of the files of older
+	// versions that reads make in the cache directory (0: DefaultFileCopyBytes; negative:
+	// none, every read of an older version replays: filecopy.go).
+	FileCopyBytes int64
 	// Retention (zero: none) runs gc in the background after every seal (retention.go).
 	Retention Retention
 	// Observer (nil: none) is told of seals and of versions a reader finds (stats.go).
@@ -118,6 +122,7 @@ type Store struct {
 	open      map[uint64]*Writer // versions being written
 	leftovers bool               // objects a finished writer put but no manifest uses
 	mat       *materialized
+	files     *fileCopies // checked copies of files of older versions (filecopy.go)
 
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
@@ -273,6 +278,11 @@ func (s *Store) finishOpen() error {
 		return err
 	}
 	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))
+	fileCopyBytes := s.opts.FileCopyBytes
+	if fileCopyBytes == 0 {
+		fileCopyBytes = DefaultFileCopyBytes
+	}
+	s.files = newFileCopies(s, filepath.Join(s.cacheDir, "files"), fileCopyBytes)
 	if err := s.loadVersions(); err != nil {
 		return err
 	}
@@ -370,6 +380,9 @@ func (s *Store) Close() error {
 // Open, and by tests as a simulated crash).
 func (s *Store) shutdown() error {
 	var errs []error
+	if s.files != nil {
+		s.files.close() // first: its rebuilds read ahead
+	}
 	if s.ra != nil {
 		s.ra.wait()
 	}

@@ -1,10 +1,6 @@
 package store
 
-import (
-	"crypto/sha256"
-	"fmt"
-	"io"
-)
+import "fmt"
 
 // A manifest says which objects make each file, in order, and the SHA-256 of the whole file.
 // Each object is checked on read (its CRC-32C, and its content is named by its SHA-256), but
@@ -14,8 +10,8 @@ import (
 // objects in order, and the SHA-256: composition in copysums.go) must have been seen to hash
 // to that SHA-256, by this process or one that recorded it in the same cache directory's
 // index. The first read of a file not vouched for reads the whole file once (through the
-// same read path, so the pages it builds serve the reads that follow) and hashes it; a
-// mismatch fails every read of the file with ErrCorrupt. Files are vouched for without that
+// same read path) and hashes it, writing it into a checked copy (filecopy.go) that serves the
+// reads that follow; a mismatch fails every read of the file with ErrCorrupt. Files are vouched for without that
 // pass when the copy of the latest version is built or checked (copySums), and when a stream
 // of this process computed the objects and the SHA-256 from the same bytes (seedWriter).
 
@@ -46,13 +42,12 @@ func (s *Store) vouchFile(ver *version, f *manifestFile) error {
 		if chk.isVouched(comp) {
 			return nil, nil
 		}
-		h := sha256.New()
-		vf := s.newVersionFile(ver, f, readOpts{})
-		if _, err := io.CopyBuffer(h, io.NewSectionReader(vf, 0, f.Size), make([]byte, pageSize)); err != nil {
+		// The pass also writes the file's copy (filecopy.go), which serves the reads that
+		// follow instead of rebuilding every page again.
+		got, err := s.passFile(ver, f, nil)
+		if err != nil {
 			return nil, err
 		}
-		var got ID
-		h.Sum(got[:0])
 		if got != f.SHA256 {
 			s.log.Warn(fmt.Sprintf("its objects hash to %s, the manifest says %s: every read of it fails (a damaged or forged manifest; run weightfs verify)", got, f.SHA256),
 				"version", ver.m.Version, "file", f.Path)
