@@ -25,10 +25,11 @@ func cmdMount(e *env, args []string) error {
 	fs.DurationVar(&mf.poll, "poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms, 1s for s3:// stores: each look is a LIST request) (-o poll=DURATION)")
 	fs.BoolVar(&mf.allowOther, "allow-other", false, "let every user of the machine use the mount (-o allow_other; always with default_permissions: the kernel checks the files' modes; as a user other than root it needs user_allow_other in /etc/fuse.conf)")
 	fs.BoolVar(&mf.allowNonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them (-o allow_non_empty)")
-	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
+	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, file_copies=SIZE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
 	fs.BoolVar(&mf.debug, "debug", false, "log at debug level and trace every FUSE request (-o debug)")
 	retentionFlags(fs, &mf)
+	fs.StringVar(&mf.fileCopies, "file-copies", "", "with --read-only: disk for the checked copies of older versions' files that reads make in the cache directory, e.g. 4G (default 16G; 0: none, every read of an older version replays its deltas) (-o file_copies=SIZE)")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", metricsAddrUsage+" (-o metrics_addr=HOST:PORT)")
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
@@ -88,6 +89,9 @@ func cmdMount(e *env, args []string) error {
 		return err
 	}
 	sopts.Observer = mx.storeObserver()
+	if sopts.FileCopyBytes, err = fileCopyBytes(mf.fileCopies); err != nil {
+		return err
+	}
 	if sopts.Retention, err = retentionPolicy(mf.readOnly, mf.keepLast, mf.keepEvery); err != nil {
 		return err
 	}

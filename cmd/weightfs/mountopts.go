@@ -23,6 +23,8 @@ type mountFlags struct {
 	keepLast, keepEvery int
 	// metricsAddr is where /metrics is served (--metrics-addr; "": off).
 	metricsAddr string
+	// fileCopies bounds a reader's checked copies of older versions' files (--file-copies).
+	fileCopies string
 }
 
 // optList is a repeatable -o flag: each value is a comma-separated option string.
@@ -79,7 +81,7 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			}
 			mf.poll = d
 		default:
-			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, file_copies=SIZE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
 		}
 	}
 	return nil
@@ -91,6 +93,7 @@ func (mf *mountFlags) stringOption(key string) *string {
 		"version": &mf.version, "cache_dir": &mf.cacheDir,
 		"log_level": &mf.logLevel, "log_format": &mf.logFormat, "log_file": &mf.logFile,
 		"s3_endpoint": &mf.s3Endpoint, "s3_region": &mf.s3Region, "s3_cache_size": &mf.s3CacheSize,
+		"file_copies": &mf.fileCopies,
 		"metrics_addr": &mf.metricsAddr,
 	}[key]
 }
@@ -121,4 +124,20 @@ func sdNotify(state string) error {
 		return fmt.Errorf("notify %s: %w", name, err)
 	}
 	return nil
+}
+
+// fileCopyBytes is store.Options.FileCopyBytes for --file-copies: "" the store's default,
+// "0" none (the store's negative), else a size.
+func fileCopyBytes(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := parseSize(v)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("--file-copies %s: %w", v, err)
+	case n == 0:
+		return -1, nil
+	}
+	return n, nil
 }

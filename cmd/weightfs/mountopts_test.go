@@ -17,6 +17,7 @@ func TestApplyMountOptions(t *testing.T) {
 		{"allow_other,default_permissions,allow_non_empty,poll=2s,version=7", mountFlags{allowOther: true, defaultPerms: true, allowNonEmpty: true, poll: 2 * time.Second, version: "7"}, ""},
 		{"nonempty,log_file=/var/log/w.log,debug", mountFlags{allowNonEmpty: true, logFile: "/var/log/w.log", debug: true}, ""},
 		{"ro,s3_endpoint=http://10.0.0.5:9000,s3_region=eu-west-1,s3_path_style,s3_cache_size=20G", mountFlags{readOnly: true, s3Endpoint: "http://10.0.0.5:9000", s3Region: "eu-west-1", s3PathStyle: true, s3CacheSize: "20G"}, ""},
+		{"ro,file_copies=4G", mountFlags{readOnly: true, fileCopies: "4G"}, ""},
 		{"keep_last=3,keep_every=100", mountFlags{keepLast: 3, keepEvery: 100}, ""},
 		{"log_level=debug,log_format=json,log_file=/var/log/w.log", mountFlags{logLevel: "debug", logFormat: "json", logFile: "/var/log/w.log"}, ""},
 		{"keep_last=three", mountFlags{}, "keep_last=three"},
@@ -47,4 +48,19 @@ func FuzzApplyMountOptions(f *testing.F) {
 		var mf mountFlags
 		_ = applyMountOptions(&mf, s)
 	})
+}
+
+func TestFileCopyBytes(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"", 0, false}, {"0", -1, false}, {"4G", 4 << 30, false}, {"512M", 512 << 20, false}, {"lots", 0, true},
+	} {
+		got, err := fileCopyBytes(c.in)
+		if got != c.want || (err != nil) != c.wantErr {
+			t.Errorf("fileCopyBytes(%q) = %d, %v; want %d (error %v)", c.in, got, err, c.want, c.wantErr)
+		}
+	}
 }
