@@ -93,7 +93,7 @@ func (mf *mountFlags) stringOption(key string) *string {
 		"version": &mf.version, "cache_dir": &mf.cacheDir,
 		"log_level": &mf.logLevel, "log_format": &mf.logFormat, "log_file": &mf.logFile,
 		"s3_endpoint": &mf.s3Endpoint, "s3_region": &mf.s3Region, "s3_cache_size": &mf.s3CacheSize,
-		"file_copies": &mf.fileCopies,
+		"file_copies":  &mf.fileCopies,
 		"metrics_addr": &mf.metricsAddr,
 	}[key]
 }
@@ -129,15 +129,15 @@ func sdNotify(state string) error {
 // fileCopyBytes is store.Options.FileCopyBytes for --file-copies: "" the store's default,
 // "0" none (the store's negative), else a size.
 func fileCopyBytes(v string) (int64, error) {
-	if v == "" {
+	switch strings.TrimSpace(v) {
+	case "":
 		return 0, nil
+	case "0":
+		return -1, nil
 	}
 	n, err := parseSize(v)
-	switch {
-	case err != nil:
-		return 0, fmt.Errorf("--file-copies %s: %w", v, err)
-	case n == 0:
-		return -1, nil
+	if err != nil {
+		return 0, fmt.Errorf("--file-copies: %w (0: none)", err)
 	}
 	return n, nil
 }
