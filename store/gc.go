@@ -71,6 +71,7 @@ func (s *Store) sweep() error {
 }
 
 func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
+	s.cleanStaleGroupRecords()
 	victims, err := s.sweepVictims(nil, nil)
 	if err != nil {
 		return 0, 0, err
@@ -145,6 +146,9 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole map[ID]bool) ([]vict
 		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
 	}
 	s.pendingRoots(roots)
+	if err := s.groupRoots(roots); err != nil { // parts not yet published (group_publish.go)
+		return nil, err
+	}
 	live, err := s.liveSetWhole(roots, whole)
 	if err != nil {
 		return nil, err
