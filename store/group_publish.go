@@ -81,7 +81,7 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 		}
 		rec, err := decodePart(data, k)
 		if err != nil {
-			return nil, fmt.Errorf("publish version %d of group %s: rank %d's part record groups/%s is damaged: %w", v, group, k.rank, name, err)
+			return nil, fmt.Errorf("publish version %d of group %s: rank %d's part record groups/%s: %w", v, group, k.rank, name, err)
 		}
 		if rec.Ranks != ranks {
 			return nil, fmt.Errorf("publish version %d of group %s: rank %d wrote its part for a group of %d ranks, the publisher's has %d: %w",
