@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -173,10 +174,12 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 	return w, nil
 }
 
-// Own declares that this rank writes the files paths in its part: its materialized copy
-// then holds their previous versions, the bases of their tensors. A path owned after files
-// were added rebuilds the copy (files being diffed meanwhile may be stored whole: declare
-// every file first). SealPart refuses a file the rank did not own.
+// Own declares that this rank writes the files paths: its materialized copy then holds
+// their latest versions, the bases of their tensors. What a rank owns accumulates over the
+// Store's life (the copy holds every file it owned; one it no longer writes costs disk,
+// nothing else). A path owned for the first time rebuilds the copy, unless the copy left by
+// an earlier run holds it already (files being diffed meanwhile may be stored whole: own
+// every file before writing). SealPart refuses a file the rank never owned.
 func (w *Writer) Own(paths ...string) error {
 	g := w.s.group
 	if g == nil {
@@ -231,8 +234,8 @@ func (s *Store) scoped(ver *version) *version {
 	// Only the directories the owned files lie in: the copy makes nothing else.
 	keep := map[string]bool{}
 	for i := range m.Files {
-		for d := filepath.Dir(m.Files[i].Path); d != "."; d = filepath.Dir(d) {
-			keep[filepath.ToSlash(d)] = true
+		for d := path.Dir(m.Files[i].Path); d != "."; d = path.Dir(d) {
+			keep[d] = true
 		}
 	}
 	m.Dirs = nil

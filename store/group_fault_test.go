@@ -239,3 +239,43 @@ func FuzzDecodePart(f *testing.F) {
 		}
 	})
 }
+
+// TestGroupRankCrashPoints kills a rank at each point of its SealPart: before its part
+// record the version waits for it (and takes it once the restarted rank writes again); after
+// it, the part counts, its leftover open marker notwithstanding.
+func TestGroupRankCrashPoints(t *testing.T) {
+	files := smallFiles(t, 3)
+	for _, point := range []string{"part-objects-written", "part-written"} {
+		t.Run(point, func(t *testing.T) {
+			gs := newGroupStore(t, "g", 2)
+			writeOK(t, gs.ranks[0], 1, files, func(n string) bool { return shardOwner(n, 2) == 0 })
+			mine := func(n string) bool { return shardOwner(n, 2) == 1 }
+			gs.ranks[1].hook = func(p string) error {
+				if p == point {
+					return errInjected
+				}
+				return nil
+			}
+			if _, err := writePart(gs.ranks[1], 1, files, mine); !errors.Is(err, errInjected) {
+				t.Fatalf("part with a crash at %s: %v", point, err)
+			}
+			crash(gs.ranks[1])
+			_, err := gs.pub.PublishGroup("g", 1, 2)
+			if point == "part-objects-written" {
+				if !errors.Is(err, ErrGroupIncomplete) {
+					t.Fatalf("publish after rank 1 died before its part: %v", err)
+				}
+				gs.ranks[1] = openRank(t, gs.root, Rank{Group: "g", Rank: 1, Ranks: 2})
+				writeOK(t, gs.ranks[1], 1, files, mine)
+				_, err = gs.pub.PublishGroup("g", 1, 2)
+			}
+			if err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			sameTree(t, "v1", exportHashes(t, gs.pub, 1), fileHashes(files))
+			if left := groupRecordNames(t, gs.pub); len(left) != 0 {
+				t.Fatalf("records left: %v", left)
+			}
+		})
+	}
+}
