@@ -107,9 +107,6 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 	if opts.CacheDir == "" {
 		opts.CacheDir = filepath.Join(groupRoot, "cache", fmt.Sprintf("rank-%d", r.Rank))
 	}
-	// A rank is a reader that may also write objects and part records: no sweep, no gc,
-	// no clean-up of tmp/ (the writer's), no seal; its copy is built by NewPart alone.
-	opts.ReadOnly, opts.Materialize, opts.Retention = true, false, Retention{}
 	o := Opening{Root: path, Lock: lock, NewBackend: func(string) (Backend, error) {
 		// Only this rank's process writes its temporary directory (its lock says so).
 		if err := be.CleanTemp(); err != nil {
@@ -117,11 +114,40 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 		}
 		return be, nil
 	}}
+	return OpenRankBackend(o, r, opts)
+}
+
+// OpenRankBackend opens the store that o describes as rank r of a writer group (OpenRank
+// for a local directory, store/s3's OpenRank for a bucket). o.Lock is the rank's own lock, or
+// nil where the backend has none; o.NewBackend must give a backend that holds group records
+// (GroupRecords) and may write objects without the writer's lock. opts.CacheDir must be set:
+// it keeps the rank's index and copy across runs.
+func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
+	if err := r.check(); err != nil {
+		if o.Lock != nil {
+			o.Lock.Close()
+		}
+		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, err)
+	}
+	if opts.CacheDir == "" {
+		if o.Lock != nil {
+			o.Lock.Close()
+		}
+		return nil, fmt.Errorf("open store %s as %s: a rank needs a cache directory of its own", o.Root, r)
+	}
+	// A rank is a reader that may also write objects and part records: no sweep, no gc,
+	// no clean-up of tmp/ (the writer's), no seal; its copy is built by NewPart alone.
+	opts.ReadOnly, opts.Materialize, opts.Retention = true, false, Retention{}
 	s, err := OpenBackend(o, opts)
 	if err != nil {
 		return nil, err
 	}
-	s.group = &rankState{Rank: r, recs: local, bases: map[uint64]uint64{}}
+	recs, ok := s.backend.(GroupRecords)
+	if !ok {
+		s.Close()
+		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)
+	}
+	s.group = &rankState{Rank: r, recs: recs, bases: map[uint64]uint64{}}
 	return s, nil
 }
 

@@ -26,6 +26,13 @@ type GroupRecords interface {
 	DeleteGroupRecord(name string) error
 }
 
+// RemoteStat is the optional part of a Backend whose StatObject answers from what this
+// process knows (store/s3's writer: one listing and its own puts since): StatRemote asks
+// the storage itself, for an object another process put (a writer group's rank).
+type RemoteStat interface {
+	StatRemote(id ID) (int64, error)
+}
+
 // groupDir is the groups' directory in a local store.
 const groupDir = "groups"
 

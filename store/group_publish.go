@@ -226,12 +226,23 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 		(&manifest{Files: p.Files}).roots(refs)
 		for id := range refs {
 			w.hold(id)
-			if !w.s.exists(id) {
+			if !w.s.exists(id) && !w.s.existsElsewhere(id) {
 				return fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt)
 			}
 		}
 	}
 	return nil
+}
+
+// existsElsewhere asks the backend itself whether object id is stored, where its StatObject
+// answers from what this process knows (RemoteStat): a rank in another process put it.
+func (s *Store) existsElsewhere(id ID) bool {
+	rs, ok := s.backend.(RemoteStat)
+	if !ok {
+		return false
+	}
+	_, err := rs.StatRemote(id)
+	return err == nil
 }
 
 // PublishGroupWait is PublishGroup, tried again every poll while some rank's part is
