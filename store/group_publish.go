@@ -336,19 +336,20 @@ func (e *groupPendingError) Error() string        { return e.msg }
 func (e *groupPendingError) Is(target error) bool { return target == errUnreadableManifests }
 
 // groupRoots adds to roots the objects named by the parts that may still be published
-// (versions above every version taken, diffed against the latest), or returns a
-// groupPendingError when a rank is writing (an open marker without its part) or a part
-// cannot be read. A store without group records has none.
-func (s *Store) groupRoots(roots map[ID]bool) error {
+// (versions above every version taken, diffed against the latest). writing (empty: none)
+// says that a rank is writing (an open marker without its part): objects nothing names yet
+// may be its. A groupPendingError says that a part cannot be read. A store without group
+// records has none.
+func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
 	gr, err := s.groupRecords()
 	if err != nil {
-		return nil
+		return "", nil
 	}
 	top, _ := s.highest()
 	latest, _ := s.Latest()
 	keys, err := listRecords(gr, "")
 	if err != nil {
-		return &groupPendingError{fmt.Sprintf("writer group records cannot be listed: %v", err)}
+		return "", &groupPendingError{fmt.Sprintf("writer group records cannot be listed: %v", err)}
 	}
 	parts := map[recordKey]bool{}
 	for _, k := range keys {
@@ -362,23 +363,43 @@ func (s *Store) groupRoots(roots map[ID]bool) error {
 		}
 		name := recordName(k.group, k.v, k.rank, k.kind)
 		if k.kind == recordOpen {
-			if !parts[k] {
-				return &groupPendingError{fmt.Sprintf("rank %d of writer group %s is writing version %d (groups/%s): its objects are not named yet", k.rank, k.group, k.v, name)}
+			if !parts[k] && writing == "" {
+				writing = fmt.Sprintf("rank %d of writer group %s is writing version %d (groups/%s): its objects are not named yet", k.rank, k.group, k.v, name)
 			}
 			continue
 		}
 		data, err := gr.GetGroupRecord(name)
 		if err != nil {
-			return &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v", name, err)}
+			return "", &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v", name, err)}
 		}
 		rec, err := decodePart(data, k)
 		if err != nil {
-			return &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v (delete it with AbortGroupVersion)", name, err)}
+			return "", &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v (delete it with AbortGroupVersion)", name, err)}
 		}
 		if rec.Base != latest {
 			continue // diffed against an older version: it cannot be published
 		}
 		(&manifest{Files: rec.Files}).roots(roots)
 	}
-	return nil
+	return writing, nil
+}
+
+// droppedObjects is every object the versions drop need, through delta bases: what a gc
+// may delete while a writer group's rank writes objects that nothing names yet (those are
+// new, so never among these; one the rank found stored and named instead is caught by the
+// publisher's check that every object of a part is stored). nil if any cannot be read.
+func (s *Store) droppedObjects(drop []VersionInfo) map[ID]bool {
+	roots := map[ID]bool{}
+	for _, info := range drop {
+		ver, err := s.loadVersion(info.Number)
+		if err != nil {
+			return nil
+		}
+		ver.m.roots(roots)
+	}
+	objs, err := s.liveSetWhole(roots, nil)
+	if err != nil {
+		return nil
+	}
+	return objs
 }
