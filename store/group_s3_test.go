@@ -15,7 +15,6 @@ import (
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 	"github.com/weightfs/weightfs/store/location"
-	"github.com/weightfs/weightfs/store/s3"
 )
 
 // TestS3GroupStoresWhatOneWriterStores: 4 ranks (each a Store of its own, with its own cache
@@ -61,8 +60,8 @@ func TestS3GroupStoresWhatOneWriterStores(t *testing.T) {
 	fixClock(pub)
 	var rs []*store.Store
 	for r := range ranks {
-		s, err := s3.OpenRank(url, s3.Config{}, store.Rank{Group: "train", Rank: r, Ranks: ranks},
-			store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+		s, err := location.OpenRank(url, store.Rank{Group: "train", Rank: r, Ranks: ranks},
+			location.Options{Options: store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)}})
 		if err != nil {
 			t.Fatal(err)
 		}
