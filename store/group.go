@@ -2,9 +2,11 @@ package store
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -62,9 +64,11 @@ type rankState struct {
 	Rank
 	recs GroupRecords
 
-	mu    sync.Mutex
-	own   map[string]bool   // the paths the rank owns: its materialized copy holds these
-	bases map[uint64]uint64 // version being written -> the version it diffs against
+	mu  sync.Mutex
+	own map[string]bool // the paths the rank owns: its materialized copy holds these
+	// ownFile keeps own across runs (in the rank's cache directory)
+	ownFile string
+	bases   map[uint64]uint64 // version being written -> the version it diffs against
 	// the scoped form of one version (cached: ensure asks for it at every file)
 	scopedOf, scoped *version
 }
@@ -147,8 +151,42 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)
 	}
-	s.group = &rankState{Rank: r, recs: recs, bases: map[uint64]uint64{}}
+	g := &rankState{Rank: r, recs: recs, bases: map[uint64]uint64{}, ownFile: filepath.Join(s.cacheDir, ownedFileName)}
+	// The files an earlier run owned: the copy it left holds them, and the first part of
+	// this run takes it up as it is, rather than rebuilding it file by file as the files
+	// are owned again.
+	if data, err := os.ReadFile(g.ownFile); err == nil {
+		var paths []string
+		if json.Unmarshal(data, &paths) == nil {
+			g.own = map[string]bool{}
+			for _, p := range paths {
+				if checkPath(p) == nil {
+					g.own[p] = true
+				}
+			}
+		}
+	}
+	s.group = g
 	return s, nil
+}
+
+// ownedFileName is the file in a rank's cache directory that lists the paths it owns (JSON,
+// an array of strings), kept across runs.
+const ownedFileName = "group-owned.json"
+
+// saveOwned writes the list of owned paths (a failure costs a rebuild of the copy at the
+// next run, nothing else). g.mu is held.
+func (g *rankState) saveOwned(s *Store) {
+	paths := slices.Sorted(maps.Keys(g.own))
+	data, _ := json.Marshal(paths)
+	tmp := g.ownFile + ".tmp"
+	err := os.WriteFile(tmp, data, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, g.ownFile)
+	}
+	if err != nil {
+		s.log.Warn("writer group: the list of owned files not kept", "err", err)
+	}
 }
 
 // RankOf says which rank of which group s was opened as (ok false: not a rank).
@@ -201,9 +239,9 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 }
 
 // Own declares that this rank writes the files paths: its materialized copy then holds
-// their latest versions, the bases of their tensors. What a rank owns accumulates over the
-// Store's life (the copy holds every file it owned; one it no longer writes costs disk,
-// nothing else). A path owned for the first time rebuilds the copy, unless the copy left by
+// their latest versions, the bases of their tensors. What a rank owns accumulates, across
+// runs too (kept in its cache directory: the copy holds every file it owned; one it no
+// longer writes costs disk, nothing else). A path owned for the first time rebuilds the copy, unless the copy left by
 // an earlier run holds it already (files being diffed meanwhile may be stored whole: own
 // every file before writing). SealPart refuses a file the rank never owned.
 func (w *Writer) Own(paths ...string) error {
@@ -228,6 +266,7 @@ func (w *Writer) Own(paths ...string) error {
 	}
 	if grew {
 		g.scopedOf, g.scoped = nil, nil
+		g.saveOwned(w.s)
 	}
 	g.mu.Unlock()
 	if grew {
@@ -302,7 +341,7 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	}
 	g.mu.Lock()
 	base := g.bases[w.v]
-	own := g.own
+	own := maps.Clone(g.own)
 	g.mu.Unlock()
 	rec := &partRecord{Group: g.Group, Version: w.v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base, Writer: writerName(),
 		Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/logtest"
 )
 
 func fileHashes(files map[string][]byte) map[string]string {
@@ -336,4 +338,60 @@ func TestGroupGCWhileRankWrites(t *testing.T) {
 	if err != nil || n != 0 {
 		t.Fatalf("a sweep after the publish deleted %d objects (%v)", n, err)
 	}
+}
+
+// TestGroupRankRestartKeepsItsCopy: a rank started again knows the files it owned and takes
+// up the copy its earlier run left, without rebuilding it: its next part, declared with no
+// files, diffs every tensor against its base.
+func TestGroupRankRestartKeepsItsCopy(t *testing.T) {
+	series := groupSeries(t, 3)
+	gs := newGroupStore(t, "g", 4)
+	for v := uint64(1); v <= 2; v++ {
+		gs.writeParts(t, v, series[v-1])
+		if _, err := gs.pub.PublishGroup("g", v, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := gs.ranks[2].cacheDir
+	if err := gs.ranks[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenRank(gs.root, Rank{Group: "g", Rank: 2, Ranks: 4}, Options{CacheDir: cache, Logger: logtest.New(t.Logf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	gs.ranks[2] = s
+	shard := "model-00003-of-00004.safetensors"
+	if !s.group.own[shard] || len(s.group.own) != 1 {
+		t.Fatalf("the restarted rank owns %v, want %s", s.group.own, shard)
+	}
+	files := series[2]
+	w, err := s.NewPart(3) // owns nothing new
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AddFile(shard, bytes.NewReader(files[shard]), int64(len(files[shard])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	info, err := w.SealPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := readPart(t, gs.pub, "g/v000003/rank-2.part")
+	for _, tn := range rec.Files[0].Tensors {
+		if tn.Base.IsZero() {
+			t.Fatalf("tensor %s of the restarted rank's part has no base", tn.Name)
+		}
+	}
+	if info.ObjectBytes*10 > int64(len(files[shard])) {
+		t.Fatalf("the restarted rank stored %d bytes for a %d-byte shard: not deltas", info.ObjectBytes, len(files[shard]))
+	}
+	for _, r := range []int{0, 1, 3} {
+		writeOK(t, gs.ranks[r], 3, files, func(n string) bool { return shardOwner(n, 4) == r })
+	}
+	if _, err := gs.pub.PublishGroup("g", 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "v3", exportHashes(t, gs.pub, 3), fileHashes(files))
 }
