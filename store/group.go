@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Writer groups: several processes (ranks 0..W-1, on one node or many) write one version
@@ -311,6 +313,28 @@ func (s *Store) scoped(ver *version) *version {
 	}
 	g.scopedOf, g.scoped = ver, newVersion(&m)
 	return g.scoped
+}
+
+// WaitVersion refreshes the list of versions every poll until one at or above v is sealed
+// (a rank waits so before its next part: its base must be the version just published), or
+// ctx ends.
+func (s *Store) WaitVersion(ctx context.Context, v uint64, poll time.Duration) error {
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for {
+		if err := s.Refresh(); err != nil {
+			return err
+		}
+		if latest, ok := s.Latest(); ok && latest >= v {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for version %d: %w", v, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
 }
 
 // PartInfo describes a sealed part.

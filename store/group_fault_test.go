@@ -123,7 +123,10 @@ func TestGroupRankKilled(t *testing.T) {
 	if _, ok := gs.pub.Latest(); !ok || gs.pub.isSealed(2) {
 		t.Fatal("version 2 appeared without rank 3's part")
 	}
-	// Rank 3 restarts and writes its part again; the waiting publisher publishes.
+	// Rank 3 restarts and writes its part again; the waiting publisher publishes, and rank 0,
+	// waiting for the version before its next part, sees it.
+	seen := make(chan error, 1)
+	go func() { seen <- gs.ranks[0].WaitVersion(context.Background(), 2, 5*time.Millisecond) }()
 	gs.ranks[3] = openRank(t, gs.root, Rank{Group: "g", Rank: 3, Ranks: 4})
 	done := make(chan error, 1)
 	go func() {
@@ -133,6 +136,14 @@ func TestGroupRankKilled(t *testing.T) {
 	writeOK(t, gs.ranks[3], 2, files, func(n string) bool { return n == shard })
 	if err := <-done; err != nil {
 		t.Fatalf("publish once rank 3 wrote its part: %v", err)
+	}
+	if err := <-seen; err != nil {
+		t.Fatalf("rank 0 waiting for version 2: %v", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := gs.ranks[0].WaitVersion(ctx, 3, 5*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait for a version nobody publishes: %v", err)
 	}
 	sameTree(t, "v2", exportHashes(t, gs.pub, 2), fileHashes(files))
 }
