@@ -265,6 +265,41 @@ func (s *Store) PublishGroupWait(ctx context.Context, group string, v uint64, ra
 	}
 }
 
+// PublishReady publishes, in order, every version of group whose ranks have all sealed their
+// parts, and stops at the first that lacks one (a publisher's daemon calls it as it polls). It
+// returns what it published; an error other than a missing part (a refusal naming ranks)
+// ends it.
+func (s *Store) PublishReady(group string, ranks int) ([]VersionInfo, error) {
+	gr, err := s.groupRecords()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := listRecords(gr, group)
+	if err != nil {
+		return nil, fmt.Errorf("publish group %s: %w", group, err)
+	}
+	top, _ := s.highest()
+	var pending []uint64
+	for _, k := range keys {
+		if k.v > top && k.kind == recordPart {
+			pending = append(pending, k.v)
+		}
+	}
+	slices.Sort(pending)
+	var out []VersionInfo
+	for _, v := range slices.Compact(pending) {
+		info, err := s.PublishGroup(group, v, ranks)
+		if errors.Is(err, ErrGroupIncomplete) {
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
 // AbortGroupVersion deletes every record of version v of group: its parts and open markers.
 // The objects only they named go at the next sweep (gc). A rank still writing v fails at its
 // SealPart only if it sealed before the abort; use it for a version that will not complete.
