@@ -54,13 +54,19 @@ func startPublisher(e *env, where string, g *groupFlags, sopts location.Options)
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
+		said := "" // a refusal is logged once, not at every poll
 		for {
 			infos, err := pub.PublishReady(g.name, g.ranks)
 			for _, info := range infos {
 				e.log.Info("published a version of the writer group", "group", g.name, "version", info.Number, "files", info.Files, "stored", info.StoredBytes)
 			}
-			if err != nil {
+			if err != nil && err.Error() != said {
 				e.log.Error("writer group: a version cannot be published", "group", g.name, "err", err)
+			}
+			if err != nil {
+				said = err.Error()
+			} else {
+				said = ""
 			}
 			select {
 			case <-stop:
