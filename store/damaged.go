@@ -101,5 +101,5 @@ func (s *Store) checkAbove(v uint64) error {
 }
 
 // errUnreadableManifests marks a sweep that deleted nothing because some manifest cannot be
-// read (its objects are unknown).
+// read (its objects are unknown), or a writer group's rank is writing (groupPendingError).
 var errUnreadableManifests = errors.New("a manifest cannot be read")

@@ -17,7 +17,7 @@
 //
 // # Processes and locking
 //
-// Exactly one process writes a store: the writer holds the backend's lock (Open without
+// Exactly one process writes a store's manifests: the writer holds the backend's lock (Open without
 // ReadOnly takes an exclusive flock on STORE/lock; store/s3 a lease object taken and renewed
 // by conditional puts), which the store closes last; a second writer gets ErrLocked. Any
 // number of processes read it (ReadOnly: no lock, nothing in the store is written but a
@@ -26,6 +26,11 @@
 // sealed after their Open once they call Refresh. gc runs in the writer's process, by hand
 // (GC, GCWith) or after every seal (Options.Retention, retention.go), beside open Writers. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.
+//
+// A writer group lets several processes write one version (group.go; docs/format.md Part I
+// §9): each rank (OpenRank: no writer's lock, a lock of its rank) stores the objects of its
+// own files and seals a part record (NewPart, Writer.SealPart); the writer publishes the
+// parts as one manifest (PublishGroup), so the version appears whole or not at all.
 //
 // # What is immutable, what is cached
 //
@@ -75,7 +80,8 @@
 // Commit or AddFile read it), ErrManifestTooLarge (the seal refuses a manifest readers would
 // refuse), ErrNoSuchVersion (and ErrVersionRemoved, a version gc removed while a reader
 // served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
-// ErrEmptyVersion, ErrReadOnly, and the operating system's errors (a full disk wraps
+// ErrEmptyVersion, ErrReadOnly, the writer groups' ErrGroupIncomplete, ErrGroupConflict,
+// ErrGroupMismatch, ErrGroupRank and ErrGroupUnsupported (each naming the ranks), and the operating system's errors (a full disk wraps
 // syscall.ENOSPC) as they come.
 //
 // # Damage

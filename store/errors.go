@@ -66,6 +66,23 @@ var (
 	// ErrManifestTooLarge marks a version whose manifest would exceed what readers accept
 	// (1 GiB of JSON): the seal refuses it.
 	ErrManifestTooLarge = errors.New("manifest too large")
+	// ErrGroupIncomplete marks a publish of a writer group's version that lacks some rank's
+	// part (the message names the ranks): nothing is published; publish again once they
+	// have sealed (group.go).
+	ErrGroupIncomplete = errors.New("writer group: parts missing")
+	// ErrGroupConflict marks a writer group's version in which two ranks wrote one path (or
+	// one wrote a file where another made a directory): the message names both ranks, and
+	// nothing is published.
+	ErrGroupConflict = errors.New("writer group: two ranks wrote one path")
+	// ErrGroupMismatch marks ranks that disagree with the publisher: on the version number,
+	// on the number of ranks, or on the version they diffed against (a part begun before the
+	// latest version appeared). The message names the rank; nothing is published.
+	ErrGroupMismatch = errors.New("writer group: ranks disagree")
+	// ErrGroupRank marks an operation of the wrong side of a writer group: a Seal or gc on a
+	// rank's store, a part on a store not opened as a rank, a publish on a reader.
+	ErrGroupRank = errors.New("writer group: not allowed here")
+	// ErrGroupUnsupported marks a store whose backend cannot hold a writer group's records.
+	ErrGroupUnsupported = errors.New("writer groups are not supported by this store's backend")
 )
 
 // errNoDirectIO marks a file system that refuses O_DIRECT: its files are read through the

@@ -23,6 +23,11 @@ var errInjected = errors.New("injected failure")
 //
 //	commit-file-read       a source file is read and added, its stamp not yet compared
 //
+// of a writer group's rank (group.go; the publisher passes the seal's):
+//
+//	part-objects-written   the part's objects written, not synced, no part record
+//	part-written           the part record durable, the open marker not yet removed
+//
 // and of GC:
 //
 //	gc-reanchored          kept versions re-anchored, no manifest deleted

@@ -70,8 +70,13 @@ func (s *Store) sweep() error {
 	return nil
 }
 
-func (s *Store) sweepLocked() (deleted int, freed int64, err error) {
-	victims, err := s.sweepVictims(nil, nil)
+func (s *Store) sweepLocked() (deleted int, freed int64, err error) { return s.sweepWithin(nil) }
+
+// sweepWithin is sweepLocked; while a writer group's rank is writing, it deletes only objects
+// in within (those of the versions a gc drops), or nothing when within is nil.
+func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err error) {
+	s.cleanStaleGroupRecords()
+	victims, err := s.sweepVictims(nil, nil, within)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -118,8 +123,10 @@ type victim struct {
 // sweepVictims lists the objects that no manifest (but those in without) and no open writer
 // needs. whole names delta objects to count as whole copies (a dry run's re-anchoring): their
 // bases are not kept alive by them. The real sweep and gc's dry run share it, so that the
-// prediction is what the sweep does.
-func (s *Store) sweepVictims(without map[uint64]bool, whole map[ID]bool) ([]victim, error) {
+// prediction is what the sweep does. While a writer group's rank is writing objects no record
+// names yet (group_publish.go), only objects in within are victims (nil: none, and the error
+// says why).
+func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool) ([]victim, error) {
 	numbers, err := s.be.ListManifests()
 	if err != nil {
 		return nil, err
@@ -145,13 +152,20 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole map[ID]bool) ([]vict
 		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
 	}
 	s.pendingRoots(roots)
+	writing, err := s.groupRoots(roots) // parts not yet published (group_publish.go)
+	if err != nil {
+		return nil, err
+	}
+	if writing != "" && within == nil {
+		return nil, &groupPendingError{writing}
+	}
 	live, err := s.liveSetWhole(roots, whole)
 	if err != nil {
 		return nil, err
 	}
 	var victims []victim
 	if err := s.be.ListObjects(func(id ID, size int64) error {
-		if !live[id] {
+		if !live[id] && (writing == "" || within[id]) {
 			victims = append(victims, victim{id, size})
 		}
 		return nil
@@ -284,7 +298,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 			st.Reanchored++
 			st.ReanchorBytes += j.m.ContentLen - size
 		}
-		victims, err := s.sweepVictims(dropSet, listed)
+		victims, err := s.sweepVictims(dropSet, listed, s.droppedObjects(drop))
 		if errors.Is(err, errUnreadableManifests) {
 			return st, nil // the real gc deletes no object either
 		}
@@ -324,6 +338,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if err := s.failpoint("gc-reanchored"); err != nil {
 		return st, err
 	}
+	within := s.droppedObjects(drop)
 	var dropped []uint64
 	for _, info := range drop {
 		if err := s.be.DeleteManifest(info.Number); err != nil {
@@ -341,7 +356,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if err := s.failpoint("gc-manifests-deleted"); err != nil {
 		return st, err
 	}
-	n, freed, err := s.sweepLocked()
+	n, freed, err := s.sweepWithin(within)
 	st.DeletedObjects, st.DeletedBytes = n, freed
 	if errors.Is(err, errUnreadableManifests) {
 		s.log.Warn("gc: no object deleted", "err", err)

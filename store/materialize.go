@@ -158,6 +158,7 @@ func (m *materialized) ensure() error {
 	m.ensureMu.Lock()
 	defer m.ensureMu.Unlock()
 	target, err := m.s.latestVersion()
+	target = m.s.scoped(target) // a rank's copy holds its own files (group.go)
 	if err != nil {
 		m.drop()
 		m.s.log.Warn("materialized copy: the latest version cannot be read; reads replay from the objects", "err", err)
@@ -221,6 +222,7 @@ func (m *materialized) loadState() *version {
 	if err != nil {
 		return nil
 	}
+	ver = m.s.scoped(ver)
 	for i := range ver.m.Files {
 		f := &ver.m.Files[i]
 		info, err := os.Stat(filepath.Join(m.dir, filepath.FromSlash(f.Path)))

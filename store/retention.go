@@ -99,7 +99,7 @@ func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 	var err error
 	if dryRun {
 		var victims []victim
-		victims, err = s.sweepVictims(nil, nil)
+		victims, err = s.sweepVictims(nil, nil, nil)
 		for _, v := range victims {
 			st.DeletedObjects++
 			st.DeletedBytes += v.size

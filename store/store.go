@@ -123,6 +123,7 @@ type Store struct {
 	leftovers bool               // objects a finished writer put but no manifest uses
 	mat       *materialized
 	files     *fileCopies // checked copies of files of older versions (filecopy.go)
+	group     *rankState  // a rank of a writer group (OpenRank, group.go); nil otherwise
 
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.

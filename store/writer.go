@@ -50,7 +50,7 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if s.readOnly {
+	if s.readOnly && s.group == nil { // a rank writes parts (group.go)
 		return nil, fmt.Errorf("new version %d: %w", v, ErrReadOnly)
 	}
 	if v == 0 {
@@ -199,6 +199,9 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	s := w.s
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
+	}
+	if s.group != nil {
+		return VersionInfo{}, fmt.Errorf("seal version %d: a rank seals its part (SealPart); the writer publishes: %w", w.v, ErrGroupRank)
 	}
 	sealStart := time.Now()
 	s.writeMu.Lock()

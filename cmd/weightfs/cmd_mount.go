@@ -30,6 +30,7 @@ func cmdMount(e *env, args []string) error {
 	fs.BoolVar(&mf.debug, "debug", false, "log at debug level and trace every FUSE request (-o debug)")
 	retentionFlags(fs, &mf)
 	fs.StringVar(&mf.fileCopies, "file-copies", "", "with --read-only: disk for the checked copies of older versions' files that reads make in the cache directory, e.g. 4G (default 16G; 0: none, every read of an older version replays its deltas) (-o file_copies=SIZE)")
+	gf := addGroupFlags(fs)
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", metricsAddrUsage+" (-o metrics_addr=HOST:PORT)")
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
@@ -50,6 +51,9 @@ func cmdMount(e *env, args []string) error {
 	*sf.pathStyle = *sf.pathStyle || mf.s3PathStyle
 	if mf.version != "" && !mf.readOnly {
 		return usagef("--version serves a sealed version and needs --read-only")
+	}
+	if err := gf.check(mf.readOnly); err != nil {
+		return err
 	}
 	// A daemon must not die of a closed log pipe (mount.weightfs stops reading the daemon's
 	// output once the mount serves): the mount would stay behind, dead. Writes then fail
@@ -103,13 +107,25 @@ func cmdMount(e *env, args []string) error {
 			return err
 		}
 	}
-	st, err := location.Open(pos[0], sopts)
+	var st *store.Store
+	if gf.name != "" {
+		st, err = location.OpenRank(pos[0], store.Rank{Group: gf.name, Rank: gf.rank, Ranks: gf.ranks}, sopts)
+	} else {
+		st, err = location.Open(pos[0], sopts)
+	}
 	if err != nil {
 		gpu.CloseBackend(sopts.Diff)
 		return err
 	}
 	defer gpu.CloseBackend(sopts.Diff)
 	defer st.Close()
+	if gf.publish {
+		stopPublisher, err := startPublisher(e, pos[0], gf, sopts)
+		if err != nil {
+			return err
+		}
+		defer stopPublisher()
+	}
 	mx.addStore(st)
 	mopts.PollInterval = mf.poll
 	if mf.version != "" {
@@ -130,7 +146,11 @@ func cmdMount(e *env, args []string) error {
 	defer close(sigs) // after Stop: ends notifyStopping's loop
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	srv, err := wfs.Mount(st, pos[1], mopts)
+	vs := wfs.FromStore(st)
+	if gf.name != "" {
+		vs = wfs.FromRank(st)
+	}
+	srv, err := wfs.MountVersionStore(vs, pos[1], mopts)
 	if err != nil {
 		return err
 	}

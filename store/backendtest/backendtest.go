@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"DeleteMissing", testDeleteMissing},
 		{"TempFiles", testTempFiles},
 		{"ReaderOfConcurrentWriter", testReaderOfConcurrentWriter},
+		{"GroupRecords", testGroupRecords},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, opened(newStore(t))) })
@@ -463,5 +464,55 @@ func testReaderOfConcurrentWriter(t *testing.T, open Opener) {
 	case err := <-errs:
 		t.Fatal(err)
 	default:
+	}
+}
+
+// testGroupRecords: a backend that holds a writer group's records (store.GroupRecords) gives
+// another process what was put, whole, the newer bytes after a replacement, lists it, and
+// deletes it (a missing one too); a process without the writer's lock (a rank) may put and
+// delete records. A backend without them skips.
+func testGroupRecords(t *testing.T, open Opener) {
+	w, ok := open(t, true).(store.GroupRecords)
+	if !ok {
+		t.Skip("no group records")
+	}
+	rank, ok := open(t, false).(store.GroupRecords)
+	if !ok {
+		t.Fatal("the writer's backend holds group records, a reader's does not")
+	}
+	const name, other = "train/v000002/rank-1.part", "train/v000002/rank-0.open"
+	if _, err := w.GetGroupRecord(name); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("get of a missing record: %v, want fs.ErrNotExist", err)
+	}
+	for i, data := range [][]byte{[]byte("first"), bytes.Repeat([]byte("second"), 1000)} {
+		if err := rank.PutGroupRecord(name, data); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		got, err := w.GetGroupRecord(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEqual(t, "record", got, data)
+	}
+	if err := rank.PutGroupRecord(other, []byte("open")); err != nil {
+		t.Fatal(err)
+	}
+	names, err := w.ListGroupRecords()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names, name) || !slices.Contains(names, other) {
+		t.Fatalf("list: %q, want %q and %q among them", names, name, other)
+	}
+	if err := rank.DeleteGroupRecord(other); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := w.DeleteGroupRecord(name); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	}
+	if names, err := w.ListGroupRecords(); err != nil || slices.Contains(names, name) || slices.Contains(names, other) {
+		t.Fatalf("list after the deletes: %q, %v", names, err)
 	}
 }

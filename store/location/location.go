@@ -1,6 +1,6 @@
 // Package location turns a STORE argument into a store: "s3://bucket/prefix" names a store
-// in S3 (package store/s3), anything else a local directory (package store). Open, Init,
-// ShowLease and BreakLease are the one place that chooses the backend; the CLI, the tests'
+// in S3 (package store/s3), anything else a local directory (package store). Open, OpenRank,
+// Init, ShowLease and BreakLease are the one place that chooses the backend; the CLI, the tests'
 // mount daemon and the bench open and create stores through them.
 //
 // It is a package of its own, as restic's internal/backend/location is, because it is the
@@ -35,6 +35,16 @@ func Open(arg string, opts Options) (*store.Store, error) {
 		return s3.Open(arg, opts.S3, opts.Options)
 	}
 	return store.Open(arg, opts.Options)
+}
+
+// OpenRank opens the store arg names as rank r of a writer group (store.OpenRank,
+// s3.OpenRank; docs/format.md Part I §9): it writes objects and its part records, never a
+// manifest, and takes no writer's lock.
+func OpenRank(arg string, r store.Rank, opts Options) (*store.Store, error) {
+	if s3.IsURL(arg) {
+		return s3.OpenRank(arg, opts.S3, r, opts.Options)
+	}
+	return store.OpenRank(arg, r, opts.Options)
 }
 
 // Init creates an empty store where arg says: a local directory (it must not exist or be

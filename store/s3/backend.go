@@ -118,12 +118,17 @@ func newBackend(c *client, dir string, writer bool, lease *lease, log *slog.Logg
 		}
 	}
 	if writer {
-		for range c.set.concurrency {
-			b.wg.Add(1)
-			go b.uploadWorker()
-		}
+		b.startUploads()
 	}
 	return b, nil
+}
+
+// startUploads starts the upload workers (a writer's, or a writer group's rank's: group.go).
+func (b *Backend) startUploads() {
+	for range b.c.set.concurrency {
+		b.wg.Add(1)
+		go b.uploadWorker()
+	}
 }
 
 // Close stops the transfers: uploads not yet done belong to no sealed version.

@@ -1,0 +1,433 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Writer groups: several processes (ranks 0..W-1, on one node or many) write one version
+// together, each its own files, and one process, the store's writer, publishes it
+// (docs/format.md Part I §9 has the records byte by byte, docs/design.md "Writer groups"
+// the reasons).
+//
+//   - A rank opens the store with OpenRank: no writer's lock (the writer may hold it), a
+//     lock of its own rank instead, and a cache directory of its own. NewPart(v, files...)
+//     begins its part of version v: it writes the rank's open marker (from here on the
+//     writer's sweeps delete nothing: the rank writes objects no record names yet), and
+//     brings the rank's materialized copy to the latest version, holding only the rank's
+//     own files. The rank then adds its files as any Writer does (each tensor diffed
+//     against the same tensor of the same-named file of the latest version: the objects
+//     are those one writer would store), and SealPart makes its objects durable and writes
+//     its part record: the files' manifest entries and the objects it stored.
+//   - The writer (which holds the store's lock or lease) publishes with PublishGroup once
+//     every rank has sealed: the parts are read and checked (format, CRC, version, rank,
+//     W, base, no path of two ranks, every object stored) and sealed as one manifest, by
+//     the writer's own Seal: the version appears whole or not at all. A missing part
+//     publishes nothing (ErrGroupIncomplete names the ranks); PublishGroupWait polls.
+//   - Records of a version that cannot be published any more (a version at or below the
+//     latest sealed one: published, or overtaken) are deleted by the next publish and by
+//     gc's sweep; AbortGroupVersion deletes a version's records at once. They are never
+//     read as a version: only a manifest makes one.
+
+// Rank names one member of a writer group.
+type Rank struct {
+	Group string // the group's name (CheckGroupName)
+	Rank  int    // this member, 0..Ranks-1
+	Ranks int    // W, how many ranks the group has
+}
+
+func (r Rank) check() error {
+	if err := CheckGroupName(r.Group); err != nil {
+		return err
+	}
+	if r.Ranks < 1 || r.Ranks > MaxRanks || r.Rank < 0 || r.Rank >= r.Ranks {
+		return fmt.Errorf("rank %d of %d: ranks are 0..W-1, W from 1 to %d: %w", r.Rank, r.Ranks, MaxRanks, ErrGroupMismatch)
+	}
+	return nil
+}
+
+func (r Rank) String() string {
+	return fmt.Sprintf("rank %d of %d of group %s", r.Rank, r.Ranks, r.Group)
+}
+
+// rankState is what a rank's Store knows of its group (nil for every other Store).
+type rankState struct {
+	Rank
+	recs GroupRecords
+
+	mu  sync.Mutex
+	own map[string]bool // the paths the rank owns: its materialized copy holds these
+	// ownFile keeps own across runs (in the rank's cache directory)
+	ownFile string
+	bases   map[uint64]uint64 // version being written -> the version it diffs against
+	// the scoped form of one version (cached: ensure asks for it at every file)
+	scopedOf, scoped *version
+}
+
+// OpenRank opens the local store at path as rank r of a writer group: it writes objects and
+// its part records, never a manifest, and takes no writer's lock, only the lock of its rank
+// (groups/NAME/rank-R.lock: one process per rank). opts.CacheDir (empty:
+// groups/NAME/cache/rank-R in the store) keeps its index and its materialized copy, which
+// holds only the rank's own files. It sees versions published after its open at its next
+// NewPart (which refreshes the list).
+func OpenRank(path string, r Rank, opts Options) (*Store, error) {
+	if err := r.check(); err != nil {
+		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
+	}
+	format, err := os.ReadFile(filepath.Join(path, formatFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := checkFormatFile(format); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	modes := modesFor(formatInfo.Mode())
+	local := newLocalBackend(path, modes)
+	groupRoot := filepath.Join(path, groupDir, r.Group)
+	if err := local.mkdirAllModes(groupRoot); err != nil {
+		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
+	}
+	lock, err := acquireWriterLock(filepath.Join(groupRoot, fmt.Sprintf("rank-%d.lock", r.Rank)), modes.file)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
+	}
+	be := &rankBackend{localBackend: local, tmpDir: filepath.Join(groupRoot, "tmp", fmt.Sprintf("rank-%d", r.Rank))}
+	if opts.CacheDir == "" {
+		opts.CacheDir = filepath.Join(groupRoot, "cache", fmt.Sprintf("rank-%d", r.Rank))
+	}
+	o := Opening{Root: path, Lock: lock, NewBackend: func(string) (Backend, error) {
+		// Only this rank's process writes its temporary directory (its lock says so).
+		if err := be.CleanTemp(); err != nil {
+			return nil, err
+		}
+		return be, nil
+	}}
+	return OpenRankBackend(o, r, opts)
+}
+
+// OpenRankBackend opens the store that o describes as rank r of a writer group (OpenRank
+// for a local directory, store/s3's OpenRank for a bucket). o.Lock is the rank's own lock, or
+// nil where the backend has none; o.NewBackend must give a backend that holds group records
+// (GroupRecords) and may write objects without the writer's lock. opts.CacheDir must be set:
+// it keeps the rank's index and copy across runs.
+func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
+	if err := r.check(); err != nil {
+		if o.Lock != nil {
+			o.Lock.Close()
+		}
+		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, err)
+	}
+	if opts.CacheDir == "" {
+		if o.Lock != nil {
+			o.Lock.Close()
+		}
+		return nil, fmt.Errorf("open store %s as %s: a rank needs a cache directory of its own", o.Root, r)
+	}
+	// A rank is a reader that may also write objects and part records: no sweep, no gc,
+	// no clean-up of tmp/ (the writer's), no seal; its copy is built by NewPart alone.
+	opts.ReadOnly, opts.Materialize, opts.Retention = true, false, Retention{}
+	s, err := OpenBackend(o, opts)
+	if err != nil {
+		return nil, err
+	}
+	recs, ok := s.backend.(GroupRecords)
+	if !ok {
+		s.Close()
+		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)
+	}
+	g := &rankState{Rank: r, recs: recs, bases: map[uint64]uint64{}, ownFile: filepath.Join(s.cacheDir, ownedFileName)}
+	// The files an earlier run owned: the copy it left holds them, and the first part of
+	// this run takes it up as it is, rather than rebuilding it file by file as the files
+	// are owned again.
+	if data, err := os.ReadFile(g.ownFile); err == nil {
+		var paths []string
+		if json.Unmarshal(data, &paths) == nil {
+			g.own = map[string]bool{}
+			for _, p := range paths {
+				if checkPath(p) == nil {
+					g.own[p] = true
+				}
+			}
+		}
+	}
+	s.group = g
+	return s, nil
+}
+
+// ownedFileName is the file in a rank's cache directory that lists the paths it owns (JSON,
+// an array of strings), kept across runs.
+const ownedFileName = "group-owned.json"
+
+// saveOwned writes the list of owned paths (a failure costs a rebuild of the copy at the
+// next run, nothing else). g.mu is held.
+func (g *rankState) saveOwned(s *Store) {
+	paths := slices.Sorted(maps.Keys(g.own))
+	data, _ := json.Marshal(paths)
+	tmp := g.ownFile + ".tmp"
+	err := os.WriteFile(tmp, data, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, g.ownFile)
+	}
+	if err != nil {
+		s.log.Warn("writer group: the list of owned files not kept", "err", err)
+	}
+}
+
+// RankOf says which rank of which group s was opened as (ok false: not a rank).
+func (s *Store) RankOf() (Rank, bool) {
+	if s.group == nil {
+		return Rank{}, false
+	}
+	return s.group.Rank, true
+}
+
+// NewPart begins this rank's part of version v, owning the files own (more may be added
+// with Writer.Own before they are written). It refreshes the list of versions: the latest
+// sealed one is the part's base, and v must be above it.
+func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
+	g := s.group
+	if g == nil {
+		return nil, fmt.Errorf("new part of version %d: this store is not open as a rank (OpenRank): %w", v, ErrGroupRank)
+	}
+	if err := checkVersionNumber(v); err != nil {
+		return nil, fmt.Errorf("new part: %w", err)
+	}
+	if err := s.Refresh(); err != nil {
+		return nil, fmt.Errorf("new part of version %d: %w", v, err)
+	}
+	if err := s.checkAbove(v); err != nil {
+		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+	}
+	base, _ := s.Latest()
+	marker, err := encodePart(&partRecord{Group: g.Group, Version: v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base,
+		Writer: writerName(), Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}})
+	if err != nil {
+		return nil, err
+	}
+	// The marker comes before any object: a sweep that runs from here on spares them.
+	if err := g.recs.PutGroupRecord(recordName(g.Group, v, g.Rank.Rank, recordOpen), marker); err != nil {
+		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+	}
+	w, err := s.NewVersion(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+	}
+	g.mu.Lock()
+	g.bases[v] = base
+	g.mu.Unlock()
+	if err := w.Own(own...); err != nil {
+		w.Abort()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Own declares that this rank writes the files paths: its materialized copy then holds
+// their latest versions, the bases of their tensors. What a rank owns accumulates, across
+// runs too (kept in its cache directory: the copy holds every file it owned; one it no
+// longer writes costs disk, nothing else). A path owned for the first time rebuilds the copy, unless the copy left by
+// an earlier run holds it already (files being diffed meanwhile may be stored whole: own
+// every file before writing). SealPart refuses a file the rank never owned.
+func (w *Writer) Own(paths ...string) error {
+	g := w.s.group
+	if g == nil {
+		return fmt.Errorf("own: version %d is not a rank's part: %w", w.v, ErrGroupRank)
+	}
+	for _, p := range paths {
+		if err := checkPath(p); err != nil {
+			return err
+		}
+	}
+	g.mu.Lock()
+	grew := false
+	if g.own == nil {
+		g.own, grew = map[string]bool{}, true
+	}
+	for _, p := range paths {
+		if !g.own[p] {
+			g.own[p], grew = true, true
+		}
+	}
+	if grew {
+		g.scopedOf, g.scoped = nil, nil
+		g.saveOwned(w.s)
+	}
+	g.mu.Unlock()
+	if grew {
+		// A copy of the same version with other files: taken up again from the index's
+		// record if it holds every owned file, else rebuilt.
+		w.s.mat.invalidate()
+	}
+	return w.s.mat.ensure()
+}
+
+// scoped is the form of ver the materialized copy holds: ver itself, or for a rank the
+// version with only the files the rank owns (nil stays nil).
+func (s *Store) scoped(ver *version) *version {
+	g := s.group
+	if g == nil || ver == nil {
+		return ver
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.scopedOf == ver {
+		return g.scoped
+	}
+	m := *ver.m
+	m.Files = nil
+	for i := range ver.m.Files {
+		if g.own[ver.m.Files[i].Path] {
+			m.Files = append(m.Files, ver.m.Files[i])
+		}
+	}
+	// Only the directories the owned files lie in: the copy makes nothing else.
+	keep := map[string]bool{}
+	for i := range m.Files {
+		for d := path.Dir(m.Files[i].Path); d != "."; d = path.Dir(d) {
+			keep[d] = true
+		}
+	}
+	m.Dirs = nil
+	for _, d := range ver.m.Dirs {
+		if keep[d.Path] {
+			m.Dirs = append(m.Dirs, d)
+		}
+	}
+	g.scopedOf, g.scoped = ver, newVersion(&m)
+	return g.scoped
+}
+
+// WaitVersion refreshes the list of versions every poll until one at or above v is sealed
+// (a rank waits so before its next part: its base must be the version just published), or
+// ctx ends.
+func (s *Store) WaitVersion(ctx context.Context, v uint64, poll time.Duration) error {
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for {
+		if err := s.Refresh(); err != nil {
+			return err
+		}
+		if latest, ok := s.Latest(); ok && latest >= v {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for version %d: %w", v, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// PartInfo describes a sealed part.
+type PartInfo struct {
+	Rank        Rank
+	Version     uint64
+	Base        uint64 // the version its files were diffed against (0: none)
+	Files       int
+	NewObjects  int   // objects the rank stored for it
+	ObjectBytes int64 // their stored bytes
+}
+
+// SealPart makes the rank's objects durable and writes its part record; the version
+// appears once the writer publishes every rank's part (PublishGroup). The Writer ends; on
+// an error it stays usable (fix the cause and call SealPart again) or Abort it.
+func (w *Writer) SealPart() (PartInfo, error) {
+	s, g := w.s, w.s.group
+	if g == nil {
+		return PartInfo{}, fmt.Errorf("seal part of version %d: this store is not open as a rank: %w", w.v, ErrGroupRank)
+	}
+	if err := s.checkOpen(); err != nil {
+		return PartInfo{}, err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := w.checkLive(); err != nil {
+		return PartInfo{}, err
+	}
+	g.mu.Lock()
+	base := g.bases[w.v]
+	own := maps.Clone(g.own)
+	g.mu.Unlock()
+	rec := &partRecord{Group: g.Group, Version: w.v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base, Writer: writerName(),
+		Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}}
+	w.mu.Lock()
+	for p, f := range w.files {
+		if !own[p] {
+			w.mu.Unlock()
+			return PartInfo{}, fmt.Errorf("%s: file %s of version %d was not owned (Writer.Own) before it was written: %w", g.Rank, p, w.v, ErrBadPath)
+		}
+		rec.Files = append(rec.Files, *f)
+	}
+	for p, mode := range w.dirs {
+		rec.Dirs = append(rec.Dirs, manifestDir{Path: p, Mode: mode})
+	}
+	refs := map[ID]bool{}
+	(&manifest{Files: rec.Files}).roots(refs)
+	info := PartInfo{Rank: g.Rank, Version: w.v, Base: base, Files: len(rec.Files)}
+	for id, size := range w.created {
+		if refs[id] {
+			rec.Objects = append(rec.Objects, partObject{id, size})
+			info.NewObjects++
+			info.ObjectBytes += size
+		}
+	}
+	w.mu.Unlock()
+	slices.SortFunc(rec.Files, func(a, b manifestFile) int { return cmp.Compare(a.Path, b.Path) })
+	slices.SortFunc(rec.Dirs, func(a, b manifestDir) int { return cmp.Compare(a.Path, b.Path) })
+	slices.SortFunc(rec.Objects, func(a, b partObject) int { return cmp.Compare(a.ID.String(), b.ID.String()) })
+	name := recordName(g.Group, w.v, g.Rank.Rank, recordPart)
+	key, _ := parseRecordName(name)
+	if err := rec.check(key); err != nil {
+		return PartInfo{}, fmt.Errorf("%s: part of version %d: %w", g.Rank, w.v, err)
+	}
+	data, err := encodePart(rec)
+	if err != nil {
+		return PartInfo{}, err
+	}
+	if err := s.failpoint("part-objects-written"); err != nil {
+		return PartInfo{}, err
+	}
+	if err := s.be.SyncObjects(); err != nil {
+		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
+	}
+	if err := g.recs.PutGroupRecord(name, data); err != nil {
+		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
+	}
+	// The part is sealed from here on.
+	if err := s.failpoint("part-written"); err != nil {
+		return info, err
+	}
+	if err := g.recs.DeleteGroupRecord(recordName(g.Group, w.v, g.Rank.Rank, recordOpen)); err != nil {
+		s.log.Warn("writer group: open marker not removed (the part supersedes it)", "err", err)
+	}
+	g.mu.Lock()
+	delete(g.bases, w.v)
+	g.mu.Unlock()
+	w.finish(&manifest{Files: rec.Files})
+	return info, nil
+}
+
+// writerName names this process for people: "host pid N".
+func writerName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s pid %d", host, os.Getpid())
+}

@@ -1,0 +1,160 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// GroupRecords is the optional part of a Backend that holds a writer group's records
+// (group.go): small named files below groups/ in the store (docs/format.md Part I §9).
+// Names are slash-separated and relative to groups/: NAME/vNNNNNN/rank-R.part or .open.
+// A backend without it has no writer groups (OpenRank and PublishGroup say so).
+type GroupRecords interface {
+	// PutGroupRecord stores a record durably and atomically, replacing one of that name: a
+	// reader gets the old bytes or the new, never a mix.
+	PutGroupRecord(name string, data []byte) error
+	// GetGroupRecord returns a record's bytes (fs.ErrNotExist if there is none).
+	GetGroupRecord(name string) ([]byte, error)
+	// ListGroupRecords lists every record name, in no particular order. Names that are not
+	// records' (temporary files) may be listed too; callers parse them.
+	ListGroupRecords() ([]string, error)
+	// DeleteGroupRecord removes a record durably; a missing one is not an error.
+	DeleteGroupRecord(name string) error
+}
+
+// RemoteStat is the optional part of a Backend whose StatObject answers from what this
+// process knows (store/s3's writer: one listing and its own puts since): StatRemote asks
+// the storage itself, for an object another process put (a writer group's rank).
+type RemoteStat interface {
+	StatRemote(id ID) (int64, error)
+}
+
+// groupDir is the groups' directory in a local store.
+const groupDir = "groups"
+
+var _ GroupRecords = (*localBackend)(nil)
+
+func (b *localBackend) recordPath(name string) string {
+	return filepath.Join(b.root, groupDir, filepath.FromSlash(name))
+}
+
+// mkdirAllModes creates dir and its missing parents up to the store's root with the store's
+// directory mode.
+func (b *localBackend) mkdirAllModes(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != b.root && parent != dir {
+		if err := b.mkdirAllModes(parent); err != nil {
+			return err
+		}
+	}
+	if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(filepath.Dir(dir))
+}
+
+func (b *localBackend) PutGroupRecord(name string, data []byte) error {
+	p := b.recordPath(name)
+	var err error
+	// A publisher's clean-up may remove the emptied version directory between our mkdir
+	// and our write: make it again, a few times.
+	for range 3 {
+		if err = b.mkdirAllModes(filepath.Dir(p)); err != nil {
+			break
+		}
+		// The temporary file sits beside the record (no other process's clean-up of tmp/
+		// can take it away) and is not a record's name.
+		if err = writeFileSynced(p, filepath.Dir(p), data, b.modes.file); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write group record %s: %w", name, err)
+	}
+	return nil
+}
+
+func (b *localBackend) GetGroupRecord(name string) ([]byte, error) {
+	data, err := os.ReadFile(b.recordPath(name))
+	if err != nil {
+		return nil, fmt.Errorf("read group record %s: %w", name, err)
+	}
+	return data, nil
+}
+
+func (b *localBackend) ListGroupRecords() ([]string, error) {
+	var names []string
+	root := filepath.Join(b.root, groupDir)
+	groups, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list group records: %w", err)
+	}
+	for _, g := range groups {
+		if !g.IsDir() {
+			continue
+		}
+		versions, err := os.ReadDir(filepath.Join(root, g.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("list group records: %w", err)
+		}
+		for _, v := range versions {
+			if _, ok := parseManifestName(v.Name()); !ok || !v.IsDir() {
+				continue
+			}
+			files, err := os.ReadDir(filepath.Join(root, g.Name(), v.Name()))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("list group records: %w", err)
+			}
+			for _, f := range files {
+				if f.Type().IsRegular() {
+					names = append(names, g.Name()+"/"+v.Name()+"/"+f.Name())
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (b *localBackend) DeleteGroupRecord(name string) error {
+	p := b.recordPath(name)
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete group record %s: %w", name, err)
+	}
+	dir := filepath.Dir(p)
+	if err := syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	// An emptied version directory goes too (a rank may be creating a record in it: then
+	// the removal fails, harmlessly).
+	if os.Remove(dir) == nil {
+		syncDir(filepath.Dir(dir))
+	}
+	return nil
+}
+
+// rankBackend is the local backend of a rank (OpenRank): its temporary object files live
+// in groups/NAME/tmp/rank-R/, which only that rank cleans, so that the writer's clean-up of
+// tmp/ at its open cannot take away a file a rank is writing.
+type rankBackend struct {
+	*localBackend
+	tmpDir string
+}
+
+func (b *rankBackend) CreateTemp() (*os.File, error) { return createTempObject(b.tmpDir) }
+
+func (b *rankBackend) CleanTemp() error {
+	if err := os.RemoveAll(b.tmpDir); err != nil {
+		return fmt.Errorf("clean temporary files: %w", err)
+	}
+	return b.mkdirAllModes(b.tmpDir)
+}

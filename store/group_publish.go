@@ -1,0 +1,440 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The publisher's side of a writer group (group.go): collecting the parts, sealing them as
+// one version, and the records' clean-up.
+
+// groupRecords returns the store's backend as a holder of group records.
+func (s *Store) groupRecords() (GroupRecords, error) {
+	if s.group != nil {
+		return s.group.recs, nil
+	}
+	if gr, ok := s.backend.(GroupRecords); ok {
+		return gr, nil
+	}
+	return nil, fmt.Errorf("store %s: %w", s.root, ErrGroupUnsupported)
+}
+
+// listRecords lists the parsed records of group ("": every group).
+func listRecords(gr GroupRecords, group string) ([]recordKey, error) {
+	names, err := gr.ListGroupRecords()
+	if err != nil {
+		return nil, err
+	}
+	var keys []recordKey
+	for _, n := range names {
+		if k, ok := parseRecordName(n); ok && (group == "" || k.group == group) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// rankList is "rank 1" or "ranks 1, 3".
+func rankList(ranks []int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = fmt.Sprint(r)
+	}
+	if len(ranks) == 1 {
+		return "rank " + s[0]
+	}
+	return "ranks " + strings.Join(s, ", ")
+}
+
+// collectParts reads and checks the parts of version v of group, one per rank 0..ranks-1,
+// whose base must be latest.
+func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int, latest uint64) ([]*partRecord, error) {
+	keys, err := listRecords(gr, group)
+	if err != nil {
+		return nil, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
+	}
+	parts := make([]*partRecord, ranks)
+	open := map[int]bool{}
+	elsewhere := map[int][]uint64{} // rank -> other unpublished versions it has records of
+	for _, k := range keys {
+		switch {
+		case k.v != v:
+			if k.v > latest && k.rank < ranks {
+				elsewhere[k.rank] = append(elsewhere[k.rank], k.v)
+			}
+			continue
+		case k.rank >= ranks:
+			return nil, fmt.Errorf("publish version %d of group %s: rank %d has a %s record of it, but the group has %d ranks (0..%d): %w",
+				v, group, k.rank, k.kind, ranks, ranks-1, ErrGroupMismatch)
+		case k.kind == recordOpen:
+			open[k.rank] = true
+			continue
+		}
+		name := recordName(k.group, k.v, k.rank, k.kind)
+		data, err := gr.GetGroupRecord(name)
+		if err != nil {
+			return nil, fmt.Errorf("publish version %d of group %s: rank %d's part: %w", v, group, k.rank, err)
+		}
+		rec, err := decodePart(data, k)
+		if err != nil {
+			return nil, fmt.Errorf("publish version %d of group %s: rank %d's part record groups/%s: %w", v, group, k.rank, name, err)
+		}
+		if rec.Ranks != ranks {
+			return nil, fmt.Errorf("publish version %d of group %s: rank %d wrote its part for a group of %d ranks, the publisher's has %d: %w",
+				v, group, k.rank, rec.Ranks, ranks, ErrGroupMismatch)
+		}
+		if rec.Base != latest {
+			return nil, fmt.Errorf("publish version %d of group %s: rank %d diffed its files against version %d, but the latest version is %d: rank %d must write its part again: %w",
+				v, group, k.rank, rec.Base, latest, k.rank, ErrGroupMismatch)
+		}
+		parts[k.rank] = rec
+	}
+	var missing, other []int
+	var why []string
+	for r, p := range parts {
+		if p != nil {
+			continue
+		}
+		if vs := elsewhere[r]; len(vs) > 0 && !open[r] {
+			slices.Sort(vs)
+			other = append(other, r)
+			why = append(why, fmt.Sprintf("rank %d wrote version %d", r, vs[0]))
+			continue
+		}
+		missing = append(missing, r)
+		if open[r] {
+			why = append(why, fmt.Sprintf("rank %d is writing", r))
+		}
+	}
+	if len(other) > 0 {
+		return nil, fmt.Errorf("publish version %d of group %s: %s sealed no part of it (%s): %w",
+			v, group, rankList(other), strings.Join(why, "; "), ErrGroupMismatch)
+	}
+	if len(missing) > 0 {
+		detail := ""
+		if len(why) > 0 {
+			detail = " (" + strings.Join(why, "; ") + ")"
+		}
+		return nil, fmt.Errorf("publish version %d of group %s: %s of %d sealed no part yet%s: %w",
+			v, group, rankList(missing), ranks, detail, ErrGroupIncomplete)
+	}
+	return parts, nil
+}
+
+// PublishGroup seals version v of writer group group (of ranks ranks) from its ranks'
+// parts, as one manifest written by the store's writer (group.go): the version appears
+// whole or not at all. It refuses, publishing nothing, a version with a rank's part
+// missing (ErrGroupIncomplete), ranks that disagree on the version, on W or on the base
+// (ErrGroupMismatch), a path two ranks wrote (ErrGroupConflict), a damaged part or one
+// naming an object that is not stored (ErrCorrupt); each error names the ranks. Once the
+// version is sealed, the group's records of it and of every older version are deleted.
+func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, error) {
+	if err := s.checkOpen(); err != nil {
+		return VersionInfo{}, err
+	}
+	if s.readOnly || s.group != nil {
+		return VersionInfo{}, fmt.Errorf("publish version %d of group %s: only the store's writer publishes: %w", v, group, ErrGroupRank)
+	}
+	if err := (Rank{Group: group, Ranks: ranks}).check(); err != nil {
+		return VersionInfo{}, fmt.Errorf("publish version %d: %w", v, err)
+	}
+	if err := checkVersionNumber(v); err != nil {
+		return VersionInfo{}, fmt.Errorf("publish: %w", err)
+	}
+	gr, err := s.groupRecords()
+	if err != nil {
+		return VersionInfo{}, err
+	}
+	if err := s.checkAbove(v); err != nil {
+		return VersionInfo{}, fmt.Errorf("publish group %s: %w", group, err)
+	}
+	latest, _ := s.Latest()
+	parts, err := s.collectParts(gr, group, v, ranks, latest)
+	if err != nil {
+		return VersionInfo{}, err
+	}
+	w, err := s.NewVersion(v)
+	if err != nil {
+		return VersionInfo{}, fmt.Errorf("publish group %s: %w", group, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			w.Abort()
+		}
+	}()
+	if err := w.takeParts(group, parts); err != nil {
+		return VersionInfo{}, err
+	}
+	info, err := w.Seal()
+	if err != nil {
+		if errors.Is(err, errInjected) {
+			ok = true // as if the process died here: nothing runs after
+		}
+		return VersionInfo{}, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
+	}
+	ok = true
+	s.cleanGroupRecords(gr, group, v)
+	s.log.Info("writer group: version published", "group", group, "version", v, "ranks", ranks)
+	return info, nil
+}
+
+// takeParts fills the publisher's Writer with the parts' files, directories and created
+// objects, refusing a path of two ranks and an object that is not stored.
+func (w *Writer) takeParts(group string, parts []*partRecord) error {
+	owner := map[string]int{}    // file path -> rank
+	dirOwner := map[string]int{} // directory path -> rank
+	w.mu.Lock()
+	for _, p := range parts {
+		for i := range p.Files {
+			f := &p.Files[i]
+			if r, ok := owner[f.Path]; ok {
+				w.mu.Unlock()
+				return fmt.Errorf("publish version %d of group %s: file %s is written by rank %d and by rank %d: %w", w.v, group, f.Path, r, p.Rank, ErrGroupConflict)
+			}
+			owner[f.Path] = p.Rank
+			w.files[f.Path] = f
+		}
+		for _, d := range p.Dirs {
+			if mode, ok := w.dirs[d.Path]; ok && mode != d.Mode {
+				w.mu.Unlock()
+				return fmt.Errorf("publish version %d of group %s: directory %s has mode %o in rank %d's part and %o in rank %d's: %w",
+					w.v, group, d.Path, mode, dirOwner[d.Path], d.Mode, p.Rank, ErrGroupConflict)
+			}
+			if _, ok := dirOwner[d.Path]; !ok {
+				dirOwner[d.Path] = p.Rank
+			}
+			w.dirs[d.Path] = d.Mode
+		}
+		for _, o := range p.Objects {
+			w.created[o.ID] = o.Size
+		}
+	}
+	w.mu.Unlock()
+	for d, rd := range dirOwner {
+		if rf, ok := owner[d]; ok {
+			return fmt.Errorf("publish version %d of group %s: %s is a file of rank %d and a directory of rank %d: %w", w.v, group, d, rf, rd, ErrGroupConflict)
+		}
+	}
+	// Every object a part names must be stored (held first: a sweep spares what is held).
+	for _, p := range parts {
+		refs := map[ID]bool{}
+		(&manifest{Files: p.Files}).roots(refs)
+		for id := range refs {
+			w.hold(id)
+			if !w.s.exists(id) && !w.s.existsElsewhere(id) {
+				return fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt)
+			}
+		}
+	}
+	return nil
+}
+
+// existsElsewhere asks the backend itself whether object id is stored, where its StatObject
+// answers from what this process knows (RemoteStat): a rank in another process put it.
+func (s *Store) existsElsewhere(id ID) bool {
+	rs, ok := s.backend.(RemoteStat)
+	if !ok {
+		return false
+	}
+	_, err := rs.StatRemote(id)
+	return err == nil
+}
+
+// PublishGroupWait is PublishGroup, tried again every poll while some rank's part is
+// missing, until ctx ends (its error then wraps the last ErrGroupIncomplete, naming the
+// ranks still missing). Every other refusal returns at once.
+func (s *Store) PublishGroupWait(ctx context.Context, group string, v uint64, ranks int, poll time.Duration) (VersionInfo, error) {
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for {
+		info, err := s.PublishGroup(group, v, ranks)
+		if !errors.Is(err, ErrGroupIncomplete) {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return VersionInfo{}, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// PublishReady publishes, in order, every version of group whose ranks have all sealed their
+// parts, and stops at the first that lacks one (a publisher's daemon calls it as it polls). It
+// returns what it published; an error other than a missing part (a refusal naming ranks)
+// ends it.
+func (s *Store) PublishReady(group string, ranks int) ([]VersionInfo, error) {
+	gr, err := s.groupRecords()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := listRecords(gr, group)
+	if err != nil {
+		return nil, fmt.Errorf("publish group %s: %w", group, err)
+	}
+	top, _ := s.highest()
+	var pending []uint64
+	for _, k := range keys {
+		if k.v > top && k.kind == recordPart {
+			pending = append(pending, k.v)
+		}
+	}
+	slices.Sort(pending)
+	var out []VersionInfo
+	for _, v := range slices.Compact(pending) {
+		info, err := s.PublishGroup(group, v, ranks)
+		if errors.Is(err, ErrGroupIncomplete) {
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// AbortGroupVersion deletes every record of version v of group: its parts and open markers.
+// The objects only they named go at the next sweep (gc). A rank still writing v fails at its
+// SealPart only if it sealed before the abort; use it for a version that will not complete.
+func (s *Store) AbortGroupVersion(group string, v uint64) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if s.readOnly || s.group != nil {
+		return fmt.Errorf("abort version %d of group %s: only the store's writer aborts: %w", v, group, ErrGroupRank)
+	}
+	gr, err := s.groupRecords()
+	if err != nil {
+		return err
+	}
+	keys, err := listRecords(gr, group)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.v == v {
+			if err := gr.DeleteGroupRecord(recordName(k.group, k.v, k.rank, k.kind)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cleanGroupRecords deletes the records of group ("": every group) of versions up to v:
+// they can never be published (a version is never sealed twice, nor below the latest).
+// Failures are logged: a record left is cleaned by the next publish or sweep.
+func (s *Store) cleanGroupRecords(gr GroupRecords, group string, v uint64) {
+	keys, err := listRecords(gr, group)
+	if err != nil {
+		s.log.Warn("writer group: records not cleaned", "err", err)
+		return
+	}
+	n := 0
+	for _, k := range keys {
+		if k.v > v {
+			continue
+		}
+		if err := gr.DeleteGroupRecord(recordName(k.group, k.v, k.rank, k.kind)); err != nil {
+			s.log.Warn("writer group: record not deleted", "err", err)
+			continue
+		}
+		n++
+	}
+	if n > 0 {
+		s.log.Debug("writer group: records of past versions deleted", "group", group, "upto", v, "records", n)
+	}
+}
+
+// cleanStaleGroupRecords deletes the writer groups' records that can never be published
+// (of versions up to the highest taken): the writer's sweep calls it.
+func (s *Store) cleanStaleGroupRecords() {
+	if gr, err := s.groupRecords(); err == nil {
+		top, _ := s.highest()
+		s.cleanGroupRecords(gr, "", top)
+	}
+}
+
+// groupPendingError is a sweep's reason to delete nothing: a rank is writing objects no
+// record names yet, or a part record cannot be read. It counts as errUnreadableManifests
+// (what the store needs is unknown), which every sweep's caller logs and passes over.
+type groupPendingError struct{ msg string }
+
+func (e *groupPendingError) Error() string        { return e.msg }
+func (e *groupPendingError) Is(target error) bool { return target == errUnreadableManifests }
+
+// groupRoots adds to roots the objects named by the parts that may still be published
+// (versions above every version taken, diffed against the latest). writing (empty: none)
+// says that a rank is writing (an open marker without its part): objects nothing names yet
+// may be its. A groupPendingError says that a part cannot be read. A store without group
+// records has none.
+func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
+	gr, err := s.groupRecords()
+	if err != nil {
+		return "", nil
+	}
+	top, _ := s.highest()
+	latest, _ := s.Latest()
+	keys, err := listRecords(gr, "")
+	if err != nil {
+		return "", &groupPendingError{fmt.Sprintf("writer group records cannot be listed: %v", err)}
+	}
+	parts := map[recordKey]bool{}
+	for _, k := range keys {
+		if k.kind == recordPart {
+			parts[recordKey{k.group, k.v, k.rank, recordOpen}] = true
+		}
+	}
+	for _, k := range keys {
+		if k.v <= top {
+			continue // cannot be published: the next publish or sweep deletes it
+		}
+		name := recordName(k.group, k.v, k.rank, k.kind)
+		if k.kind == recordOpen {
+			if !parts[k] && writing == "" {
+				writing = fmt.Sprintf("rank %d of writer group %s is writing version %d (groups/%s): its objects are not named yet", k.rank, k.group, k.v, name)
+			}
+			continue
+		}
+		data, err := gr.GetGroupRecord(name)
+		if err != nil {
+			return "", &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v", name, err)}
+		}
+		rec, err := decodePart(data, k)
+		if err != nil {
+			return "", &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v (delete it with AbortGroupVersion)", name, err)}
+		}
+		if rec.Base != latest {
+			continue // diffed against an older version: it cannot be published
+		}
+		(&manifest{Files: rec.Files}).roots(roots)
+	}
+	return writing, nil
+}
+
+// droppedObjects is every object the versions drop need, through delta bases: what a gc
+// may delete while a writer group's rank writes objects that nothing names yet (those are
+// new, so never among these; one the rank found stored and named instead is caught by the
+// publisher's check that every object of a part is stored). nil if any cannot be read.
+func (s *Store) droppedObjects(drop []VersionInfo) map[ID]bool {
+	roots := map[ID]bool{}
+	for _, info := range drop {
+		ver, err := s.loadVersion(info.Number)
+		if err != nil {
+			return nil
+		}
+		ver.m.roots(roots)
+	}
+	objs, err := s.liveSetWhole(roots, nil)
+	if err != nil {
+		return nil
+	}
+	return objs
+}
