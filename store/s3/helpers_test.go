@@ -2,12 +2,10 @@ package s3
 
 import (
 	"bytes"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/internal/testfiles"
 	"github.com/weightfs/weightfs/store"
 )
 
@@ -39,52 +37,13 @@ func safetensorsFile(t testing.TB, tensors ...testTensor) []byte {
 	return out
 }
 
-func randomBytes(rng *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	return b
-}
-
-// bf16Like returns n bf16 elements with realistic exponents (compressible high bytes).
-func bf16Like(rng *rand.Rand, n int) []byte {
-	b := make([]byte, 2*n)
-	for i := 0; i < n; i++ {
-		b[2*i] = byte(rng.Uint32())
-		b[2*i+1] = byte(0x3c + rng.IntN(3))
-		if rng.IntN(2) == 0 {
-			b[2*i+1] |= 0x80
-		}
-	}
-	return b
-}
-
-// perturb returns a copy of b with about frac of its width-byte elements changed by one ULP
-// of the low byte.
-func perturb(rng *rand.Rand, b []byte, width int, frac float64) []byte {
-	out := append([]byte(nil), b...)
-	for i := 0; i < len(b)/width; i++ {
-		if rng.Float64() < frac {
-			out[i*width]++
-		}
-	}
-	return out
-}
-
-func writeTree(t testing.TB, dir string, files map[string][]byte) string {
-	t.Helper()
-	for name, b := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
+// The bytes tests commit (internal/testfiles, shared with the other store package's tests).
+var (
+	randomBytes = testfiles.RandomBytes
+	bf16Like    = testfiles.BF16Like
+	perturb     = testfiles.Perturb
+	writeTree   = testfiles.WriteTree
+)
 
 func commitTree(t testing.TB, s *store.Store, v uint64, files map[string][]byte) (store.VersionInfo, string) {
 	t.Helper()
