@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -85,21 +83,10 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 	if err := r.check(); err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
-	format, err := os.ReadFile(filepath.Join(path, formatFileName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
-	}
+	modes, err := localFormat(path)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, err
 	}
-	if err := checkFormatFile(format); err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
-	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
-	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
-	modes := modesFor(formatInfo.Mode())
 	local := newLocalBackend(path, modes)
 	groupRoot := filepath.Join(path, groupDir, r.Group)
 	if err := local.mkdirAllModes(groupRoot); err != nil {

@@ -140,24 +140,33 @@ func (s *Store) failpoint(point string) error {
 	return nil
 }
 
-// Open opens the store in the local directory path. (A STORE argument, which may also name
-// a store in S3, is opened by package store/location.)
-func Open(path string, opts Options) (*Store, error) {
+// localFormat checks the format file of the local store at path and returns the modes its
+// files are made with (private, or shared with the group: perm.go).
+func localFormat(path string) (storeModes, error) {
 	format, err := os.ReadFile(filepath.Join(path, formatFileName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
+		return storeModes{}, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return storeModes{}, fmt.Errorf("open store %s: %w", path, err)
 	}
 	if err := checkFormatFile(format); err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return storeModes{}, fmt.Errorf("open store %s: %w", path, err)
 	}
 	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return storeModes{}, fmt.Errorf("open store %s: %w", path, err)
 	}
-	modes := modesFor(formatInfo.Mode())
+	return modesFor(formatInfo.Mode()), nil
+}
+
+// Open opens the store in the local directory path. (A STORE argument, which may also name
+// a store in S3, is opened by package store/location.)
+func Open(path string, opts Options) (*Store, error) {
+	modes, err := localFormat(path)
+	if err != nil {
+		return nil, err
+	}
 	o := Opening{Root: path, NewBackend: func(string) (Backend, error) { return newLocalBackend(path, modes), nil }}
 	if !opts.ReadOnly {
 		lock, err := acquireWriterLock(filepath.Join(path, "lock"), modes.file)
