@@ -146,3 +146,36 @@ func TestReaderDamagedCopyDuringForward(t *testing.T) {
 	fx.check(t, "version 2 after the rebuild", 2)
 	fx.check(t, "version 1 after the rebuild", 1)
 }
+
+// TestReaderForwardStopsMidway: an update of the reader's copy that stops between two patches
+// (an injected crash) ends the check beside the patches too (Refresh returns), serves the new
+// version from the objects, exactly, and the next Refresh rebuilds the copy at it.
+func TestReaderForwardStopsMidway(t *testing.T) {
+	fx := newRefreshFixture(t)
+	r := fx.r
+	r.hook = func(point string) error {
+		if point == "materialize-partial" {
+			return errInjected
+		}
+		return nil
+	}
+	if err := r.Refresh(); !errors.Is(err, errInjected) {
+		t.Fatalf("Refresh with the update stopped midway: %v, want the injected error", err)
+	}
+	r.hook = nil
+	if v := r.mat.view(); v != nil {
+		v.release()
+		t.Fatalf("the copy is served after an update that stopped midway")
+	}
+	fx.check(t, "version 2 with no copy", 2)
+	fx.check(t, "version 1 with no copy", 1)
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	v := r.mat.view()
+	if v == nil || v.ver.m.Version != 2 {
+		t.Fatalf("the next Refresh did not rebuild the copy at version 2")
+	}
+	v.release()
+	fx.check(t, "version 2 after the rebuild", 2)
+}
