@@ -147,7 +147,7 @@ func (s *Store) Refresh() error {
 	// A reader that keeps a copy brings it to the new latest version before it publishes the
 	// new list: a new version is seen only once its reads are preads of a checked copy, and
 	// until then the previous list (and the previous latest) is served as before, never a
-	// copy half way between the two (docs/design.md, "Readers").
+	// copy half way between the two (docs/design.md, "The materialized latest version").
 	var target *version
 	if top, ok := l.top(); ok {
 		if target, err = s.loadVersion(top); err != nil {
