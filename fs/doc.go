@@ -40,7 +40,9 @@
 //
 // The root is dynamic: it is computed from the store's version list and the open trees on every
 // lookup and listing. Negative lookups are not cached, so a version sealed by another process
-// appears on a read-only mount as soon as its poller has called Store.Refresh.
+// appears on a read-only mount as soon as its poller has called Store.Refresh (which, for a
+// store that keeps a materialized copy, returns the new version only once the copy holds it,
+// so that its first reads are reads of the copy; the previous version is served meanwhile).
 //
 // Staging files live in STAGING/mount-PID-*/tree-N/fN, where STAGING is Options.StagingDir, or
 // the store's staging directory (STORE/cache/staging for a local store). A read-write mount

@@ -23,7 +23,8 @@
 // number of processes read it (ReadOnly: no lock, nothing in the store is written but a
 // reader's pin, STORE/pins/*.json, which keeps its version from gc: pin.go), each with its
 // own cache directory; they see versions
-// sealed after their Open once they call Refresh. gc runs in the writer's process, by hand
+// sealed after their Open once they call Refresh (one that keeps a materialized copy, once
+// Refresh has also brought the copy to the new version: versionlist.go). gc runs in the writer's process, by hand
 // (GC, GCWith) or after every seal (Options.Retention, retention.go), beside open Writers. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.
 //

@@ -157,6 +157,28 @@ func locsOf(ver *version) map[ID]matLoc {
 func (m *materialized) ensure() error {
 	m.ensureMu.Lock()
 	defer m.ensureMu.Unlock()
+	return m.ensureLatestLocked()
+}
+
+// ensureThen brings the copy to target and then calls publish, both under ensureMu, so that
+// no other ensure runs between them: it would take the latest version published so far,
+// older than target, for its own target and take the copy back. A copy that cannot be
+// brought to target is dropped and logged as by ensure, and publish is called all the same.
+// With target nil it publishes first and then does what ensure does.
+func (m *materialized) ensureThen(target *version, publish func()) error {
+	m.ensureMu.Lock()
+	defer m.ensureMu.Unlock()
+	if target == nil {
+		publish()
+		return m.ensureLatestLocked()
+	}
+	err := m.ensureTarget(target)
+	publish()
+	return err
+}
+
+// ensureLatestLocked is ensure for a caller that holds ensureMu.
+func (m *materialized) ensureLatestLocked() error {
 	target, err := m.s.latestVersion()
 	target = m.s.scoped(target) // a rank's copy holds its own files (group.go)
 	if err != nil {
@@ -164,7 +186,13 @@ func (m *materialized) ensure() error {
 		m.s.log.Warn("materialized copy: the latest version cannot be read; reads replay from the objects", "err", err)
 		return nil
 	}
-	err = m.ensureLocked(target)
+	return m.ensureTarget(target)
+}
+
+// ensureTarget brings the copy to target (nil: nothing to do), dropping and logging a copy
+// that cannot be had; the caller holds ensureMu.
+func (m *materialized) ensureTarget(target *version) error {
+	err := m.ensureLocked(target)
 	if err == nil || errors.Is(err, errInjected) {
 		return err
 	}

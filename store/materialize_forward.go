@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -64,7 +65,21 @@ func (m *materialized) forward(cur, target *version) error {
 	// Readers let go of the copy and replay until it holds target: the update runs without
 	// keeping anyone waiting (ensureMu keeps other updates out).
 	m.drop()
-	err := m.apply(cur, target, patches, rewrites)
+	// The files patched in place are checked as the patches go (materialize_check.go), in
+	// order of path and offset.
+	slices.SortFunc(patches, func(a, b inPlace) int {
+		return cmp.Or(strings.Compare(a.path, b.path), cmp.Compare(a.off, b.off))
+	})
+	chk := newPatchCheck(patches)
+	checked := make(chan error, 1)
+	go func() { checked <- chk.run(m, target) }()
+	err := m.apply(cur, target, patches, rewrites, chk)
+	if err != nil {
+		chk.stop()
+	}
+	if cerr := <-checked; err == nil && cerr != nil {
+		err = cerr
+	}
 	var sums map[string]*fileSums
 	if err == nil {
 		// A file patched in place is made of target's objects (each changed tensor by its
@@ -89,7 +104,8 @@ func (m *materialized) forward(cur, target *version) error {
 }
 
 // apply changes the files of the copy from cur to target. Nobody reads the copy meanwhile.
-func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites map[string]string) error {
+// chk is told of each patch written.
+func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites map[string]string, chk *patchCheck) error {
 	var bufs patchBufs
 	for i, p := range patches {
 		if i == len(patches)/2 {
@@ -100,6 +116,7 @@ func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites m
 		if err := m.patch(p, &bufs); err != nil {
 			return err
 		}
+		chk.done(i, target.files[p.path].Size)
 	}
 	for p, tmp := range rewrites {
 		if err := os.Rename(tmp, filepath.Join(m.dir, filepath.FromSlash(p))); err != nil {

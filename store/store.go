@@ -81,6 +81,8 @@ type Store struct {
 	maxChain      int
 	stats         storeStats // what it did since Open, for metrics (stats.go)
 
+	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
+
 	mu       sync.RWMutex
 	closed   bool
 	versions []VersionInfo // sealed versions, ascending; Anchor is filled on the way out

@@ -14,14 +14,39 @@ import (
 // cannot be read is logged and skipped (noteDamaged); it is reported by Verify, by any read
 // of that version, and moved aside by Repair.
 func (s *Store) loadVersions() error {
-	numbers, err := s.be.ListManifests()
+	l, err := s.scanVersions()
 	if err != nil {
 		return err
+	}
+	s.publishVersions(l)
+	return nil
+}
+
+// versionScan is a list of sealed versions read from the store and not yet published.
+type versionScan struct {
+	infos   []VersionInfo
+	present map[uint64]bool // every manifest listed, readable or not
+}
+
+// top is the newest version of the scan; ok is false when it has none.
+func (l versionScan) top() (uint64, bool) {
+	if len(l.infos) == 0 {
+		return 0, false
+	}
+	return l.infos[len(l.infos)-1].Number, true
+}
+
+// scanVersions is loadVersions up to the point where the list is published: the index's
+// summaries are updated, and the newest version's manifest is loaded (it is readable).
+func (s *Store) scanVersions() (versionScan, error) {
+	numbers, err := s.be.ListManifests()
+	if err != nil {
+		return versionScan{}, err
 	}
 	if q, ok := s.be.(quarantiner); ok {
 		quarantined, err := q.listQuarantined()
 		if err != nil {
-			return err
+			return versionScan{}, err
 		}
 		s.mu.Lock()
 		s.quarantineTop = 0
@@ -32,7 +57,7 @@ func (s *Store) loadVersions() error {
 	}
 	cached, err := s.ix.versions()
 	if err != nil {
-		return fmt.Errorf("read index: %w", err)
+		return versionScan{}, fmt.Errorf("read index: %w", err)
 	}
 	var add []VersionInfo
 	infos := make([]VersionInfo, 0, len(numbers))
@@ -65,7 +90,7 @@ func (s *Store) loadVersions() error {
 		if _, err := s.loadVersion(v); err == nil {
 			break
 		} else if s.damagedError(v) == nil {
-			return err
+			return versionScan{}, err
 		}
 		infos = infos[:len(infos)-1]
 	}
@@ -77,34 +102,63 @@ func (s *Store) loadVersions() error {
 		}
 	}
 	if err := s.ix.updateVersions(add, del); err != nil {
-		return fmt.Errorf("update index: %w", err)
+		return versionScan{}, fmt.Errorf("update index: %w", err)
 	}
+	return versionScan{infos: infos, present: present}, nil
+}
+
+// publishVersions makes a scan the store's list of versions: what Latest, Versions and every
+// read by version number see from now on. A version found damaged since the scan stays off.
+func (s *Store) publishVersions(l versionScan) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for v := range s.damaged {
-		if !present[v] {
+		if !l.present[v] {
 			delete(s.damaged, v) // quarantined or dropped since
 		}
 	}
+	infos := l.infos
+	if len(s.damaged) > 0 {
+		infos = slices.DeleteFunc(slices.Clone(infos), func(info VersionInfo) bool { return s.damaged[info.Number] != nil })
+	}
 	s.versions = infos
-	s.mu.Unlock()
-	return nil
 }
 
 // Refresh picks up versions sealed (or dropped by gc) by another process since the last call,
-// and brings the materialized copy forward if this store keeps one.
+// and brings the materialized copy forward if this store keeps one: a read-only store that
+// keeps one shows a new latest version only once the copy holds it (or could not be made to,
+// which is logged: reads of it then replay from the objects).
 func (s *Store) Refresh() error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
 	before := s.sealedNumbers()
-	if err := s.loadVersions(); err != nil {
+	l, err := s.scanVersions()
+	if err != nil {
 		return err
 	}
-	s.noteSeen(before)
-	if s.readOnly && s.opts.Materialize {
-		return s.mat.ensure()
+	if !s.readOnly || !s.opts.Materialize {
+		s.publishVersions(l)
+		s.noteSeen(before)
+		return nil
 	}
-	return nil
+	// A reader that keeps a copy brings it to the new latest version before it publishes the
+	// new list: a new version is seen only once its reads are preads of a checked copy, and
+	// until then the previous list (and the previous latest) is served as before, never a
+	// copy half way between the two (docs/design.md, "The materialized latest version").
+	var target *version
+	if top, ok := l.top(); ok {
+		if target, err = s.loadVersion(top); err != nil {
+			// Taken off the list since the scan (damaged): publish, and let ensure pick the
+			// newest readable version as before.
+			target = nil
+		}
+	}
+	err = s.mat.ensureThen(target, func() { s.publishVersions(l) })
+	s.noteSeen(before)
+	return err
 }
 
 // Versions lists sealed versions in ascending order.
