@@ -216,6 +216,12 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 	if err := s.checkAbove(v); err != nil {
 		return nil, fmt.Errorf("%s: %w", g.Rank, err)
 	}
+	// A refused number is not written again: the rank learns it now, not after its part.
+	if ref, err := readRefusal(g.recs, g.Group, v); err != nil {
+		return nil, fmt.Errorf("%s: new part of version %d: %w", g.Rank, v, err)
+	} else if ref != nil {
+		return nil, fmt.Errorf("%s: %w", g.Rank, ref.err())
+	}
 	base, _ := s.Latest()
 	marker, err := encodePart(&partRecord{Group: g.Group, Version: v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base,
 		Writer: writerName(), Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}})
@@ -332,6 +338,44 @@ func (s *Store) WaitVersion(ctx context.Context, v uint64, poll time.Duration) e
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for version %d: %w", v, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// WaitPublished waits, refreshing the list of versions every poll, until this rank's group
+// has published version v (a rank waits so once it sealed its part: DONE's close returns
+// then), and returns it. It fails with ErrGroupRefused (the publisher's reason, naming the
+// ranks) if the publisher refused v, with ErrGroupMismatch if a version above v appeared
+// instead, and when ctx ends with ctx's error and what the version's records say (which
+// ranks sealed, which are writing, which have not begun).
+func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration) (VersionInfo, error) {
+	g := s.group
+	if g == nil {
+		return VersionInfo{}, fmt.Errorf("wait for version %d: this store is not open as a rank: %w", v, ErrGroupRank)
+	}
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for {
+		if err := s.Refresh(); err != nil {
+			return VersionInfo{}, err
+		}
+		for _, info := range s.Versions() {
+			if info.Number == v {
+				return info, nil
+			}
+		}
+		if latest, ok := s.Latest(); ok && latest > v {
+			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.Rank, v, latest, ErrGroupMismatch)
+		}
+		// An unreadable refusal is asked again at the next poll (S3 may be away).
+		if ref, err := readRefusal(g.recs, g.Group, v); err == nil && ref != nil {
+			return VersionInfo{}, fmt.Errorf("%s: %w", g.Rank, ref.err())
+		}
+		select {
+		case <-ctx.Done():
+			return VersionInfo{}, fmt.Errorf("%s: version %d not published yet (%s): %w", g.Rank, v, partsState(g.recs, g.Group, v, g.Ranks), ctx.Err())
 		case <-time.After(poll):
 		}
 	}

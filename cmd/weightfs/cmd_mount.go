@@ -148,7 +148,7 @@ func cmdMount(e *env, args []string) error {
 	defer signal.Stop(sigs)
 	vs := wfs.FromStore(st)
 	if gf.name != "" {
-		vs = wfs.FromRank(st)
+		vs = wfs.FromRank(st, gf.wait)
 	}
 	srv, err := wfs.MountVersionStore(vs, pos[1], mopts)
 	if err != nil {
