@@ -93,6 +93,7 @@ func cmdMount(e *env, args []string) error {
 		return err
 	}
 	sopts.Observer = mx.storeObserver()
+	sopts.Failpoint = failpointFromEnv(e.log)
 	if sopts.FileCopyBytes, err = fileCopyBytes(mf.fileCopies); err != nil {
 		return err
 	}
