@@ -256,3 +256,222 @@ func manifestWithoutClock(t *testing.T, p string) []byte {
 	out, _ := json.Marshal(m)
 	return out
 }
+
+// localRankGroup is a rankGroup of W ranks on a new local store, every daemon started, with
+// n checkpoints generated, and a read-only daemon.
+func localRankGroup(t *testing.T, ranks, n int, env ...string) (*rankGroup, string) {
+	skipWithoutFUSE(t)
+	storeDir := filepath.Join(t.TempDir(), "store")
+	initStore(t, storeDir)
+	g := newRankGroup(t, storeDir, ranks)
+	copy(g.env, env)
+	g.gen(300_000, n)
+	for r := range ranks {
+		g.start(r)
+	}
+	reader := filepath.Join(g.dir, "reader")
+	os.Mkdir(reader, 0o755)
+	startMount(t, storeDir, reader, "--read-only", "--poll", "50ms")
+	return g, reader
+}
+
+// storeVersions lists the versions sealed in a local store (its manifests' names).
+func storeVersions(t *testing.T, storeDir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(storeDir, "versions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestGroupMountRefusals: a version the publisher refuses fails every rank's DONE close
+// with ECANCELED, and the logs name the ranks and the reason: two ranks that wrote one file,
+// and ranks that sealed different version numbers. A refusal record is left, the version
+// never appears, a second close fails at once, and the group goes on with a higher number.
+func TestGroupMountRefusals(t *testing.T) {
+	g, reader := localRankGroup(t, 2, 2)
+	shard2 := "model-00002-of-00002.safetensors"
+
+	// Version 1: rank 0 also writes rank 1's shard.
+	g.write(0, 1, 1, shard2)
+	g.write(1, 1, 1)
+	for r, err := range g.seal(1, 0, 1) {
+		if !errors.Is(err, syscall.ECANCELED) {
+			t.Fatalf("rank %d: DONE of version 1 with a file of two ranks: %v, want ECANCELED", r, err)
+		}
+	}
+	why := "file " + shard2 + " is written by rank 0 and by rank 1"
+	g.waitLog(0, why, "version refused")
+	g.waitLog(1, why)
+	if _, err := os.Stat(filepath.Join(g.store, "groups", "g", "v000001", "refused")); err != nil {
+		t.Fatalf("no refusal record: %v", err)
+	}
+	if err := closeDone(g.mnts[1], 1); !errors.Is(err, syscall.ECANCELED) {
+		t.Fatalf("DONE of refused version 1 again: %v, want ECANCELED", err)
+	}
+	for _, mnt := range g.mnts {
+		if err := os.RemoveAll(versionDir(mnt, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Rank 0 writes version 2, rank 1 version 3.
+	g.write(0, 2, 1)
+	g.write(1, 3, 1)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, v := range []int{2, 3} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = closeDone(g.mnts[r], v) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, syscall.ECANCELED) {
+			t.Fatalf("rank %d: DONE of a version the other rank did not write: %v, want ECANCELED", r, err)
+		}
+	}
+	g.waitLog(0, "sealed no part of it (rank ")
+	os.RemoveAll(versionDir(g.mnts[0], 2))
+	os.RemoveAll(versionDir(g.mnts[1], 3))
+	if vs := storeVersions(t, g.store); len(vs) != 0 {
+		t.Fatalf("refused versions appeared: %v", vs)
+	}
+
+	// Then both write version 4 (checkpoint 2): it is published.
+	for r := range g.ranks {
+		g.write(r, 4, 2)
+	}
+	for r, err := range g.seal(4, 0, 1) {
+		if err != nil {
+			t.Fatalf("rank %d: DONE of version 4: %v", r, err)
+		}
+	}
+	waitVersion(t, reader, 4, g.want[2])
+	if vs := storeVersions(t, g.store); !reflect.DeepEqual(vs, []string{"v000004"}) {
+		t.Fatalf("versions %v, want only v000004", vs)
+	}
+	if left, _ := os.ReadDir(filepath.Join(g.store, "groups", "g")); len(left) != 0 {
+		var names []string
+		for _, e := range left {
+			if strings.HasPrefix(e.Name(), "v") {
+				names = append(names, e.Name())
+			}
+		}
+		if len(names) != 0 {
+			t.Fatalf("records of past versions left: %v", names)
+		}
+	}
+	verifyStore(t, g.store)
+}
+
+// TestGroupMountRankKilled: a rank killed (SIGKILL) mid-version keeps the version from
+// appearing while the other rank's part waits; restarted, it writes its files again, and
+// the version is published: both closes return and a reader reads it bit-identically.
+func TestGroupMountRankKilled(t *testing.T) {
+	g, reader := localRankGroup(t, 2, 2)
+	for r := range g.ranks {
+		g.write(r, 1, 1)
+	}
+	for r, err := range g.seal(1, 0, 1) {
+		if err != nil {
+			t.Fatalf("rank %d: DONE of version 1: %v", r, err)
+		}
+	}
+	waitVersion(t, reader, 1, g.want[1])
+
+	g.write(1, 2, 2)
+	g.daemons[1].kill9()
+	g.write(0, 2, 2)
+	done := make(chan error, 1)
+	go func() { done <- closeDone(g.mnts[0], 2) }()
+	part := filepath.Join(g.store, "groups", "g", "v000002", "rank-0.part")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(part); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 0 never sealed its part of version 2")
+		}
+	}
+	if vs := storeVersions(t, g.store); !reflect.DeepEqual(vs, []string{"v000001"}) {
+		t.Fatalf("with rank 1 dead: versions %v", vs)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("rank 0's DONE returned with rank 1 dead: %v", err)
+	default:
+	}
+	g.start(1)
+	g.write(1, 2, 2)
+	if err := closeDone(g.mnts[1], 2); err != nil {
+		t.Fatalf("restarted rank 1: DONE of version 2: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 0: DONE of version 2: %v", err)
+	}
+	waitVersion(t, reader, 2, g.want[2])
+	verifyStore(t, g.store)
+}
+
+// TestGroupMountPublisherKilled: the publisher (rank 0's daemon) killed by
+// WEIGHTFS_FAILPOINT during its seal of version 1, before the manifest is written and
+// after: the version is absent or whole, never part; restarted, the publisher publishes
+// it (when absent), rank 1's close returns, and the group goes on to version 2.
+func TestGroupMountPublisherKilled(t *testing.T) {
+	for _, c := range []struct {
+		point   string
+		present bool
+	}{{"seal-objects-synced", false}, {"seal-manifest-written", true}} {
+		t.Run(c.point, func(t *testing.T) {
+			g, reader := localRankGroup(t, 2, 2, "WEIGHTFS_FAILPOINT="+c.point)
+			for r := range g.ranks {
+				g.write(r, 1, 1)
+			}
+			done := []chan error{make(chan error, 1), make(chan error, 1)}
+			for r := range g.ranks {
+				go func() { done[r] <- closeDone(g.mnts[r], 1) }()
+			}
+			select {
+			case <-g.daemons[0].exited:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the publisher did not die at its failpoint")
+			}
+			g.daemons[0].killed = true
+			g.waitLog(0, "killed at failpoint")
+			want := []string(nil)
+			if c.present {
+				want = []string{"v000001"}
+			}
+			if vs := storeVersions(t, g.store); !reflect.DeepEqual(vs, want) {
+				t.Fatalf("after the publisher died at %s: versions %v, want %v", c.point, vs, want)
+			}
+			if c.present {
+				verifyStore(t, g.store)
+				waitVersion(t, reader, 1, g.want[1])
+			}
+			g.env[0] = ""
+			g.start(0)
+			// Rank 0's close died with its daemon; rank 1's returns once version 1 is there.
+			<-done[0]
+			if err := <-done[1]; err != nil {
+				t.Fatalf("rank 1: DONE of version 1: %v", err)
+			}
+			waitVersion(t, reader, 1, g.want[1])
+			for r := range g.ranks {
+				g.write(r, 2, 2)
+			}
+			for r, err := range g.seal(2, 0, 1) {
+				if err != nil {
+					t.Fatalf("rank %d: DONE of version 2: %v", r, err)
+				}
+			}
+			waitVersion(t, reader, 2, g.want[2])
+			verifyStore(t, g.store)
+		})
+	}
+}
