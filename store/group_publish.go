@@ -171,6 +171,9 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if err != nil {
 		return VersionInfo{}, fmt.Errorf("publish group %s: %w", group, err)
 	}
+	// The publisher diffs nothing: bringing its copy forward (a whole checkpoint's writes,
+	// the first time a rebuild) would only delay the next version's publish.
+	w.noMaterialize = true
 	ok := false
 	defer func() {
 		if !ok {
