@@ -175,3 +175,51 @@ func TestRefusalRecordBytes(t *testing.T) {
 		t.Fatalf("parse refused name: %v %v", k, ok)
 	}
 }
+
+// TestGroupStatusAndCancel: GroupStatus says, by version, which ranks sealed, which are
+// writing and how many ranks there are; a reader (no writer's lock: the publisher runs
+// beside it) cancels a version that cannot complete, blaming the ranks without a part; the
+// rank waiting on it fails with ErrGroupRefused; a taken version is not cancelled.
+func TestGroupStatusAndCancel(t *testing.T) {
+	gs := newGroupStore(t, "g", 3)
+	files := smallFiles(t, 5)
+	writeOK(t, gs.ranks[0], 1, files, func(n string) bool { return shardOwner(n, 3) == 0 })
+	if _, err := gs.ranks[1].NewPart(1); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := Open(gs.root, Options{ReadOnly: true, CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	sts, err := rd.GroupStatus("g")
+	if err != nil || len(sts) != 1 {
+		t.Fatalf("status: %+v, %v", sts, err)
+	}
+	if st := sts[0]; st.Version != 1 || st.Ranks != 3 || !slices.Equal(st.Sealed, []int{0}) || !slices.Equal(st.Writing, []int{1}) || st.Taken || st.Refused != nil {
+		t.Fatalf("status of version 1: %+v", st)
+	}
+	if err := rd.CancelGroupVersion("g", 1, 0, "node 2 is gone"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = gs.ranks[0].WaitPublished(context.Background(), 1, time.Millisecond)
+	if !errors.Is(err, ErrGroupRefused) || !strings.Contains(err.Error(), "ranks 1, 2 had sealed no part (node 2 is gone)") {
+		t.Fatalf("rank 0 waiting on a cancelled version: %v", err)
+	}
+	sts, err = rd.GroupStatus("g")
+	if err != nil || len(sts) != 1 || sts[0].Refused == nil || sts[0].Refused.Kind != RefusedAborted ||
+		!slices.Equal(sts[0].Refused.Blamed, []int{1, 2}) || len(sts[0].Sealed)+len(sts[0].Writing) != 0 {
+		t.Fatalf("status after the cancel: %+v, %v", sts, err)
+	}
+	// The group goes on under a higher number; version 1 is then taken.
+	gs.writeParts(t, 2, files)
+	if _, err := gs.pub.PublishGroup("g", 2, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.CancelGroupVersion("g", 2, 3, ""); !errors.Is(err, ErrVersionNotAbove) {
+		t.Fatalf("cancel a published version: %v", err)
+	}
+	if sts, err := rd.GroupStatus("g"); err != nil || len(sts) != 0 {
+		t.Fatalf("status after the publish: %+v, %v", sts, err)
+	}
+}

@@ -475,3 +475,57 @@ func TestGroupMountPublisherKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupMountStatusAbort: `weightfs group status` beside a running group says which rank
+// sealed and which did not begin; `weightfs group abort` of a version whose rank is gone
+// fails the waiting rank's DONE close with ECANCELED; the group then goes on with a higher
+// number once the rank is back.
+func TestGroupMountStatusAbort(t *testing.T) {
+	g, reader := localRankGroup(t, 2, 2)
+	g.daemons[1].stop() // rank 1 is gone
+	g.write(0, 1, 1)
+	done := make(chan error, 1)
+	go func() { done <- closeDone(g.mnts[0], 1) }()
+	part := filepath.Join(g.store, "groups", "g", "v000001", "rank-0.part")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(part); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 0 never sealed its part of version 1")
+		}
+	}
+	st := mustCLI(t, "group", "status", g.store, "g")
+	if want := "version 1 (2 ranks): sealed by rank 0; not begun by rank 1"; !strings.Contains(st.stdout, want) {
+		t.Fatalf("group status: %q, want %q", st.stdout, want)
+	}
+	ab := mustCLI(t, "group", "abort", "--why", "node 1 is gone", g.store, "g", "1")
+	if !strings.Contains(ab.stdout, "version 1 of group g aborted") {
+		t.Fatalf("group abort: %q", ab.stdout)
+	}
+	if err := <-done; !errors.Is(err, syscall.ECANCELED) {
+		t.Fatalf("rank 0: DONE of an aborted version: %v, want ECANCELED", err)
+	}
+	g.waitLog(0, "rank 1 had sealed no part (node 1 is gone)")
+	st = mustCLI(t, "group", "status", g.store, "g")
+	if want := "REFUSED (aborted)"; !strings.Contains(st.stdout, want) || !strings.Contains(st.stdout, "naming rank 1") {
+		t.Fatalf("group status after abort: %q", st.stdout)
+	}
+	if res := runCLI(t, "group", "abort", g.store, "g", "x"); res.code != 2 {
+		t.Fatalf("group abort with a bad version: exit %d, %s", res.code, res.stderr)
+	}
+	os.RemoveAll(versionDir(g.mnts[0], 1))
+	g.start(1)
+	for r := range g.ranks {
+		g.write(r, 2, 2)
+	}
+	for r, err := range g.seal(2, 0, 1) {
+		if err != nil {
+			t.Fatalf("rank %d: DONE of version 2: %v", r, err)
+		}
+	}
+	waitVersion(t, reader, 2, g.want[2])
+	if st := mustCLI(t, "group", "status", g.store, "g"); !strings.Contains(st.stdout, "no records") {
+		t.Fatalf("group status at the end: %q", st.stdout)
+	}
+}
