@@ -35,6 +35,9 @@ import (
 //     W, base, no path of two ranks, every object stored) and sealed as one manifest, by
 //     the writer's own Seal: the version appears whole or not at all. A missing part
 //     publishes nothing (ErrGroupIncomplete names the ranks); PublishGroupWait polls.
+//     PublishReady (the publishing mount's poll) turns a refusal that waiting cannot cure
+//     into a refusal record (group_refuse.go): the ranks waiting on the version
+//     (WaitPublished) fail with ErrGroupRefused and the reason.
 //   - Records of a version that cannot be published any more (a version at or below the
 //     latest sealed one: published, or overtaken) are deleted by the next publish and by
 //     gc's sweep; AbortGroupVersion deletes a version's records at once. They are never
