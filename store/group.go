@@ -392,6 +392,9 @@ type PartInfo struct {
 	Files       int
 	NewObjects  int   // objects the rank stored for it
 	ObjectBytes int64 // their stored bytes
+	// Hashes is each file's SHA-256, by path: what a rank compares a file with when asked to
+	// seal a part it sealed already (fs).
+	Hashes map[string]ID
 }
 
 // SealPart makes the rank's objects durable and writes its part record; the version
@@ -429,7 +432,10 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	}
 	refs := map[ID]bool{}
 	(&manifest{Files: rec.Files}).roots(refs)
-	info := PartInfo{Rank: g.Rank, Version: w.v, Base: base, Files: len(rec.Files)}
+	info := PartInfo{Rank: g.Rank, Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
+	for i := range rec.Files {
+		info.Hashes[rec.Files[i].Path] = rec.Files[i].SHA256
+	}
 	for id, size := range w.created {
 		if refs[id] {
 			rec.Objects = append(rec.Objects, partObject{id, size})

@@ -529,3 +529,42 @@ func TestGroupMountStatusAbort(t *testing.T) {
 		t.Fatalf("group status at the end: %q", st.stdout)
 	}
 }
+
+// TestGroupMountWaitBound: a rank whose publisher is not there fails its DONE close with
+// ETIMEDOUT after --group-wait, its log saying which ranks sealed; its part stays sealed, so
+// once the publisher comes the version is published with it, and closing DONE again
+// returns (the files compared with the part, not written again). A file changed after the
+// first close is refused at the second.
+func TestGroupMountWaitBound(t *testing.T) {
+	g, reader := localRankGroup(t, 2, 2)
+	g.daemons[0].stop() // no publisher
+	g.daemons[1].stop()
+	g.daemons[1] = startMount(t, g.store, g.mnts[1], "--group", "g", "--rank", "1", "--ranks", "2",
+		"--cache-dir", filepath.Join(g.dir, "cache1"), "--group-wait", "300ms")
+	g.write(1, 1, 1)
+	if err := closeDone(g.mnts[1], 1); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("DONE without a publisher: %v, want ETIMEDOUT", err)
+	}
+	g.waitLog(1, "version 1 not published yet (rank 1 sealed, rank 0 not begun)")
+	g.start(0)
+	g.write(0, 1, 1)
+	if err := closeDone(g.mnts[0], 1); err != nil {
+		t.Fatalf("rank 0: DONE of version 1: %v", err)
+	}
+	if err := closeDone(g.mnts[1], 1); err != nil {
+		t.Fatalf("rank 1: DONE of version 1 again, once published: %v", err)
+	}
+	waitVersion(t, reader, 1, g.want[1])
+	waitVersion(t, g.mnts[1], 1, g.want[1])
+
+	// Version 2: rank 1 times out again (rank 0 has not begun), then changes its shard.
+	g.write(1, 2, 2)
+	if err := closeDone(g.mnts[1], 2); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("DONE of version 2 before rank 0: %v, want ETIMEDOUT", err)
+	}
+	g.write(1, 2, 1) // version 1's shard over version 2's
+	if err := closeDone(g.mnts[1], 2); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("DONE of version 2 with a shard changed after its part was sealed: %v, want EINVAL", err)
+	}
+	g.waitLog(1, "changed since this rank sealed its part")
+}
