@@ -69,7 +69,7 @@ type FileStream struct {
 	// closedOnce: Close succeeded once (wk.entry's size and SHA-256 are the file's), even if
 	// the stream was aborted since (its Writer ended).
 	closedOnce bool
-	size  int64 // bytes accepted
+	size       int64 // bytes accepted
 
 	class  streamClass
 	prefix []byte // the file's first bytes until its class is known; then the header
