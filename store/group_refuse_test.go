@@ -223,3 +223,29 @@ func TestGroupStatusAndCancel(t *testing.T) {
 		t.Fatalf("status after the publish: %+v, %v", sts, err)
 	}
 }
+
+// FuzzDecodeRefusal: no input makes the refusal record decoder panic, and whatever it
+// accepts encodes back to a record it accepts again.
+func FuzzDecodeRefusal(f *testing.F) {
+	key := recordKey{"g", 3, -1, recordRefused}
+	good, err := encodeRefusal(&refusalRecord{Group: "g", Version: 3, Ranks: 2, Kind: RefusedMismatch, Blamed: []int{1}, Reason: "r", Writer: "h pid 1"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:20])
+	f.Add([]byte("WFSR"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeRefusal(b, key)
+		if err != nil {
+			return
+		}
+		again, err := encodeRefusal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeRefusal(again, key); err != nil {
+			t.Fatalf("an accepted record does not read back: %v", err)
+		}
+	})
+}
