@@ -182,6 +182,8 @@ func (b *bench) runFigure(ctx context.Context, fig string) {
 		rows, err = b.figHistory(ctx)
 	case "sync":
 		rows, err = b.figSync(ctx)
+	case "group":
+		rows, err = b.figGroup(ctx)
 	default:
 		err = fmt.Errorf("no figure %q", fig)
 	}
@@ -198,7 +200,7 @@ func (b *bench) runFigure(ctx context.Context, fig string) {
 // figureNumber is the number of a figure ("ingest" also covers 3).
 func figureNumber(fig string) string {
 	for num, name := range figureAliases {
-		if name == fig && len(num) == 1 && (fig != "ingest" || num == "2") {
+		if name == fig && num[0] >= '1' && num[0] <= '9' && (fig != "ingest" || num == "2") {
 			return num
 		}
 	}

@@ -12,13 +12,13 @@ import (
 
 // figureNames are the figures of docs/benchmarks.md a run can select, in the order they run. "ingest" covers
 // figures 2 (throughput) and 3 (seal latency); "sync" is figure 9 (end-to-end sync time).
-var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync"}
+var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group"}
 
 // figureAliases maps the figure numbers and other spellings to names.
 var figureAliases = map[string]string{
 	"1": "delta", "2": "ingest", "3": "ingest", "4": "reads", "5": "memory", "6": "apply",
 	"7": "history", "8": "kernel", "seal": "ingest", "read": "reads", "diff": "kernel",
-	"size": "delta", "mem": "memory", "9": "sync", "e2e": "sync",
+	"size": "delta", "mem": "memory", "9": "sync", "e2e": "sync", "10": "group", "ranks": "group",
 }
 
 // parseOnly parses -only: a comma-separated list of figure names or numbers ("" or "all":
@@ -35,7 +35,7 @@ func parseOnly(s string) ([]string, error) {
 			name = alias
 		}
 		if !slices.Contains(figureNames, name) {
-			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-9)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
+			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-10)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
 		}
 		want[name] = true
 	}
@@ -169,6 +169,8 @@ func (s sizes) diskNeed(figure string) int64 {
 		return 6 * s.HistoryBytes
 	case "sync":
 		return 10 * s.IngestBytes
+	case "group":
+		return 10 * groupBytes(s)
 	}
 	return 0
 }

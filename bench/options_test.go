@@ -23,7 +23,8 @@ func TestParseOnly(t *testing.T) {
 		{",", nil, true},
 		{"9", []string{"sync"}, false},
 		{"9,e2e,1", []string{"delta", "sync"}, false},
-		{"10", nil, true},
+		{"10", []string{"group"}, false},
+		{"11", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseOnly(tc.in)

@@ -69,4 +69,5 @@ var storeErrnos = []struct {
 	{store.ErrReadOnly, syscall.EROFS},
 	{store.ErrLocked, syscall.EBUSY},
 	{store.ErrClosed, syscall.EIO},
+	{store.ErrGroupRefused, syscall.ECANCELED},
 }

@@ -33,7 +33,7 @@ func TestGroupRankMounts(t *testing.T) {
 	go func() {
 		defer close(stopped)
 		for {
-			if _, err := pub.PublishReady("g", 2); err != nil {
+			if _, _, err := pub.PublishReady("g", 2); err != nil {
 				t.Logf("publisher: %v", err)
 			}
 			select {
@@ -52,7 +52,7 @@ func TestGroupRankMounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		mnt, _ := mountTest(t, FromRank(s), Options{})
+		mnt, _ := mountTest(t, FromRank(s, 0), Options{})
 		mnts = append(mnts, mnt)
 	}
 	rd, err := store.Open(root, store.Options{ReadOnly: true, Materialize: true, Logger: logtest.New(t.Logf)})

@@ -21,6 +21,9 @@ func (m *mountState) sealOpenVersion(t *openTree) syscall.Errno {
 	if errors.Is(err, errAlreadySealed) {
 		return 0
 	}
+	if errors.Is(err, store.ErrGroupRefused) {
+		return m.fail(err, "seal %s: the writer group's publisher refused the version (remove the directory and write the save under a higher number)", t.name)
+	}
 	if err != nil {
 		return m.fail(err, "seal %s (the version stays open and writable; close DONE again to retry)", t.name)
 	}

@@ -170,6 +170,14 @@ func (f *openFile) addStreamLocked(w VersionWriter, p string, mode iofs.FileMode
 	if f.stream == nil {
 		return false, nil
 	}
+	if sp, ok := w.(*sealedPart); ok {
+		// The stream went into a part sealed already, and ended with its Writer: it is
+		// compared, not closed again.
+		if err = sp.AddStream(p, f.stream, mode); err == nil {
+			f.addedAs = p
+		}
+		return true, err
+	}
 	sw, ok := w.(streamWriter)
 	if ok {
 		if err = f.stream.Close(); err == nil {

@@ -78,6 +78,10 @@ var (
 	// on the number of ranks, or on the version they diffed against (a part begun before the
 	// latest version appeared). The message names the rank; nothing is published.
 	ErrGroupMismatch = errors.New("writer group: ranks disagree")
+	// ErrGroupRefused marks a writer group's version that its publisher refused (a refusal
+	// record, docs/format.md Part I §9, says why and names the ranks): a rank waiting on it
+	// or beginning it fails with this; the group writes its next save under a higher number.
+	ErrGroupRefused = errors.New("writer group: version refused by the publisher")
 	// ErrGroupRank marks an operation of the wrong side of a writer group: a Seal or gc on a
 	// rank's store, a part on a store not opened as a rank, a publish on a reader.
 	ErrGroupRank = errors.New("writer group: not allowed here")

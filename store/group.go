@@ -33,6 +33,9 @@ import (
 //     W, base, no path of two ranks, every object stored) and sealed as one manifest, by
 //     the writer's own Seal: the version appears whole or not at all. A missing part
 //     publishes nothing (ErrGroupIncomplete names the ranks); PublishGroupWait polls.
+//     PublishReady (the publishing mount's poll) turns a refusal that waiting cannot cure
+//     into a refusal record (group_refuse.go): the ranks waiting on the version
+//     (WaitPublished) fail with ErrGroupRefused and the reason.
 //   - Records of a version that cannot be published any more (a version at or below the
 //     latest sealed one: published, or overtaken) are deleted by the next publish and by
 //     gc's sweep; AbortGroupVersion deletes a version's records at once. They are never
@@ -203,6 +206,12 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 	if err := s.checkAbove(v); err != nil {
 		return nil, fmt.Errorf("%s: %w", g.Rank, err)
 	}
+	// A refused number is not written again: the rank learns it now, not after its part.
+	if ref, err := readRefusal(g.recs, g.Group, v); err != nil {
+		return nil, fmt.Errorf("%s: new part of version %d: %w", g.Rank, v, err)
+	} else if ref != nil {
+		return nil, fmt.Errorf("%s: %w", g.Rank, ref.err())
+	}
 	base, _ := s.Latest()
 	marker, err := encodePart(&partRecord{Group: g.Group, Version: v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base,
 		Writer: writerName(), Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}})
@@ -324,6 +333,44 @@ func (s *Store) WaitVersion(ctx context.Context, v uint64, poll time.Duration) e
 	}
 }
 
+// WaitPublished waits, refreshing the list of versions every poll, until this rank's group
+// has published version v (a rank waits so once it sealed its part: DONE's close returns
+// then), and returns it. It fails with ErrGroupRefused (the publisher's reason, naming the
+// ranks) if the publisher refused v, with ErrGroupMismatch if a version above v appeared
+// instead, and when ctx ends with ctx's error and what the version's records say (which
+// ranks sealed, which are writing, which have not begun).
+func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration) (VersionInfo, error) {
+	g := s.group
+	if g == nil {
+		return VersionInfo{}, fmt.Errorf("wait for version %d: this store is not open as a rank: %w", v, ErrGroupRank)
+	}
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for {
+		if err := s.Refresh(); err != nil {
+			return VersionInfo{}, err
+		}
+		for _, info := range s.Versions() {
+			if info.Number == v {
+				return info, nil
+			}
+		}
+		if latest, ok := s.Latest(); ok && latest > v {
+			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.Rank, v, latest, ErrGroupMismatch)
+		}
+		// An unreadable refusal is asked again at the next poll (S3 may be away).
+		if ref, err := readRefusal(g.recs, g.Group, v); err == nil && ref != nil {
+			return VersionInfo{}, fmt.Errorf("%s: %w", g.Rank, ref.err())
+		}
+		select {
+		case <-ctx.Done():
+			return VersionInfo{}, fmt.Errorf("%s: version %d not published yet (%s): %w", g.Rank, v, partsState(g.recs, g.Group, v, g.Ranks), ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
 // PartInfo describes a sealed part.
 type PartInfo struct {
 	Rank        Rank
@@ -332,6 +379,9 @@ type PartInfo struct {
 	Files       int
 	NewObjects  int   // objects the rank stored for it
 	ObjectBytes int64 // their stored bytes
+	// Hashes is each file's SHA-256, by path: what a rank compares a file with when asked to
+	// seal a part it sealed already (fs).
+	Hashes map[string]ID
 }
 
 // SealPart makes the rank's objects durable and writes its part record; the version
@@ -369,7 +419,10 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	}
 	refs := map[ID]bool{}
 	(&manifest{Files: rec.Files}).roots(refs)
-	info := PartInfo{Rank: g.Rank, Version: w.v, Base: base, Files: len(rec.Files)}
+	info := PartInfo{Rank: g.Rank, Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
+	for i := range rec.Files {
+		info.Hashes[rec.Files[i].Path] = rec.Files[i].SHA256
+	}
 	for id, size := range w.created {
 		if refs[id] {
 			rec.Objects = append(rec.Objects, partObject{id, size})

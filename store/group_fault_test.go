@@ -413,14 +413,14 @@ func TestGroupPublishReady(t *testing.T) {
 	gs := newGroupStore(t, "g", 2)
 	files := smallFiles(t, 5)
 	writeOK(t, gs.ranks[0], 1, files, func(n string) bool { return shardOwner(n, 2) == 0 })
-	if got, err := gs.pub.PublishReady("g", 2); err != nil || len(got) != 0 {
+	if got, _, err := gs.pub.PublishReady("g", 2); err != nil || len(got) != 0 {
 		t.Fatalf("with a part missing: published %v, %v", got, err)
 	}
 	writeOK(t, gs.ranks[1], 1, files, func(n string) bool { return shardOwner(n, 2) == 1 })
-	if got, err := gs.pub.PublishReady("g", 2); err != nil || len(got) != 1 || got[0].Number != 1 {
+	if got, _, err := gs.pub.PublishReady("g", 2); err != nil || len(got) != 1 || got[0].Number != 1 {
 		t.Fatalf("with every part: published %v, %v", got, err)
 	}
-	if got, err := gs.pub.PublishReady("g", 2); err != nil || len(got) != 0 {
+	if got, _, err := gs.pub.PublishReady("g", 2); err != nil || len(got) != 0 {
 		t.Fatalf("again: published %v, %v", got, err)
 	}
 }

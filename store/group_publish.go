@@ -62,14 +62,16 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 	elsewhere := map[int][]uint64{} // rank -> other unpublished versions it has records of
 	for _, k := range keys {
 		switch {
+		case k.kind == recordRefused:
+			continue
 		case k.v != v:
 			if k.v > latest && k.rank < ranks {
 				elsewhere[k.rank] = append(elsewhere[k.rank], k.v)
 			}
 			continue
 		case k.rank >= ranks:
-			return nil, fmt.Errorf("publish version %d of group %s: rank %d has a %s record of it, but the group has %d ranks (0..%d): %w",
-				v, group, k.rank, k.kind, ranks, ranks-1, ErrGroupMismatch)
+			return nil, refusal(RefusedMismatch, []int{k.rank}, fmt.Errorf("publish version %d of group %s: rank %d has a %s record of it, but the group has %d ranks (0..%d): %w",
+				v, group, k.rank, k.kind, ranks, ranks-1, ErrGroupMismatch))
 		case k.kind == recordOpen:
 			open[k.rank] = true
 			continue
@@ -81,20 +83,21 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 		}
 		rec, err := decodePart(data, k)
 		if err != nil {
-			return nil, fmt.Errorf("publish version %d of group %s: rank %d's part record groups/%s: %w", v, group, k.rank, name, err)
+			return nil, refusal(RefusedDamaged, []int{k.rank}, fmt.Errorf("publish version %d of group %s: rank %d's part record groups/%s: %w", v, group, k.rank, name, err))
 		}
 		if rec.Ranks != ranks {
-			return nil, fmt.Errorf("publish version %d of group %s: rank %d wrote its part for a group of %d ranks, the publisher's has %d: %w",
-				v, group, k.rank, rec.Ranks, ranks, ErrGroupMismatch)
+			return nil, refusal(RefusedMismatch, []int{k.rank}, fmt.Errorf("publish version %d of group %s: rank %d wrote its part for a group of %d ranks, the publisher's has %d: %w",
+				v, group, k.rank, rec.Ranks, ranks, ErrGroupMismatch))
 		}
 		if rec.Base != latest {
-			return nil, fmt.Errorf("publish version %d of group %s: rank %d diffed its files against version %d, but the latest version is %d: rank %d must write its part again: %w",
-				v, group, k.rank, rec.Base, latest, k.rank, ErrGroupMismatch)
+			return nil, refusal(RefusedMismatch, []int{k.rank}, fmt.Errorf("publish version %d of group %s: rank %d diffed its files against version %d, but the latest version is %d: rank %d must write its part again: %w",
+				v, group, k.rank, rec.Base, latest, k.rank, ErrGroupMismatch))
 		}
 		parts[k.rank] = rec
 	}
 	var missing, other []int
 	var why []string
+	var also []uint64
 	for r, p := range parts {
 		if p != nil {
 			continue
@@ -102,6 +105,7 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 		if vs := elsewhere[r]; len(vs) > 0 && !open[r] {
 			slices.Sort(vs)
 			other = append(other, r)
+			also = append(also, vs...)
 			why = append(why, fmt.Sprintf("rank %d wrote version %d", r, vs[0]))
 			continue
 		}
@@ -111,8 +115,9 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 		}
 	}
 	if len(other) > 0 {
-		return nil, fmt.Errorf("publish version %d of group %s: %s sealed no part of it (%s): %w",
-			v, group, rankList(other), strings.Join(why, "; "), ErrGroupMismatch)
+		slices.Sort(also)
+		return nil, &groupRefusal{kind: RefusedMismatch, ranks: other, also: slices.Compact(also), err: fmt.Errorf("publish version %d of group %s: %s sealed no part of it (%s): %w",
+			v, group, rankList(other), strings.Join(why, "; "), ErrGroupMismatch)}
 	}
 	if len(missing) > 0 {
 		detail := ""
@@ -152,6 +157,11 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if err := s.checkAbove(v); err != nil {
 		return VersionInfo{}, fmt.Errorf("publish group %s: %w", group, err)
 	}
+	if ref, err := readRefusal(gr, group, v); err != nil {
+		return VersionInfo{}, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
+	} else if ref != nil {
+		return VersionInfo{}, fmt.Errorf("publish: %w", ref.err())
+	}
 	latest, _ := s.Latest()
 	parts, err := s.collectParts(gr, group, v, ranks, latest)
 	if err != nil {
@@ -161,6 +171,9 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if err != nil {
 		return VersionInfo{}, fmt.Errorf("publish group %s: %w", group, err)
 	}
+	// The publisher diffs nothing: bringing its copy forward (a whole checkpoint's writes,
+	// the first time a rebuild) would only delay the next version's publish.
+	w.noMaterialize = true
 	ok := false
 	defer func() {
 		if !ok {
@@ -194,7 +207,7 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 			f := &p.Files[i]
 			if r, ok := owner[f.Path]; ok {
 				w.mu.Unlock()
-				return fmt.Errorf("publish version %d of group %s: file %s is written by rank %d and by rank %d: %w", w.v, group, f.Path, r, p.Rank, ErrGroupConflict)
+				return refusal(RefusedConflict, []int{r, p.Rank}, fmt.Errorf("publish version %d of group %s: file %s is written by rank %d and by rank %d: %w", w.v, group, f.Path, r, p.Rank, ErrGroupConflict))
 			}
 			owner[f.Path] = p.Rank
 			w.files[f.Path] = f
@@ -202,8 +215,8 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 		for _, d := range p.Dirs {
 			if mode, ok := w.dirs[d.Path]; ok && mode != d.Mode {
 				w.mu.Unlock()
-				return fmt.Errorf("publish version %d of group %s: directory %s has mode %o in rank %d's part and %o in rank %d's: %w",
-					w.v, group, d.Path, mode, dirOwner[d.Path], d.Mode, p.Rank, ErrGroupConflict)
+				return refusal(RefusedConflict, []int{dirOwner[d.Path], p.Rank}, fmt.Errorf("publish version %d of group %s: directory %s has mode %o in rank %d's part and %o in rank %d's: %w",
+					w.v, group, d.Path, mode, dirOwner[d.Path], d.Mode, p.Rank, ErrGroupConflict))
 			}
 			if _, ok := dirOwner[d.Path]; !ok {
 				dirOwner[d.Path] = p.Rank
@@ -217,7 +230,7 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 	w.mu.Unlock()
 	for d, rd := range dirOwner {
 		if rf, ok := owner[d]; ok {
-			return fmt.Errorf("publish version %d of group %s: %s is a file of rank %d and a directory of rank %d: %w", w.v, group, d, rf, rd, ErrGroupConflict)
+			return refusal(RefusedConflict, []int{rf, rd}, fmt.Errorf("publish version %d of group %s: %s is a file of rank %d and a directory of rank %d: %w", w.v, group, d, rf, rd, ErrGroupConflict))
 		}
 	}
 	// Every object a part names must be stored (held first: a sweep spares what is held).
@@ -227,7 +240,7 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 		for id := range refs {
 			w.hold(id)
 			if !w.s.exists(id) && !w.s.existsElsewhere(id) {
-				return fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt)
+				return refusal(RefusedDamaged, []int{p.Rank}, fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt))
 			}
 		}
 	}
@@ -266,41 +279,78 @@ func (s *Store) PublishGroupWait(ctx context.Context, group string, v uint64, ra
 }
 
 // PublishReady publishes, in order, every version of group whose ranks have all sealed their
-// parts, and stops at the first that lacks one (a publisher's daemon calls it as it polls). It
-// returns what it published; an error other than a missing part (a refusal naming ranks)
-// ends it.
-func (s *Store) PublishReady(group string, ranks int) ([]VersionInfo, error) {
+// parts, and stops at the first that lacks one (a publisher's daemon calls it as it polls).
+// A version it cannot publish for a reason that waiting cannot cure (ranks that disagree,
+// a path of two ranks, a damaged part) it refuses: a refusal record names the ranks and the
+// reason, its parts and markers are deleted, its ranks' waits fail (ErrGroupRefused), and
+// the next versions are looked at. It returns what it published and the refusals (each
+// once: a refused version is passed over afterwards, its late records deleted); an error
+// (the records cannot be read, a seal fails) ends it.
+func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, refused []error, err error) {
 	gr, err := s.groupRecords()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	keys, err := listRecords(gr, group)
 	if err != nil {
-		return nil, fmt.Errorf("publish group %s: %w", group, err)
+		return nil, nil, fmt.Errorf("publish group %s: %w", group, err)
 	}
 	top, _ := s.highest()
-	var pending []uint64
+	isRefused := map[uint64]bool{}
 	for _, k := range keys {
-		if k.v > top && k.kind == recordPart {
+		if k.kind == recordRefused {
+			isRefused[k.v] = true
+		}
+	}
+	var pending []uint64
+	late := map[uint64]bool{}
+	for _, k := range keys {
+		switch {
+		case k.v <= top || k.kind == recordRefused:
+		case isRefused[k.v]:
+			late[k.v] = true // a rank sealed or began it after the refusal
+		case k.kind == recordPart:
 			pending = append(pending, k.v)
 		}
 	}
+	for v := range late {
+		if err := s.dropVersionRecords(gr, group, v); err != nil {
+			s.log.Warn("writer group: records of a refused version not deleted", "group", group, "version", v, "err", err)
+		}
+	}
 	slices.Sort(pending)
-	var out []VersionInfo
 	for _, v := range slices.Compact(pending) {
+		if isRefused[v] {
+			continue
+		}
 		info, err := s.PublishGroup(group, v, ranks)
 		if errors.Is(err, ErrGroupIncomplete) {
 			break
 		}
-		if err != nil {
-			return out, err
+		var ref *groupRefusal
+		if errors.As(err, &ref) {
+			for _, rv := range append([]uint64{v}, ref.also...) {
+				if isRefused[rv] {
+					continue
+				}
+				if rerr := s.refuseVersion(gr, group, ranks, rv, ref.kind, ref.ranks, err.Error()); rerr != nil {
+					return published, refused, rerr
+				}
+				isRefused[rv] = true
+			}
+			refused = append(refused, err)
+			continue
 		}
-		out = append(out, info)
+		if err != nil {
+			return published, refused, err
+		}
+		published = append(published, info)
 	}
-	return out, nil
+	return published, refused, nil
 }
 
-// AbortGroupVersion deletes every record of version v of group: its parts and open markers.
+// AbortGroupVersion deletes every record of version v of group: its parts, open markers and
+// refusal (the number may be written again).
 // The objects only they named go at the next sweep (gc). A rank still writing v fails at its
 // SealPart only if it sealed before the abort; use it for a version that will not complete.
 func (s *Store) AbortGroupVersion(group string, v uint64) error {
@@ -387,13 +437,17 @@ func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
 		return "", &groupPendingError{fmt.Sprintf("writer group records cannot be listed: %v", err)}
 	}
 	parts := map[recordKey]bool{}
+	refused := map[recordKey]bool{} // by group and version
 	for _, k := range keys {
-		if k.kind == recordPart {
+		switch k.kind {
+		case recordPart:
 			parts[recordKey{k.group, k.v, k.rank, recordOpen}] = true
+		case recordRefused:
+			refused[recordKey{group: k.group, v: k.v}] = true
 		}
 	}
 	for _, k := range keys {
-		if k.v <= top {
+		if k.v <= top || refused[recordKey{group: k.group, v: k.v}] {
 			continue // cannot be published: the next publish or sweep deletes it
 		}
 		name := recordName(k.group, k.v, k.rank, k.kind)

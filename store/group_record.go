@@ -37,6 +37,9 @@ const (
 const (
 	recordPart = "part"
 	recordOpen = "open"
+	// recordRefused is the publisher's refusal of a version (group_refuse.go): its name is
+	// NAME/vNNNNNN/refused, of no rank (recordKey.rank -1).
+	recordRefused = "refused"
 )
 
 // groupNameRE is what a group's name may be: it is one element of the records' paths.
@@ -75,6 +78,9 @@ type partObject struct {
 
 // recordName is a record's name below groups/: NAME/vNNNNNN/rank-R.KIND.
 func recordName(group string, v uint64, rank int, kind string) string {
+	if kind == recordRefused {
+		return fmt.Sprintf("%s/%s/%s", group, manifestName(v), recordRefused)
+	}
 	return fmt.Sprintf("%s/%s/rank-%d.%s", group, manifestName(v), rank, kind)
 }
 
@@ -97,6 +103,9 @@ func parseRecordName(name string) (recordKey, bool) {
 	if !ok {
 		return recordKey{}, false
 	}
+	if parts[2] == recordRefused {
+		return recordKey{parts[0], v, -1, recordRefused}, true
+	}
 	base, kind, ok := strings.Cut(parts[2], ".")
 	if !ok || (kind != recordPart && kind != recordOpen) || !strings.HasPrefix(base, "rank-") {
 		return recordKey{}, false
@@ -114,37 +123,53 @@ func encodePart(rec *partRecord) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode part record: %w", err)
 	}
+	return frameRecord(partMagic, partFormatVersion, js), nil
+}
+
+// frameRecord wraps a record's JSON in the framing of part records: magic, format version,
+// zero, length, JSON, CRC-32C.
+func frameRecord(magic string, version uint16, js []byte) []byte {
 	b := make([]byte, partHeadLen, partHeadLen+len(js)+4)
-	copy(b, partMagic)
-	binary.LittleEndian.PutUint16(b[4:], partFormatVersion)
+	copy(b, magic)
+	binary.LittleEndian.PutUint16(b[4:], version)
 	binary.LittleEndian.PutUint64(b[8:], uint64(len(js)))
 	b = append(b, js...)
-	return binary.LittleEndian.AppendUint32(b, crc32c(b)), nil
+	return binary.LittleEndian.AppendUint32(b, crc32c(b))
+}
+
+// unframeRecord checks the framing of a record (what: "part record", "refusal record") and
+// returns its JSON.
+func unframeRecord(b []byte, magic string, version uint16, what string) ([]byte, error) {
+	if len(b) < 4 || string(b[:4]) != magic {
+		return nil, fmt.Errorf("no %s magic: %w", magic, ErrCorrupt)
+	}
+	if len(b) < partHeadLen+4 {
+		return nil, fmt.Errorf("%s of %d bytes is truncated: %w", what, len(b), ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
+		return nil, fmt.Errorf("%s format version %d (this program reads %d): %w", what, v, version, ErrUnsupportedVersion)
+	}
+	if binary.LittleEndian.Uint16(b[6:]) != 0 {
+		return nil, fmt.Errorf("%s: reserved bytes are not zero: %w", what, ErrCorrupt)
+	}
+	n := binary.LittleEndian.Uint64(b[8:])
+	if n > maxPartLen || uint64(len(b)) != partHeadLen+n+4 {
+		return nil, fmt.Errorf("%s JSON length %d in a %d-byte file: %w", what, n, len(b), ErrCorrupt)
+	}
+	if got, want := crc32c(b[:len(b)-4]), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {
+		return nil, fmt.Errorf("%s CRC-32C %08x, stored %08x: %w", what, got, want, ErrCorrupt)
+	}
+	return b[partHeadLen : len(b)-4], nil
 }
 
 // decodePart checks magic, version, length and CRC, decodes the JSON strictly and checks it
 // against the name it was stored under (key) and what a manifest requires of its files.
 func decodePart(b []byte, key recordKey) (*partRecord, error) {
-	if len(b) < 4 || string(b[:4]) != partMagic {
-		return nil, fmt.Errorf("no WFSP magic: %w", ErrCorrupt)
+	js, err := unframeRecord(b, partMagic, partFormatVersion, "part record")
+	if err != nil {
+		return nil, err
 	}
-	if len(b) < partHeadLen+4 {
-		return nil, fmt.Errorf("part record of %d bytes is truncated: %w", len(b), ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != partFormatVersion {
-		return nil, fmt.Errorf("part record format version %d (this program reads %d): %w", v, partFormatVersion, ErrUnsupportedVersion)
-	}
-	if binary.LittleEndian.Uint16(b[6:]) != 0 {
-		return nil, fmt.Errorf("part record: reserved bytes are not zero: %w", ErrCorrupt)
-	}
-	n := binary.LittleEndian.Uint64(b[8:])
-	if n > maxPartLen || uint64(len(b)) != partHeadLen+n+4 {
-		return nil, fmt.Errorf("part record JSON length %d in a %d-byte file: %w", n, len(b), ErrCorrupt)
-	}
-	if got, want := crc32c(b[:len(b)-4]), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {
-		return nil, fmt.Errorf("part record CRC-32C %08x, stored %08x: %w", got, want, ErrCorrupt)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b[partHeadLen : len(b)-4]))
+	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	var rec partRecord
 	if err := dec.Decode(&rec); err != nil {

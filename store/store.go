@@ -53,6 +53,11 @@ type Options struct {
 	Retention Retention
 	// Observer (nil: none) is told of seals and of versions a reader finds (stats.go).
 	Observer Observer
+	// Failpoint (nil: none; tests and crash drills) is called at the named points of
+	// failpoints.go; an error it returns stops the operation there as if the process had
+	// died (a daemon's hook may instead end the process there: cmd/weightfs's
+	// WEIGHTFS_FAILPOINT).
+	Failpoint func(point string) error
 }
 
 // Defaults of Options.
@@ -247,7 +252,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
 		diff: opts.Diff, maxChain: opts.MaxChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
-		now: time.Now,
+		now: time.Now, hook: opts.Failpoint,
 	}
 	if s.diff == nil {
 		s.diff = delta.NewCPUDiff()

@@ -66,7 +66,10 @@ type FileStream struct {
 
 	mu    sync.Mutex
 	state streamState
-	size  int64 // bytes accepted
+	// closedOnce: Close succeeded once (wk.entry's size and SHA-256 are the file's), even if
+	// the stream was aborted since (its Writer ended).
+	closedOnce bool
+	size       int64 // bytes accepted
 
 	class  streamClass
 	prefix []byte // the file's first bytes until its class is known; then the header
@@ -387,8 +390,17 @@ func (st *FileStream) Close() error {
 	if st.class != classSafetensors && !st.redo {
 		st.logBlob()
 	}
-	st.state = streamClosed
+	st.state, st.closedOnce = streamClosed, true
 	return nil
+}
+
+// SHA256 returns the SHA-256 of the file's bytes once Close has succeeded (ok false before),
+// even after the stream ended with its Writer: a writer group's rank compares a file with the
+// part it sealed (fs).
+func (st *FileStream) SHA256() (sum ID, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.wk.entry.SHA256, st.closedOnce
 }
 
 // logBlob says why a file is stored whole, as the batch path does.

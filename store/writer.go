@@ -31,6 +31,9 @@ type Writer struct {
 	pool    *chunkPool // the chunks of its streams (stream.go)
 	// bgMaterialize lets Seal return before the materialized copy is brought forward.
 	bgMaterialize bool
+	// noMaterialize leaves the materialized copy where it is (a writer group's publisher,
+	// which diffs nothing: the copy is brought forward when a Writer next needs it).
+	noMaterialize bool
 	// floor is the latest version sealed when the writer opened: gc keeps it and every
 	// later one while the writer is open, as its delta bases come from them (gc.go).
 	floor uint64
@@ -247,11 +250,15 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.failpoint("seal-index-updated"); err != nil {
 		return info, err
 	}
-	if w.bgMaterialize {
+	switch {
+	case w.noMaterialize:
+	case w.bgMaterialize:
 		s.mat.ensureInBackground()
-	} else if err := s.mat.ensure(); err != nil {
-		// The version is sealed; the copy is rebuilt when next needed.
-		s.log.Warn("version sealed; materialized copy not brought forward", "version", w.v, "err", err)
+	default:
+		if err := s.mat.ensure(); err != nil {
+			// The version is sealed; the copy is rebuilt when next needed.
+			s.log.Warn("version sealed; materialized copy not brought forward", "version", w.v, "err", err)
+		}
 	}
 	info.Anchor = info.PreviousNumber == 0
 	s.retainAfterSeal()

@@ -93,6 +93,7 @@ func cmdMount(e *env, args []string) error {
 		return err
 	}
 	sopts.Observer = mx.storeObserver()
+	sopts.Failpoint = failpointFromEnv(e.log)
 	if sopts.FileCopyBytes, err = fileCopyBytes(mf.fileCopies); err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func cmdMount(e *env, args []string) error {
 	defer signal.Stop(sigs)
 	vs := wfs.FromStore(st)
 	if gf.name != "" {
-		vs = wfs.FromRank(st)
+		vs = wfs.FromRank(st, gf.wait)
 	}
 	srv, err := wfs.MountVersionStore(vs, pos[1], mopts)
 	if err != nil {

@@ -15,6 +15,7 @@ type groupFlags struct {
 	rank, ranks int
 	publish     bool
 	pubPoll     time.Duration
+	wait        time.Duration
 }
 
 func addGroupFlags(fs *flag.FlagSet) *groupFlags {
@@ -23,6 +24,7 @@ func addGroupFlags(fs *flag.FlagSet) *groupFlags {
 	fs.IntVar(&g.rank, "rank", -1, "with --group: this mount's rank, 0..W-1")
 	fs.IntVar(&g.ranks, "ranks", 0, "with --group: W, how many ranks the group has")
 	fs.BoolVar(&g.publish, "publish", false, "with --group: this mount also publishes the group's versions (it takes the store's writer lock or lease; exactly one mount of the group does)")
+	fs.DurationVar(&g.wait, "group-wait", 30*time.Minute, "with --group: how long DONE's close waits for the publisher once this rank's part is sealed; past it the close fails with ETIMEDOUT and the log names the ranks that have not sealed (0: no bound)")
 	fs.DurationVar(&g.pubPoll, "publish-poll", 200*time.Millisecond, "with --publish: how often to look for versions whose every part is sealed")
 	return g
 }
@@ -54,11 +56,14 @@ func startPublisher(e *env, where string, g *groupFlags, sopts location.Options)
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		said := "" // a refusal is logged once, not at every poll
+		said := "" // an error is logged once, not at every poll
 		for {
-			infos, err := pub.PublishReady(g.name, g.ranks)
+			infos, refused, err := pub.PublishReady(g.name, g.ranks)
 			for _, info := range infos {
 				e.log.Info("published a version of the writer group", "group", g.name, "version", info.Number, "files", info.Files, "stored", info.StoredBytes)
+			}
+			for _, r := range refused {
+				e.log.Error("writer group: version refused (the ranks' DONE fails with ECANCELED)", "group", g.name, "err", r)
 			}
 			if err != nil && err.Error() != said {
 				e.log.Error("writer group: a version cannot be published", "group", g.name, "err", err)

@@ -56,6 +56,7 @@ func commands() []command {
 		{"verify", "STORE", "re-read and re-hash everything; exit non-zero on any damage", cmdVerify},
 		{"gc", "STORE", "drop old versions, keeping every kept version readable", cmdGC},
 		{"lease", "show|break STORE", "show the writer's lease of a store, or break a dead writer's lease (s3:// stores)", cmdLease},
+		{"group", "status|abort STORE NAME [VERSION]", "a writer group's records by version, or end a version that cannot complete (its ranks' DONE fails)", cmdGroup},
 		{"gpus", "", "GPUs found (NVML) and which diff backend would run", cmdGPUs},
 	}
 }

@@ -26,6 +26,10 @@ type Stats struct {
 	Uploads          int64 `json:"uploads"` // objects, manifests and lease writes
 	UploadBytes      int64 `json:"upload_bytes"`
 	MultipartUploads int64 `json:"multipart_uploads"`
+	// ObjectUploads and ObjectUploadBytes count the objects among the uploads (not manifests,
+	// lease or group records): what a writer group's rank stores for its files.
+	ObjectUploads     int64 `json:"object_uploads"`
+	ObjectUploadBytes int64 `json:"object_upload_bytes"`
 
 	Retries  int64 `json:"retries"`  // transient errors that were retried
 	Failures int64 `json:"failures"` // requests that still failed when the retry time ran out
@@ -58,6 +62,7 @@ type counters struct {
 	objectDownloads, objectBytes           int64
 	manifestDownloads, manifestBytes       int64
 	uploads, uploadBytes, multipartUploads int64
+	objectUploads, objectUploadBytes       int64
 	retries, failures                      int64
 	cacheHits                              int64
 	mu                                     sync.Mutex
@@ -78,6 +83,7 @@ func (c *counters) snapshot() Stats {
 		ObjectDownloads: c.objectDownloads, ObjectBytes: c.objectBytes,
 		ManifestDownloads: c.manifestDownloads, ManifestBytes: c.manifestBytes,
 		Uploads: c.uploads, UploadBytes: c.uploadBytes, MultipartUploads: c.multipartUploads,
+		ObjectUploads: c.objectUploads, ObjectUploadBytes: c.objectUploadBytes,
 		Retries: c.retries, Failures: c.failures, CacheHits: c.cacheHits,
 	}
 }

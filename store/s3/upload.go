@@ -96,6 +96,8 @@ func (b *Backend) upload(job *uploadJob) error {
 	if err := b.c.putFile(b.ctx, b.objectKey(job.id), f, job.size); err != nil {
 		return fmt.Errorf("upload object %s: %w", job.id, err)
 	}
+	b.c.stats.add(&b.c.stats.objectUploads, 1)
+	b.c.stats.add(&b.c.stats.objectUploadBytes, job.size)
 	return nil
 }
 
