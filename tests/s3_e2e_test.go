@@ -126,8 +126,11 @@ func TestS3TrainerAndTwoInferenceNodes(t *testing.T) {
 			if took[i] > limit {
 				t.Errorf("%s listed v%d %s after its seal, want within %s", r, v, took[i].Round(time.Millisecond), limit)
 			}
-			counts[r] = append(counts[r], stats(r))
 			sameHashes(t, fmt.Sprintf("%s v%d", r, v), sha256sumTree(t, versionDir(dirs[r], v)), want[v])
+			// Every object of v is downloaded once its files were read whole. The reader
+			// writes its counters at each poll, so the snapshot waits for a poll after that.
+			waitStatsWritten(t, filepath.Join(dirs[r+"-cache"], s3.StatsFileName), time.Now())
+			counts[r] = append(counts[r], stats(r))
 		}
 		t.Logf("v%d: listed by the readers %v after its seal", v, took)
 	}
@@ -204,5 +207,22 @@ func waitListed(path string, since time.Time, max time.Duration) time.Duration {
 			return time.Since(since)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitStatsWritten waits until the counters file at path was written after since (a reader
+// rewrites it at every poll).
+func waitStatsWritten(t *testing.T, path string, since time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		fi, err := os.Stat(path)
+		if err == nil && fi.ModTime().After(since) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written since %s (a reader polls every second): %v", path, since.Format(time.RFC3339Nano), err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
