@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
+	"github.com/weightfs/weightfs/internal/testfiles"
 	"github.com/weightfs/weightfs/store"
 	"github.com/weightfs/weightfs/store/location"
 )
@@ -30,7 +30,7 @@ func TestS3GroupStoresWhatOneWriterStores(t *testing.T) {
 	if err := location.Init(url, false, location.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	series := shardedSeries(t, 3)
+	series := testfiles.ShardedSeries(t, 3, 23)
 
 	local := filepath.Join(t.TempDir(), "store")
 	if err := location.Init(local, false, location.Options{}); err != nil {
@@ -118,29 +118,6 @@ func TestS3GroupStoresWhatOneWriterStores(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(dir, "groups", "*", "*", "*")); len(left) != 0 {
 		t.Fatalf("part records left in the bucket: %v", left)
 	}
-}
-
-// shardedSeries is versions of a generated 4-shard checkpoint (shards, index, config).
-func shardedSeries(t *testing.T, versions int) []map[string][]byte {
-	t.Helper()
-	cfg := gen.ConfigForParams(400_000, 3e-6, 23)
-	cfg.Shards = 4
-	m, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []map[string][]byte
-	for v := range versions {
-		if v > 0 {
-			m.Step()
-		}
-		files, err := m.CheckpointFiles()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, files)
-	}
-	return out
 }
 
 func namesOf(files map[string][]byte) []string {

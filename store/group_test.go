@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,33 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/internal/logtest"
+	"github.com/weightfs/weightfs/internal/testfiles"
 )
-
-// groupSeries is a generated sharded checkpoint series: versions of 4 shards, the index
-// json and the model's config files (fixed seed).
-func groupSeries(t *testing.T, versions int) []map[string][]byte {
-	t.Helper()
-	cfg := gen.ConfigForParams(400_000, 3e-6, 19)
-	cfg.Shards = 4
-	m, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []map[string][]byte
-	for v := range versions {
-		if v > 0 {
-			m.Step()
-		}
-		files, err := m.CheckpointFiles()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, files)
-	}
-	return out
-}
 
 // shardOwner gives model-0000K-of-00004.safetensors to rank K-1 and every other file (the
 // index, the config) to rank 0.
@@ -67,38 +42,6 @@ func sortedNames(files map[string][]byte) []string {
 func fixedClock(s *Store) {
 	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	s.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
-}
-
-// storedDigest is the SHA-256 over every file under dir/objects and dir/versions, in the
-// order of their names: each name, its length and its bytes (as identity_test.go's).
-func storedDigest(t *testing.T, dir string) (string, int) {
-	t.Helper()
-	var names []string
-	for _, top := range []string{"objects", "versions"} {
-		err := filepath.WalkDir(filepath.Join(dir, top), func(p string, d fs.DirEntry, err error) error {
-			if err != nil || !d.Type().IsRegular() {
-				return err
-			}
-			rel, err := filepath.Rel(dir, p)
-			names = append(names, filepath.ToSlash(rel))
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	slices.Sort(names)
-	h := sha256.New()
-	for _, name := range names {
-		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Write([]byte(name + "\n"))
-		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(b))))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil)), len(names)
 }
 
 // groupStore is a store with its writer (the publisher) and W rank stores.
@@ -451,3 +394,13 @@ func readPart(t *testing.T, s *Store, name string) *partRecord {
 	}
 	return rec
 }
+
+// groupSeries is a generated sharded checkpoint series: versions of 4 shards, the index json
+// and the model's config files (fixed seed).
+func groupSeries(t *testing.T, versions int) []map[string][]byte {
+	return testfiles.ShardedSeries(t, versions, 19)
+}
+
+// storedDigest hashes every object and manifest of the local store at dir
+// (testfiles.StoredDigest).
+var storedDigest = testfiles.StoredDigest

@@ -2,10 +2,6 @@ package store_test
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +11,7 @@ import (
 	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
+	"github.com/weightfs/weightfs/internal/testfiles"
 	"github.com/weightfs/weightfs/store"
 	"github.com/weightfs/weightfs/store/location"
 )
@@ -130,35 +127,11 @@ func commitPinnedSeries(t *testing.T, s *store.Store) {
 	}
 }
 
-// storedBytesHash is the SHA-256 over every file under dir/objects and dir/versions, in
-// order of their slash-separated names: each name, its length and its bytes.
+// storedBytesHash is the SHA-256 over every object and manifest under dir
+// (testfiles.StoredDigest), logging how many there are.
 func storedBytesHash(t *testing.T, dir string) string {
 	t.Helper()
-	var names []string
-	for _, top := range []string{"objects", "versions"} {
-		err := filepath.WalkDir(filepath.Join(dir, top), func(p string, d fs.DirEntry, err error) error {
-			if err != nil || !d.Type().IsRegular() {
-				return err
-			}
-			rel, err := filepath.Rel(dir, p)
-			names = append(names, filepath.ToSlash(rel))
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	slices.Sort(names)
-	h := sha256.New()
-	for _, name := range names {
-		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Write([]byte(name + "\n"))
-		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(b))))
-		h.Write(b)
-	}
-	t.Logf("%s: %d objects and manifests", dir, len(names))
-	return hex.EncodeToString(h.Sum(nil))
+	h, n := testfiles.StoredDigest(t, dir)
+	t.Logf("%s: %d objects and manifests", dir, n)
+	return h
 }

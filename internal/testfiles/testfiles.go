@@ -1,14 +1,21 @@
 // Package testfiles makes the bytes that store tests commit: random and bf16-like tensors,
 // small perturbations of them as a training step makes, and trees of files on disk. It is
-// shared by the tests of store and store/s3, and imports nothing of weightfs, so that store's
-// own tests can use it.
+// shared by the tests of store and store/s3. It imports nothing of weightfs but the generator,
+// so that store's own tests can use it.
 package testfiles
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/weightfs/weightfs/gen"
 )
 
 // RandomBytes returns n random bytes.
@@ -58,4 +65,61 @@ func WriteTree(t testing.TB, dir string, files map[string][]byte) string {
 		}
 	}
 	return dir
+}
+
+// ShardedSeries is versions of a generated checkpoint of 4 shards, its index json and the
+// model's config files (400k parameters, lr 3e-6, the given seed).
+func ShardedSeries(t testing.TB, versions int, seed uint64) []map[string][]byte {
+	t.Helper()
+	cfg := gen.ConfigForParams(400_000, 3e-6, seed)
+	cfg.Shards = 4
+	m, err := gen.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string][]byte
+	for v := range versions {
+		if v > 0 {
+			m.Step()
+		}
+		files, err := m.CheckpointFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, files)
+	}
+	return out
+}
+
+// StoredDigest is the SHA-256 (hex) over every file under dir/objects and dir/versions of a
+// local store (or a test S3 server's copy of one), in the order of their slash-separated
+// names: each name, its length and its bytes; and how many files it covered.
+func StoredDigest(t testing.TB, dir string) (string, int) {
+	t.Helper()
+	var names []string
+	for _, top := range []string{"objects", "versions"} {
+		err := filepath.WalkDir(filepath.Join(dir, top), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			rel, err := filepath.Rel(dir, p)
+			names = append(names, filepath.ToSlash(rel))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write([]byte(name + "\n"))
+		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), len(names)
 }
