@@ -97,21 +97,7 @@ func (b *bench) startS3Server(ctx context.Context, bin, ip, dir string) (*s3Serv
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(exited) }()
-	s.stop = b.clean.add("stop the S3 server at "+s.addr, func() error {
-		select {
-		case <-exited:
-			return nil
-		default:
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		return nil
-	})
+	s.stop = b.clean.add("stop the S3 server at "+s.addr, func() error { return stopProcess(cmd, exited) })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + s.addr + "/")
@@ -291,21 +277,7 @@ func (b *bench) startFollower(mnt, dir string) (func() error, error) {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(exited) }()
-	return b.clean.add("stop the follower of "+mnt, func() error {
-		select {
-		case <-exited:
-			return nil
-		default:
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		return nil
-	}), nil
+	return b.clean.add("stop the follower of "+mnt, func() error { return stopProcess(cmd, exited) }), nil
 }
 
 // baselineCopy serves src over HTTP on ip and copies every file of it into dst from the
@@ -344,4 +316,22 @@ func (b *bench) baselineCopy(ctx context.Context, l *netLink, src, dst string) (
 	var n int64
 	fmt.Sscan(string(out), &n)
 	return secs, n, nil
+}
+
+// stopProcess ends cmd, whose Wait closes exited: SIGTERM, then SIGKILL after 10 s. A process
+// that exited already is left alone.
+func stopProcess(cmd *exec.Cmd, exited <-chan struct{}) error {
+	select {
+	case <-exited:
+		return nil
+	default:
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+	}
+	return nil
 }

@@ -148,31 +148,25 @@ func closeDone(mnt string, v int) error {
 // waitLog waits until rank r's daemon has logged every one of says.
 func (g *rankGroup) waitLog(r int, says ...string) {
 	g.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		out, all := g.daemons[r].out.String(), true
+	var out string
+	waitFor(g.t, fmt.Sprintf("rank %d to log %q", r, says), func() bool {
+		out = g.daemons[r].out.String()
 		for _, s := range says {
-			all = all && strings.Contains(out, s)
+			if !strings.Contains(out, s) {
+				return false
+			}
 		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("rank %d never logged %q:\n%s", r, says, out)
-		}
-	}
+		return true
+	}, func() string { return out })
 }
 
 // waitVersion waits until version v is listed at mnt, then checks its files' hashes.
 func waitVersion(t *testing.T, mnt string, v int, want map[string]string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(versionDir(mnt, v)); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never showed version %d", mnt, v)
-		}
-	}
+	waitFor(t, fmt.Sprintf("%s to show version %d", mnt, v), func() bool {
+		_, err := os.Stat(versionDir(mnt, v))
+		return err == nil
+	}, nil)
 	if got := sha256sumTree(t, versionDir(mnt, v)); !reflect.DeepEqual(got, want) {
 		t.Fatalf("version %d read through %s: %v, want %v", v, mnt, got, want)
 	}
@@ -389,15 +383,7 @@ func TestGroupMountRankKilled(t *testing.T) {
 	g.write(0, 2, 2)
 	done := make(chan error, 1)
 	go func() { done <- closeDone(g.mnts[0], 2) }()
-	part := filepath.Join(g.store, "groups", "g", "v000002", "rank-0.part")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(part); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("rank 0 never sealed its part of version 2")
-		}
-	}
+	g.waitPart(0, 2)
 	if vs := storeVersions(t, g.store); !reflect.DeepEqual(vs, []string{"v000001"}) {
 		t.Fatalf("with rank 1 dead: versions %v", vs)
 	}
@@ -486,15 +472,7 @@ func TestGroupMountStatusAbort(t *testing.T) {
 	g.write(0, 1, 1)
 	done := make(chan error, 1)
 	go func() { done <- closeDone(g.mnts[0], 1) }()
-	part := filepath.Join(g.store, "groups", "g", "v000001", "rank-0.part")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(part); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("rank 0 never sealed its part of version 1")
-		}
-	}
+	g.waitPart(0, 1)
 	st := mustCLI(t, "group", "status", g.store, "g")
 	if want := "version 1 (2 ranks): sealed by rank 0; not begun by rank 1"; !strings.Contains(st.stdout, want) {
 		t.Fatalf("group status: %q, want %q", st.stdout, want)
@@ -567,4 +545,28 @@ func TestGroupMountWaitBound(t *testing.T) {
 		t.Fatalf("DONE of version 2 with a shard changed after its part was sealed: %v, want EINVAL", err)
 	}
 	g.waitLog(1, "changed since this rank sealed its part")
+}
+
+// waitPart waits until rank r has sealed its part of version v (its part record exists).
+func (g *rankGroup) waitPart(r, v int) {
+	g.t.Helper()
+	part := filepath.Join(g.store, "groups", "g", fmt.Sprintf("v%06d", v), fmt.Sprintf("rank-%d.part", r))
+	waitFor(g.t, fmt.Sprintf("rank %d to seal its part of version %d", r, v), func() bool {
+		_, err := os.Stat(part)
+		return err == nil
+	}, nil)
+}
+
+// waitFor polls cond until it holds, failing the test after 30 s with what it waited for
+// (and detail(), when given: what it saw last).
+func waitFor(t testing.TB, what string, cond func() bool, detail func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			if detail != nil {
+				t.Fatalf("waited 30s for %s:\n%s", what, detail())
+			}
+			t.Fatalf("waited 30s for %s", what)
+		}
+	}
 }
