@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/weightfs/weightfs/internal/logtest"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/logtest"
+	"github.com/weightfs/weightfs/internal/testfiles"
 )
 
 // storeFiles hashes every file of the store but its cache: what a dry run must not change.
@@ -47,24 +49,7 @@ func storeFiles(t testing.TB, root string) map[string]string {
 }
 
 // objectFileBytes sums the sizes of the files under STORE/objects, as du would see them.
-func objectFileBytes(t testing.TB, root string) int64 {
-	t.Helper()
-	var n int64
-	err := filepath.WalkDir(filepath.Join(root, "objects"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		fi, err := d.Info()
-		if err == nil {
-			n += fi.Size()
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+var objectFileBytes = testfiles.ObjectBytes
 
 func numbers(vs []VersionInfo) []uint64 {
 	var out []uint64

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,27 +15,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/testfiles"
 )
 
 // objectBytes sums the sizes of the object files under STORE/objects (what du counts).
-func objectBytes(t testing.TB, storeDir string) int64 {
-	t.Helper()
-	var n int64
-	err := filepath.WalkDir(filepath.Join(storeDir, "objects"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		fi, err := d.Info()
-		if err == nil {
-			n += fi.Size()
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+var objectBytes = testfiles.ObjectBytes
 
 // storeLog is `weightfs log --json`, the fields these tests use.
 type storeLog struct {

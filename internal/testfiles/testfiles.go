@@ -123,3 +123,24 @@ func StoredDigest(t testing.TB, dir string) (string, int) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), len(names)
 }
+
+// ObjectBytes sums the sizes of the files under dir/objects of a local store: what du counts,
+// and what `weightfs log` must report as the store's total.
+func ObjectBytes(t testing.TB, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
