@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -147,16 +149,29 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 	// The files an earlier run owned: the copy it left holds them, and the first part of
 	// this run takes it up as it is, rather than rebuilding it file by file as the files
 	// are owned again.
-	if data, err := os.ReadFile(g.ownFile); err == nil {
+	// It is a cache: damaged or unreadable, it is reported and dropped, and the copy is
+	// rebuilt for the files this run writes.
+	data, err := os.ReadFile(g.ownFile)
+	if err == nil {
 		var paths []string
-		if json.Unmarshal(data, &paths) == nil {
-			g.own = map[string]bool{}
+		if err = json.Unmarshal(data, &paths); err == nil {
 			for _, p := range paths {
-				if checkPath(p) == nil {
-					g.own[p] = true
+				if err = checkPath(p); err != nil {
+					break
 				}
 			}
 		}
+		if err == nil {
+			g.own = map[string]bool{}
+			for _, p := range paths {
+				g.own[p] = true
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("writer group: the list of owned files is damaged; ignored, the copy is rebuilt for the files this rank writes",
+			"file", g.ownFile, "err", err)
+		os.Remove(g.ownFile)
 	}
 	s.group = g
 	return s, nil

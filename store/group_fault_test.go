@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -423,4 +425,49 @@ func TestGroupPublishReady(t *testing.T) {
 	if got, _, err := gs.pub.PublishReady("g", 2); err != nil || len(got) != 0 {
 		t.Fatalf("again: published %v, %v", got, err)
 	}
+}
+
+// TestGroupDamagedOwnedList: the list of owned files a rank keeps in its cache directory is
+// a cache. Damaged, it is reported and ignored: the restarted rank owns what it writes anew,
+// rebuilds its copy for it, and still stores deltas against the previous version.
+func TestGroupDamagedOwnedList(t *testing.T) {
+	series := groupSeries(t, 2)
+	gs := newGroupStore(t, "g", 4)
+	gs.writeParts(t, 1, series[0])
+	if _, err := gs.pub.PublishGroup("g", 1, 4); err != nil {
+		t.Fatal(err)
+	}
+	cache := gs.ranks[2].cacheDir
+	if err := gs.ranks[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cache, ownedFileName), []byte(`["model-00003-of`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log logLines
+	s, err := OpenRank(gs.root, Rank{Group: "g", Rank: 2, Ranks: 4}, Options{CacheDir: cache, Logger: logtest.New(log.logf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	gs.ranks[2] = s
+	if !log.has("list of owned files") || len(s.group.own) != 0 {
+		t.Fatalf("a damaged list of owned files: owns %v; log:\n%s", s.group.own, &log)
+	}
+	files := series[1]
+	shard := "model-00003-of-00004.safetensors"
+	info, err := writePart(s, 2, files, func(n string) bool { return n == shard })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ObjectBytes*10 > int64(len(files[shard])) {
+		t.Fatalf("the restarted rank stored %d bytes for a %d-byte shard: not deltas", info.ObjectBytes, len(files[shard]))
+	}
+	for _, r := range []int{0, 1, 3} {
+		writeOK(t, gs.ranks[r], 2, files, func(n string) bool { return shardOwner(n, 4) == r })
+	}
+	if _, err := gs.pub.PublishGroup("g", 2, 4); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "v2", exportHashes(t, gs.pub, 2), fileHashes(files))
 }
