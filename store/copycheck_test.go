@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/weightfs/weightfs/internal/logtest"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -19,35 +19,6 @@ import (
 
 // Regression tests of the checked copy (docs/format.md §6, §8): the materialized copy is a checked cache, reads check a file's composition,
 // and no cache failure stops a store.
-
-// logLines collects a store's log.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) logf(format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *logLines) has(sub string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		if strings.Contains(line, sub) {
-			return true
-		}
-	}
-	return false
-}
-
-func (l *logLines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
 
 // flipCopyByte flips one byte of a file of the copy in dir (CACHE/materialized) at off.
 func flipCopyByte(t *testing.T, cacheDir, p string, off int64) {

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -219,4 +221,44 @@ func mustEqualBytes(t testing.TB, what string, got, want []byte) {
 		}
 		t.Fatalf("%s: %d bytes differ from the %d wanted, first at %d", what, len(got), len(want), i)
 	}
+}
+
+// logLines collects a store's log (Options.Logger: logtest.New(l.logf)) for assertions,
+// echoing each line to t when t is set.
+type logLines struct {
+	t     testing.TB
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	line := strings.TrimSpace(fmt.Sprintf(format, args...))
+	if l.t != nil {
+		l.t.Log(line)
+	}
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+}
+
+// has reports whether one line holds every one of parts.
+func (l *logLines) has(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }

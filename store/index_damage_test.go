@@ -2,45 +2,19 @@ package store
 
 import (
 	"fmt"
-	"github.com/weightfs/weightfs/internal/logtest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weightfs/weightfs/internal/logtest"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/weightfs/weightfs/delta"
 )
-
-// logBuffer collects a store's log lines (Options.Logger, through logtest) for assertions.
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-	t     testing.TB
-}
-
-func (l *logBuffer) logf(format string, args ...any) {
-	line := fmt.Sprintf(format, args...)
-	l.mu.Lock()
-	l.lines = append(l.lines, line)
-	l.mu.Unlock()
-	l.t.Log(line)
-}
-
-func (l *logBuffer) has(sub string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		if strings.Contains(line, sub) {
-			return true
-		}
-	}
-	return false
-}
 
 // indexRebuiltLog is what the log says when the index was found damaged and rebuilt.
 const indexRebuiltLog = "deleted and recreated"
@@ -233,7 +207,7 @@ func TestIndexDamageRebuilds(t *testing.T) {
 					if err := os.WriteFile(indexPath, damaged, 0o600); err != nil {
 						t.Fatal(err)
 					}
-					log := &logBuffer{t: t}
+					log := &logLines{t: t}
 					opts := Options{ReadOnly: true, CacheDir: readerCache, Logger: logtest.New(log.logf)}
 					if who == "writer" {
 						opts = Options{Logger: logtest.New(log.logf)}
@@ -265,7 +239,7 @@ func TestIndexDamageRebuilds(t *testing.T) {
 // goroutines: no panic escapes, the bytes are right, the index is rebuilt and logged.
 func TestIndexDamageWhileOpen(t *testing.T) {
 	fx := newDamageFixture(t)
-	log := &logBuffer{t: t}
+	log := &logLines{t: t}
 	cache := filepath.Join(t.TempDir(), "cache")
 	s := openStore(t, fx.root, Options{ReadOnly: true, CacheDir: cache, Logger: logtest.New(log.logf)})
 	fx.readAll(t, s)
@@ -342,7 +316,7 @@ func TestIndexCheckedAfterUncleanClose(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			log := &logBuffer{t: t}
+			log := &logLines{t: t}
 			ix, err := openIndex(path, logtest.New(log.logf))
 			if err != nil {
 				t.Fatal(err)
@@ -364,7 +338,7 @@ func TestIndexCheckedAfterUncleanClose(t *testing.T) {
 func TestIndexRunsWithoutWhenItCannotBeRecreated(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "index.db")
-	log := &logBuffer{t: t}
+	log := &logLines{t: t}
 	ix, err := openIndex(path, logtest.New(log.logf))
 	if err != nil {
 		t.Fatal(err)

@@ -2,45 +2,13 @@ package store
 
 import (
 	"errors"
-	"fmt"
-	"github.com/weightfs/weightfs/internal/logtest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/weightfs/weightfs/internal/logtest"
 )
-
-// logRecorder collects a store's log lines.
-type logRecorder struct {
-	t     testing.TB
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logRecorder) logf(format string, args ...any) {
-	l.t.Helper()
-	l.t.Logf(format, args...)
-	l.mu.Lock()
-	l.lines = append(l.lines, strings.TrimSpace(fmt.Sprintf(format, args...)))
-	l.mu.Unlock()
-}
-
-// has reports whether a line holds every one of parts.
-func (l *logRecorder) has(parts ...string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
 
 // flipByte flips one byte of a file in the middle of it (a read-only object too).
 func flipByte(t *testing.T, p string) {
@@ -98,7 +66,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	closeStore(t, s)
 	flipByte(t, filepath.Join(root, "versions", "v000003"))
 
-	log := &logRecorder{t: t}
+	log := &logLines{t: t}
 	s = openStore(t, root, Options{Logger: logtest.New(log.logf)})
 	if !log.has("version 3", "weightfs verify --repair") {
 		t.Errorf("no log line names version 3 and the repair command: %q", log.lines)
