@@ -106,12 +106,7 @@ func TestOldFileReadFromCheckedCopy(t *testing.T) {
 // TestDamagedFileCopyIsNotServed flips a byte of a copy: the next read returns the right bytes
 // (from the objects), logs the chunk, drops the copy and writes it again in the background.
 func TestDamagedFileCopyIsNotServed(t *testing.T) {
-	versions := modelVersions(t, 3, 72)
-	w, root := newStore(t, Options{})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
-	closeStore(t, w)
+	versions, root := committedVersions(t, 3, 72)
 	var log logLines
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, Logger: logtest.New(log.logf)})
 	want := versions[0]["model.safetensors"]
@@ -224,12 +219,7 @@ func TestForgedManifestGetsNoCopy(t *testing.T) {
 // the copies use never exceeds the bound, the least recently read go first, and every read
 // is exact.
 func TestFileCopiesBounded(t *testing.T) {
-	versions := modelVersions(t, 6, 73)
-	w, root := newStore(t, Options{})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
-	closeStore(t, w)
+	versions, root := committedVersions(t, 6, 73)
 	size := int64(len(versions[0]["model.safetensors"]))
 	bound := 2*size + size/2
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: bound, Logger: logtest.New(func(string, ...any) {})})
@@ -255,12 +245,7 @@ func TestFileCopiesBounded(t *testing.T) {
 // with room for two copies (so copies are removed while others read them): every read is
 // exact, and no more than the bound is in use at the end.
 func TestFileCopiesConcurrent(t *testing.T) {
-	versions := modelVersions(t, 5, 74)
-	w, root := newStore(t, Options{})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
-	closeStore(t, w)
+	versions, root := committedVersions(t, 5, 74)
 	size := int64(len(versions[0]["model.safetensors"]))
 	bound := 2*size + size/2
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: bound, Logger: logtest.New(func(string, ...any) {})})
@@ -298,4 +283,17 @@ func TestFileCopiesConcurrent(t *testing.T) {
 	if used, n := r.FileCopyUsage(); used > bound || n > 2 {
 		t.Fatalf("%d copies of %d bytes, bound %d", n, used, bound)
 	}
+}
+
+// committedVersions commits n generated versions (seed) into a new store, closes it, and
+// returns the versions' files and the store's root.
+func committedVersions(t *testing.T, n int, seed uint64) ([]map[string][]byte, string) {
+	t.Helper()
+	versions := modelVersions(t, n, seed)
+	w, root := newStore(t, Options{})
+	for i, files := range versions {
+		commitTree(t, w, uint64(i+1), files)
+	}
+	closeStore(t, w)
+	return versions, root
 }
