@@ -17,4 +17,13 @@ var (
 	// ErrLocked marks an apply refused because another apply of the same file holds its
 	// lock (ApplyOptions.NoWait); the message names the holder's process and host.
 	ErrLocked = errors.New("locked by another apply")
+	// ErrNoContext marks a version-2 delta body decoded or applied without its context (the
+	// decoded delta it was coded against, docs/format.md Part II): Delta.SetContext or
+	// ApplyDeltaContext supply it.
+	ErrNoContext = errors.New("delta body needs its context")
+	// ErrContextMismatch marks a version-2 delta body decoded against a context that is not the
+	// one it was coded against: a block of the context differs in change count or checksum from
+	// what the body recorded. Errors wrapping it also wrap ErrMalformed, since the caller cannot
+	// tell a wrong context from a damaged body.
+	ErrContextMismatch = errors.New("delta context does not match")
 )

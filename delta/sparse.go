@@ -40,6 +40,7 @@ type DeltaEncoder struct {
 	next    int64  // the smallest element index the next change may take
 	changed int64
 	cur     blockEncoder
+	ctx     ContextFunc // the context of a version-2 body (SetContext), nil for version 1
 
 	err  error
 	done bool
@@ -201,6 +202,7 @@ func (e *DeltaEncoder) Changed() int64 { return e.changed }
 
 // DeltaInfo describes an encoded delta body.
 type DeltaInfo struct {
+	Version  int // body format version: 1, or 2 (coded against a context: NeedsContext)
 	Width    int
 	Float    bool
 	Elements int64
@@ -224,11 +226,23 @@ func ParseDelta(body []byte) (DeltaInfo, error) {
 // Each block is decoded and checked completely before any element of dst is written, so a
 // corrupt block is reported (ErrMalformed) without touching dst; blocks before it in the range
 // have been applied by then, so on error the caller must treat dst as garbage. Out-of-range
-// arguments are ErrInvalidArgument.
+// arguments are ErrInvalidArgument. A version-2 body needs its context: ApplyDelta returns
+// ErrNoContext for it, ApplyDeltaContext applies it.
 func ApplyDelta(body []byte, dst []byte, first int64, dir Direction) error {
+	return applyDelta(body, nil, dst, first, dir)
+}
+
+// applyDelta is ApplyDelta and ApplyDeltaContext.
+func applyDelta(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direction) error {
 	l, err := parseLayout(body)
 	if err != nil {
 		return fmt.Errorf("apply sparse delta: %w", err)
+	}
+	if l.Version >= 2 {
+		if ctx == nil {
+			return fmt.Errorf("apply sparse delta: %w", ErrNoContext)
+		}
+		return fmt.Errorf("apply sparse delta: %w", errV2Unfinished)
 	}
 	w := l.Width
 	n := int64(len(dst) / w)

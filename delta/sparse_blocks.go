@@ -19,7 +19,8 @@ import (
 // concurrent use.
 type Delta struct {
 	l       deltaLayout
-	offsets []int64 // offsets[b] is where block b's bytes start in the body; one entry more
+	offsets []int64     // offsets[b] is where block b's bytes start in the body; one entry more
+	ctx     ContextFunc // a version-2 body's context (SetContext)
 }
 
 // OpenDelta validates the framing of body as ParseDelta does and indexes its blocks.
@@ -62,8 +63,14 @@ func (d *Delta) DecodeBlock(b int64) (*DecodedBlock, error) { return d.DecodeBlo
 
 // DecodeBlockInto is DecodeBlock decoding into the buffers of into, a block of any delta that
 // nobody uses any more, and returns it; with into nil, a new block. After an error into is
-// not to be used again.
+// not to be used again. A version-2 body decodes against the context SetContext gave
+// (ErrNoContext without one; ErrContextMismatch when it is not the body's context).
 func (d *Delta) DecodeBlockInto(b int64, into *DecodedBlock) (*DecodedBlock, error) {
+	return d.decodeBlock(b, d.ctx, into)
+}
+
+// decodeBlock is DecodeBlockInto with the context ctx.
+func (d *Delta) decodeBlock(b int64, ctx ContextFunc, into *DecodedBlock) (*DecodedBlock, error) {
 	if b < 0 || b >= d.l.blocks {
 		return nil, fmt.Errorf("decode sparse delta block: %w: block %d of %d", ErrInvalidArgument, b, d.l.blocks)
 	}
@@ -76,6 +83,12 @@ func (d *Delta) DecodeBlockInto(b int64, into *DecodedBlock) (*DecodedBlock, err
 	count, _ := d.l.entry(b)
 	if count == 0 {
 		return db, nil
+	}
+	if d.l.Version >= 2 {
+		if ctx == nil {
+			return nil, fmt.Errorf("decode sparse delta block %d: %w", b, ErrNoContext)
+		}
+		return nil, fmt.Errorf("decode sparse delta block %d: %w", b, errV2Unfinished)
 	}
 	dec := compactDecoders.Get().(*blockDecoder)
 	defer compactDecoders.Put(dec)

@@ -21,7 +21,8 @@ import (
 
 const (
 	deltaMagic      = "WFSD"
-	deltaVersion    = 1
+	deltaVersion    = 1 // a body coded without context
+	deltaVersion2   = 2 // a body coded against a context (sparse2.go)
 	deltaHeaderSize = 24
 	blockEntrySize  = 8 // u32le count, u32le byte size
 
@@ -76,8 +77,8 @@ func parseLayout(body []byte) (deltaLayout, error) {
 	if len(body) < 5 {
 		return l, fmt.Errorf("%w: sparse delta of %d bytes has no version", ErrMalformed, len(body))
 	}
-	if body[4] != deltaVersion {
-		return l, fmt.Errorf("%w: sparse delta version %d (this build reads %d)", ErrUnsupportedVersion, body[4], deltaVersion)
+	if body[4] != deltaVersion && body[4] != deltaVersion2 {
+		return l, fmt.Errorf("%w: sparse delta version %d (this build reads %d and %d)", ErrUnsupportedVersion, body[4], deltaVersion, deltaVersion2)
 	}
 	if len(body) < deltaHeaderSize {
 		return l, fmt.Errorf("%w: sparse delta of %d bytes is shorter than its %d-byte header", ErrMalformed, len(body), deltaHeaderSize)
@@ -98,7 +99,7 @@ func parseLayout(body []byte) (deltaLayout, error) {
 		return l, fmt.Errorf("%w: %d changed of %d elements", ErrMalformed, changed, elements)
 	}
 	l = deltaLayout{
-		DeltaInfo: DeltaInfo{Width: width, Float: flags&flagFloat != 0, Elements: int64(elements), Changed: int64(changed)},
+		DeltaInfo: DeltaInfo{Version: int(body[4]), Width: width, Float: flags&flagFloat != 0, Elements: int64(elements), Changed: int64(changed)},
 		shift:     shift,
 		blocks:    int64((elements + 1<<shift - 1) >> shift),
 		body:      body,

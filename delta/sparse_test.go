@@ -34,7 +34,7 @@ func checkRoundTrip(t *testing.T, rng *rand.Rand, base, cur []byte, width int, f
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
-	want := DeltaInfo{Width: width, Float: float, Elements: int64(len(base) / width), Changed: int64(len(ref.Index))}
+	want := DeltaInfo{Version: 1, Width: width, Float: float, Elements: int64(len(base) / width), Changed: int64(len(ref.Index))}
 	if info != want {
 		t.Fatalf("ParseDelta = %+v, want %+v", info, want)
 	}
@@ -343,7 +343,7 @@ func TestParseDeltaRejects(t *testing.T) {
 		{"empty", nil, ErrMalformed},
 		{"wrong magic", edit(func(b []byte) { b[0] = 'X' }), ErrMalformed},
 		{"version 0", edit(func(b []byte) { b[4] = 0 }), ErrUnsupportedVersion},
-		{"version 2", edit(func(b []byte) { b[4] = 2 }), ErrUnsupportedVersion},
+		{"version 3", edit(func(b []byte) { b[4] = 3 }), ErrUnsupportedVersion},
 		{"magic only", []byte(deltaMagic), ErrMalformed},
 		{"width 3", edit(func(b []byte) { b[5] = 3 }), ErrMalformed},
 		{"unknown flag", edit(func(b []byte) { b[6] |= 2 }), ErrMalformed},

@@ -1,0 +1,77 @@
+package delta
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Version 2 of the delta body (docs/format.md Part II, "Version 2"): the same header and block
+// table as version 1, but each block is coded against block b of a context, the decoded delta
+// whose result is this delta's base (the previous step of the same tensor). Elements the
+// context changed change again far more often than the others and mostly the same way, so
+// the positions and values of the two classes are coded apart. Block b needs only block b of
+// the context, so random access per block stays; each block records the context block's change
+// count and checksum, so a wrong context is detected (ErrContextMismatch), never decoded into
+// wrong bytes.
+
+// ContextFunc returns block b (same block shift) of the decoded delta a version-2 body was
+// coded against. The callee keeps ownership of the block; the caller does not keep it past
+// its use. It is called only for blocks the body has changes in.
+type ContextFunc func(b int64) (*DecodedBlock, error)
+
+// errV2Unfinished is returned by the version-2 paths until they are implemented.
+var errV2Unfinished = errors.New("version-2 delta bodies are not implemented yet")
+
+// SetContext makes the encoder write a version-2 body coded against ctx. It must be called
+// before the first Add, AddChanges or AddDiff (ErrInvalidArgument otherwise); with ctx nil the
+// body stays version 1. The encoder asks ctx for block b when it codes block b.
+func (e *DeltaEncoder) SetContext(ctx ContextFunc) {
+	if e.err != nil {
+		return
+	}
+	if e.block >= 0 || e.changed > 0 || e.next > 0 || e.done {
+		e.err = fmt.Errorf("delta encoder: %w: SetContext after the first change", ErrInvalidArgument)
+		return
+	}
+	e.ctx = ctx
+	if ctx != nil {
+		e.err = fmt.Errorf("delta encoder: %w", errV2Unfinished)
+	}
+}
+
+// NeedsContext reports whether the body is version 2: its blocks decode only with SetContext.
+func (d *Delta) NeedsContext() bool { return d.l.Version >= 2 }
+
+// SetContext gives a version-2 delta its context for DecodeBlock and DecodeBlockInto. It is
+// not safe to call while blocks are being decoded: call it once, after OpenDelta and before
+// the delta is shared; DecodeBlockContext takes a context per call instead. A version-1 delta
+// ignores it.
+func (d *Delta) SetContext(ctx ContextFunc) { d.ctx = ctx }
+
+// DecodeBlockContext is DecodeBlockInto with ctx as the context of a version-2 body instead of
+// the one SetContext gave (ctx nil: that one).
+func (d *Delta) DecodeBlockContext(b int64, ctx ContextFunc, into *DecodedBlock) (*DecodedBlock, error) {
+	if ctx == nil {
+		ctx = d.ctx
+	}
+	return d.decodeBlock(b, ctx, into)
+}
+
+// ApplyDeltaContext is ApplyDelta for a body of either version: a version-2 body is decoded
+// against ctx (nil: ErrNoContext), a version-1 body ignores it.
+func ApplyDeltaContext(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direction) error {
+	return applyDelta(body, ctx, dst, first, dir)
+}
+
+// Start is the element index of the block's first element: positions are relative to it.
+func (b *DecodedBlock) Start() int64 { return b.start }
+
+// Position is the position of change i (0 <= i < Changes()) relative to Start, ascending in i.
+func (b *DecodedBlock) Position(i int) uint32 { return b.pos[i] }
+
+// Code is the value code of change i: the zigzag of its ordered difference (docs/format.md
+// Part II, "Values"), never 0.
+func (b *DecodedBlock) Code(i int) uint64 { return b.code(i) }
+
+// Width is the element width of the delta the block came from.
+func (b *DecodedBlock) Width() int { return b.width }
