@@ -22,10 +22,13 @@ import (
 //	then the three position streams and the three value sections, in that order
 //
 // The classes split the block's elements by what the context did to them: A1, changed by one
-// step (value code 1 or 2); A2, changed by more; B, not changed. Each class's changes are coded
-// as Rice gaps (sparse_rice.go) over the class's candidates only, with its own statistics:
-// measured on the generator's steps at lr 3e-6, an A2 element changes again 95% of the time,
-// an A1 element 15%, a B element 2%. A value section is a version-1 symbol section (mode,
+// step (value code 1 or 2); A2, changed by more; B, not changed. The changes of classes A are
+// coded as Rice gaps (sparse_rice.go) over the class's candidates only, with their own
+// statistics: measured on the generator's steps at lr 3e-6, an A2 element changes again 95%
+// of the time, an A1 element 15%, a B element 2%. Class B's positions are gaps over the whole
+// block, as in version 1: over the elements the context left alone they would be 0.5%
+// smaller, but turning those indices into positions cost a merge with every context change,
+// which doubled the decoding time. A value section is a version-1 symbol section (mode,
 // uvarint length, symbols) followed by its escape stream. Class B stores value codes as
 // version 1 does; classes A store the difference of the change from the context's change,
 // turned so that the context's direction is positive: an element that moves by the same
@@ -200,13 +203,13 @@ func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedB
 			j++
 			continue
 		}
-		e.idx[classB] = append(e.idx[classB], p-uint32(j))
+		e.idx[classB] = append(e.idx[classB], p)
 		e.vals[classB] = append(e.vals[classB], e.codes[i])
 	}
 	for ; j < len(ctxPos); j++ {
 		cand[contextClass(e.ctxCodes[j])]++
 	}
-	cand[classB] = uint32(blockLen) - uint32(len(ctxPos))
+	cand[classB] = uint32(blockLen)
 
 	var flags byte
 	for c := range numClasses {

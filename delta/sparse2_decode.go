@@ -1,6 +1,7 @@
 package delta
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -16,15 +17,18 @@ type block2Decoder struct {
 	pos    []uint32 // the block's changes, ascending
 	codes  []uint64 // their value codes
 
-	ctxCodes []uint64
-	ctxClass []uint8              // per context change: its class, or +numClasses once it is a member
-	cands    [numClasses][]uint32 // per class A: the indices of its candidates among the context's changes
-	idx      []uint32
-	bpos     []uint32 // the positions of class B's changes
-	vals     [numClasses][]uint64
-	syms     []byte
-	rle      []byte
-	fast     fseDecoder
+	cands [numClasses][]uint32 // per class A: the indices of its candidates among the context's changes
+	idx   []uint32
+	bpos  []uint32 // scratch of members
+	acode []uint64 // per context change, the value code of its change again, or 0
+	akeys []uint64 // the merge keys of classes A and a sentinel (mergeKeys)
+	bkeys []uint64 // class B's
+	keys  []uint64 // both merged
+	mvals []uint64 // the value codes of classes A then B, by the keys' low halves
+	vals  [numClasses][]uint64
+	syms  []byte
+	rle   []byte
+	fast  fseDecoder
 }
 
 var block2Decoders = sync.Pool{New: func() any { return new(block2Decoder) }}
@@ -105,53 +109,29 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		return fmt.Errorf("%w (%w): the block was coded against a context block of %d changes with checksum %08x, this one has %d with %08x",
 			ErrContextMismatch, ErrMalformed, h.m, h.sum, m, ctx.contextSum())
 	}
-	// The context's changes by class.
-	d.ctxCodes = ctx.contextCodes(d.ctxCodes)
-	d.ctxClass = slices.Grow(d.ctxClass[:0], m)[:m]
-	d.cands[classA1], d.cands[classA2] = d.cands[classA1][:0], d.cands[classA2][:0]
-	for k, c := range d.ctxCodes {
-		cl := contextClass(c)
-		d.ctxClass[k] = uint8(cl)
-		d.cands[cl] = append(d.cands[cl], uint32(k))
+	// The candidates of classes A: the context's changes by class.
+	d.cands[classA1] = slices.Grow(d.cands[classA1][:0], m)[:m]
+	d.cands[classA2] = slices.Grow(d.cands[classA2][:0], m)[:m]
+	c1, c2 := d.cands[classA1], d.cands[classA2]
+	n1, n2 := 0, 0
+	for k, s := range ctx.symbols[:m] {
+		var a1 int // without a branch: A1 or A2 is a coin flip to the predictor
+		if s <= 2 {
+			a1 = 1
+		}
+		c1[n1], c2[n2] = uint32(k), uint32(k)
+		n1 += a1
+		n2 += 1 - a1
 	}
+	d.cands[classA1], d.cands[classA2] = c1[:n1], c2[:n2]
 	var cand [numClasses]uint64
-	cand[classA1], cand[classA2], cand[classB] = uint64(len(d.cands[classA1])), uint64(len(d.cands[classA2])), blockLen-uint64(m)
+	cand[classA1], cand[classA2], cand[classB] = uint64(n1), uint64(n2), blockLen
 
 	streams := h.payload
 	var posStream [numClasses][]byte
 	for c := range numClasses {
 		posStream[c], streams = streams[:h.posLen[c]], streams[h.posLen[c]:]
 	}
-	// Positions of classes A: mark the context's changes that change again.
-	for _, c := range []int{classA1, classA2} {
-		if h.n[c] > cand[c] {
-			return fmt.Errorf("%w: class %d claims %d changes of %d candidates", ErrMalformed, c, h.n[c], cand[c])
-		}
-		if err := d.members(posStream[c], h.flags&(1<<c) != 0, h.n[c], cand[c]); err != nil {
-			return fmt.Errorf("class %d positions: %w", c, err)
-		}
-		for _, x := range d.idx {
-			d.ctxClass[d.cands[c][x]] += numClasses
-		}
-	}
-	// Positions of class B: indices among the elements the context left alone, to positions.
-	if h.n[classB] > cand[classB] {
-		return fmt.Errorf("%w: class B claims %d changes of %d candidates", ErrMalformed, h.n[classB], cand[classB])
-	}
-	if err := d.members(posStream[classB], h.flags&(1<<classB) != 0, h.n[classB], cand[classB]); err != nil {
-		return fmt.Errorf("class B positions: %w", err)
-	}
-	d.bpos = slices.Grow(d.bpos[:0], len(d.idx))
-	j := 0
-	for _, x := range d.idx {
-		p := uint64(x) + uint64(j)
-		for j < m && uint64(ctx.pos[j]) <= p {
-			j++
-			p++
-		}
-		d.bpos = append(d.bpos, uint32(p))
-	}
-	// Values.
 	for c := range numClasses {
 		section := streams[:h.valLen[c]]
 		streams = streams[h.valLen[c]:]
@@ -159,31 +139,89 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 			return fmt.Errorf("class %d values: %w", c, err)
 		}
 	}
-	// Merge: the context's members in order with class B's positions.
-	d.pos = slices.Grow(d.pos[:0], count)
-	d.codes = slices.Grow(d.codes[:0], count)
-	var next [numClasses]int
-	b := 0
-	for k, cl := range d.ctxClass {
-		if cl < numClasses {
-			continue
+	// Classes A: the value code of every context change that changes again, by its index
+	// among the context's changes; 0 for the others.
+	d.acode = slices.Grow(d.acode[:0], m)[:m]
+	clear(d.acode)
+	for _, c := range []int{classA1, classA2} {
+		if h.n[c] > cand[c] {
+			return fmt.Errorf("%w: class %d claims %d changes of %d candidates", ErrMalformed, c, h.n[c], cand[c])
 		}
-		cl -= numClasses
-		p := ctx.pos[k]
-		for ; b < len(d.bpos) && d.bpos[b] < p; b++ {
-			d.pos, d.codes = append(d.pos, d.bpos[b]), append(d.codes, d.vals[classB][b])
+		if err := d.members(posStream[c], h.flags&(1<<c) != 0, h.n[c], cand[c]); err != nil {
+			return fmt.Errorf("class %d positions: %w", c, err)
 		}
-		code := d.values.fromContext(d.vals[cl][next[cl]], d.ctxCodes[k])
-		next[cl]++
-		if code == 0 {
-			return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
+		cands, vals := d.cands[c], d.vals[c]
+		for t, x := range d.idx {
+			k := cands[x]
+			code := d.values.fromContext(vals[t], ctx.code(int(k)))
+			if code == 0 {
+				return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
+			}
+			d.acode[k] = code
 		}
-		d.pos, d.codes = append(d.pos, p), append(d.codes, code)
 	}
-	for ; b < len(d.bpos); b++ {
-		d.pos, d.codes = append(d.pos, d.bpos[b]), append(d.codes, d.vals[classB][b])
+	// The merge keys of classes A (position << 32 | index of the value in d.mvals), ascending,
+	// then a sentinel.
+	nA := int(h.n[classA1] + h.n[classA2])
+	d.akeys = slices.Grow(d.akeys[:0], m+1)[:m+1]
+	d.mvals = slices.Grow(d.mvals[:0], m+1)[:m+1]
+	na := 0
+	for k, code := range d.acode[:m] {
+		d.akeys[na], d.mvals[na] = uint64(ctx.pos[k])<<32|uint64(na), code
+		var nz int // without a branch: which context changes change again is a coin flip
+		if code != 0 {
+			nz = 1
+		}
+		na += nz
+	}
+	d.akeys, d.mvals = append(d.akeys[:nA], mergeSentinel), d.mvals[:nA]
+	// Class B: positions in the whole block.
+	if err := d.members(posStream[classB], h.flags&(1<<classB) != 0, h.n[classB], cand[classB]); err != nil {
+		return fmt.Errorf("class B positions: %w", err)
+	}
+	d.bkeys = slices.Grow(d.bkeys[:0], len(d.idx)+1)[:len(d.idx)+1]
+	for i, p := range d.idx {
+		d.bkeys[i] = uint64(p)<<32 | uint64(nA+i)
+	}
+	d.bkeys[len(d.idx)] = mergeSentinel
+	d.mvals = append(d.mvals, d.vals[classB]...)
+	d.keys = slices.Grow(d.keys[:0], count)[:count]
+	if !mergeKeys(d.keys, d.akeys, d.bkeys) {
+		return fmt.Errorf("%w: a change in both class A and class B", ErrMalformed)
+	}
+	d.pos = slices.Grow(d.pos[:0], count)[:count]
+	d.codes = slices.Grow(d.codes[:0], count)[:count]
+	vals := d.mvals[:count]
+	for n, k := range d.keys {
+		d.pos[n], d.codes[n] = uint32(k>>32), vals[uint32(k)]
 	}
 	return nil
+}
+
+// mergeSentinel ends the lists mergeKeys merges: above every key of a block's change.
+const mergeSentinel = ^uint64(0)
+
+// mergeKeys merges the ascending keys of a and b (position << 32 | anything), each ending
+// with a sentinel, into out, which has room for exactly their keys. It reports false when a
+// position is in both. Which list comes next is a coin flip to a branch predictor, so the loop
+// has no branch on the data: it always writes, and advances by arithmetic.
+func mergeKeys(out, a, b []uint64) bool {
+	i, j := 0, 0
+	var dup uint64
+	for n := range out {
+		x, y := a[i], b[j]
+		var t int // 1: a's comes first
+		if x < y {
+			t = 1
+		}
+		if x>>32 == y>>32 {
+			dup = 1
+		}
+		out[n] = y ^ (x^y)&-uint64(t)
+		i += t
+		j += 1 - t
+	}
+	return dup == 0
 }
 
 // members decodes a class's position stream into d.idx: the ascending indices, among the
@@ -285,15 +323,19 @@ func (d *block2Decoder) valueSection(c int, section []byte, n int) error {
 
 // compact stores the decoded block in db's compact form (symbols and escapes).
 func (d *block2Decoder) compact(db *DecodedBlock) {
+	n := len(d.codes)
 	db.pos = append(db.pos[:0], d.pos...)
-	db.symbols = slices.Grow(db.symbols[:0], len(d.codes))
-	db.escAt, db.escCode = db.escAt[:0], db.escCode[:0]
+	db.symbols = slices.Grow(db.symbols[:0], n)[:n]
 	for i, code := range d.codes {
-		if code < escapeSymbol {
-			db.symbols = append(db.symbols, byte(code))
-			continue
+		db.symbols[i] = byte(min(code, escapeSymbol))
+	}
+	db.escAt, db.escCode = db.escAt[:0], db.escCode[:0]
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(db.symbols[i:], escapeSymbol)
+		if j < 0 {
+			break
 		}
-		db.symbols = append(db.symbols, escapeSymbol)
-		db.escAt, db.escCode = append(db.escAt, uint32(i)), append(db.escCode, code)
+		i += j
+		db.escAt, db.escCode = append(db.escAt, uint32(i)), append(db.escCode, d.codes[i])
 	}
 }
