@@ -12,7 +12,8 @@ import (
 // gaps, sparse_rice.go) and the difference of its value from the base in ordered-integer
 // space (ordered.go), entropy-coded (sparse_block.go). Elements are grouped in blocks of
 // 2^20 that are coded independently behind a table (sparse_format.go), so ApplyDelta over a
-// range decodes only the blocks it touches.
+// range decodes only the blocks it touches. That is format version 1; version 2 (sparse2*.go)
+// codes the same changes against the previous step's delta of the tensor, block by block.
 
 // Direction says which way a delta is applied.
 type Direction int
