@@ -202,6 +202,10 @@ func (e *DeltaEncoder) Finish() ([]byte, error) {
 	binary.LittleEndian.PutUint64(e.out[16:], uint64(e.changed))
 	body := e.out
 	e.out, e.done = nil, true
+	if e.cur2 != nil {
+		block2Encoders.Put(e.cur2)
+		e.cur2 = nil
+	}
 	return body, nil
 }
 

@@ -34,7 +34,7 @@ func (e *DeltaEncoder) SetContext(ctx ContextFunc) {
 	if ctx != nil {
 		version = deltaVersion2
 		if e.cur2 == nil {
-			e.cur2 = new(block2Encoder)
+			e.cur2 = block2Encoders.Get().(*block2Encoder)
 		}
 	}
 	e.out[4] = version

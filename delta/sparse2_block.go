@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/fse"
 )
@@ -151,6 +152,10 @@ func (m valueMap) unzig(z uint64) uint64 {
 	return d
 }
 
+// block2Encoders are the coders of version-2 blocks, reused across encoders (a tensor of one
+// block would otherwise grow every list from nothing).
+var block2Encoders = sync.Pool{New: func() any { return new(block2Encoder) }}
+
 // block2Encoder codes blocks of a version-2 body. Its slices are reused from block to block.
 type block2Encoder struct {
 	pos      []uint32
@@ -169,8 +174,10 @@ type block2Encoder struct {
 // appendBlock codes the changes collected in cur (block-relative positions, of a block of
 // blockLen elements) against ctx and appends the block to out.
 func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedBlock, blockLen uint64, values valueMap) ([]byte, error) {
-	// The collected changes, back from gaps and symbols.
-	e.pos, e.codes = e.pos[:0], e.codes[:0]
+	// The collected changes, back from gaps and symbols. The lists live in locals while they
+	// grow: appended to in the struct, every change stored their headers again.
+	pos := slices.Grow(e.pos[:0], len(cur.gaps))
+	codes := slices.Grow(e.codes[:0], len(cur.gaps))
 	p := int64(-1)
 	escapes := cur.escapes
 	for i, g := range cur.gaps {
@@ -181,35 +188,40 @@ func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedB
 			escapes = escapes[n:]
 			code += v
 		}
-		e.pos, e.codes = append(e.pos, uint32(p)), append(e.codes, code)
+		pos, codes = append(pos, uint32(p)), append(codes, code)
 	}
+	e.pos, e.codes = pos, codes
 	e.ctxCodes = ctx.contextCodes(e.ctxCodes)
-	ctxPos := ctx.pos
+	ctxPos, ctxCodes := ctx.pos, e.ctxCodes
 	var cand [numClasses]uint32
-	for c := range numClasses {
-		e.idx[c], e.vals[c] = e.idx[c][:0], e.vals[c][:0]
-	}
+	idx1, idx2, idxB := e.idx[classA1][:0], e.idx[classA2][:0], e.idx[classB][:0]
+	vals1, vals2, valsB := e.vals[classA1][:0], e.vals[classA2][:0], e.vals[classB][:0]
 	j := 0
-	for i, p := range e.pos {
+	for i, p := range pos {
 		for ; j < len(ctxPos) && ctxPos[j] < p; j++ {
-			cand[contextClass(e.ctxCodes[j])]++
+			cand[contextClass(ctxCodes[j])]++
 		}
 		if j < len(ctxPos) && ctxPos[j] == p {
-			c := e.ctxCodes[j]
-			cl := contextClass(c)
-			e.idx[cl] = append(e.idx[cl], cand[cl])
-			e.vals[cl] = append(e.vals[cl], values.toContext(e.codes[i], c))
-			cand[cl]++
+			c := ctxCodes[j]
+			v := values.toContext(codes[i], c)
+			if contextClass(c) == classA1 {
+				idx1, vals1 = append(idx1, cand[classA1]), append(vals1, v)
+				cand[classA1]++
+			} else {
+				idx2, vals2 = append(idx2, cand[classA2]), append(vals2, v)
+				cand[classA2]++
+			}
 			j++
 			continue
 		}
-		e.idx[classB] = append(e.idx[classB], p)
-		e.vals[classB] = append(e.vals[classB], e.codes[i])
+		idxB, valsB = append(idxB, p), append(valsB, codes[i])
 	}
 	for ; j < len(ctxPos); j++ {
-		cand[contextClass(e.ctxCodes[j])]++
+		cand[contextClass(ctxCodes[j])]++
 	}
 	cand[classB] = uint32(blockLen)
+	e.idx = [numClasses][]uint32{idx1, idx2, idxB}
+	e.vals = [numClasses][]uint64{vals1, vals2, valsB}
 
 	var flags byte
 	for c := range numClasses {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 )
@@ -17,10 +18,9 @@ type block2Decoder struct {
 	pos    []uint32 // the block's changes, ascending
 	codes  []uint64 // their value codes
 
-	cands [numClasses][]uint32 // per class A: the indices of its candidates among the context's changes
+	aidx  [numClasses][]uint32 // per class A: its changes' indices among its candidates, and a sentinel
 	idx   []uint32
 	bpos  []uint32 // scratch of members
-	acode []uint64 // per context change, the value code of its change again, or 0
 	akeys []uint64 // the merge keys of classes A and a sentinel (mergeKeys)
 	bkeys []uint64 // class B's
 	keys  []uint64 // both merged
@@ -110,22 +110,13 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 			ErrContextMismatch, ErrMalformed, h.m, h.sum, m, ctx.contextSum())
 	}
 	// The candidates of classes A: the context's changes by class.
-	d.cands[classA1] = slices.Grow(d.cands[classA1][:0], m)[:m]
-	d.cands[classA2] = slices.Grow(d.cands[classA2][:0], m)[:m]
-	c1, c2 := d.cands[classA1], d.cands[classA2]
-	n1, n2 := 0, 0
-	for k, s := range ctx.symbols[:m] {
-		var a1 int // without a branch: A1 or A2 is a coin flip to the predictor
-		if s <= 2 {
-			a1 = 1
-		}
-		c1[n1], c2[n2] = uint32(k), uint32(k)
-		n1 += a1
-		n2 += 1 - a1
-	}
-	d.cands[classA1], d.cands[classA2] = c1[:n1], c2[:n2]
 	var cand [numClasses]uint64
-	cand[classA1], cand[classA2], cand[classB] = uint64(n1), uint64(n2), blockLen
+	for _, s := range ctx.symbols[:m] {
+		if s <= 2 {
+			cand[classA1]++
+		}
+	}
+	cand[classA2], cand[classB] = uint64(m)-cand[classA1], blockLen
 
 	streams := h.payload
 	var posStream [numClasses][]byte
@@ -139,10 +130,8 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 			return fmt.Errorf("class %d values: %w", c, err)
 		}
 	}
-	// Classes A: the value code of every context change that changes again, by its index
-	// among the context's changes; 0 for the others.
-	d.acode = slices.Grow(d.acode[:0], m)[:m]
-	clear(d.acode)
+	// Classes A: which of their candidates change (indices among the class's candidates,
+	// each list ending with a sentinel), and their values (each with one more, unused).
 	for _, c := range []int{classA1, classA2} {
 		if h.n[c] > cand[c] {
 			return fmt.Errorf("%w: class %d claims %d changes of %d candidates", ErrMalformed, c, h.n[c], cand[c])
@@ -150,29 +139,55 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		if err := d.members(posStream[c], h.flags&(1<<c) != 0, h.n[c], cand[c]); err != nil {
 			return fmt.Errorf("class %d positions: %w", c, err)
 		}
-		cands, vals := d.cands[c], d.vals[c]
-		for t, x := range d.idx {
-			k := cands[x]
-			code := d.values.fromContext(vals[t], ctx.code(int(k)))
-			if code == 0 {
-				return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
-			}
-			d.acode[k] = code
-		}
+		d.aidx[c] = append(append(d.aidx[c][:0], d.idx...), math.MaxUint32)
+		d.vals[c] = append(d.vals[c], 0)
 	}
-	// The merge keys of classes A (position << 32 | index of the value in d.mvals), ascending,
-	// then a sentinel.
+	// One pass over the context's changes gives the merge keys of classes A (position << 32 |
+	// index of the value in d.mvals), ascending, then a sentinel. Without a branch on the
+	// data: a context change's class and whether it changes again are coin flips to a branch
+	// predictor.
 	nA := int(h.n[classA1] + h.n[classA2])
 	d.akeys = slices.Grow(d.akeys[:0], m+1)[:m+1]
 	d.mvals = slices.Grow(d.mvals[:0], m+1)[:m+1]
+	idx1, idx2 := d.aidx[classA1], d.aidx[classA2]
+	vals1, vals2 := d.vals[classA1], d.vals[classA2]
+	var cnt1, cnt2, next1, next2 uint32 // per class A: candidates seen, changes taken
 	na := 0
-	for k, code := range d.acode[:m] {
-		d.akeys[na], d.mvals[na] = uint64(ctx.pos[k])<<32|uint64(na), code
-		var nz int // without a branch: which context changes change again is a coin flip
-		if code != 0 {
-			nz = 1
+	var zero uint64
+	for k, s := range ctx.symbols[:m] {
+		c := uint64(s)
+		if s == escapeSymbol {
+			c = ctx.code(k)
 		}
-		na += nz
+		var a1 uint32
+		if s <= 2 {
+			a1 = 1
+		}
+		v, x, seen := vals2[next2], idx2[next2], cnt2
+		if a1 == 1 {
+			v, x, seen = vals1[next1], idx1[next1], cnt1
+		}
+		var member uint32
+		if x == seen {
+			member = 1
+		}
+		code := d.values.fromContext(v, c)
+		if code == 0 {
+			zero |= uint64(member)
+		}
+		d.akeys[na], d.mvals[na] = uint64(ctx.pos[k])<<32|uint64(na), code
+		cnt1 += a1
+		cnt2 += 1 - a1
+		next1 += member & a1
+		next2 += member &^ a1
+		na += int(member)
+	}
+	if zero != 0 {
+		return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
+	}
+	if na != nA {
+		// Cannot happen: every index decoded is below its class's candidates.
+		return fmt.Errorf("%w: %d changes of classes A found of %d", ErrMalformed, na, nA)
 	}
 	d.akeys, d.mvals = append(d.akeys[:nA], mergeSentinel), d.mvals[:nA]
 	// Class B: positions in the whole block.
