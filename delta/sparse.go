@@ -293,6 +293,7 @@ func applyDelta(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direc
 			if err := dec2.decodeWith(ctx, b, &l, payload, int(count)); err != nil {
 				return fmt.Errorf("apply sparse delta: block %d: %w", b, err)
 			}
+			dec2.unpack()
 			dec.pos, dec.codes = dec2.pos, dec2.codes
 		} else if err := dec.decode(payload, int(count), l.blockLen(b)); err != nil {
 			return fmt.Errorf("apply sparse delta: block %d: %w", b, err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 )
@@ -18,17 +17,20 @@ type block2Decoder struct {
 	pos    []uint32 // the block's changes, ascending
 	codes  []uint64 // their value codes
 
-	aidx  [numClasses][]uint32 // per class A: its changes' indices among its candidates, and a sentinel
-	idx   []uint32
-	bpos  []uint32 // scratch of members
-	akeys []uint64 // the merge keys of classes A and a sentinel (mergeKeys)
-	bkeys []uint64 // class B's
-	keys  []uint64 // both merged
-	mvals []uint64 // the value codes of classes A then B, by the keys' low halves
-	vals  [numClasses][]uint64
-	syms  []byte
-	rle   []byte
-	fast  fseDecoder
+	cands   [numClasses][]uint32 // per class A: the indices of its candidates among the context's changes
+	mark    []uint32             // per context change: 1 + the index of its value when it changes again, or 0
+	ordered []uint64             // scratch: classes A's stored values
+	idx     []uint32
+	bpos    []uint32 // scratch of members
+	akeys   []uint64 // the merge keys of classes A and a sentinel (mergeKeys)
+	bkeys   []uint64 // class B's
+	keys    []uint64 // both merged
+	mvals   []uint64 // the value codes of classes A then B, by the keys' low halves
+	ks      []uint32 // per change of classes A, the index of its context change
+	vals    [numClasses][]uint64
+	syms    []byte
+	rle     []byte
+	fast    fseDecoder
 }
 
 var block2Decoders = sync.Pool{New: func() any { return new(block2Decoder) }}
@@ -109,14 +111,23 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		return fmt.Errorf("%w (%w): the block was coded against a context block of %d changes with checksum %08x, this one has %d with %08x",
 			ErrContextMismatch, ErrMalformed, h.m, h.sum, m, ctx.contextSum())
 	}
-	// The candidates of classes A: the context's changes by class.
-	var cand [numClasses]uint64
-	for _, s := range ctx.symbols[:m] {
+	// The candidates of classes A: the indices of the context's changes of each class. Without
+	// a branch on the data: a context change's class is a coin flip to a branch predictor.
+	c1 := slices.Grow(d.cands[classA1][:0], m)[:m]
+	c2 := slices.Grow(d.cands[classA2][:0], m)[:m]
+	n1, n2 := 0, 0
+	for k, s := range ctx.symbols[:m] {
+		var a1 int
 		if s <= 2 {
-			cand[classA1]++
+			a1 = 1
 		}
+		c1[n1], c2[n2] = uint32(k), uint32(k)
+		n1 += a1
+		n2 += 1 - a1
 	}
-	cand[classA2], cand[classB] = uint64(m)-cand[classA1], blockLen
+	d.cands[classA1], d.cands[classA2] = c1[:n1], c2[:n2]
+	var cand [numClasses]uint64
+	cand[classA1], cand[classA2], cand[classB] = uint64(n1), uint64(n2), blockLen
 
 	streams := h.payload
 	var posStream [numClasses][]byte
@@ -130,8 +141,13 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 			return fmt.Errorf("class %d values: %w", c, err)
 		}
 	}
-	// Classes A: which of their candidates change (indices among the class's candidates,
-	// each list ending with a sentinel), and their values (each with one more, unused).
+	// Classes A: mark[k] is 1 + the index of the stored value of context change k when it
+	// changes again, among its class's values (class A2's after class A1's), else 0.
+	mark := slices.Grow(d.mark[:0], m)[:m]
+	clear(mark)
+	vals := append(d.mvals[:0], d.vals[classA1]...)
+	vals = append(vals, d.vals[classA2]...)
+	base := uint32(1)
 	for _, c := range []int{classA1, classA2} {
 		if h.n[c] > cand[c] {
 			return fmt.Errorf("%w: class %d claims %d changes of %d candidates", ErrMalformed, c, h.n[c], cand[c])
@@ -139,78 +155,67 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		if err := d.members(posStream[c], h.flags&(1<<c) != 0, h.n[c], cand[c]); err != nil {
 			return fmt.Errorf("class %d positions: %w", c, err)
 		}
-		d.aidx[c] = append(append(d.aidx[c][:0], d.idx...), math.MaxUint32)
-		d.vals[c] = append(d.vals[c], 0)
+		cands := d.cands[c]
+		for t, x := range d.idx {
+			mark[cands[x]] = base + uint32(t)
+		}
+		base += uint32(len(d.idx))
 	}
-	// One pass over the context's changes gives the merge keys of classes A (position << 32 |
-	// index of the value in d.mvals), ascending, then a sentinel. Without a branch on the
-	// data: a context change's class and whether it changes again are coin flips to a branch
-	// predictor.
+	// Their merge keys (position << 32 | index of the value code in d.mvals), ascending, then a
+	// sentinel, and their value codes in that order.
 	nA := int(h.n[classA1] + h.n[classA2])
-	d.akeys = slices.Grow(d.akeys[:0], m+1)[:m+1]
-	d.mvals = slices.Grow(d.mvals[:0], m+1)[:m+1]
-	idx1, idx2 := d.aidx[classA1], d.aidx[classA2]
-	vals1, vals2 := d.vals[classA1], d.vals[classA2]
-	var cnt1, cnt2, next1, next2 uint32 // per class A: candidates seen, changes taken
+	akeys := slices.Grow(d.akeys[:0], m+1)[:m+1]
+	ks := slices.Grow(d.ks[:0], m+1)[:m+1]
 	na := 0
-	var zero uint64
-	for k, s := range ctx.symbols[:m] {
-		c := uint64(s)
-		if s == escapeSymbol {
-			c = ctx.code(k)
-		}
-		var a1 uint32
-		if s <= 2 {
-			a1 = 1
-		}
-		v, x, seen := vals2[next2], idx2[next2], cnt2
-		if a1 == 1 {
-			v, x, seen = vals1[next1], idx1[next1], cnt1
-		}
-		var member uint32
-		if x == seen {
+	for k, mk := range mark {
+		akeys[na], ks[na] = uint64(ctx.pos[k])<<32|uint64(na), uint32(k)
+		var member int // without a branch: which context changes change again is a coin flip
+		if mk != 0 {
 			member = 1
 		}
-		code := d.values.fromContext(v, c)
-		if code == 0 {
-			zero |= uint64(member)
+		na += member
+	}
+	mvals := slices.Grow(d.ordered[:0], nA)[:nA]
+	for t, k := range ks[:nA] {
+		c := uint64(ctx.symbols[k])
+		if c == escapeSymbol {
+			c = ctx.code(int(k))
 		}
-		d.akeys[na], d.mvals[na] = uint64(ctx.pos[k])<<32|uint64(na), code
-		cnt1 += a1
-		cnt2 += 1 - a1
-		next1 += member & a1
-		next2 += member &^ a1
-		na += int(member)
+		code := d.values.fromContext(vals[mark[k]-1], c)
+		if code == 0 {
+			return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
+		}
+		mvals[t] = code
 	}
-	if zero != 0 {
-		return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
-	}
-	if na != nA {
-		// Cannot happen: every index decoded is below its class's candidates.
-		return fmt.Errorf("%w: %d changes of classes A found of %d", ErrMalformed, na, nA)
-	}
-	d.akeys, d.mvals = append(d.akeys[:nA], mergeSentinel), d.mvals[:nA]
+	d.akeys, d.mvals, d.ordered, d.ks, d.mark = append(akeys[:nA], mergeSentinel), mvals, vals, ks, mark
 	// Class B: positions in the whole block.
 	if err := d.members(posStream[classB], h.flags&(1<<classB) != 0, h.n[classB], cand[classB]); err != nil {
 		return fmt.Errorf("class B positions: %w", err)
 	}
-	d.bkeys = slices.Grow(d.bkeys[:0], len(d.idx)+1)[:len(d.idx)+1]
+	bkeys := slices.Grow(d.bkeys[:0], len(d.idx)+1)[:len(d.idx)+1]
 	for i, p := range d.idx {
-		d.bkeys[i] = uint64(p)<<32 | uint64(nA+i)
+		bkeys[i] = uint64(p)<<32 | uint64(nA+i)
 	}
-	d.bkeys[len(d.idx)] = mergeSentinel
+	bkeys[len(d.idx)] = mergeSentinel
+	d.bkeys = bkeys
 	d.mvals = append(d.mvals, d.vals[classB]...)
 	d.keys = slices.Grow(d.keys[:0], count)[:count]
 	if !mergeKeys(d.keys, d.akeys, d.bkeys) {
 		return fmt.Errorf("%w: a change in both class A and class B", ErrMalformed)
 	}
-	d.pos = slices.Grow(d.pos[:0], count)[:count]
-	d.codes = slices.Grow(d.codes[:0], count)[:count]
-	vals := d.mvals[:count]
-	for n, k := range d.keys {
-		d.pos[n], d.codes[n] = uint32(k>>32), vals[uint32(k)]
-	}
 	return nil
+}
+
+// unpack turns the merged keys of the block decoded last into d.pos and d.codes.
+func (d *block2Decoder) unpack() {
+	n := len(d.keys)
+	pos := slices.Grow(d.pos[:0], n)[:n]
+	codes := slices.Grow(d.codes[:0], n)[:n]
+	all := d.mvals[:n]
+	for i, k := range d.keys {
+		pos[i], codes[i] = uint32(k>>32), all[uint32(k)]
+	}
+	d.pos, d.codes = pos, codes
 }
 
 // mergeSentinel ends the lists mergeKeys merges: above every key of a block's change.
@@ -336,21 +341,24 @@ func (d *block2Decoder) valueSection(c int, section []byte, n int) error {
 	return nil
 }
 
-// compact stores the decoded block in db's compact form (symbols and escapes).
+// compact stores the block decoded last in db's compact form (positions, symbols and
+// escapes), straight from the merged keys.
 func (d *block2Decoder) compact(db *DecodedBlock) {
-	n := len(d.codes)
-	db.pos = append(db.pos[:0], d.pos...)
-	db.symbols = slices.Grow(db.symbols[:0], n)[:n]
-	for i, code := range d.codes {
-		db.symbols[i] = byte(min(code, escapeSymbol))
+	n := len(d.keys)
+	pos := slices.Grow(db.pos[:0], n)[:n]
+	symbols := slices.Grow(db.symbols[:0], n)[:n]
+	all := d.mvals[:n]
+	for i, k := range d.keys {
+		pos[i], symbols[i] = uint32(k>>32), byte(min(all[uint32(k)], escapeSymbol))
 	}
-	db.escAt, db.escCode = db.escAt[:0], db.escCode[:0]
+	escAt, escCode := db.escAt[:0], db.escCode[:0]
 	for i := 0; ; i++ {
-		j := bytes.IndexByte(db.symbols[i:], escapeSymbol)
+		j := bytes.IndexByte(symbols[i:], escapeSymbol)
 		if j < 0 {
 			break
 		}
 		i += j
-		db.escAt, db.escCode = append(db.escAt, uint32(i)), append(db.escCode, d.codes[i])
+		escAt, escCode = append(escAt, uint32(i)), append(escCode, all[uint32(d.keys[i])])
 	}
+	db.pos, db.symbols, db.escAt, db.escCode = pos, symbols, escAt, escCode
 }
