@@ -161,21 +161,23 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		}
 		base += uint32(len(d.idx))
 	}
-	// Their merge keys (position << 32 | index of the value code in d.mvals), ascending, then a
-	// sentinel, and their value codes in that order.
+	// Their merge keys (position << 32 | index of the value code in d.mvals), ascending,
+	// between two sentinels (mergeKeys), and their value codes in that order after a dummy.
 	nA := int(h.n[classA1] + h.n[classA2])
-	akeys := slices.Grow(d.akeys[:0], m+1)[:m+1]
+	akeys := slices.Grow(d.akeys[:0], m+2)[:m+2]
 	ks := slices.Grow(d.ks[:0], m+1)[:m+1]
 	na := 0
 	for k, mk := range mark {
-		akeys[na], ks[na] = uint64(ctx.pos[k])<<32|uint64(na), uint32(k)
+		akeys[na+1], ks[na] = uint64(ctx.pos[k])<<32|uint64(na+1), uint32(k)
 		var member int // without a branch: which context changes change again is a coin flip
 		if mk != 0 {
 			member = 1
 		}
 		na += member
 	}
-	mvals := slices.Grow(d.ordered[:0], nA)[:nA]
+	akeys[0], akeys[nA+1] = 0, mergeSentinel
+	mvals := slices.Grow(d.ordered[:0], nA+1)[:nA+1]
+	mvals[0] = 0
 	for t, k := range ks[:nA] {
 		c := uint64(ctx.symbols[k])
 		if c == escapeSymbol {
@@ -185,22 +187,23 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		if code == 0 {
 			return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
 		}
-		mvals[t] = code
+		mvals[t+1] = code
 	}
-	d.akeys, d.mvals, d.ordered, d.ks, d.mark = append(akeys[:nA], mergeSentinel), mvals, vals, ks, mark
 	// Class B: positions in the whole block.
 	if err := d.members(posStream[classB], h.flags&(1<<classB) != 0, h.n[classB], cand[classB]); err != nil {
 		return fmt.Errorf("class B positions: %w", err)
 	}
-	bkeys := slices.Grow(d.bkeys[:0], len(d.idx)+1)[:len(d.idx)+1]
+	nB := len(d.idx)
+	bkeys := slices.Grow(d.bkeys[:0], nB+2)[:nB+2]
 	for i, p := range d.idx {
-		bkeys[i] = uint64(p)<<32 | uint64(nA+i)
+		bkeys[i+1] = uint64(p)<<32 | uint64(nA+1+i)
 	}
-	bkeys[len(d.idx)] = mergeSentinel
-	d.bkeys = bkeys
-	d.mvals = append(d.mvals, d.vals[classB]...)
-	d.keys = slices.Grow(d.keys[:0], count)[:count]
-	if !mergeKeys(d.keys, d.akeys, d.bkeys) {
+	bkeys[0], bkeys[nB+1] = 0, mergeSentinel
+	mvals = append(mvals, d.vals[classB]...)
+	keys := slices.Grow(d.keys[:0], count)[:count]
+	ok := mergeKeys(keys, akeys[:nA+2], bkeys)
+	d.akeys, d.bkeys, d.keys, d.mvals, d.ordered, d.ks, d.mark = akeys, bkeys, keys, mvals, vals, ks, mark
+	if !ok {
 		return fmt.Errorf("%w: a change in both class A and class B", ErrMalformed)
 	}
 	return nil
@@ -211,35 +214,58 @@ func (d *block2Decoder) unpack() {
 	n := len(d.keys)
 	pos := slices.Grow(d.pos[:0], n)[:n]
 	codes := slices.Grow(d.codes[:0], n)[:n]
-	all := d.mvals[:n]
+	all := d.mvals[:n+1]
 	for i, k := range d.keys {
 		pos[i], codes[i] = uint32(k>>32), all[uint32(k)]
 	}
 	d.pos, d.codes = pos, codes
 }
 
-// mergeSentinel ends the lists mergeKeys merges: above every key of a block's change.
+// mergeSentinel ends the lists mergeKeys merges: above every key of a block's change. Key 0
+// starts them: below every key, whose low half is at least 1.
 const mergeSentinel = ^uint64(0)
 
-// mergeKeys merges the ascending keys of a and b (position << 32 | anything), each ending
-// with a sentinel, into out, which has room for exactly their keys. It reports false when a
-// position is in both. Which list comes next is a coin flip to a branch predictor, so the loop
-// has no branch on the data: it always writes, and advances by arithmetic.
+// mergeKeys merges the ascending keys of a and b (position << 32 | a number from 1 up), each
+// between the sentinels 0 and mergeSentinel, into out, which has room for exactly their keys.
+// It reports false when a position is in both. Which list comes next is a coin flip to a
+// branch predictor, so the loop has no branch on the data: it always writes, and advances by
+// arithmetic. Each step waits on the one before (the next keys to compare depend on which was
+// taken), so two merges run at once, one from the front taking the smaller key and one from the
+// back taking the larger, each for half of out: they meet without overlapping, and any
+// position in both lists is compared with itself by one of them.
 func mergeKeys(out, a, b []uint64) bool {
-	i, j := 0, 0
+	n := len(out)
+	i, j := 1, 1                 // the front's next keys
+	i2, j2 := len(a)-2, len(b)-2 // the back's
 	var dup uint64
-	for n := range out {
+	half := n / 2
+	for lo := range half {
+		hi := n - 1 - lo
 		x, y := a[i], b[j]
-		var t int // 1: a's comes first
+		x2, y2 := a[i2], b[j2]
+		var t, t2 int // t: a's key is the smaller; t2: a's is the larger
 		if x < y {
 			t = 1
 		}
+		if x2 > y2 {
+			t2 = 1
+		}
+		if x>>32 == y>>32 || x2>>32 == y2>>32 {
+			dup = 1
+		}
+		out[lo] = y ^ (x^y)&-uint64(t)
+		out[hi] = y2 ^ (x2^y2)&-uint64(t2)
+		i += t
+		j += 1 - t
+		i2 -= t2
+		j2 -= 1 - t2
+	}
+	if n%2 == 1 {
+		x, y := a[i], b[j]
 		if x>>32 == y>>32 {
 			dup = 1
 		}
-		out[n] = y ^ (x^y)&-uint64(t)
-		i += t
-		j += 1 - t
+		out[half] = min(x, y)
 	}
 	return dup == 0
 }
@@ -347,7 +373,7 @@ func (d *block2Decoder) compact(db *DecodedBlock) {
 	n := len(d.keys)
 	pos := slices.Grow(db.pos[:0], n)[:n]
 	symbols := slices.Grow(db.symbols[:0], n)[:n]
-	all := d.mvals[:n]
+	all := d.mvals[:n+1]
 	for i, k := range d.keys {
 		pos[i], symbols[i] = uint32(k>>32), byte(min(all[uint32(k)], escapeSymbol))
 	}
