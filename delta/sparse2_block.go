@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -161,6 +163,7 @@ type block2Encoder struct {
 	pos      []uint32
 	codes    []uint64
 	ctxCodes []uint64
+	ctxPos   []uint32
 	idx      [numClasses][]uint32 // per class, the changes' indices among the class's candidates
 	vals     [numClasses][]uint64 // per class, the numbers stored for its changes, in order
 	gaps     []uint32
@@ -191,37 +194,60 @@ func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedB
 		pos, codes = append(pos, uint32(p)), append(codes, code)
 	}
 	e.pos, e.codes = pos, codes
-	e.ctxCodes = ctx.contextCodes(e.ctxCodes)
-	ctxPos, ctxCodes := ctx.pos, e.ctxCodes
+	// The changes by class, in one branch-free pass over the changes and the context's
+	// (whether a change is the context's, and which class that is, are coin flips to a branch
+	// predictor): both lists end with a sentinel, every step writes to every class's list and
+	// advances by arithmetic.
+	m, n := len(ctx.pos), len(pos)
+	e.ctxCodes = append(ctx.contextCodes(e.ctxCodes), 0)
+	ctxCodes := e.ctxCodes
+	ctxPos := append(append(e.ctxPos[:0], ctx.pos...), math.MaxUint32)
+	pos, codes = append(pos, math.MaxUint32), append(codes, 0)
+	idx1 := slices.Grow(e.idx[classA1][:0], n+1)[:n+1]
+	idx2 := slices.Grow(e.idx[classA2][:0], n+1)[:n+1]
+	idxB := slices.Grow(e.idx[classB][:0], n+1)[:n+1]
+	vals1 := slices.Grow(e.vals[classA1][:0], n+1)[:n+1]
+	vals2 := slices.Grow(e.vals[classA2][:0], n+1)[:n+1]
+	valsB := slices.Grow(e.vals[classB][:0], n+1)[:n+1]
+	var cand1, cand2 uint32
+	n1, n2, nb := 0, 0, 0
+	mask, signShift := values.mask, uint(bits.TrailingZeros64(values.sign))
+	for i, j := 0, 0; i < n || j < m; {
+		p, q := pos[i], ctxPos[j]
+		code, c := codes[i], ctxCodes[j]
+		var ctxFirst, same, a1 int // the context's change comes first; it is this change
+		if q < p {
+			ctxFirst = 1
+		}
+		if q == p {
+			same = 1
+		}
+		if c <= 2 {
+			a1 = 1
+		}
+		// values.toContext(code, c), written out: the call was a fifth of the pass.
+		d := code>>1 ^ mask&-(code&1)
+		neg := -(c & 1)
+		d = ((d ^ neg) - neg) & mask
+		d = (d - (c>>1 + c&1)) & mask
+		v := (d<<1)&mask ^ mask&-(d>>signShift&1)
+		idx1[n1], vals1[n1] = cand1, v
+		idx2[n2], vals2[n2] = cand2, v
+		idxB[nb], valsB[nb] = p, code
+		took := ctxFirst | same // the context's change is done with
+		n1 += same & a1
+		n2 += same &^ a1
+		nb += 1 - took
+		cand1 += uint32(took & a1)
+		cand2 += uint32(took &^ a1)
+		j += took
+		i += 1 - ctxFirst
+	}
+	e.pos, e.codes, e.ctxPos = pos[:n], codes[:n], ctxPos
 	var cand [numClasses]uint32
-	idx1, idx2, idxB := e.idx[classA1][:0], e.idx[classA2][:0], e.idx[classB][:0]
-	vals1, vals2, valsB := e.vals[classA1][:0], e.vals[classA2][:0], e.vals[classB][:0]
-	j := 0
-	for i, p := range pos {
-		for ; j < len(ctxPos) && ctxPos[j] < p; j++ {
-			cand[contextClass(ctxCodes[j])]++
-		}
-		if j < len(ctxPos) && ctxPos[j] == p {
-			c := ctxCodes[j]
-			v := values.toContext(codes[i], c)
-			if contextClass(c) == classA1 {
-				idx1, vals1 = append(idx1, cand[classA1]), append(vals1, v)
-				cand[classA1]++
-			} else {
-				idx2, vals2 = append(idx2, cand[classA2]), append(vals2, v)
-				cand[classA2]++
-			}
-			j++
-			continue
-		}
-		idxB, valsB = append(idxB, p), append(valsB, codes[i])
-	}
-	for ; j < len(ctxPos); j++ {
-		cand[contextClass(ctxCodes[j])]++
-	}
-	cand[classB] = uint32(blockLen)
-	e.idx = [numClasses][]uint32{idx1, idx2, idxB}
-	e.vals = [numClasses][]uint64{vals1, vals2, valsB}
+	cand[classA1], cand[classA2], cand[classB] = cand1, cand2, uint32(blockLen)
+	e.idx = [numClasses][]uint32{idx1[:n1], idx2[:n2], idxB[:nb]}
+	e.vals = [numClasses][]uint64{vals1[:n1], vals2[:n2], valsB[:nb]}
 
 	var flags byte
 	for c := range numClasses {
@@ -243,7 +269,7 @@ func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedB
 		}
 		e.sections[c] = section
 	}
-	out = binary.AppendUvarint(out, uint64(len(ctxPos)))
+	out = binary.AppendUvarint(out, uint64(len(ctx.pos)))
 	out = binary.LittleEndian.AppendUint32(out, ctx.contextSum())
 	out = append(out, flags)
 	out = binary.AppendUvarint(out, uint64(len(e.idx[classA1])))
@@ -296,10 +322,15 @@ func (e *block2Encoder) valueSection(out []byte, vals []uint64) ([]byte, error) 
 	if len(vals) == 0 {
 		return out, nil
 	}
-	e.syms, e.esc = e.syms[:0], e.esc[:0]
-	for _, v := range vals {
-		e.syms, e.esc = appendSymbol(e.syms, e.esc, v)
+	syms := slices.Grow(e.syms[:0], len(vals))[:len(vals)]
+	esc := e.esc[:0]
+	for i, v := range vals {
+		syms[i] = byte(min(v, escapeSymbol))
+		if v >= escapeSymbol {
+			esc = binary.AppendUvarint(esc, v-escapeSymbol)
+		}
 	}
+	e.syms, e.esc = syms, esc
 	mode, section := byte(symbolsFSE), []byte(nil)
 	compressed, err := fse.Compress(e.syms, &e.fse)
 	switch {
