@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/klauspost/compress/fse"
 )
@@ -55,32 +56,39 @@ func contextClass(c uint64) int {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// contextSum is the CRC-32C of the block's changes, each as its position (u32le) and its value
-// code (u64le), in order: what a version-2 block records of its context. Computed once per
-// block.
+// contextSum is the CRC-32C of the block's changes, what a version-2 block records of its
+// context: every position (u32le), then every change's symbol (its value code, or 255 for a
+// code of 255 or more), then every code of 255 or more (u64le), in order. That is the compact
+// form the block holds, so the sum reads its slices as they are. Computed once per block.
 func (b *DecodedBlock) contextSum() uint32 {
 	if s := b.sum.Load(); s != 0 {
 		return uint32(s)
 	}
-	var buf [12 * 256]byte
-	var crc uint32
-	n, esc := 0, 0
-	for i, p := range b.pos {
-		code := uint64(b.symbols[i])
-		if code == escapeSymbol {
-			code = b.escCode[esc]
-			esc++
-		}
-		binary.LittleEndian.PutUint32(buf[n:], p)
-		binary.LittleEndian.PutUint64(buf[n+4:], code)
-		if n += 12; n == len(buf) {
-			crc = crc32.Update(crc, castagnoli, buf[:n])
-			n = 0
-		}
+	crc := crc32.Update(0, castagnoli, uint32Bytes(b.pos))
+	crc = crc32.Update(crc, castagnoli, b.symbols[:len(b.pos)])
+	var buf [8]byte
+	for _, c := range b.escCode {
+		binary.LittleEndian.PutUint64(buf[:], c)
+		crc = crc32.Update(crc, castagnoli, buf[:])
 	}
-	crc = crc32.Update(crc, castagnoli, buf[:n])
 	b.sum.Store(1<<32 | uint64(crc))
 	return crc
+}
+
+// littleEndian is whether this machine stores integers low byte first.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// uint32Bytes returns the little-endian bytes of v: v's own memory where the machine is
+// little-endian, else a copy.
+func uint32Bytes(v []uint32) []byte {
+	if littleEndian {
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+	}
+	out := make([]byte, 0, 4*len(v))
+	for _, x := range v {
+		out = binary.LittleEndian.AppendUint32(out, x)
+	}
+	return out
 }
 
 // contextCodes returns the value codes of the block's changes, in order, appended to out.

@@ -12,7 +12,7 @@ import (
 // docExample2Hex is the version-2 worked example of docs/format.md (Part II): the step after
 // the version-1 example, coded against it. If the encoder's output changes, the document must
 // change with it; TestFormatDocExample2 also finds the string in the document.
-const docExample2Hex = "574653440202011410000000000000000400000000000000040000001b000000030bb17eaf02010101000203030420c21500010000010200020201"
+const docExample2Hex = "574653440202011410000000000000000400000000000000040000001b00000003c1f42ae702010101000203030420c21500010000010200020201"
 
 // docExample2Tensor is the tensor one step after the version-1 example's new tensor.
 func docExample2Tensor() []byte {
