@@ -3,10 +3,14 @@ package fs
 import (
 	"slices"
 	"time"
+
+	"github.com/weightfs/weightfs/store"
 )
 
-// poller makes versions sealed by another process appear on a read-only mount: it calls
-// Refresh every interval and tells the kernel about root entries that came or went.
+// poller makes versions sealed by another process appear on a read-only mount: it looks every
+// interval (store.Poll where the store has it: a cheap look at the backend's change hint, and
+// a Refresh only when it moved; else Refresh) and tells the kernel about root entries that
+// came or went.
 type poller struct {
 	quit chan struct{}
 	done chan struct{}
@@ -38,7 +42,7 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 			return
 		case <-tick.C:
 		}
-		if err := m.b.Refresh(); err != nil {
+		if err := m.poll(); err != nil {
 			// Say it once, not every tick. Sealed versions stay readable meanwhile (from
 			// the materialized copy and cached objects; a read that needs the unreachable
 			// store fails with EIO, never with other bytes).
@@ -54,6 +58,20 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 		lastErr = ""
 		m.noticeVersions()
 	}
+}
+
+// storePoller is the store's cheap look for new versions (store.Store.Poll).
+type storePoller interface {
+	Poll() (store.PollResult, error)
+}
+
+// poll looks for new versions once.
+func (m *mountState) poll() error {
+	if p, ok := m.b.(storePoller); ok {
+		_, err := p.Poll()
+		return err
+	}
+	return m.b.Refresh()
 }
 
 // noticeVersions compares the store's versions with the last seen list and invalidates the
