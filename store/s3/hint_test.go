@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,15 @@ func TestHintFormat(t *testing.T) {
 	const want = "57 46 53 4c 41 54 53 54 01 00 00 00 2b 00 00 00 00 00 00 00 00 00 b4 93 76 e2 fa 18 08 ce 98 ee"
 	if got := spaced(good); got != want {
 		t.Fatalf("hint bytes\n got %s\nwant %s", got, want)
+	}
+	// The document's example is these bytes.
+	doc, err := os.ReadFile("../../docs/format.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "#### 4.3 The change hint")
+	if !strings.Contains(section, "`"+want+"`") {
+		t.Fatalf("docs/format.md Part I §4.3 does not give the example as %s", want)
 	}
 	h, err := parseHint(good)
 	if err != nil || h.Latest != 43 || h.Written != 1_800_000_000_000_000_000 {
