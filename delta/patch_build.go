@@ -196,10 +196,14 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 		changed := int64(0)
 		tensorHash.Reset()
 		err := forTensorChunks(src, rh, t, base, cur, func(_ int64, b, c []byte) error {
-			hb.Write(b)
+			// The base's hashes on a second core: the two SHA-256 streams are most of the
+			// pass, and neither can be split.
+			done := make(chan struct{})
+			go func() { hb.Write(b); close(done) }()
 			hr.Write(c)
 			tensorHash.Write(c)
 			changed += countChanged(b, c, t.DType.Size())
+			<-done
 			return nil
 		})
 		if err != nil {
