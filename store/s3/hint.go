@@ -122,6 +122,9 @@ func (b *Backend) VersionsHint() (changed, ok bool, err error) {
 	defer h.mu.Unlock()
 	key := b.c.loc.key(hintKey)
 	b.c.stats.add(&b.c.stats.hintRequests, 1)
+	// The counters file is rewritten at every poll, as when each poll was a listing: what
+	// reads it from outside sees a poll's counts within a poll.
+	defer b.writeStats()
 	data, etag, notModified, err := b.c.getIfChanged(b.ctx, key, h.etag)
 	switch {
 	case notModified:
