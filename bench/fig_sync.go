@@ -153,6 +153,7 @@ type syncEvents struct {
 	LastObject time.Time // the reader's object downloads last went up (before Latest)
 	Latest     time.Time // the reader's latest named version N
 	Follower   time.Time // the follower's directory state said version N
+	Applying   time.Time // the follower's state said it was applying N (its patch was open)
 	Objects    int64     // object bytes the reader downloaded
 	Manifests  int64     // manifest bytes
 }
@@ -185,8 +186,16 @@ func watchSync(readerCache, readerMnt, followDir string, v int, before s3.Stats,
 				}
 			}
 			if ev.Follower.IsZero() && followDir != "" {
-				if st, ok, err := delta.ReadDirState(followDir); err == nil && ok && st.Version == uint64(v) && st.Pending == 0 {
-					ev.Follower = now
+				if st, ok, err := delta.ReadDirState(followDir); err == nil && ok {
+					if ev.Applying.IsZero() && st.Pending == uint64(v) {
+						ev.Applying = now
+					}
+					if st.Version == uint64(v) && st.Pending == 0 {
+						ev.Follower = now
+						if ev.Applying.IsZero() {
+							ev.Applying = now // applied between two samples
+						}
+					}
 				}
 			}
 			select {

@@ -66,7 +66,8 @@ func TestSyncRowsBreakdown(t *testing.T) {
 		Read: syncRound{Write: writeStats{Start: t0, LastWrite: at(2), End: at(2)}, Sealed: at(2.1),
 			Ev: syncEvents{Manifest: at(2.6), LastObject: at(3.0), Latest: at(3.1), Objects: 40e6, Manifests: 1e6}},
 		Verified: at(5), BroughtFwd: at(3.5), BaseSeconds: 17,
-		Follow: syncRound{Write: writeStats{Start: t1}, Ev: syncEvents{Follower: t1.Add(6 * time.Second)}},
+		Follow: syncRound{Write: writeStats{Start: t1}, Sealed: t1.Add(time.Second),
+			Ev: syncEvents{Latest: t1.Add(2 * time.Second), Applying: t1.Add(4500 * time.Millisecond), Follower: t1.Add(6 * time.Second)}},
 	}
 	rows := syncRows(r, configForTest(t))
 	for i := range rows {
@@ -75,14 +76,21 @@ func TestSyncRowsBreakdown(t *testing.T) {
 	if rows[0].Measured != 5 || rows[1].Measured != 6 || rows[0].Status != StatusFail {
 		t.Fatalf("totals %+v %+v", rows[0], rows[1])
 	}
-	var sum float64
+	var sum, follower float64
 	for _, r := range rows[2:] {
-		if !strings.HasPrefix(r.Name, "  bring-forward") { // it overlaps the verifying read
+		switch {
+		case strings.HasPrefix(r.Name, "  follower"):
+			follower += r.Measured
+		case !strings.HasPrefix(r.Name, "  bring-forward"): // it overlaps the verifying read
 			sum += r.Measured
 		}
 	}
 	if d := sum - rows[0].Measured; d > 1e-9 || d < -1e-9 {
 		t.Fatalf("phases sum to %v, total %v", sum, rows[0].Measured)
+	}
+	// The follower's phases after the reader's latest moved, and the time until then.
+	if d := follower + 2 - rows[1].Measured; d > 1e-9 || d < -1e-9 {
+		t.Fatalf("the follower's phases sum to %v after the reader's 2 s, total %v", follower, rows[1].Measured)
 	}
 }
 

@@ -2,14 +2,23 @@ package fs
 
 import (
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/weightfs/weightfs/store"
 )
 
-// poller makes versions sealed by another process appear on a read-only mount: it calls
-// Refresh every interval and tells the kernel about root entries that came or went.
+// poller makes versions sealed by another process appear on a read-only mount: it looks every
+// interval (store.Poll where the store has it: a cheap look at the backend's change hint, and
+// a Refresh only when it moved; else Refresh) and tells the kernel about root entries that
+// came or went.
 type poller struct {
 	quit chan struct{}
 	done chan struct{}
+
+	ahead     sync.WaitGroup // the render ahead in flight
+	rendering atomic.Bool    // one render ahead at a time
 }
 
 func startPoller(m *mountState, interval time.Duration) *poller {
@@ -25,6 +34,7 @@ func (p *poller) stop() {
 		close(p.quit)
 	}
 	<-p.done
+	p.ahead.Wait()
 }
 
 func (p *poller) run(m *mountState, interval time.Duration) {
@@ -38,7 +48,7 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 			return
 		case <-tick.C:
 		}
-		if err := m.b.Refresh(); err != nil {
+		if err := m.poll(); err != nil {
 			// Say it once, not every tick. Sealed versions stay readable meanwhile (from
 			// the materialized copy and cached objects; a read that needs the unreachable
 			// store fails with EIO, never with other bytes).
@@ -52,13 +62,63 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 			m.log.Info("refresh: working again")
 		}
 		lastErr = ""
-		m.noticeVersions()
+		if v, up := m.noticeVersions(); up {
+			p.renderAhead(m, v)
+		}
 	}
 }
 
+// renderAhead renders the patch of v, the new latest version, once patches are read on this
+// mount (mountState.patchesWanted): a follower asks for exactly that patch next
+// (weight_vN.from_vK with K the version before, which is the same file), and finds it made
+// or being made (it waits on the same lock) instead of starting the render when it looks.
+// One render ahead at a time: a version that comes during one is rendered when asked for.
+func (p *poller) renderAhead(m *mountState, v uint64) {
+	pv := m.patchView.Load()
+	if pv == nil || !p.rendering.CompareAndSwap(false, true) {
+		return
+	}
+	p.ahead.Add(1)
+	go func() {
+		defer p.ahead.Done()
+		defer p.rendering.Store(false)
+		start := time.Now()
+		if rf, errno := pv.render(v, PatchName(v)); errno == 0 {
+			m.stats.patchesAhead.Add(1)
+			m.log.Info("patch rendered ahead", "file", pv.where+"/"+PatchName(v), "bytes", rf.Size, "in", time.Since(start).Round(time.Millisecond).String())
+		}
+	}()
+}
+
+// patchesWanted notes that something reads patches/ on this mount (a follower, an engine that
+// applies patches): from now on the poller renders each new version's patch as soon as the
+// version is seen.
+func (m *mountState) patchesWanted(p *patchesView) {
+	if m.patchView.Load() == nil {
+		m.patchView.CompareAndSwap(nil, p)
+	}
+}
+
+// storePoller is the store's cheap look for new versions (store.Store.Poll).
+type storePoller interface {
+	Poll() (store.PollResult, error)
+}
+
+func (b storeVersions) Poll() (store.PollResult, error) { return b.s.Poll() }
+
+// poll looks for new versions once.
+func (m *mountState) poll() error {
+	if p, ok := m.b.(storePoller); ok {
+		_, err := p.Poll()
+		return err
+	}
+	return m.b.Refresh()
+}
+
 // noticeVersions compares the store's versions with the last seen list and invalidates the
-// kernel's view of the root entries that changed.
-func (m *mountState) noticeVersions() {
+// kernel's view of the root entries that changed; up says that the latest version moved up
+// (to latest).
+func (m *mountState) noticeVersions() (latest uint64, up bool) {
 	now := versionNumbers(m.b.Versions())
 	m.mu.Lock()
 	before := m.seen
@@ -79,7 +139,10 @@ func (m *mountState) noticeVersions() {
 	}
 	m.mu.Unlock()
 	if len(changed) == 0 {
-		return
+		return 0, false
+	}
+	if n := len(now); n > 0 && (len(before) == 0 || now[n-1] > before[len(before)-1]) {
+		latest, up = now[n-1], true
 	}
 	for _, name := range changed {
 		m.notifyEntry(name)
@@ -88,4 +151,5 @@ func (m *mountState) noticeVersions() {
 	if m.root != nil {
 		_ = m.root.NotifyContent(0, 0) // the root's attributes and any cached listing
 	}
+	return latest, up
 }

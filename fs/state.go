@@ -46,6 +46,9 @@ type mountState struct {
 	seq      uint64                   // names staging files and trees
 
 	stats mountStats // what it did, for metrics (stats.go)
+	// patchView is the patches/ view once something looked up a patch in it: the poller
+	// then renders each new version's patch ahead (poll.go).
+	patchView atomic.Pointer[patchesView]
 }
 
 func newMountState(b VersionStore, readOnly bool, log *slog.Logger) *mountState {

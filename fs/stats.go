@@ -49,6 +49,9 @@ type Stats struct {
 	// or EROFS for a change of something immutable, ENAMETOOLONG, ...). A lookup of a name
 	// that does not exist (ENOENT), the kernel's ordinary question, is not counted.
 	Errors map[syscall.Errno]int64
+	// PatchesAhead counts the patches of new versions rendered as soon as the versions were
+	// seen, before anyone asked (a read-only mount whose patches/ is read: poll.go).
+	PatchesAhead int64
 }
 
 // Errnos lists the errnos of Errors, ascending.
@@ -67,6 +70,7 @@ type mountStats struct {
 	readBytes    [BehindBuckets]atomic.Int64
 	errMu        sync.Mutex
 	errors       map[syscall.Errno]int64
+	patchesAhead atomic.Int64
 }
 
 func (c *mountStats) snapshot() Stats {
@@ -81,6 +85,7 @@ func (c *mountStats) snapshot() Stats {
 		st.Errors[e] = n
 	}
 	c.errMu.Unlock()
+	st.PatchesAhead = c.patchesAhead.Load()
 	return st
 }
 

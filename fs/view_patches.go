@@ -110,6 +110,17 @@ func (p *patchesView) lookupCatchup(ctx context.Context, name string, v, from ui
 		return nil, syscall.ENOENT
 	}
 	where := p.where + "/" + name
+	if from == p.m.previousSealed(v) {
+		// The one-step patch under another name: the same render, and the same lock, as
+		// weight_vNNNNNN.safetensors (and a render made ahead of the lookup, poll.go).
+		rf, errno := p.render(v, name)
+		if errno != 0 {
+			return nil, errno
+		}
+		again := func() (store.RenderedFile, error) { return p.src.RenderPatchFrom(v, from) }
+		newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, again) }
+		return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
+	}
 	render := func() (store.RenderedFile, error) {
 		key := [2]uint64{v, from}
 		p.mu.Lock()
@@ -154,6 +165,7 @@ func isNoPatch(err error) bool {
 }
 
 func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	p.m.patchesWanted(p) // a reader of patches is here: render new versions' ahead (poll.go)
 	if v, from, ok := parseCatchupName(name); ok {
 		return p.lookupCatchup(ctx, name, v, from, out)
 	}

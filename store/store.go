@@ -87,6 +87,7 @@ type Store struct {
 	stats         storeStats // what it did since Open, for metrics (stats.go)
 
 	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
+	poll      pollState  // Poll's memory of the change hint (notify.go)
 
 	mu       sync.RWMutex
 	closed   bool

@@ -40,6 +40,8 @@ type followConfig struct {
 	exec     string
 	sync     bool
 	mx       *metrics.Follower // nil: no --metrics-addr
+	// announced: the mount was told that patches are read (announce)
+	announced bool
 }
 
 func cmdFollow(e *env, args []string) error {
@@ -63,7 +65,7 @@ func cmdFollow(e *env, args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	cfg := followConfig{e: e, mnt: pos[0], dir: pos[1], exec: *execCmd, sync: *syncFlag, mx: mx.follower()}
+	cfg := &followConfig{e: e, mnt: pos[0], dir: pos[1], exec: *execCmd, sync: *syncFlag, mx: mx.follower()}
 	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
 		return err
 	}
@@ -72,6 +74,7 @@ func cmdFollow(e *env, args []string) error {
 	defer signal.Stop(stop)
 	lastErr := ""
 	for {
+		cfg.announce()
 		err := cfg.step()
 		switch {
 		case err == nil:
@@ -91,6 +94,22 @@ func cmdFollow(e *env, args []string) error {
 		case <-time.After(*interval):
 		}
 	}
+}
+
+// announce tells the mount, once, that a follower reads its patches: a lookup in MNT/patches/
+// (of the latest version's patch, whose size the mount knows from the manifests, so nothing is
+// rendered) makes a read-only mount render the patch of each new version as soon as it sees
+// the version, so that the follower's next step finds it ready (docs/cli.md, "follow").
+func (c *followConfig) announce() {
+	if c.announced {
+		return
+	}
+	v, err := c.latest()
+	if err != nil {
+		return // the mount is not there yet: the next round tries again
+	}
+	os.Stat(filepath.Join(c.mnt, "patches", fs.PatchName(v)))
+	c.announced = true
 }
 
 // latest returns the version MNT/latest names.

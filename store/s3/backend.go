@@ -21,6 +21,7 @@ import (
 //	PREFIX/objects/ab/<64 hex>   objects
 //	PREFIX/versions/v000043      manifests
 //	PREFIX/lock                  the writer's lease (lease.go)
+//	PREFIX/latest                the change hint (hint.go), rewritten at every seal
 //
 // and this process's local state in the store's cache directory:
 //
@@ -63,11 +64,14 @@ type Backend struct {
 	flights  map[store.ID]*fetchFlight
 
 	listMu sync.Mutex // one full object listing at a time
+
+	hint hintState // the change hint: the writer's last write, the reader's last ETag
 }
 
 var (
-	_ store.Backend     = (*Backend)(nil)
-	_ store.RemoteCache = (*Backend)(nil)
+	_ store.Backend       = (*Backend)(nil)
+	_ store.RemoteCache   = (*Backend)(nil)
+	_ store.VersionHinter = (*Backend)(nil)
 )
 
 // Cache layout names.
@@ -340,6 +344,7 @@ func (b *Backend) PutManifest(v uint64, data []byte) error {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
 	b.cacheManifest(v, data)
+	b.putHint(v)
 	b.writeStats()
 	return nil
 }
@@ -393,6 +398,15 @@ func (b *Backend) ListManifests() ([]uint64, error) {
 	}
 	slices.Sort(vs)
 	vs = slices.Compact(vs)
+	if b.lease != nil && !b.hint.opened.Swap(true) {
+		// The writer's first listing, at open: a writer that died between a manifest and
+		// the hint left readers a change they have not been told of.
+		var top uint64
+		if len(vs) > 0 {
+			top = vs[len(vs)-1]
+		}
+		b.putHint(top)
+	}
 	b.writeStats()
 	return vs, nil
 }
@@ -405,6 +419,7 @@ func (b *Backend) DeleteManifest(v uint64) error {
 		return fmt.Errorf("delete manifest of version %d: %w", v, err)
 	}
 	os.Remove(b.manifestCachePath(v))
+	b.putHint(0)
 	return nil
 }
 

@@ -52,8 +52,10 @@ const (
 	DefaultRetryFor         = 30 * time.Second
 	DefaultLeaseTTL         = 30 * time.Second
 	// DefaultPollInterval is how often a read-only mount of an S3 store looks for new
-	// versions: each look is one LIST request.
-	DefaultPollInterval = time.Second
+	// versions: each look is one GET of the change hint with If-None-Match (hint.go),
+	// answered 304 with no body while nothing changed; the mount lists versions/ only when
+	// the hint moved, and at least every store.PollListEvery (docs/s3.md, "Readers").
+	DefaultPollInterval = 250 * time.Millisecond
 )
 
 // settings are Config resolved against the environment and the defaults.

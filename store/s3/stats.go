@@ -34,6 +34,11 @@ type Stats struct {
 	Retries  int64 `json:"retries"`  // transient errors that were retried
 	Failures int64 `json:"failures"` // requests that still failed when the retry time ran out
 
+	// HintRequests counts the looks at the change hint (hint.go: one conditional GET each,
+	// most answered 304 with no body); HintChanges those that found it written again.
+	HintRequests int64 `json:"hint_requests"`
+	HintChanges  int64 `json:"hint_changes"`
+
 	CacheHits      int64 `json:"cache_hits"` // object opens served from the local cache
 	CachedObjects  int64 `json:"cached_objects"`
 	CachedBytes    int64 `json:"cached_bytes"`
@@ -65,6 +70,7 @@ type counters struct {
 	objectUploads, objectUploadBytes       int64
 	retries, failures                      int64
 	cacheHits                              int64
+	hintRequests, hintChanges              int64
 	mu                                     sync.Mutex
 	fileMu                                 sync.Mutex // one writer of the stats file at a time
 }
@@ -85,6 +91,7 @@ func (c *counters) snapshot() Stats {
 		Uploads: c.uploads, UploadBytes: c.uploadBytes, MultipartUploads: c.multipartUploads,
 		ObjectUploads: c.objectUploads, ObjectUploadBytes: c.objectUploadBytes,
 		Retries: c.retries, Failures: c.failures, CacheHits: c.cacheHits,
+		HintRequests: c.hintRequests, HintChanges: c.hintChanges,
 	}
 }
 
