@@ -84,7 +84,10 @@ type Store struct {
 	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
 	removedLogged sync.Map
 	maxChain      int
-	stats         storeStats // what it did since Open, for metrics (stats.go)
+	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
+	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
+	contextChain int
+	stats        storeStats // what it did since Open, for metrics (stats.go)
 
 	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
 
@@ -250,7 +253,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
-		diff: opts.Diff, maxChain: opts.MaxChain,
+		diff: opts.Diff, maxChain: opts.MaxChain, contextChain: maxContextChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
 		now: time.Now, hook: opts.Failpoint,
 	}
