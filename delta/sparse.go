@@ -40,7 +40,8 @@ type DeltaEncoder struct {
 	next    int64  // the smallest element index the next change may take
 	changed int64
 	cur     blockEncoder
-	ctx     ContextFunc // the context of a version-2 body (SetContext), nil for version 1
+	ctx     ContextFunc    // the context of a version-2 body (SetContext), nil for version 1
+	cur2    *block2Encoder // the coder of version-2 blocks
 
 	err  error
 	done bool
@@ -166,7 +167,13 @@ func (e *DeltaEncoder) flushBlock() error {
 		return nil
 	}
 	start := len(e.out)
-	out, err := e.cur.appendTo(e.out)
+	var out []byte
+	var err error
+	if e.ctx != nil {
+		out, err = e.appendBlock2()
+	} else {
+		out, err = e.cur.appendTo(e.out)
+	}
 	if err != nil {
 		e.err = fmt.Errorf("delta encoder: block %d: %w", e.block, err)
 		return e.err
@@ -242,7 +249,6 @@ func applyDelta(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direc
 		if ctx == nil {
 			return fmt.Errorf("apply sparse delta: %w", ErrNoContext)
 		}
-		return fmt.Errorf("apply sparse delta: %w", errV2Unfinished)
 	}
 	w := l.Width
 	n := int64(len(dst) / w)
@@ -265,6 +271,12 @@ func applyDelta(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direc
 	}
 	dec := blockDecoder{width: w}
 	values := newValueMap(w, l.Float)
+	var dec2 *block2Decoder
+	if l.Version >= 2 {
+		dec2 = block2Decoders.Get().(*block2Decoder)
+		defer block2Decoders.Put(dec2)
+		dec2.width, dec2.values = w, values
+	}
 	for b := firstBlock; b <= lastBlock; b++ {
 		count, size := l.entry(b)
 		payload := body[offset : offset+int64(size)]
@@ -272,7 +284,12 @@ func applyDelta(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direc
 		if count == 0 {
 			continue
 		}
-		if err := dec.decode(payload, int(count), l.blockLen(b)); err != nil {
+		if dec2 != nil {
+			if err := dec2.decodeWith(ctx, b, &l, payload, int(count)); err != nil {
+				return fmt.Errorf("apply sparse delta: block %d: %w", b, err)
+			}
+			dec.pos, dec.codes = dec2.pos, dec2.codes
+		} else if err := dec.decode(payload, int(count), l.blockLen(b)); err != nil {
 			return fmt.Errorf("apply sparse delta: block %d: %w", b, err)
 		}
 		blockStart := b << l.shift

@@ -1,9 +1,6 @@
 package delta
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Version 2 of the delta body (docs/format.md Part II, "Version 2"): the same header and block
 // table as version 1, but each block is coded against block b of a context, the decoded delta
@@ -19,12 +16,11 @@ import (
 // its use. It is called only for blocks the body has changes in.
 type ContextFunc func(b int64) (*DecodedBlock, error)
 
-// errV2Unfinished is returned by the version-2 paths until they are implemented.
-var errV2Unfinished = errors.New("version-2 delta bodies are not implemented yet")
-
 // SetContext makes the encoder write a version-2 body coded against ctx. It must be called
 // before the first Add, AddChanges or AddDiff (ErrInvalidArgument otherwise); with ctx nil the
-// body stays version 1. The encoder asks ctx for block b when it codes block b.
+// body stays version 1. The encoder asks ctx for block b when it codes block b, which it does
+// only for blocks with changes; an error from ctx, or a block that cannot be block b of a
+// context of this tensor (ErrContextMismatch), is the encoder's error.
 func (e *DeltaEncoder) SetContext(ctx ContextFunc) {
 	if e.err != nil {
 		return
@@ -34,9 +30,43 @@ func (e *DeltaEncoder) SetContext(ctx ContextFunc) {
 		return
 	}
 	e.ctx = ctx
+	version := byte(deltaVersion)
 	if ctx != nil {
-		e.err = fmt.Errorf("delta encoder: %w", errV2Unfinished)
+		version = deltaVersion2
+		if e.cur2 == nil {
+			e.cur2 = new(block2Encoder)
+		}
 	}
+	e.out[4] = version
+}
+
+// appendBlock2 codes the block being collected as a version-2 block against the context's
+// block and appends it to the output.
+func (e *DeltaEncoder) appendBlock2() ([]byte, error) {
+	ctx, err := e.ctx(e.block)
+	if err != nil {
+		return e.out, fmt.Errorf("context: %w", err)
+	}
+	blockLen := uint64(min(int64(1)<<e.shift, e.elements-e.block<<e.shift))
+	if err := checkContext(ctx, e.block, e.shift, e.width, e.values.float, blockLen); err != nil {
+		return e.out, err
+	}
+	return e.cur2.appendBlock(e.out, &e.cur, ctx, blockLen, e.values)
+}
+
+// decodeWith decodes block b of the body l (payload, count changes) against block b of ctx.
+func (d *block2Decoder) decodeWith(ctx ContextFunc, b int64, l *deltaLayout, payload []byte, count int) error {
+	if ctx == nil {
+		return ErrNoContext
+	}
+	cb, err := ctx(b)
+	if err != nil {
+		return fmt.Errorf("context: %w", err)
+	}
+	if err := checkContext(cb, b, l.shift, l.Width, l.Float, l.blockLen(b)); err != nil {
+		return fmt.Errorf("%w (%w)", err, ErrMalformed)
+	}
+	return d.decode(payload, count, l.blockLen(b), cb)
 }
 
 // NeedsContext reports whether the body is version 2: its blocks decode only with SetContext.
@@ -75,3 +105,10 @@ func (b *DecodedBlock) Code(i int) uint64 { return b.code(i) }
 
 // Width is the element width of the delta the block came from.
 func (b *DecodedBlock) Width() int { return b.width }
+
+// AsContext returns the ContextFunc that decodes block b of d (with d's own context, for a
+// version-2 d): what an encoder or a delta coded against d takes. Each call decodes anew into a
+// new block; a caller that reads many blocks caches them itself.
+func (d *Delta) AsContext() ContextFunc {
+	return func(b int64) (*DecodedBlock, error) { return d.DecodeBlock(b) }
+}

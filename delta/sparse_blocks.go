@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // The block-at-a-time read path of sparse deltas. ApplyDelta (sparse.go) parses the body,
@@ -80,6 +81,7 @@ func (d *Delta) decodeBlock(b int64, ctx ContextFunc, into *DecodedBlock) (*Deco
 	}
 	db.start, db.width, db.values = b<<d.l.shift, d.l.Width, newValueMap(d.l.Width, d.l.Float)
 	db.pos, db.symbols, db.escAt, db.escCode = db.pos[:0], db.symbols[:0], db.escAt[:0], db.escCode[:0]
+	db.sum.Store(0)
 	count, _ := d.l.entry(b)
 	if count == 0 {
 		return db, nil
@@ -88,7 +90,14 @@ func (d *Delta) decodeBlock(b int64, ctx ContextFunc, into *DecodedBlock) (*Deco
 		if ctx == nil {
 			return nil, fmt.Errorf("decode sparse delta block %d: %w", b, ErrNoContext)
 		}
-		return nil, fmt.Errorf("decode sparse delta block %d: %w", b, errV2Unfinished)
+		dec := block2Decoders.Get().(*block2Decoder)
+		defer block2Decoders.Put(dec)
+		dec.width, dec.values = d.l.Width, db.values
+		if err := dec.decodeWith(ctx, b, &d.l, d.l.body[d.offsets[b]:d.offsets[b+1]], int(count)); err != nil {
+			return nil, fmt.Errorf("decode sparse delta block %d: %w", b, err)
+		}
+		dec.compact(db)
+		return db, nil
 	}
 	dec := compactDecoders.Get().(*blockDecoder)
 	defer compactDecoders.Put(dec)
@@ -121,6 +130,7 @@ type DecodedBlock struct {
 	symbols []byte
 	escAt   []uint32
 	escCode []uint64
+	sum     atomic.Uint64 // bit 32 set: the low 32 bits are contextSum
 }
 
 // code is the value code of change i.
