@@ -49,26 +49,39 @@ func (s *Store) attachContext(id ID, d *deltaObject, n int) error {
 }
 
 // contextBlock returns block b of the decoded delta section of base, the context of object
-// id's section, with a reference the caller releases. A section cached from before gc
-// rewrote base (its context is gone, the rewritten section decodes to the same changes) is
-// dropped and loaded again once.
+// id's section, with a reference the caller releases.
 func (s *Store) contextBlock(id, base ID, b int64) (*cachedBlock, error) {
+	cb, err := s.sectionBlock(base, nil, b)
+	if err != nil {
+		return nil, contextError(id, base, err)
+	}
+	return cb, nil
+}
+
+// sectionBlock returns block b of the decoded delta section of object id (d: the section as
+// loaded, nil to load it), with a reference the caller releases. A section loaded before gc
+// rewrote the object (whose own context gc dropped; the rewritten section decodes to the
+// same changes) is dropped and loaded again once.
+func (s *Store) sectionBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
 	var err error
 	for try := 0; try < 2; try++ {
-		var bd *deltaObject
-		if bd, err = s.loadDelta(base); err == nil {
+		if d == nil {
+			d, err = s.loadDelta(id)
+		}
+		if err == nil {
 			var cb *cachedBlock
-			if cb, err = s.decodedBlock(base, bd, b); err == nil {
+			if cb, err = s.decodedBlock(id, d, b); err == nil {
 				return cb, nil
 			}
 		}
 		if !isContextDamage(err) {
 			break
 		}
-		s.deltas.remove(base)
-		s.objInfos.remove(base)
+		s.deltas.remove(id)
+		s.objInfos.remove(id)
+		d = nil
 	}
-	return nil, contextError(id, base, err)
+	return nil, err
 }
 
 // isContextDamage reports whether err says that a context is damaged or missing (rather
@@ -182,7 +195,7 @@ func (c *writeContext) fn() delta.ContextFunc {
 // block returns block b of the context, releasing the one before: the encoder uses a context
 // block only while it codes that block (delta.ContextFunc).
 func (c *writeContext) block(b int64) (*delta.DecodedBlock, error) {
-	cb, err := c.s.decodedBlock(c.base, c.d, b)
+	cb, err := c.s.sectionBlock(c.base, c.d, b)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +221,7 @@ func (c *writeContext) apply(body, dst []byte, first int64, dir delta.Direction)
 	var h contextHold
 	defer h.release()
 	err := delta.ApplyDeltaContext(body, h.from(func(b int64) (*cachedBlock, error) {
-		return c.s.decodedBlock(c.base, c.d, b)
+		return c.s.sectionBlock(c.base, c.d, b)
 	}), dst, first, dir)
 	if err != nil && h.err != nil {
 		return h.err
