@@ -1,0 +1,154 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/weightfs/weightfs/internal/testfiles"
+)
+
+// sectionStats is what a version's tensors stored as delta sections: per body version, the
+// sections, their bytes and the changed elements they hold.
+type sectionStats struct {
+	sections, bytes, changed [3]int64 // index: body version 1 or 2
+}
+
+// perChanged is the stored bytes per changed element of the sections of body version v.
+func (st sectionStats) perChanged(v int) float64 {
+	return float64(st.bytes[v]) / float64(st.changed[v])
+}
+
+// versionSections checks the body version of every delta object of version v: version 2
+// exactly when its base has a delta section whose chain of contexts holds fewer than
+// s.contextChain version-2 sections, and returns what they stored.
+func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
+	t.Helper()
+	ver, err := s.loadVersion(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st sectionStats
+	for i := range ver.m.Files {
+		f := &ver.m.Files[i]
+		for j := range f.Tensors {
+			tn := &f.Tensors[j]
+			m, err := s.meta(tn.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Kind != kindDelta || tn.Base != m.Base {
+				continue // a whole copy, or an object an earlier version stored
+			}
+			d, err := s.loadDelta(tn.ID)
+			if err != nil {
+				t.Fatalf("version %d: %s: %v", v, tn.Name, err)
+			}
+			want := 1
+			bm, err := s.meta(m.Base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bm.DeltaLen > 0 {
+				bd, err := s.loadDelta(m.Base)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bd.chain < s.contextChain {
+					want = 2
+				}
+			}
+			if d.info.Version != want {
+				t.Errorf("version %d: %s %s: delta body version %d, want %d", v, f.Path, tn.Name, d.info.Version, want)
+			}
+			st.sections[d.info.Version]++
+			st.bytes[d.info.Version] += int64(len(d.body))
+			st.changed[d.info.Version] += d.info.Changed
+		}
+	}
+	return st
+}
+
+// readsBack checks every version of s against the trees committed: exported (through the
+// writer's read path) and read through OpenFile by a reader that replays every read from the
+// objects alone (no materialized copy, no copies of files).
+func readsBack(t *testing.T, s *Store, trees []map[string][]byte) {
+	t.Helper()
+	r := openStore(t, s.Root(), Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
+	for k, files := range trees {
+		v := uint64(k + 1)
+		sameTree(t, fmt.Sprintf("export of version %d", v), exportHashes(t, s, v), treeHashes(t, writeTree(t, t.TempDir(), files)))
+		for name, want := range files {
+			mustEqualBytes(t, fmt.Sprintf("version %d %s replayed", v, name), readWhole(t, r, v, name), want)
+		}
+	}
+}
+
+// TestContextSeries commits a generated series (lr 3e-6) twice, with version-2 sections and
+// with version 1 only, and checks that version 2 is written exactly where a context exists and
+// the chain bound allows it, that it stores fewer bytes per changed element than version 1
+// for the same changes, that both stores hold the same objects and manifests, and that every
+// version reads back byte-exact.
+func TestContextSeries(t *testing.T) {
+	trees := testfiles.ShardedSeries(t, 7, 20)
+	s, _ := newStore(t, Options{})
+	s.contextChain = 3 // so that the series reaches the bound: v1, then 3 of v2, then v1, ...
+	plain, _ := newStore(t, Options{})
+	plain.contextChain = 0
+	for k, files := range trees {
+		commitTree(t, s, uint64(k+1), files)
+		commitTree(t, plain, uint64(k+1), files)
+	}
+	var v2, v1 sectionStats
+	for v := uint64(2); v <= uint64(len(trees)); v++ {
+		st, pst := versionSections(t, s, v), versionSections(t, plain, v)
+		t.Logf("version %d: version-2 sections %d (%d bytes, %d changed), version-1 sections %d; version 1 only: %d sections, %d bytes",
+			v, st.sections[2], st.bytes[2], st.changed[2], st.sections[1], pst.sections[1], pst.bytes[1])
+		if pst.sections[2] != 0 {
+			t.Errorf("version %d: %d version-2 sections written with contexts off", v, pst.sections[2])
+		}
+		if st.sections[1]+st.sections[2] != pst.sections[1] || st.changed[1]+st.changed[2] != pst.changed[1] {
+			t.Errorf("version %d: %d+%d sections of %d+%d changes, version 1 only %d of %d", v,
+				st.sections[1], st.sections[2], st.changed[1], st.changed[2], pst.sections[1], pst.changed[1])
+		}
+		// Chain bound 3: version 2's bases are whole copies (version 1), then three versions
+		// of version-2 sections, then version 1 again.
+		if wantV2 := (v-3)%4 < 3 && v >= 3; wantV2 != (st.sections[2] > 0) || wantV2 == (st.sections[1] > 0) {
+			t.Errorf("version %d: %d version-2 and %d version-1 sections, want all version %d", v, st.sections[2], st.sections[1], map[bool]int{true: 2, false: 1}[wantV2])
+		}
+		if st.sections[2] > 0 {
+			v2.bytes[2] += st.bytes[2]
+			v2.changed[2] += st.changed[2]
+			v1.bytes[1] += pst.bytes[1]
+			v1.changed[1] += pst.changed[1]
+		}
+	}
+	t.Logf("bytes per changed element: version 2 %.3f, version 1 %.3f (the same changes)", v2.perChanged(2), v1.perChanged(1))
+	if v2.changed[2] == 0 || v2.perChanged(2) >= v1.perChanged(1) {
+		t.Errorf("version 2 stores %.3f bytes per changed element, version 1 %.3f: want fewer", v2.perChanged(2), v1.perChanged(1))
+	}
+	for v := uint64(1); v <= uint64(len(trees)); v++ {
+		if a, b := versionObjects(t, s, v), versionObjects(t, plain, v); a != b {
+			t.Errorf("version %d: the stores' manifests name other objects:\n%s\n%s", v, a, b)
+		}
+	}
+	readsBack(t, s, trees)
+}
+
+// versionObjects lists what version v's manifest names: each file's SHA-256 and objects.
+func versionObjects(t *testing.T, s *Store, v uint64) string {
+	t.Helper()
+	ver, err := s.loadVersion(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ""
+	for i := range ver.m.Files {
+		f := &ver.m.Files[i]
+		out += fmt.Sprintf("%s %x %s %s", f.Path, f.SHA256, f.ID, f.Header)
+		for j := range f.Tensors {
+			out += fmt.Sprintf(" %s:%s<-%s", f.Tensors[j].Name, f.Tensors[j].ID, f.Tensors[j].Base)
+		}
+		out += "\n"
+	}
+	return out
+}
