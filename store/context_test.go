@@ -152,3 +152,24 @@ func versionObjects(t *testing.T, s *Store, v uint64) string {
 	}
 	return out
 }
+
+// TestStreamContextMatchesBatch: the mount's streaming path codes against the same contexts
+// as the batch path, so it stores the same version-2 sections byte for byte (streamAndBatch
+// compares every object), and the series has some.
+func TestStreamContextMatchesBatch(t *testing.T) {
+	s := streamAndBatch(t, streamSeries(t, 6, 1), 7, nil)
+	sections := map[byte]int{}
+	for _, file := range reachable(t, s) {
+		h, err := parseObjectHeader(file, int64(len(file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.hasDelta() {
+			sections[file[h.deltaOffset()+4]]++
+		}
+	}
+	t.Logf("delta sections by body version: %v", sections)
+	if sections[2] == 0 || sections[1] == 0 {
+		t.Errorf("delta sections by body version %v: want both versions", sections)
+	}
+}
