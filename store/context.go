@@ -228,3 +228,23 @@ func (c *writeContext) apply(body, dst []byte, first int64, dir delta.Direction)
 	}
 	return err
 }
+
+// upgradeFormat settles what delta sections the store writes: version 2 in a store of format
+// 2, which a writer makes of a store of format 1 by rewriting its format file first (older
+// programs then refuse the store instead of reading its new sections as damage; format.go);
+// version 1 only in a store of format 1 that is not upgraded (a reader, a rank of a writer
+// group: they write no format file).
+func (s *Store) upgradeFormat(o Opening) error {
+	if o.Format >= 2 {
+		return nil
+	}
+	if s.readOnly || o.UpgradeFormat == nil {
+		s.contextChain = 0
+		return nil
+	}
+	if err := o.UpgradeFormat(encodeFormatVersion(2)); err != nil {
+		return fmt.Errorf("open store %s: upgrade its format file to format 2: %w", o.Root, err)
+	}
+	s.log.Info("store format upgraded from 1 to 2 (version-2 delta sections); programs that read only format 1 refuse it now", "store", o.Root)
+	return nil
+}
