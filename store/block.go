@@ -24,6 +24,7 @@ type cachedBlock struct {
 // decoded section of its base, taken from the block cache (decoded first if need be) and
 // held only while this block decodes (context.go).
 func (r *recycler) decodeBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
+	r.decoded.Add(1)
 	spare, _ := r.blocks.get()
 	var h contextHold
 	db, err := d.parsed.DecodeBlockContext(b, h.fn(d), spare)

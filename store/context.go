@@ -21,7 +21,7 @@ const (
 	// is written as version 2 only when its base's section starts a chain of fewer, so a cold
 	// decode of any block decodes at most this many blocks of other sections besides its own.
 	// docs/design.md ("The delta codec") has the measurement that chose it.
-	maxContextChain = 8
+	maxContextChain = 4
 	// maxContextRead is the longest chain of contexts a reader follows; a longer one (or a
 	// cycle of bases, which only damage makes) is ErrCorrupt.
 	maxContextRead = 64
