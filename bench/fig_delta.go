@@ -7,7 +7,9 @@ import (
 )
 
 // Figure 1: stored bytes per changed element on the generator's RL steps, against TRL's patch,
-// slime's deltas_zstd and the Shannon bound of the positions, all on the same changes.
+// slime's deltas_zstd and the Shannon bound of the positions, all on the same changes; then
+// the two delta body versions side by side on the same steps, with the order-0 bound and the
+// bound of version 2's model (fig_delta_codec.go).
 // Beside them, what consecutive steps have in common (fig_delta_context.go), against the same
 // statistics of a real RL run.
 
@@ -55,6 +57,7 @@ func (b *bench) figDelta(ctx context.Context) ([]Row, error) {
 			return rows, err
 		}
 		rows = append(rows, deltaRows(run, lr)...)
+		rows = append(rows, codecRows(run.Steps.Codec, lr)...)
 		rows = append(rows, contextRows(run.Steps.Sum, lr)...)
 	}
 	return rows, nil

@@ -158,16 +158,18 @@ func tensorSteps(backend delta.DiffBackend, base, now []byte, width int) (stepCh
 // stepTracker keeps each tensor's changes of the last step seen, and sums the pairs of
 // consecutive steps.
 type stepTracker struct {
-	last  map[string]stepChanges // "file/tensor" -> its changes in the last step
-	sizes map[string]int64
-	Sum   stepPair
+	last   map[string]stepChanges // "file/tensor" -> its changes in the last step
+	sizes  map[string]int64
+	bodies map[string][]byte // "file/tensor" -> the version-1 delta body of its last step
+	Sum    stepPair
+	Codec  codecSums // both delta body versions on the same steps (fig_delta_codec.go)
 }
 
 // observe diffs the safetensors files of cur against prev (the version before it) and adds the
 // pair this step makes with the previous one, if observe saw that one.
 func (t *stepTracker) observe(prev, cur map[string][]byte) error {
 	if t.last == nil {
-		t.last, t.sizes = map[string]stepChanges{}, map[string]int64{}
+		t.last, t.sizes, t.bodies = map[string]stepChanges{}, map[string]int64{}, map[string][]byte{}
 	}
 	var names []string
 	for name := range cur {
@@ -178,7 +180,9 @@ func (t *stepTracker) observe(prev, cur map[string][]byte) error {
 	sort.Strings(names)
 	backend := delta.NewCPUDiff()
 	next := map[string]stepChanges{}
+	nextBodies := map[string][]byte{}
 	var sum stepPair
+	withContext := false
 	for _, name := range names {
 		p, ok := prev[name]
 		if !ok {
@@ -199,14 +203,20 @@ func (t *stepTracker) observe(prev, cur map[string][]byte) error {
 				return fmt.Errorf("%s: tensor %s: not the same dtype and size in both versions", name, tn.Name)
 			}
 			width := tn.DType.Size()
-			steps, err := tensorSteps(backend, p[hp.DataStart()+tp.Begin:hp.DataStart()+tp.End], c[hc.DataStart()+tn.Begin:hc.DataStart()+tn.End], width)
+			pt, ct := p[hp.DataStart()+tp.Begin:hp.DataStart()+tp.End], c[hc.DataStart()+tn.Begin:hc.DataStart()+tn.End]
+			steps, err := tensorSteps(backend, pt, ct, width)
 			if err != nil {
 				return fmt.Errorf("%s: tensor %s: %w", name, tn.Name, err)
 			}
 			key := name + "/" + tn.Name
 			n := tn.ByteLen() / int64(width)
+			var prevBody []byte
 			if before, ok := t.last[key]; ok && t.sizes[key] == n {
 				sum.add(pairSteps(n, before, steps))
+				prevBody, withContext = t.bodies[key], true
+			}
+			if nextBodies[key], err = t.Codec.addTensor(pt, ct, width, tn.DType.IsFloat(), prevBody); err != nil {
+				return fmt.Errorf("%s: tensor %s: delta body versions: %w", name, tn.Name, err)
 			}
 			next[key] = steps
 			t.sizes[key] = n
@@ -216,7 +226,10 @@ func (t *stepTracker) observe(prev, cur map[string][]byte) error {
 		sum.Pairs = 1 // one pair of steps, over every tensor
 	}
 	t.Sum.add(sum)
-	t.last = next
+	if withContext {
+		t.Codec.Pairs++
+	}
+	t.last, t.bodies = next, nextBodies
 	return nil
 }
 

@@ -12,7 +12,8 @@ import (
 // gaps, sparse_rice.go) and the difference of its value from the base in ordered-integer
 // space (ordered.go), entropy-coded (sparse_block.go). Elements are grouped in blocks of
 // 2^20 that are coded independently behind a table (sparse_format.go), so ApplyDelta over a
-// range decodes only the blocks it touches.
+// range decodes only the blocks it touches. That is format version 1; version 2 (sparse2*.go)
+// codes the same changes against the previous step's delta of the tensor, block by block.
 
 // Direction says which way a delta is applied.
 type Direction int
@@ -201,6 +202,10 @@ func (e *DeltaEncoder) Finish() ([]byte, error) {
 	binary.LittleEndian.PutUint64(e.out[16:], uint64(e.changed))
 	body := e.out
 	e.out, e.done = nil, true
+	if e.cur2 != nil {
+		block2Encoders.Put(e.cur2)
+		e.cur2 = nil
+	}
 	return body, nil
 }
 
@@ -288,6 +293,7 @@ func applyDelta(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direc
 			if err := dec2.decodeWith(ctx, b, &l, payload, int(count)); err != nil {
 				return fmt.Errorf("apply sparse delta: block %d: %w", b, err)
 			}
+			dec2.unpack()
 			dec.pos, dec.codes = dec2.pos, dec2.codes
 		} else if err := dec.decode(payload, int(count), l.blockLen(b)); err != nil {
 			return fmt.Errorf("apply sparse delta: block %d: %w", b, err)

@@ -34,7 +34,7 @@ func (e *DeltaEncoder) SetContext(ctx ContextFunc) {
 	if ctx != nil {
 		version = deltaVersion2
 		if e.cur2 == nil {
-			e.cur2 = new(block2Encoder)
+			e.cur2 = block2Encoders.Get().(*block2Encoder)
 		}
 	}
 	e.out[4] = version
@@ -108,7 +108,13 @@ func (b *DecodedBlock) Width() int { return b.width }
 
 // AsContext returns the ContextFunc that decodes block b of d (with d's own context, for a
 // version-2 d): what an encoder or a delta coded against d takes. Each call decodes anew into a
-// new block; a caller that reads many blocks caches them itself.
+// new block; a caller that reads many blocks caches them itself. A block past d's table is
+// ErrContextMismatch (and ErrMalformed): d is not the context of a body that has it.
 func (d *Delta) AsContext() ContextFunc {
-	return func(b int64) (*DecodedBlock, error) { return d.DecodeBlock(b) }
+	return func(b int64) (*DecodedBlock, error) {
+		if b < 0 || b >= d.l.blocks {
+			return nil, fmt.Errorf("%w (%w): the context has no block %d (it has %d)", ErrContextMismatch, ErrMalformed, b, d.l.blocks)
+		}
+		return d.DecodeBlock(b)
+	}
 }

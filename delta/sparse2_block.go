@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
+	"math/bits"
 	"slices"
+	"sync"
+	"unsafe"
 
 	"github.com/klauspost/compress/fse"
 )
@@ -22,10 +26,13 @@ import (
 //	then the three position streams and the three value sections, in that order
 //
 // The classes split the block's elements by what the context did to them: A1, changed by one
-// step (value code 1 or 2); A2, changed by more; B, not changed. Each class's changes are coded
-// as Rice gaps (sparse_rice.go) over the class's candidates only, with its own statistics:
-// measured on the generator's steps at lr 3e-6, an A2 element changes again 95% of the time,
-// an A1 element 15%, a B element 2%. A value section is a version-1 symbol section (mode,
+// step (value code 1 or 2); A2, changed by more; B, not changed. The changes of classes A are
+// coded as Rice gaps (sparse_rice.go) over the class's candidates only, with their own
+// statistics: measured on the generator's steps at lr 3e-6, an A2 element changes again 95%
+// of the time, an A1 element 15%, a B element 2%. Class B's positions are gaps over the whole
+// block, as in version 1: over the elements the context left alone they would be 0.5%
+// smaller, but turning those indices into positions cost a merge with every context change,
+// which doubled the decoding time. A value section is a version-1 symbol section (mode,
 // uvarint length, symbols) followed by its escape stream. Class B stores value codes as
 // version 1 does; classes A store the difference of the change from the context's change,
 // turned so that the context's direction is positive: an element that moves by the same
@@ -49,32 +56,39 @@ func contextClass(c uint64) int {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// contextSum is the CRC-32C of the block's changes, each as its position (u32le) and its value
-// code (u64le), in order: what a version-2 block records of its context. Computed once per
-// block.
+// contextSum is the CRC-32C of the block's changes, what a version-2 block records of its
+// context: every position (u32le), then every change's symbol (its value code, or 255 for a
+// code of 255 or more), then every code of 255 or more (u64le), in order. That is the compact
+// form the block holds, so the sum reads its slices as they are. Computed once per block.
 func (b *DecodedBlock) contextSum() uint32 {
 	if s := b.sum.Load(); s != 0 {
 		return uint32(s)
 	}
-	var buf [12 * 256]byte
-	var crc uint32
-	n, esc := 0, 0
-	for i, p := range b.pos {
-		code := uint64(b.symbols[i])
-		if code == escapeSymbol {
-			code = b.escCode[esc]
-			esc++
-		}
-		binary.LittleEndian.PutUint32(buf[n:], p)
-		binary.LittleEndian.PutUint64(buf[n+4:], code)
-		if n += 12; n == len(buf) {
-			crc = crc32.Update(crc, castagnoli, buf[:n])
-			n = 0
-		}
+	crc := crc32.Update(0, castagnoli, uint32Bytes(b.pos))
+	crc = crc32.Update(crc, castagnoli, b.symbols[:len(b.pos)])
+	var buf [8]byte
+	for _, c := range b.escCode {
+		binary.LittleEndian.PutUint64(buf[:], c)
+		crc = crc32.Update(crc, castagnoli, buf[:])
 	}
-	crc = crc32.Update(crc, castagnoli, buf[:n])
 	b.sum.Store(1<<32 | uint64(crc))
 	return crc
+}
+
+// littleEndian is whether this machine stores integers low byte first.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// uint32Bytes returns the little-endian bytes of v: v's own memory where the machine is
+// little-endian, else a copy.
+func uint32Bytes(v []uint32) []byte {
+	if littleEndian {
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+	}
+	out := make([]byte, 0, 4*len(v))
+	for _, x := range v {
+		out = binary.LittleEndian.AppendUint32(out, x)
+	}
+	return out
 }
 
 // contextCodes returns the value codes of the block's changes, in order, appended to out.
@@ -148,11 +162,16 @@ func (m valueMap) unzig(z uint64) uint64 {
 	return d
 }
 
+// block2Encoders are the coders of version-2 blocks, reused across encoders (a tensor of one
+// block would otherwise grow every list from nothing).
+var block2Encoders = sync.Pool{New: func() any { return new(block2Encoder) }}
+
 // block2Encoder codes blocks of a version-2 body. Its slices are reused from block to block.
 type block2Encoder struct {
 	pos      []uint32
 	codes    []uint64
 	ctxCodes []uint64
+	ctxPos   []uint32
 	idx      [numClasses][]uint32 // per class, the changes' indices among the class's candidates
 	vals     [numClasses][]uint64 // per class, the numbers stored for its changes, in order
 	gaps     []uint32
@@ -166,8 +185,10 @@ type block2Encoder struct {
 // appendBlock codes the changes collected in cur (block-relative positions, of a block of
 // blockLen elements) against ctx and appends the block to out.
 func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedBlock, blockLen uint64, values valueMap) ([]byte, error) {
-	// The collected changes, back from gaps and symbols.
-	e.pos, e.codes = e.pos[:0], e.codes[:0]
+	// The collected changes, back from gaps and symbols. The lists live in locals while they
+	// grow: appended to in the struct, every change stored their headers again.
+	pos := slices.Grow(e.pos[:0], len(cur.gaps))
+	codes := slices.Grow(e.codes[:0], len(cur.gaps))
 	p := int64(-1)
 	escapes := cur.escapes
 	for i, g := range cur.gaps {
@@ -178,35 +199,63 @@ func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedB
 			escapes = escapes[n:]
 			code += v
 		}
-		e.pos, e.codes = append(e.pos, uint32(p)), append(e.codes, code)
+		pos, codes = append(pos, uint32(p)), append(codes, code)
 	}
-	e.ctxCodes = ctx.contextCodes(e.ctxCodes)
-	ctxPos := ctx.pos
+	e.pos, e.codes = pos, codes
+	// The changes by class, in one branch-free pass over the changes and the context's
+	// (whether a change is the context's, and which class that is, are coin flips to a branch
+	// predictor): both lists end with a sentinel, every step writes to every class's list and
+	// advances by arithmetic.
+	m, n := len(ctx.pos), len(pos)
+	e.ctxCodes = append(ctx.contextCodes(e.ctxCodes), 0)
+	ctxCodes := e.ctxCodes
+	ctxPos := append(append(e.ctxPos[:0], ctx.pos...), math.MaxUint32)
+	pos, codes = append(pos, math.MaxUint32), append(codes, 0)
+	idx1 := slices.Grow(e.idx[classA1][:0], n+1)[:n+1]
+	idx2 := slices.Grow(e.idx[classA2][:0], n+1)[:n+1]
+	idxB := slices.Grow(e.idx[classB][:0], n+1)[:n+1]
+	vals1 := slices.Grow(e.vals[classA1][:0], n+1)[:n+1]
+	vals2 := slices.Grow(e.vals[classA2][:0], n+1)[:n+1]
+	valsB := slices.Grow(e.vals[classB][:0], n+1)[:n+1]
+	var cand1, cand2 uint32
+	n1, n2, nb := 0, 0, 0
+	mask, signShift := values.mask, uint(bits.TrailingZeros64(values.sign))
+	for i, j := 0, 0; i < n || j < m; {
+		p, q := pos[i], ctxPos[j]
+		code, c := codes[i], ctxCodes[j]
+		var ctxFirst, same, a1 int // the context's change comes first; it is this change
+		if q < p {
+			ctxFirst = 1
+		}
+		if q == p {
+			same = 1
+		}
+		if c <= 2 {
+			a1 = 1
+		}
+		// values.toContext(code, c), written out: the call was a fifth of the pass.
+		d := code>>1 ^ mask&-(code&1)
+		neg := -(c & 1)
+		d = ((d ^ neg) - neg) & mask
+		d = (d - (c>>1 + c&1)) & mask
+		v := (d<<1)&mask ^ mask&-(d>>signShift&1)
+		idx1[n1], vals1[n1] = cand1, v
+		idx2[n2], vals2[n2] = cand2, v
+		idxB[nb], valsB[nb] = p, code
+		took := ctxFirst | same // the context's change is done with
+		n1 += same & a1
+		n2 += same &^ a1
+		nb += 1 - took
+		cand1 += uint32(took & a1)
+		cand2 += uint32(took &^ a1)
+		j += took
+		i += 1 - ctxFirst
+	}
+	e.pos, e.codes, e.ctxPos = pos[:n], codes[:n], ctxPos
 	var cand [numClasses]uint32
-	for c := range numClasses {
-		e.idx[c], e.vals[c] = e.idx[c][:0], e.vals[c][:0]
-	}
-	j := 0
-	for i, p := range e.pos {
-		for ; j < len(ctxPos) && ctxPos[j] < p; j++ {
-			cand[contextClass(e.ctxCodes[j])]++
-		}
-		if j < len(ctxPos) && ctxPos[j] == p {
-			c := e.ctxCodes[j]
-			cl := contextClass(c)
-			e.idx[cl] = append(e.idx[cl], cand[cl])
-			e.vals[cl] = append(e.vals[cl], values.toContext(e.codes[i], c))
-			cand[cl]++
-			j++
-			continue
-		}
-		e.idx[classB] = append(e.idx[classB], p-uint32(j))
-		e.vals[classB] = append(e.vals[classB], e.codes[i])
-	}
-	for ; j < len(ctxPos); j++ {
-		cand[contextClass(e.ctxCodes[j])]++
-	}
-	cand[classB] = uint32(blockLen) - uint32(len(ctxPos))
+	cand[classA1], cand[classA2], cand[classB] = cand1, cand2, uint32(blockLen)
+	e.idx = [numClasses][]uint32{idx1[:n1], idx2[:n2], idxB[:nb]}
+	e.vals = [numClasses][]uint64{vals1[:n1], vals2[:n2], valsB[:nb]}
 
 	var flags byte
 	for c := range numClasses {
@@ -228,7 +277,7 @@ func (e *block2Encoder) appendBlock(out []byte, cur *blockEncoder, ctx *DecodedB
 		}
 		e.sections[c] = section
 	}
-	out = binary.AppendUvarint(out, uint64(len(ctxPos)))
+	out = binary.AppendUvarint(out, uint64(len(ctx.pos)))
 	out = binary.LittleEndian.AppendUint32(out, ctx.contextSum())
 	out = append(out, flags)
 	out = binary.AppendUvarint(out, uint64(len(e.idx[classA1])))
@@ -281,10 +330,15 @@ func (e *block2Encoder) valueSection(out []byte, vals []uint64) ([]byte, error) 
 	if len(vals) == 0 {
 		return out, nil
 	}
-	e.syms, e.esc = e.syms[:0], e.esc[:0]
-	for _, v := range vals {
-		e.syms, e.esc = appendSymbol(e.syms, e.esc, v)
+	syms := slices.Grow(e.syms[:0], len(vals))[:len(vals)]
+	esc := e.esc[:0]
+	for i, v := range vals {
+		syms[i] = byte(min(v, escapeSymbol))
+		if v >= escapeSymbol {
+			esc = binary.AppendUvarint(esc, v-escapeSymbol)
+		}
 	}
+	e.syms, e.esc = syms, esc
 	mode, section := byte(symbolsFSE), []byte(nil)
 	compressed, err := fse.Compress(e.syms, &e.fse)
 	switch {

@@ -1,6 +1,7 @@
 package delta
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -16,15 +17,20 @@ type block2Decoder struct {
 	pos    []uint32 // the block's changes, ascending
 	codes  []uint64 // their value codes
 
-	ctxCodes []uint64
-	ctxClass []uint8              // per context change: its class, or +numClasses once it is a member
-	cands    [numClasses][]uint32 // per class A: the indices of its candidates among the context's changes
-	idx      []uint32
-	bpos     []uint32 // the positions of class B's changes
-	vals     [numClasses][]uint64
-	syms     []byte
-	rle      []byte
-	fast     fseDecoder
+	cands   [numClasses][]uint32 // per class A: the indices of its candidates among the context's changes
+	mark    []uint32             // per context change: 1 + the index of its value when it changes again, or 0
+	ordered []uint64             // scratch: classes A's stored values
+	idx     []uint32
+	bpos    []uint32 // scratch of members
+	akeys   []uint64 // the merge keys of classes A and a sentinel (mergeKeys)
+	bkeys   []uint64 // class B's
+	keys    []uint64 // both merged
+	mvals   []uint64 // the value codes of classes A then B, by the keys' low halves
+	ks      []uint32 // per change of classes A, the index of its context change
+	vals    [numClasses][]uint64
+	syms    []byte
+	rle     []byte
+	fast    fseDecoder
 }
 
 var block2Decoders = sync.Pool{New: func() any { return new(block2Decoder) }}
@@ -105,53 +111,29 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		return fmt.Errorf("%w (%w): the block was coded against a context block of %d changes with checksum %08x, this one has %d with %08x",
 			ErrContextMismatch, ErrMalformed, h.m, h.sum, m, ctx.contextSum())
 	}
-	// The context's changes by class.
-	d.ctxCodes = ctx.contextCodes(d.ctxCodes)
-	d.ctxClass = slices.Grow(d.ctxClass[:0], m)[:m]
-	d.cands[classA1], d.cands[classA2] = d.cands[classA1][:0], d.cands[classA2][:0]
-	for k, c := range d.ctxCodes {
-		cl := contextClass(c)
-		d.ctxClass[k] = uint8(cl)
-		d.cands[cl] = append(d.cands[cl], uint32(k))
+	// The candidates of classes A: the indices of the context's changes of each class. Without
+	// a branch on the data: a context change's class is a coin flip to a branch predictor.
+	c1 := slices.Grow(d.cands[classA1][:0], m)[:m]
+	c2 := slices.Grow(d.cands[classA2][:0], m)[:m]
+	n1, n2 := 0, 0
+	for k, s := range ctx.symbols[:m] {
+		var a1 int
+		if s <= 2 {
+			a1 = 1
+		}
+		c1[n1], c2[n2] = uint32(k), uint32(k)
+		n1 += a1
+		n2 += 1 - a1
 	}
+	d.cands[classA1], d.cands[classA2] = c1[:n1], c2[:n2]
 	var cand [numClasses]uint64
-	cand[classA1], cand[classA2], cand[classB] = uint64(len(d.cands[classA1])), uint64(len(d.cands[classA2])), blockLen-uint64(m)
+	cand[classA1], cand[classA2], cand[classB] = uint64(n1), uint64(n2), blockLen
 
 	streams := h.payload
 	var posStream [numClasses][]byte
 	for c := range numClasses {
 		posStream[c], streams = streams[:h.posLen[c]], streams[h.posLen[c]:]
 	}
-	// Positions of classes A: mark the context's changes that change again.
-	for _, c := range []int{classA1, classA2} {
-		if h.n[c] > cand[c] {
-			return fmt.Errorf("%w: class %d claims %d changes of %d candidates", ErrMalformed, c, h.n[c], cand[c])
-		}
-		if err := d.members(posStream[c], h.flags&(1<<c) != 0, h.n[c], cand[c]); err != nil {
-			return fmt.Errorf("class %d positions: %w", c, err)
-		}
-		for _, x := range d.idx {
-			d.ctxClass[d.cands[c][x]] += numClasses
-		}
-	}
-	// Positions of class B: indices among the elements the context left alone, to positions.
-	if h.n[classB] > cand[classB] {
-		return fmt.Errorf("%w: class B claims %d changes of %d candidates", ErrMalformed, h.n[classB], cand[classB])
-	}
-	if err := d.members(posStream[classB], h.flags&(1<<classB) != 0, h.n[classB], cand[classB]); err != nil {
-		return fmt.Errorf("class B positions: %w", err)
-	}
-	d.bpos = slices.Grow(d.bpos[:0], len(d.idx))
-	j := 0
-	for _, x := range d.idx {
-		p := uint64(x) + uint64(j)
-		for j < m && uint64(ctx.pos[j]) <= p {
-			j++
-			p++
-		}
-		d.bpos = append(d.bpos, uint32(p))
-	}
-	// Values.
 	for c := range numClasses {
 		section := streams[:h.valLen[c]]
 		streams = streams[h.valLen[c]:]
@@ -159,31 +141,133 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 			return fmt.Errorf("class %d values: %w", c, err)
 		}
 	}
-	// Merge: the context's members in order with class B's positions.
-	d.pos = slices.Grow(d.pos[:0], count)
-	d.codes = slices.Grow(d.codes[:0], count)
-	var next [numClasses]int
-	b := 0
-	for k, cl := range d.ctxClass {
-		if cl < numClasses {
-			continue
+	// Classes A: mark[k] is 1 + the index of the stored value of context change k when it
+	// changes again, among its class's values (class A2's after class A1's), else 0.
+	mark := slices.Grow(d.mark[:0], m)[:m]
+	clear(mark)
+	vals := append(d.mvals[:0], d.vals[classA1]...)
+	vals = append(vals, d.vals[classA2]...)
+	base := uint32(1)
+	for _, c := range []int{classA1, classA2} {
+		if h.n[c] > cand[c] {
+			return fmt.Errorf("%w: class %d claims %d changes of %d candidates", ErrMalformed, c, h.n[c], cand[c])
 		}
-		cl -= numClasses
-		p := ctx.pos[k]
-		for ; b < len(d.bpos) && d.bpos[b] < p; b++ {
-			d.pos, d.codes = append(d.pos, d.bpos[b]), append(d.codes, d.vals[classB][b])
+		if err := d.members(posStream[c], h.flags&(1<<c) != 0, h.n[c], cand[c]); err != nil {
+			return fmt.Errorf("class %d positions: %w", c, err)
 		}
-		code := d.values.fromContext(d.vals[cl][next[cl]], d.ctxCodes[k])
-		next[cl]++
+		cands := d.cands[c]
+		for t, x := range d.idx {
+			mark[cands[x]] = base + uint32(t)
+		}
+		base += uint32(len(d.idx))
+	}
+	// Their merge keys (position << 32 | index of the value code in d.mvals), ascending,
+	// between two sentinels (mergeKeys), and their value codes in that order after a dummy.
+	nA := int(h.n[classA1] + h.n[classA2])
+	akeys := slices.Grow(d.akeys[:0], m+2)[:m+2]
+	ks := slices.Grow(d.ks[:0], m+1)[:m+1]
+	na := 0
+	for k, mk := range mark {
+		akeys[na+1], ks[na] = uint64(ctx.pos[k])<<32|uint64(na+1), uint32(k)
+		var member int // without a branch: which context changes change again is a coin flip
+		if mk != 0 {
+			member = 1
+		}
+		na += member
+	}
+	akeys[0], akeys[nA+1] = 0, mergeSentinel
+	mvals := slices.Grow(d.ordered[:0], nA+1)[:nA+1]
+	mvals[0] = 0
+	for t, k := range ks[:nA] {
+		c := uint64(ctx.symbols[k])
+		if c == escapeSymbol {
+			c = ctx.code(int(k))
+		}
+		code := d.values.fromContext(vals[mark[k]-1], c)
 		if code == 0 {
 			return fmt.Errorf("%w: a change that changes nothing (value code 0)", ErrMalformed)
 		}
-		d.pos, d.codes = append(d.pos, p), append(d.codes, code)
+		mvals[t+1] = code
 	}
-	for ; b < len(d.bpos); b++ {
-		d.pos, d.codes = append(d.pos, d.bpos[b]), append(d.codes, d.vals[classB][b])
+	// Class B: positions in the whole block.
+	if err := d.members(posStream[classB], h.flags&(1<<classB) != 0, h.n[classB], cand[classB]); err != nil {
+		return fmt.Errorf("class B positions: %w", err)
+	}
+	nB := len(d.idx)
+	bkeys := slices.Grow(d.bkeys[:0], nB+2)[:nB+2]
+	for i, p := range d.idx {
+		bkeys[i+1] = uint64(p)<<32 | uint64(nA+1+i)
+	}
+	bkeys[0], bkeys[nB+1] = 0, mergeSentinel
+	mvals = append(mvals, d.vals[classB]...)
+	keys := slices.Grow(d.keys[:0], count)[:count]
+	ok := mergeKeys(keys, akeys[:nA+2], bkeys)
+	d.akeys, d.bkeys, d.keys, d.mvals, d.ordered, d.ks, d.mark = akeys, bkeys, keys, mvals, vals, ks, mark
+	if !ok {
+		return fmt.Errorf("%w: a change in both class A and class B", ErrMalformed)
 	}
 	return nil
+}
+
+// unpack turns the merged keys of the block decoded last into d.pos and d.codes.
+func (d *block2Decoder) unpack() {
+	n := len(d.keys)
+	pos := slices.Grow(d.pos[:0], n)[:n]
+	codes := slices.Grow(d.codes[:0], n)[:n]
+	all := d.mvals[:n+1]
+	for i, k := range d.keys {
+		pos[i], codes[i] = uint32(k>>32), all[uint32(k)]
+	}
+	d.pos, d.codes = pos, codes
+}
+
+// mergeSentinel ends the lists mergeKeys merges: above every key of a block's change. Key 0
+// starts them: below every key, whose low half is at least 1.
+const mergeSentinel = ^uint64(0)
+
+// mergeKeys merges the ascending keys of a and b (position << 32 | a number from 1 up), each
+// between the sentinels 0 and mergeSentinel, into out, which has room for exactly their keys.
+// It reports false when a position is in both. Which list comes next is a coin flip to a
+// branch predictor, so the loop has no branch on the data: it always writes, and advances by
+// arithmetic. Each step waits on the one before (the next keys to compare depend on which was
+// taken), so two merges run at once, one from the front taking the smaller key and one from the
+// back taking the larger, each for half of out: they meet without overlapping, and any
+// position in both lists is compared with itself by one of them.
+func mergeKeys(out, a, b []uint64) bool {
+	n := len(out)
+	i, j := 1, 1                 // the front's next keys
+	i2, j2 := len(a)-2, len(b)-2 // the back's
+	var dup uint64
+	half := n / 2
+	for lo := range half {
+		hi := n - 1 - lo
+		x, y := a[i], b[j]
+		x2, y2 := a[i2], b[j2]
+		var t, t2 int // t: a's key is the smaller; t2: a's is the larger
+		if x < y {
+			t = 1
+		}
+		if x2 > y2 {
+			t2 = 1
+		}
+		if x>>32 == y>>32 || x2>>32 == y2>>32 {
+			dup = 1
+		}
+		out[lo] = y ^ (x^y)&-uint64(t)
+		out[hi] = y2 ^ (x2^y2)&-uint64(t2)
+		i += t
+		j += 1 - t
+		i2 -= t2
+		j2 -= 1 - t2
+	}
+	if n%2 == 1 {
+		x, y := a[i], b[j]
+		if x>>32 == y>>32 {
+			dup = 1
+		}
+		out[half] = min(x, y)
+	}
+	return dup == 0
 }
 
 // members decodes a class's position stream into d.idx: the ascending indices, among the
@@ -283,17 +367,24 @@ func (d *block2Decoder) valueSection(c int, section []byte, n int) error {
 	return nil
 }
 
-// compact stores the decoded block in db's compact form (symbols and escapes).
+// compact stores the block decoded last in db's compact form (positions, symbols and
+// escapes), straight from the merged keys.
 func (d *block2Decoder) compact(db *DecodedBlock) {
-	db.pos = append(db.pos[:0], d.pos...)
-	db.symbols = slices.Grow(db.symbols[:0], len(d.codes))
-	db.escAt, db.escCode = db.escAt[:0], db.escCode[:0]
-	for i, code := range d.codes {
-		if code < escapeSymbol {
-			db.symbols = append(db.symbols, byte(code))
-			continue
-		}
-		db.symbols = append(db.symbols, escapeSymbol)
-		db.escAt, db.escCode = append(db.escAt, uint32(i)), append(db.escCode, code)
+	n := len(d.keys)
+	pos := slices.Grow(db.pos[:0], n)[:n]
+	symbols := slices.Grow(db.symbols[:0], n)[:n]
+	all := d.mvals[:n+1]
+	for i, k := range d.keys {
+		pos[i], symbols[i] = uint32(k>>32), byte(min(all[uint32(k)], escapeSymbol))
 	}
+	escAt, escCode := db.escAt[:0], db.escCode[:0]
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(symbols[i:], escapeSymbol)
+		if j < 0 {
+			break
+		}
+		i += j
+		escAt, escCode = append(escAt, uint32(i)), append(escCode, all[uint32(d.keys[i])])
+	}
+	db.pos, db.symbols, db.escAt, db.escCode = pos, symbols, escAt, escCode
 }
