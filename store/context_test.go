@@ -196,6 +196,7 @@ func TestContextGC(t *testing.T) {
 		{
 			t.Run(fmt.Sprintf("chain %d keep %d", maxChain, keep), func(t *testing.T) {
 				s, _ := newStore(t, Options{MaxChain: maxChain})
+				s.contextChain = 16 // chains of contexts longer than the series
 				for k, files := range trees[:8] {
 					commitTree(t, s, uint64(k+1), files)
 				}

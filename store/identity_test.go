@@ -27,7 +27,7 @@ import (
 // TestStoredBytesOnlySectionsV2 shows that the change is those sections alone (and the
 // manifests' new_object_bytes). A change of it is a change of the stored format:
 // docs/format.md first.
-const storedBytesSHA256 = "29a646a5084b266a0f8b9af9617bcd2e2a08ee53bb5178bdbb16ade328c4d332"
+const storedBytesSHA256 = "cc571c7b9b55abf841c60ed84f05a1fbcf9e359aab9d06480f751a3e50469f94"
 
 // TestStoredBytesPinned commits a fixed generated series (a batch commit, a streamed
 // version, a staged one, a batch one again) into a local store and into an S3 store on the
