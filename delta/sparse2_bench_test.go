@@ -72,3 +72,73 @@ func BenchmarkDecodeBlockVersions(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadPathVersions is BenchmarkReadPath on ten consecutive steps of one 1 MiB bf16
+// page (driftChain, ~1% changed per step), coded as version 1 and as a chain of version 2
+// (each against the step before, the first against an eleventh step): decoding the ten blocks
+// (version 2 against the context blocks, decoded beforehand as a reader's cache holds them) and
+// applying them.
+func BenchmarkReadPathVersions(b *testing.B) {
+	rng := rand.New(rand.NewPCG(20, 10))
+	const n = 1 << 19 // one block of 2^20 elements is two such pages; a page is one block here
+	versions := driftChain(rng, n, 2, true, 11, 0.01)
+	var v1, v2 []*Delta
+	var ctxBlocks []*DecodedBlock
+	for s := 1; s <= 11; s++ {
+		body, err := EncodeDelta(nil, versions[s-1], versions[s], 2, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, _ := OpenDelta(body)
+		if s == 1 {
+			db, _ := d.DecodeBlock(0)
+			ctxBlocks = append(ctxBlocks, db)
+			continue
+		}
+		v1 = append(v1, d)
+		prev := ctxBlocks[len(ctxBlocks)-1]
+		ctx := func(int64) (*DecodedBlock, error) { return prev, nil }
+		d2, _ := OpenDelta(encodeAgainst(b, versions[s-1], versions[s], 2, true, defaultBlockShift, ctx))
+		d2.SetContext(ctx)
+		v2 = append(v2, d2)
+		db, err := d2.DecodeBlock(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctxBlocks = append(ctxBlocks, db)
+	}
+	var size1, size2 int
+	for i := range v1 {
+		size1, size2 = size1+v1[i].BodyLen(), size2+v2[i].BodyLen()
+	}
+	b.Logf("ten steps: version 1 %d bytes, version 2 %d bytes", size1, size2)
+	page := make([]byte, 2*n)
+	for _, bc := range []struct {
+		name   string
+		deltas []*Delta
+	}{{"v1", v1}, {"v2", v2}} {
+		b.Run("decode-"+bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(page)))
+			for range b.N {
+				for _, d := range bc.deltas {
+					if _, err := d.DecodeBlock(0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		var steps []BlockStep
+		for _, d := range bc.deltas {
+			db, _ := d.DecodeBlock(0)
+			steps = append(steps, BlockStep{db, Forward})
+		}
+		b.Run("apply-"+bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(page)))
+			for range b.N {
+				if err := ApplySteps(page, 0, steps); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

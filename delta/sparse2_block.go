@@ -32,7 +32,7 @@ import (
 // of the time, an A1 element 15%, a B element 2%. Class B's positions are gaps over the whole
 // block, as in version 1: over the elements the context left alone they would be 0.5%
 // smaller, but turning those indices into positions cost a merge with every context change,
-// which doubled the decoding time. A value section is a version-1 symbol section (mode,
+// about a quarter of the decoding time. A value section is a version-1 symbol section (mode,
 // uvarint length, symbols) followed by its escape stream. Class B stores value codes as
 // version 1 does; classes A store the difference of the change from the context's change,
 // turned so that the context's direction is positive: an element that moves by the same

@@ -292,3 +292,54 @@ func TestContextValueMap(t *testing.T) {
 		}
 	}
 }
+
+// TestDelta2ConcurrentDecode decodes the blocks of a version-2 delta from several goroutines
+// against shared context blocks, decoded once (as a reader's cache holds them, their checksums
+// not yet computed): every goroutine gets the same blocks (go test -race checks the checksum's
+// lazy computation).
+func TestDelta2ConcurrentDecode(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 4))
+	versions := driftChain(rng, 4000, 2, true, 2, 0.05)
+	_, deltas := openChain(t, versions, 2, true, 6)
+	lo, hi := deltas[0].BlockRange(0, deltas[0].Info().Elements)
+	var shared []*DecodedBlock
+	for b := lo; b <= hi; b++ {
+		db, err := deltas[0].DecodeBlock(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared = append(shared, db)
+	}
+	ctx := func(b int64) (*DecodedBlock, error) { return shared[b], nil }
+	want := bytes.Clone(versions[1])
+	if err := ApplyDeltaContext(encodeAgainst(t, versions[1], versions[2], 2, true, 6, deltas[0].AsContext()), ctx, want, 0, Forward); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			got := bytes.Clone(versions[1])
+			for b := lo; b <= hi; b++ {
+				db, err := deltas[1].DecodeBlockContext(b, ctx, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := db.Apply(got, 0, Forward); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if !bytes.Equal(got, want) {
+				errs <- errors.New("concurrent decoding gave other bytes")
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
