@@ -213,8 +213,8 @@ func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
 			return fmt.Errorf("materialized %s: %w", p.path, err)
 		}
 		copy(b, o)
-		if err := delta.ApplyDelta(d.body, b, off/int64(p.width), p.dir); err != nil {
-			return objectError(p.obj, fmt.Errorf("apply to the materialized copy: %w", err))
+		if err := d.apply(p.obj, b, off/int64(p.width), p.dir); err != nil {
+			return fmt.Errorf("apply to the materialized copy: %w", err)
 		}
 		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {
 			return fmt.Errorf("materialized %s: %w", p.path, err)
