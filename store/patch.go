@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -56,7 +57,23 @@ func (s *Store) writePatchBetween(base, ver *version, w io.WriterAt) (int64, err
 	}
 	// Shapes: engines that map checkpoint coordinates (vLLM's sparse updates) need them, and
 	// PatchSize counts them.
-	plan, err := delta.BuildPatchWith(w, v, prev, sources, delta.PatchBuildOptions{Shapes: true})
+	opts := delta.PatchBuildOptions{Shapes: true}
+	if p, ok := s.Previous(v); ok && p == prev && !s.referencePatch {
+		// One step: from the deltas, unless they do not fit (render_fast.go).
+		plan, err := s.writeFastPatch(base, ver, w, opts)
+		if err == nil {
+			_, size, err := delta.EncodePatchHeader(plan)
+			if err != nil {
+				return 0, fmt.Errorf("patch of version %d from %d: %w", v, prev, err)
+			}
+			return size, nil
+		}
+		if !errors.Is(err, errNoFastPatch) {
+			return 0, fmt.Errorf("patch of version %d from %d: %w", v, prev, err)
+		}
+		s.log.Debug("patch from the full versions", "version", v, "base", prev, "why", err)
+	}
+	plan, err := delta.BuildPatchWith(w, v, prev, sources, opts)
 	if err != nil {
 		return 0, fmt.Errorf("patch of version %d from %d: %w", v, prev, err)
 	}

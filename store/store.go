@@ -87,7 +87,9 @@ type Store struct {
 	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
 	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
 	contextChain int
-	stats        storeStats // what it did since Open, for metrics (stats.go)
+	// referencePatch makes one-step patches take the reference path (tests: render_fast.go).
+	referencePatch bool
+	stats          storeStats // what it did since Open, for metrics (stats.go)
 
 	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
 	poll      pollState  // Poll's memory of the change hint (notify.go)

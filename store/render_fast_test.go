@@ -1,0 +1,160 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/internal/testfiles"
+)
+
+// fastAndReference writes the patch of v from its predecessor both ways: from the deltas
+// (which must apply) and by the reference path (delta.BuildPatchWith over both versions).
+func fastAndReference(t *testing.T, s *Store, v uint64) (fast, ref []byte) {
+	t.Helper()
+	cur, base, err := s.patchVersions(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fb bytes.Buffer
+	if _, err := s.writeFastPatch(base, cur, &writerAtBuffer{&fb}, delta.PatchBuildOptions{Shapes: true}); err != nil {
+		t.Fatalf("version %d: fast path: %v", v, err)
+	}
+	s.referencePatch = true
+	defer func() { s.referencePatch = false }()
+	var rb bytes.Buffer
+	if _, err := s.WritePatch(v, &writerAtBuffer{&rb}); err != nil {
+		t.Fatalf("version %d: reference path: %v", v, err)
+	}
+	return fb.Bytes(), rb.Bytes()
+}
+
+// TestFastPatchMatchesReference renders every patch of a generated series from the deltas
+// and by the reference path, on a series whose delta sections are of body versions 1 and 2
+// and with a non-safetensors file that changes in some versions (carried whole): the bytes
+// must be equal, for the writer and for a reader whose copy holds the newest version.
+func TestFastPatchMatchesReference(t *testing.T) {
+	trees := testfiles.ShardedSeries(t, 7, 21)
+	for k := range trees {
+		trees[k]["notes.txt"] = fmt.Appendf(nil, "step %d\n", k/2) // changes every other version
+	}
+	s, root := newStore(t, Options{})
+	s.contextChain = 3
+	for k, files := range trees {
+		commitTree(t, s, uint64(k+1), files)
+	}
+	var sections [3]int64
+	for v := uint64(2); v <= uint64(len(trees)); v++ {
+		st := versionSections(t, s, v)
+		sections[1] += st.sections[1]
+		sections[2] += st.sections[2]
+	}
+	if sections[1] == 0 || sections[2] == 0 {
+		t.Fatalf("the series has %d version-1 and %d version-2 delta sections, want both", sections[1], sections[2])
+	}
+	r := openStore(t, root, Options{ReadOnly: true, CacheDir: t.TempDir()})
+	for _, st := range []*Store{s, r} {
+		for v := uint64(2); v <= uint64(len(trees)); v++ {
+			fast, ref := fastAndReference(t, st, v)
+			mustEqualBytes(t, fmt.Sprintf("read-only %v: patch of version %d", st.readOnly, v), fast, ref)
+			p, err := delta.OpenPatch(bytes.NewReader(fast), int64(len(fast)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Verify(); err != nil {
+				t.Fatal(err)
+			}
+			if v == 2 && (len(p.Plan.Tensors) == 0 || len(p.Plan.Files) < 4) {
+				t.Errorf("patch of version 2 changes %d tensors in %d files", len(p.Plan.Tensors), len(p.Plan.Files))
+			}
+		}
+	}
+	// The render takes the fast path and gives the same file.
+	rf, err := r.RenderPatch(uint64(len(trees)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ref := fastAndReference(t, r, uint64(len(trees)))
+	mustEqualBytes(t, "rendered patch", readFile(t, rf.Path), ref)
+}
+
+// TestFastPatchFallsBack: where the deltas cannot give the patch (a tensor stored whole, with
+// no delta section against its base) the fast path says so and the patch is the reference.
+func TestFastPatchFallsBack(t *testing.T) {
+	trees := testfiles.ShardedSeries(t, 2, 22)
+	// Version 2 changes every element of one tensor: more than an eighth changed is stored
+	// whole, without a link past a quarter of the content.
+	second := map[string][]byte{}
+	for name, b := range trees[1] {
+		second[name] = b
+	}
+	trees[0]["extra.safetensors"] = safetensorsFile(t, testTensor{name: "w", dtype: delta.DTypeU8, shape: []int64{4096}, data: make([]byte, 4096)})
+	s2, _ := newStore(t, Options{})
+	commitTree(t, s2, 1, trees[0])
+	w2 := safetensorsFile(t, testTensor{name: "w", dtype: delta.DTypeU8, shape: []int64{4096}, data: bytes.Repeat([]byte{7}, 4096)})
+	second["extra.safetensors"] = w2
+	commitTree(t, s2, 2, second)
+	cur, base, err := s2.patchVersions(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if _, err := s2.writeFastPatch(base, cur, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); !errors.Is(err, errNoFastPatch) {
+		t.Fatalf("fast path with a tensor stored whole: %v, want errNoFastPatch", err)
+	}
+	var got bytes.Buffer
+	if _, err := s2.WritePatch(2, &writerAtBuffer{&got}); err != nil {
+		t.Fatal(err)
+	}
+	s2.referencePatch = true
+	var ref bytes.Buffer
+	if _, err := s2.WritePatch(2, &writerAtBuffer{&ref}); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualBytes(t, "patch after the fallback", got.Bytes(), ref.Bytes())
+}
+
+// TestFastPatchDamagedDelta: a delta object damaged on disk makes the patch fail with
+// ErrCorrupt and leaves no render behind, never a wrong patch.
+func TestFastPatchDamagedDelta(t *testing.T) {
+	trees := testfiles.ShardedSeries(t, 3, 23)
+	s, root := newStore(t, Options{})
+	for k, files := range trees {
+		commitTree(t, s, uint64(k+1), files)
+	}
+	ver, err := s.loadVersion(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim ID
+	for i := range ver.m.Files {
+		for _, tn := range ver.m.Files[i].Tensors {
+			if m, err := s.meta(tn.ID); err == nil && m.Kind == kindDelta && victim == (ID{}) {
+				victim = tn.ID
+			}
+		}
+	}
+	if victim == (ID{}) {
+		t.Fatal("version 3 has no delta object")
+	}
+	obj := s.be.(*localBackend).objectPath(victim)
+	closeStore(t, s)
+	data := readFile(t, obj)
+	data[len(data)-10] ^= 0x01 // in the delta section
+	os.Chmod(obj, 0o644)
+	if err := os.WriteFile(obj, data, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	r := openStore(t, root, Options{ReadOnly: true, CacheDir: cache})
+	expectDamage(r)
+	if rf, err := r.RenderPatch(3); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("RenderPatch with a damaged delta object = %+v, %v; want ErrCorrupt", rf, err)
+	}
+	if ents, _ := os.ReadDir(r.renderDir("patches")); len(ents) != 0 {
+		t.Errorf("render/patches holds %d entries after a failed render", len(ents))
+	}
+}
