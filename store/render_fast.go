@@ -207,6 +207,7 @@ func (s *Store) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.Pat
 	if _, err := w.WriteAt(header, 0); err != nil {
 		return plan, fmt.Errorf("write patch header: %w", err)
 	}
+	s.noteDigests(&plan, files)
 	return plan, nil
 }
 
@@ -272,7 +273,26 @@ func (p *fastPass) sparseFile(ff *fastFile, plan *delta.PatchPlan, pw *delta.Pat
 	}
 	pf := &plan.Files[ff.plan]
 	pf.ResultXXH3, pf.BaseXXH3 = hr.Sum128().Bytes(), hb.Sum128().Bytes()
+	// The base's bytes were never read, only derived through the deltas: where an earlier
+	// render computed the base file's digest from its own bytes, they must agree.
+	if known, ok := p.s.fileXXH3.get(ff.bf.SHA256); ok && known != pf.BaseXXH3 {
+		return fmt.Errorf("its delta sections lead back to bytes of xxh3-128 %x, version %d's file has %x: %w",
+			pf.BaseXXH3, plan.BaseVersion, known, ErrCorrupt)
+	}
 	return nil
+}
+
+// noteDigests remembers the xxh3-128 of the files of a patch just written, by their SHA-256:
+// each was computed from bytes read and checked, and checks the base digest of the next
+// version's patch (sparseFile).
+func (s *Store) noteDigests(plan *delta.PatchPlan, files []*fastFile) {
+	for _, ff := range files {
+		pf := &plan.Files[ff.plan]
+		s.fileXXH3.add(ff.f.SHA256, pf.ResultXXH3, 64)
+		if ff.h == nil && ff.bf != nil {
+			s.fileXXH3.add(ff.bf.SHA256, pf.BaseXXH3, 64) // hashed from its own bytes
+		}
+	}
 }
 
 // chunkChanges feeds pw the changes of tensor ft in elements [first, first+len(c)/width) with

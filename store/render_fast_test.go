@@ -162,6 +162,41 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 	}
 }
 
+// TestFastPatchChecksBaseDigest: the base digest a patch derives through the deltas must
+// equal the one an earlier render computed from the base's own bytes, else ErrCorrupt.
+func TestFastPatchChecksBaseDigest(t *testing.T) {
+	trees := testfiles.ShardedSeries(t, 3, 24)
+	s, _ := newStore(t, Options{})
+	for k, files := range trees {
+		commitTree(t, s, uint64(k+1), files)
+	}
+	cur2, base1, err := s.patchVersions(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if _, err := s.writeFastPatch(base1, cur2, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); err != nil {
+		t.Fatal(err)
+	}
+	fast, ref := fastAndReference(t, s, 3) // checked against version 2's digests, which agree
+	mustEqualBytes(t, "patch of version 3", fast, ref)
+	// A digest that does not agree (as a delta section that passed its checks but leads
+	// elsewhere would give) fails the patch.
+	for i := range cur2.m.Files {
+		f := &cur2.m.Files[i]
+		if _, ok := s.fileXXH3.get(f.SHA256); ok {
+			s.fileXXH3.add(f.SHA256, [16]byte{1, 2, 3}, 64)
+		}
+	}
+	cur3, _, err := s.patchVersions(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.writeFastPatch(cur2, cur3, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("patch whose base digest disagrees: %v, want ErrCorrupt", err)
+	}
+}
+
 // BenchmarkPatchRender measures the CPU time of the one-step patch of a generated checkpoint
 // (32M bf16 parameters, 64 MiB, lr 3e-6: ~2.5% of the elements change per step) by a reader
 // whose copy holds the newest version, as the follower's mount renders it: from the deltas

@@ -107,6 +107,7 @@ type Store struct {
 	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
 	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
+	fileXXH3    *lru[ID, [16]byte]           // files' xxh3-128 by their SHA-256, from patch renders (render_fast.go)
 	ra          *readAhead                   // background builds of the pages a sequential reader needs next
 	pageFlight  singleflight.Group
 	blockFlight singleflight.Group
@@ -290,6 +291,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newBlockCache(cacheBytes / 8)
+	s.fileXXH3 = newLRU[ID, [16]byte](1 << 20)
 	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
 	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
 	// memory the daemon touches for the first time while it fills (kernel page faults).
