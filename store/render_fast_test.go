@@ -143,14 +143,24 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 	if victim == (ID{}) {
 		t.Fatal("version 3 has no delta object")
 	}
+	_, want := fastAndReference(t, s, 3)
 	obj := s.be.(*localBackend).objectPath(victim)
-	closeStore(t, s)
 	data := readFile(t, obj)
 	data[len(data)-10] ^= 0x01 // in the delta section
 	os.Chmod(obj, 0o644)
 	if err := os.WriteFile(obj, data, 0o444); err != nil {
 		t.Fatal(err)
 	}
+	// The writer's copy holds version 3 and its memory the sections it checked: the patch is
+	// the one from before the damage, or ErrCorrupt, never another.
+	expectDamage(s)
+	var b bytes.Buffer
+	if _, err := s.WritePatch(3, &writerAtBuffer{&b}); err != nil && !errors.Is(err, ErrCorrupt) {
+		t.Errorf("WritePatch with a damaged delta object: %v; want ErrCorrupt or the patch", err)
+	} else if err == nil {
+		mustEqualBytes(t, "patch after the damage", b.Bytes(), want)
+	}
+	closeStore(t, s)
 	cache := t.TempDir()
 	r := openStore(t, root, Options{ReadOnly: true, CacheDir: cache})
 	expectDamage(r)
