@@ -74,10 +74,28 @@ func (f *versionFile) readWhole(p []byte, off int64) (n int, ok bool, err error)
 		return 0, false, nil
 	}
 	f.s.stats.copyHits.Add(1)
+	f.adviseWhole(v, path, off, off+int64(len(p)))
 	if len(p) < want {
 		return len(p), true, io.EOF
 	}
 	return len(p), true, nil
+}
+
+// adviseWhole is called after a ReadAt of [off, end) of f, which the copy holds whole: if it
+// lies near the furthest read so far, the kernel is asked to read the copy's file ahead of it
+// (willNeedFile), since ReadAt reads the copy through the page cache. ReadSlices (the mount's
+// reads) reads bytes the kernel does not hold with O_DIRECT instead, and asks for nothing.
+func (f *versionFile) adviseWhole(v *matView, path string, off, end int64) {
+	prev := f.lastEnd.Load()
+	for end > prev && !f.lastEnd.CompareAndSwap(prev, end) {
+		prev = f.lastEnd.Load()
+	}
+	if off < prev-sequentialSlack || off > prev+sequentialSlack {
+		return
+	}
+	if ahead := max(prev, end); ahead < f.f.Size {
+		v.willNeedFile(path, ahead, copyReadAheadBytes)
+	}
 }
 
 // sliceWhole serves ReadSlices from the copy when it holds f whole, a recycled page buffer per
