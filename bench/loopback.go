@@ -64,7 +64,7 @@ func mountLoopback(dir, mnt string, readOnly, daemonReads bool) (*fuse.Server, e
 		return nil, fmt.Errorf("loopback root %s: %w", dir, err)
 	}
 	if daemonReads {
-		withoutPassthrough(root)
+		root = withoutPassthrough(root)
 	}
 	ttl := loopbackTTL
 	rawFS := gofs.NewNodeFS(root, &gofs.Options{EntryTimeout: &ttl, AttrTimeout: &ttl})

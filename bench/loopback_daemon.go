@@ -14,16 +14,24 @@ import (
 // into a buffer and a write to /dev/fuse), the same work weightfs does short of its checks:
 // the reads figure measures both (docs/benchmarks.md, figure 4).
 
-// withoutPassthrough makes the loopback at root open files that offer no passthrough.
-func withoutPassthrough(root gofs.InodeEmbedder) {
-	data := root.(*gofs.LoopbackNode).RootData
-	data.NewNode = func(r *gofs.LoopbackRoot, parent *gofs.Inode, name string, st *syscall.Stat_t) gofs.InodeEmbedder {
-		return &daemonReadNode{gofs.LoopbackNode{RootData: r}}
+// withoutPassthrough returns the loopback root with every node wrapped so that its open files
+// offer no passthrough.
+func withoutPassthrough(root gofs.InodeEmbedder) gofs.InodeEmbedder {
+	if ln, ok := root.(*gofs.LoopbackNode); ok {
+		return &daemonReadNode{ln}
 	}
+	return root
 }
 
-// daemonReadNode is a loopback node whose open files are daemonReadFiles.
-type daemonReadNode struct{ gofs.LoopbackNode }
+// daemonReadNode is a loopback node whose open files are daemonReadFiles, and whose children
+// are daemonReadNodes.
+type daemonReadNode struct{ *gofs.LoopbackNode }
+
+var _ = (gofs.NodeWrapChilder)((*daemonReadNode)(nil))
+
+func (n *daemonReadNode) WrapChild(ctx context.Context, ops gofs.InodeEmbedder) gofs.InodeEmbedder {
+	return withoutPassthrough(ops)
+}
 
 var _ = (gofs.NodeOpener)((*daemonReadNode)(nil))
 

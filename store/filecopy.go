@@ -438,16 +438,3 @@ func (f *versionFile) readCopy(p []byte, off int64) (n int, ok bool, err error) 
 	}
 	return len(p), true, nil
 }
-
-// stoppable is a reader that fails with ErrClosed once stop is set.
-type stoppable struct {
-	r    io.Reader
-	stop *atomic.Bool
-}
-
-func (r stoppable) Read(p []byte) (int, error) {
-	if r.stop.Load() {
-		return 0, ErrClosed
-	}
-	return r.r.Read(p)
-}
