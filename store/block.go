@@ -20,10 +20,18 @@ type cachedBlock struct {
 }
 
 // decodeBlock decodes block b of delta d (of object id) into a recycled block; the caller
-// holds the one reference.
+// holds the one reference. A version-2 section decodes against block b of its context, the
+// decoded section of its base, taken from the block cache (decoded first if need be) and
+// held only while this block decodes (context.go).
 func (r *recycler) decodeBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
+	r.decoded.Add(1)
 	spare, _ := r.blocks.get()
-	db, err := d.parsed.DecodeBlockInto(b, spare)
+	var h contextHold
+	db, err := d.parsed.DecodeBlockContext(b, h.fn(d), spare)
+	h.release()
+	if err != nil && h.err != nil {
+		return nil, h.err // the context failed: its error names it
+	}
 	if err != nil {
 		return nil, objectError(id, fmt.Errorf("decode delta: %v: %w", err, ErrCorrupt))
 	}

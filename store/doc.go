@@ -36,9 +36,11 @@
 // # What is immutable, what is cached
 //
 // Objects and manifests never change once written (GC may replace a delta object by a whole
-// copy of the same content; readers do not notice). So everything decoded is cached by
-// identity, in memory (bounded: Options.CacheBytes) and in the index: object headers, delta
-// bodies, 1 MiB pages of reconstructed content. The materialized copy (the latest version as
+// copy of the same content, and re-code a delta section as version 1 with the same changes;
+// readers do not notice). So everything decoded is cached by identity, in memory (bounded:
+// Options.CacheBytes) and in the index: object headers, delta bodies, decoded delta blocks,
+// 1 MiB pages of reconstructed content. A delta section of body version 2 decodes against its
+// context, the delta section of its base, whose blocks come from the same cache (context.go). The materialized copy (the latest version as
 // plain files, in the cache directory) is the one thing that changes: after each seal it is
 // brought forward (in the background for the mount) under a lock that keeps reads off it
 // while it changes; reads of the newest version replay deltas until it is done. It is a

@@ -19,3 +19,7 @@ func NewLocalBackend(root string) (Backend, error) {
 	}
 	return newLocalBackend(root, modesFor(info.Mode())), nil
 }
+
+// SetContextChain sets the most version-2 delta sections a chain of contexts may hold when s
+// writes a new one (0: s writes version-1 sections only), for tests outside the package.
+func SetContextChain(s *Store, n int) { s.contextChain = n }

@@ -12,16 +12,21 @@ import (
 // The store's format file, STORE/weightfs-store, is 16 bytes:
 //
 //	0  8  magic "WFSSTORE"
-//	8  4  store format version, u32 little-endian (1)
+//	8  4  store format version, u32 little-endian (1 or 2)
 //	12 4  CRC-32C of bytes 0..12, u32 little-endian
 //
 // Open checks the magic, then the version, then the checksum (the order bbolt's meta
 // validation uses: an alien file is "not a store", a newer one "unsupported", a damaged one
-// "corrupt").
+// "corrupt"). Format 2 is format 1 whose objects may hold version-2 delta sections (coded
+// against a context, context.go): a program that reads only format 1 refuses such a store
+// rather than taking its sections for damage. This program reads both; it creates stores of
+// format 2, and a writer opening a store of format 1 rewrites its format file as format 2
+// before it writes anything (docs/format.md Part I §2).
 const (
 	formatFileName     = "weightfs-store"
 	formatMagic        = "WFSSTORE"
-	storeFormatVersion = 1
+	storeFormatVersion = 2 // what Init writes and writers upgrade to
+	oldestFormat       = 1 // the oldest format this program reads
 	formatFileLen      = 16
 )
 
@@ -36,10 +41,22 @@ func FormatFile() []byte { return encodeFormatFile() }
 // ErrUnsupportedVersion when they are not this program's store.
 func CheckFormatFile(b []byte) error { return checkFormatFile(b) }
 
-func encodeFormatFile() []byte {
+// FormatVersion checks the bytes of a store's format file as CheckFormatFile does and returns
+// the store's format version (for Opening.Format).
+func FormatVersion(b []byte) (uint32, error) {
+	if err := checkFormatFile(b); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b[8:]), nil
+}
+
+func encodeFormatFile() []byte { return encodeFormatVersion(storeFormatVersion) }
+
+// encodeFormatVersion returns the format file of a store of format version v.
+func encodeFormatVersion(v uint32) []byte {
 	b := make([]byte, formatFileLen)
 	copy(b, formatMagic)
-	binary.LittleEndian.PutUint32(b[8:], storeFormatVersion)
+	binary.LittleEndian.PutUint32(b[8:], v)
 	binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
 	return b
 }
@@ -51,9 +68,9 @@ func checkFormatFile(b []byte) error {
 	if len(b) != formatFileLen {
 		return fmt.Errorf("%s is %d bytes, want %d: %w", formatFileName, len(b), formatFileLen, ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != storeFormatVersion {
-		return fmt.Errorf("%s: store format version %d (this program reads %d): %w",
-			formatFileName, v, storeFormatVersion, ErrUnsupportedVersion)
+	if v := binary.LittleEndian.Uint32(b[8:]); v < oldestFormat || v > storeFormatVersion {
+		return fmt.Errorf("%s: store format version %d (this program reads %d to %d): %w",
+			formatFileName, v, oldestFormat, storeFormatVersion, ErrUnsupportedVersion)
 	}
 	if got, want := binary.LittleEndian.Uint32(b[12:]), crc32c(b[:12]); got != want {
 		return fmt.Errorf("%s: checksum %08x, want %08x: %w", formatFileName, got, want, ErrCorrupt)

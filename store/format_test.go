@@ -17,9 +17,16 @@ func TestFormatFile(t *testing.T) {
 	if len(good) != formatFileLen || string(good[:8]) != "WFSSTORE" {
 		t.Fatalf("format file %x", good)
 	}
-	newer := append([]byte(nil), good...)
-	binary.LittleEndian.PutUint32(newer[8:], 2)
-	binary.LittleEndian.PutUint32(newer[12:], crc32c(newer[:12]))
+	if v, err := FormatVersion(good); v != 2 || err != nil {
+		t.Fatalf("a new store's format: %d, %v; want 2", v, err)
+	}
+	version := func(v uint32) []byte {
+		b := append([]byte(nil), good...)
+		binary.LittleEndian.PutUint32(b[8:], v)
+		binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
+		return b
+	}
+	older, newer, zero := version(1), version(3), version(0)
 	flipped := append([]byte(nil), good...)
 	flipped[13] ^= 1
 	for _, tc := range []struct {
@@ -28,6 +35,8 @@ func TestFormatFile(t *testing.T) {
 		want error
 	}{
 		{"good", good, nil},
+		{"format 1", older, nil},
+		{"format 0", zero, ErrUnsupportedVersion},
 		{"alien", []byte("hello world, not a store"), ErrNotAStore},
 		{"empty", nil, ErrNotAStore},
 		{"newer version", newer, ErrUnsupportedVersion},
@@ -54,7 +63,7 @@ func TestOpenRefusesNonStores(t *testing.T) {
 		t.Fatal("init of a non-empty directory succeeded")
 	}
 	b := encodeFormatFile()
-	binary.LittleEndian.PutUint32(b[8:], 9)
+	binary.LittleEndian.PutUint32(b[8:], 9) // a later format: refused, never guessed
 	binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
 	os.WriteFile(filepath.Join(root, formatFileName), b, 0o644)
 	if _, err := Open(root, Options{}); !errors.Is(err, ErrUnsupportedVersion) {
@@ -294,4 +303,35 @@ func FuzzSmallParsers(f *testing.F) {
 			t.Fatalf("index entry %x does not re-encode", b)
 		}
 	})
+}
+
+// TestFormatUpgrade: a writer opening a store of format 1 rewrites its format file as format 2
+// before it writes, and then writes version-2 delta sections; a reader of a format-1 store
+// changes nothing, and a program that reads only format 1 refuses the upgraded store.
+func TestFormatUpgrade(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "s")
+	if err := Init(root); err != nil {
+		t.Fatal(err)
+	}
+	fmtPath := filepath.Join(root, formatFileName)
+	if err := os.WriteFile(fmtPath, encodeFormatVersion(1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := openStore(t, root, Options{ReadOnly: true})
+	if b, _ := os.ReadFile(fmtPath); !bytes.Equal(b, encodeFormatVersion(1)) || r.contextChain != 0 {
+		t.Fatalf("a reader of a format-1 store: format file %x, context chain %d", b, r.contextChain)
+	}
+	closeStore(t, r)
+	s := openStore(t, root, Options{})
+	b, _ := os.ReadFile(fmtPath)
+	if !bytes.Equal(b, encodeFormatVersion(2)) || s.contextChain != maxContextChain {
+		t.Fatalf("a writer of a format-1 store: format file %x, context chain %d", b, s.contextChain)
+	}
+	if fi, err := os.Stat(fmtPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("format file after the upgrade: %v, %v", fi.Mode(), err)
+	}
+	// What a program of format 1 checks (the version field against 1) now fails.
+	if v := binary.LittleEndian.Uint32(b[8:]); v == 1 {
+		t.Fatal("still format 1")
+	}
 }

@@ -266,7 +266,9 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 		keptVersions = append(keptVersions, ver)
 	}
 	// Re-anchor, oldest kept version first, every kept delta whose base is not kept (listed
-	// first, so that progress knows the total).
+	// first, so that progress knows the total), keeping its delta section as its link, in
+	// version 1; and rewrite every kept full object whose link is version 2 and coded against
+	// a context that goes (its base's section) with that link in version 1 (gccontext.go).
 	type job struct {
 		id   ID
 		hint objHint
@@ -281,8 +283,15 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 			if err != nil {
 				return st, fmt.Errorf("gc: %w", err)
 			}
-			if m.Kind != kindDelta || kept[m.Base] || listed[id] {
+			if m.DeltaLen == 0 || kept[m.Base] || listed[id] {
 				continue
+			}
+			if m.Kind == kindFull {
+				if v2, err := s.sectionIsV2(id); err != nil {
+					return st, fmt.Errorf("gc: %w", err)
+				} else if !v2 {
+					continue
+				}
 			}
 			listed[id] = true
 			jobs = append(jobs, job{id, hint, m})
@@ -296,7 +305,9 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 				return st, fmt.Errorf("gc: %w", err)
 			}
 			st.Reanchored++
-			st.ReanchorBytes += j.m.ContentLen - size
+			if j.m.Kind == kindDelta {
+				st.ReanchorBytes += j.m.ContentLen - size
+			}
 		}
 		victims, err := s.sweepVictims(dropSet, listed, s.droppedObjects(drop))
 		if errors.Is(err, errUnreadableManifests) {
@@ -393,36 +404,6 @@ func objectsOf(ver *version) map[ID]objHint {
 		}
 	}
 	return out
-}
-
-// reanchor rewrites delta object id as a whole copy of the same content (checked against
-// its SHA-256 before it replaces the delta).
-func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
-	fw, err := newFullWriter(s.be, s.codec, m.Width, m.ContentLen)
-	if err != nil {
-		return err
-	}
-	defer fw.abort()
-	buf := make([]byte, min(m.ContentLen, ingestChunk))
-	for off := int64(0); off < m.ContentLen; {
-		n := min(int64(len(buf)), m.ContentLen-off)
-		if err := s.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
-			return err
-		}
-		if _, err := fw.Write(buf[:n]); err != nil {
-			return err
-		}
-		off += n
-	}
-	if _, err := fw.finish(id, ID{}, nil); err != nil {
-		return fmt.Errorf("%v: %w", err, ErrCorrupt)
-	}
-	if err := fw.put(id); err != nil {
-		return err
-	}
-	s.forgetMeta(id)
-	s.crcChecked.Delete(id)
-	return nil
 }
 
 // RebuildIndex empties this process's index and refills it from the manifests (object

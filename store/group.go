@@ -88,7 +88,7 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 	if err := r.check(); err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
-	modes, err := localFormat(path)
+	modes, format, err := localFormat(path)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 	if opts.CacheDir == "" {
 		opts.CacheDir = filepath.Join(groupRoot, "cache", fmt.Sprintf("rank-%d", r.Rank))
 	}
-	o := Opening{Root: path, Lock: lock, NewBackend: func(string) (Backend, error) {
+	o := Opening{Root: path, Lock: lock, Format: format, NewBackend: func(string) (Backend, error) {
 		// Only this rank's process writes its temporary directory (its lock says so).
 		if err := be.CleanTemp(); err != nil {
 			return nil, err

@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +22,12 @@ import (
 // storedBytesSHA256 is the hash of every object and manifest (name and bytes) that
 // TestStoredBytesPinned's series stores. It was recorded on the code before the S3 backend
 // moved out of the core into store/s3 (docs/design.md, "Backends"); the same value after the
-// move shows that the move changed no byte of any object or manifest, on either backend. A
-// change of it is a change of the stored format: docs/format.md first.
-const storedBytesSHA256 = "c069bb38339175d5fd0ee946d2e08f1e258b0474222df34eba7b8cd063741db4"
+// move showed that the move changed no byte of any object or manifest, on either backend. It
+// changed once since, when version-2 delta sections came (docs/format.md Part I §3.3):
+// TestStoredBytesOnlySectionsV2 shows that the change is those sections alone (and the
+// manifests' new_object_bytes). A change of it is a change of the stored format:
+// docs/format.md first.
+const storedBytesSHA256 = "cc571c7b9b55abf841c60ed84f05a1fbcf9e359aab9d06480f751a3e50469f94"
 
 // TestStoredBytesPinned commits a fixed generated series (a batch commit, a streamed
 // version, a staged one, a batch one again) into a local store and into an S3 store on the
@@ -134,4 +140,89 @@ func storedBytesHash(t *testing.T, dir string) string {
 	h, n := testfiles.StoredDigest(t, dir)
 	t.Logf("%s: %d objects and manifests", dir, n)
 	return h
+}
+
+// TestStoredBytesOnlySectionsV2 commits the pinned series into a store that writes version-2
+// delta sections and one that writes version 1 only: the manifests are the same bytes, the same
+// objects are stored, and an object differs only in its delta section (and so its size and
+// CRC), version 2 in the one store where it is version 1 in the other. So the change of
+// storedBytesSHA256 that version 2 made is exactly its delta sections.
+func TestStoredBytesOnlySectionsV2(t *testing.T) {
+	var dirs [2]string
+	for i, chain := range []int{-1, 0} {
+		dirs[i] = filepath.Join(t.TempDir(), "store")
+		if err := store.Init(dirs[i]); err != nil {
+			t.Fatal(err)
+		}
+		s, err := store.Open(dirs[i], store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if chain >= 0 {
+			store.SetContextChain(s, chain)
+		}
+		commitPinnedSeries(t, s)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := func(dir string) map[string][]byte {
+		out := map[string][]byte{}
+		for _, top := range []string{"objects", "versions"} {
+			err := filepath.WalkDir(filepath.Join(dir, top), func(p string, d os.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return err
+				}
+				rel, _ := filepath.Rel(dir, p)
+				out[filepath.ToSlash(rel)], err = os.ReadFile(p)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	v2, v1 := files(dirs[0]), files(dirs[1])
+	if len(v2) != len(v1) {
+		t.Fatalf("%d objects and manifests with version 2, %d without", len(v2), len(v1))
+	}
+	le := func(b []byte) int { return int(binary.LittleEndian.Uint64(b)) }
+	differ := 0
+	for name, a := range v2 {
+		b, ok := v1[name]
+		switch {
+		case !ok:
+			t.Errorf("%s: stored only with version 2", name)
+			continue
+		case bytes.Equal(a, b):
+			continue
+		case strings.HasPrefix(name, "versions/"):
+			// The manifest (docs/format.md Part I §4): only its summary's new_object_bytes
+			// (fewer), and so its length and CRC, may differ.
+			newBytes := regexp.MustCompile(`"new_object_bytes":([0-9]+)`)
+			ma, mb := newBytes.FindSubmatch(a), newBytes.FindSubmatch(b)
+			if ma == nil || mb == nil || !bytes.Equal(newBytes.ReplaceAll(a[16:len(a)-4], nil), newBytes.ReplaceAll(b[16:len(b)-4], nil)) {
+				t.Errorf("%s: the manifests differ in more than new_object_bytes", name)
+			} else if na, nb := string(ma[1]), string(mb[1]); len(na) > len(nb) || len(na) == len(nb) && na >= nb {
+				t.Errorf("%s: new_object_bytes %s with version 2, %s without: want fewer", name, na, nb)
+			}
+			continue
+		}
+		differ++
+		// The object header (docs/format.md Part I §3.1): all but the delta section's
+		// length equal, the full sections equal, the delta sections of versions 2 and 1.
+		fa, fb, da, db := le(a[80:]), le(b[80:]), le(a[88:]), le(b[88:])
+		if !bytes.Equal(a[:88], b[:88]) || !bytes.Equal(a[96:96+fa], b[96:96+fb]) {
+			t.Errorf("%s: differs outside its delta section", name)
+			continue
+		}
+		if sa, sb := a[96+fa:96+fa+da], b[96+fb:96+fb+db]; string(sa[:4]) != "WFSD" || sa[4] != 2 || sb[4] != 1 {
+			t.Errorf("%s: delta sections of versions %d and %d, want 2 and 1", name, sa[4], sb[4])
+		}
+	}
+	t.Logf("%d of %d objects differ, each in its delta section alone", differ, len(v2))
+	if differ == 0 {
+		t.Error("no object has a version-2 delta section")
+	}
 }

@@ -283,6 +283,10 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	s := w.s
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
+	// Coded against the base's own delta section when it has one (context.go).
+	wc := s.writeContextOf(baseID)
+	defer wc.done()
+	enc.SetContext(wc.fn())
 	h := sha256.New()
 	// The base bytes are checked too: a delta computed against a damaged copy would be a
 	// wrong object, forever. With the CRC of the base's content when it is known, as the

@@ -191,10 +191,11 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 type patchBufs struct{ buf, orig []byte }
 
 // patch applies one in-place update, 4 MiB at a time, writing back only the byte runs that
-// changed.
+// changed. The delta's blocks are decoded through the block cache: the next version's ingest
+// codes its deltas against these very sections (their contexts, context.go), and finds them
+// decoded when the cache holds a version's blocks.
 func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
-	d, err := m.s.loadDelta(p.obj)
-	if err != nil {
+	if _, err := m.s.loadDelta(p.obj); err != nil {
 		return err
 	}
 	f, err := m.file(p.path)
@@ -213,8 +214,8 @@ func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
 			return fmt.Errorf("materialized %s: %w", p.path, err)
 		}
 		copy(b, o)
-		if err := delta.ApplyDelta(d.body, b, off/int64(p.width), p.dir); err != nil {
-			return objectError(p.obj, fmt.Errorf("apply to the materialized copy: %w", err))
+		if err := m.s.applySteps([]planStep{{obj: p.obj, dir: p.dir}}, b, off/int64(p.width)); err != nil {
+			return fmt.Errorf("apply to the materialized copy: %w", err)
 		}
 		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {
 			return fmt.Errorf("materialized %s: %w", p.path, err)

@@ -180,12 +180,23 @@ type deltaObject struct {
 	body   []byte
 	info   delta.DeltaInfo
 	parsed *delta.Delta // body's framing, checked, with its blocks located
+	// chain counts the version-2 sections from this one down its context chain (this one,
+	// its base's, ...): 0 for a version-1 section (context.go).
+	chain int
+	// context returns block b of the decoded delta section of hdr.Base, the context of a
+	// version-2 section, holding a reference to it (nil for a version-1 section).
+	context func(b int64) (*cachedBlock, error)
 }
 
 // loadDelta returns the delta section of object id (a delta object, or a full object's link)
 // after checking the object file's CRC, validated against the header. A delta object is read
 // whole; of a full object only the link is kept (its CRC check streams). Bodies are cached.
-func (s *Store) loadDelta(id ID) (*deltaObject, error) {
+// A version-2 section is returned only when its context (the delta section of its base) loads
+// too, and its chain of contexts is at most maxContextRead long: else ErrCorrupt (context.go).
+func (s *Store) loadDelta(id ID) (*deltaObject, error) { return s.loadDeltaAt(id, 0) }
+
+// loadDeltaAt is loadDelta for the n-th section of a chain of contexts being loaded.
+func (s *Store) loadDeltaAt(id ID, n int) (*deltaObject, error) {
 	if d, ok := s.deltas.get(id); ok {
 		return d, nil
 	}
@@ -229,6 +240,11 @@ func (s *Store) loadDelta(id ID) (*deltaObject, error) {
 			di.Elements, di.Width, hdr.ContentLen, hdr.Width, ErrCorrupt))
 	}
 	d := &deltaObject{hdr: hdr, body: body, info: di, parsed: dd}
+	if dd.NeedsContext() {
+		if err := s.attachContext(id, d, n); err != nil {
+			return nil, err
+		}
+	}
 	s.deltas.add(id, d, int64(len(body))+256)
 	return d, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -21,6 +22,9 @@ type recycler struct {
 	// blocks holds decoded delta blocks nobody holds any more, for decoding into. A full
 	// cache gives one back for each block it takes.
 	blocks freeList[*delta.DecodedBlock]
+	// decoded counts the delta blocks decoded (block.go), contexts included: what a read
+	// costs besides its pages, for tests and benchmarks.
+	decoded atomic.Int64
 	// edges are the buffers a checked read of the copy reads the rest of its first and last
 	// chunks into (copyread.go): *[]byte of 2*sumChunk.
 	edges sync.Pool

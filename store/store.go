@@ -84,7 +84,10 @@ type Store struct {
 	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
 	removedLogged sync.Map
 	maxChain      int
-	stats         storeStats // what it did since Open, for metrics (stats.go)
+	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
+	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
+	contextChain int
+	stats        storeStats // what it did since Open, for metrics (stats.go)
 
 	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
 	poll      pollState  // Poll's memory of the change hint (notify.go)
@@ -149,33 +152,34 @@ func (s *Store) failpoint(point string) error {
 }
 
 // localFormat checks the format file of the local store at path and returns the modes its
-// files are made with (private, or shared with the group: perm.go).
-func localFormat(path string) (storeModes, error) {
+// files are made with (private, or shared with the group: perm.go) and its format version.
+func localFormat(path string) (storeModes, uint32, error) {
 	format, err := os.ReadFile(filepath.Join(path, formatFileName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return storeModes{}, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
+		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
 	}
 	if err != nil {
-		return storeModes{}, fmt.Errorf("open store %s: %w", path, err)
+		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
-	if err := checkFormatFile(format); err != nil {
-		return storeModes{}, fmt.Errorf("open store %s: %w", path, err)
+	v, err := FormatVersion(format)
+	if err != nil {
+		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
 	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
 	if err != nil {
-		return storeModes{}, fmt.Errorf("open store %s: %w", path, err)
+		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return modesFor(formatInfo.Mode()), nil
+	return modesFor(formatInfo.Mode()), v, nil
 }
 
 // Open opens the store in the local directory path. (A STORE argument, which may also name
 // a store in S3, is opened by package store/location.)
 func Open(path string, opts Options) (*Store, error) {
-	modes, err := localFormat(path)
+	modes, format, err := localFormat(path)
 	if err != nil {
 		return nil, err
 	}
-	o := Opening{Root: path, NewBackend: func(string) (Backend, error) { return newLocalBackend(path, modes), nil }}
+	o := Opening{Root: path, Format: format, NewBackend: func(string) (Backend, error) { return newLocalBackend(path, modes), nil }}
 	if !opts.ReadOnly {
 		lock, err := acquireWriterLock(filepath.Join(path, "lock"), modes.file)
 		if err != nil {
@@ -183,6 +187,9 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		o.Lock = lock
 		o.WriterCacheDir = filepath.Join(path, "cache")
+		o.UpgradeFormat = func(data []byte) error {
+			return writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), data, modes.file)
+		}
 	}
 	return OpenBackend(o, opts)
 }
@@ -202,12 +209,21 @@ type Opening struct {
 	// NewBackend opens the backend; cacheDir is the store's cache directory, where a
 	// backend with a local cache keeps it.
 	NewBackend func(cacheDir string) (Backend, error)
+	// Format is the store's format version, from its format file (FormatVersion; 0 is taken
+	// as 1). A store of format 1 gets version-1 delta sections only, unless the writer
+	// upgrades it.
+	Format uint32
+	// UpgradeFormat (a writer's; nil: the store is not upgraded) replaces the store's format
+	// file by data, durably and atomically. A writer opening a store of format 1 calls it
+	// with the format file of format 2 before it writes anything.
+	UpgradeFormat func(data []byte) error
 }
 
 // OpenBackend opens the store that o describes: its cache directory, its backend (behind
 // the store's cache policy if the backend is a RemoteCache, cachepolicy.go), a writer's
 // clean-up of temporary files, the index, the versions and the materialized copy. The
-// caller has checked the store's format file (CheckFormatFile).
+// caller has checked the store's format file (FormatVersion, o.Format); a writer upgrades a
+// store of format 1 (o.UpgradeFormat).
 func OpenBackend(o Opening, opts Options) (*Store, error) {
 	s := newBareStore(o.Root, opts, nil)
 	s.lock = o.Lock
@@ -222,6 +238,9 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	}
 	if !s.readOnly && s.opts.CacheDir == "" {
 		s.opts.CacheDir = o.WriterCacheDir
+	}
+	if err := s.upgradeFormat(o); err != nil {
+		return nil, err
 	}
 	if err := s.setupCacheDir(); err != nil {
 		return nil, err
@@ -251,7 +270,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
-		diff: opts.Diff, maxChain: opts.MaxChain,
+		diff: opts.Diff, maxChain: opts.MaxChain, contextChain: maxContextChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
 		now: time.Now, hook: opts.Failpoint,
 	}

@@ -57,6 +57,7 @@ type tensorState struct {
 	base    ID
 	hasBase bool
 	enc     *delta.DeltaEncoder // nil: no base, or too many changes for a delta
+	ctx     *writeContext       // what enc codes against (nil: version 1; context.go)
 	body    []byte              // the encoder's output once it has finished
 	fw      *objStream          // the whole copy, when one is being written
 	hb      *baseCheck          // hashes the base bytes read
@@ -156,6 +157,8 @@ func (st *FileStream) startTensor(i int) error {
 	wholeCopy := !ts.hasBase
 	if ts.hasBase {
 		ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
+		ts.ctx = st.s.writeContextOf(ts.base)
+		ts.enc.SetContext(ts.ctx.fn())
 		ts.hb = newBaseCheck(st.s.mat, ts.base)
 		// A full chain, or deltas that will be as large as a whole copy with a delta like
 		// the ones before, make this tensor an anchor if it changed: the whole copy is then
@@ -204,6 +207,7 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 		// encoder's memory stays bounded. The copy takes over from here.
 		body, err := ts.enc.Finish()
 		ts.enc = nil
+		ts.ctx.done()
 		if err != nil {
 			return true, fmt.Errorf("encode delta: %w", err)
 		}
@@ -300,7 +304,7 @@ func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink, src *baseSour
 		}
 		check.Write(b)
 		if ts.body != nil {
-			if err := delta.ApplyDelta(ts.body, b, off/int64(ts.width), delta.Forward); err != nil {
+			if err := ts.ctx.apply(ts.body, b, off/int64(ts.width), delta.Forward); err != nil {
 				return fmt.Errorf("apply own delta: %w", err)
 			}
 		}
@@ -351,6 +355,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 	if ts.enc != nil && ts.changed > 0 {
 		body, err := ts.enc.Finish()
 		ts.enc = nil
+		ts.ctx.done()
 		if err != nil {
 			return fmt.Errorf("encode delta: %w", err)
 		}

@@ -91,7 +91,8 @@ func OpenRank(url string, cfg Config, r store.Rank, opts store.Options) (*store.
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", c.describe(), err)
 	}
-	if err := store.CheckFormatFile(format); err != nil {
+	version, err := store.FormatVersion(format)
+	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", c.describe(), err)
 	}
 	if opts.CacheDir == "" {
@@ -105,7 +106,7 @@ func OpenRank(url string, cfg Config, r store.Rank, opts store.Options) (*store.
 			return nil, fmt.Errorf("create cache directory: %w", err)
 		}
 	}
-	o := store.Opening{Root: c.loc.String(), NewBackend: func(cacheDir string) (store.Backend, error) {
+	o := store.Opening{Root: c.loc.String(), Format: version, NewBackend: func(cacheDir string) (store.Backend, error) {
 		if err := claimCache(cacheDir, c); err != nil {
 			return nil, err
 		}

@@ -43,17 +43,18 @@ func Open(url string, cfg Config, opts store.Options) (*store.Store, error) {
 		return nil, err
 	}
 	ctx := context.Background()
-	format, _, err := c.getBytes(ctx, c.loc.key(store.FormatFileName), nil)
+	format, formatTag, err := c.getBytes(ctx, c.loc.key(store.FormatFileName), nil)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open store %s: no %s there: %w (create one with 'weightfs init %s')", c.describe(), store.FormatFileName, store.ErrNotAStore, c.loc)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", c.describe(), err)
 	}
-	if err := store.CheckFormatFile(format); err != nil {
+	version, err := store.FormatVersion(format)
+	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", c.describe(), err)
 	}
-	o := store.Opening{Root: c.loc.String()}
+	o := store.Opening{Root: c.loc.String(), Format: version}
 	var ls *lease
 	if !opts.ReadOnly {
 		if opts.CacheDir == "" {
@@ -66,6 +67,11 @@ func Open(url string, cfg Config, opts store.Options) (*store.Store, error) {
 			return nil, fmt.Errorf("open store %s for writing: %w", c.loc, err)
 		}
 		o.Lock = leaseCloser{ls}
+		// Replaces the format file read above, and no other (store.Opening.UpgradeFormat).
+		o.UpgradeFormat = func(data []byte) error {
+			_, err := c.putBytes(ctx, c.loc.key(store.FormatFileName), data, putCond{ifMatch: formatTag})
+			return err
+		}
 	}
 	o.NewBackend = func(cacheDir string) (store.Backend, error) {
 		if err := claimCache(cacheDir, c); err != nil {

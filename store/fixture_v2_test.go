@@ -1,0 +1,133 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/weightfs/weightfs/internal/logtest"
+)
+
+// store/testdata/v2/ is a store of format version 2 (docs/format.md Part I §2: objects may
+// hold delta sections of body version 2), kept as it was written beside the v1 fixture: the
+// same four versions (fixtureV1Versions, MaxChain 2), so that it holds a version-1 delta (the
+// first after a whole copy), a version-2 delta and an anchor whose link is version 2. Written
+// once by go test ./store -run TestFixtureV2 -write-fixtures (only while the directory does
+// not exist; a released fixture is never rewritten).
+const fixtureV2 = "testdata/v2"
+
+// writeFixtureV2 writes store/testdata/v2 with the current code.
+func writeFixtureV2(t *testing.T) {
+	if _, err := os.Stat(fixtureV2); err == nil {
+		return // released: never rewritten
+	}
+	if storeFormatVersion != 2 {
+		t.Fatalf("this program writes store format %d: write a fixture of that version beside v2, never over it", storeFormatVersion)
+	}
+	tmp := filepath.Join(t.TempDir(), "store")
+	if err := Init(tmp); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, tmp, Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})})
+	for i, files := range fixtureV1Versions() {
+		if _, err := s.Commit(writeFixtureTree(t, files), CommitOptions{Version: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeStore(t, s)
+	// The store's files only: the format file, objects and manifests.
+	err := filepath.WalkDir(tmp, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(tmp, p)
+		if e.IsDir() {
+			if rel == "cache" || rel == "tmp" || rel == "pins" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if rel == "lock" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(fixtureV2, filepath.Dir(rel)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(fixtureV2, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFixtureV2 opens the format version 2 store, checks that it holds version-2 delta
+// sections (a delta object's and an anchor's link), reads every file of every version and
+// compares it with the content it was written from, verifies it, and takes a new version on
+// top of it.
+func TestFixtureV2(t *testing.T) {
+	if *writeFixtures {
+		writeFixtureV2(t)
+	}
+	versions := fixtureV1Versions()
+	root := copyFixture(t, fixtureV2)
+	if b, err := os.ReadFile(filepath.Join(root, formatFileName)); err != nil || !bytes.Equal(b, encodeFormatVersion(2)) {
+		t.Fatalf("format file of the v2 fixture: %x, %v", b, err)
+	}
+	kinds := map[string]int{}
+	err := filepath.WalkDir(filepath.Join(root, "objects"), func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		h, err := parseObjectHeader(b, int64(len(b)))
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: %w", p, err)
+		case h.hasDelta():
+			kind := "delta"
+			if h.Kind == kindFull {
+				kind = "link"
+			}
+			kinds[fmt.Sprintf("%s v%d", kind, b[h.deltaOffset()+4])]++
+		default:
+			kinds["whole"]++
+		}
+		return nil
+	})
+	if err != nil || kinds["delta v1"] == 0 || kinds["delta v2"] == 0 || kinds["link v2"] == 0 || kinds["whole"] == 0 {
+		t.Fatalf("objects of the v2 fixture: %v %v, want whole objects, deltas of versions 1 and 2, version-2 links", kinds, err)
+	}
+	for _, opts := range []Options{{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1}, {}} {
+		s := openStore(t, root, opts)
+		if got := versionNumbers(s.Versions()); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+			t.Fatalf("versions %v, want 1-4", got)
+		}
+		checkFixtureContent(t, s, versions)
+		rep, err := s.Verify(nil)
+		if err != nil || len(rep.Damaged) != 0 || rep.Versions != 4 {
+			t.Fatalf("verify of the v2 fixture: %v (%d versions, damage %v)", err, rep.Versions, rep.Damaged)
+		}
+		if !opts.ReadOnly {
+			next := maps.Clone(versions[3])
+			next["config.json"] = []byte("{\"step\": 500}\n")
+			if _, err := s.Commit(writeFixtureTree(t, next), CommitOptions{Version: 5}); err != nil {
+				t.Fatalf("commit on top of the v2 fixture: %v", err)
+			}
+			mustEqualBytes(t, "v5 config.json", readWhole(t, s, 5, "config.json"), next["config.json"])
+			mustEqualBytes(t, "v5 model", readWhole(t, s, 5, "model.safetensors"), next["model.safetensors"])
+		}
+		closeStore(t, s)
+	}
+}
