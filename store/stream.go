@@ -80,6 +80,7 @@ type FileStream struct {
 	reason  string   // why a file is stored as a blob, for the log
 
 	// Routing of incoming bytes (caller of Write).
+	pos       int64  // the file offset of the next byte routed
 	cur       int    // the tensor receiving bytes
 	curOff    int64  // bytes of it received
 	fill      *chunk // the chunk being filled; nil: none
@@ -135,18 +136,9 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	st.hs.init(w.s.hashInOnePass)
 	st.fin.init(st)
-	// The hasher also sums the bytes for the copy's checks (copyseed.go); a first
-	// version's bytes also seed the copy.
-	st.hs.seed = &seedWriter{}
-	if basis == nil {
-		if f, err := w.s.mat.seeds.create(); err == nil {
-			st.hs.seed.f = f
-		}
-	}
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
-		st.hs.seed.drop()
 		return nil, fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
 	}
 	if w.pool == nil {
@@ -154,6 +146,12 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	w.streams[st] = struct{}{}
 	w.mu.Unlock()
+	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
+	// this version, which takes them instead of being brought forward (copyseed.go).
+	st.hs.seed = &seedWriter{pool: w.pool}
+	if f, err := w.s.mat.seeds.create(); err == nil {
+		st.hs.seed.startSeed(f, w.pool)
+	}
 	go st.runWorker()
 	go st.fin.run()
 	go st.runHasher()
@@ -220,6 +218,7 @@ func (st *FileStream) takePrefix(p []byte) []byte {
 		take := min(int64(len(p)), need-int64(len(st.prefix)))
 		st.prefix = append(st.prefix, p[:take]...)
 		p = p[take:]
+		st.pos += take
 		if int64(len(st.prefix)) < need || headerNeed(st.prefix) > need {
 			return p // more to come (the 8-byte length arrived: now the JSON)
 		}
@@ -274,12 +273,13 @@ func (st *FileStream) routeTensors(p []byte) []byte {
 		t := tensors[st.cur]
 		tlen := t.End - t.Begin
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.w.pool.get(), 0, st.curOff
+			st.fill, st.fillLen, st.fillStart = st.w.pool.get(filePad(st.pos)), 0, st.curOff
 		}
 		take := int(min(int64(len(p)), tlen-st.curOff, int64(streamChunkSize-st.fillLen)))
 		copy(st.fill.buf[st.fillLen:], p[:take])
 		st.fillLen += take
 		st.curOff += int64(take)
+		st.pos += int64(take)
 		p = p[take:]
 		if st.curOff == tlen {
 			st.dispatchFill(true)
@@ -307,13 +307,13 @@ func (st *FileStream) dispatchFill(last bool) {
 	c, data := st.fill, st.fill.buf[:st.fillLen]
 	st.fill = nil
 	if st.class == classSafetensors {
-		c.refs.Store(1 + st.hs.hashersOfTensors())
+		c.refs.Store(1 + st.hs.hashersOfTensors() + 1) // the worker, the hashers, the seed
 		first := st.fillStart == 0
 		st.hashTensorBytes(hashJob{c: c, data: data, tensor: st.cur, first: first, last: last})
 		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last}
 		return
 	}
-	c.refs.Store(2)
+	c.refs.Store(3) // the worker, the file's hasher, the seed
 	st.hashFileBytes(c, data)
 	st.jobs <- streamJob{kind: jobBlob, c: c, data: data}
 }
@@ -322,10 +322,11 @@ func (st *FileStream) dispatchFill(last bool) {
 func (st *FileStream) routeBlob(p []byte) []byte {
 	for len(p) > 0 {
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.w.pool.get(), 0, 0
+			st.fill, st.fillLen, st.fillStart = st.w.pool.get(filePad(st.pos)), 0, 0
 		}
 		take := copy(st.fill.buf[st.fillLen:], p)
 		st.fillLen += take
+		st.pos += int64(take)
 		p = p[take:]
 		if st.fillLen == streamChunkSize {
 			st.dispatchFill(false)
@@ -382,7 +383,7 @@ func (st *FileStream) Close() error {
 	}
 	st.wk.entry.Size = st.size
 	st.wk.entry.SHA256 = st.hs.fileSum()
-	st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size)
+	st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size, st.w.v)
 	if st.class == classBlobUnsure && batchIsSafetensors(st.prefix, st.size) {
 		// The header guess was wrong: the batch path decides.
 		st.redo = true

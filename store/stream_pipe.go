@@ -16,7 +16,8 @@ import (
 // chunk is a buffer of the pipeline, shared by the worker and the hashers; the last one to
 // let go returns it to the pool.
 type chunk struct {
-	buf     []byte
+	buf     []byte // streamChunkSize bytes of mem
+	mem     []byte // the allocation: directAlign-aligned, streamChunkSize+directAlign long
 	refs    atomic.Int32
 	counted bool // taken within the pool's limit
 }
@@ -26,6 +27,10 @@ type chunk struct {
 // pipelines give chunks back as they work. But a chunk being filled is given back only when
 // its writer writes more, and one process may write many files in turn: so a get that has
 // waited for overLimitAfter takes a chunk beyond the limit rather than wait for ever.
+//
+// A chunk's bytes start at the same offset within a page of memory as its first byte's offset
+// in the file within a page of the file (get's pad), so that the seed writer can write whole
+// pages of it to the file with O_DIRECT, without a copy (copyseed.go).
 type chunkPool struct {
 	sem  chan struct{}
 	free chan []byte
@@ -37,7 +42,8 @@ func newChunkPool(limit int) *chunkPool {
 	return &chunkPool{sem: make(chan struct{}, limit), free: make(chan []byte, limit)}
 }
 
-func (p *chunkPool) get() *chunk {
+// get returns a chunk whose buf starts pad bytes (pad < directAlign) into an aligned page.
+func (p *chunkPool) get(pad int) *chunk {
 	c := &chunk{counted: true}
 	select {
 	case p.sem <- struct{}{}:
@@ -51,16 +57,20 @@ func (p *chunkPool) get() *chunk {
 		t.Stop()
 	}
 	select {
-	case c.buf = <-p.free:
+	case c.mem = <-p.free:
 	default:
-		c.buf = make([]byte, streamChunkSize)
+		c.mem = alignedBuffer(streamChunkSize + directAlign)
 	}
+	c.buf = c.mem[pad : pad+streamChunkSize]
 	return c
 }
 
+// filePad is the pad of a chunk whose first byte is at file offset off.
+func filePad(off int64) int { return int(off % directAlign) }
+
 func (p *chunkPool) put(c *chunk) {
 	select {
-	case p.free <- c.buf:
+	case p.free <- c.mem:
 	default:
 	}
 	if c.counted {
@@ -156,7 +166,8 @@ func (st *FileStream) runFileHasher() {
 	h := &st.hs
 	for j := range st.fileHashes {
 		h.file.Write(j.data)
-		h.seed.write(j.data)
+		h.seed.sum(j.data)
+		h.seed.put(j.c, j.data) // the chunk's reference for the seed
 		j.c.release(st.w.pool)
 	}
 }
@@ -168,7 +179,8 @@ func (st *FileStream) runHasher() {
 	for j := range st.hashes {
 		if j.tensor < 0 { // oneHasher: bytes of the file outside its tensors
 			h.file.Write(j.data)
-			h.seed.write(j.data)
+			h.seed.sum(j.data)
+			h.seed.put(j.c, j.data) // the chunk's reference for the seed
 			j.c.release(st.w.pool)
 			continue
 		}
@@ -183,11 +195,14 @@ func (st *FileStream) runHasher() {
 			data = data[len(piece):]
 			if h.oneHasher {
 				sha256x2.WriteBoth(h.both[0], h.both[1], piece)
-				h.seed.write(piece)
+				h.seed.sum(piece)
 			} else {
 				h.tensor.Write(piece)
 			}
 			h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, piece)
+		}
+		if h.oneHasher {
+			h.seed.put(j.c, j.data) // the chunk's reference for the seed
 		}
 		if j.last {
 			var id ID
