@@ -115,9 +115,9 @@ func (sd *seeds) clearUpTo(v uint64) {
 // in place that the seed replaces (docs/design.md, "The materialized latest version"). Every
 // stream has one; a stream of a first version only fed a seed before (copyseed.go's seeds).
 //
-// A seed that cannot keep up (seedQueue pieces waiting for seedPatience: a cache disk slower
-// than ingest) is given up rather than slowing ingest down: the copy is then brought forward
-// in place for that file, as without seeds. A failure likewise only ends the seed, never the stream.
+// A seed that cannot keep up (seedQueue: a cache disk slower than ingest) is given up rather
+// than slowing ingest down much: the copy is then brought forward in place for that file, as
+// without seeds. A failure likewise only ends the seed, never the stream.
 type seedWriter struct {
 	sums sumWriter
 	pool *chunkPool
@@ -126,8 +126,10 @@ type seedWriter struct {
 	q      chan seedPiece // nil: no seed (none, given up, or ended)
 	done   chan struct{}  // closed when the goroutine has exited
 	file   *seedFile      // the goroutine's until done
-	gaveUp bool           // the queue was full
+	gaveUp bool           // the queue was full for too long
 	off    int64          // bytes handed on
+	start  time.Time      // when the seed started
+	waited time.Duration  // how long the hasher waited for room in q
 }
 
 // seedPiece is the next bytes of the file for the seed's goroutine; c (nil: data is not a
@@ -137,13 +139,15 @@ type seedPiece struct {
 	data []byte
 }
 
-// seedQueue is how many pieces may wait for the seed's writes (chunks of 4 MiB), and
-// seedPatience how long the hasher waits for room before it gives the seed up: a disk that
-// keeps up on average (a sequential O_DIRECT write of 4 MiB takes ~3 ms here) may fall
-// behind for a moment.
+// seedQueue is how many pieces may wait for the seed's writes (chunks of 4 MiB). When they
+// are all waiting, the hasher waits for room, as long as its waits for the seed add up to at
+// most a quarter of the stream's time so far (and at least seedMinWait): a disk that keeps up
+// on average (a sequential O_DIRECT write of 4 MiB takes ~3 ms here) may fall behind for a
+// moment, or for longer when other programs use it; one that is slower than ingest would slow
+// it down by a quarter at most, and then the seed is given up.
 const (
-	seedQueue    = 4
-	seedPatience = 100 * time.Millisecond
+	seedQueue   = 4
+	seedMinWait = 200 * time.Millisecond
 )
 
 // startSeed starts writing a seed into f: the goroutine owns f until finish or drop.
@@ -152,6 +156,7 @@ func (w *seedWriter) startSeed(f *os.File, pool *chunkPool) {
 	w.file = &seedFile{f: f, direct: setDirect(f)}
 	w.q = make(chan seedPiece, seedQueue)
 	w.done = make(chan struct{})
+	w.start = time.Now()
 	go w.file.run(w.q, w.done, pool)
 }
 
@@ -175,11 +180,13 @@ func (w *seedWriter) put(c *chunk, data []byte) {
 		return
 	default:
 	}
-	t := time.NewTimer(seedPatience)
+	began := time.Now()
+	t := time.NewTimer(max(seedMinWait, began.Sub(w.start)/4) - w.waited)
 	defer t.Stop()
 	select {
 	case w.q <- seedPiece{c, data}:
 		w.off += int64(len(data))
+		w.waited += time.Since(began)
 	case <-t.C:
 		c.release(w.pool)
 		w.gaveUp = true
@@ -191,10 +198,11 @@ func (w *seedWriter) put(c *chunk, data []byte) {
 
 // finish records the sums of the stream's content and vouches for entry's composition (its
 // objects and its SHA-256 were computed from the same bytes), then ends the seed and offers
-// it, holding size bytes. Only after the hashers have exited.
-func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64, v uint64) {
+// it, holding size bytes, for version v; gaveUp says the seed could not keep up. Only after
+// the hashers have exited.
+func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64, v uint64) (gaveUp bool) {
 	if w == nil {
-		return
+		return false
 	}
 	sha := entry.SHA256
 	if w.sums.size == size && sd.chk != nil {
@@ -202,7 +210,7 @@ func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64, v uint64
 		sd.chk.vouch(false, composition(entry))
 	}
 	if w.done == nil {
-		return
+		return w.gaveUp
 	}
 	ok := w.q != nil && w.off == size
 	if w.q != nil {
@@ -217,9 +225,10 @@ func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64, v uint64
 	w.done, w.file = nil, nil
 	if !ok || f.err != nil || f.pos != size {
 		os.Remove(f.f.Name())
-		return
+		return w.gaveUp
 	}
 	sd.add(sha, size, f.f.Name(), v)
+	return false
 }
 
 // drop ends the seed and removes its file. Only after the hashers have exited, or before they

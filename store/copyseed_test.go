@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/weightfs/weightfs/internal/logtest"
 )
@@ -173,7 +174,8 @@ func TestSeedGivenUp(t *testing.T) {
 	pool := newChunkPool(1)
 	done := make(chan struct{})
 	close(done) // no goroutine: nobody receives
-	w := &seedWriter{pool: pool, file: &seedFile{f: f}, q: make(chan seedPiece), done: done}
+	w := &seedWriter{pool: pool, file: &seedFile{f: f}, q: make(chan seedPiece), done: done, start: time.Now().Add(-time.Hour)}
+	w.waited = time.Hour / 4 // its waits used up the quarter of its time
 	c := pool.get(0)
 	c.refs.Store(1)
 	w.put(c, c.buf[:10])
@@ -184,7 +186,9 @@ func TestSeedGivenUp(t *testing.T) {
 		t.Error("the chunk was not given back to the pool")
 	}
 	sd := &seeds{dir: t.TempDir(), byHash: map[seedKey]seedFileRef{}}
-	w.finish(sd, &manifestFile{Size: 10}, 10, 1)
+	if !w.finish(sd, &manifestFile{Size: 10}, 10, 1) {
+		t.Error("finish does not say the seed was given up")
+	}
 	if len(sd.byHash) != 0 {
 		t.Error("a given-up seed was offered")
 	}

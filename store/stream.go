@@ -383,7 +383,9 @@ func (st *FileStream) Close() error {
 	}
 	st.wk.entry.Size = st.size
 	st.wk.entry.SHA256 = st.hs.fileSum()
-	st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size, st.w.v)
+	if st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size, st.w.v) {
+		st.s.log.Debug("seed of the copy given up: the cache disk did not keep up (the copy is brought forward in place)", "file", st.hint)
+	}
 	if st.class == classBlobUnsure && batchIsSafetensors(st.prefix, st.size) {
 		// The header guess was wrong: the batch path decides.
 		st.redo = true

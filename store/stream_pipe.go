@@ -3,7 +3,6 @@ package store
 import (
 	"crypto/sha256"
 	"hash"
-	"hash/crc32"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,8 +92,10 @@ type hashJob struct {
 	first, last bool // the tensor's first and last piece
 }
 
-// hasherState is the hashers': the whole file's SHA-256 and the seed, each tensor's SHA-256
-// and CRC-32C. The finisher waits for a tensor's sum when it stores the tensor.
+// hasherState is the hashers': the whole file's SHA-256 and the seed (with the sums of the
+// copy's file), each tensor's SHA-256. The finisher waits for a tensor's sum when it stores
+// the tensor. (A tensor's CRC-32C, computed here for the next version's check of its base,
+// is not: that check is the copy's own now, stream_check.go.)
 //
 // Where sha256x2 can hash the same bytes into two digests in one pass (x86 SHA extensions),
 // one goroutine (runHasher) computes both SHA-256s: 1.25x the speed of two passes, and the
@@ -105,8 +106,7 @@ type hasherState struct {
 	both      [2]*sha256x2.Digest // oneHasher: the tensor's and the file's
 	file      hash.Hash
 	tensor    hash.Hash
-	tensorCRC uint32 // CRC-32C of the tensor, for the next version's check of it as a base
-	cur       int    // the tensor being hashed; -1: none
+	cur       int // the tensor being hashed; -1: none
 	seed      *seedWriter
 
 	mu   sync.Mutex
@@ -142,7 +142,7 @@ func (st *FileStream) hashFileBytes(c *chunk, data []byte) {
 	}
 }
 
-// hashTensorBytes queues a piece of a tensor, for its SHA-256 and CRC and the file's SHA-256.
+// hashTensorBytes queues a piece of a tensor, for its SHA-256 and the file's SHA-256.
 // The chunk must hold a reference for each hasher (hashersOfTensors).
 func (st *FileStream) hashTensorBytes(j hashJob) {
 	if !st.hs.oneHasher && len(j.data) > 0 {
@@ -172,7 +172,7 @@ func (st *FileStream) runFileHasher() {
 	}
 }
 
-// runHasher computes each tensor's SHA-256 and CRC-32C (and, oneHasher, the file's SHA-256).
+// runHasher computes each tensor's SHA-256 (and, oneHasher, the file's SHA-256 and the sums).
 func (st *FileStream) runHasher() {
 	defer close(st.hasherDone)
 	h := &st.hs
@@ -186,10 +186,9 @@ func (st *FileStream) runHasher() {
 		}
 		if j.first {
 			h.tensor.Reset()
-			h.tensorCRC = 0
 			h.cur = j.tensor
 		}
-		// In pieces that stay in the core's cache from the SHA-256 to the CRC.
+		// In pieces that stay in the core's cache from the SHA-256s to the sums' CRC.
 		for data := j.data; len(data) > 0; {
 			piece := data[:min(len(data), cachePiece)]
 			data = data[len(piece):]
@@ -199,7 +198,6 @@ func (st *FileStream) runHasher() {
 			} else {
 				h.tensor.Write(piece)
 			}
-			h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, piece)
 		}
 		if h.oneHasher {
 			h.seed.put(j.c, j.data) // the chunk's reference for the seed
@@ -207,7 +205,6 @@ func (st *FileStream) runHasher() {
 		if j.last {
 			var id ID
 			h.tensor.Sum(id[:0])
-			st.s.mat.crcs.note(id, h.tensorCRC)
 			h.mu.Lock()
 			h.sums[j.tensor] = id
 			h.cond.Broadcast()
