@@ -141,13 +141,13 @@ type seedPiece struct {
 
 // seedQueue is how many pieces may wait for the seed's writes (chunks of 4 MiB). When they
 // are all waiting, the hasher waits for room, as long as its waits for the seed add up to at
-// most a quarter of the stream's time so far (and at least seedMinWait): a disk that keeps up
+// most a quarter of the stream's time so far (or seedMinWait): a disk that keeps up
 // on average (a sequential O_DIRECT write of 4 MiB takes ~3 ms here) may fall behind for a
 // moment, or for longer when other programs use it; one that is slower than ingest would slow
 // it down by a quarter at most, and then the seed is given up.
 const (
 	seedQueue   = 4
-	seedMinWait = 200 * time.Millisecond
+	seedMinWait = time.Second
 )
 
 // startSeed starts writing a seed into f: the goroutine owns f until finish or drop.

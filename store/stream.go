@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -385,7 +386,8 @@ func (st *FileStream) Close() error {
 	st.wk.entry.Size = st.size
 	st.wk.entry.SHA256 = st.hs.fileSum()
 	if st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size, st.w.v) {
-		st.s.log.Debug("seed of the copy given up: the cache disk did not keep up (the copy is brought forward in place)", "file", st.hint)
+		st.s.log.Info("the seed of the materialized copy was given up: the cache disk did not keep up; the copy's file is brought forward in place after the seal",
+			"file", st.hint, "waited", st.hs.seed.waited.Round(time.Millisecond))
 	}
 	if st.class == classBlobUnsure && batchIsSafetensors(st.prefix, st.size) {
 		// The header guess was wrong: the batch path decides.
