@@ -146,7 +146,7 @@ type seedPiece struct {
 // moment, or for longer when other programs use it; one that is slower than ingest would slow
 // it down by a quarter at most, and then the seed is given up.
 const (
-	seedQueue   = 4
+	seedQueue   = 2
 	seedMinWait = time.Second
 )
 
