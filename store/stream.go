@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -138,22 +139,30 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	st.hs.init(w.s.hashInOnePass)
 	st.fin.init(st)
+	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
+	// this version, which takes them instead of being brought forward (copyseed.go).
+	seed, err := w.s.mat.seeds.create()
+	if err != nil {
+		seed = nil // no seed: the copy is brought forward in place
+	}
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
+		if seed != nil {
+			seed.Close()
+			os.Remove(seed.Name())
+		}
 		return nil, fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
 	}
 	if w.pool == nil {
 		w.pool = newChunkPool(streamPoolChunks)
 	}
+	st.hs.seed = &seedWriter{pool: w.pool}
+	if seed != nil {
+		st.hs.seed.startSeed(seed, w.pool)
+	}
 	w.streams[st] = struct{}{}
 	w.mu.Unlock()
-	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
-	// this version, which takes them instead of being brought forward (copyseed.go).
-	st.hs.seed = &seedWriter{pool: w.pool}
-	if f, err := w.s.mat.seeds.create(); err == nil {
-		st.hs.seed.startSeed(f, w.pool)
-	}
 	go st.runWorker()
 	go st.fin.run()
 	go st.runHasher()

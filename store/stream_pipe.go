@@ -143,7 +143,8 @@ func (st *FileStream) hashFileBytes(c *chunk, data []byte) {
 }
 
 // hashTensorBytes queues a piece of a tensor, for its SHA-256 and the file's SHA-256.
-// The chunk must hold a reference for each hasher (hashersOfTensors).
+// The chunk must hold a reference for each hasher (hashersOfTensors) and one for the seed,
+// which the hasher of the file's bytes hands on.
 func (st *FileStream) hashTensorBytes(j hashJob) {
 	if !st.hs.oneHasher && len(j.data) > 0 {
 		st.fileHashes <- hashJob{c: j.c, data: j.data, tensor: -1}
