@@ -128,16 +128,18 @@ func (b *bench) ingestWeightfs(ctx context.Context, name string, cfg gen.Config,
 		return nil, err
 	}
 	res.CachesCold = res.V2.cold
+	// The daemon is idle (writeVersion waited for it): its memory is measured before it
+	// exits, since a process on its way out has a status without its memory lines.
+	_, res.VmHWM, err = sampler.Stop()
+	if err != nil {
+		return nil, fmt.Errorf("sample the daemon's memory: %w", err)
+	}
 	if err := d.stop(); err != nil {
 		return nil, err
 	}
 	if ps := d.cmd.ProcessState; ps != nil {
 		total := cpuTime{User: ps.UserTime(), Sys: ps.SystemTime()}
 		res.CPUToExit = total.sub(res.V2.cpuBefore)
-	}
-	_, res.VmHWM, err = sampler.Stop()
-	if err != nil {
-		return nil, fmt.Errorf("sample the daemon's memory: %w", err)
 	}
 	return res, nil
 }
