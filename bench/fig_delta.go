@@ -20,8 +20,14 @@ const (
 	readLR      = deltaLowLR
 )
 
-// deltaVersions is how many versions figure 1 commits (its figures average versions 2 and 3).
-const deltaVersions = 3
+// deltaVersions is how many versions figure 1 commits. Its head row averages versions 2 and 3;
+// its steady-state row averages versions steadyFirst..deltaVersions, one whole period of the
+// store's context chains (version 2 has no context: its base is the whole version 1; then
+// four version-2 sections, then a version-1 section again: docs/format.md Part I §5).
+const (
+	deltaVersions = 7
+	steadyFirst   = 3
+)
 
 // modelRunFor builds (once) the store of the figure-1 model at lr: three versions, or
 // ReadVersions when figure 4 needs them too.
@@ -57,6 +63,7 @@ func (b *bench) figDelta(ctx context.Context) ([]Row, error) {
 			return rows, err
 		}
 		rows = append(rows, deltaRows(run, lr)...)
+		rows = append(rows, steadyRow(run, lr))
 		rows = append(rows, codecRows(run.Steps.Codec, lr)...)
 		rows = append(rows, contextRows(run.Steps.Sum, lr)...)
 	}
@@ -69,7 +76,7 @@ func deltaRows(run *modelRun, lr float64) []Row {
 	var ch changeStats
 	var stored, manifestStored, storeChanged int64
 	var perVersion []map[string]any
-	for _, rec := range run.Versions[1:min(len(run.Versions), deltaVersions)] {
+	for _, rec := range run.Versions[1:min(len(run.Versions), 3)] {
 		ch.add(rec.Changes)
 		stored += rec.ObjectsGrowth
 		manifestStored += rec.Info.StoredBytes
@@ -114,4 +121,31 @@ func deltaRows(run *modelRun, lr float64) []Row {
 		{Figure: "1", Name: "  Shannon bound of the positions, H(p)/p", Measured: bound / 8, Unit: "B/elt",
 			Note: fmt.Sprintf("%.2f bits/elt at p = %.4f; values come on top", bound, density)},
 	}
+}
+
+// steadyRow is the bytes the store keeps per changed element once context chains run: the
+// versions steadyFirst..deltaVersions, version-2 sections and the version-1 section that
+// restarts each chain in their real proportion. The goal, 1.00 B per changed element,
+// is set at lr 3e-6.
+func steadyRow(run *modelRun, lr float64) Row {
+	name := fmt.Sprintf("  stored, steady state (versions %d-%d)", steadyFirst, deltaVersions)
+	if len(run.Versions) < deltaVersions {
+		return Row{Figure: "1", Name: name, Status: StatusSkip, Note: fmt.Sprintf("%d versions committed", len(run.Versions))}
+	}
+	var ch changeStats
+	var stored int64
+	for _, rec := range run.Versions[steadyFirst-1 : deltaVersions] {
+		ch.add(rec.Changes)
+		stored += rec.ObjectsGrowth
+	}
+	if ch.Changed == 0 {
+		return Row{Figure: "1", Name: name, Status: StatusError, Note: "no element changed between versions"}
+	}
+	row := Row{Figure: "1", Name: name, Measured: float64(stored) / float64(ch.Changed), Unit: "B/elt",
+		Note:   "objects on disk per changed element: 4 version-2 sections and 1 version-1 section per tensor",
+		Detail: map[string]any{"stored_bytes": stored, "changed_elements": ch.Changed}}
+	if lr == deltaHighLR {
+		row.Goal = atMost(1.00, "B/elt")
+	}
+	return row
 }

@@ -55,11 +55,16 @@ func loopbackMountOptions(readOnly, direct bool) fuse.MountOptions {
 	return o
 }
 
-// mountLoopback serves dir at mnt and returns once the kernel has the mount.
-func mountLoopback(dir, mnt string, readOnly bool) (*fuse.Server, error) {
+// mountLoopback serves dir at mnt and returns once the kernel has the mount. With
+// daemonReads, its files offer no FUSE passthrough (loopback_daemon.go): every read is answered
+// by the daemon.
+func mountLoopback(dir, mnt string, readOnly, daemonReads bool) (*fuse.Server, error) {
 	root, err := gofs.NewLoopbackRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("loopback root %s: %w", dir, err)
+	}
+	if daemonReads {
+		root = withoutPassthrough(root)
 	}
 	ttl := loopbackTTL
 	rawFS := gofs.NewNodeFS(root, &gofs.Options{EntryTimeout: &ttl, AttrTimeout: &ttl})
@@ -91,6 +96,7 @@ func runLoopback(args []string, stderr io.Writer) int {
 	fl := flag.NewFlagSet("bench loopback", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	readOnly := fl.Bool("read-only", false, "mount read-only")
+	daemonReads := fl.Bool("no-passthrough", false, "answer every read in the daemon (no FUSE passthrough, which the kernel uses where it can)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bench loopback [-read-only] SRC MNT\n\nServes the directory SRC at MNT through go-fuse's loopback file system, with weightfs's mount options.")
 		fl.PrintDefaults()
@@ -113,7 +119,7 @@ func runLoopback(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench loopback: %v\n", err)
 		return 1
 	}
-	srv, err := mountLoopback(src, fl.Arg(1), *readOnly)
+	srv, err := mountLoopback(src, fl.Arg(1), *readOnly, *daemonReads)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench loopback: %v\n", err)
 		return 1

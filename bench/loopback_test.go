@@ -17,7 +17,7 @@ func TestLoopbackMount(t *testing.T) {
 		t.Skip("no /dev/fuse")
 	}
 	under, mnt := t.TempDir(), t.TempDir()
-	srv, err := mountLoopback(under, mnt, false)
+	srv, err := mountLoopback(under, mnt, false, false)
 	if err != nil {
 		t.Skipf("cannot mount FUSE here: %v", err)
 	}
@@ -34,7 +34,7 @@ func TestLoopbackMount(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ro, err := mountLoopback(under, mnt, true)
+	ro, err := mountLoopback(under, mnt, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}

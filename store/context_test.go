@@ -412,3 +412,36 @@ func TestContextGCOtherProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardCachesContexts: bringing the writer's materialized copy forward decodes the new
+// version's delta sections through the block cache, so the next ingest, which codes its deltas
+// against exactly those sections, finds its contexts decoded.
+func TestForwardCachesContexts(t *testing.T) {
+	trees := testfiles.ShardedSeries(t, 3, 24)
+	s, _ := newStore(t, Options{})
+	for k, files := range trees {
+		commitTree(t, s, uint64(k+1), files)
+	}
+	ver, err := s.loadVersion(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := 0
+	for i := range ver.m.Files {
+		for _, tn := range ver.m.Files[i].Tensors {
+			m, err := s.meta(tn.ID)
+			if err != nil || m.Kind != kindDelta || tn.Base != m.Base {
+				continue
+			}
+			for b := int64(0); b*(1<<20) < m.ContentLen/int64(m.Width); b++ {
+				blocks++
+				if !s.blocks.has(blockKey{tn.ID, b}) {
+					t.Errorf("%s %s: block %d of its delta is not in the block cache after the copy moved to version 3", ver.m.Files[i].Path, tn.Name, b)
+				}
+			}
+		}
+	}
+	if blocks == 0 {
+		t.Fatal("version 3 has no delta")
+	}
+}

@@ -156,35 +156,44 @@ func (v *matView) readPage(id ID, page *cachedPage, off int64) (direct bool, err
 
 // readInto reads bytes [off, off+n) of object id from the copy into raw, a directAlign-aligned
 // buffer at least n+copySlack long, checks them, and returns them (a part of raw) and whether
-// it read them with O_DIRECT. It does when the page cache does not hold them all (partly
-// cached bytes are read whole from the disk). Files that refuse O_DIRECT and kernels that
-// cannot tell what they cache read through the page cache.
+// it read them with O_DIRECT (readFileInto).
 func (v *matView) readInto(id ID, raw []byte, off, n int64) (b []byte, direct bool, err error) {
 	loc, ok := v.m.locs[id]
 	if !ok {
 		return nil, false, fmt.Errorf("materialized copy does not hold object %s", id)
 	}
-	sums := v.m.sums[loc.path]
-	abs := loc.off + off
-	if sums == nil || abs+n > sums.size {
-		return nil, false, v.m.failed(fmt.Errorf("%s: bytes [%d, %d) are not in the checked copy", loc.path, abs, abs+n))
+	return v.readFileInto(loc.path, raw, loc.off+off, n)
+}
+
+// readFileInto reads bytes [abs, abs+n) of file path of the copy into raw, a
+// directAlign-aligned buffer at least n+copySlack long, checks them, and returns them (a part
+// of raw) and whether it read them with O_DIRECT. It does when the page cache does not hold
+// them all (partly cached bytes are read whole from the disk). Files that refuse O_DIRECT and
+// kernels that cannot tell what they cache read through the page cache.
+func (v *matView) readFileInto(path string, raw []byte, abs, n int64) (b []byte, direct bool, err error) {
+	sums := v.m.sums[path]
+	if sums == nil || abs < 0 || abs+n > sums.size {
+		return nil, false, v.m.failed(fmt.Errorf("%s: bytes [%d, %d) are not in the checked copy", path, abs, abs+n))
 	}
 	// raw[i] holds file byte base+i: base is abs rounded down to a chunk of the sums (a
 	// multiple of a block), so that every block-aligned file offset lands at a block-aligned
 	// address and the chunks under the bytes can be checked in place.
 	base := abs - abs%sumChunk
 	hi := min((abs+n+sumChunk-1)/sumChunk*sumChunk, sums.size)
+	if int64(len(raw)) < hi-base {
+		return nil, false, fmt.Errorf("read of %d bytes of the copy into a buffer of %d", n, len(raw))
+	}
 	b = raw[abs-base : abs-base+n]
-	f, err := v.m.file(loc.path)
+	f, err := v.m.file(path)
 	if err != nil {
 		return nil, false, err
 	}
 	if all, known := rangeCached(f, abs, n); all || !known {
-		return b, false, v.readAt(id, b, off)
+		return b, false, v.readChecked(path, b, abs)
 	}
-	df, err := v.m.directFile(loc.path)
+	df, err := v.m.directFile(path)
 	if errors.Is(err, errNoDirectIO) {
-		return b, false, v.readAt(id, b, off)
+		return b, false, v.readChecked(path, b, abs)
 	}
 	if err != nil {
 		return nil, false, err
@@ -196,17 +205,17 @@ func (v *matView) readInto(id ID, raw []byte, off, n int64) (b []byte, direct bo
 		v.m.filesMu.Lock()
 		v.m.noDirect = true
 		v.m.filesMu.Unlock()
-		return b, false, v.readAt(id, b, off)
+		return b, false, v.readChecked(path, b, abs)
 	}
 	if base+int64(got) < hi {
 		if err == nil || errors.Is(err, io.EOF) {
 			err = fmt.Errorf("short read of %d bytes at %d: %w", to-base, base, ErrCorrupt)
 		}
 		// Someone damaged the copy: rebuild it.
-		return nil, true, v.m.failed(fmt.Errorf("read %s: %w", loc.path, err))
+		return nil, true, v.m.failed(fmt.Errorf("read %s: %w", path, err))
 	}
 	if chunk, want, got, ok := sums.check(base, raw[:hi-base]); !ok {
-		return nil, true, v.m.chunkError(loc.path, chunk, want, got)
+		return nil, true, v.m.chunkError(path, chunk, want, got)
 	}
 	return b, true, nil
 }

@@ -50,7 +50,9 @@ func TestWriteChangedRuns(t *testing.T) {
 }
 
 // TestStreamMemoryIsBounded streams a 96 MiB tensor, whole and then as a delta: what the
-// stream allocates is a bounded pipeline (chunks, buffers), far below the file's size.
+// stream allocates is a bounded pipeline (chunks, buffers): at most the Writer's chunk pool
+// (64 MiB, whatever the file's size; how much of it a stream fills depends on which stage is
+// slowest, the seed's disk writes included) and a few MiB besides.
 func TestStreamMemoryIsBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams a 96 MiB file")
@@ -89,7 +91,7 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		alloc := after.TotalAlloc - before.TotalAlloc
 		t.Logf("v%d: streaming %d bytes allocated %d bytes", v, len(file), alloc)
-		if alloc > uint64(len(file))/2 {
+		if bound := uint64(streamPoolChunks*(streamChunkSize+2*directAlign) + 8<<20); alloc > bound {
 			t.Errorf("v%d: streaming a %d-byte file allocated %d bytes", v, len(file), alloc)
 		}
 		if err := w.AddStream("model.safetensors", st, 0o644); err != nil {

@@ -42,8 +42,9 @@
 // 1 MiB pages of reconstructed content. A delta section of body version 2 decodes against its
 // context, the delta section of its base, whose blocks come from the same cache (context.go). The materialized copy (the latest version as
 // plain files, in the cache directory) is the one thing that changes: after each seal it is
-// brought forward (in the background for the mount) under a lock that keeps reads off it
-// while it changes; reads of the newest version replay deltas until it is done. It is a
+// brought forward (in the background for the mount; a file that was streamed by renaming the
+// seed its stream wrote into place, copyseed.go) under a lock that keeps reads off it while
+// it changes; reads of the newest version replay deltas until it is done. It is a
 // checked cache: every read of it is checked against CRC-32C sums of its files' content
 // (copysums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.

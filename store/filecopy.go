@@ -320,20 +320,17 @@ func (fc *fileCopies) rebuild(ver *version, f *manifestFile) {
 // front of them, never a file copy), hashes it and, where the file copies take it, writes it
 // into a new copy, kept only if the hash is the manifest's SHA-256. It returns the hash.
 // A pass stops with ErrClosed once stop (if not nil) is set.
+//
+// The hash is one serial stream and the first read of the file waits for all of it, so it
+// gets a core of its own: the pages are rebuilt ahead of it by the read-ahead's builders
+// (readahead.go), and the copy is written and summed behind it by another goroutine, from the
+// same pages (SliceReader: no copy of the bytes in between).
 func (s *Store) passFile(ver *version, f *manifestFile, stop *atomic.Bool) (ID, error) {
 	h := sha256.New()
 	w := s.files.create(keyOf(f))
 	vf := s.newVersionFile(ver, f, readOpts{})
-	var dst io.Writer = h
-	if w != nil {
-		dst = io.MultiWriter(h, w)
-	}
-	var src io.Reader = io.NewSectionReader(vf, 0, f.Size)
-	if stop != nil {
-		src = stoppable{src, stop}
-	}
 	var got ID
-	if _, err := io.CopyBuffer(dst, src, make([]byte, pageSize)); err != nil {
+	if err := pipePass(vf, f.Size, h, w, stop); err != nil {
 		w.abort()
 		return got, err
 	}
@@ -344,6 +341,77 @@ func (s *Store) passFile(ver *version, f *manifestFile, stop *atomic.Bool) (ID, 
 	}
 	w.commit(keyOf(f), fmt.Sprintf("%s of version %d", f.Path, ver.m.Version))
 	return got, nil
+}
+
+// passDepth is how many MiB of a pass the hash may be ahead of the copy's writer.
+const passDepth = 4
+
+// passPiece is one read of a pass, on its way to the copy's writer.
+type passPiece struct {
+	parts   [][]byte
+	release func()
+	buf     []byte
+}
+
+// pipePass reads bytes [0, size) of vf in order and writes them to h, and behind it (another
+// goroutine) to w when w is not nil. It stops with ErrClosed once stop (if not nil) is set.
+func pipePass(vf *versionFile, size int64, h io.Writer, w *copyWriter, stop *atomic.Bool) error {
+	free := make(chan []byte, passDepth+1)
+	for range passDepth + 1 {
+		free <- make([]byte, pageSize)
+	}
+	var todo chan passPiece
+	done := make(chan struct{})
+	if w != nil {
+		todo = make(chan passPiece, passDepth)
+		go func() {
+			defer close(done)
+			for pc := range todo {
+				for _, part := range pc.parts {
+					w.Write(part)
+				}
+				pc.release()
+				free <- pc.buf
+			}
+		}()
+	} else {
+		close(done)
+	}
+	var err error
+	for off := int64(0); off < size; {
+		if stop != nil && stop.Load() {
+			err = ErrClosed
+			break
+		}
+		buf := <-free
+		parts, release, n, rerr := vf.ReadSlices(buf[:min(int64(len(buf)), size-off)], off)
+		if rerr == nil && n == 0 {
+			rerr = io.EOF // never spin on a read that makes no progress
+		}
+		if rerr != nil && (rerr != io.EOF || off+int64(n) < size) {
+			release()
+			err = rerr
+			if rerr == io.EOF {
+				err = fmt.Errorf("%s: %d bytes, the manifest says %d: %w", vf.f.Path, off+int64(n), size, ErrCorrupt)
+			}
+			break
+		}
+		for _, part := range parts {
+			h.Write(part)
+		}
+		off += int64(n)
+		if todo == nil {
+			release()
+			free <- buf
+			continue
+		}
+		todo <- passPiece{parts, release, buf}
+	}
+	if todo != nil {
+		close(todo)
+	}
+	<-done
+	return err
 }
 
 // readCopy serves a read of f from its file copy, if it has one: ok is false when it has none
@@ -369,17 +437,4 @@ func (f *versionFile) readCopy(p []byte, off int64) (n int, ok bool, err error) 
 		return len(p), true, io.EOF
 	}
 	return len(p), true, nil
-}
-
-// stoppable is a reader that fails with ErrClosed once stop is set.
-type stoppable struct {
-	r    io.Reader
-	stop *atomic.Bool
-}
-
-func (r stoppable) Read(p []byte) (int, error) {
-	if r.stop.Load() {
-		return 0, ErrClosed
-	}
-	return r.r.Read(p)
 }

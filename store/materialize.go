@@ -330,7 +330,7 @@ func (m *materialized) drop() {
 
 // rebuild writes the copy of target from the store alone.
 func (m *materialized) rebuild(target *version) error {
-	defer m.seeds.clear()
+	defer m.seeds.clearUpTo(target.m.Version)
 	if err := m.s.ix.setMaterialized(matState{Version: target.m.Version}); err != nil {
 		return fmt.Errorf("materialized copy: %w", err)
 	}

@@ -28,13 +28,16 @@ type inPlace struct {
 	dir   delta.Direction
 }
 
-// forward brings the copy from cur to target: files whose layout is unchanged get their
-// changed tensors patched in place from the delta objects linking old and new identities;
-// other changed files are written beside and renamed over; files gone are removed.
+// forward brings the copy from cur to target: a changed file that a stream left a seed of
+// (copyseed.go) is replaced by the seed; files whose layout is unchanged get their changed
+// tensors patched in place from the delta objects linking old and new identities; other
+// changed files are written beside and renamed over; files gone are removed.
 func (m *materialized) forward(cur, target *version) error {
+	defer m.seeds.clearUpTo(target.m.Version)
 	var patches []inPlace
 	rewrites := map[string]string{} // path -> temporary file
 	made := map[string]bool{}       // files made from target's objects (composition checked)
+	changed, seeded := 0, 0
 	defer func() {
 		for _, tmp := range rewrites {
 			os.Remove(tmp)
@@ -44,6 +47,14 @@ func (m *materialized) forward(cur, target *version) error {
 		f := &target.m.Files[i]
 		old := cur.files[f.Path]
 		if old != nil && old.SHA256 == f.SHA256 && old.Size == f.Size {
+			continue
+		}
+		changed++
+		if seed, ok := m.seeds.takePath(f); ok {
+			// The bytes a stream received and hashed (copyseed.go): renamed into place.
+			rewrites[f.Path] = seed
+			made[f.Path] = true
+			seeded++
 			continue
 		}
 		if ps, ok := m.s.patchPlan(old, f); ok {
@@ -100,6 +111,7 @@ func (m *materialized) forward(cur, target *version) error {
 	if err != nil {
 		return err
 	}
+	m.s.log.Debug(fmt.Sprintf("materialized copy: brought forward to version %d (%d of %d changed files as streamed)", target.m.Version, seeded, changed))
 	return m.s.ix.setMaterialized(matState{Version: target.m.Version, Clean: true})
 }
 
@@ -191,10 +203,11 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 type patchBufs struct{ buf, orig []byte }
 
 // patch applies one in-place update, 4 MiB at a time, writing back only the byte runs that
-// changed.
+// changed. The delta's blocks are decoded through the block cache: the next version's ingest
+// codes its deltas against these very sections (their contexts, context.go), and finds them
+// decoded when the cache holds a version's blocks.
 func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
-	d, err := m.s.loadDelta(p.obj)
-	if err != nil {
+	if _, err := m.s.loadDelta(p.obj); err != nil {
 		return err
 	}
 	f, err := m.file(p.path)
@@ -213,7 +226,7 @@ func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
 			return fmt.Errorf("materialized %s: %w", p.path, err)
 		}
 		copy(b, o)
-		if err := d.apply(p.obj, b, off/int64(p.width), p.dir); err != nil {
+		if err := m.s.applySteps([]planStep{{obj: p.obj, dir: p.dir}}, b, off/int64(p.width)); err != nil {
 			return fmt.Errorf("apply to the materialized copy: %w", err)
 		}
 		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {

@@ -55,6 +55,8 @@ type versionFile struct {
 	lastEnd atomic.Int64
 	// vouched: the file's composition was checked (vouch.go).
 	vouched atomic.Bool
+	// whole: whether the materialized copy holds the file whole (copyread_file.go).
+	whole atomic.Pointer[wholeCopy]
 }
 
 var _ File = (*versionFile)(nil)
@@ -97,6 +99,9 @@ func (f *versionFile) Close() error { return nil }
 func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.vouch(); err != nil {
 		return 0, err
+	}
+	if n, ok, err := f.readWhole(p, off); ok {
+		return n, err
 	}
 	if n, ok, err := f.readCopy(p, off); ok {
 		return n, err

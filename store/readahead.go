@@ -127,8 +127,13 @@ func (v *matView) willNeed(id ID, off, n int64) {
 	if !ok {
 		return
 	}
-	from, to := loc.off+off, loc.off+off+n
-	key := adviceKey{loc.path, v.gen}
+	v.willNeedFile(loc.path, loc.off+off, n)
+}
+
+// willNeedFile is willNeed for bytes [off, off+n) of file path of the copy.
+func (v *matView) willNeedFile(path string, off, n int64) {
+	from, to := off, off+n
+	key := adviceKey{path, v.gen}
 	v.m.adviceMu.Lock()
 	done := v.m.advised[key]
 	switch {
@@ -146,7 +151,7 @@ func (v *matView) willNeed(id ID, off, n int64) {
 		// Far behind it (a second reader of the file): its range whole, not recorded.
 	}
 	v.m.adviceMu.Unlock()
-	if f, err := v.m.file(loc.path); err == nil {
+	if f, err := v.m.file(path); err == nil {
 		adviseWillNeed(f, from, to-from)
 	}
 }

@@ -91,8 +91,10 @@ func testOldVersionReads(t *testing.T, cacheBytes int64) {
 }
 
 // TestLatestReadAdvisesCopyAhead reads the latest version (served straight from the
-// materialized copy) in order: the kernel must have been asked to read the copy ahead of the
-// reader, as far as copyReadAheadBytes past the reads.
+// materialized copy) in order with ReadAt, which reads the copy through the page cache: the
+// kernel must have been asked to read the copy ahead of the reader, as far as
+// copyReadAheadBytes past the reads. (ReadSlices reads cold bytes with O_DIRECT instead:
+// TestWholeCopyReadsMatchReference.)
 func TestLatestReadAdvisesCopyAhead(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	const elems = 24 << 20 // 48 MiB of bf16: more than one advice window

@@ -23,6 +23,9 @@ func (f *versionFile) ReadSlices(p []byte, off int64) ([][]byte, func(), int, er
 	if err := f.vouch(); err != nil {
 		return nil, func() {}, 0, err
 	}
+	if parts, release, n, ok, err := f.sliceWhole(p, off); ok {
+		return parts, release, n, err
+	}
 	if n, ok, err := f.readCopy(p, off); ok {
 		return [][]byte{p[:n]}, func() {}, n, err
 	}

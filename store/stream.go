@@ -3,8 +3,10 @@ package store
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -19,13 +21,14 @@ import (
 // whether it is safetensors; a rename may change which tensor is a tensor's base), it checks
 // at the end and redoes the file through the batch path from the objects it stored.
 //
-// Work is pipelined over four or five goroutines per stream: the caller of Write copies
+// Work is pipelined over five or six goroutines per stream: the caller of Write copies
 // bytes into 4 MiB chunks, a worker diffs and encodes, a finisher stores each tensor the
-// worker is done with (stream_finish.go), and a hasher computes each tensor's SHA-256 (its
+// worker is done with (stream_finish.go), a hasher computes each tensor's SHA-256 (its
 // object's name) and the whole file's, both in one pass with the SHA extensions, else with a
-// second hasher for the file's (stream_pipe.go). Chunks come from a
-// pool per Writer, so the memory of all streams of a version is bounded, and a Write waits
-// when the pipeline is full.
+// second hasher for the file's (stream_pipe.go), and a seed writer writes the bytes to the
+// file that becomes the materialized copy's once the version is sealed (copyseed.go). Chunks
+// come from a pool per Writer, so the memory of all streams of a version is bounded, and a
+// Write waits when the pipeline is full.
 //
 // A stream can always hand back every byte it accepted (Replay): the caller switches to the
 // batch path when the file stops being written in order (docs/design.md).
@@ -80,6 +83,7 @@ type FileStream struct {
 	reason  string   // why a file is stored as a blob, for the log
 
 	// Routing of incoming bytes (caller of Write).
+	pos       int64  // the file offset of the next byte routed
 	cur       int    // the tensor receiving bytes
 	curOff    int64  // bytes of it received
 	fill      *chunk // the chunk being filled; nil: none
@@ -135,22 +139,27 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	st.hs.init(w.s.hashInOnePass)
 	st.fin.init(st)
-	// The hasher also sums the bytes for the copy's checks (copyseed.go); a first
-	// version's bytes also seed the copy.
-	st.hs.seed = &seedWriter{}
-	if basis == nil {
-		if f, err := w.s.mat.seeds.create(); err == nil {
-			st.hs.seed.f = f
-		}
+	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
+	// this version, which takes them instead of being brought forward (copyseed.go).
+	seed, err := w.s.mat.seeds.create()
+	if err != nil {
+		seed = nil // no seed: the copy is brought forward in place
 	}
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
-		st.hs.seed.drop()
+		if seed != nil {
+			seed.Close()
+			os.Remove(seed.Name())
+		}
 		return nil, fmt.Errorf("version %d: %w", w.v, ErrWriterDone)
 	}
 	if w.pool == nil {
 		w.pool = newChunkPool(streamPoolChunks)
+	}
+	st.hs.seed = &seedWriter{pool: w.pool}
+	if seed != nil {
+		st.hs.seed.startSeed(seed, w.pool)
 	}
 	w.streams[st] = struct{}{}
 	w.mu.Unlock()
@@ -220,6 +229,7 @@ func (st *FileStream) takePrefix(p []byte) []byte {
 		take := min(int64(len(p)), need-int64(len(st.prefix)))
 		st.prefix = append(st.prefix, p[:take]...)
 		p = p[take:]
+		st.pos += take
 		if int64(len(st.prefix)) < need || headerNeed(st.prefix) > need {
 			return p // more to come (the 8-byte length arrived: now the JSON)
 		}
@@ -274,12 +284,13 @@ func (st *FileStream) routeTensors(p []byte) []byte {
 		t := tensors[st.cur]
 		tlen := t.End - t.Begin
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.w.pool.get(), 0, st.curOff
+			st.fill, st.fillLen, st.fillStart = st.w.pool.get(filePad(st.pos)), 0, st.curOff
 		}
 		take := int(min(int64(len(p)), tlen-st.curOff, int64(streamChunkSize-st.fillLen)))
 		copy(st.fill.buf[st.fillLen:], p[:take])
 		st.fillLen += take
 		st.curOff += int64(take)
+		st.pos += int64(take)
 		p = p[take:]
 		if st.curOff == tlen {
 			st.dispatchFill(true)
@@ -307,13 +318,13 @@ func (st *FileStream) dispatchFill(last bool) {
 	c, data := st.fill, st.fill.buf[:st.fillLen]
 	st.fill = nil
 	if st.class == classSafetensors {
-		c.refs.Store(1 + st.hs.hashersOfTensors())
+		c.refs.Store(1 + st.hs.hashersOfTensors() + 1) // the worker, the hashers, the seed
 		first := st.fillStart == 0
 		st.hashTensorBytes(hashJob{c: c, data: data, tensor: st.cur, first: first, last: last})
 		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last}
 		return
 	}
-	c.refs.Store(2)
+	c.refs.Store(3) // the worker, the file's hasher, the seed
 	st.hashFileBytes(c, data)
 	st.jobs <- streamJob{kind: jobBlob, c: c, data: data}
 }
@@ -322,10 +333,11 @@ func (st *FileStream) dispatchFill(last bool) {
 func (st *FileStream) routeBlob(p []byte) []byte {
 	for len(p) > 0 {
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.w.pool.get(), 0, 0
+			st.fill, st.fillLen, st.fillStart = st.w.pool.get(filePad(st.pos)), 0, 0
 		}
 		take := copy(st.fill.buf[st.fillLen:], p)
 		st.fillLen += take
+		st.pos += int64(take)
 		p = p[take:]
 		if st.fillLen == streamChunkSize {
 			st.dispatchFill(false)
@@ -382,7 +394,10 @@ func (st *FileStream) Close() error {
 	}
 	st.wk.entry.Size = st.size
 	st.wk.entry.SHA256 = st.hs.fileSum()
-	st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size)
+	if st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size, st.w.v) {
+		st.s.log.Info("the seed of the materialized copy was given up: the cache disk did not keep up; the copy's file is brought forward in place after the seal",
+			"file", st.hint, "waited", st.hs.seed.waited.Round(time.Millisecond))
+	}
 	if st.class == classBlobUnsure && batchIsSafetensors(st.prefix, st.size) {
 		// The header guess was wrong: the batch path decides.
 		st.redo = true

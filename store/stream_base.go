@@ -41,7 +41,14 @@ type nextRead struct {
 // last chunk, the first chunk of next: the first chunk of every tensor would otherwise be
 // waited for.
 func (r *baseReader) read(view *matView, id ID, off, n int64, next nextRead) ([]byte, error) {
-	b, err := r.readCopy(view, id, off, n, next)
+	b, _, err := r.readChecked(view, id, off, n, next)
+	return b, err
+}
+
+// readChecked is read, and says whether the bytes were checked by the copy's sums (else
+// they came from the objects: the copy failed its check).
+func (r *baseReader) readChecked(view *matView, id ID, off, n int64, next nextRead) (b []byte, checked bool, err error) {
+	b, err = r.readCopy(view, id, off, n, next)
 	if isCopyError(err) {
 		// The copy failed its check (it is marked broken and rebuilt): the base's bytes come
 		// from the objects. This goroutine holds a view, so the read must take none, nor
@@ -50,8 +57,9 @@ func (r *baseReader) read(view *matView, id ID, off, n int64, next nextRead) ([]
 		r.wait()
 		b = r.buf(r.cur, n)[:n]
 		err = r.s.readObject(id, objHint{}, off, b, readOpts{noMaterialized: true, pages: newPageCache(2 * pageSize)})
+		return b, false, err
 	}
-	return b, err
+	return b, err == nil, err
 }
 
 func (r *baseReader) readCopy(view *matView, id ID, off, n int64, next nextRead) ([]byte, error) {

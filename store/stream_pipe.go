@@ -3,7 +3,6 @@ package store
 import (
 	"crypto/sha256"
 	"hash"
-	"hash/crc32"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,8 @@ import (
 // chunk is a buffer of the pipeline, shared by the worker and the hashers; the last one to
 // let go returns it to the pool.
 type chunk struct {
-	buf     []byte
+	buf     []byte // streamChunkSize bytes of mem
+	mem     []byte // the allocation: directAlign-aligned, streamChunkSize+directAlign long
 	refs    atomic.Int32
 	counted bool // taken within the pool's limit
 }
@@ -26,6 +26,10 @@ type chunk struct {
 // pipelines give chunks back as they work. But a chunk being filled is given back only when
 // its writer writes more, and one process may write many files in turn: so a get that has
 // waited for overLimitAfter takes a chunk beyond the limit rather than wait for ever.
+//
+// A chunk's bytes start at the same offset within a page of memory as its first byte's offset
+// in the file within a page of the file (get's pad), so that the seed writer can write whole
+// pages of it to the file with O_DIRECT, without a copy (copyseed.go).
 type chunkPool struct {
 	sem  chan struct{}
 	free chan []byte
@@ -37,7 +41,8 @@ func newChunkPool(limit int) *chunkPool {
 	return &chunkPool{sem: make(chan struct{}, limit), free: make(chan []byte, limit)}
 }
 
-func (p *chunkPool) get() *chunk {
+// get returns a chunk whose buf starts pad bytes (pad < directAlign) into an aligned page.
+func (p *chunkPool) get(pad int) *chunk {
 	c := &chunk{counted: true}
 	select {
 	case p.sem <- struct{}{}:
@@ -51,16 +56,20 @@ func (p *chunkPool) get() *chunk {
 		t.Stop()
 	}
 	select {
-	case c.buf = <-p.free:
+	case c.mem = <-p.free:
 	default:
-		c.buf = make([]byte, streamChunkSize)
+		c.mem = alignedBuffer(streamChunkSize + directAlign)
 	}
+	c.buf = c.mem[pad : pad+streamChunkSize]
 	return c
 }
 
+// filePad is the pad of a chunk whose first byte is at file offset off.
+func filePad(off int64) int { return int(off % directAlign) }
+
 func (p *chunkPool) put(c *chunk) {
 	select {
-	case p.free <- c.buf:
+	case p.free <- c.mem:
 	default:
 	}
 	if c.counted {
@@ -83,8 +92,10 @@ type hashJob struct {
 	first, last bool // the tensor's first and last piece
 }
 
-// hasherState is the hashers': the whole file's SHA-256 and the seed, each tensor's SHA-256
-// and CRC-32C. The finisher waits for a tensor's sum when it stores the tensor.
+// hasherState is the hashers': the whole file's SHA-256 and the seed (with the sums of the
+// copy's file), each tensor's SHA-256. The finisher waits for a tensor's sum when it stores
+// the tensor. (A tensor's CRC-32C, computed here for the next version's check of its base,
+// is not: that check is the copy's own now, stream_check.go.)
 //
 // Where sha256x2 can hash the same bytes into two digests in one pass (x86 SHA extensions),
 // one goroutine (runHasher) computes both SHA-256s: 1.25x the speed of two passes, and the
@@ -95,8 +106,7 @@ type hasherState struct {
 	both      [2]*sha256x2.Digest // oneHasher: the tensor's and the file's
 	file      hash.Hash
 	tensor    hash.Hash
-	tensorCRC uint32 // CRC-32C of the tensor, for the next version's check of it as a base
-	cur       int    // the tensor being hashed; -1: none
+	cur       int // the tensor being hashed; -1: none
 	seed      *seedWriter
 
 	mu   sync.Mutex
@@ -132,8 +142,9 @@ func (st *FileStream) hashFileBytes(c *chunk, data []byte) {
 	}
 }
 
-// hashTensorBytes queues a piece of a tensor, for its SHA-256 and CRC and the file's SHA-256.
-// The chunk must hold a reference for each hasher (hashersOfTensors).
+// hashTensorBytes queues a piece of a tensor, for its SHA-256 and the file's SHA-256.
+// The chunk must hold a reference for each hasher (hashersOfTensors) and one for the seed,
+// which the hasher of the file's bytes hands on.
 func (st *FileStream) hashTensorBytes(j hashJob) {
 	if !st.hs.oneHasher && len(j.data) > 0 {
 		st.fileHashes <- hashJob{c: j.c, data: j.data, tensor: -1}
@@ -156,43 +167,45 @@ func (st *FileStream) runFileHasher() {
 	h := &st.hs
 	for j := range st.fileHashes {
 		h.file.Write(j.data)
-		h.seed.write(j.data)
+		h.seed.sum(j.data)
+		h.seed.put(j.c, j.data) // the chunk's reference for the seed
 		j.c.release(st.w.pool)
 	}
 }
 
-// runHasher computes each tensor's SHA-256 and CRC-32C (and, oneHasher, the file's SHA-256).
+// runHasher computes each tensor's SHA-256 (and, oneHasher, the file's SHA-256 and the sums).
 func (st *FileStream) runHasher() {
 	defer close(st.hasherDone)
 	h := &st.hs
 	for j := range st.hashes {
 		if j.tensor < 0 { // oneHasher: bytes of the file outside its tensors
 			h.file.Write(j.data)
-			h.seed.write(j.data)
+			h.seed.sum(j.data)
+			h.seed.put(j.c, j.data) // the chunk's reference for the seed
 			j.c.release(st.w.pool)
 			continue
 		}
 		if j.first {
 			h.tensor.Reset()
-			h.tensorCRC = 0
 			h.cur = j.tensor
 		}
-		// In pieces that stay in the core's cache from the SHA-256 to the CRC.
+		// In pieces that stay in the core's cache from the SHA-256s to the sums' CRC.
 		for data := j.data; len(data) > 0; {
 			piece := data[:min(len(data), cachePiece)]
 			data = data[len(piece):]
 			if h.oneHasher {
 				sha256x2.WriteBoth(h.both[0], h.both[1], piece)
-				h.seed.write(piece)
+				h.seed.sum(piece)
 			} else {
 				h.tensor.Write(piece)
 			}
-			h.tensorCRC = crc32.Update(h.tensorCRC, castagnoli, piece)
+		}
+		if h.oneHasher {
+			h.seed.put(j.c, j.data) // the chunk's reference for the seed
 		}
 		if j.last {
 			var id ID
 			h.tensor.Sum(id[:0])
-			st.s.mat.crcs.note(id, h.tensorCRC)
 			h.mu.Lock()
 			h.sums[j.tensor] = id
 			h.cond.Broadcast()

@@ -60,7 +60,7 @@ type tensorState struct {
 	ctx     *writeContext       // what enc codes against (nil: version 1; context.go)
 	body    []byte              // the encoder's output once it has finished
 	fw      *objStream          // the whole copy, when one is being written
-	hb      *baseCheck          // hashes the base bytes read
+	check   *streamBaseCheck    // checks the base bytes read (stream_check.go)
 	changed int64
 	done    int64 // bytes processed
 }
@@ -159,7 +159,7 @@ func (st *FileStream) startTensor(i int) error {
 		ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
 		ts.ctx = st.s.writeContextOf(ts.base)
 		ts.enc.SetContext(ts.ctx.fn())
-		ts.hb = newBaseCheck(st.s.mat, ts.base)
+		ts.check = newStreamBaseCheck(st.s.mat, ts.base)
 		// A full chain, or deltas that will be as large as a whole copy with a delta like
 		// the ones before, make this tensor an anchor if it changed: the whole copy is then
 		// written as the bytes pass rather than in a second pass at the end (a guess: the
@@ -191,11 +191,13 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	if err := st.s.failpoint("stream-base-read"); err != nil {
 		return false, err
 	}
-	base, err := wk.src.read(st, ts, off, int64(len(data)), st.nextBase(ts, off+int64(len(data))))
+	base, checked, err := wk.src.read(st, ts, off, int64(len(data)), st.nextBase(ts, off+int64(len(data))))
 	if err != nil {
 		return false, err
 	}
-	ts.hb.Write(base)
+	if err := ts.check.add(base, off, checked, st.baseFromObjects(ts)); err != nil {
+		return false, err
+	}
 	found, err := st.s.diffInto(ts.enc, base, data, off/int64(ts.width), ts.width, &wk.ch)
 	if err != nil {
 		return false, err
@@ -242,23 +244,32 @@ type baseSource struct {
 // read returns bytes [off, off+n) (n <= ingestChunk) of the tensor's base, valid until the
 // next read: from the materialized copy when it holds it, else through the store's read
 // path (the copy moved on meanwhile). next is what the worker will read after the tensor.
-func (src *baseSource) read(st *FileStream, ts *tensorState, off, n int64, next nextRead) ([]byte, error) {
+// checked says the bytes were checked by the copy's sums (stream_check.go).
+func (src *baseSource) read(st *FileStream, ts *tensorState, off, n int64, next nextRead) (b []byte, checked bool, err error) {
 	if src.copy.s == nil {
 		src.copy.s = st.s
 	}
 	if view := st.s.mat.view(); view != nil {
 		if view.holds(ts.base) {
-			b, err := src.copy.read(view, ts.base, off, n, next)
+			b, checked, err := src.copy.readChecked(view, ts.base, off, n, next)
 			view.release()
-			return b, err
+			return b, checked, err
 		}
 		view.release() // readObject takes its own hold: never two at once
 	}
 	if int64(cap(src.plain)) < n {
 		src.plain = make([]byte, max(n, streamChunkSize))
 	}
-	b := src.plain[:n]
-	return b, st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
+	b = src.plain[:n]
+	return b, false, st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
+}
+
+// baseFromObjects reads bytes of ts's base through the store's read path, for the base
+// check's hash of the bytes before the first that the copy did not check.
+func (st *FileStream) baseFromObjects(ts *tensorState) func(off, n int64, p []byte) error {
+	return func(off, n int64, p []byte) error {
+		return st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, p[:n], readOpts{})
+	}
 }
 
 // close waits for the source's read ahead, if any, and drops its buffers.
@@ -292,17 +303,19 @@ func (st *FileStream) nextBase(ts *tensorState, end int64) nextRead {
 type byteSink interface{ write([]byte) error }
 
 // rebuildTensor writes the bytes [0, ts.done) of the tensor into dst, from its base and the
-// encoded changes (ts.body). The base bytes read again must hash as those diffed did (ts.hb),
-// so the bytes rebuilt are exactly the bytes received, or it fails.
+// encoded changes (ts.body). The base bytes read again must be those diffed (ts.check), so
+// the bytes rebuilt are exactly the bytes received, or it fails.
 func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink, src *baseSource) error {
 	end := ts.done
-	check := ts.hb.fresh()
+	again := ts.check.again()
 	for off := int64(0); off < end; off += streamChunkSize {
-		b, err := src.read(st, ts, off, min(streamChunkSize, end-off), nextRead{})
+		b, checked, err := src.read(st, ts, off, min(streamChunkSize, end-off), nextRead{})
 		if err != nil {
 			return err
 		}
-		check.Write(b)
+		if err := again.add(b, off, checked, st.baseFromObjects(ts)); err != nil {
+			return err
+		}
 		if ts.body != nil {
 			if err := ts.ctx.apply(ts.body, b, off/int64(ts.width), delta.Forward); err != nil {
 				return fmt.Errorf("apply own delta: %w", err)
@@ -312,7 +325,26 @@ func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink, src *baseSour
 			return err
 		}
 	}
-	if !bytes.Equal(check.Sum(nil), ts.hb.Sum(nil)) {
+	same, known := ts.check.sameAs(again)
+	if !known {
+		// The bytes diffed were all checked by the copy; some read again were not: those
+		// are right if the whole base, read on, is the base's content.
+		var buf []byte
+		for off := end; off < ts.size; off += streamChunkSize {
+			n := min(streamChunkSize, ts.size-off)
+			if int64(len(buf)) < n {
+				buf = make([]byte, n)
+			}
+			if err := st.baseFromObjects(ts)(off, n, buf); err != nil {
+				return err
+			}
+			if err := again.add(buf[:n], off, false, nil); err != nil {
+				return err
+			}
+		}
+		same = again.matches()
+	}
+	if !same {
 		return fmt.Errorf("base object %s read back differs from the bytes diffed: %w", ts.base, errStreamCopy)
 	}
 	return nil
@@ -338,7 +370,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		s.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, ContentLen: ts.size, FileSize: stored})
 		return nil
 	}
-	if !ts.hb.matches(ts.base) {
+	if !ts.check.matches() {
 		s.mat.broken.Store(true)
 		return fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", ts.base)
 	}
