@@ -62,8 +62,11 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 			m.log.Info("refresh: working again")
 		}
 		lastErr = ""
-		if v, up := m.noticeVersions(); up {
-			p.renderAhead(m, v)
+		// Whether patches are read is taken before the versions are noticed, so a version
+		// seen before anyone looked at patches/ is never rendered ahead.
+		pv := m.patchView.Load()
+		if v, up := m.noticeVersions(); up && pv != nil {
+			p.renderAhead(m, pv, v)
 		}
 	}
 }
@@ -73,9 +76,8 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 // (weight_vN.from_vK with K the version before, which is the same file), and finds it made
 // or being made (it waits on the same lock) instead of starting the render when it looks.
 // One render ahead at a time: a version that comes during one is rendered when asked for.
-func (p *poller) renderAhead(m *mountState, v uint64) {
-	pv := m.patchView.Load()
-	if pv == nil || !p.rendering.CompareAndSwap(false, true) {
+func (p *poller) renderAhead(m *mountState, pv *patchesView, v uint64) {
+	if !p.rendering.CompareAndSwap(false, true) {
 		return
 	}
 	p.ahead.Add(1)

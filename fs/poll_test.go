@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -55,8 +56,27 @@ func TestPatchRenderedAhead(t *testing.T) {
 		}
 	}
 
+	// The poller, not a lookup, must have noticed version 3 before patches/ is looked up:
+	// latest may show a version between the poller's refresh and its notice, and a lookup
+	// in that window would (rightly) have version 3's patch rendered ahead.
+	waitSeen := func(v uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			srv.m.mu.Lock()
+			_, seen := slices.BinarySearch(srv.m.seen, v)
+			srv.m.mu.Unlock()
+			if seen {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the poller has not noticed %s", VersionName(v))
+			}
+		}
+	}
+
 	commit(3)
 	waitLatest(3)
+	waitSeen(3)
 	if n := srv.Stats().PatchesAhead; n != 0 {
 		t.Fatalf("%d patches rendered ahead before anyone read patches/, want 0", n)
 	}
