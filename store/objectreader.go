@@ -248,5 +248,13 @@ func (s *Store) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 		}
 	}
 	s.deltas.add(id, d, int64(len(body))+256)
+	if d.context != nil {
+		// Walked again now that d is cached: of two loads of a cycle's sections that ran
+		// at once, each before the other was cached, the later to be cached sees it.
+		if err := s.contextCycle(hdr.Base, append(path[:len(path):len(path)], id)); err != nil {
+			s.deltas.remove(id)
+			return nil, objectError(id, err)
+		}
+	}
 	return d, nil
 }
