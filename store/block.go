@@ -22,11 +22,12 @@ type cachedBlock struct {
 // decodeBlock decodes block b of delta d (of object id) into a recycled block; the caller
 // holds the one reference. A version-2 section decodes against block b of its context, the
 // decoded section of its base, taken from the block cache (decoded first if need be) and
-// held only while this block decodes (context.go).
-func (r *recycler) decodeBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
+// held only while this block decodes (context.go); path holds the sections whose decodes wait
+// on this one.
+func (r *recycler) decodeBlock(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
 	r.decoded.Add(1)
 	spare, _ := r.blocks.get()
-	var h contextHold
+	h := contextHold{path: append(path[:len(path):len(path)], id)}
 	db, err := d.parsed.DecodeBlockContext(b, h.fn(d), spare)
 	h.release()
 	if err != nil && h.err != nil {

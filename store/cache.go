@@ -119,3 +119,21 @@ func (c *lru[K, V]) clear() {
 	clear(c.items)
 	c.used = 0
 }
+
+// removeIf drops every entry whose key drop reports (a scan of the whole cache: for the rare
+// reload of what is cached of a few objects, reload.go).
+func (c *lru[K, V]) removeIf(drop func(K) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for e := c.order.Front(); e != nil; {
+		next := e.Next()
+		old := e.Value.(*lruEntry[K, V])
+		if drop(old.key) {
+			c.used -= old.cost
+			c.order.Remove(e)
+			delete(c.items, old.key)
+			c.dropped(old.val)
+		}
+		e = next
+	}
+}

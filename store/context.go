@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -29,13 +30,21 @@ const (
 
 // attachContext gives the version-2 section d of object id its context: the delta section of
 // its base, loaded (so a missing or damaged context is found when the section is, as
-// ErrCorrupt naming both objects), with n sections of the chain above it.
-func (s *Store) attachContext(id ID, d *deltaObject, n int) error {
+// ErrCorrupt naming both objects). path holds the sections whose loads led to this one (each
+// the context of the one before). A chain of contexts that comes back to a section on it (a
+// cycle of bases, which only forged or damaged files make: the CRC-32C is no MAC), through
+// the files or through sections cached before the files changed, or that is longer than
+// maxContextRead, is ErrCorrupt here, before any decode could wait on itself.
+func (s *Store) attachContext(id ID, d *deltaObject, path []ID) error {
 	base := d.hdr.Base
-	if n >= maxContextRead {
+	path = append(path[:len(path):len(path)], id)
+	if len(path) > maxContextRead {
 		return objectError(id, fmt.Errorf("chain of delta contexts longer than %d: %w", maxContextRead, ErrCorrupt))
 	}
-	bd, err := s.loadDeltaAt(base, n+1)
+	if err := s.contextCycle(base, path); err != nil {
+		return objectError(id, err)
+	}
+	bd, err := s.loadDeltaAt(base, path)
 	if err != nil {
 		return contextError(id, base, err)
 	}
@@ -44,14 +53,41 @@ func (s *Store) attachContext(id ID, d *deltaObject, n int) error {
 			bd.info.Elements, bd.info.Width, d.info.Elements, d.info.Width, ErrCorrupt))
 	}
 	d.chain = bd.chain + 1
-	d.context = func(b int64) (*cachedBlock, error) { return s.contextBlock(id, base, b) }
+	d.context = func(b int64, path []ID) (*cachedBlock, error) { return s.contextBlock(id, base, b, path) }
 	return nil
 }
 
+// contextCycle walks the chain of contexts from base as far as the sections cached now know
+// it, and fails with ErrCorrupt when it comes back to a section on path or runs longer than
+// maxContextRead (a section not cached ends the walk: its own load walks on from it).
+func (s *Store) contextCycle(base ID, path []ID) error {
+	cur := base
+	for n := len(path); ; n++ {
+		if slices.Contains(path, cur) {
+			return fmt.Errorf("its chain of delta contexts comes back to object %s (a cycle of bases): %w", cur, ErrCorrupt)
+		}
+		if n >= maxContextRead {
+			return fmt.Errorf("chain of delta contexts longer than %d: %w", maxContextRead, ErrCorrupt)
+		}
+		d, ok := s.deltas.get(cur)
+		if !ok || d.context == nil {
+			return nil
+		}
+		cur = d.hdr.Base
+	}
+}
+
+// errContextCycle is the error of a decode of block b of object id that needs, through the
+// contexts in path, a block of id again.
+func errContextCycle(id ID, b int64, path []ID) error {
+	return objectError(id, fmt.Errorf("block %d decodes against itself through %d delta contexts (a cycle of bases): %w", b, len(path), ErrCorrupt))
+}
+
 // contextBlock returns block b of the decoded delta section of base, the context of object
-// id's section, with a reference the caller releases.
-func (s *Store) contextBlock(id, base ID, b int64) (*cachedBlock, error) {
-	cb, err := s.sectionBlock(base, nil, b)
+// id's section, with a reference the caller releases; path holds the sections whose decodes
+// wait on this one (id last).
+func (s *Store) contextBlock(id, base ID, b int64, path []ID) (*cachedBlock, error) {
+	cb, err := s.sectionBlock(base, nil, b, path)
 	if err != nil {
 		return nil, contextError(id, base, err)
 	}
@@ -59,10 +95,11 @@ func (s *Store) contextBlock(id, base ID, b int64) (*cachedBlock, error) {
 }
 
 // sectionBlock returns block b of the decoded delta section of object id (d: the section as
-// loaded, nil to load it), with a reference the caller releases. A section loaded before gc
-// rewrote the object (whose own context gc dropped; the rewritten section decodes to the
-// same changes) is dropped and loaded again once.
-func (s *Store) sectionBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
+// loaded, nil to load it), with a reference the caller releases; path holds the sections
+// whose decodes wait on this one (nil: none). A section loaded before gc rewrote the object
+// (whose own context gc dropped; the rewritten section decodes to the same changes) is
+// dropped and loaded again once.
+func (s *Store) sectionBlock(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
 	var err error
 	for try := 0; try < 2; try++ {
 		if d == nil {
@@ -70,7 +107,7 @@ func (s *Store) sectionBlock(id ID, d *deltaObject, b int64) (*cachedBlock, erro
 		}
 		if err == nil {
 			var cb *cachedBlock
-			if cb, err = s.decodedBlock(id, d, b); err == nil {
+			if cb, err = s.decodedBlockOn(id, d, b, path); err == nil {
 				return cb, nil
 			}
 		}
@@ -103,6 +140,7 @@ func contextError(id, base ID, err error) error {
 type contextHold struct {
 	held []*cachedBlock
 	err  error // the first failure, with its cause (the codec reports its own)
+	path []ID  // the sections whose decodes wait on the blocks handed out, the section's last
 }
 
 // fn returns the ContextFunc of d's context for one call (nil for a version-1 section).
@@ -110,7 +148,7 @@ func (h *contextHold) fn(d *deltaObject) delta.ContextFunc {
 	if d.context == nil {
 		return nil
 	}
-	return h.from(d.context)
+	return h.from(func(b int64) (*cachedBlock, error) { return d.context(b, h.path) })
 }
 
 // from returns a ContextFunc taking its blocks from blocks.
@@ -139,7 +177,7 @@ func (h *contextHold) release() {
 // apply applies the changes of section d falling in elements [first, first+len(dst)/width)
 // to dst in the direction dir, decoding a version-2 section against its context.
 func (d *deltaObject) apply(id ID, dst []byte, first int64, dir delta.Direction) error {
-	var h contextHold
+	h := contextHold{path: []ID{id}}
 	defer h.release()
 	err := delta.ApplyDeltaContext(d.body, h.fn(d), dst, first, dir)
 	if err != nil && h.err != nil {
@@ -195,7 +233,7 @@ func (c *writeContext) fn() delta.ContextFunc {
 // block returns block b of the context, releasing the one before: the encoder uses a context
 // block only while it codes that block (delta.ContextFunc).
 func (c *writeContext) block(b int64) (*delta.DecodedBlock, error) {
-	cb, err := c.s.sectionBlock(c.base, c.d, b)
+	cb, err := c.s.sectionBlock(c.base, c.d, b, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +259,7 @@ func (c *writeContext) apply(body, dst []byte, first int64, dir delta.Direction)
 	var h contextHold
 	defer h.release()
 	err := delta.ApplyDeltaContext(body, h.from(func(b int64) (*cachedBlock, error) {
-		return c.s.sectionBlock(c.base, c.d, b)
+		return c.s.sectionBlock(c.base, c.d, b, nil)
 	}), dst, first, dir)
 	if err != nil && h.err != nil {
 		return h.err

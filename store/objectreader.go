@@ -184,8 +184,9 @@ type deltaObject struct {
 	// its base's, ...): 0 for a version-1 section (context.go).
 	chain int
 	// context returns block b of the decoded delta section of hdr.Base, the context of a
-	// version-2 section, holding a reference to it (nil for a version-1 section).
-	context func(b int64) (*cachedBlock, error)
+	// version-2 section, holding a reference to it (nil for a version-1 section); path holds
+	// the sections whose decodes wait on it, this one last (context.go).
+	context func(b int64, path []ID) (*cachedBlock, error)
 }
 
 // loadDelta returns the delta section of object id (a delta object, or a full object's link)
@@ -193,10 +194,11 @@ type deltaObject struct {
 // whole; of a full object only the link is kept (its CRC check streams). Bodies are cached.
 // A version-2 section is returned only when its context (the delta section of its base) loads
 // too, and its chain of contexts is at most maxContextRead long: else ErrCorrupt (context.go).
-func (s *Store) loadDelta(id ID) (*deltaObject, error) { return s.loadDeltaAt(id, 0) }
+func (s *Store) loadDelta(id ID) (*deltaObject, error) { return s.loadDeltaAt(id, nil) }
 
-// loadDeltaAt is loadDelta for the n-th section of a chain of contexts being loaded.
-func (s *Store) loadDeltaAt(id ID, n int) (*deltaObject, error) {
+// loadDeltaAt is loadDelta for a section of a chain of contexts being loaded: path holds the
+// sections whose loads led to it, each the context of the one before.
+func (s *Store) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 	if d, ok := s.deltas.get(id); ok {
 		return d, nil
 	}
@@ -241,10 +243,18 @@ func (s *Store) loadDeltaAt(id ID, n int) (*deltaObject, error) {
 	}
 	d := &deltaObject{hdr: hdr, body: body, info: di, parsed: dd}
 	if dd.NeedsContext() {
-		if err := s.attachContext(id, d, n); err != nil {
+		if err := s.attachContext(id, d, path); err != nil {
 			return nil, err
 		}
 	}
 	s.deltas.add(id, d, int64(len(body))+256)
+	if d.context != nil {
+		// Walked again now that d is cached: of two loads of a cycle's sections that ran
+		// at once, each before the other was cached, the later to be cached sees it.
+		if err := s.contextCycle(hdr.Base, append(path[:len(path):len(path)], id)); err != nil {
+			s.deltas.remove(id)
+			return nil, objectError(id, err)
+		}
+	}
 	return d, nil
 }

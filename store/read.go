@@ -267,6 +267,7 @@ func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) (*cachedPage,
 
 // buildCachedPage builds a page and adds it to cache; the caller holds a reference.
 func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, *cachedPage]) (*cachedPage, error) {
+	reloaded := false
 	for attempt := 0; ; attempt++ {
 		// A stale plan (GC re-anchored an object under us, or a cached page to start from
 		// was pushed out) is retried with fresh headers.
@@ -279,7 +280,18 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 			opts.noMaterialized = true
 			continue
 		}
+		if isDamage(err) && !reloaded {
+			// What this process cached of the chain may predate another process's gc
+			// (reload.go): once more from the files.
+			reloaded = true
+			n := s.forgetObjects(id, hint)
+			s.log.Info("read failed with what was cached of its objects; reading them again", "object", id, "objects", n, "err", err)
+			continue
+		}
 		if err != nil {
+			if reloaded && isDamage(err) {
+				s.log.Warn("read failed again from the files: damage", "object", id, "err", err)
+			}
 			return nil, err
 		}
 		cache.add(pageKey{id, pg}, p, p.size())

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -62,6 +63,16 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 // decodedBlock returns block b of the loaded delta d of object id, decoding it if needed. The
 // caller holds a reference to it and must release it.
 func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
+	return s.decodedBlockOn(id, d, b, nil)
+}
+
+// decodedBlockOn is decodedBlock for a decode that the decodes of the sections in path wait
+// on (each needing the next one's block b as its context): a block of a section on path is a
+// cycle of contexts (context.go), damage, refused before it could wait on its own decode.
+func (s *Store) decodedBlockOn(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
+	if slices.Contains(path, id) || len(path) > maxContextRead {
+		return nil, errContextCycle(id, b, path)
+	}
 	key := blockKey{id, b}
 	if cb, ok := s.blocks.get(key); ok {
 		return cb, nil
@@ -71,7 +82,7 @@ func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, erro
 		if s.blocks.has(key) {
 			return nil, nil
 		}
-		cb, err := s.bufs.decodeBlock(id, d, b)
+		cb, err := s.bufs.decodeBlock(id, d, b, path)
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +101,7 @@ func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, erro
 	if cb, ok := s.blocks.get(key); ok {
 		return cb, nil
 	}
-	return s.bufs.decodeBlock(id, d, b)
+	return s.bufs.decodeBlock(id, d, b, path)
 }
 
 // flightKey is the singleflight key of (object, number): a page or a block.
