@@ -381,8 +381,14 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		return nil
 	}
 	bm, err := s.meta(ts.base)
+	baseBroken := false
 	if err != nil {
-		return fmt.Errorf("base: %w", err)
+		if !isDamage(err) {
+			return fmt.Errorf("base: %w", err)
+		}
+		// The base's own chain is damaged: stored whole, without a link (as ingestTensor).
+		s.log.Warn("the base's chain of deltas is damaged: tensor stored whole", "tensor", t.Name, "base", ts.base.String(), "err", err)
+		baseBroken = true
 	}
 	if ts.enc != nil && ts.changed > 0 {
 		body, err := ts.enc.Finish()
@@ -400,7 +406,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		chainBytes += bm.ChainBytes
 		depth = bm.Depth + 1
 	}
-	if body != nil && depth <= s.maxChain && chainBytes < ts.size {
+	if body != nil && !baseBroken && depth <= s.maxChain && chainBytes < ts.size {
 		file := encodeDeltaObject(id, ts.width, ts.size, ts.base, body)
 		if err := s.failpoint("stream-object-put"); err != nil {
 			return err
@@ -416,7 +422,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 	}
 	// An anchor, with the delta as its link unless that is large (as ingestTensor).
 	link := body
-	if int64(len(link)) > ts.size/4 {
+	if int64(len(link)) > ts.size/4 || baseBroken {
 		link = nil
 	}
 	if ts.fw == nil {
