@@ -190,27 +190,7 @@ func TestFixtureV1(t *testing.T) {
 	if err != nil || kinds["delta"] == 0 || kinds["anchor with link"] == 0 || kinds["whole"] == 0 {
 		t.Fatalf("objects of the v1 fixture: %v %v, want deltas, anchors with links and whole objects", kinds, err)
 	}
-	for _, opts := range []Options{{ReadOnly: true, CacheDir: t.TempDir()}, {}} {
-		s := openStore(t, root, opts)
-		if got := versionNumbers(s.Versions()); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
-			t.Fatalf("versions %v, want 1-4", got)
-		}
-		checkFixtureContent(t, s, versions)
-		rep, err := s.Verify(nil)
-		if err != nil || len(rep.Damaged) != 0 || rep.Versions != 4 {
-			t.Fatalf("verify of the v1 fixture: %v (%d versions, damage %v)", err, rep.Versions, rep.Damaged)
-		}
-		if !opts.ReadOnly {
-			next := maps.Clone(versions[3])
-			next["config.json"] = []byte("{\"step\": 500}\n")
-			if _, err := s.Commit(writeFixtureTree(t, next), CommitOptions{Version: 5}); err != nil {
-				t.Fatalf("commit on top of the v1 fixture: %v", err)
-			}
-			mustEqualBytes(t, "v5 config.json", readWhole(t, s, 5, "config.json"), next["config.json"])
-			mustEqualBytes(t, "v5 model", readWhole(t, s, 5, "model.safetensors"), next["model.safetensors"])
-		}
-		closeStore(t, s)
-	}
+	checkFixtureStore(t, "v1", root, versions, Options{ReadOnly: true, CacheDir: t.TempDir()})
 }
 
 // writeFixtureTree writes files (a name ending in / is an empty directory) into a new
@@ -360,5 +340,33 @@ func writeFixtureV1(t *testing.T) {
 			expectDamage(r)
 			closeStore(t, r)
 		})
+	}
+}
+
+// checkFixtureStore opens the fixture store at root as a reader (readerOpts) and as a writer:
+// both list versions 1-4, read them byte for byte and verify clean, and the writer commits a
+// version 5 on top that reads back.
+func checkFixtureStore(t *testing.T, name, root string, versions []map[string][]byte, readerOpts Options) {
+	t.Helper()
+	for _, opts := range []Options{readerOpts, {}} {
+		s := openStore(t, root, opts)
+		if got := versionNumbers(s.Versions()); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+			t.Fatalf("versions %v, want 1-4", got)
+		}
+		checkFixtureContent(t, s, versions)
+		rep, err := s.Verify(nil)
+		if err != nil || len(rep.Damaged) != 0 || rep.Versions != 4 {
+			t.Fatalf("verify of the %s fixture: %v (%d versions, damage %v)", name, err, rep.Versions, rep.Damaged)
+		}
+		if !opts.ReadOnly {
+			next := maps.Clone(versions[3])
+			next["config.json"] = []byte("{\"step\": 500}\n")
+			if _, err := s.Commit(writeFixtureTree(t, next), CommitOptions{Version: 5}); err != nil {
+				t.Fatalf("commit on top of the %s fixture: %v", name, err)
+			}
+			mustEqualBytes(t, "v5 config.json", readWhole(t, s, 5, "config.json"), next["config.json"])
+			mustEqualBytes(t, "v5 model", readWhole(t, s, 5, "model.safetensors"), next["model.safetensors"])
+		}
+		closeStore(t, s)
 	}
 }

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/weightfs/weightfs/internal/logtest"
@@ -109,25 +107,5 @@ func TestFixtureV2(t *testing.T) {
 	if err != nil || kinds["delta v1"] == 0 || kinds["delta v2"] == 0 || kinds["link v2"] == 0 || kinds["whole"] == 0 {
 		t.Fatalf("objects of the v2 fixture: %v %v, want whole objects, deltas of versions 1 and 2, version-2 links", kinds, err)
 	}
-	for _, opts := range []Options{{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1}, {}} {
-		s := openStore(t, root, opts)
-		if got := versionNumbers(s.Versions()); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
-			t.Fatalf("versions %v, want 1-4", got)
-		}
-		checkFixtureContent(t, s, versions)
-		rep, err := s.Verify(nil)
-		if err != nil || len(rep.Damaged) != 0 || rep.Versions != 4 {
-			t.Fatalf("verify of the v2 fixture: %v (%d versions, damage %v)", err, rep.Versions, rep.Damaged)
-		}
-		if !opts.ReadOnly {
-			next := maps.Clone(versions[3])
-			next["config.json"] = []byte("{\"step\": 500}\n")
-			if _, err := s.Commit(writeFixtureTree(t, next), CommitOptions{Version: 5}); err != nil {
-				t.Fatalf("commit on top of the v2 fixture: %v", err)
-			}
-			mustEqualBytes(t, "v5 config.json", readWhole(t, s, 5, "config.json"), next["config.json"])
-			mustEqualBytes(t, "v5 model", readWhole(t, s, 5, "model.safetensors"), next["model.safetensors"])
-		}
-		closeStore(t, s)
-	}
+	checkFixtureStore(t, "v2", root, versions, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
 }
