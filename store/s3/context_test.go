@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 )
 
@@ -19,12 +18,7 @@ import (
 // sections) where a context exists and version 1 where none does; a reader that replays every
 // read from the objects reads every version back byte-exact.
 func TestS3ContextSections(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	srv, url := startInitialized(t)
 	c, err := setup(url, Config{}, nil)
 	if err != nil {
 		t.Fatal(err)

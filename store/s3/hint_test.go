@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/weightfs/weightfs/internal/logtest"
-	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 )
 
@@ -110,12 +109,7 @@ func (l *logLines) count(sub string) int {
 // nothing changes, and lists (and moves to the new version) after a seal and after gc, each
 // of which rewrote the hint; the writer wrote it at open too.
 func TestPollByHint(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, url := startInitialized(t)
 	w := openTestStore(t, url, store.Options{})
 	m := newTestModel(3, 20_000)
 	commitTree(t, w, 1, m.files(t))
@@ -177,12 +171,7 @@ func TestPollByHint(t *testing.T) {
 // (said once) and the reader lists at the rate of plain polls; the forged one makes it list
 // and serve what the listing and the manifests say, nothing else.
 func TestPollRefusesBadHint(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, url := startInitialized(t)
 	w := openTestStore(t, url, store.Options{})
 	m := newTestModel(4, 20_000)
 	commitTree(t, w, 1, m.files(t))

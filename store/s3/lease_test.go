@@ -149,12 +149,7 @@ func TestLeaseOneWriter(t *testing.T) {
 // TestLeaseBreak: breaking the lease frees the store, and the writer that held it can no
 // longer seal a version.
 func TestLeaseBreak(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, url := startInitialized(t)
 	w := openTestStore(t, url, store.Options{})
 	commitTree(t, w, 1, newTestModel(9, 1000).files(t))
 	info, err := BreakLease(url, Config{}, nil)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
 )
 
@@ -23,12 +22,7 @@ func TestS3WriterRestart(t *testing.T) {
 		crashingWriter(t)
 		return
 	}
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, url := startInitialized(t)
 	cache := t.TempDir()
 	m := newTestModel(11, 80_000, 20_000)
 	want := map[uint64]map[string][]byte{}

@@ -47,6 +47,19 @@ func (m *testModel) files(t testing.TB) map[string][]byte {
 	}
 }
 
+// startInitialized starts the test server, points the environment at it and initializes a
+// fresh store at testURL.
+func startInitialized(t *testing.T) (*s3test.Server, string) {
+	t.Helper()
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	url := testURL(t)
+	if err := Init(url, Config{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return srv, url
+}
+
 // testURL is a fresh store address for this test.
 func testURL(t testing.TB) string {
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
@@ -105,12 +118,7 @@ func storeStats(t testing.TB, s *store.Store) Stats {
 // writer is refused, and after the first version the reader downloads exactly the objects a
 // new version added and its manifest, nothing else.
 func TestS3StoreRoundTrip(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, url := startInitialized(t)
 	if err := Init(url, Config{}, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("second init: %v, want a 'not empty' error", err)
 	}
@@ -179,12 +187,7 @@ func TestS3StoreRoundTrip(t *testing.T) {
 // in parts, comes down by parallel ranged reads, and the fast download gives the same bytes
 // as the reference one.
 func TestS3MultipartAndParallelDownload(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, url := startInitialized(t)
 	cfg := Config{PartSize: MinPartSize}
 	w := openTestStoreWith(t, url, cfg, store.Options{})
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -303,12 +306,7 @@ func TestS3OutageFailsCleanlyAndRecovers(t *testing.T) {
 // TestS3GCDropsVersionsForReaders runs gc on an S3 store while a reader has it open: the
 // reader drops the removed versions at its next refresh and still reads the kept one.
 func TestS3GCDropsVersionsForReaders(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, url := startInitialized(t)
 	w := openTestStore(t, url, store.Options{})
 	r := openTestStore(t, url, store.Options{ReadOnly: true, Materialize: true})
 	m := newTestModel(7, 60_000, 30_000)
@@ -350,12 +348,7 @@ func TestS3GCDropsVersionsForReaders(t *testing.T) {
 
 // TestS3OpenErrors: what is not a store, or not reachable, says so.
 func TestS3OpenErrors(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	url := testURL(t)
-	if err := Init(url, Config{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	srv, url := startInitialized(t)
 	if _, err := Open(url+"-none", Config{}, store.Options{ReadOnly: true, CacheDir: t.TempDir()}); !errors.Is(err, store.ErrNotAStore) {
 		t.Fatalf("open of an empty prefix: %v, want store.ErrNotAStore", err)
 	}
