@@ -282,17 +282,7 @@ func writeFixtureV1(t *testing.T) {
 	if storeFormatVersion != 1 {
 		t.Fatalf("this program writes store format %d: write a fixture of that version beside v1, never over it", storeFormatVersion)
 	}
-	tmp := filepath.Join(t.TempDir(), "store")
-	if err := Init(tmp); err != nil {
-		t.Fatal(err)
-	}
-	s := openStore(t, tmp, Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})})
-	for i, files := range fixtureV1Versions() {
-		if _, err := s.Commit(writeFixtureTree(t, files), CommitOptions{Version: uint64(i + 1)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	closeStore(t, s)
+	tmp := commitFixtureVersions(t)
 	write := func(dst string, damage func(root string)) {
 		work := filepath.Join(t.TempDir(), "store")
 		if err := os.CopyFS(work, os.DirFS(tmp)); err != nil {
@@ -369,4 +359,22 @@ func checkFixtureStore(t *testing.T, name, root string, versions []map[string][]
 		}
 		closeStore(t, s)
 	}
+}
+
+// commitFixtureVersions commits the fixtures' four versions (fixtureV1Versions, MaxChain 2)
+// into a fresh store with the current code and returns its root.
+func commitFixtureVersions(t *testing.T) string {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), "store")
+	if err := Init(tmp); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, tmp, Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})})
+	for i, files := range fixtureV1Versions() {
+		if _, err := s.Commit(writeFixtureTree(t, files), CommitOptions{Version: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeStore(t, s)
+	return tmp
 }

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/weightfs/weightfs/internal/logtest"
 )
 
 // store/testdata/v2/ is a store of format version 2 (docs/format.md Part I §2: objects may
@@ -27,17 +26,7 @@ func writeFixtureV2(t *testing.T) {
 	if storeFormatVersion != 2 {
 		t.Fatalf("this program writes store format %d: write a fixture of that version beside v2, never over it", storeFormatVersion)
 	}
-	tmp := filepath.Join(t.TempDir(), "store")
-	if err := Init(tmp); err != nil {
-		t.Fatal(err)
-	}
-	s := openStore(t, tmp, Options{MaxChain: 2, Logger: logtest.New(func(string, ...any) {})})
-	for i, files := range fixtureV1Versions() {
-		if _, err := s.Commit(writeFixtureTree(t, files), CommitOptions{Version: uint64(i + 1)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	closeStore(t, s)
+	tmp := commitFixtureVersions(t)
 	// The store's files only: the format file, objects and manifests.
 	err := filepath.WalkDir(tmp, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
