@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
 )
 
 // store/testdata/v2/ is a store of format version 2 (docs/format.md Part I §2: objects may
