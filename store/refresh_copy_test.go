@@ -51,6 +51,22 @@ func (fx *refreshFixture) check(t *testing.T, what string, v uint64) {
 	}
 }
 
+// latestInCopy fails the test unless v is r's latest version and its copy holds v.
+func (fx *refreshFixture) latestInCopy(t *testing.T, what string, v uint64) {
+	t.Helper()
+	if got, _ := fx.r.Latest(); got != v {
+		t.Fatalf("%s: latest is %d, want %d", what, got, v)
+	}
+	view := fx.r.mat.view()
+	if view == nil {
+		t.Fatalf("%s: no copy is served, want one at version %d", what, v)
+	}
+	defer view.release()
+	if view.ver.m.Version != v {
+		t.Fatalf("%s: the copy holds version %d, want %d", what, view.ver.m.Version, v)
+	}
+}
+
 // TestReaderShowsVersionOnceCopyHoldsIt: while a read-only store brings its copy forward to a
 // version another process sealed, that version is not listed, not the latest, and cannot be
 // opened, and the previous one reads exactly; after Refresh it is the latest, the copy holds
@@ -83,14 +99,7 @@ func TestReaderShowsVersionOnceCopyHoldsIt(t *testing.T) {
 	if during == 0 {
 		t.Fatal("the copy was not brought forward by patches in place (the hook never ran)")
 	}
-	if v, _ := r.Latest(); v != 2 {
-		t.Fatalf("after Refresh: latest is %d, want 2", v)
-	}
-	v := r.mat.view()
-	if v == nil || v.ver.m.Version != 2 {
-		t.Fatalf("after Refresh: the copy does not hold version 2")
-	}
-	v.release()
+	fx.latestInCopy(t, "after Refresh", 2)
 	fx.check(t, "version 2 after Refresh", 2)
 	fx.check(t, "version 1 after Refresh", 1)
 }
@@ -135,14 +144,7 @@ func TestReaderDamagedCopyDuringForward(t *testing.T) {
 	if !fx.log.has("not brought forward; rebuilding") {
 		t.Errorf("the damaged copy was not logged; log:\n%s", fx.log.String())
 	}
-	if v, _ := r.Latest(); v != 2 {
-		t.Fatalf("after Refresh: latest is %d, want 2", v)
-	}
-	v := r.mat.view()
-	if v == nil || v.ver.m.Version != 2 {
-		t.Fatalf("after Refresh: the copy was not rebuilt at version 2")
-	}
-	v.release()
+	fx.latestInCopy(t, "after Refresh and the rebuild", 2)
 	fx.check(t, "version 2 after the rebuild", 2)
 	fx.check(t, "version 1 after the rebuild", 1)
 }
@@ -172,10 +174,6 @@ func TestReaderForwardStopsMidway(t *testing.T) {
 	if err := r.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	v := r.mat.view()
-	if v == nil || v.ver.m.Version != 2 {
-		t.Fatalf("the next Refresh did not rebuild the copy at version 2")
-	}
-	v.release()
+	fx.latestInCopy(t, "after the next Refresh", 2)
 	fx.check(t, "version 2 after the rebuild", 2)
 }
