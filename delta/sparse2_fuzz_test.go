@@ -73,13 +73,8 @@ func FuzzDecodeDelta2(f *testing.F) {
 		start := min(int64(first), info.Elements)
 		n := min(int64(count), info.Elements-start)
 		w := info.Width
-		const guard = 16
-		buf := make([]byte, guard+int(n)*w+guard)
-		for i := range buf {
-			buf[i] = byte(i * 7)
-		}
-		orig := bytes.Clone(buf)
-		dst := buf[guard : guard+int(n)*w]
+		g := newGuarded(int(n), w)
+		dst := g.dst
 		d, err := OpenDelta(body)
 		if err != nil {
 			t.Fatalf("OpenDelta refused a body ParseDelta accepted: %v", err)
@@ -91,7 +86,7 @@ func FuzzDecodeDelta2(f *testing.F) {
 		if (err == nil) != (berr == nil) || (err == nil && !bytes.Equal(viaBlocks, dst)) {
 			t.Fatalf("block path (%v) and ApplyDeltaContext (%v) disagree", berr, err)
 		}
-		if !bytes.Equal(buf[:guard], orig[:guard]) || !bytes.Equal(buf[len(buf)-guard:], orig[len(buf)-guard:]) {
+		if g.writtenOutside() {
 			t.Fatal("ApplyDeltaContext wrote outside dst")
 		}
 		if err != nil {
@@ -103,7 +98,7 @@ func FuzzDecodeDelta2(f *testing.F) {
 		if err := ApplyDeltaContext(body, ctx, dst, start, Backward); err != nil {
 			t.Fatalf("backward after a successful forward: %v", err)
 		}
-		if !bytes.Equal(buf, orig) {
+		if !g.restored() {
 			t.Fatal("forward then backward did not restore the bytes")
 		}
 	})

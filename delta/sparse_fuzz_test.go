@@ -66,14 +66,8 @@ func FuzzDecodeDelta(f *testing.F) {
 		start := min(int64(first), info.Elements)
 		n := min(int64(count), info.Elements-start)
 		w := info.Width
-		// Guard bytes on both sides catch any write outside dst.
-		const guard = 16
-		buf := make([]byte, guard+int(n)*w+guard)
-		for i := range buf {
-			buf[i] = byte(i * 7)
-		}
-		orig := bytes.Clone(buf)
-		dst := buf[guard : guard+int(n)*w]
+		g := newGuarded(int(n), w)
+		dst := g.dst
 		d, oerr := OpenDelta(body)
 		if oerr != nil {
 			t.Fatalf("OpenDelta refused a body ParseDelta accepted: %v", oerr)
@@ -84,7 +78,7 @@ func FuzzDecodeDelta(f *testing.F) {
 		if (err == nil) != (berr == nil) || (err == nil && !bytes.Equal(viaBlocks, dst)) {
 			t.Fatalf("block path (%v) and ApplyDelta (%v) disagree", berr, err)
 		}
-		if !bytes.Equal(buf[:guard], orig[:guard]) || !bytes.Equal(buf[len(buf)-guard:], orig[len(buf)-guard:]) {
+		if g.writtenOutside() {
 			t.Fatal("ApplyDelta wrote outside dst")
 		}
 		if err != nil {
@@ -97,7 +91,7 @@ func FuzzDecodeDelta(f *testing.F) {
 		if err := ApplyDelta(body, dst, start, Backward); err != nil {
 			t.Fatalf("backward after a successful forward: %v", err)
 		}
-		if !bytes.Equal(buf, orig) {
+		if !g.restored() {
 			t.Fatal("forward then backward did not restore the bytes")
 		}
 	})
@@ -188,3 +182,26 @@ func FuzzDecodeBlock(f *testing.F) {
 		}
 	})
 }
+
+// guarded is a destination of n elements of width bytes with guard bytes on both sides, which
+// catch a write outside it, filled with a pattern so that a change shows.
+type guarded struct{ buf, orig, dst []byte }
+
+func newGuarded(n, width int) guarded {
+	const guard = 16
+	buf := make([]byte, guard+n*width+guard)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	return guarded{buf: buf, orig: bytes.Clone(buf), dst: buf[guard : guard+n*width]}
+}
+
+// writtenOutside says whether a guard byte changed.
+func (g guarded) writtenOutside() bool {
+	k := len(g.buf) - len(g.dst)
+	lo := k / 2
+	return !bytes.Equal(g.buf[:lo], g.orig[:lo]) || !bytes.Equal(g.buf[lo+len(g.dst):], g.orig[lo+len(g.dst):])
+}
+
+// restored says whether every byte is as it was made.
+func (g guarded) restored() bool { return bytes.Equal(g.buf, g.orig) }
