@@ -349,6 +349,11 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if err := s.failpoint("gc-reanchored"); err != nil {
 		return st, err
 	}
+	// What gc drops is recorded before the first manifest goes, so that Verify tells these
+	// versions from lost ones, also when gc stops before its sweep (gcrecord.go).
+	if err := s.recordDropped(st.Dropped); err != nil {
+		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
+	}
 	within := s.droppedObjects(drop)
 	var dropped []uint64
 	for _, info := range drop {
