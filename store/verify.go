@@ -119,8 +119,8 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	rec, recOK := s.verifyGCRecord(&rep)
 	pages := newPageCache(64 << 20)
 	opts := readOpts{noMaterialized: true, pages: pages}
-	named := map[ID]bool{} // every object a manifest names
-	var lost []Damage      // previous versions lost rather than dropped by gc, if their deltas say so
+	named := map[ID]bool{}       // every object a manifest names
+	var lost []Damage            // previous versions lost rather than dropped by gc, if their deltas say so
 	var lostNamed []lostPrevious // previous versions the gc record says are lost
 	for _, v := range numbers {
 		ver, err := s.loadVersionFresh(v)

@@ -345,7 +345,7 @@ func cmdVerify(e *env, args []string) error {
 	case err == nil || len(rep.Damaged) > 0:
 		// (An error without a finding, such as a store that cannot be read, has no report.)
 		out := verifyJSON{OK: len(rep.Damaged) == 0, Versions: rep.Versions, Objects: rep.Objects, Bytes: rep.Bytes,
-			Damaged: []damageJSON{}, Quarantined: nonNil(moved)}
+			Damaged: []damageJSON{}, Quarantined: nonNil(moved), Notes: rep.Notes}
 		for _, d := range rep.Damaged {
 			out.Damaged = append(out.Damaged, newDamageJSON(d))
 		}
@@ -363,6 +363,9 @@ func cmdVerify(e *env, args []string) error {
 		if !*asJSON {
 			for _, c := range rep.Caches {
 				fmt.Fprintf(e.stdout, "cache: %s\n", c)
+			}
+			for _, n := range rep.Notes {
+				fmt.Fprintf(e.stdout, "note: %s\n", n)
 			}
 		}
 	}

@@ -94,6 +94,8 @@ type verifyJSON struct {
 	Quarantined []string `json:"quarantined"`
 	// Caches are the node-local caches verify checked (or says why not): never store damage.
 	Caches []cacheJSON `json:"caches"`
+	// Notes say what verify could not tell (store.VerifyReport.Notes): never damage.
+	Notes []string `json:"notes,omitempty"`
 }
 
 type cacheJSON struct {
