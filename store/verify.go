@@ -43,9 +43,11 @@ type VerifyReport struct {
 // Verify re-reads every object (its CRC, header and framing), reconstructs every file of
 // every version from the store's objects alone (not the materialized copy) and checks each
 // object's SHA-256 and each file's SHA-256, then reconstructs the objects no version names.
-// A version that a later version names as its previous, but whose manifest is gone, while
-// that later version has a delta against an object no version names (gc would have stored
-// it whole), is damage too. It
+// A version that a later version names as its previous, but whose manifest is gone, is
+// damage (a lost manifest) when the gc record covers it and does not list it as dropped
+// (gcrecord.go, verify_gone.go); one the record does not cover is damage when that later
+// version has a delta against an object no version names (gc would have stored it whole),
+// and the report's Notes say that this is all Verify could tell. It
 // reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil if
 // there is any. Then it checks the node-local caches it can see (CacheCheck), which never
 // count as damage of the store. progress (nil: none) gets the bytes done of the total to read: every
