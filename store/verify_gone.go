@@ -73,6 +73,6 @@ func (l lostPrevious) damage(named map[ID]bool) Damage {
 		return n
 	}
 	return Damage{Version: l.version, Err: fmt.Errorf(
-		"manifest lost: version %d names it as its previous, and the gc record does not list it as dropped by gc; %d delta objects and %d anchors' links of version %d lead to objects no version names (its): %w",
-		l.by, count(l.deltas), count(l.links), l.by, ErrCorrupt)}
+		"manifest lost: version %d names it as its previous, and the gc record does not say that gc dropped it; %d delta objects and %d anchors' links of version %d lead to objects that no version names (version %d's): %w",
+		l.by, count(l.deltas), count(l.links), l.by, l.version, ErrCorrupt)}
 }

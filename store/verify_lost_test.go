@@ -12,14 +12,20 @@ import (
 // anchorStore commits six versions with MaxChain 1: every other version (3, 5) is all
 // anchors whose links lead to the delta objects of the version before (2, 4).
 func anchorStore(t *testing.T) (*Store, string, map[uint64]map[string]string) {
+	return anchorStoreNumbered(t, 1, 2, 3, 4, 5, 6)
+}
+
+// anchorStoreNumbered is anchorStore with the versions numbered as given: the third and
+// fifth are all anchors.
+func anchorStoreNumbered(t *testing.T, numbers ...uint64) (*Store, string, map[uint64]map[string]string) {
 	t.Helper()
 	s, root := newStore(t, Options{MaxChain: 1})
 	want := map[uint64]map[string]string{}
-	for i, files := range modelVersions(t, 6, 23) {
-		_, dir := commitTree(t, s, uint64(i+1), files)
-		want[uint64(i+1)] = treeHashes(t, dir)
+	for i, files := range modelVersions(t, len(numbers), 23) {
+		_, dir := commitTree(t, s, numbers[i], files)
+		want[numbers[i]] = treeHashes(t, dir)
 	}
-	for _, v := range []uint64{3, 5} {
+	for _, v := range []uint64{numbers[2], numbers[4]} {
 		ver, err := s.sealedVersion(v)
 		if err != nil {
 			t.Fatal(err)
@@ -114,4 +120,34 @@ func TestGCInterruptedAfterManifestsDeletedIsNotDamage(t *testing.T) {
 	if rep, err := s.Verify(nil); err != nil {
 		t.Fatalf("verify after gc ran again: %v (%v)", err, rep.Damaged)
 	}
+}
+
+// TestVerifyLostManifestWithGapsAfterGC: versions numbered 10, 20, ... 70; gc keeps 30 (a
+// milestone), 50, 60 and 70 and drops 10, 20 and 40; then the manifest of 60 is deleted, and
+// 70 is all anchors whose links lead to 60's objects. Verify names 60, and nothing else (the
+// versions gc dropped, and the numbers between them that no version had, are not lost).
+func TestVerifyLostManifestWithGapsAfterGC(t *testing.T) {
+	s, root, _ := anchorStoreNumbered(t, 10, 20, 30, 40, 50, 60, 70)
+	st, err := s.GCWith(3, GCOptions{KeepEvery: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(st.Dropped) != "[10 20 40]" {
+		t.Fatalf("gc dropped %v", st.Dropped)
+	}
+	if rep, err := s.Verify(nil); err != nil || len(rep.Notes) > 0 {
+		t.Fatalf("verify after gc: %v, notes %q", err, rep.Notes)
+	}
+	closeStore(t, s)
+	if err := os.Remove(filepath.Join(root, "versions", "v000060")); err != nil {
+		t.Fatal(err)
+	}
+	r := openStore(t, root, Options{ReadOnly: true})
+	expectDamage(r)
+	rep, err := r.Verify(nil)
+	if !errors.Is(err, ErrCorrupt) || len(rep.Damaged) != 1 || rep.Damaged[0].Version != 60 ||
+		!strings.Contains(rep.Damaged[0].Err.Error(), "manifest lost: version 70 names it") {
+		t.Fatalf("verify after the manifest of v60 was deleted: %v", err)
+	}
+	t.Logf("finding: %s", rep.Damaged[0])
 }
