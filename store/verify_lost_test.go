@@ -151,3 +151,53 @@ func TestVerifyLostManifestWithGapsAfterGC(t *testing.T) {
 	}
 	t.Logf("finding: %s", rep.Damaged[0])
 }
+
+// TestRepairRecordsALostManifest: verify --repair has no file to move for a lost manifest; it
+// records the version as gone in the gc record, so that the next Verify passes, and the next
+// gc deletes the objects only it named.
+func TestRepairRecordsALostManifest(t *testing.T) {
+	s, root, want := anchorStore(t)
+	closeStore(t, s)
+	if err := os.Remove(filepath.Join(root, "versions", "v000002")); err != nil {
+		t.Fatal(err)
+	}
+	w := openStore(t, root, Options{})
+	rr, err := w.Repair(nil)
+	if err != nil || fmt.Sprint(rr.Lost) != "[2]" || len(rr.Moved) != 0 || len(rr.Verify.Damaged) != 1 {
+		t.Fatalf("repair of a lost manifest: lost %v, moved %v, damaged %v, %v", rr.Lost, rr.Moved, rr.Verify.Damaged, err)
+	}
+	if rep, err := w.Verify(nil); err != nil || len(rep.Notes) > 0 {
+		t.Fatalf("verify after repair: %v, notes %q", err, rep.Notes)
+	}
+	if _, err := w.GC(10); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []uint64{1, 3, 4, 5, 6} {
+		sameTree(t, fmt.Sprintf("v%d after repair and gc", v), exportHashes(t, w, v), want[v])
+	}
+}
+
+// TestSweepKeepsTheContextsOfALostVersion: the manifest of version 2 is lost, and version 3's
+// anchors keep links of version 2 coded against version 2's delta sections, which versions
+// 4 and 6 decode against in turn. A sweep (a gc that drops nothing) must keep version 2's
+// objects that those links need, though no manifest names them: the lost manifest must not
+// take the versions after it with it.
+func TestSweepKeepsTheContextsOfALostVersion(t *testing.T) {
+	s, root, want := anchorStore(t)
+	closeStore(t, s)
+	if err := os.Remove(filepath.Join(root, "versions", "v000002")); err != nil {
+		t.Fatal(err)
+	}
+	w := openStore(t, root, Options{})
+	expectDamage(w)
+	if _, err := w.GC(10); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []uint64{1, 3, 4, 5, 6} {
+		sameTree(t, fmt.Sprintf("v%d after a sweep", v), exportHashes(t, w, v), want[v])
+	}
+	rep, err := w.Verify(nil)
+	if !errors.Is(err, ErrCorrupt) || len(rep.Damaged) != 1 || rep.Damaged[0].Version != 2 {
+		t.Fatalf("verify after a sweep of a store with a lost manifest: %v", err)
+	}
+}
