@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 )
 
@@ -58,7 +59,8 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 	// version 1 every kept link whose base it drops, so in a sound store the base of such a
 	// link is named; one that is not (the version before is lost, or gc stopped before it
 	// re-coded) keeps its base, lest a sweep break the reads of the versions that decode
-	// against the link. Only links whose base no root reaches are opened to see.
+	// against the link. Only links whose base no root reaches, and is still stored, are
+	// opened to see.
 	for len(links) > 0 {
 		id := links[len(links)-1]
 		links = links[:len(links)-1]
@@ -68,6 +70,12 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 		}
 		if live[m.Base] {
 			continue
+		}
+		// A base already gone (the usual case: gc dropped it and swept) keeps nothing.
+		if _, err := s.be.StatObject(m.Base); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
 		}
 		v2, err := s.sectionIsV2(id)
 		if err != nil {
