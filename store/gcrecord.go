@@ -149,6 +149,23 @@ func (r gcRecord) add(drop, remaining []uint64) gcRecord {
 		}
 		out.Ranges = append(out.Ranges, rg)
 	}
+	// A remaining version inside a range (one an earlier gc recorded and then did not delete,
+	// stopped between the record and the manifest; a gc now keeps it) is cut out of it, so
+	// that its manifest, if lost later, is not taken for dropped.
+	var cut []versionRange
+	for _, rg := range out.Ranges {
+		i := sort.Search(len(remaining), func(i int) bool { return remaining[i] >= rg.First })
+		for ; i < len(remaining) && remaining[i] <= rg.Last; i++ {
+			if remaining[i] > rg.First {
+				cut = append(cut, versionRange{rg.First, remaining[i] - 1})
+			}
+			rg.First = remaining[i] + 1
+		}
+		if rg.First <= rg.Last {
+			cut = append(cut, rg)
+		}
+	}
+	out.Ranges = cut
 	return out
 }
 
