@@ -399,6 +399,9 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if err := s.recordDropped(st.Dropped); err != nil {
 		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
 	}
+	if err := s.failpoint("gc-recorded"); err != nil {
+		return st, err
+	}
 	within := s.droppedObjects(drop)
 	var dropped []uint64
 	for _, info := range drop {
