@@ -115,7 +115,7 @@ func TestGCRecordAdd(t *testing.T) {
 		{[]versionRange{{1, 2}}, []uint64{3, 4}, []uint64{5}, "[{1 4}]"},
 		{[]versionRange{{1, 2}, {4, 4}}, []uint64{3}, []uint64{5}, "[{1 4}]"}, // the milestone goes
 		{[]versionRange{{1, 4}}, nil, []uint64{5}, "[{1 4}]"},
-		{nil, []uint64{2}, []uint64{1, 3}, "[{2 2}]"}, // a pinned oldest version stays
+		{nil, []uint64{2}, []uint64{1, 3}, "[{2 2}]"},                                   // a pinned oldest version stays
 		{[]versionRange{{1, 6}}, []uint64{7}, []uint64{3, 6, 8}, "[{1 2} {4 5} {7 7}]"}, // recorded, then kept
 		{[]versionRange{{1, 6}}, nil, []uint64{1, 6, 8}, "[{2 5}]"},
 	} {
