@@ -260,7 +260,8 @@ func (s *Store) ensureGCRecord() {
 	case gcRecordOK, gcRecordUnsupported:
 		return
 	case gcRecordBad:
-		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedVersion) {
+		if !errors.Is(err, ErrCorrupt) {
+			// Unreadable now, or written by a newer weightfs: not ours to replace.
 			s.log.Warn("gc record: not read; left as it is", "err", err)
 			return
 		}
@@ -285,7 +286,9 @@ func (s *Store) recordDropped(drop []uint64) error {
 	case gcRecordUnsupported:
 		return nil
 	case gcRecordBad:
-		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedVersion) {
+		if !errors.Is(err, ErrCorrupt) {
+			// A record of a newer format is refused, not overwritten: gc stops, deleting
+			// nothing (use the newer weightfs).
 			return err
 		}
 		s.log.Warn("gc record: damaged, replaced by a new one: which versions gc dropped before is no longer known (verify judges those by their next versions' deltas alone)", "err", err)

@@ -215,3 +215,32 @@ func TestVerifyWithoutAGoodGCRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestGCRecordOfANewerFormat: a record of an unknown format version (a newer weightfs's) is
+// neither read nor replaced: the writer's open leaves it, Verify notes it, and gc stops
+// before it deletes anything.
+func TestGCRecordOfANewerFormat(t *testing.T) {
+	s, root, _ := anchorStore(t)
+	closeStore(t, s)
+	rec := filepath.Join(root, GCRecordName)
+	newer := encodeGCRecord(gcRecord{})
+	binary.LittleEndian.PutUint32(newer[8:], 2)
+	binary.LittleEndian.PutUint32(newer[len(newer)-4:], crc32c(newer[:len(newer)-4]))
+	if err := os.WriteFile(rec, newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := openStore(t, root, Options{})
+	if b, _ := os.ReadFile(rec); !bytes.Equal(b, newer) {
+		t.Fatal("the writer's open replaced a gc record of a newer format")
+	}
+	rep, err := w.Verify(nil)
+	if err != nil || !strings.Contains(strings.Join(rep.Notes, "\n"), "format version 2") {
+		t.Fatalf("verify with a gc record of a newer format: %v, notes %q", err, rep.Notes)
+	}
+	if _, err := w.GC(2); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("gc with a gc record of a newer format: %v", err)
+	}
+	if len(w.Versions()) != 6 {
+		t.Fatalf("gc that stopped dropped versions: %v", numbers(w.Versions()))
+	}
+}

@@ -19,11 +19,14 @@ import (
 func (s *Store) verifyGCRecord(rep *VerifyReport) (rec gcRecord, ok bool) {
 	rec, state, err := s.readGCRecord()
 	if state == gcRecordBad {
-		what := "damaged"
-		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedVersion) {
-			what = "unreadable"
+		what, then := "unreadable", ""
+		switch {
+		case errors.Is(err, ErrCorrupt):
+			what, then = "damaged", " (the writer replaces the record when it next opens the store)"
+		case errors.Is(err, ErrUnsupportedVersion):
+			what, then = "of an unknown format", " (a newer weightfs's: verify with it)"
 		}
-		rep.Notes = append(rep.Notes, fmt.Sprintf("gc record %s: %v: whether a gone version was dropped by gc or lost cannot be told from it; each is judged by the deltas of the version after it alone (the writer replaces the record when it next opens the store)", what, err))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("gc record %s: %v: whether a gone version was dropped by gc or lost cannot be told from it; each is judged by the deltas of the version after it alone%s", what, err, then))
 		s.log.Warn("verify: gc record "+what+"; gone versions are judged by their next versions' deltas alone", "err", err)
 	}
 	return rec, state == gcRecordOK
