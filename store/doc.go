@@ -94,7 +94,9 @@
 // A version whose manifest cannot be read is skipped, not fatal: it leaves the list with a
 // log line naming it and `weightfs verify --repair`, reads of it return ErrCorrupt saying the
 // same, Latest is the newest readable version, and new versions are numbered above it.
-// Repair moves damaged versions and objects into STORE/quarantine/ (repair.go).
+// Repair moves damaged versions and objects into STORE/quarantine/ (repair.go). gc records
+// the versions it drops (STORE/dropped, gcrecord.go) before it deletes their manifests, so
+// that Verify tells a version gc dropped from one whose manifest was lost.
 //
 // # Permissions
 //

@@ -31,4 +31,5 @@ var errInjected = errors.New("injected failure")
 // and of GC:
 //
 //	gc-reanchored          kept versions re-anchored, no manifest deleted
+//	gc-recorded            the dropped versions in the gc record, no manifest deleted
 //	gc-manifests-deleted   old manifests deleted, no object deleted

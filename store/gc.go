@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 )
 
@@ -22,24 +23,68 @@ func (m *manifest) roots(set map[ID]bool) {
 }
 
 // liveSetWhole is the closure of roots over delta bases: every object a read of them may need.
-// (The link of a full object is optional: its base is not kept alive by it.)
-// whole names delta objects to take as whole copies (re-anchored by a dry run's gc).
+// (The link of a full object is optional: its base is not kept alive by it, unless the link
+// is a delta section of version 2, whose context is its base's section: gccontext.go.)
+// whole names delta objects to take as whole copies (re-anchored by a dry run's gc, which
+// re-codes their links in version 1).
 func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 	live := make(map[ID]bool, len(roots))
-	for id := range roots {
+	var links []ID // full objects with a link whose base is not (yet) live
+	walk := func(id ID) error {
 		for cur, n := id, 0; !live[cur]; n++ {
 			live[cur] = true
 			m, err := s.meta(cur)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if m.Kind != kindDelta || whole[cur] {
+				if m.DeltaLen > 0 && !whole[cur] {
+					links = append(links, cur)
+				}
 				break
 			}
 			if n > maxWalk {
-				return nil, objectError(id, fmt.Errorf("delta chain longer than %d: %w", maxWalk, ErrCorrupt))
+				return objectError(id, fmt.Errorf("delta chain longer than %d: %w", maxWalk, ErrCorrupt))
 			}
 			cur = m.Base
+		}
+		return nil
+	}
+	for id := range roots {
+		if err := walk(id); err != nil {
+			return nil, err
+		}
+	}
+	// A kept link of version 2 needs its base's section (its context). gc re-codes in
+	// version 1 every kept link whose base it drops, so in a sound store the base of such a
+	// link is named; one that is not (the version before is lost, or gc stopped before it
+	// re-coded) keeps its base, lest a sweep break the reads of the versions that decode
+	// against the link. Only links whose base no root reaches, and is still stored, are
+	// opened to see.
+	for len(links) > 0 {
+		id := links[len(links)-1]
+		links = links[:len(links)-1]
+		m, err := s.meta(id)
+		if err != nil {
+			return nil, err
+		}
+		if live[m.Base] {
+			continue
+		}
+		// A base already gone (the usual case: gc dropped it and swept) keeps nothing.
+		if _, err := s.be.StatObject(m.Base); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		v2, err := s.sectionIsV2(id)
+		if err != nil {
+			return nil, err
+		}
+		if v2 {
+			if err := walk(m.Base); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return live, nil
@@ -347,6 +392,14 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if err := s.failpoint("gc-reanchored"); err != nil {
+		return st, err
+	}
+	// What gc drops is recorded before the first manifest goes, so that Verify tells these
+	// versions from lost ones, also when gc stops before its sweep (gcrecord.go).
+	if err := s.recordDropped(st.Dropped); err != nil {
+		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
+	}
+	if err := s.failpoint("gc-recorded"); err != nil {
 		return st, err
 	}
 	within := s.droppedObjects(drop)

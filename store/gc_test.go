@@ -64,7 +64,7 @@ func TestGCKeepsKeptVersionsReadable(t *testing.T) {
 }
 
 func TestGCCrashPoints(t *testing.T) {
-	for _, point := range []string{"gc-reanchored", "gc-manifests-deleted"} {
+	for _, point := range []string{"gc-reanchored", "gc-recorded", "gc-manifests-deleted"} {
 		t.Run(point, func(t *testing.T) {
 			s, root := newStore(t, Options{})
 			want := map[uint64]map[string]string{}

@@ -18,7 +18,9 @@ import (
 //     that the next version holding the same bytes stores them anew rather than refer to
 //     the damaged file.
 //
-// What was moved is reported and logged, never silent. Versions that named a quarantined one
+// A version whose manifest is lost (Verify's "manifest lost") has nothing to move: it is
+// recorded as gone in the gc record (gcrecord.go), and the next gc removes the objects only
+// it named (but those later versions' links decode against: liveSetWhole). What was moved or recorded is reported and logged, never silent. Versions that named a quarantined one
 // as their previous version stay what they were: their objects do not depend on the
 // manifest, and Verify checked each of them on its own (if it needs a damaged object it is
 // quarantined too). They are listed as anchors (their previous version is gone), and their
@@ -40,6 +42,9 @@ type RepairReport struct {
 	Quarantined        []uint64 // versions moved aside, ascending
 	QuarantinedObjects []ID     // objects moved aside
 	Moved              []string // where each went, for the report
+	// Lost lists the versions whose manifest is lost (nothing to move): they are recorded as
+	// gone in the gc record (gcrecord.go), so that a following Verify passes.
+	Lost []uint64
 }
 
 // Repair verifies the whole store (Verify) and moves every damaged version and object into
@@ -79,6 +84,21 @@ func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	for _, v := range slices.Sorted(mapKeys(versions)) {
+		if _, err := s.be.GetManifest(v); errors.Is(err, fs.ErrNotExist) {
+			rep.Lost = append(rep.Lost, v)
+			delete(versions, v)
+		}
+	}
+	if len(rep.Lost) > 0 {
+		// A lost manifest leaves nothing to move: the loss is recorded, as gc records what it
+		// drops; the next gc removes the objects only it named (but the contexts of later
+		// versions' links: gc.go).
+		if err := s.recordDropped(rep.Lost); err != nil {
+			return rep, fmt.Errorf("repair: record the lost versions %v: %w", rep.Lost, err)
+		}
+		s.log.Info("repair: lost manifests recorded as gone in the gc record", "versions", rep.Lost)
+	}
+	for _, v := range slices.Sorted(mapKeys(versions)) {
 		dst, err := q.quarantineManifest(v)
 		if err != nil {
 			return rep, fmt.Errorf("repair: %w", err)
@@ -100,7 +120,7 @@ func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
 		s.log.Info("repair: object quarantined", "object", id, "to", dst)
 	}
 	if len(rep.Moved) == 0 {
-		return rep, nil
+		return rep, nil // (lost manifests recorded change nothing a process holds)
 	}
 	if err := s.ix.updateVersions(nil, rep.Quarantined); err != nil {
 		s.log.Warn("index: not updated", "err", err)

@@ -327,6 +327,9 @@ func (s *Store) finishOpen() error {
 	if err := s.loadVersions(); err != nil {
 		return err
 	}
+	if !s.readOnly {
+		s.ensureGCRecord()
+	}
 	if !s.readOnly && (statErr != nil || s.ix.flag(keyDirty)) {
 		// A writer died between writing objects and sealing them (or the index, which
 		// remembers that, is new): drop the objects no manifest needs.

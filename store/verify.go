@@ -35,14 +35,19 @@ type VerifyReport struct {
 	// Caches lists the node-local caches checked (verify_caches.go): a damaged cache is
 	// reported and dropped there, not in Damaged.
 	Caches []CacheCheck
+	// Notes says, for people, what Verify could not tell (a gone version that no gc record
+	// covers, judged by the deltas after it alone; a damaged gc record): not damage.
+	Notes []string
 }
 
 // Verify re-reads every object (its CRC, header and framing), reconstructs every file of
 // every version from the store's objects alone (not the materialized copy) and checks each
 // object's SHA-256 and each file's SHA-256, then reconstructs the objects no version names.
-// A version that a later version names as its previous, but whose manifest is gone, while
-// that later version has a delta against an object no version names (gc would have stored
-// it whole), is damage too. It
+// A version that a later version names as its previous, but whose manifest is gone, is
+// damage (a lost manifest) when the gc record covers it and does not list it as dropped
+// (gcrecord.go, verify_gone.go); one the record does not cover is damage when that later
+// version has a delta against an object no version names (gc would have stored it whole),
+// and the report's Notes say that this is all Verify could tell. It
 // reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil if
 // there is any. Then it checks the node-local caches it can see (CacheCheck), which never
 // count as damage of the store. progress (nil: none) gets the bytes done of the total to read: every
@@ -113,10 +118,12 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			total += info.LogicalBytes
 		}
 	}
+	rec, recOK := s.verifyGCRecord(&rep)
 	pages := newPageCache(64 << 20)
 	opts := readOpts{noMaterialized: true, pages: pages}
-	named := map[ID]bool{} // every object a manifest names
-	var lost []Damage      // previous versions lost rather than dropped by gc, if their deltas say so
+	named := map[ID]bool{}       // every object a manifest names
+	var lost []Damage            // previous versions lost rather than dropped by gc, if their deltas say so
+	var lostNamed []lostPrevious // previous versions the gc record says are lost
 	for _, v := range numbers {
 		ver, err := s.loadVersionFresh(v)
 		if err != nil {
@@ -125,10 +132,21 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		}
 		ver.m.roots(named)
 		if p := ver.m.Previous; p != 0 && !present[p] && !quarantined[p] {
-			// gc drops the oldest versions, and (--keep-every, readers' pins) versions
-			// between kept ones; either way it re-anchors the deltas whose bases go, so a
-			// delta based outside every named object is what a lost manifest leaves.
-			lost = append(lost, s.deltasBasedOutside(ver)...)
+			switch {
+			case recOK && rec.dropped(p):
+				// gc dropped it (its objects may wait for a sweep: an interrupted gc).
+			case recOK && p > rec.Since:
+				// gc records what it drops before the first manifest goes: this one
+				// was not dropped, its manifest is lost.
+				lostNamed = append(lostNamed, s.lostManifest(ver))
+			default:
+				// Gone before the record (or without one): gc drops the oldest versions,
+				// and (--keep-every, readers' pins) versions between kept ones; either
+				// way it re-anchors the deltas whose bases go, so a delta based outside
+				// every named object is what a lost manifest leaves.
+				lost = append(lost, s.deltasBasedOutside(ver)...)
+				rep.Notes = append(rep.Notes, fmt.Sprintf("version %d (the previous of version %d) is gone and no gc record says whether gc dropped it: judged by version %d's deltas alone (a lost manifest whose next version holds only whole copies is not seen)", p, ver.m.Version, ver.m.Version))
+			}
 		}
 		rep.Versions++
 		for j := range ver.m.Files {
@@ -149,6 +167,12 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		if !named[d.Object] && !reported[d.Version] {
 			reported[d.Version] = true
 			rep.Damaged = append(rep.Damaged, Damage{Version: d.Version, Err: d.Err})
+		}
+	}
+	for _, l := range lostNamed {
+		if !reported[l.version] {
+			reported[l.version] = true
+			rep.Damaged = append(rep.Damaged, l.damage(named))
 		}
 	}
 	// Objects no version names (bases only, or left by an interrupted writer).

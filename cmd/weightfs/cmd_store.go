@@ -326,10 +326,11 @@ func cmdVerify(e *env, args []string) error {
 	p := newProgress(e, "verify")
 	var rep store.VerifyReport
 	var moved []string
+	var lost []uint64
 	if *repair {
 		var rr store.RepairReport
 		rr, err = st.Repair(p.update)
-		rep, moved = rr.Verify, rr.Moved
+		rep, moved, lost = rr.Verify, rr.Moved, rr.Lost
 	} else {
 		rep, err = st.Verify(p.update)
 	}
@@ -342,10 +343,13 @@ func cmdVerify(e *env, args []string) error {
 		for _, m := range moved {
 			fmt.Fprintf(e.stdout, "QUARANTINED %s\n", m)
 		}
+		for _, v := range lost {
+			fmt.Fprintf(e.stdout, "LOST version %d: its manifest is lost (nothing to move), recorded as gone in %s\n", v, store.GCRecordName)
+		}
 	case err == nil || len(rep.Damaged) > 0:
 		// (An error without a finding, such as a store that cannot be read, has no report.)
 		out := verifyJSON{OK: len(rep.Damaged) == 0, Versions: rep.Versions, Objects: rep.Objects, Bytes: rep.Bytes,
-			Damaged: []damageJSON{}, Quarantined: nonNil(moved)}
+			Damaged: []damageJSON{}, Quarantined: nonNil(moved), Lost: lost, Notes: rep.Notes}
 		for _, d := range rep.Damaged {
 			out.Damaged = append(out.Damaged, newDamageJSON(d))
 		}
@@ -363,6 +367,9 @@ func cmdVerify(e *env, args []string) error {
 		if !*asJSON {
 			for _, c := range rep.Caches {
 				fmt.Fprintf(e.stdout, "cache: %s\n", c)
+			}
+			for _, n := range rep.Notes {
+				fmt.Fprintf(e.stdout, "note: %s\n", n)
 			}
 		}
 	}

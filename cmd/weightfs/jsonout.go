@@ -92,8 +92,12 @@ type verifyJSON struct {
 	Damaged  []damageJSON `json:"damaged"`
 	// Quarantined says where --repair moved each damaged version and object.
 	Quarantined []string `json:"quarantined"`
+	// Lost lists the versions whose lost manifest --repair recorded as gone (nothing to move).
+	Lost []uint64 `json:"lost,omitempty"`
 	// Caches are the node-local caches verify checked (or says why not): never store damage.
 	Caches []cacheJSON `json:"caches"`
+	// Notes say what verify could not tell (store.VerifyReport.Notes): never damage.
+	Notes []string `json:"notes,omitempty"`
 }
 
 type cacheJSON struct {

@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TempFiles", testTempFiles},
 		{"ReaderOfConcurrentWriter", testReaderOfConcurrentWriter},
 		{"GroupRecords", testGroupRecords},
+		{"GCRecord", testGCRecord},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, opened(newStore(t))) })
@@ -514,5 +515,39 @@ func testGroupRecords(t *testing.T, open Opener) {
 	}
 	if names, err := w.ListGroupRecords(); err != nil || slices.Contains(names, name) || slices.Contains(names, other) {
 		t.Fatalf("list after the deletes: %q, %v", names, err)
+	}
+}
+
+// testGCRecord: a backend that holds the gc record (store.GCRecords) says fs.ErrNotExist
+// before the first put, gives a reader what the writer put, whole, and the newer bytes after
+// a replacement; the record is neither an object nor a manifest. A backend without it skips.
+func testGCRecord(t *testing.T, open Opener) {
+	w, ok := open(t, true).(store.GCRecords)
+	if !ok {
+		t.Skip("no gc record")
+	}
+	r, ok := open(t, false).(store.GCRecords)
+	if !ok {
+		t.Fatal("the writer's backend holds the gc record, a reader's does not")
+	}
+	if _, err := r.GetGCRecord(); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("get of a missing gc record: %v, want fs.ErrNotExist", err)
+	}
+	for i, data := range [][]byte{[]byte("first"), bytes.Repeat([]byte("second"), 1000)} {
+		if err := w.PutGCRecord(data); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		got, err := r.GetGCRecord()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEqual(t, "gc record", got, data)
+	}
+	b := w.(store.Backend)
+	if vs, err := b.ListManifests(); err != nil || len(vs) != 0 {
+		t.Fatalf("manifests beside the gc record: %v, %v", vs, err)
+	}
+	if err := b.ListObjects(func(id store.ID, _ int64) error { return fmt.Errorf("object %s listed", id) }); err != nil {
+		t.Fatalf("objects beside the gc record: %v", err)
 	}
 }

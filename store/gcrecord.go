@@ -1,0 +1,311 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+)
+
+// The gc record (docs/format.md Part I §4.4; docs/design.md, "Telling a dropped version from
+// a lost one"): STORE/dropped (S3: PREFIX/dropped) lists the version numbers gc dropped, so
+// that Verify can tell a version gc dropped from one whose manifest was lost. gc writes it,
+// durably, before it deletes the first manifest; the writer creates it when it opens a store
+// without one. Versions at or below its Since were gone before the record existed (or before
+// it was last recreated): Verify judges those by the deltas of the version after them, as
+// before the record. The record is advisory to Verify alone: a damaged or missing one costs
+// Verify that distinction (it says so in its report), never a read, a seal or a gc.
+
+// GCRecords is the optional part of a Backend that holds the gc record. A backend without it
+// has none: Verify then judges every gone version by the deltas after it.
+type GCRecords interface {
+	// PutGCRecord stores the record durably and atomically, replacing the old one: a reader
+	// gets the old bytes or the new, never a mix.
+	PutGCRecord(data []byte) error
+	// GetGCRecord returns the record's bytes (fs.ErrNotExist if there is none).
+	GetGCRecord() ([]byte, error)
+}
+
+// GCRecordName is the record's name in a store's layout (STORE/NAME, PREFIX/NAME in S3).
+const GCRecordName = "dropped"
+
+const (
+	gcRecordMagic   = "WFSDROPS"
+	gcRecordVersion = 1
+	gcRecordHead    = 24 // magic, version, since, range count
+	gcRecordRange   = 16 // first, last
+)
+
+// versionRange is a closed range of version numbers.
+type versionRange struct{ First, Last uint64 }
+
+// gcRecord is the content of the gc record.
+type gcRecord struct {
+	// Since: a version at or below it that is gone was gone before the record (judged the
+	// old way); above it, a gone version that no range holds was not dropped by gc.
+	Since uint64
+	// Ranges holds every version gc dropped (and numbers between them that no version had),
+	// ascending and disjoint.
+	Ranges []versionRange
+}
+
+// encodeGCRecord lays out r (docs/format.md Part I §4.4).
+func encodeGCRecord(r gcRecord) []byte {
+	b := make([]byte, gcRecordHead, gcRecordHead+gcRecordRange*len(r.Ranges)+4)
+	copy(b, gcRecordMagic)
+	binary.LittleEndian.PutUint32(b[8:], gcRecordVersion)
+	binary.LittleEndian.PutUint64(b[12:], r.Since)
+	binary.LittleEndian.PutUint32(b[20:], uint32(len(r.Ranges)))
+	for _, rg := range r.Ranges {
+		b = binary.LittleEndian.AppendUint64(b, rg.First)
+		b = binary.LittleEndian.AppendUint64(b, rg.Last)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32c(b))
+}
+
+// parseGCRecord checks and decodes a gc record: the magic, then the version, then the size
+// and the CRC, then the numbers. Any failure wraps ErrCorrupt (an unknown version wraps
+// ErrUnsupportedVersion): the record is refused whole.
+func parseGCRecord(b []byte) (gcRecord, error) {
+	var r gcRecord
+	if len(b) < len(gcRecordMagic) || string(b[:len(gcRecordMagic)]) != gcRecordMagic {
+		return r, fmt.Errorf("gc record: bad magic: %w", ErrCorrupt)
+	}
+	if len(b) < 12 {
+		return r, fmt.Errorf("gc record: %d bytes: %w", len(b), ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != gcRecordVersion {
+		return r, fmt.Errorf("gc record: format version %d (this weightfs reads %d): %w", v, gcRecordVersion, ErrUnsupportedVersion)
+	}
+	if len(b) < gcRecordHead+4 {
+		return r, fmt.Errorf("gc record: %d bytes: %w", len(b), ErrCorrupt)
+	}
+	n := uint64(binary.LittleEndian.Uint32(b[20:]))
+	if uint64(len(b)) != gcRecordHead+gcRecordRange*n+4 {
+		return r, fmt.Errorf("gc record: %d bytes for %d ranges: %w", len(b), n, ErrCorrupt)
+	}
+	body := len(b) - 4
+	if binary.LittleEndian.Uint32(b[body:]) != crc32c(b[:body]) {
+		return r, fmt.Errorf("gc record: CRC-32C mismatch: %w", ErrCorrupt)
+	}
+	r.Since = binary.LittleEndian.Uint64(b[12:])
+	if r.Since > MaxVersion {
+		return r, fmt.Errorf("gc record: since %d above the largest version: %w", r.Since, ErrCorrupt)
+	}
+	if n > 0 {
+		r.Ranges = make([]versionRange, n)
+	}
+	for i := range r.Ranges {
+		off := gcRecordHead + gcRecordRange*i
+		rg := versionRange{binary.LittleEndian.Uint64(b[off:]), binary.LittleEndian.Uint64(b[off+8:])}
+		if rg.First < 1 || rg.First > rg.Last || rg.Last > MaxVersion || (i > 0 && rg.First <= r.Ranges[i-1].Last) {
+			return gcRecord{}, fmt.Errorf("gc record: range %d (%d-%d) out of order or out of bounds: %w", i, rg.First, rg.Last, ErrCorrupt)
+		}
+		r.Ranges[i] = rg
+	}
+	return r, nil
+}
+
+// dropped reports whether gc dropped version v (a range holds it).
+func (r *gcRecord) dropped(v uint64) bool {
+	i := sort.Search(len(r.Ranges), func(i int) bool { return r.Ranges[i].Last >= v })
+	return i < len(r.Ranges) && r.Ranges[i].First <= v
+}
+
+// add returns r with the versions drop added. remaining (ascending) are the versions that
+// stay (manifests and the quarantine's): two ranges with none of them between are joined,
+// so the record holds about as many ranges as there are kept versions, whatever gc dropped
+// over time. A number between two dropped versions with no remaining version between them
+// is no remaining version's previous (that is the next sealed number after it, which is
+// dropped or between), so holding it hides nothing.
+func (r gcRecord) add(drop, remaining []uint64) gcRecord {
+	all := slices.Clone(r.Ranges)
+	for _, v := range drop {
+		all = append(all, versionRange{v, v})
+	}
+	slices.SortFunc(all, func(a, b versionRange) int {
+		switch {
+		case a.First < b.First:
+			return -1
+		case a.First > b.First:
+			return 1
+		}
+		return 0
+	})
+	out := gcRecord{Since: r.Since}
+	for _, rg := range all {
+		if n := len(out.Ranges); n > 0 {
+			last := &out.Ranges[n-1]
+			// The first remaining version above the last range.
+			i := sort.Search(len(remaining), func(i int) bool { return remaining[i] > last.Last })
+			if rg.First <= last.Last+1 || i == len(remaining) || remaining[i] >= rg.First {
+				last.Last = max(last.Last, rg.Last)
+				continue
+			}
+		}
+		out.Ranges = append(out.Ranges, rg)
+	}
+	// A remaining version inside a range (one an earlier gc recorded and then did not delete,
+	// stopped between the record and the manifest; a gc now keeps it) is cut out of it, so
+	// that its manifest, if lost later, is not taken for dropped.
+	var cut []versionRange
+	for _, rg := range out.Ranges {
+		i := sort.Search(len(remaining), func(i int) bool { return remaining[i] >= rg.First })
+		for ; i < len(remaining) && remaining[i] <= rg.Last; i++ {
+			if remaining[i] > rg.First {
+				cut = append(cut, versionRange{rg.First, remaining[i] - 1})
+			}
+			rg.First = remaining[i] + 1
+		}
+		if rg.First <= rg.Last {
+			cut = append(cut, rg)
+		}
+	}
+	out.Ranges = cut
+	return out
+}
+
+func (b *localBackend) gcRecordPath() string { return filepath.Join(b.root, GCRecordName) }
+
+var _ GCRecords = (*localBackend)(nil)
+
+func (b *localBackend) PutGCRecord(data []byte) error {
+	if err := writeFileSynced(b.gcRecordPath(), filepath.Join(b.root, "tmp"), data, b.modes.file); err != nil {
+		return fmt.Errorf("write gc record: %w", err)
+	}
+	return nil
+}
+
+func (b *localBackend) GetGCRecord() ([]byte, error) {
+	data, err := os.ReadFile(b.gcRecordPath())
+	if err != nil {
+		return nil, fmt.Errorf("read gc record: %w", err)
+	}
+	return data, nil
+}
+
+// gcRecordState is what readGCRecord found.
+type gcRecordState int
+
+const (
+	gcRecordOK          gcRecordState = iota
+	gcRecordUnsupported               // the backend holds none
+	gcRecordAbsent                    // none in the store
+	gcRecordBad                       // unreadable or refused: the error says why
+)
+
+// readGCRecord reads and checks the store's gc record.
+func (s *Store) readGCRecord() (gcRecord, gcRecordState, error) {
+	recs, ok := s.backend.(GCRecords)
+	if !ok {
+		return gcRecord{}, gcRecordUnsupported, nil
+	}
+	data, err := recs.GetGCRecord()
+	if errors.Is(err, fs.ErrNotExist) {
+		return gcRecord{}, gcRecordAbsent, nil
+	}
+	if err != nil {
+		return gcRecord{}, gcRecordBad, err
+	}
+	r, err := parseGCRecord(data)
+	if err != nil {
+		return gcRecord{}, gcRecordBad, err
+	}
+	return r, gcRecordOK, nil
+}
+
+// storedVersionNumbers lists the version numbers the store holds (manifests, readable or not) and
+// those in quarantine, ascending.
+func (s *Store) storedVersionNumbers() ([]uint64, error) {
+	numbers, err := s.be.ListManifests()
+	if err != nil {
+		return nil, err
+	}
+	if q, ok := s.be.(quarantiner); ok {
+		qs, err := q.listQuarantined()
+		if err != nil {
+			return nil, err
+		}
+		numbers = append(numbers, qs...)
+		slices.Sort(numbers)
+		numbers = slices.Compact(numbers)
+	}
+	return numbers, nil
+}
+
+// freshGCRecord is the record of a store that has none (or a damaged one): every version
+// gone so far is judged the old way.
+func (s *Store) freshGCRecord() (gcRecord, error) {
+	numbers, err := s.storedVersionNumbers()
+	if err != nil {
+		return gcRecord{}, err
+	}
+	var r gcRecord
+	if n := len(numbers); n > 0 {
+		r.Since = numbers[n-1]
+	}
+	return r, nil
+}
+
+// ensureGCRecord is the writer's at open: a store without a gc record (new, or from before
+// the record) gets one, and a damaged one is replaced, with a log line saying what is lost.
+// It never fails the open: without a record, Verify judges as before it.
+func (s *Store) ensureGCRecord() {
+	_, state, err := s.readGCRecord()
+	switch state {
+	case gcRecordOK, gcRecordUnsupported:
+		return
+	case gcRecordBad:
+		if !errors.Is(err, ErrCorrupt) {
+			// Unreadable now, or written by a newer weightfs: not ours to replace.
+			s.log.Warn("gc record: not read; left as it is", "err", err)
+			return
+		}
+	}
+	r, ferr := s.freshGCRecord()
+	if ferr == nil {
+		ferr = s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r))
+	}
+	switch {
+	case ferr != nil:
+		s.log.Warn("gc record: not written (verify judges gone versions by their deltas alone)", "err", ferr)
+	case state == gcRecordBad:
+		s.log.Warn(fmt.Sprintf("gc record: damaged, replaced by a new one: which versions at or below %d gc dropped is no longer known (verify judges those by their next versions' deltas alone)", r.Since), "err", err)
+	}
+}
+
+// recordDropped adds the versions gc is about to drop to the gc record, durably. gc calls it
+// before it deletes the first manifest and stops if it fails.
+func (s *Store) recordDropped(drop []uint64) error {
+	r, state, err := s.readGCRecord()
+	switch state {
+	case gcRecordUnsupported:
+		return nil
+	case gcRecordBad:
+		if !errors.Is(err, ErrCorrupt) {
+			// A record of a newer format is refused, not overwritten: gc stops, deleting
+			// nothing (use the newer weightfs).
+			return err
+		}
+		s.log.Warn("gc record: damaged, replaced by a new one: which versions gc dropped before is no longer known (verify judges those by their next versions' deltas alone)", "err", err)
+		fallthrough
+	case gcRecordAbsent:
+		if r, err = s.freshGCRecord(); err != nil {
+			return err
+		}
+	}
+	numbers, err := s.storedVersionNumbers()
+	if err != nil {
+		return err
+	}
+	dropSet := map[uint64]bool{}
+	for _, v := range drop {
+		dropSet[v] = true
+	}
+	remaining := slices.DeleteFunc(numbers, func(v uint64) bool { return dropSet[v] })
+	return s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r.add(drop, remaining)))
+}
