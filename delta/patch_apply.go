@@ -93,6 +93,7 @@ const journalFormat = "weightfs-apply-journal"
 const (
 	MethodMmap   = "mmap"   // stores into a shared mapping of the file
 	MethodPwrite = "pwrite" // one WriteAt per run of adjacent changed elements
+	MethodPages  = "pages"  // one WriteAt per run of changed pages, patched in memory (patch_apply_pages.go)
 )
 
 // ApplyResult says what ApplyPatch did.
@@ -103,8 +104,8 @@ type ApplyResult struct {
 	AlreadyApplied  bool   // the target already was the result: nothing was written
 	Recovered       bool   // an interrupted apply of this patch was found and completed
 	ElementsWritten int64  // changed elements written
-	Writes          int    // WriteAt calls for elements (adjacent elements coalesced); 0 with mmap
-	Method          string // MethodMmap or MethodPwrite; "" when nothing was written
+	Writes          int    // WriteAt calls (adjacent elements, or pages, coalesced); 0 with mmap
+	Method          string // MethodMmap, MethodPages or MethodPwrite; "" when nothing was written
 	Hash            string // the hash that checked base and result: "xxh3-128" or "SHA-256"
 	Synced          bool   // the power-loss-safe ordering (ApplyOptions.Sync) was used
 }
@@ -117,6 +118,8 @@ func (r ApplyResult) String() string {
 		how += " stored through a shared mapping"
 	case MethodPwrite:
 		how += fmt.Sprintf(" in %d writes", r.Writes)
+	case MethodPages:
+		how += fmt.Sprintf(" in %d writes of whole pages", r.Writes)
 	}
 	how += fmt.Sprintf(", %s checked", r.Hash)
 	if r.Synced {
@@ -156,6 +159,8 @@ type applyConfig struct {
 	chunk      int64
 	sequential bool // scan on one goroutine (the reference of the parallel scan)
 	noMmap     bool // write with WriteAt (the reference and fallback of the mapped write)
+	stores     bool // with a mapping, store the elements into it whatever the density
+	pages      bool // with a mapping, write whole pages whatever the density
 	workers    int  // goroutines of the mapped write; 0: GOMAXPROCS
 	failpoint  func(step string) error
 }

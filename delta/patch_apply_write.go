@@ -35,9 +35,14 @@ type fileMapping struct {
 // system without shared writable mappings): the apply falls back to WriteAt.
 var errNoMapping = errors.New("target cannot be memory-mapped")
 
-// writeChanges writes every changed element to the target: through the mapping m when there
-// is one, else with WriteAt.
+// writeChanges writes every changed element to the target: with a mapping m, as whole pages
+// patched in memory when most pages change (patch_apply_pages.go), else as stores into m;
+// without one, with WriteAt.
 func writeChanges(p *Patch, l targetLayout, target io.WriterAt, m *fileMapping, res *ApplyResult, cfg applyConfig) error {
+	if m != nil && !cfg.stores && (cfg.pages || usePageWrite(l, int64(len(m.data)))) {
+		res.Method = MethodPages
+		return writePages(p, l, target, m.data, res, cfg)
+	}
 	if m != nil {
 		res.Method = MethodMmap
 		return writeMapped(p, l, m, res, cfg)
