@@ -12,9 +12,10 @@ import (
 // hashed, the patch is applied to each chunk in memory and the result hashed too (on two
 // goroutines, patch_apply_scan.go), so before anything is written we know the target is the
 // patch's base (or already its result) and that the patch produces the recorded result.
-// Writing then touches only changed elements (through a shared mapping of the file, or one
-// pwrite per run of adjacent elements; patch_apply_write.go), under a journal that makes a
-// crash recoverable by running the same command again:
+// Writing then touches only the pages that hold changed elements (patched in memory and
+// written back with pwrite, stored into a shared mapping of the file, or one pwrite per run
+// of adjacent elements; patch_apply_write.go, patch_apply_pages.go), under a journal that
+// makes a crash recoverable by running the same command again:
 //
 //  1. store the journal (patch identity, file, size, the file's first 8 bytes);
 //  2. overwrite the 8-byte header length with applyMarker (no safetensors reader accepts

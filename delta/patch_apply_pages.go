@@ -21,8 +21,8 @@ import (
 // pwrite of the same pages cost about half (docs/benchmarks.md, "figures 9 and 6, session
 // 10"). Only pages holding a change are written, as with the stores; the other bytes of
 // those pages are the file's own, read a moment before under the apply's lock, so an
-// interrupted write leaves every page either as it was or with its changes, and running
-// the apply again converges as before.
+// interrupted write leaves every byte either the base's or the result's (the file marked, as
+// with the stores), and running the apply again converges as before.
 
 // pageSize is the unit compared and written: the page cache's on every common platform. A
 // larger kernel page only means that a few more bytes are rewritten with their own value.
