@@ -279,15 +279,16 @@ func (l *lockedWriterAt) WriteAt(p []byte, off int64) (int, error) {
 
 // fastPass holds the buffers of one fast patch build.
 type fastPass struct {
-	s         *Store
-	cur, bbuf []byte
-	idx       []uint32
-	vals      []byte
-	blocks    []*cachedBlock
+	s          *Store
+	cur, bbuf  []byte
+	idx        []uint32
+	vals       []byte
+	blocks     []*cachedBlock
+	tensorHash *xxh3.Hasher
 }
 
 func newFastPass(s *Store) *fastPass {
-	return &fastPass{s: s, cur: make([]byte, fastChunk), bbuf: make([]byte, fastChunk)}
+	return &fastPass{s: s, cur: make([]byte, fastChunk), bbuf: make([]byte, fastChunk), tensorHash: xxh3.New()}
 }
 
 func (p *fastPass) release() {
@@ -299,10 +300,7 @@ func (p *fastPass) release() {
 
 // sparseFile reads the result file once: its bytes and each changed tensor's are hashed, the
 // new values at the delta's positions fed to pw, and the base's bytes (the result's with the
-// delta applied backward) hashed; the digests go into plan. Two stages on two goroutines, a
-// few chunks apart, since one file's hashes are sequential streams: one reads each chunk
-// (checked) and hashes it as the result and its tensor; the other gathers the new values,
-// turns a copy into the base's bytes and hashes that.
+// delta applied backward) hashed; the digests go into plan.
 func (p *fastPass) sparseFile(ff *fastFile, plan *delta.PatchPlan, pw *delta.PatchWriter) error {
 	hr, hb := xxh3.New(), xxh3.New()
 	prefix := make([]byte, ff.h.DataStart())
@@ -312,62 +310,32 @@ func (p *fastPass) sparseFile(ff *fastFile, plan *delta.PatchPlan, pw *delta.Pat
 	hr.Write(prefix)
 	hb.Write(prefix)
 	defer p.release()
-	type job struct {
-		ft  *fastTensor
-		off int64
-		c   []byte
-	}
-	const inFlight = 3
-	free, jobs := make(chan []byte, inFlight), make(chan job, inFlight)
-	for range inFlight {
-		free <- make([]byte, fastChunk)
-	}
-	stop := make(chan struct{})
-	var readErr error
-	go func() {
-		defer close(jobs)
-		th := xxh3.New()
-		for i := range ff.tensors {
-			ft := &ff.tensors[i]
-			t := ft.t
-			th.Reset()
-			for off := int64(0); off < t.ByteLen(); off += fastChunk {
-				var c []byte
-				select {
-				case c = <-free:
-				case <-stop:
-					return
-				}
-				c = c[:min(fastChunk, t.ByteLen()-off)]
-				if err := readFull(ff.src, c, ff.h.DataStart()+t.Begin+off); err != nil {
-					readErr = fmt.Errorf("read tensor %s: %w", t.Name, err)
-					return
-				}
-				hr.Write(c)
-				if ft.d != nil {
-					th.Write(c)
-				}
-				jobs <- job{ft, off, c}
+	for _, ft := range ff.tensors {
+		t := ft.t
+		width := int64(t.DType.Size())
+		p.tensorHash.Reset()
+		for off := int64(0); off < t.ByteLen(); off += fastChunk {
+			n := min(fastChunk, t.ByteLen()-off)
+			c := p.cur[:n]
+			if err := readFull(ff.src, c, ff.h.DataStart()+t.Begin+off); err != nil {
+				return fmt.Errorf("read tensor %s: %w", t.Name, err)
 			}
-			if ft.plan >= 0 {
-				plan.Tensors[ft.plan].ResultXXH3 = th.Sum128().Bytes()
+			hr.Write(c)
+			if ft.d == nil {
+				hb.Write(c)
+				continue
 			}
+			p.tensorHash.Write(c)
+			b := p.bbuf[:n]
+			copy(b, c)
+			if err := p.chunkChanges(ft, off/width, c, b, pw); err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			hb.Write(b)
 		}
-	}()
-	var err error
-	for j := range jobs {
-		if err == nil {
-			if err = p.baseChunk(j.ft, j.off, j.c, hb, pw); err != nil {
-				close(stop)
-			}
+		if ft.plan >= 0 {
+			plan.Tensors[ft.plan].ResultXXH3 = p.tensorHash.Sum128().Bytes()
 		}
-		free <- j.c[:cap(j.c)]
-	}
-	if err == nil {
-		err = readErr // written before jobs was closed
-	}
-	if err != nil {
-		return err
 	}
 	pf := &plan.Files[ff.plan]
 	pf.ResultXXH3, pf.BaseXXH3 = hr.Sum128().Bytes(), hb.Sum128().Bytes()
@@ -377,22 +345,6 @@ func (p *fastPass) sparseFile(ff *fastFile, plan *delta.PatchPlan, pw *delta.Pat
 		return fmt.Errorf("its delta sections lead back to bytes of xxh3-128 %x, version %d's file has %x: %w",
 			pf.BaseXXH3, plan.BaseVersion, known, ErrCorrupt)
 	}
-	return nil
-}
-
-// baseChunk is sparseFile's second stage for the chunk c at byte off of tensor ft: the new
-// values of its changes go to pw, and the base's bytes to hb.
-func (p *fastPass) baseChunk(ft *fastTensor, off int64, c []byte, hb *xxh3.Hasher, pw *delta.PatchWriter) error {
-	if ft.d == nil {
-		hb.Write(c)
-		return nil
-	}
-	b := p.bbuf[:len(c)]
-	copy(b, c)
-	if err := p.chunkChanges(*ft, off/int64(ft.t.DType.Size()), c, b, pw); err != nil {
-		return fmt.Errorf("tensor %s: %w", ft.t.Name, err)
-	}
-	hb.Write(b)
 	return nil
 }
 
