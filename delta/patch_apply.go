@@ -12,9 +12,10 @@ import (
 // hashed, the patch is applied to each chunk in memory and the result hashed too (on two
 // goroutines, patch_apply_scan.go), so before anything is written we know the target is the
 // patch's base (or already its result) and that the patch produces the recorded result.
-// Writing then touches only changed elements (through a shared mapping of the file, or one
-// pwrite per run of adjacent elements; patch_apply_write.go), under a journal that makes a
-// crash recoverable by running the same command again:
+// Writing then touches only the pages that hold changed elements (patched in memory and
+// written back with pwrite, stored into a shared mapping of the file, or one pwrite per run
+// of adjacent elements; patch_apply_write.go, patch_apply_pages.go), under a journal that
+// makes a crash recoverable by running the same command again:
 //
 //  1. store the journal (patch identity, file, size, the file's first 8 bytes);
 //  2. overwrite the 8-byte header length with applyMarker (no safetensors reader accepts
@@ -93,6 +94,7 @@ const journalFormat = "weightfs-apply-journal"
 const (
 	MethodMmap   = "mmap"   // stores into a shared mapping of the file
 	MethodPwrite = "pwrite" // one WriteAt per run of adjacent changed elements
+	MethodPages  = "pages"  // one WriteAt per run of changed pages, patched in memory (patch_apply_pages.go)
 )
 
 // ApplyResult says what ApplyPatch did.
@@ -103,8 +105,8 @@ type ApplyResult struct {
 	AlreadyApplied  bool   // the target already was the result: nothing was written
 	Recovered       bool   // an interrupted apply of this patch was found and completed
 	ElementsWritten int64  // changed elements written
-	Writes          int    // WriteAt calls for elements (adjacent elements coalesced); 0 with mmap
-	Method          string // MethodMmap or MethodPwrite; "" when nothing was written
+	Writes          int    // WriteAt calls (adjacent elements, or pages, coalesced); 0 with mmap
+	Method          string // MethodMmap, MethodPages or MethodPwrite; "" when nothing was written
 	Hash            string // the hash that checked base and result: "xxh3-128" or "SHA-256"
 	Synced          bool   // the power-loss-safe ordering (ApplyOptions.Sync) was used
 }
@@ -117,6 +119,8 @@ func (r ApplyResult) String() string {
 		how += " stored through a shared mapping"
 	case MethodPwrite:
 		how += fmt.Sprintf(" in %d writes", r.Writes)
+	case MethodPages:
+		how += fmt.Sprintf(" in %d writes of whole pages", r.Writes)
 	}
 	how += fmt.Sprintf(", %s checked", r.Hash)
 	if r.Synced {
@@ -156,6 +160,8 @@ type applyConfig struct {
 	chunk      int64
 	sequential bool // scan on one goroutine (the reference of the parallel scan)
 	noMmap     bool // write with WriteAt (the reference and fallback of the mapped write)
+	stores     bool // with a mapping, store the elements into it whatever the density
+	pages      bool // with a mapping, write whole pages whatever the density
 	workers    int  // goroutines of the mapped write; 0: GOMAXPROCS
 	failpoint  func(step string) error
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/zeebo/xxh3"
@@ -280,6 +281,9 @@ func TestMappedFaultIsAnError(t *testing.T) {
 	if err := writeMapped(p, layout, m, &res, applyConfig{}); err == nil || !strings.Contains(err.Error(), "memory fault") {
 		t.Errorf("write to a truncated mapping: %v", err)
 	}
+	if err := writePages(p, layout, f, m.data, &res, applyConfig{workers: 2}); err == nil || !strings.Contains(err.Error(), "memory fault") {
+		t.Errorf("page write from a truncated mapping: %v", err)
+	}
 	// And mapping a file whose size changed since it was checked is refused.
 	if _, err := mapTarget(f, int64(len(base))); !errors.Is(err, ErrBaseMismatch) {
 		t.Errorf("map of a file that changed size: %v", err)
@@ -354,3 +358,68 @@ func TestStoreBatchMatchesGeneral(t *testing.T) {
 		}
 	}
 }
+
+// TestPageWriteSplits: the page write gives the result bytes however the file is cut into
+// goroutines' ranges (page boundaries inside tensors) and chunks (smaller than a page, not a
+// divisor of it), writes only the pages that hold a change, and counts every change.
+func TestPageWriteSplits(t *testing.T) {
+	base, result, _, p := bigTestPatch(t)
+	const name = "model.safetensors"
+	changedPages := 0
+	for i := 0; i < len(base); i += pageSize {
+		end := min(len(base), i+pageSize)
+		if !bytes.Equal(base[i:end], result[i:end]) {
+			changedPages++
+		}
+	}
+	for _, workers := range []int{1, 2, 3, 7} {
+		for _, chunk := range []int64{1000, pageSize, 3 * pageSize / 2, mappedChunk} {
+			t.Run(fmt.Sprintf("workers%d/chunk%d", workers, chunk), func(t *testing.T) {
+				target := &countingTarget{testTarget: openFileTarget(t, base)}
+				res, err := applyPatch(p, target, int64(len(base)), name, &memJournal{}, applyConfig{pages: true, workers: workers, chunk: chunk})
+				if errors.Is(err, errNoMapping) {
+					t.Skip(err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(target.bytes(t), result) {
+					t.Fatal("patched file differs from the result")
+				}
+				if res.Method != pagesMethod() || res.ElementsWritten != p.Plan.TotalChanged() {
+					t.Errorf("result %+v, want %d elements by %s", res, p.Plan.TotalChanged(), pagesMethod())
+				}
+				// Every changed page written once; the marker and the restored length are
+				// the two writes of the first 8 bytes.
+				if res.Method == MethodPages && target.pagesWritten() != changedPages {
+					t.Errorf("%d pages written, %d hold a change", target.pagesWritten(), changedPages)
+				}
+			})
+		}
+	}
+}
+
+// countingTarget records which bytes beyond the first 8 were written.
+type countingTarget struct {
+	testTarget
+	mu      sync.Mutex
+	written map[int64]int // page -> writes covering part of it
+}
+
+func (c *countingTarget) WriteAt(b []byte, off int64) (int, error) {
+	c.mu.Lock()
+	if off >= 8 {
+		if c.written == nil {
+			c.written = map[int64]int{}
+		}
+		for pg := off / pageSize; pg <= (off+int64(len(b))-1)/pageSize; pg++ {
+			c.written[pg]++
+		}
+	}
+	c.mu.Unlock()
+	return c.testTarget.WriteAt(b, off)
+}
+
+func (c *countingTarget) Fd() uintptr { return c.testTarget.(*fileTarget).Fd() }
+
+func (c *countingTarget) pagesWritten() int { return len(c.written) }

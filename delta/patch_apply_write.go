@@ -15,13 +15,16 @@ import (
 // The write phase of an apply: every changed element is stored at its place in the target
 // and nothing else is written.
 //
-// The fast path maps the file (MAP_SHARED) and stores the elements into the mapping: at 1%
-// density one pwrite per run of adjacent elements is ~5M syscalls for a 1 GiB file, whereas
-// stores cost nanoseconds. What the stores do cost is one write fault per page that holds a
-// change (the kernel marks it dirty; only those pages are dirtied). The read pass went
-// through the same mapping, so the pages are mapped already and these are the light
-// write-protect faults; faulting the pages in ahead with madvise(MADV_POPULATE_WRITE) was
-// measured slower. The changes are split over GOMAXPROCS goroutines.
+// With a mapping of the file (MAP_SHARED) there are two ways. Dense changes (on average at
+// least one per two pages: every RL step) take the page write (patch_apply_pages.go): the
+// changed pages patched in memory and written back with pwrite. Sparse ones are stored into
+// the mapping: at 1% density one pwrite per run of adjacent elements would be ~5M syscalls
+// for a 1 GiB file, whereas stores cost nanoseconds. What the stores do cost is one write
+// fault per page that holds a change (the kernel marks it dirty; only those pages are
+// dirtied), and on ext4 that fault runs the file system's page_mkwrite (~1.4 µs a page),
+// which is why dense changes go by pages; faulting the pages in ahead with
+// madvise(MADV_POPULATE_WRITE) costs the same. The stores are split over GOMAXPROCS
+// goroutines.
 //
 // writeRuns, one WriteAt per run of adjacent elements, is the reference (tests compare the
 // two) and the fallback when the target cannot be mapped.
@@ -35,9 +38,14 @@ type fileMapping struct {
 // system without shared writable mappings): the apply falls back to WriteAt.
 var errNoMapping = errors.New("target cannot be memory-mapped")
 
-// writeChanges writes every changed element to the target: through the mapping m when there
-// is one, else with WriteAt.
+// writeChanges writes every changed element to the target: with a mapping m, as whole pages
+// patched in memory when most pages change (patch_apply_pages.go), else as stores into m;
+// without one, with WriteAt.
 func writeChanges(p *Patch, l targetLayout, target io.WriterAt, m *fileMapping, res *ApplyResult, cfg applyConfig) error {
+	if m != nil && !cfg.stores && (cfg.pages || usePageWrite(l, int64(len(m.data)))) {
+		res.Method = MethodPages
+		return writePages(p, l, target, m.data, res, cfg)
+	}
 	if m != nil {
 		res.Method = MethodMmap
 		return writeMapped(p, l, m, res, cfg)

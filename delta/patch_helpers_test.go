@@ -89,6 +89,15 @@ func mappedMethod() string {
 	return MethodPwrite
 }
 
+// pagesMethod is the method a file target is written with on this platform when the page
+// write is asked for (it needs the mapping).
+func pagesMethod() string {
+	if runtime.GOOS == "linux" {
+		return MethodPages
+	}
+	return MethodPwrite
+}
+
 // applyVariants are the paths of an apply: the scan (sequential reference, parallel, mapped)
 // and the write (WriteAt reference, mapped on one or several goroutines).
 var applyVariants = []struct {
@@ -100,8 +109,10 @@ var applyVariants = []struct {
 	{"memory-sequential", applyConfig{sequential: true}, MethodPwrite, openMemTarget},
 	{"memory-parallel", applyConfig{}, MethodPwrite, openMemTarget},
 	{"file-pwrite", applyConfig{noMmap: true}, MethodPwrite, openFileTarget},
-	{"file-mmap", applyConfig{}, mappedMethod(), openFileTarget},
-	{"file-mmap-3-writers", applyConfig{workers: 3}, mappedMethod(), openFileTarget},
+	{"file-mmap", applyConfig{stores: true}, mappedMethod(), openFileTarget},
+	{"file-mmap-3-writers", applyConfig{stores: true, workers: 3}, mappedMethod(), openFileTarget},
+	{"file-pages", applyConfig{pages: true}, pagesMethod(), openFileTarget},
+	{"file-pages-3-writers", applyConfig{pages: true, workers: 3}, pagesMethod(), openFileTarget},
 }
 
 // memJournal is an in-memory Journal.

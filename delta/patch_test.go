@@ -207,28 +207,64 @@ func TestPatchWriterMatchesReference(t *testing.T) {
 	}
 	want := referencePatch(t, plan, idx, vals, whole)
 
+	// Fed in plan order, or in parts (PatchWriter.Parts) fed last part first.
+	for _, mode := range []string{"in order", "parts"} {
+		t.Run(mode, func(t *testing.T) {
+			got := streamPatch(t, plan, idx, vals, whole, mode == "parts", rand.New(rand.NewPCG(8, 8)))
+			checkStreamedPatch(t, got, want, plan)
+		})
+	}
+}
+
+// streamPatch feeds a PatchWriter the changes in random pieces, then the whole files.
+func streamPatch(t *testing.T, plan PatchPlan, idx map[string][]int64, vals, whole map[string][]byte, parts bool, r *rand.Rand) []byte {
+	t.Helper()
 	var got memTarget
 	pw, err := NewPatchWriter(&got, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pw.Size() != int64(len(want)) {
-		t.Errorf("Size %d, want %d", pw.Size(), len(want))
-	}
-	for _, pt := range plan.Tensors {
-		list, v, w := idx[pt.Name], vals[pt.Name], pt.DType.Size()
-		for len(list) > 0 { // random pieces, relative to a first index of the piece
-			n := min(len(list), 1+r.IntN(5000))
-			first := list[0] - int64(r.IntN(3))
-			first = max(first, 0)
-			rel := make([]uint32, n)
-			for j := range rel {
-				rel[j] = uint32(list[j] - first)
+	feed := func(pw *PatchWriter, tensors []PatchTensor) {
+		for _, pt := range tensors {
+			list, v, w := idx[pt.Name], vals[pt.Name], pt.DType.Size()
+			for len(list) > 0 { // random pieces, relative to a first index of the piece
+				n := min(len(list), 1+r.IntN(5000))
+				first := list[0] - int64(r.IntN(3))
+				first = max(first, 0)
+				rel := make([]uint32, n)
+				for j := range rel {
+					rel[j] = uint32(list[j] - first)
+				}
+				if err := pw.Add(first, rel, v[:n*w]); err != nil {
+					t.Fatal(err)
+				}
+				list, v = list[n:], v[n*w:]
 			}
-			if err := pw.Add(first, rel, v[:n*w]); err != nil {
+		}
+	}
+	if !parts {
+		feed(pw, plan.Tensors)
+	} else {
+		if _, err := pw.Parts([]int{1, 2}); err == nil {
+			t.Fatal("Parts from a tensor that is not the next one")
+		}
+		pw.err = nil
+		bounds := []int{0, 1, 3, len(plan.Tensors)}
+		ps, err := pw.Parts(bounds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := len(ps) - 1; i >= 0; i-- {
+			if i == 1 {
+				if err := ps[i].Close(); err == nil {
+					t.Fatal("a part closed before it was fed")
+				}
+				ps[i].err = nil
+			}
+			feed(ps[i], plan.Tensors[bounds[i]:bounds[i+1]])
+			if err := ps[i].Close(); err != nil {
 				t.Fatal(err)
 			}
-			list, v = list[n:], v[n*w:]
 		}
 	}
 	for _, name := range []string{"b.bin", "c.bin", "d.bin"} {
@@ -244,10 +280,18 @@ func TestPatchWriterMatchesReference(t *testing.T) {
 	if err := pw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got.b, want) {
-		t.Fatalf("streamed patch (%d bytes) differs from the reference (%d bytes)", len(got.b), len(want))
+	return got.b
+}
+
+func checkStreamedPatch(t *testing.T, got, want []byte, plan PatchPlan) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("Size %d, want %d", len(got), len(want))
 	}
-	p, err := OpenPatch(bytes.NewReader(got.b), int64(len(got.b)))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("streamed patch (%d bytes) differs from the reference (%d bytes)", len(got), len(want))
+	}
+	p, err := OpenPatch(bytes.NewReader(got), int64(len(got)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // The streaming writer of the one-file sparse patch.
@@ -11,7 +12,8 @@ import (
 // PatchWriter writes a patch file through an io.WriterAt, holding only small buffers: the
 // header goes first, then the caller feeds each tensor's changes in plan order (Add, in as
 // many pieces as it likes) and then each whole file's bytes (AddWhole). Equal input gives
-// equal bytes. The writer is unusable after its first error. Not safe for concurrent use.
+// equal bytes. The writer is unusable after its first error. Not safe for concurrent use; its
+// Parts are, each on its own goroutine.
 type PatchWriter struct {
 	w        io.WriterAt
 	plan     PatchPlan
@@ -19,6 +21,8 @@ type PatchWriter struct {
 	dataOff  int64
 	size     int64
 	tensor   int   // index into plan.Tensors of the tensor being fed
+	end      int   // tensors [.., end) are this writer's: all of them, or a Part's
+	part     bool  // a Part: no whole files
 	fed      int64 // changes fed to the current tensor
 	lastIdx  int64 // last index fed to the current tensor, -1 before the first
 	whole    int   // index into plan.Files of the next whole file to feed
@@ -44,7 +48,8 @@ func NewPatchWriter(w io.WriterAt, plan PatchPlan) (*PatchWriter, error) {
 	if _, err := w.WriteAt(header, 0); err != nil {
 		return nil, fmt.Errorf("write patch header: %w", err)
 	}
-	pw := &PatchWriter{w: w, plan: plan, entries: entries, dataOff: int64(len(header)), size: int64(len(header)), lastIdx: -1}
+	pw := &PatchWriter{w: w, plan: plan, entries: entries, dataOff: int64(len(header)), size: int64(len(header)), lastIdx: -1,
+		end: len(plan.Tensors)}
 	if n := len(entries); n > 0 {
 		pw.size += entries[n-1].End
 	}
@@ -63,6 +68,29 @@ func NewPatchWriter(w io.WriterAt, plan PatchPlan) (*PatchWriter, error) {
 	}
 	pw.startTensor()
 	return pw, nil
+}
+
+// Parts hands the tensors [bounds[0], bounds[len-1]) of the plan, which must be the next
+// ones to feed, to writers of their own: part i feeds tensors [bounds[i], bounds[i+1]). The
+// plan fixes where every tensor's indices and values go, so parts write disjoint regions of
+// w and may be fed on different goroutines when w allows concurrent WriteAt (an *os.File
+// does). pw moves past those tensors; each part must be fed and closed.
+func (pw *PatchWriter) Parts(bounds []int) ([]*PatchWriter, error) {
+	if pw.err != nil {
+		return nil, pw.err
+	}
+	if len(bounds) < 2 || bounds[0] != pw.tensor || pw.fed != 0 || bounds[len(bounds)-1] > pw.end || !slices.IsSorted(bounds) {
+		return nil, pw.fail(fmt.Errorf("patch writer: parts %v from tensor %d (%d fed) of %d", bounds, pw.tensor, pw.fed, pw.end))
+	}
+	parts := make([]*PatchWriter, len(bounds)-1)
+	for i := range parts {
+		parts[i] = &PatchWriter{w: pw.w, plan: pw.plan, entries: pw.entries, dataOff: pw.dataOff, size: pw.size,
+			tensor: bounds[i], end: bounds[i+1], part: true, lastIdx: -1}
+		parts[i].startTensor()
+	}
+	pw.tensor = bounds[len(bounds)-1]
+	pw.startTensor()
+	return parts, nil
 }
 
 // Size is the size of the finished patch file.
@@ -94,7 +122,7 @@ func (pw *PatchWriter) Add(first int64, idx []uint32, values []byte) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	if pw.tensor >= len(pw.plan.Tensors) {
+	if pw.tensor >= pw.end {
 		return pw.fail(fmt.Errorf("patch writer: %d changes beyond the planned tensors", len(idx)))
 	}
 	t := pw.plan.Tensors[pw.tensor]
@@ -220,11 +248,11 @@ func (pw *PatchWriter) Close() error {
 	if pw.err != nil {
 		return pw.err
 	}
-	if pw.tensor < len(pw.plan.Tensors) {
+	if pw.tensor < pw.end {
 		t := pw.plan.Tensors[pw.tensor]
 		return pw.fail(fmt.Errorf("patch writer: tensor %q got %d of %d changes", t.Name, pw.fed, t.Changed))
 	}
-	if f, ok := pw.nextWhole(); ok {
+	if f, ok := pw.nextWhole(); ok && !pw.part {
 		return pw.fail(fmt.Errorf("patch writer: whole file %q got %d of %d bytes", f.Name, pw.wholeFed, f.WholeSize))
 	}
 	pw.err = fmt.Errorf("patch writer: closed")

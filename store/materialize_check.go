@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 )
 
@@ -75,10 +76,12 @@ func (c *patchCheck) waitFinal(path string, end int64) error {
 
 // run checks each patched file of target whose sums are not known against its SHA-256 as its
 // bytes become final and notes the sums of those that match (copySums then finds them); the
-// first mismatch or error is returned at the end.
+// first mismatch or error is returned at the end. Files are checked on up to GOMAXPROCS
+// goroutines: a file's SHA-256 is one sequential stream, slower than the patches, so with one
+// checker the last file's hash would start only when the first's ended (a checkpoint's shards
+// are patched one after the other, and each checker follows its own file's patches).
 func (c *patchCheck) run(m *materialized, target *version) error {
-	var firstErr error
-	buf := make([]byte, 1<<20)
+	var files []*manifestFile
 	for i := 0; i < len(c.patches); {
 		p := c.patches[i].path
 		for i < len(c.patches) && c.patches[i].path == p {
@@ -90,19 +93,39 @@ func (c *patchCheck) run(m *materialized, target *version) error {
 			// and reads check the patched bytes against them, as before.
 			continue
 		}
-		sums, err := c.hashFile(m.dir, f, buf)
+		files = append(files, f)
+	}
+	errs := make([]error, len(files))
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	var wg sync.WaitGroup
+	for i, f := range files {
+		sem <- struct{}{} // in path order: the file patched first is checked first
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sums, err := c.hashFile(m.dir, f, make([]byte, 1<<20))
+			if err == nil {
+				m.chk.noteSums(keyOf(f), sums)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if errors.Is(err, errCheckStopped) {
 			return err
 		}
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		m.chk.noteSums(keyOf(f), sums)
 	}
-	return firstErr
+	return firstNonNil(errs)
+}
+
+// firstNonNil returns the first error of errs that is not nil, or nil.
+func firstNonNil(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *patchCheck) hashFile(dir string, f *manifestFile, buf []byte) (*fileSums, error) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 
 	"github.com/weightfs/weightfs/delta"
 	"github.com/zeebo/xxh3"
@@ -173,19 +175,16 @@ func (s *Store) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.Pat
 	if err != nil {
 		return plan, err
 	}
-	pw, err := delta.NewPatchWriter(w, draft)
+	// The files' passes write their parts at once (sparseFiles): their WriteAt calls, 1 MiB
+	// each, take turns, since w need not allow concurrent calls.
+	pw, err := delta.NewPatchWriter(&lockedWriterAt{w: w}, draft)
 	if err != nil {
 		return plan, err
 	}
-	p := newFastPass(s)
-	for _, ff := range files {
-		if ff.h == nil {
-			continue
-		}
-		if err := p.sparseFile(ff, &plan, pw); err != nil {
-			return plan, fmt.Errorf("%s: %w", ff.f.Path, err)
-		}
+	if err := s.sparseFiles(files, &plan, pw); err != nil {
+		return plan, err
 	}
+	p := newFastPass(s)
 	for _, ff := range files {
 		if ff.h != nil {
 			continue
@@ -209,6 +208,73 @@ func (s *Store) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.Pat
 	}
 	s.noteDigests(&plan, files)
 	return plan, nil
+}
+
+// sparseFiles makes the pass over each sparsely patched file, on up to GOMAXPROCS goroutines:
+// each file's tensors are a part of the patch (delta.PatchWriter.Parts) and its digests its
+// own entries of plan, so files do not wait for each other (a checkpoint's shards).
+func (s *Store) sparseFiles(files []*fastFile, plan *delta.PatchPlan, pw *delta.PatchWriter) error {
+	var sparse []*fastFile
+	bounds := []int{}
+	for _, ff := range files {
+		if ff.h == nil {
+			continue
+		}
+		first, end := -1, -1
+		for _, ft := range ff.tensors {
+			if ft.plan >= 0 {
+				if first < 0 {
+					first = ft.plan
+				}
+				end = ft.plan + 1
+			}
+		}
+		if len(bounds) == 0 {
+			bounds = append(bounds, first)
+		}
+		if first != bounds[len(bounds)-1] {
+			return fmt.Errorf("%s: its patch tensors start at %d, not after the previous file's (%d)", ff.f.Path, first, bounds[len(bounds)-1])
+		}
+		bounds = append(bounds, end)
+		sparse = append(sparse, ff)
+	}
+	if len(sparse) == 0 {
+		return nil
+	}
+	parts, err := pw.Parts(bounds)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(sparse))
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	var wg sync.WaitGroup
+	for i, ff := range sparse {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := newFastPass(s).sparseFile(ff, plan, parts[i])
+			if err == nil {
+				err = parts[i].Close()
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", ff.f.Path, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// lockedWriterAt serialises the WriteAt calls of an io.WriterAt.
+type lockedWriterAt struct {
+	mu sync.Mutex
+	w  io.WriterAt
+}
+
+func (l *lockedWriterAt) WriteAt(p []byte, off int64) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.WriteAt(p, off)
 }
 
 // fastPass holds the buffers of one fast patch build.

@@ -265,3 +265,28 @@ func TestFollowKill9(t *testing.T) {
 	sameHashes(t, "followed directory after kills", followedHashes(t, dir), want[versions])
 	t.Logf("state after each kill (K->N: a step pending): %s; follow --once said:\n%s", strings.Join(kills, " "), r.stderr)
 }
+
+// TestFollowOnceAfterInterruptedStep: `follow --once` over a directory a killed follower left
+// with a step pending finishes that step and goes on to the latest version, as its help says
+// ("bring DIR to the latest version once"), rather than stopping at the pending version.
+func TestFollowOnceAfterInterruptedStep(t *testing.T) {
+	work, _, rw, _, _ := followMounts(t)
+	dir := filepath.Join(work, "follow")
+	const versions = 3
+	want := genSeries(t, work, 200_000, 41, versions, func(v int, src string) {
+		sealVersion(t, rw, v, src)
+		if v == 1 {
+			mustCLI(t, "follow", "--once", rw, dir)
+		}
+	})
+	// The state a follower killed after marking the step from 1 to 2 leaves (no file touched).
+	if err := delta.WriteDirState(dir, delta.DirState{Version: 1, Pending: 2, Source: rw}); err != nil {
+		t.Fatal(err)
+	}
+	r := mustCLI(t, "follow", "--once", rw, dir)
+	st, _, err := delta.ReadDirState(dir)
+	if err != nil || st.Version != versions || st.Pending != 0 {
+		t.Fatalf("after follow --once: state %+v, %v, want version %d\n%s", st, err, versions, r.stderr)
+	}
+	sameHashes(t, "followed directory", followedHashes(t, dir), want[versions])
+}

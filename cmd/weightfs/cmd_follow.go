@@ -141,7 +141,10 @@ func (c *followConfig) step() error {
 		if err != nil {
 			return err
 		}
-		return nil // the next round goes on to the latest
+		// Then on to the latest, in this same step: `--once` must end at the latest too.
+		if st, marked, err = delta.ReadDirState(c.dir); err != nil {
+			return err
+		}
 	}
 	latest, err := c.latest()
 	if err != nil {
