@@ -46,20 +46,22 @@ type aioSlot struct {
 	n    int64
 }
 
-// aioIocb is struct iocb of linux/aio_abi.h on a little-endian machine.
+// aioIocb is struct iocb of linux/aio_abi.h on a little-endian machine (64 bytes).
+// The fields this writer leaves zero are blank (aio_key, aio_rw_flags, aio_reqprio,
+// aio_reserved2, aio_flags, aio_resfd).
 type aioIocb struct {
-	data      uint64
-	key       uint32
-	rwFlags   int32
-	opcode    uint16
-	prio      int16
-	fd        uint32
-	buf       uint64
-	nbytes    uint64
-	offset    int64
-	reserved2 uint64
-	flags     uint32
-	resfd     uint32
+	data   uint64
+	_      uint32
+	_      int32
+	opcode uint16
+	_      int16
+	fd     uint32
+	buf    uint64
+	nbytes uint64
+	offset int64
+	_      uint64
+	_      uint32
+	_      uint32
 }
 
 // aioEvent is struct io_event.
@@ -202,3 +204,11 @@ func (q *aioQueue) close(pool *chunkPool) error {
 	unix.Syscall(unix.SYS_IO_DESTROY, q.ctx, 0, 0)
 	return err
 }
+
+// The kernel's layouts: a struct of another size would be read wrongly, not refused.
+var (
+	_ [64 - unsafe.Sizeof(aioIocb{})]struct{}
+	_ [unsafe.Sizeof(aioIocb{}) - 64]struct{}
+	_ [32 - unsafe.Sizeof(aioEvent{})]struct{}
+	_ [unsafe.Sizeof(aioEvent{}) - 32]struct{}
+)
