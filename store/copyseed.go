@@ -115,8 +115,15 @@ func (sd *seeds) clearUpTo(v uint64) {
 // in place that the seed replaces (docs/design.md, "The materialized latest version"). Every
 // stream has one; a stream of a first version only fed a seed before (copyseed.go's seeds).
 //
-// A seed that cannot keep up (seedQueue: a cache disk slower than ingest) is given up rather
-// than slowing ingest down much: the copy is then brought forward in place for that file, as
+// Where the kernel has asynchronous I/O for the file (Linux, O_DIRECT: seedaio_linux.go), the
+// hasher submits the writes itself (putAsync) and there is no goroutine: with two streams on
+// two busy cores, the seed's goroutine waited for a turn between its writes while the hasher
+// waited for room in its queue, and the seeds were given up though the disk was idle. The
+// goroutine remains where there is no asynchronous I/O, and is the reference the asynchronous
+// writer is tested against (byte for byte).
+//
+// A seed that cannot keep up (a cache disk slower than ingest) is given up rather than
+// slowing ingest down much: the copy is then brought forward in place for that file, as
 // without seeds. A failure likewise only ends the seed, never the stream.
 type seedWriter struct {
 	sums sumWriter
@@ -129,7 +136,8 @@ type seedWriter struct {
 	gaveUp bool           // the queue was full for too long
 	off    int64          // bytes handed on
 	start  time.Time      // when the seed started
-	waited time.Duration  // how long the hasher waited for room in q
+	waited time.Duration  // how long the hasher waited for room in q, or for the disk
+	async  bool           // the hasher writes the seed itself (file.aio); q and done are nil
 }
 
 // seedPiece is the next bytes of the file for the seed's goroutine; c (nil: data is not a
@@ -145,15 +153,31 @@ type seedPiece struct {
 // on average (a sequential O_DIRECT write of 4 MiB takes ~3 ms here) may fall behind for a
 // moment, or for longer when other programs use it; one that is slower than ingest would slow
 // it down by a quarter at most, and then the seed is given up.
-const (
-	seedQueue   = 2
-	seedMinWait = time.Second
+const seedQueue = 2
+
+// seedMinWait is the least time a stream's waits for its seed may add up to before the seed
+// is given up (a variable so that a test can give a seed less).
+var seedMinWait = time.Second
+
+// seedAsync chooses the asynchronous writer where the kernel has one (a variable so that tests
+// run both writers); seedTurn, if set, runs each time the seed's goroutine takes a piece
+// (tests: a goroutine kept waiting for a core).
+var (
+	seedAsync = true
+	seedTurn  func()
 )
 
 // startSeed starts writing a seed into f: the goroutine owns f until finish or drop.
 func (w *seedWriter) startSeed(f *os.File, pool *chunkPool) {
 	w.pool = pool
 	w.file = &seedFile{f: f, direct: setDirect(f)}
+	w.start = time.Now()
+	if w.file.direct && seedAsync {
+		if q, err := newAIOQueue(f); err == nil {
+			w.file.aio, w.file.pool, w.async = q, pool, true
+			return
+		}
+	}
 	w.q = make(chan seedPiece, seedQueue)
 	w.done = make(chan struct{})
 	w.start = time.Now()
@@ -170,6 +194,10 @@ func (w *seedWriter) sum(p []byte) {
 // put hands the next bytes of the file to the seed; c's reference for the seed (if c is not
 // nil) goes with them, or is dropped here.
 func (w *seedWriter) put(c *chunk, data []byte) {
+	if w.async {
+		w.putAsync(c, data)
+		return
+	}
 	if w.q == nil || len(data) == 0 {
 		c.release(w.pool)
 		return
@@ -196,6 +224,52 @@ func (w *seedWriter) put(c *chunk, data []byte) {
 	}
 }
 
+// putAsync submits the writes of data (put's, with the asynchronous writer). It waits for the
+// disk only while aioDepth writes are in flight, and gives the seed up once those waits add
+// up to more than put's allowance.
+func (w *seedWriter) putAsync(c *chunk, data []byte) {
+	f := w.file
+	if w.gaveUp || f.err != nil || len(data) == 0 {
+		c.release(w.pool)
+		return
+	}
+	began := time.Now()
+	f.deadline = began.Add(max(seedMinWait, began.Sub(w.start)/4) - w.waited)
+	before := f.aio.waited
+	f.err = f.write(c, data)
+	c.release(w.pool) // the writes in flight hold references of their own
+	w.waited += f.aio.waited - before
+	if errors.Is(f.err, errSeedBehind) {
+		w.gaveUp = true
+		f.aio.drain(w.pool)
+		return
+	}
+	w.off += int64(len(data))
+}
+
+// finishAsync ends a seed of the asynchronous writer: ok, its last page and size; else its
+// file goes.
+func (w *seedWriter) finishAsync(sd *seeds, sha ID, size int64, v uint64) (gaveUp bool) {
+	f := w.file
+	w.file, w.async = nil, false
+	ok := !w.gaveUp && f.err == nil && w.off == size
+	if ok {
+		f.err = f.end()
+	}
+	if err := f.aio.close(w.pool); f.err == nil {
+		f.err = err
+	}
+	if err := f.f.Close(); f.err == nil {
+		f.err = err
+	}
+	if !ok || f.err != nil || f.pos != size {
+		os.Remove(f.f.Name())
+		return w.gaveUp
+	}
+	sd.add(sha, size, f.f.Name(), v)
+	return false
+}
+
 // finish records the sums of the stream's content and vouches for entry's composition (its
 // objects and its SHA-256 were computed from the same bytes), then ends the seed and offers
 // it, holding size bytes, for version v; gaveUp says the seed could not keep up. Only after
@@ -208,6 +282,9 @@ func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64, v uint64
 	if w.sums.size == size && sd.chk != nil {
 		sd.chk.noteSums(contentKey{sha, size}, w.sums.sums())
 		sd.chk.vouch(false, composition(entry))
+	}
+	if w.async {
+		return w.finishAsync(sd, sha, size, v)
 	}
 	if w.done == nil {
 		return w.gaveUp
@@ -234,6 +311,13 @@ func (w *seedWriter) finish(sd *seeds, entry *manifestFile, size int64, v uint64
 // drop ends the seed and removes its file. Only after the hashers have exited, or before they
 // started.
 func (w *seedWriter) drop() {
+	if w != nil && w.async {
+		w.file.aio.close(w.pool)
+		w.file.f.Close()
+		os.Remove(w.file.f.Name())
+		w.file, w.async = nil, false
+		return
+	}
 	if w == nil || w.done == nil {
 		return
 	}
@@ -250,23 +334,30 @@ func (w *seedWriter) drop() {
 // seedFile writes a file's bytes, given in order, to a seed file: whole pages with O_DIRECT
 // straight from the pieces' memory where it is aligned like the file (else through a bounce
 // page), the bytes of a page that straddles two pieces through carry. Without O_DIRECT (a
-// file system that refuses it), plain writes.
+// file system that refuses it), plain writes. With aio, the O_DIRECT writes are submitted
+// and complete later: a chunk's reference, or the carry page itself, goes with each.
 type seedFile struct {
-	f       *os.File
-	direct  bool
-	abandon atomic.Bool // stop writing: the seed is not wanted
-	carry   []byte      // directAlign bytes: the page being filled
-	fill    int         // bytes in carry
-	pos     int64       // bytes written or carried
-	err     error       // the first failure: the seed is not used
+	f        *os.File
+	direct   bool
+	aio      *aioQueue   // the asynchronous writer; nil: writes return when done
+	pool     *chunkPool  // aio: where the chunks of completed writes go
+	deadline time.Time   // aio: how long write may wait for the disk
+	abandon  atomic.Bool // stop writing: the seed is not wanted
+	carry    []byte      // directAlign bytes: the page being filled
+	fill     int         // bytes in carry
+	pos      int64       // bytes written or carried
+	err      error       // the first failure: the seed is not used
 }
 
 // run writes the pieces of q until it is closed, then ends the file (when it is wanted).
 func (sf *seedFile) run(q chan seedPiece, done chan struct{}, pool *chunkPool) {
 	defer close(done)
 	for p := range q {
+		if seedTurn != nil {
+			seedTurn()
+		}
 		if sf.err == nil && !sf.abandon.Load() {
-			sf.err = sf.write(p.data)
+			sf.err = sf.write(p.c, p.data)
 		}
 		p.c.release(pool)
 	}
@@ -278,7 +369,9 @@ func (sf *seedFile) run(q chan seedPiece, done chan struct{}, pool *chunkPool) {
 	}
 }
 
-func (sf *seedFile) write(p []byte) error {
+// write writes p, the memory of c (nil: not a chunk's, and with aio copied, since it is not
+// held after write returns).
+func (sf *seedFile) write(c *chunk, p []byte) error {
 	if !sf.direct {
 		n, err := sf.f.WriteAt(p, sf.pos)
 		sf.pos += int64(n)
@@ -294,7 +387,7 @@ func (sf *seedFile) write(p []byte) error {
 			sf.pos += int64(n)
 			p = p[n:]
 			if sf.fill == directAlign {
-				if err := sf.writeDirect(sf.carry, sf.pos-directAlign); err != nil {
+				if err := sf.writeCarry(sf.pos - directAlign); err != nil {
 					return err
 				}
 				sf.fill = 0
@@ -302,13 +395,14 @@ func (sf *seedFile) write(p []byte) error {
 			continue
 		}
 		// sf.pos is at a page boundary (carry is empty), and p holds a page or more.
-		if uintptr(unsafe.Pointer(unsafe.SliceData(p)))%directAlign != 0 {
-			// Not aligned like the file (a header's bytes): a page at a time through carry.
+		if uintptr(unsafe.Pointer(unsafe.SliceData(p)))%directAlign != 0 || sf.aio != nil && c == nil {
+			// Not aligned like the file (a header's bytes), or not held: a page at a time
+			// through carry.
 			if sf.carry == nil {
 				sf.carry = alignedBuffer(directAlign)
 			}
 			copy(sf.carry, p[:directAlign])
-			if err := sf.writeDirect(sf.carry, sf.pos); err != nil {
+			if err := sf.writeCarry(sf.pos); err != nil {
 				return err
 			}
 			sf.pos += directAlign
@@ -316,12 +410,31 @@ func (sf *seedFile) write(p []byte) error {
 			continue
 		}
 		whole := len(p) &^ (directAlign - 1)
-		if err := sf.writeDirect(p[:whole], sf.pos); err != nil {
+		if sf.aio != nil {
+			c.refs.Add(1) // the write's, until it completes
+			if err := sf.aio.submit(p[:whole], sf.pos, c, nil, sf.pool, sf.deadline); err != nil {
+				c.release(sf.pool)
+				return err
+			}
+		} else if err := sf.writeDirect(p[:whole], sf.pos); err != nil {
 			return err
 		}
 		sf.pos += int64(whole)
 		p = p[whole:]
 	}
+	return nil
+}
+
+// writeCarry writes the carry page at off; with aio the page goes with the write and a fresh
+// one takes its place.
+func (sf *seedFile) writeCarry(off int64) error {
+	if sf.aio == nil {
+		return sf.writeDirect(sf.carry, off)
+	}
+	if err := sf.aio.submit(sf.carry, off, nil, sf.carry, sf.pool, sf.deadline); err != nil {
+		return err
+	}
+	sf.carry = sf.aio.page()
 	return nil
 }
 
@@ -338,6 +451,20 @@ func (sf *seedFile) writeDirect(b []byte, off int64) error {
 
 // end writes the last, partial page and cuts the file to its size.
 func (sf *seedFile) end() error {
+	if sf.aio != nil {
+		// The file's size was set ahead of the writes: it is cut once they are done.
+		if sf.fill > 0 {
+			clear(sf.carry[sf.fill:])
+			sf.deadline = time.Time{}
+			if err := sf.writeCarry(sf.pos - int64(sf.fill)); err != nil {
+				return err
+			}
+		}
+		if err := sf.aio.drain(sf.pool); err != nil {
+			return err
+		}
+		return sf.f.Truncate(sf.pos)
+	}
 	if sf.fill == 0 {
 		return nil
 	}

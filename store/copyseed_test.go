@@ -114,10 +114,18 @@ func TestDamagedSeedIsNotServed(t *testing.T) {
 }
 
 // TestSeedFileWrites feeds a seed file pieces of random sizes, from memory aligned like the
-// file (chunks) and not (a header's bytes), and checks the file holds exactly the bytes.
+// file (chunks) and not (a header's bytes), and checks the file holds exactly the bytes, with
+// the asynchronous writer and the goroutine's (the reference): the same bytes.
 func TestSeedFileWrites(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 4} {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+	for _, c := range []struct {
+		async bool
+		seed  uint64
+	}{{true, 1}, {true, 2}, {true, 3}, {true, 4}, {false, 1}, {false, 2}, {false, 3}, {false, 4}} {
+		seed := c.seed
+		t.Run(fmt.Sprintf("async=%v/%d", c.async, seed), func(t *testing.T) {
+			old := seedAsync
+			seedAsync = c.async
+			t.Cleanup(func() { seedAsync = old })
 			rng := rand.New(rand.NewPCG(seed, 5))
 			want := randomBytes(rng, 3<<20+rng.IntN(70_000))
 			f, err := os.CreateTemp(t.TempDir(), "seed-*")
@@ -127,7 +135,7 @@ func TestSeedFileWrites(t *testing.T) {
 			pool := newChunkPool(4)
 			w := &seedWriter{pool: pool}
 			w.startSeed(f, pool)
-			t.Logf("O_DIRECT: %v", w.file.direct)
+			t.Logf("O_DIRECT: %v, asynchronous: %v", w.file.direct, w.async)
 			for off := 0; off < len(want); {
 				n := min(len(want)-off, 1+rng.IntN(700_000))
 				if rng.IntN(4) == 0 {
@@ -142,7 +150,7 @@ func TestSeedFileWrites(t *testing.T) {
 					c.refs.Store(1)
 				}
 				w.put(c, data)
-				if w.q == nil {
+				if w.gaveUp || !w.async && w.q == nil {
 					t.Fatal("the seed was given up")
 				}
 				off += n
@@ -150,6 +158,9 @@ func TestSeedFileWrites(t *testing.T) {
 			entry := &manifestFile{SHA256: ID{1}, Size: int64(len(want))}
 			sd := &seeds{dir: t.TempDir(), byHash: map[seedKey]seedFileRef{}}
 			w.finish(sd, entry, int64(len(want)), 1)
+			if len(pool.sem) != 0 {
+				t.Errorf("%d chunks not given back to the pool", len(pool.sem))
+			}
 			p, ok := sd.takePath(entry)
 			if !ok {
 				t.Fatal("no seed offered")

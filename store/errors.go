@@ -38,6 +38,9 @@ var (
 	ErrVersionRemoved = fmt.Errorf("version removed by gc: %w", ErrNoSuchVersion)
 	// ErrEmptyVersion marks a version with no files: there is nothing to commit.
 	ErrEmptyVersion = errors.New("nothing to commit: the version is empty")
+	// errSeedBehind marks a seed whose writes the disk did not complete within the time the
+	// stream may wait for them (copyseed.go): the seed is given up, never the stream.
+	errSeedBehind = errors.New("the seed's disk did not keep up")
 	// ErrReadOnly marks a write operation on a store opened read-only.
 	ErrReadOnly = errors.New("store is open read-only")
 	// ErrVersionBusy marks a version number that an open Writer already builds.

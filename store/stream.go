@@ -21,12 +21,13 @@ import (
 // whether it is safetensors; a rename may change which tensor is a tensor's base), it checks
 // at the end and redoes the file through the batch path from the objects it stored.
 //
-// Work is pipelined over five or six goroutines per stream: the caller of Write copies
+// Work is pipelined over four to six goroutines per stream: the caller of Write copies
 // bytes into 4 MiB chunks, a worker diffs and encodes, a finisher stores each tensor the
 // worker is done with (stream_finish.go), a hasher computes each tensor's SHA-256 (its
 // object's name) and the whole file's, both in one pass with the SHA extensions, else with a
-// second hasher for the file's (stream_pipe.go), and a seed writer writes the bytes to the
-// file that becomes the materialized copy's once the version is sealed (copyseed.go). Chunks
+// second hasher for the file's (stream_pipe.go), and the bytes are written to the seed, the
+// file that becomes the materialized copy's once the version is sealed (copyseed.go): by the
+// hasher itself with asynchronous I/O where the kernel has it, else by a goroutine of its own. Chunks
 // come from a pool per Writer, so the memory of all streams of a version is bounded, and a
 // Write waits when the pipeline is full.
 //
