@@ -165,6 +165,12 @@ func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("open object %s: %w", id, err)
 	}
+	if !st.Mode().IsRegular() {
+		// Something else in an object's place (a directory) is damage: its reads would fail
+		// with an error (EISDIR) that says nothing of the store.
+		f.Close()
+		return nil, fmt.Errorf("object %s is not a regular file (mode %v): %w", id, st.Mode(), ErrCorrupt)
+	}
 	return localObject{f, st.Size()}, nil
 }
 
