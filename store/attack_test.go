@@ -2,45 +2,146 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// TestObjectNotARegularFileIsCorrupt replaces an object file by an empty directory: the read
-// path, Export and Verify must each call it damage naming the object (EIO through a mount),
-// never pass the directory's EISDIR on as if it were an I/O error of a good object.
+// TestObjectNotARegularFileIsCorrupt puts something else than an object file where one
+// should be (an empty directory; a file where its fan-out directory objects/ab/ should be):
+// the read path, Export and Verify must each call it damage naming the object (EIO through
+// a mount), never pass EISDIR or ENOTDIR on as if it were an I/O error of a good object.
 func TestObjectNotARegularFileIsCorrupt(t *testing.T) {
-	s, root := newStore(t, Options{})
-	versions := modelVersions(t, 2, 9)
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
-	}
-	ver, _ := s.sealedVersion(2)
-	victim := ver.files["model.safetensors"].Tensors[1].ID
-	closeStore(t, s)
-	p := s.be.(*localBackend).objectPath(victim)
-	if err := os.Remove(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(p, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	for _, tc := range []struct {
+		name   string
+		attack func(t *testing.T, p string)
+	}{
+		{"directory", func(t *testing.T, p string) {
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"fan-out directory is a file", func(t *testing.T, p string) {
+			if err := os.RemoveAll(filepath.Dir(p)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Dir(p), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, root := newStore(t, Options{})
+			versions := modelVersions(t, 2, 9)
+			for i, files := range versions {
+				commitTree(t, s, uint64(i+1), files)
+			}
+			ver, _ := s.sealedVersion(2)
+			victim := ver.files["model.safetensors"].Tensors[1].ID
+			closeStore(t, s)
+			tc.attack(t, s.be.(*localBackend).objectPath(victim))
 
-	r := openStore(t, root, Options{ReadOnly: true})
-	expectDamage(r)
-	f, err := r.OpenFile(2, "model.safetensors")
-	if err == nil {
-		_, err = f.ReadAt(make([]byte, f.Size()), 0)
-		f.Close()
+			r := openStore(t, root, Options{ReadOnly: true})
+			expectDamage(r)
+			f, err := r.OpenFile(2, "model.safetensors")
+			if err == nil {
+				_, err = f.ReadAt(make([]byte, f.Size()), 0)
+				f.Close()
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
+				t.Errorf("read of a file whose object is damaged: %v, want corrupt naming %s", err, victim)
+			}
+			if err := r.Export(2, t.TempDir(), nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
+				t.Errorf("export: %v, want corrupt naming %s", err, victim)
+			}
+			if _, err := r.Verify(nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
+				t.Errorf("verify: %v, want corrupt naming %s", err, victim)
+			}
+		})
 	}
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
-		t.Errorf("read of a file whose object is a directory: %v, want corrupt naming %s", err, victim)
+}
+
+// copyFile copies the file src to dst (replacing it), keeping nothing of dst.
+func copyFileForTest(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := r.Export(2, t.TempDir(), nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
-		t.Errorf("export with an object that is a directory: %v", err)
+	os.Remove(dst)
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := r.Verify(nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
-		t.Errorf("verify with an object that is a directory: %v", err)
+}
+
+// TestIndexFromAnEarlierVersion puts back an index saved two versions earlier (a restored
+// backup, a cache directory copied from another node), with the materialized copy left at the
+// latest version, in the writer's cache and in a reader's: the index's copy state then names
+// a version whose content the copy does not hold. Every version must read right, a new
+// version must seal and read right, and Verify must find nothing wrong with the store.
+func TestIndexFromAnEarlierVersion(t *testing.T) {
+	s, root := newStore(t, Options{MaxChain: 3})
+	versions := modelVersions(t, 5, 23)
+	want := map[uint64]map[string][]byte{}
+	readerCache := t.TempDir()
+	reader := func() *Store {
+		return openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: readerCache})
+	}
+	for v := uint64(1); v <= 2; v++ {
+		commitTree(t, s, v, versions[v-1])
+		want[v] = versions[v-1]
+	}
+	closeStore(t, s)
+	closeStore(t, reader()) // the reader's copy at v2
+	saved := t.TempDir()
+	writerIndex := root + "/cache/index.db"
+	readerIndex := readerCache + "/index.db"
+	copyFileForTest(t, writerIndex, saved+"/writer.db")
+	copyFileForTest(t, readerIndex, saved+"/reader.db")
+
+	s = openStore(t, root, Options{MaxChain: 3})
+	for v := uint64(3); v <= 4; v++ {
+		commitTree(t, s, v, versions[v-1])
+		want[v] = versions[v-1]
+	}
+	closeStore(t, s)
+	closeStore(t, reader()) // the reader's copy at v4
+	copyFileForTest(t, saved+"/writer.db", writerIndex)
+	copyFileForTest(t, saved+"/reader.db", readerIndex)
+
+	check := func(what string, s *Store) {
+		t.Helper()
+		for v, files := range want {
+			for p, b := range files {
+				f, err := s.OpenFile(v, p)
+				if err != nil {
+					t.Errorf("%s: open v%d %s: %v", what, v, p, err)
+					continue
+				}
+				got := make([]byte, f.Size())
+				if _, err := f.ReadAt(got, 0); err != nil {
+					t.Errorf("%s: read v%d %s: %v", what, v, p, err)
+				} else if string(got) != string(b) {
+					t.Errorf("%s: v%d %s: wrong bytes", what, v, p)
+				}
+				f.Close()
+			}
+		}
+	}
+	r := reader()
+	check("reader with an older index", r)
+	closeStore(t, r)
+	s = openStore(t, root, Options{MaxChain: 3})
+	check("writer with an older index", s)
+	commitTree(t, s, 5, versions[4])
+	want[5] = versions[4]
+	check("writer after a seal on an older index", s)
+	for v := range want {
+		sameTree(t, fmt.Sprintf("export of v%d", v), exportHashes(t, s, v), treeHashes(t, writeTree(t, t.TempDir(), want[v])))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // localBackend keeps a store in a local directory:
@@ -157,6 +158,11 @@ func (o localObject) Size() int64 { return o.size }
 
 func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
 	f, err := os.Open(b.objectPath(id))
+	if errors.Is(err, syscall.ENOTDIR) {
+		// A file where its fan-out directory (or objects/) should be: the object is
+		// missing, and that is damage.
+		return nil, fmt.Errorf("open object %s: %w (%w)", id, ErrCorrupt, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open object %s: %w", id, err)
 	}
