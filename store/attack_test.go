@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weightfs/weightfs/internal/logtest"
 )
 
 // TestObjectNotARegularFileIsCorrupt puts something else than an object file where one
@@ -143,5 +145,53 @@ func TestIndexFromAnEarlierVersion(t *testing.T) {
 	check("writer after a seal on an older index", s)
 	for v := range want {
 		sameTree(t, fmt.Sprintf("export of v%d", v), exportHashes(t, s, v), treeHashes(t, writeTree(t, t.TempDir(), want[v])))
+	}
+}
+
+// TestWriterOpensWithDamagedScratchDirs takes away, or puts a file in place of, the store's
+// own scratch directories, tmp/ (a copy of a store made by a tool that skips empty
+// directories has none) and the writer's cache/: the writer opens, seals the next version and
+// reads every version right, making them anew.
+func TestWriterOpensWithDamagedScratchDirs(t *testing.T) {
+	for _, tc := range []struct{ name, dir string }{
+		{"tmp missing", "tmp"},
+		{"tmp a file", "tmp"},
+		{"cache a file", "cache"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, root := newStore(t, Options{})
+			versions := modelVersions(t, 3, 31)
+			for v := uint64(1); v <= 2; v++ {
+				commitTree(t, s, v, versions[v-1])
+			}
+			closeStore(t, s)
+			p := filepath.Join(root, tc.dir)
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(tc.name, "a file") {
+				if err := os.WriteFile(p, []byte("not a directory"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			logs := &logLines{t: t}
+			s, err := Open(root, Options{Logger: logtest.New(logs.logf)})
+			if err != nil {
+				t.Fatalf("open for writing: %v", err)
+			}
+			t.Cleanup(func() { closeStore(t, s) })
+			commitTree(t, s, 3, versions[2])
+			for v := uint64(1); v <= 3; v++ {
+				for name, b := range versions[v-1] {
+					mustEqualBytes(t, fmt.Sprintf("v%d %s", v, name), readWhole(t, s, v, name), b)
+				}
+			}
+			if st, err := os.Stat(p); err != nil || !st.IsDir() {
+				t.Errorf("%s after the writer opened: %v, %v", tc.dir, st, err)
+			}
+			if tc.dir == "cache" && !logs.has("cache directory is not a directory") {
+				t.Errorf("no log line says the cache directory was made anew:\n%s", logs)
+			}
+		})
 	}
 }

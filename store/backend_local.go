@@ -269,6 +269,17 @@ func (b *localBackend) DeleteManifest(v uint64) error {
 func (b *localBackend) CleanTemp() error {
 	dir := filepath.Join(b.root, "tmp")
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		// tmp/ holds nothing between processes: missing (a copy of the store by a tool that
+		// skips empty directories) or not a directory, it is made anew.
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("clean temporary files: %w", err)
+		}
+		if err := mkdirMode(dir, b.modes.dir); err != nil {
+			return fmt.Errorf("clean temporary files: %w", err)
+		}
+		return syncDir(b.root)
+	}
 	if err != nil {
 		return fmt.Errorf("clean temporary files: %w", err)
 	}

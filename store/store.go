@@ -241,6 +241,15 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	}
 	if !s.readOnly && s.opts.CacheDir == "" {
 		s.opts.CacheDir = o.WriterCacheDir
+		if st, err := os.Lstat(o.WriterCacheDir); err == nil && !st.IsDir() {
+			// The writer's own cache (STORE/cache): what else stands there is no one's, and
+			// a cache is rebuilt from the store. A cache directory the user names is left
+			// alone (an error below).
+			s.log.Warn("the writer's cache directory is not a directory; removed and made anew", "path", o.WriterCacheDir, "mode", st.Mode().String())
+			if err := os.Remove(o.WriterCacheDir); err != nil {
+				return nil, fmt.Errorf("open store %s: writer's cache directory: %w", o.Root, err)
+			}
+		}
 	}
 	if err := s.upgradeFormat(o); err != nil {
 		return nil, err
