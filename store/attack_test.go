@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,6 +193,48 @@ func TestWriterOpensWithDamagedScratchDirs(t *testing.T) {
 			}
 			if tc.dir == "cache" && !logs.has("cache directory is not a directory") {
 				t.Errorf("no log line says the cache directory was made anew:\n%s", logs)
+			}
+		})
+	}
+}
+
+// TestRenderCacheDirNotADirectory puts a file where the render cache's directories should be
+// (CACHE/render, render/patches, render/deltas, render/tmp): a damaged cache must not cost a
+// render, so each is made anew (logged) and the patch and the delta render as before.
+func TestRenderCacheDirNotADirectory(t *testing.T) {
+	for _, sub := range []string{"", "patches", "deltas", "tmp"} {
+		t.Run("render/"+sub, func(t *testing.T) {
+			logs := &logLines{t: t}
+			s, _ := newStore(t, Options{Logger: logtest.New(logs.logf)})
+			rng := rand.New(rand.NewPCG(5, 7))
+			m := newSlimeModel(rng)
+			commitTree(t, s, 1, m.tree(t))
+			m.perturbAll(rng, 0.03)
+			commitTree(t, s, 2, m.tree(t))
+			var direct bytes.Buffer
+			if _, err := s.WritePatch(2, &writerAtBuffer{&direct}); err != nil {
+				t.Fatal(err)
+			}
+			p := s.renderDir(sub)
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("junk"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			rf, err := s.RenderPatch(2)
+			if err != nil {
+				t.Fatalf("render the patch: %v", err)
+			}
+			mustEqualBytes(t, "rendered patch", readFile(t, rf.Path), direct.Bytes())
+			if _, files, err := s.RenderSlime(2); err != nil || len(files) == 0 {
+				t.Fatalf("render the delta: %d files, %v", len(files), err)
+			}
+			if !logs.has("not a directory") {
+				t.Errorf("no log line names the damaged render directory:\n%s", logs)
 			}
 		})
 	}

@@ -88,7 +88,7 @@ func renderName(v uint64, key string) string { return fmt.Sprintf("v%06d-%s", v,
 // processes left there.
 func (s *Store) renderTemp() (string, error) {
 	base := s.renderDir("tmp")
-	if err := os.MkdirAll(base, cacheDirPerm); err != nil {
+	if err := s.cacheMkdirAll(base); err != nil {
 		return "", fmt.Errorf("create render directory: %w", err)
 	}
 	removeDeadRenders(base)

@@ -204,7 +204,7 @@ func (s *Store) renderPatchCached(final string, cur, base *version, write func(p
 		s.mat.suspect(err)
 		return RenderedFile{}, fmt.Errorf("as rendered: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
+	if err := s.cacheMkdirAll(filepath.Dir(final)); err != nil {
 		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
 	}
 	sumsTmp := filepath.Join(tmp, "patch"+patchSumsSuffix)

@@ -220,7 +220,7 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 	if _, err := s.writeSlimeDelta(cur, base, dir); err != nil {
 		return plan, nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
+	if err := s.cacheMkdirAll(filepath.Dir(final)); err != nil {
 		return plan, nil, fmt.Errorf("create render directory: %w", err)
 	}
 	if err := os.Rename(dir, final); err != nil {

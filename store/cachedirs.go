@@ -1,0 +1,40 @@
+package store
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// cacheMkdirAll is os.MkdirAll for a directory inside this process's cache directory that a
+// cache needs (the render cache's render/, render/patches, ...). A cache is rebuilt from the
+// store, so what stands where one of its directories should be (a file, left by anything) is
+// no one's: it is removed, with a log line, and the directory made, rather than let the
+// damaged cache cost the read that needed it. A directory outside the cache is only made.
+func (s *Store) cacheMkdirAll(dir string) error {
+	err := os.MkdirAll(dir, cacheDirPerm)
+	if err == nil || !(errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist)) {
+		return err
+	}
+	rel, rerr := filepath.Rel(s.cacheDir, dir)
+	if rerr != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return err
+	}
+	p := s.cacheDir
+	for _, el := range strings.Split(rel, string(filepath.Separator)) {
+		p = filepath.Join(p, el)
+		st, lerr := os.Lstat(p)
+		if lerr != nil || st.IsDir() {
+			continue
+		}
+		s.log.Warn("cache: not a directory where the cache keeps one; removed, made anew", "path", p, "mode", st.Mode().String())
+		if rmErr := os.Remove(p); rmErr != nil {
+			return err
+		}
+		return os.MkdirAll(dir, cacheDirPerm)
+	}
+	return err
+}
