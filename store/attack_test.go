@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weightfs/weightfs/internal/logtest"
 )
@@ -237,5 +239,73 @@ func TestRenderCacheDirNotADirectory(t *testing.T) {
 				t.Errorf("no log line names the damaged render directory:\n%s", logs)
 			}
 		})
+	}
+}
+
+// TestFIFOInAStoreFileNeverHangs puts a FIFO where an object file and where the format file
+// should be: opening a FIFO for reading blocks until a writer comes, so every command (and
+// every read of the object) would hang. Each must end, calling it damage.
+func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
+	s, root := newStore(t, Options{})
+	versions := modelVersions(t, 2, 41)
+	for i, files := range versions {
+		commitTree(t, s, uint64(i+1), files)
+	}
+	ver, _ := s.sealedVersion(2)
+	victim := ver.files["model.safetensors"].Tensors[0].ID
+	closeStore(t, s)
+	fifo := func(p string) {
+		t.Helper()
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	within := func(what string, fn func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no answer in 20s (the FIFO left open for it is never written)", what)
+			return nil
+		}
+	}
+
+	fifo(s.be.(*localBackend).objectPath(victim))
+	r := openStore(t, root, Options{ReadOnly: true})
+	expectDamage(r)
+	err := within("read", func() error {
+		f, err := r.OpenFile(2, "model.safetensors")
+		if err == nil {
+			_, err = f.ReadAt(make([]byte, f.Size()), 0)
+			f.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
+		t.Errorf("read of a file whose object is a FIFO: %v, want corrupt naming %s", err, victim)
+	}
+	if err := within("export", func() error { return r.Export(2, t.TempDir(), nil) }); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("export: %v, want corrupt", err)
+	}
+	if err := within("verify", func() error { _, err := r.Verify(nil); return err }); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("verify: %v, want corrupt", err)
+	}
+
+	fifo(filepath.Join(root, formatFileName))
+	err = within("open", func() error {
+		s, err := Open(root, Options{ReadOnly: true})
+		if err == nil {
+			s.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), formatFileName) {
+		t.Errorf("open of a store whose format file is a FIFO: %v, want corrupt naming %s", err, formatFileName)
 	}
 }

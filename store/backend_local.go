@@ -157,7 +157,14 @@ type localObject struct {
 func (o localObject) Size() int64 { return o.size }
 
 func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
-	f, err := os.Open(b.objectPath(id))
+	p := b.objectPath(id)
+	// Anything but a regular file in an object's place is damage, and is looked at before it
+	// is opened: the open of a FIFO would block until a writer came (hanging every read of
+	// the object), the reads of a directory fail with EISDIR, which says nothing of the store.
+	if st, err := os.Stat(p); err == nil && !st.Mode().IsRegular() {
+		return nil, notAnObjectFile(id, st.Mode())
+	}
+	f, err := os.Open(p)
 	if errors.Is(err, syscall.ENOTDIR) {
 		// A file where its fan-out directory (or objects/) should be: the object is
 		// missing, and that is damage.
@@ -171,13 +178,15 @@ func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("open object %s: %w", id, err)
 	}
-	if !st.Mode().IsRegular() {
-		// Something else in an object's place (a directory) is damage: its reads would fail
-		// with an error (EISDIR) that says nothing of the store.
+	if !st.Mode().IsRegular() { // replaced since the look above
 		f.Close()
-		return nil, fmt.Errorf("object %s is not a regular file (mode %v): %w", id, st.Mode(), ErrCorrupt)
+		return nil, notAnObjectFile(id, st.Mode())
 	}
 	return localObject{f, st.Size()}, nil
+}
+
+func notAnObjectFile(id ID, mode fs.FileMode) error {
+	return fmt.Errorf("object %s is not a regular file (mode %v): %w", id, mode, ErrCorrupt)
 }
 
 func (b *localBackend) StatObject(id ID) (int64, error) {

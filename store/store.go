@@ -157,18 +157,22 @@ func (s *Store) failpoint(point string) error {
 // localFormat checks the format file of the local store at path and returns the modes its
 // files are made with (private, or shared with the group: perm.go) and its format version.
 func localFormat(path string) (storeModes, uint32, error) {
-	format, err := os.ReadFile(filepath.Join(path, formatFileName))
+	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
 	}
 	if err != nil {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
-	v, err := FormatVersion(format)
+	if !formatInfo.Mode().IsRegular() {
+		// Looked at before it is read: reading a FIFO would block every command forever.
+		return storeModes{}, 0, fmt.Errorf("open store %s: %s is not a regular file (mode %v): %w", path, formatFileName, formatInfo.Mode(), ErrCorrupt)
+	}
+	format, err := os.ReadFile(filepath.Join(path, formatFileName))
 	if err != nil {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
-	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
+	v, err := FormatVersion(format)
 	if err != nil {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
