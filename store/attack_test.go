@@ -309,3 +309,69 @@ func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
 		t.Errorf("open of a store whose format file is a FIFO: %v, want corrupt naming %s", err, formatFileName)
 	}
 }
+
+// TestFIFOInTheRenderCacheNeverHangs puts a FIFO in place of each file of a cached patch and a
+// cached delta (the patch, its sums, render.json, a shard): reading a FIFO blocks until a
+// writer comes, which hung the mount's readdir of deltas/. Each render must come back, the
+// damaged one dropped and rendered again, as for any other damage of the render cache.
+func TestFIFOInTheRenderCacheNeverHangs(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	rng := rand.New(rand.NewPCG(5, 9))
+	m := newSlimeModel(rng)
+	commitTree(t, s, 1, m.tree(t))
+	m.perturbAll(rng, 0.03)
+	commitTree(t, s, 2, m.tree(t))
+	var direct bytes.Buffer
+	if _, err := s.WritePatch(2, &writerAtBuffer{&direct}); err != nil {
+		t.Fatal(err)
+	}
+	within := func(what string, fn func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no answer in 20s (a FIFO in the render cache is never written)", what)
+		}
+	}
+	var targets []string
+	within("first render", func() error {
+		rf, err := s.RenderPatch(2)
+		if err != nil {
+			return err
+		}
+		_, files, err := s.RenderSlime(2)
+		if err != nil {
+			return err
+		}
+		targets = []string{rf.Path, strings.TrimSuffix(rf.Path, ".safetensors") + patchSumsSuffix,
+			filepath.Join(filepath.Dir(files[0].Path), slimeRenderFile), files[len(files)-1].Path}
+		return nil
+	})
+	for _, p := range targets {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		within("render with "+filepath.Base(p)+" a FIFO", func() error {
+			rf, err := s.RenderPatch(2)
+			if err != nil {
+				return err
+			}
+			if got := readFile(t, rf.Path); !bytes.Equal(got, direct.Bytes()) {
+				return fmt.Errorf("the patch rendered again differs")
+			}
+			_, files, err := s.RenderSlime(2)
+			if err == nil && len(files) == 0 {
+				err = fmt.Errorf("no files")
+			}
+			return err
+		})
+	}
+}

@@ -36,7 +36,7 @@ type renderCheck struct {
 
 // sumsOf returns the sums of a file's bytes.
 func sumsOfFile(p string) (*fileSums, error) {
-	f, err := os.Open(p)
+	f, err := openCacheFile(p)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (s *Store) writePatchSums(p, sumsPath, final, finalSums string) (*renderChe
 
 // loadPatchSums reads the sums of the cached patch final (size bytes).
 func (s *Store) loadPatchSums(final, sumsPath string, size int64) (*renderCheck, error) {
-	data, err := os.ReadFile(sumsPath)
+	data, err := readCacheFile(sumsPath)
 	if err != nil {
 		return nil, fmt.Errorf("sums of the patch: %w", err)
 	}

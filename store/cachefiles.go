@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -37,4 +38,38 @@ func (s *Store) cacheMkdirAll(dir string) error {
 		return os.MkdirAll(dir, cacheDirPerm)
 	}
 	return err
+}
+
+// errNotRegular marks a cache file that is not a regular file (a directory, a FIFO, a device
+// in its place): the cache that holds it is damaged, and is dropped and made again.
+var errNotRegular = errors.New("not a regular file")
+
+// openCacheFile is os.Open for a file of a cache, which only this program writes, as regular
+// files: anything else in its place is refused, looked at before it is opened (opening a FIFO
+// blocks until a writer comes, which would hang the read that asked for it forever).
+func openCacheFile(p string) (*os.File, error) {
+	if err := checkCacheFile(p); err != nil {
+		return nil, err
+	}
+	return os.Open(p)
+}
+
+// readCacheFile is os.ReadFile for a file of a cache (see openCacheFile).
+func readCacheFile(p string) ([]byte, error) {
+	if err := checkCacheFile(p); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
+}
+
+// checkCacheFile refuses what is not a regular file at p (a missing one is os.Stat's error).
+func checkCacheFile(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: %w (mode %v)", p, errNotRegular, st.Mode())
+	}
+	return nil
 }
