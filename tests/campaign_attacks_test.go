@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -16,9 +17,10 @@ import (
 // the attacks a careful attacker adds to flipped bytes, truncations and deletions: another
 // valid file of the same kind in a file's place (two objects or two files of a cache swapped,
 // an older version's manifest over a newer one, the other cache's index), a file of zero
-// length, an empty directory where a file should be, a file where a cache keeps a directory,
-// and a format file that is valid but of a format version this program does not know. Each
-// kind and attack runs once; which file comes from the campaign seed as in TestCampaign:
+// length, an empty directory or a FIFO where a file should be, a file where a cache keeps a
+// directory, and a format file that is valid but of a format version this program does not
+// know. Each kind and attack runs once; which file comes from the campaign seed as in
+// TestCampaign:
 //
 //	WEIGHTFS_CAMPAIGN_SEED=S go test ./tests -run 'TestCampaignAttacks/manifest_older' -v
 func TestCampaignAttacks(t *testing.T) {
@@ -45,12 +47,12 @@ func TestCampaignAttacks(t *testing.T) {
 // manifest replaced by a directory is not listed: the store reads it as deleted, which
 // TestCampaign's delete trials cover.
 var campaignMoreAttacks = map[string][]string{
-	"object":   {"swap", "replace", "empty", "dir"},
+	"object":   {"swap", "replace", "empty", "dir", "fifo"},
 	"manifest": {"older", "newer", "empty"},
-	"index":    {"swap", "empty", "dir"},
-	"copy":     {"swap", "empty", "dir"},
-	"format":   {"future", "empty", "dir"},
-	"render":   {"swap", "empty", "dir"},
+	"index":    {"swap", "empty", "dir", "fifo"},
+	"copy":     {"swap", "empty", "dir", "fifo"},
+	"format":   {"future", "empty", "dir", "fifo"},
+	"render":   {"swap", "empty", "dir", "fifo"},
 	"cachedir": {"file"},
 }
 
@@ -86,6 +88,7 @@ func campaignIsMoreAttack(attack string) bool {
 //   - older, newer: a manifest gets the bytes of the version's before (after) it
 //   - empty: p is cut to zero length
 //   - dir: p is replaced by an empty directory
+//   - fifo: p is replaced by a FIFO (whose open for reading blocks until a writer comes)
 //   - file: the directory p is replaced by a file
 //   - future: the format file of format version 3 (none this program knows), with a right CRC
 func campaignDamageMore(rng *rand.Rand, p string, files []string, other, attack string) (string, []string, error) {
@@ -186,6 +189,11 @@ func campaignDamageMore(rng *rand.Rand, p string, files []string, other, attack 
 			return "", nil, err
 		}
 		return "directory replaced by a file", nil, os.WriteFile(p, []byte("not a directory\n"), 0o600)
+	case "fifo":
+		if err := os.Remove(p); err != nil {
+			return "", nil, err
+		}
+		return fmt.Sprintf("replaced (%d bytes) by a FIFO", size), nil, syscall.Mkfifo(p, 0o600)
 	case "dir":
 		if err := os.Remove(p); err != nil {
 			return "", nil, err
