@@ -144,7 +144,9 @@ func TestS3DamagedLocalCacheFallsBack(t *testing.T) {
 	}
 }
 
-// TestS3DamagedObjectIsCorrupt damages objects and a manifest in the bucket itself: reads of
+// TestS3DamagedObjectIsCorrupt damages objects (a flipped byte, a truncation, a deletion,
+// another object's bytes) and manifests (a flipped byte; then an older version's manifest over
+// the newest) in the bucket itself: reads of
 // what needs them fail with store.ErrCorrupt naming them (never wrong bytes, never "not
 // found"), the others read right, and Verify names each.
 func TestS3DamagedObjectIsCorrupt(t *testing.T) {
@@ -153,12 +155,20 @@ func TestS3DamagedObjectIsCorrupt(t *testing.T) {
 	loc := strings.TrimPrefix(url, "s3://weightfs-test/")
 	dir := srv.ObjectDir("weightfs-test", loc)
 	objs := regularFiles(t, filepath.Join(dir, "objects"))
-	if len(objs) < 3 {
+	if len(objs) < 5 {
 		t.Fatalf("%d objects in the bucket", len(objs))
 	}
 	var damaged []string
-	for i, p := range objs[:3] {
+	for i, p := range objs[:4] {
 		switch i {
+		case 3: // another object's bytes
+			b, err := os.ReadFile(objs[4])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		case 0:
 			flipByte(t, p, 100)
 		case 1:
@@ -206,6 +216,24 @@ func TestS3DamagedObjectIsCorrupt(t *testing.T) {
 				t.Errorf("v%d %s: %v, want store.ErrCorrupt", v, p, err)
 			}
 		}
+	}
+	r.Close()
+
+	// An older version's manifest over the newest one: the newest is damaged, not version 1
+	// twice.
+	older, err := os.ReadFile(filepath.Join(dir, "versions", store.ManifestName(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "versions", store.ManifestName(3)), older, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = openTestStore(t, url, store.Options{ReadOnly: true, CacheDir: t.TempDir()})
+	if _, err := r.Verify(nil); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "version 3") {
+		t.Errorf("verify with v1's manifest as v3's: %v, want damage naming version 3", err)
+	}
+	if _, err := r.OpenFile(3, "config.json"); !errors.Is(err, store.ErrCorrupt) {
+		t.Errorf("open of a file of v3 (v1's manifest in its place): %v, want store.ErrCorrupt", err)
 	}
 	r.Close()
 }
