@@ -375,3 +375,31 @@ func TestFIFOInTheRenderCacheNeverHangs(t *testing.T) {
 		})
 	}
 }
+
+// TestFIFOPinNeverHangsGC puts a FIFO among the readers' pin records: gc reads every record,
+// and reading a FIFO blocks until a writer comes. gc must stop with an error naming the file,
+// as for any record it cannot read.
+func TestFIFOPinNeverHangsGC(t *testing.T) {
+	s, root := newStore(t, Options{})
+	versions := modelVersions(t, 3, 43)
+	for i, files := range versions {
+		commitTree(t, s, uint64(i+1), files)
+	}
+	p := filepath.Join(root, "pins", "0123456789abcdef0123456789abcdef.json")
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.GC(1); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), filepath.Base(p)) {
+			t.Errorf("gc with a FIFO among the pins: %v, want an error naming it", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("gc with a FIFO among the pins: no answer in 20s")
+	}
+}

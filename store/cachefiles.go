@@ -40,8 +40,9 @@ func (s *Store) cacheMkdirAll(dir string) error {
 	return err
 }
 
-// errNotRegular marks a cache file that is not a regular file (a directory, a FIFO, a device
-// in its place): the cache that holds it is damaged, and is dropped and made again.
+// errNotRegular marks a file that this program writes as a regular file but is not one (a
+// directory, a FIFO, a device in its place), refused before it is read: a cache that holds
+// one is damaged, and is dropped and made again; a pin record stops gc.
 var errNotRegular = errors.New("not a regular file")
 
 // openCacheFile is os.Open for a file of a cache, which only this program writes, as regular
