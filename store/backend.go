@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"io"
 	"os"
 )
@@ -85,6 +86,38 @@ type RemoteCache interface {
 // CheckObject verifies a whole object file against its CRC-32C trailer (docs/format.md):
 // a backend that fetched an object checks the bytes it got before it keeps them.
 func CheckObject(f ObjectFile) error { return checkCRC(f) }
+
+// CheckCachedObject verifies a whole object file as CheckObject does and that its header
+// names id: a backend checks what it kept of an object on local disk (which anything may
+// have damaged, or put another object's file in its place) before it serves it, and fetches
+// the object again if it fails.
+func CheckCachedObject(id ID, f ObjectFile) error {
+	if err := checkCRC(f); err != nil {
+		return objectError(id, err)
+	}
+	info, err := readObjectInfo(f)
+	if err == nil && info.hdr.ID != id {
+		err = fmt.Errorf("file holds object %s: %w", info.hdr.ID, ErrCorrupt)
+	}
+	if err != nil {
+		return objectError(id, err)
+	}
+	return nil
+}
+
+// CheckCachedManifest checks manifest bytes of version v as the version list does (magic,
+// format, length, CRC-32C, the version number it names): a backend checks a manifest it
+// kept on local disk before it serves it, and fetches it again if it fails.
+func CheckCachedManifest(v uint64, data []byte) error {
+	info, err := decodeManifestSummary(data)
+	if err != nil {
+		return fmt.Errorf("manifest of version %d: %w", v, err)
+	}
+	if info.Number != v {
+		return fmt.Errorf("manifest of version %d names version %d: %w", v, info.Number, ErrCorrupt)
+	}
+	return nil
+}
 
 // ManifestName is the name of version v's manifest in a store's layout (versions/NAME on
 // disk, PREFIX/versions/NAME in S3): "v" and the number, zero-padded to six digits.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // localBackend keeps a store in a local directory:
@@ -156,7 +157,19 @@ type localObject struct {
 func (o localObject) Size() int64 { return o.size }
 
 func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
-	f, err := os.Open(b.objectPath(id))
+	p := b.objectPath(id)
+	// Anything but a regular file in an object's place is damage, and is looked at before it
+	// is opened: the open of a FIFO would block until a writer came (hanging every read of
+	// the object), the reads of a directory fail with EISDIR, which says nothing of the store.
+	if st, err := os.Stat(p); err == nil && !st.Mode().IsRegular() {
+		return nil, notAnObjectFile(id, st.Mode())
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, syscall.ENOTDIR) {
+		// A file where its fan-out directory (or objects/) should be: the object is
+		// missing, and that is damage.
+		return nil, fmt.Errorf("open object %s: %w (%w)", id, ErrCorrupt, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open object %s: %w", id, err)
 	}
@@ -165,7 +178,15 @@ func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("open object %s: %w", id, err)
 	}
+	if !st.Mode().IsRegular() { // replaced since the look above
+		f.Close()
+		return nil, notAnObjectFile(id, st.Mode())
+	}
 	return localObject{f, st.Size()}, nil
+}
+
+func notAnObjectFile(id ID, mode fs.FileMode) error {
+	return fmt.Errorf("object %s is not a regular file (mode %v): %w", id, mode, ErrCorrupt)
 }
 
 func (b *localBackend) StatObject(id ID) (int64, error) {
@@ -257,6 +278,17 @@ func (b *localBackend) DeleteManifest(v uint64) error {
 func (b *localBackend) CleanTemp() error {
 	dir := filepath.Join(b.root, "tmp")
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		// tmp/ holds nothing between processes: missing (a copy of the store by a tool that
+		// skips empty directories) or not a directory, it is made anew.
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("clean temporary files: %w", err)
+		}
+		if err := mkdirMode(dir, b.modes.dir); err != nil {
+			return fmt.Errorf("clean temporary files: %w", err)
+		}
+		return syncDir(b.root)
+	}
 	if err != nil {
 		return fmt.Errorf("clean temporary files: %w", err)
 	}

@@ -192,6 +192,11 @@ func (s *Store) pins() ([]PinInfo, error) {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue // a renewal's temporary file
 		}
+		if !e.Type().IsRegular() {
+			// Not read: reading a FIFO would block gc until a writer came.
+			return nil, fmt.Errorf("%s: pin record %w (%v; remove it if no reader uses it)",
+				filepath.Join(dir, e.Name()), errNotRegular, e.Type())
+		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // its reader just removed it

@@ -88,7 +88,7 @@ func renderName(v uint64, key string) string { return fmt.Sprintf("v%06d-%s", v,
 // processes left there.
 func (s *Store) renderTemp() (string, error) {
 	base := s.renderDir("tmp")
-	if err := os.MkdirAll(base, cacheDirPerm); err != nil {
+	if err := s.cacheMkdirAll(base); err != nil {
 		return "", fmt.Errorf("create render directory: %w", err)
 	}
 	removeDeadRenders(base)
@@ -275,7 +275,7 @@ func (s *Store) writePatchFileWith(p string, write func(*os.File) (int64, error)
 // (they were computed from the bytes read, so a bad read shows here), and every file the
 // patch leaves out is the same in both versions.
 func checkRenderedPatch(p string, cur, base *version) (RenderedFile, error) {
-	f, err := os.Open(p)
+	f, err := openCacheFile(p)
 	if err != nil {
 		return RenderedFile{}, err
 	}

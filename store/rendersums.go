@@ -36,7 +36,7 @@ type renderCheck struct {
 
 // sumsOf returns the sums of a file's bytes.
 func sumsOfFile(p string) (*fileSums, error) {
-	f, err := os.Open(p)
+	f, err := openCacheFile(p)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (s *Store) writePatchSums(p, sumsPath, final, finalSums string) (*renderChe
 
 // loadPatchSums reads the sums of the cached patch final (size bytes).
 func (s *Store) loadPatchSums(final, sumsPath string, size int64) (*renderCheck, error) {
-	data, err := os.ReadFile(sumsPath)
+	data, err := readCacheFile(sumsPath)
 	if err != nil {
 		return nil, fmt.Errorf("sums of the patch: %w", err)
 	}
@@ -204,7 +204,7 @@ func (s *Store) renderPatchCached(final string, cur, base *version, write func(p
 		s.mat.suspect(err)
 		return RenderedFile{}, fmt.Errorf("as rendered: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
+	if err := s.cacheMkdirAll(filepath.Dir(final)); err != nil {
 		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
 	}
 	sumsTmp := filepath.Join(tmp, "patch"+patchSumsSuffix)

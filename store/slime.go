@@ -220,7 +220,7 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 	if _, err := s.writeSlimeDelta(cur, base, dir); err != nil {
 		return plan, nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(final), cacheDirPerm); err != nil {
+	if err := s.cacheMkdirAll(filepath.Dir(final)); err != nil {
 		return plan, nil, fmt.Errorf("create render directory: %w", err)
 	}
 	if err := os.Rename(dir, final); err != nil {
@@ -283,7 +283,7 @@ type renderedEntry struct {
 // loadRenderedDir reads the file list of a rendered delta and checks every file's size and
 // that its sums fit it; the bytes are checked as they are read (RenderedFile.ReadAt).
 func (s *Store) loadRenderedDir(dir string) ([]RenderedFile, error) {
-	data, err := os.ReadFile(filepath.Join(dir, slimeRenderFile))
+	data, err := readCacheFile(filepath.Join(dir, slimeRenderFile))
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +298,9 @@ func (s *Store) loadRenderedDir(dir string) ([]RenderedFile, error) {
 		}
 		p := filepath.Join(dir, e.Name)
 		st, err := os.Stat(p)
+		if err == nil && !st.Mode().IsRegular() {
+			err = fmt.Errorf("%w (mode %v)", errNotRegular, st.Mode())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rendered %s: %w", e.Name, err)
 		}

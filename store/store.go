@@ -157,18 +157,22 @@ func (s *Store) failpoint(point string) error {
 // localFormat checks the format file of the local store at path and returns the modes its
 // files are made with (private, or shared with the group: perm.go) and its format version.
 func localFormat(path string) (storeModes, uint32, error) {
-	format, err := os.ReadFile(filepath.Join(path, formatFileName))
+	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, ErrNotAStore)
 	}
 	if err != nil {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
-	v, err := FormatVersion(format)
+	if !formatInfo.Mode().IsRegular() {
+		// Looked at before it is read: reading a FIFO would block every command forever.
+		return storeModes{}, 0, fmt.Errorf("open store %s: %s is not a regular file (mode %v): %w", path, formatFileName, formatInfo.Mode(), ErrCorrupt)
+	}
+	format, err := os.ReadFile(filepath.Join(path, formatFileName))
 	if err != nil {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
-	formatInfo, err := os.Stat(filepath.Join(path, formatFileName))
+	v, err := FormatVersion(format)
 	if err != nil {
 		return storeModes{}, 0, fmt.Errorf("open store %s: %w", path, err)
 	}
@@ -241,6 +245,15 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	}
 	if !s.readOnly && s.opts.CacheDir == "" {
 		s.opts.CacheDir = o.WriterCacheDir
+		if st, err := os.Lstat(o.WriterCacheDir); err == nil && !st.IsDir() {
+			// The writer's own cache (STORE/cache): what else stands there is no one's, and
+			// a cache is rebuilt from the store. A cache directory the user names is left
+			// alone (an error below).
+			s.log.Warn("the writer's cache directory is not a directory; removed and made anew", "path", o.WriterCacheDir, "mode", st.Mode().String())
+			if err := os.Remove(o.WriterCacheDir); err != nil {
+				return nil, fmt.Errorf("open store %s: writer's cache directory: %w", o.Root, err)
+			}
+		}
 	}
 	if err := s.upgradeFormat(o); err != nil {
 		return nil, err

@@ -118,6 +118,10 @@ func (s *Store) verifyCopyAt(cacheDir string) CacheCheck {
 	}
 	c := CacheCheck{Name: "materialized copy", Path: dir}
 	ixPath := filepath.Join(cacheDir, "index.db")
+	if err := checkCacheFile(ixPath); err != nil {
+		c.Note = fmt.Sprintf("its index cannot be read (%v): the writer rebuilds both", err)
+		return c
+	}
 	db, err := bolt.Open(ixPath, cacheFilePerm, &bolt.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
 	if errors.Is(err, berrors.ErrTimeout) {
 		c.Note = "in use by a running writer, which checks every read of it against its sums"
@@ -285,12 +289,12 @@ func (s *Store) checkRender(kind string, v uint64, p, name string) error {
 
 // sameFile compares two files' bytes.
 func sameFile(a, b string) error {
-	fa, err := os.Open(a)
+	fa, err := openCacheFile(a)
 	if err != nil {
 		return err
 	}
 	defer fa.Close()
-	fb, err := os.Open(b)
+	fb, err := openCacheFile(b)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/weightfs/weightfs/gen"
@@ -54,11 +55,33 @@ type campaignObject struct {
 func (c *campaignStore) storeDir() string   { return filepath.Join(c.dir, "store") }
 func (c *campaignStore) roCacheDir() string { return filepath.Join(c.dir, "rocache") }
 
-// buildCampaignStore makes the pristine store (see above) and records its hashes. It fails
-// the test if the store does not hold what the campaign means to attack.
-func buildCampaignStore(t *testing.T) *campaignStore {
+var (
+	campaignPristineMu sync.Mutex
+	campaignPristine   *campaignStore
+)
+
+// sharedCampaignStore is buildCampaignStore once per test binary (TestCampaign and
+// TestCampaignAttacks copy the same pristine store), under testRoot, which TestMain removes.
+// Trials copy it and never change it.
+func sharedCampaignStore(t *testing.T) *campaignStore {
 	t.Helper()
-	work := t.TempDir()
+	campaignPristineMu.Lock()
+	defer campaignPristineMu.Unlock()
+	if campaignPristine == nil {
+		work, err := os.MkdirTemp(testRoot, "campaign-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		campaignPristine = buildCampaignStore(t, work)
+	}
+	return campaignPristine
+}
+
+// buildCampaignStore makes the pristine store (see above) in the empty directory work and
+// records its hashes. It fails the test if the store does not hold what the campaign means to
+// attack.
+func buildCampaignStore(t *testing.T, work string) *campaignStore {
+	t.Helper()
 	c := &campaignStore{dir: work, want: map[int]map[string]string{}, views: map[string]string{}}
 	storeDir := c.storeDir()
 	initStore(t, storeDir)

@@ -50,7 +50,7 @@ func TestCampaign(t *testing.T) {
 	trials = int(campaignEnv(t, "WEIGHTFS_CAMPAIGN_TRIALS", uint64(trials)))
 	t.Logf("campaign seed %d, %d trials (WEIGHTFS_CAMPAIGN_SEED, WEIGHTFS_CAMPAIGN_TRIALS)", seed, trials)
 	weightfsBin(t)
-	c := buildCampaignStore(t)
+	c := sharedCampaignStore(t)
 	log := &campaignLog{}
 	for i := 0; i < trials; i++ {
 		kind := campaignKinds[i%len(campaignKinds)]
@@ -134,7 +134,13 @@ func (tr *campaignTrial) applyDamage() {
 			tr.t.Fatalf("%s: %v under %s", tr.kind.name, errNoTarget, root)
 		}
 		p := files[tr.rng.IntN(len(files))]
-		what, err := campaignDamage(tr.rng, p, tr.attack)
+		var what string
+		var err error
+		if campaignIsMoreAttack(tr.attack) {
+			what, _, err = campaignDamageMore(tr.rng, p, files, tr.campaignOtherIndex(root), tr.attack)
+		} else {
+			what, err = campaignDamage(tr.rng, p, tr.attack)
+		}
 		if err != nil {
 			tr.t.Fatalf("damage %s: %v", p, err)
 		}

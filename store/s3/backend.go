@@ -197,7 +197,7 @@ func (b *Backend) OpenObject(id store.ID) (store.ObjectFile, error) {
 	}
 	size, known := b.remote[id]
 	b.mu.Unlock()
-	if f, cached, ok := b.cache.open(id); ok {
+	if f, cached, ok := b.openCached(id); ok {
 		b.c.stats.add(&b.c.stats.cacheHits, 1)
 		return fileObject{f, cached}, nil
 	}
@@ -209,6 +209,27 @@ func (b *Backend) OpenObject(id store.ID) (store.ObjectFile, error) {
 		b.noteRemote(id, size)
 	}
 	return &remoteObject{b: b, id: id, size: size}, nil
+}
+
+// openCached opens the cached file of object id, as the object cache's open does, and checks
+// it the first time this process uses it: a file that another process left (or that was
+// damaged on disk, or another object's put in its place) is checked whole before any of its
+// bytes is served. One that fails is logged and dropped, and ok is false: the caller fetches
+// the object from the bucket again.
+func (b *Backend) openCached(id store.ID) (f *os.File, size int64, ok bool) {
+	f, size, ok = b.cache.open(id)
+	if !ok || b.cache.isChecked(id) {
+		return f, size, ok
+	}
+	if err := store.CheckCachedObject(id, fileObject{f, size}); err != nil {
+		f.Close()
+		b.cache.remove(id)
+		b.log.Warn("S3 object cache: a cached object failed its check; dropped, fetched again from the bucket",
+			"object", id.String(), "file", b.cache.path(id), "err", err)
+		return nil, 0, false
+	}
+	b.cache.markChecked(id)
+	return f, size, true
 }
 
 func (b *Backend) noteRemote(id store.ID, size int64) {
@@ -373,7 +394,15 @@ func (b *Backend) cacheManifest(v uint64, data []byte) {
 
 func (b *Backend) GetManifest(v uint64) ([]byte, error) {
 	if data, err := os.ReadFile(b.manifestCachePath(v)); err == nil {
-		return data, nil
+		// A cached manifest is a cache: checked before it is served, fetched again if it
+		// fails (the bucket's copy is checked by the store as always).
+		err := store.CheckCachedManifest(v, data)
+		if err == nil {
+			return data, nil
+		}
+		os.Remove(b.manifestCachePath(v))
+		b.log.Warn("S3 manifest cache: a cached manifest failed its check; dropped, fetched again from the bucket",
+			"version", v, "file", b.manifestCachePath(v), "err", err)
 	}
 	data, _, err := b.c.getBytes(b.ctx, b.manifestKey(v), &b.c.stats.manifestBytes)
 	if err != nil {

@@ -101,7 +101,7 @@ type fetchFlight struct {
 // unless it is there. Concurrent fetches of one object download it once.
 func (b *Backend) fetch(id store.ID) (*os.File, error) {
 	for range 3 {
-		if f, _, ok := b.cache.open(id); ok {
+		if f, _, ok := b.openCached(id); ok {
 			b.c.stats.add(&b.c.stats.cacheHits, 1)
 			return f, nil
 		}

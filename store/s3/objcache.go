@@ -39,6 +39,10 @@ type objectCache struct {
 type cacheEntry struct {
 	id   store.ID
 	size int64
+	// checked: the file's bytes were checked in this process (its CRC-32C and the identity
+	// its header names: Backend.openCached), or the process put them there itself.
+	// Files found in the directory at open are not, until their first use.
+	checked bool
 }
 
 // openObjectCache opens (creating it if needed) the cache in dir and takes stock of the
@@ -80,7 +84,7 @@ func openObjectCache(dir string, limit int64) (*objectCache, error) {
 	}
 	slices.SortFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
 	for _, f := range files {
-		c.items[f.id] = c.order.PushFront(&cacheEntry{f.id, f.size})
+		c.items[f.id] = c.order.PushFront(&cacheEntry{id: f.id, size: f.size})
 		c.used += f.size
 	}
 	c.mu.Lock()
@@ -115,6 +119,23 @@ func (c *objectCache) open(id store.ID) (f *os.File, size int64, ok bool) {
 	return f, size, true
 }
 
+// isChecked says whether the cached file of id was checked in this process.
+func (c *objectCache) isChecked(id store.ID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[id]
+	return ok && e.Value.(*cacheEntry).checked
+}
+
+// markChecked records that the cached file of id was checked.
+func (c *objectCache) markChecked(id store.ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[id]; ok {
+		e.Value.(*cacheEntry).checked = true
+	}
+}
+
 // size returns the size of a cached object.
 func (c *objectCache) size(id store.ID) (int64, bool) {
 	c.mu.Lock()
@@ -142,7 +163,7 @@ func (c *objectCache) adopt(id store.ID, tmp string, size int64) error {
 		c.used -= e.Value.(*cacheEntry).size
 		c.order.Remove(e)
 	}
-	c.items[id] = c.order.PushFront(&cacheEntry{id, size})
+	c.items[id] = c.order.PushFront(&cacheEntry{id: id, size: size, checked: true})
 	c.used += size
 	c.evictLocked()
 	return nil
