@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 )
 
 // The page write of an apply: when the changes touch most pages of the file (an RL step at
@@ -62,28 +61,15 @@ func writePages(p *Patch, l targetLayout, target io.WriterAt, data []byte, res *
 		b := (l.dataStart + (size-l.dataStart)*int64(i)/int64(workers)) / pageSize * pageSize
 		bounds[i] = max(b, bounds[i-1])
 	}
-	var mu sync.Mutex // serialises the failpoint
-	var stop atomic.Bool
-	afterWrite := func() error {
-		if stop.Load() {
-			return errStopped
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err := cfg.fail(stepWroteRun); err != nil {
-			stop.Store(true)
-			return err
-		}
-		return nil
-	}
+	gate := &runGate{cfg: cfg}
 	errs := make([]error, workers)
 	writes := make([]int, workers)
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Go(func() {
-			writes[i], errs[i] = writePageRange(p, l, target, data, bounds[i], bounds[i+1], cfg.chunk, afterWrite)
+			writes[i], errs[i] = writePageRange(p, l, target, data, bounds[i], bounds[i+1], cfg.chunk, gate.afterRun)
 			if errs[i] != nil {
-				stop.Store(true)
+				gate.stop()
 			}
 		})
 	}

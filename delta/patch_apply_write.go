@@ -144,28 +144,15 @@ func writeMapped(p *Patch, l targetLayout, m *fileMapping, res *ApplyResult, cfg
 		workers, minPairs = runtime.GOMAXPROCS(0), minPairsPerWorker
 	}
 	shares := splitChanges(l.tensors, workers, minPairs)
-	var mu sync.Mutex // serialises the failpoint
-	var stop atomic.Bool
-	afterBatch := func() error {
-		if stop.Load() {
-			return errStopped
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err := cfg.fail(stepWroteRun); err != nil {
-			stop.Store(true)
-			return err
-		}
-		return nil
-	}
+	gate := &runGate{cfg: cfg}
 	errs := make([]error, len(shares))
 	written := make([]int64, len(shares))
 	var wg sync.WaitGroup
 	for i, share := range shares {
 		wg.Go(func() {
-			written[i], errs[i] = storeChanges(p, l, m, share, afterBatch)
+			written[i], errs[i] = storeChanges(p, l, m, share, gate.afterRun)
 			if errs[i] != nil {
-				stop.Store(true)
+				gate.stop()
 			}
 		})
 	}
@@ -184,6 +171,32 @@ func writeMapped(p *Patch, l targetLayout, m *fileMapping, res *ApplyResult, cfg
 
 // errStopped ends a write goroutine because another one failed.
 var errStopped = errors.New("stopped: another writer failed")
+
+// runGate is shared by the write goroutines of one apply: after each run it takes the
+// failpoint stepWroteRun (a simulated crash), one goroutine at a time, and once any goroutine
+// failed every other one stops with errStopped.
+type runGate struct {
+	cfg     applyConfig
+	mu      sync.Mutex
+	stopped atomic.Bool
+}
+
+// afterRun is called by a goroutine after each run it wrote.
+func (g *runGate) afterRun() error {
+	if g.stopped.Load() {
+		return errStopped
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.cfg.fail(stepWroteRun); err != nil {
+		g.stopped.Store(true)
+		return err
+	}
+	return nil
+}
+
+// stop makes the other goroutines stop at their next run.
+func (g *runGate) stop() { g.stopped.Store(true) }
 
 // storeChanges stores one share of the changes into the mapping, a cursor batch at a time.
 // A fault on the mapping (the file was truncated under us: SIGBUS) becomes an error.
