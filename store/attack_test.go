@@ -44,9 +44,7 @@ func TestObjectNotARegularFileIsCorrupt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, root := newStore(t, Options{})
 			versions := modelVersions(t, 2, 9)
-			for i, files := range versions {
-				commitTree(t, s, uint64(i+1), files)
-			}
+			commitAll(t, s, versions)
 			ver, _ := s.sealedVersion(2)
 			victim := ver.files["model.safetensors"].Tensors[1].ID
 			closeStore(t, s)
@@ -248,9 +246,7 @@ func TestRenderCacheDirNotADirectory(t *testing.T) {
 func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
 	s, root := newStore(t, Options{})
 	versions := modelVersions(t, 2, 41)
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
-	}
+	commitAll(t, s, versions)
 	ver, _ := s.sealedVersion(2)
 	victim := ver.files["model.safetensors"].Tensors[0].ID
 	closeStore(t, s)
@@ -382,9 +378,7 @@ func TestFIFOInTheRenderCacheNeverHangs(t *testing.T) {
 func TestFIFOPinNeverHangsGC(t *testing.T) {
 	s, root := newStore(t, Options{})
 	versions := modelVersions(t, 3, 43)
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
-	}
+	commitAll(t, s, versions)
 	p := filepath.Join(root, "pins", "0123456789abcdef0123456789abcdef.json")
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		t.Fatal(err)

@@ -79,9 +79,7 @@ func TestCopyDamageIsNeverServed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
-			for i, files := range versions {
-				commitTree(t, w, uint64(i+1), files)
-			}
+			commitAll(t, w, versions)
 			cacheDir := w.cacheDir
 			opts := Options{}
 			if tc.readOnly {
@@ -147,9 +145,7 @@ func TestCopyDamagedWhileOpen(t *testing.T) {
 func TestVerifyChecksCopy(t *testing.T) {
 	versions := modelVersions(t, 2, 44)
 	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
+	commitAll(t, w, versions)
 	closeStore(t, w)
 	flipCopyByte(t, filepath.Join(root, "cache"), "model.safetensors", 1_000_000)
 	r := openStore(t, root, Options{ReadOnly: true})
@@ -224,9 +220,7 @@ func TestForgedManifestIsNotServed(t *testing.T) {
 		for _, opts := range []Options{{}, {ReadOnly: true}, {ReadOnly: true, Materialize: true}} {
 			t.Run(fmt.Sprintf("v%d ro=%v mat=%v", forged, opts.ReadOnly, opts.Materialize), func(t *testing.T) {
 				w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
-				for i, files := range versions {
-					commitTree(t, w, uint64(i+1), files)
-				}
+				commitAll(t, w, versions)
 				closeStore(t, w)
 				forgeManifest(t, root, forged, func(m *manifest) {
 					ts := m.Files[slicesIndex(m.Files, "twins.safetensors")].Tensors
@@ -373,9 +367,7 @@ func tinyFS(t *testing.T, size int) string {
 func TestVerifyNoticesMissingManifest(t *testing.T) {
 	versions := modelVersions(t, 3, 48)
 	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
+	commitAll(t, w, versions)
 	closeStore(t, w)
 	if err := os.Remove(filepath.Join(root, "versions", "v000002")); err != nil {
 		t.Fatal(err)
@@ -403,9 +395,7 @@ func TestVerifyChecksRenderCache(t *testing.T) {
 	// Only tensors change: version 2 is a slime delta, not a full checkpoint.
 	versions[1]["tokenizer/vocab.txt"] = versions[0]["tokenizer/vocab.txt"]
 	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
+	commitAll(t, w, versions)
 	rf, err := w.RenderPatch(2)
 	if err != nil {
 		t.Fatal(err)
@@ -465,9 +455,7 @@ func TestVerifyNoticesMissingOldestManifest(t *testing.T) {
 	versions := modelVersions(t, 3, 50)
 	build := func() string {
 		w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
-		for i, files := range versions {
-			commitTree(t, w, uint64(i+1), files)
-		}
+		commitAll(t, w, versions)
 		closeStore(t, w)
 		return root
 	}

@@ -43,9 +43,7 @@ func wholeCopyVersions(t *testing.T) []map[string][]byte {
 func TestWholeCopyReadsMatchReference(t *testing.T) {
 	versions := wholeCopyVersions(t)
 	s, _ := newStore(t, Options{})
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
-	}
+	commitAll(t, s, versions)
 	rng := rand.New(rand.NewPCG(53, 54))
 	for _, c := range []struct {
 		v    uint64
@@ -126,9 +124,7 @@ func TestWholeCopyDamageAfterCheck(t *testing.T) {
 	for _, evict := range []bool{false, true} {
 		var log logLines
 		s, _ := newStore(t, Options{Logger: logtest.New(log.logf)})
-		for i, files := range versions {
-			commitTree(t, s, uint64(i+1), files)
-		}
+		commitAll(t, s, versions)
 		f, err := s.OpenFile(2, "model.safetensors")
 		if err != nil {
 			t.Fatal(err)

@@ -111,9 +111,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 func TestMissingObjectAndManifestDamage(t *testing.T) {
 	s, root := newStore(t, Options{})
 	versions := modelVersions(t, 2, 5)
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
-	}
+	commitAll(t, s, versions)
 	closeStore(t, s)
 	// A damaged manifest: the version is reported, the other exports.
 	mpath := filepath.Join(root, "versions", "v000002")

@@ -61,9 +61,7 @@ func copiesDiskUse(t *testing.T, s *Store) (logical, allocated int64) {
 func TestOldFileReadFromCheckedCopy(t *testing.T) {
 	versions := modelVersions(t, 4, 71)
 	w, root := newStore(t, Options{})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
+	commitAll(t, w, versions)
 	want := exportHashes(t, w, 1)
 	closeStore(t, w)
 	var log logLines
@@ -186,9 +184,7 @@ func TestForgedManifestGetsNoCopy(t *testing.T) {
 			testTensor{"b.weight", delta.DTypeBF16, []int64{400_000}, b})})
 	}
 	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
+	commitAll(t, w, versions)
 	closeStore(t, w)
 	forgeManifest(t, root, 1, func(m *manifest) {
 		ts := m.Files[slicesIndex(m.Files, "twins.safetensors")].Tensors
@@ -291,9 +287,7 @@ func committedVersions(t *testing.T, n int, seed uint64) ([]map[string][]byte, s
 	t.Helper()
 	versions := modelVersions(t, n, seed)
 	w, root := newStore(t, Options{})
-	for i, files := range versions {
-		commitTree(t, w, uint64(i+1), files)
-	}
+	commitAll(t, w, versions)
 	closeStore(t, w)
 	return versions, root
 }

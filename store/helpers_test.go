@@ -178,6 +178,14 @@ func closeStore(t testing.TB, s *Store) error {
 	return s.Close()
 }
 
+// commitAll commits versions[i] as version i+1, in order.
+func commitAll(t testing.TB, s *Store, versions []map[string][]byte) {
+	t.Helper()
+	for i, files := range versions {
+		commitTree(t, s, uint64(i+1), files)
+	}
+}
+
 func commitTree(t testing.TB, s *Store, v uint64, files map[string][]byte) (VersionInfo, string) {
 	t.Helper()
 	dir := writeTree(t, t.TempDir(), files)

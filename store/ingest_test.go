@@ -179,9 +179,7 @@ func TestAnchorWhenDeltasOutgrowTheTensor(t *testing.T) {
 func TestReadsAtRandomOffsets(t *testing.T) {
 	s, _ := newStore(t, Options{MaxChain: 4})
 	versions := modelVersions(t, 7, 2)
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
-	}
+	commitAll(t, s, versions)
 	r := openStore(t, s.Root(), Options{ReadOnly: true, Materialize: true})
 	cold := openStore(t, s.Root(), Options{ReadOnly: true, CacheBytes: 1})
 	rng := rand.New(rand.NewPCG(13, 14))
@@ -229,9 +227,7 @@ func TestReadsAtRandomOffsets(t *testing.T) {
 func TestConcurrentReads(t *testing.T) {
 	s, _ := newStore(t, Options{MaxChain: 4})
 	versions := modelVersions(t, 4, 3)
-	for i, files := range versions {
-		commitTree(t, s, uint64(i+1), files)
-	}
+	commitAll(t, s, versions)
 	errs := make(chan error, 8)
 	for g := 0; g < 8; g++ {
 		go func(g int) {
