@@ -74,7 +74,8 @@ func (r *retainer) wait() { r.wg.Wait() }
 // (ErrCorrupt), into ErrVersionRemoved when v's manifest is gone and not in quarantine: gc
 // removed the version while this process served it (a reader without a pin, a pin that
 // expired, or a gc of an older program). That is not damage, and the error says what to do.
-// It is logged once per version.
+// It is logged once per version. Where the gc record (gcrecord.go) says no gc dropped v, the
+// version was lost some other way and err (damage, EIO) stands.
 func (s *Store) removedByGC(v uint64, err error) error {
 	if err == nil || !errors.Is(err, ErrCorrupt) {
 		return err
@@ -87,6 +88,11 @@ func (s *Store) removedByGC(v uint64, err error) error {
 		if qs, qerr := q.listQuarantined(); qerr != nil || slices.Contains(qs, v) {
 			return err
 		}
+	}
+	// The gc record holds every version gc dropped since it was made: a version above its
+	// Since that it does not hold went some other way, which is damage.
+	if r, state, _ := s.readGCRecord(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
+		return fmt.Errorf("version %d: its manifest is gone, and no gc dropped it: %w", v, err)
 	}
 	if _, logged := s.removedLogged.LoadOrStore(v, true); !logged {
 		s.log.Warn(fmt.Sprintf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v), "version", v)

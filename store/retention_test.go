@@ -406,3 +406,47 @@ func TestVerifyOfAReaderAfterGC(t *testing.T) {
 	}
 	sameTree(t, "v4 after gc", exportHashes(t, r, 4), want[4])
 }
+
+// A version whose manifest and objects vanish while a reader serves it, with no gc that
+// dropped it (the gc record does not hold it), is damage: ErrCorrupt (EIO), never
+// ErrVersionRemoved (ENOENT), and no log line blames gc.
+func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
+	s, root := newStore(t, Options{})
+	commitModel(t, s, 4)
+	var mu sync.Mutex
+	var logs []string
+	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(f string, a ...any) {
+		mu.Lock()
+		logs = append(logs, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	})})
+	f, err := r.OpenFile(2, "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, err := s.sealedVersion(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectDamage(s)
+	expectDamage(r)
+	lb := s.be.(*localBackend)
+	for _, tn := range ver.files["model.safetensors"].Tensors {
+		if err := os.Remove(lb.objectPath(tn.ID)); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(lb.manifestPath(2)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.ReadAt(make([]byte, 4096), f.Size()/2)
+	if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrVersionRemoved) {
+		t.Fatalf("read of a version lost without gc: %v, want ErrCorrupt", err)
+	}
+	mu.Lock()
+	joined := strings.Join(logs, "\n")
+	mu.Unlock()
+	if strings.Contains(joined, "removed by gc") {
+		t.Fatalf("a log line blames gc for a lost version:\n%s", joined)
+	}
+}
