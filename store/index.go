@@ -168,7 +168,7 @@ func (ix *index) tryOpen() (*bolt.DB, error) {
 		return nil, fmt.Errorf("prepare index %s: %w", path, markDamaged(err))
 	}
 	if reset != "" {
-		ix.log.Warn("index emptied: "+reset+" (it refills from the manifests and object headers; the materialized copy is rebuilt)", "index", path)
+		ix.log.Warn("index emptied: "+reset+"; it refills from the manifests and object headers", "index", path)
 	}
 	return db, nil
 }

@@ -44,7 +44,7 @@ func (o indexOwner) resetReason(format, store []byte) string {
 		return fmt.Sprintf("its store record is damaged (%v)", err)
 	}
 	if string(have) != o.Store {
-		return fmt.Sprintf("it belongs to another store (%s, this store is %s)", have, o.Store)
+		return fmt.Sprintf("it belongs to another store (%s; this store is %s)", have, o.Store)
 	}
 	return ""
 }
