@@ -56,7 +56,8 @@
 // copy: filecopy.go). The index is derived: a damaged one (an
 // error or a panic of bbolt, in any goroutine, or a record failing its CRC) is recreated and
 // logged; it costs re-reading manifests and object headers, never a failed read or a dead
-// process (index.go).
+// process (index.go). It records its store, and one of another store (a cache directory
+// reused) is emptied at open (index_identity.go).
 //
 // # Writing
 //

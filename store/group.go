@@ -111,7 +111,7 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 			return nil, err
 		}
 		return be, nil
-	}}
+	}, StoreID: func() (string, error) { return localStoreID(path) }}
 	return OpenRankBackend(o, r, opts)
 }
 

@@ -31,8 +31,9 @@ import (
 // recreated the store runs without an index (every lookup misses, writes are dropped) and
 // tries again a minute later.
 type index struct {
-	path string
-	log  *slog.Logger
+	path  string
+	owner indexOwner // the store it belongs to (index_identity.go)
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	db      *bolt.DB  // nil: running without an index until retryAt
@@ -43,7 +44,7 @@ type index struct {
 }
 
 // indexFormat 2: every value ends in a CRC-32C (index_records.go). An index of another
-// format is emptied at open.
+// format, or of another store (meta/store, index_identity.go), is emptied at open.
 const indexFormat = "2"
 
 var (
@@ -120,13 +121,14 @@ var errNoIndex = errors.New("running without an index")
 // it tries again.
 const indexRetry = time.Minute
 
-// openIndex opens the index at path, checking it with bbolt's consistency check when the
-// last process that had it open did not close it. A damaged index, or one of another format,
-// is deleted and recreated (logged); one that cannot be created leaves the store running
-// without an index (logged). Only errIndexBusy (another process has it open) is an error.
-func openIndex(path string, log *slog.Logger) (*index, error) {
-	ix := &index{path: path, log: newLogger(log)}
-	db, err := tryOpenIndex(path)
+// openIndex opens the index at path of the store owner names, checking it with bbolt's
+// consistency check when the last process that had it open did not close it. A damaged index
+// is deleted and recreated, one of another format or of another store emptied (both logged);
+// one that cannot be created leaves the store running without an index (logged). Only
+// errIndexBusy (another process has it open) is an error.
+func openIndex(path string, owner indexOwner, log *slog.Logger) (*index, error) {
+	ix := &index{path: path, owner: owner, log: newLogger(log)}
+	db, err := ix.tryOpen()
 	switch {
 	case err == nil:
 		ix.db = db
@@ -140,9 +142,10 @@ func openIndex(path string, log *slog.Logger) (*index, error) {
 	return ix, nil
 }
 
-// tryOpenIndex opens and prepares the index at path; any failure but errIndexBusy means the
-// file is damaged.
-func tryOpenIndex(path string) (*bolt.DB, error) {
+// tryOpen opens and prepares the index file; any failure but errIndexBusy means the file is
+// damaged.
+func (ix *index) tryOpen() (*bolt.DB, error) {
+	path := ix.path
 	var db *bolt.DB
 	err := guard(func() error {
 		var err error
@@ -155,19 +158,27 @@ func tryOpenIndex(path string) (*bolt.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open index %s: %w", path, markDamaged(err))
 	}
-	err = guard(func() error { return prepareIndex(db) })
+	var reset string
+	err = guard(func() (err error) {
+		reset, err = prepareIndex(db, ix.owner)
+		return err
+	})
 	if err != nil {
 		closeIndexDB(db)
 		return nil, fmt.Errorf("prepare index %s: %w", path, markDamaged(err))
+	}
+	if reset != "" {
+		ix.log.Warn("index emptied: "+reset+"; it refills from the manifests and object headers", "index", path)
 	}
 	return db, nil
 }
 
 // prepareIndex checks the index when it was not closed cleanly, empties one of another
-// format, creates the buckets and marks the index open.
-func prepareIndex(db *bolt.DB) error {
+// format or of another store than owner's (and says why), creates the buckets, records
+// owner's store and marks the index open.
+func prepareIndex(db *bolt.DB, owner indexOwner) (reset string, err error) {
 	unclean := false
-	err := db.View(func(tx *bolt.Tx) error {
+	err = db.View(func(tx *bolt.Tx) error {
 		// A file cut short of its pages: bbolt would read past its end (a fault), here or
 		// in Tx.Check's own goroutine, which no guard covers.
 		info, err := os.Stat(db.Path())
@@ -183,7 +194,7 @@ func prepareIndex(db *bolt.DB) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return "", err
 	}
 	if unclean {
 		// Walks every page once: bounded by the index's size (about 90 bytes an object).
@@ -198,12 +209,15 @@ func prepareIndex(db *bolt.DB) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return "", err
 		}
 	}
-	return db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
-		if meta != nil && string(meta.Get(keyFormat)) != indexFormat {
+		if meta != nil {
+			reset = owner.resetReason(meta.Get(keyFormat), meta.Get(keyStore))
+		}
+		if reset != "" {
 			for _, b := range [][]byte{bucketMeta, bucketObjects, bucketVersions, bucketCopySums, bucketVouched} {
 				if tx.Bucket(b) != nil {
 					if err := tx.DeleteBucket(b); err != nil {
@@ -218,11 +232,22 @@ func prepareIndex(db *bolt.DB) error {
 			}
 		}
 		meta = tx.Bucket(bucketMeta)
+		if reset != "" {
+			// What this store's writer marked dirty may have been recorded elsewhere: a
+			// writer's next open sweeps, as after a recreation.
+			if err := meta.Put(keyDirty, sealValue(keyDirty, []byte("1"))); err != nil {
+				return err
+			}
+		}
+		if err := meta.Put(keyStore, sealValue(keyStore, []byte(owner.Store))); err != nil {
+			return err
+		}
 		if err := meta.Put(keyFormat, []byte(indexFormat)); err != nil {
 			return err
 		}
 		return meta.Put(keyOpen, []byte("1"))
 	})
+	return reset, err
 }
 
 // guard runs f, which calls into bbolt, and turns a panic in it into an error wrapping
@@ -312,7 +337,7 @@ func (ix *index) recreateLocked(cause error) {
 	err := os.Remove(ix.path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		err = fmt.Errorf("delete it: %w", err)
-	} else if ix.db, err = tryOpenIndex(ix.path); err == nil {
+	} else if ix.db, err = ix.tryOpen(); err == nil {
 		err = guard(func() error {
 			return ix.db.Update(func(tx *bolt.Tx) error {
 				return tx.Bucket(bucketMeta).Put(keyDirty, sealValue(keyDirty, []byte("1")))

@@ -280,7 +280,7 @@ func TestIndexDamageWhileOpen(t *testing.T) {
 func TestIndexCheckedAfterUncleanClose(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "index.db")
-	ix, err := openIndex(path, logtest.New(t.Logf))
+	ix, err := openIndex(path, indexOwner{Store: "test", Own: true}, logtest.New(t.Logf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func TestIndexCheckedAfterUncleanClose(t *testing.T) {
 				}
 			}
 			log := &logLines{t: t}
-			ix, err := openIndex(path, logtest.New(log.logf))
+			ix, err := openIndex(path, indexOwner{Store: "test", Own: true}, logtest.New(log.logf))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -339,7 +339,7 @@ func TestIndexRunsWithoutWhenItCannotBeRecreated(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "index.db")
 	log := &logLines{t: t}
-	ix, err := openIndex(path, logtest.New(log.logf))
+	ix, err := openIndex(path, indexOwner{Store: "test", Own: true}, logtest.New(log.logf))
 	if err != nil {
 		t.Fatal(err)
 	}

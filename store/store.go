@@ -186,7 +186,8 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := Opening{Root: path, Format: format, NewBackend: func(string) (Backend, error) { return newLocalBackend(path, modes), nil }}
+	o := Opening{Root: path, Format: format, NewBackend: func(string) (Backend, error) { return newLocalBackend(path, modes), nil },
+		StoreID: func() (string, error) { return localStoreID(path) }}
 	if !opts.ReadOnly {
 		lock, err := acquireWriterLock(filepath.Join(path, "lock"), modes.file)
 		if err != nil {
@@ -224,6 +225,10 @@ type Opening struct {
 	// file by data, durably and atomically. A writer opening a store of format 1 calls it
 	// with the format file of format 2 before it writes anything.
 	UpgradeFormat func(data []byte) error
+	// StoreID (nil: Root identifies the store) returns the store's identity, which its
+	// index records so that a cache directory reused for another store is emptied
+	// (index_identity.go). Called after the format upgrade.
+	StoreID func() (string, error)
 }
 
 // OpenBackend opens the store that o describes: its cache directory, its backend (behind
@@ -275,7 +280,11 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	if err := s.finishOpen(); err != nil {
+	owner, err := ownerOf(o, s.cacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", o.Root, err)
+	}
+	if err := s.finishOpen(owner); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -321,14 +330,14 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 // finishOpen is the part of Open common to every backend, once the backend, the writer's
 // lock and the cache directory are in place: the codec, the index, the version list, the
 // writer's clean-up and a reader's materialized copy.
-func (s *Store) finishOpen() error {
+func (s *Store) finishOpen(owner indexOwner) error {
 	var err error
 	if s.codec, err = newCodec(); err != nil {
 		return err
 	}
 	indexPath := filepath.Join(s.cacheDir, "index.db")
 	_, statErr := os.Stat(indexPath)
-	if s.ix, err = openIndex(indexPath, s.log); err != nil {
+	if s.ix, err = openIndex(indexPath, owner, s.log); err != nil {
 		return err
 	}
 	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))
