@@ -273,6 +273,7 @@ func (c *writeContext) apply(body, dst []byte, first int64, dir delta.Direction)
 // version 1 only in a store of format 1 that is not upgraded (a reader, a rank of a writer
 // group: they write no format file).
 func (s *Store) upgradeFormat(o Opening) error {
+	s.format = max(o.Format, oldestFormat)
 	if o.Format >= 2 {
 		return nil
 	}
@@ -283,6 +284,7 @@ func (s *Store) upgradeFormat(o Opening) error {
 	if err := o.UpgradeFormat(encodeFormatVersion(2)); err != nil {
 		return fmt.Errorf("open store %s: upgrade its format file to format 2: %w", o.Root, err)
 	}
+	s.format = 2
 	s.log.Info("store format upgraded from 1 to 2 (version-2 delta sections); programs that read only format 1 refuse it now", "store", o.Root)
 	return nil
 }

@@ -18,6 +18,10 @@ import (
 //     that the next version holding the same bytes stores them anew rather than refer to
 //     the damaged file.
 //
+// A format file older than the store's objects (Verify's finding naming weightfs-store) is not
+// moved either: the writer that Repair needs rewrote it as format 2 when it opened the store
+// (upgradeFormat), so Verify does not find it again.
+//
 // A version whose manifest is lost (Verify's "manifest lost") has nothing to move: it is
 // recorded as gone in the gc record (gcrecord.go), and the next gc removes the objects only
 // it named (but those later versions' links decode against: liveSetWhole). What was moved or recorded is reported and logged, never silent. Versions that named a quarantined one
@@ -72,6 +76,12 @@ func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
 	versions := map[uint64]bool{}
 	objects := map[ID]bool{}
 	for _, d := range rep.Verify.Damaged {
+		if d.Version == 0 && d.Object.IsZero() {
+			// The format file (verify_format.go): nothing to quarantine. A writer rewrites it
+			// as format 2 when it opens the store, so only one that does not upgrade (a rank
+			// of a writer group) meets it here.
+			return rep, fmt.Errorf("repair: %s: not mended by a quarantine; the store's writer rewrites it when it opens the store (weightfs verify --repair); nothing moved", d)
+		}
 		if !isDamage(d.Err) {
 			return rep, fmt.Errorf("repair: %s: not damage a quarantine mends; nothing moved", d)
 		}

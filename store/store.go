@@ -87,6 +87,10 @@ type Store struct {
 	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
 	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
 	contextChain int
+	// format is the store's format version as its format file said at Open (2 once a writer
+	// upgraded it there): Verify reports the file when objects hold sections it does not
+	// allow (verify_format.go).
+	format uint32
 	// referencePatch makes one-step patches take the reference path (tests: render_fast.go).
 	referencePatch bool
 	stats          storeStats // what it did since Open, for metrics (stats.go)

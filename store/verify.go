@@ -8,11 +8,12 @@ import (
 	"strings"
 )
 
-// Damage is one damaged object or version found by Verify.
+// Damage is one damaged object or version found by Verify, or (Object and Version zero) a
+// file of the store itself: its format file (verify_format.go).
 type Damage struct {
 	Object  ID     // zero for a version-level finding
 	Version uint64 // zero for an object-level finding
-	Path    string // the file of the version, if any
+	Path    string // the file of the version, if any; the store's file, for a store-level finding
 	Err     error
 }
 
@@ -22,6 +23,8 @@ func (d Damage) String() string {
 		return fmt.Sprintf("version %d: %s: %v", d.Version, d.Path, d.Err)
 	case d.Version != 0:
 		return fmt.Sprintf("version %d: %v", d.Version, d.Err)
+	case d.Object.IsZero() && d.Path != "":
+		return fmt.Sprintf("%s: %v", d.Path, d.Err)
 	}
 	return fmt.Sprintf("object %s: %v", d.Object, d.Err)
 }
@@ -47,7 +50,8 @@ type VerifyReport struct {
 // damage (a lost manifest) when the gc record covers it and does not list it as dropped
 // (gcrecord.go, verify_gone.go); one the record does not cover is damage when that later
 // version has a delta against an object no version names (gc would have stored it whole),
-// and the report's Notes say that this is all Verify could tell. It
+// and the report's Notes say that this is all Verify could tell. A format file of format 1
+// over objects holding version-2 delta sections is damage of that file (verify_format.go). It
 // reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil if
 // there is any. Then it checks the node-local caches it can see (CacheCheck), which never
 // count as damage of the store. progress (nil: none) gets the bytes done of the total to read: every
@@ -70,6 +74,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	s.crcChecked.Clear()
 
 	bad := map[ID]bool{}
+	var sections2 []ID // objects whose delta section is of body version 2
 	var ids []ID
 	sizes := map[ID]int64{}
 	if err := s.be.ListObjects(func(id ID, size int64) error {
@@ -82,9 +87,13 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	}
 	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(string(a[:]), string(b[:])) })
 	for _, id := range ids {
-		if err := s.checkObject(id); err != nil {
+		version, err := s.checkObject(id)
+		if err != nil {
 			rep.Damaged = append(rep.Damaged, Damage{Object: id, Err: err})
 			bad[id] = true
+		}
+		if version >= 2 {
+			sections2 = append(sections2, id)
 		}
 		rep.Objects++
 		report(sizes[id])
@@ -192,6 +201,9 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			rep.Damaged = append(rep.Damaged, Damage{Object: id, Err: err})
 		}
 	}
+	if d, ok := s.checkFormatFile(sections2); !ok {
+		rep.Damaged = append(rep.Damaged, d)
+	}
 	rep.Caches = s.verifyCaches()
 	if len(rep.Damaged) > 0 {
 		lines := make([]string, len(rep.Damaged))
@@ -234,23 +246,26 @@ func (s *Store) deltasBasedOutside(ver *version) []Damage {
 }
 
 // checkObject checks one object file without reconstructing it: header, name, CRC, framing
-// of its sections.
-func (s *Store) checkObject(id ID) error {
+// of its sections. It returns the body version of its delta section (0: none; a section that
+// fails its checks is not counted).
+func (s *Store) checkObject(id ID) (int, error) {
 	f, info, err := s.openObject(id)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	if err := checkCRC(f); err != nil {
-		return err
+		return 0, err
 	}
 	s.crcChecked.Store(id, true)
-	if info.hdr.hasDelta() {
-		if _, err := s.loadDelta(id); err != nil {
-			return err
-		}
+	if !info.hdr.hasDelta() {
+		return 0, nil
 	}
-	return nil
+	d, err := s.loadDelta(id)
+	if err != nil {
+		return 0, err
+	}
+	return d.info.Version, nil
 }
 
 // loadVersionFresh reads and checks a manifest from the backend, bypassing the cache.
