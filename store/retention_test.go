@@ -314,13 +314,8 @@ func TestGCKeepsAnOpenWritersBases(t *testing.T) {
 func TestReadOfAVersionGCRemovedIsNotDamage(t *testing.T) {
 	s, root := newStore(t, Options{})
 	want := commitModel(t, s, 4)
-	var mu sync.Mutex
-	var logs []string
-	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(f string, a ...any) {
-		mu.Lock()
-		logs = append(logs, fmt.Sprintf(f, a...))
-		mu.Unlock()
-	})})
+	log := &logLines{t: t}
+	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
 	f, err := r.OpenFile(2, "model.safetensors")
 	if err != nil {
 		t.Fatal(err)
@@ -332,11 +327,8 @@ func TestReadOfAVersionGCRemovedIsNotDamage(t *testing.T) {
 	if !errors.Is(err, ErrVersionRemoved) || !errors.Is(err, ErrNoSuchVersion) || errors.Is(err, ErrCorrupt) {
 		t.Fatalf("read of a version gc removed: %v", err)
 	}
-	mu.Lock()
-	joined := strings.Join(logs, "\n")
-	mu.Unlock()
-	if !strings.Contains(joined, "version 2 was removed by gc") {
-		t.Fatalf("no log line names gc:\n%s", joined)
+	if !log.has("version 2 was removed by gc") {
+		t.Fatalf("no log line names gc:\n%s", log)
 	}
 	sameTree(t, "v4", exportHashes(t, r, 4), want[4])
 }
@@ -413,13 +405,8 @@ func TestVerifyOfAReaderAfterGC(t *testing.T) {
 func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
 	s, root := newStore(t, Options{})
 	commitModel(t, s, 4)
-	var mu sync.Mutex
-	var logs []string
-	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(f string, a ...any) {
-		mu.Lock()
-		logs = append(logs, fmt.Sprintf(f, a...))
-		mu.Unlock()
-	})})
+	log := &logLines{t: t}
+	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
 	f, err := r.OpenFile(2, "model.safetensors")
 	if err != nil {
 		t.Fatal(err)
@@ -443,10 +430,7 @@ func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrVersionRemoved) {
 		t.Fatalf("read of a version lost without gc: %v, want ErrCorrupt", err)
 	}
-	mu.Lock()
-	joined := strings.Join(logs, "\n")
-	mu.Unlock()
-	if strings.Contains(joined, "removed by gc") {
-		t.Fatalf("a log line blames gc for a lost version:\n%s", joined)
+	if log.has("removed by gc") {
+		t.Fatalf("a log line blames gc for a lost version:\n%s", log)
 	}
 }
