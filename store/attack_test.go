@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,15 +205,7 @@ func TestRenderCacheDirNotADirectory(t *testing.T) {
 		t.Run("render/"+sub, func(t *testing.T) {
 			logs := &logLines{t: t}
 			s, _ := newStore(t, Options{Logger: logtest.New(logs.logf)})
-			rng := rand.New(rand.NewPCG(5, 7))
-			m := newSlimeModel(rng)
-			commitTree(t, s, 1, m.tree(t))
-			m.perturbAll(rng, 0.03)
-			commitTree(t, s, 2, m.tree(t))
-			var direct bytes.Buffer
-			if _, err := s.WritePatch(2, &writerAtBuffer{&direct}); err != nil {
-				t.Fatal(err)
-			}
+			direct := twoSlimeVersions(t, s, 5, 7)
 			p := s.renderDir(sub)
 			if err := os.RemoveAll(p); err != nil {
 				t.Fatal(err)
@@ -229,7 +220,7 @@ func TestRenderCacheDirNotADirectory(t *testing.T) {
 			if err != nil {
 				t.Fatalf("render the patch: %v", err)
 			}
-			mustEqualBytes(t, "rendered patch", readFile(t, rf.Path), direct.Bytes())
+			mustEqualBytes(t, "rendered patch", readFile(t, rf.Path), direct)
 			if _, files, err := s.RenderSlime(2); err != nil || len(files) == 0 {
 				t.Fatalf("render the delta: %d files, %v", len(files), err)
 			}
@@ -312,15 +303,7 @@ func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
 // damaged one dropped and rendered again, as for any other damage of the render cache.
 func TestFIFOInTheRenderCacheNeverHangs(t *testing.T) {
 	s, _ := newStore(t, Options{})
-	rng := rand.New(rand.NewPCG(5, 9))
-	m := newSlimeModel(rng)
-	commitTree(t, s, 1, m.tree(t))
-	m.perturbAll(rng, 0.03)
-	commitTree(t, s, 2, m.tree(t))
-	var direct bytes.Buffer
-	if _, err := s.WritePatch(2, &writerAtBuffer{&direct}); err != nil {
-		t.Fatal(err)
-	}
+	direct := twoSlimeVersions(t, s, 5, 9)
 	within := func(what string, fn func() error) {
 		t.Helper()
 		done := make(chan error, 1)
@@ -360,7 +343,7 @@ func TestFIFOInTheRenderCacheNeverHangs(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if got := readFile(t, rf.Path); !bytes.Equal(got, direct.Bytes()) {
+			if got := readFile(t, rf.Path); !bytes.Equal(got, direct) {
 				return fmt.Errorf("the patch rendered again differs")
 			}
 			_, files, err := s.RenderSlime(2)

@@ -13,27 +13,35 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// TestRenderCache checks the cache: a second render returns the same file, a damaged cached
-// render is made again, and a reader renders into its own cache directory, not the store.
-func TestRenderCache(t *testing.T) {
-	s, root := newStore(t, Options{})
-	rng := rand.New(rand.NewPCG(5, 6))
+// twoSlimeVersions commits two versions of a slime model (seeded by a, b), the second with 3%
+// of its elements perturbed, and returns version 2's patch written directly (WritePatch), the
+// reference a render must match.
+func twoSlimeVersions(t *testing.T, s *Store, a, b uint64) []byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(a, b))
 	m := newSlimeModel(rng)
 	commitTree(t, s, 1, m.tree(t))
 	m.perturbAll(rng, 0.03)
 	commitTree(t, s, 2, m.tree(t))
-
 	var direct bytes.Buffer
 	if _, err := s.WritePatch(2, &writerAtBuffer{&direct}); err != nil {
 		t.Fatal(err)
 	}
+	return direct.Bytes()
+}
+
+// TestRenderCache checks the cache: a second render returns the same file, a damaged cached
+// render is made again, and a reader renders into its own cache directory, not the store.
+func TestRenderCache(t *testing.T) {
+	s, root := newStore(t, Options{})
+	direct := twoSlimeVersions(t, s, 5, 6)
 	first, err := s.RenderPatch(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqualBytes(t, "rendered patch", readFile(t, first.Path), direct.Bytes())
-	if first.Size != int64(direct.Len()) {
-		t.Errorf("size %d, want %d", first.Size, direct.Len())
+	mustEqualBytes(t, "rendered patch", readFile(t, first.Path), direct)
+	if first.Size != int64(len(direct)) {
+		t.Errorf("size %d, want %d", first.Size, len(direct))
 	}
 	again, err := s.RenderPatch(2)
 	if err != nil || again.Path != first.Path || again.Size != first.Size {
@@ -47,7 +55,7 @@ func TestRenderCache(t *testing.T) {
 	if err != nil || again.Size != first.Size {
 		t.Fatalf("RenderPatch after damage = %+v, %v", again, err)
 	}
-	mustEqualBytes(t, "re-rendered patch", readFile(t, again.Path), direct.Bytes())
+	mustEqualBytes(t, "re-rendered patch", readFile(t, again.Path), direct)
 
 	_, files, err := s.RenderSlime(2)
 	if err != nil {
@@ -80,7 +88,7 @@ func TestRenderCache(t *testing.T) {
 	if filepath.Dir(filepath.Dir(filepath.Dir(rf.Path))) != cache {
 		t.Errorf("reader rendered into %s, not its cache directory %s", rf.Path, cache)
 	}
-	mustEqualBytes(t, "reader's patch", readFile(t, rf.Path), direct.Bytes())
+	mustEqualBytes(t, "reader's patch", readFile(t, rf.Path), direct)
 	if _, _, err := r.RenderSlime(2); err != nil {
 		t.Fatal(err)
 	}
