@@ -1,7 +1,9 @@
 package s3
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +75,15 @@ func (b *Backend) Prefetch(ids []store.ID) error {
 			defer wg.Done()
 			for id := range next {
 				f, err := b.fetch(id)
+				if errors.Is(err, fs.ErrNotExist) {
+					// Not in the bucket: damage of the versions that name it, not a
+					// reason to stop looking (a failed prefetch fails the listing, and a
+					// missing object does not come back with a retry). Their reads fail
+					// with ErrCorrupt; the other versions stay readable.
+					b.log.Warn("S3 prefetch: an object a version names is missing from the bucket; reads that need it fail as damaged",
+						"object", id.String(), "err", err)
+					continue
+				}
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)

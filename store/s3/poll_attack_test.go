@@ -1,0 +1,128 @@
+package s3
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weightfs/weightfs/internal/logtest"
+	"github.com/weightfs/weightfs/store"
+)
+
+// objectNames is the set of object file names in the bucket directory dir.
+func objectNames(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, p := range regularFiles(t, filepath.Join(dir, "objects")) {
+		out[filepath.Base(p)] = p
+	}
+	return out
+}
+
+// mustReadOrCorrupt reads every file of version v through s: each read gives the right bytes
+// or fails with store.ErrCorrupt, never other bytes and never another error.
+func mustReadOrCorrupt(t *testing.T, what string, s *store.Store, v uint64, files map[string][]byte) (corrupt int) {
+	t.Helper()
+	for p, b := range files {
+		f, err := s.OpenFile(v, p)
+		var got []byte
+		if err == nil {
+			got = make([]byte, f.Size())
+			_, err = f.ReadAt(got, 0)
+			f.Close()
+		}
+		switch {
+		case err == nil && string(got) != string(b):
+			t.Errorf("%s: v%d %s: wrong bytes", what, v, p)
+		case err != nil && !errors.Is(err, store.ErrCorrupt):
+			t.Errorf("%s: v%d %s: %v, want store.ErrCorrupt", what, v, p, err)
+		case err != nil:
+			corrupt++
+		}
+	}
+	return corrupt
+}
+
+// TestS3PollManifestWithoutObjects: a manifest appears in the bucket whose new objects are not
+// there (deleted after the seal, as a broken copy or a lifecycle rule would). A polling reader
+// moves on (a missing object does not come back with retries, and must not hold the reader at
+// its version for ever) and serves no other bytes for that version: its reads fail with
+// ErrCorrupt; the other versions read right. A reader that opens the store then opens (it
+// used to fail with the 404 of the prefetch, "not found", and serve nothing) and reads the
+// same way.
+func TestS3PollManifestWithoutObjects(t *testing.T) {
+	srv, url := startInitialized(t)
+	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
+	w := openTestStore(t, url, store.Options{})
+	m := newTestModel(11, 90_000, 40_000)
+	want := map[uint64]map[string][]byte{}
+	for v := uint64(1); v <= 2; v++ {
+		if v > 1 {
+			m.step()
+		}
+		want[v] = m.files(t)
+		commitTree(t, w, v, want[v])
+	}
+	r, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
+		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	readAllVersions(t, "before", r, want)
+	before := objectNames(t, dir)
+	m.step()
+	want3 := m.files(t)
+	commitTree(t, w, 3, want3)
+	w.Close()
+	removed := 0
+	for name, p := range objectNames(t, dir) {
+		if _, ok := before[name]; !ok {
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if removed == 0 {
+		t.Fatal("version 3 added no objects")
+	}
+	for i := range 3 {
+		_, err := r.Poll()
+		t.Logf("poll %d: %v", i, err)
+	}
+	latest, _ := r.Latest()
+	t.Logf("the reader's latest after polls: v%d, versions %v", latest, r.Versions())
+	readAllVersions(t, "after", r, want)
+	listed3 := false
+	for _, vi := range r.Versions() {
+		listed3 = listed3 || vi.Number == 3
+	}
+	if latest != 3 || !listed3 {
+		t.Errorf("after polls the reader's latest is v%d, want v3 (damaged, not hidden)", latest)
+	}
+	{
+		if n := mustReadOrCorrupt(t, "v3 without its objects", r, 3, want3); n == 0 {
+			t.Errorf("v3 without its %d new objects read whole", removed)
+		}
+	}
+
+	// A reader that opens the store now finds v3 as its latest: its reads of v3 fail with
+	// ErrCorrupt (a missing object is damage, never "not found"), the others read right.
+	r2, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
+		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+	if err != nil {
+		t.Fatalf("open of a store whose latest version lacks objects: %v", err)
+	}
+	defer r2.Close()
+	readAllVersions(t, "fresh reader", r2, want)
+	if n := mustReadOrCorrupt(t, "fresh reader", r2, 3, want3); n == 0 {
+		t.Errorf("fresh reader: v3 without its %d new objects read whole", removed)
+	}
+}
