@@ -127,6 +127,8 @@ type requestError struct {
 	class errClass
 	msg   string
 	tries int
+	// status is the HTTP status of the server's answer, 0 if there was none.
+	status int
 }
 
 func (e *requestError) Error() string {
@@ -182,7 +184,9 @@ func (c *client) retry(ctx context.Context, what string, op func(ctx context.Con
 			if class == classNotFound || class == classPrecondition {
 				c.reachable()
 			}
-			return &requestError{op: what, class: class, msg: errorText(err), tries: attempt + 1}
+			var er minio.ErrorResponse
+			errors.As(err, &er)
+			return &requestError{op: what, class: class, msg: errorText(err), tries: attempt + 1, status: er.StatusCode}
 		}
 		c.unreachable(what, err)
 		c.stats.add(&c.stats.retries, 1)

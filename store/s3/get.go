@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -94,10 +95,11 @@ func parseContentRangeTotal(cr string) (int64, error) {
 	return n, nil
 }
 
-// isInvalidRange reports whether a ranged GET was refused because the object is empty.
+// isInvalidRange reports whether a ranged GET was refused because the object is empty: AWS
+// says InvalidRange, some servers (versitygw) answer 416 with no error code.
 func isInvalidRange(err error) bool {
 	var e *requestError
-	return errors.As(err, &e) && strings.Contains(e.msg, "InvalidRange")
+	return errors.As(err, &e) && (strings.Contains(e.msg, "InvalidRange") || e.status == http.StatusRequestedRangeNotSatisfiable)
 }
 
 // getInto streams the whole object at key into dst from offset 0 (one attempt) and returns

@@ -1,7 +1,9 @@
 package s3
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +126,60 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 	readAllVersions(t, "fresh reader", r2, want)
 	if n := mustReadOrCorrupt(t, "fresh reader", r2, 3, want3); n == 0 {
 		t.Errorf("fresh reader: v3 without its %d new objects read whole", removed)
+	}
+}
+
+// TestS3ZeroLengthObjects: objects, a manifest and the gc record replaced in the bucket by
+// zero-length objects (PUT through S3, as a broken copy tool would): a fresh reader opens,
+// reads what needs a damaged object or manifest fail with ErrCorrupt (never other bytes,
+// never "not found"), the others read right, and Verify names the damage.
+func TestS3ZeroLengthObjects(t *testing.T) {
+	srv, url := startInitialized(t)
+	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
+	want := s3Versions(t, url, 3)
+	cl, err := setup(url, Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	put := func(rel string) {
+		t.Helper()
+		if _, err := cl.putBytes(ctx, cl.loc.key(rel), nil, putCond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := regularFiles(t, filepath.Join(dir, "objects"))
+	for _, p := range objs[:2] {
+		rel, _ := filepath.Rel(dir, p)
+		put(filepath.ToSlash(rel))
+	}
+	put("versions/" + store.ManifestName(2))
+	put(store.GCRecordName)
+
+	r, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
+		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+	if err != nil {
+		t.Fatalf("open with zero-length objects in the bucket: %v", err)
+	}
+	defer r.Close()
+	corrupt := 0
+	for v, files := range want {
+		corrupt += mustReadOrCorrupt(t, "zero-length", r, v, files)
+	}
+	if corrupt == 0 {
+		t.Error("no read failed with two objects and a manifest zero-length")
+	}
+	rep, err := r.Verify(nil)
+	if !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("verify with zero-length objects: %v", err)
+	}
+	report := err.Error() + fmt.Sprint(rep.Damaged)
+	for _, p := range objs[:2] {
+		if !strings.Contains(report, filepath.Base(p)) {
+			t.Errorf("verify does not name the zero-length object %s: %s", filepath.Base(p)[:12], report)
+		}
+	}
+	if !strings.Contains(report, "version 2") {
+		t.Errorf("verify does not name version 2 (zero-length manifest): %s", report)
 	}
 }

@@ -75,12 +75,13 @@ func (b *Backend) Prefetch(ids []store.ID) error {
 			defer wg.Done()
 			for id := range next {
 				f, err := b.fetch(id)
-				if errors.Is(err, fs.ErrNotExist) {
-					// Not in the bucket: damage of the versions that name it, not a
-					// reason to stop looking (a failed prefetch fails the listing, and a
-					// missing object does not come back with a retry). Their reads fail
-					// with ErrCorrupt; the other versions stay readable.
-					b.log.Warn("S3 prefetch: an object a version names is missing from the bucket; reads that need it fail as damaged",
+				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, store.ErrCorrupt) {
+					// Missing from the bucket or damaged there (fetch downloaded it twice):
+					// damage of the versions that name it, which no retry mends, so no reason
+					// to fail the prefetch (that fails the listing and would hold the reader
+					// at its version for ever, or fail its open). Reads that need it fail with
+					// ErrCorrupt; the other versions stay readable.
+					b.log.Warn("S3 prefetch: an object a version names is missing or damaged in the bucket; reads that need it fail as damaged",
 						"object", id.String(), "err", err)
 					continue
 				}
