@@ -183,3 +183,67 @@ func TestS3ZeroLengthObjects(t *testing.T) {
 		t.Errorf("verify does not name version 2 (zero-length manifest): %s", report)
 	}
 }
+
+// TestS3ReaderSurvivesOutage: the S3 server stops while a reader polls and a new version
+// waits in the bucket. Polls fail (after the retry time, no hang) and the reader stays at its
+// version, whose files read right from what it holds; when the server is back the next poll
+// moves to the new version and every version reads right.
+func TestS3ReaderSurvivesOutage(t *testing.T) {
+	srv, url := startInitialized(t)
+	w := openTestStore(t, url, store.Options{})
+	m := newTestModel(11, 90_000, 40_000)
+	want := map[uint64]map[string][]byte{}
+	for v := uint64(1); v <= 2; v++ {
+		if v > 1 {
+			m.step()
+		}
+		want[v] = m.files(t)
+		commitTree(t, w, v, want[v])
+	}
+	r, err := Open(url, Config{RetryFor: 500 * time.Millisecond}, store.Options{ReadOnly: true, Materialize: true,
+		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	readAllVersions(t, "before the outage", r, want)
+	m.step()
+	want[3] = m.files(t)
+	commitTree(t, w, 3, want[3])
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Stop()
+	for i := range 2 {
+		start := time.Now()
+		_, err := r.Poll()
+		if err == nil {
+			t.Fatalf("poll %d while the server is down succeeded", i)
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("poll %d while the server is down: %v, a 'not found'", i, err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("poll %d while the server is down took %v", i, d)
+		}
+	}
+	if latest, _ := r.Latest(); latest != 2 {
+		t.Fatalf("during the outage the reader's latest is v%d, want v2", latest)
+	}
+	for p, b := range want[2] {
+		mustEqualBytes(t, "v2 during the outage: "+p, readWhole(t, r, 2, p), b)
+	}
+
+	srv.Start()
+	if _, err := r.Poll(); err != nil {
+		t.Fatalf("poll after the server is back: %v", err)
+	}
+	if latest, _ := r.Latest(); latest != 3 {
+		t.Fatalf("after the outage the reader's latest is v%d, want v3", latest)
+	}
+	readAllVersions(t, "after the outage", r, want)
+	if _, err := r.Verify(nil); err != nil {
+		t.Fatalf("verify after the outage: %v", err)
+	}
+}
