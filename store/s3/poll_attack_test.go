@@ -247,3 +247,50 @@ func TestS3ReaderSurvivesOutage(t *testing.T) {
 		t.Fatalf("verify after the outage: %v", err)
 	}
 }
+
+// TestS3PollForgedManifest: a copy of the newest manifest appears under the next version's
+// name while a reader polls (a forged or misplaced manifest): the reader serves no files of
+// that version as if they were another's (its reads fail with ErrCorrupt, or it does not show
+// it), the real versions read right, and Verify names the forged one.
+func TestS3PollForgedManifest(t *testing.T) {
+	_, url := startInitialized(t)
+	want := s3Versions(t, url, 3)
+	r, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
+		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := setup(url, Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data, _, err := cl.getBytes(ctx, cl.loc.key("versions/"+store.ManifestName(3)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.putBytes(ctx, cl.loc.key("versions/"+store.ManifestName(4)), data, putCond{ifNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The hint moved too, so that the reader lists now, not at its next periodic listing.
+	if _, err := cl.putBytes(ctx, cl.loc.key(hintKey), encodeHint(changeHint{Latest: 4, Written: 1}), putCond{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		res, err := r.Poll()
+		t.Logf("poll: %+v %v", res, err)
+	}
+	readAllVersions(t, "after a forged v4", r, want)
+	for p := range want[3] {
+		if _, err := r.OpenFile(4, p); !errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("v4 %s (v3's manifest under v4's name): %v, want store.ErrCorrupt", p, err)
+		}
+	}
+	if _, err := r.Verify(nil); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "version 4") {
+		t.Errorf("verify with v3's manifest as v4's: %v, want damage naming version 4", err)
+	}
+}
