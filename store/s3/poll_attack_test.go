@@ -294,3 +294,37 @@ func TestS3PollForgedManifest(t *testing.T) {
 		t.Errorf("verify with v3's manifest as v4's: %v, want damage naming version 4", err)
 	}
 }
+
+// TestS3PollHintDeleted: the change hint is deleted from the bucket (a lifecycle rule, a
+// cleanup by hand) while a reader polls: polls do not fail and do not hide versions, and the
+// writer's next seal is seen.
+func TestS3PollHintDeleted(t *testing.T) {
+	_, url := startInitialized(t)
+	w := openTestStore(t, url, store.Options{})
+	m := newTestModel(4, 20_000)
+	commitTree(t, w, 1, m.files(t))
+	r := openTestStore(t, url, store.Options{ReadOnly: true, Materialize: true})
+	if _, err := r.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	wb := w.Backend().(*Backend)
+	if err := wb.c.remove(wb.ctx, wb.c.loc.key(hintKey)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if res, err := r.Poll(); err != nil {
+			t.Fatalf("poll %d with the hint deleted: %+v, %v", i, res, err)
+		}
+		if latest, _ := r.Latest(); latest != 1 {
+			t.Fatalf("poll %d with the hint deleted: latest v%d, want v1", i, latest)
+		}
+	}
+	m.step()
+	commitTree(t, w, 2, m.files(t))
+	if _, err := r.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	if latest, _ := r.Latest(); latest != 2 {
+		t.Fatalf("poll after a seal (hint deleted before): latest v%d, want v2", latest)
+	}
+}
