@@ -86,4 +86,3 @@ func checkStoreVersions(t *testing.T, what, dir string, want map[int]map[string]
 	t.Logf("%s: versions %v", what, listed)
 	return listed
 }
-
