@@ -321,7 +321,7 @@ func (s *Store) recordDropped(drop []uint64) error {
 // writer's lock, or is the writer's own under writeMu). A failure is logged, not returned:
 // the record only tells Verify's findings apart.
 func (s *Store) trimGCRecord() {
-	r, state, err := s.readGCRecord()
+	r, state, _ := s.readGCRecord()
 	if state != gcRecordOK {
 		return
 	}
