@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,25 +24,23 @@ func smallTmpfs(t *testing.T, dir string, size int64) {
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 }
 
-// fillDisk writes a file into dir until its disk is full but for about room bytes, and
-// returns its path.
-func fillDisk(t *testing.T, dir string, room int64) string {
+// fillDisk writes a file into dir until its disk is full to the last byte, and returns its
+// path.
+func fillDisk(t *testing.T, dir string) string {
 	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Bsize
 	p := filepath.Join(dir, "filler")
 	f, err := os.Create(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if n := free - room; n > 0 {
-		if _, err := f.Write(make([]byte, n)); err != nil {
-			t.Fatalf("fill %s: %v", dir, err)
+	for _, n := range []int{1 << 20, 4 << 10, 1} {
+		for err = nil; err == nil; {
+			_, err = f.Write(make([]byte, n))
 		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("fill %s: %v", dir, err)
 	}
 	return p
 }
@@ -52,8 +51,9 @@ func fillDisk(t *testing.T, dir string, room int64) string {
 // the same save seals, and the store verifies.
 func TestMountSaveDiskFull(t *testing.T) {
 	skipWithoutFUSE(t)
-	for _, full := range []string{"cache", "store"} {
-		t.Run(full, func(t *testing.T) {
+	for _, c := range []struct{ full, how string }{{"cache", "cp"}, {"store", "cp"}, {"cache", "staged"}, {"store", "staged"}} {
+		full := c.full
+		t.Run(full+"/"+c.how, func(t *testing.T) {
 			work := t.TempDir()
 			disk := filepath.Join(work, "disk")
 			smallTmpfs(t, disk, 96<<20)
@@ -70,14 +70,22 @@ func TestMountSaveDiskFull(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := startMount(t, storeDir, mnt, "--cache-dir", cacheDir)
+			// cp streams each file; staged writes every file's second half first (a writer
+			// that seeks), so that it goes through a staging file in the cache directory.
+			script := `cp -r "$1" "$2" && touch "$2/DONE"`
+			if c.how == "staged" {
+				script = `set -e; mkdir "$2"; for f in "$1"/*; do n=$(stat -c %s "$f"); h=$((n / 2)); o="$2/$(basename "$f")"
+dd status=none if="$f" of="$o" bs=1 count=0 seek=0; dd status=none if="$f" of="$o" iflag=skip_bytes oflag=seek_bytes skip=$h seek=$h conv=notrunc
+dd status=none if="$f" of="$o" iflag=count_bytes count=$h conv=notrunc; done; touch "$2/DONE"`
+			}
 			save := func(v int) (string, error) {
-				out, err := exec.Command("sh", "-c", `cp -r "$1" "$2" && touch "$2/DONE"`, "sh", srcDir(work, v), versionDir(mnt, v)).CombinedOutput()
+				out, err := exec.Command("sh", "-c", script, "sh", srcDir(work, v), versionDir(mnt, v)).CombinedOutput()
 				return string(out), err
 			}
 			if out, err := save(1); err != nil {
 				t.Fatalf("save v1: %v\n%s", err, out)
 			}
-			filler := fillDisk(t, disk, 0)
+			filler := fillDisk(t, disk)
 			out, err := save(2)
 			t.Logf("save v2 onto a full %s disk: %v: %s", full, err, out)
 			switch {
