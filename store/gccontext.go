@@ -89,8 +89,12 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 		}
 	}
 	linkBase := sec.hdr.Base
-	if _, err := fw.finish(id, linkBase, link); err != nil {
-		return fmt.Errorf("%v: %w", err, ErrCorrupt)
+	if got, err := fw.finish(id, linkBase, link); err != nil {
+		if !got.IsZero() && got != id {
+			// The content read back is not the object's: damage.
+			return fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+		return err // a write failed (a full disk): not damage
 	}
 	if err := fw.put(id); err != nil {
 		return err

@@ -257,7 +257,10 @@ func (s *Store) freshGCRecord() (gcRecord, error) {
 func (s *Store) ensureGCRecord() {
 	_, state, err := s.readGCRecord()
 	switch state {
-	case gcRecordOK, gcRecordUnsupported:
+	case gcRecordOK:
+		s.trimGCRecord()
+		return
+	case gcRecordUnsupported:
 		return
 	case gcRecordBad:
 		if !errors.Is(err, ErrCorrupt) {
@@ -308,4 +311,36 @@ func (s *Store) recordDropped(drop []uint64) error {
 	}
 	remaining := slices.DeleteFunc(numbers, func(v uint64) bool { return dropSet[v] })
 	return s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r.add(drop, remaining)))
+}
+
+// trimGCRecord cuts out of the gc record the versions it lists that the store still holds:
+// a gc that recorded them and stopped before deleting their manifests (a crash, a failed
+// delete). Left in, they would be taken for dropped if their manifests were lost later, and
+// Verify would not call that damage. The writer runs it at open and gc when it drops nothing
+// (a gc that drops versions cuts them in recordDropped); no gc runs meanwhile (a gc holds the
+// writer's lock, or is the writer's own under writeMu). A failure is logged, not returned:
+// the record only tells Verify's findings apart.
+func (s *Store) trimGCRecord() {
+	r, state, _ := s.readGCRecord()
+	if state != gcRecordOK {
+		return
+	}
+	numbers, err := s.storedVersionNumbers()
+	if err != nil {
+		s.log.Warn("gc record: versions it lists that the store holds not cut out", "err", err)
+		return
+	}
+	stale := false
+	for _, v := range numbers {
+		if r.dropped(v) {
+			stale = true
+			break
+		}
+	}
+	if !stale {
+		return
+	}
+	if err := s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r.add(nil, numbers))); err != nil {
+		s.log.Warn("gc record: versions it lists that the store holds not cut out", "err", err)
+	}
 }

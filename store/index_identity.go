@@ -50,15 +50,18 @@ func (o indexOwner) resetReason(format, store []byte) string {
 }
 
 // localStoreID is the identity of the local store at path that its indexes record: the inode
-// number and modification time (nanoseconds) of its format file. A store has no stored id,
-// and the format file is what makes a directory a store: written once by Init (and again
-// only when a writer upgrades its format), never touched otherwise. Two stores that exist at
-// once on one file system have distinct inodes; a store that replaces another (at the same
-// path or reusing its inode) was initialized later, so its format file's time differs. It
-// does not depend on the path, so moving or remounting a store keeps its cache. What changes
-// it (an upgrade of the format, a copy of the store to another file system, a touch of the
-// format file) costs one rebuild of the index and the materialized copy, never a wrong
-// answer.
+// number, modification time and change time (nanoseconds) of its format file, and the
+// inode's generation number where the file system has one. A store has no stored id, and
+// the format file is what makes a directory a store: written once by Init (and again only
+// when a writer upgrades its format), never touched otherwise. Two stores that exist at once
+// on one file system have distinct inodes; a store that replaces another (at the same path
+// or reusing its inode) was initialized later, so its format file's times differ. Copies of
+// one store made with cp -a or tar (which keep the modification time) into fresh file
+// systems can have the same inode numbers; the change time (which no program sets) and the
+// generation (drawn at random by ext4 and XFS) tell them apart. It does not depend on the
+// path, so moving or remounting a store keeps its cache. What changes it (an upgrade of the
+// format, a copy of the store, a touch or chmod of the format file) costs one rebuild of the
+// index and the materialized copy, never a wrong answer.
 func localStoreID(path string) (string, error) {
 	info, err := os.Stat(filepath.Join(path, formatFileName))
 	if err != nil {
@@ -68,7 +71,11 @@ func localStoreID(path string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("identify store %s: %s has no inode number", path, formatFileName)
 	}
-	return fmt.Sprintf("local:%x-%x", st.Ino, info.ModTime().UnixNano()), nil
+	id := fmt.Sprintf("local:%x-%x-%x", st.Ino, info.ModTime().UnixNano(), st.Ctim.Nano())
+	if g := inodeGeneration(filepath.Join(path, formatFileName)); g != "" {
+		id += "-" + g
+	}
+	return id, nil
 }
 
 // ownerOf returns the owner of the index in cacheDir of the store o opens.

@@ -111,6 +111,7 @@ func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 			st.DeletedBytes += v.size
 		}
 	} else {
+		s.trimGCRecord()
 		st.DeletedObjects, st.DeletedBytes, err = s.sweepLocked()
 	}
 	if errors.Is(err, errUnreadableManifests) {

@@ -1,0 +1,123 @@
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// smallTmpfs mounts a tmpfs of size bytes at dir (made here; root only, else the test is
+// skipped) and unmounts it when the test ends.
+func smallTmpfs(t *testing.T, dir string, size int64) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Skipf("mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+}
+
+// fillDisk writes a file into dir until its disk is full to the last byte, and returns its
+// path.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "filler")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, n := range []int{1 << 20, 4 << 10, 1} {
+		for err = nil; err == nil; {
+			_, err = f.Write(make([]byte, n))
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("fill %s: %v", dir, err)
+	}
+	return p
+}
+
+// TestMountSaveDiskFull: a save through the read-write mount onto a full disk (the cache
+// directory's, or the store's) fails: the writer gets ENOSPC ("No space left on device"),
+// the daemon stays up, every sealed version reads back exact, and once there is room again
+// the same save seals, and the store verifies.
+func TestMountSaveDiskFull(t *testing.T) {
+	skipWithoutFUSE(t)
+	for _, c := range []struct{ full, how string }{{"cache", "cp"}, {"store", "cp"}, {"cache", "staged"}, {"store", "staged"}} {
+		full := c.full
+		t.Run(full+"/"+c.how, func(t *testing.T) {
+			work := t.TempDir()
+			disk := filepath.Join(work, "disk")
+			smallTmpfs(t, disk, 96<<20)
+			storeDir, cacheDir := filepath.Join(work, "store"), filepath.Join(work, "cache")
+			if full == "store" {
+				storeDir = filepath.Join(disk, "store")
+			} else {
+				cacheDir = filepath.Join(disk, "cache")
+			}
+			initStore(t, storeDir)
+			want := genCheckpoints(t, work, 2_000_000, 2)
+			mnt := filepath.Join(work, "mnt")
+			if err := os.Mkdir(mnt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			d := startMount(t, storeDir, mnt, "--cache-dir", cacheDir)
+			// cp streams each file; staged writes every file's second half first (a writer
+			// that seeks), so that it goes through a staging file in the cache directory.
+			script := `cp -r "$1" "$2" && touch "$2/DONE"`
+			if c.how == "staged" {
+				script = `set -e; mkdir "$2"; for f in "$1"/*; do n=$(stat -c %s "$f"); h=$((n / 2)); o="$2/$(basename "$f")"
+dd status=none if="$f" of="$o" bs=1 count=0 seek=0; dd status=none if="$f" of="$o" iflag=skip_bytes oflag=seek_bytes skip=$h seek=$h conv=notrunc
+dd status=none if="$f" of="$o" iflag=count_bytes count=$h conv=notrunc; done; touch "$2/DONE"`
+			}
+			save := func(v int) (string, error) {
+				out, err := exec.Command("sh", "-c", script, "sh", srcDir(work, v), versionDir(mnt, v)).CombinedOutput()
+				return string(out), err
+			}
+			if out, err := save(1); err != nil {
+				t.Fatalf("save v1: %v\n%s", err, out)
+			}
+			filler := fillDisk(t, disk)
+			out, err := save(2)
+			t.Logf("save v2 onto a full %s disk: %v: %s", full, err, out)
+			switch {
+			case err == nil && full == "cache":
+				// The cache only speeds things up: a save may seal without it.
+				sameHashes(t, "v2 saved with a full cache disk", sha256sumTree(t, versionDir(mnt, 2)), want[2])
+			case err == nil:
+				t.Fatalf("save v2 onto a full %s disk succeeded", full)
+			case !strings.Contains(out, "No space left on device"):
+				t.Errorf("save v2 onto a full %s disk: the writer did not get ENOSPC: %s", full, out)
+			}
+			if !isServing(mnt) {
+				t.Fatalf("the daemon died on a full disk:\n%s", d.out.String())
+			}
+			sameHashes(t, "v1 after the failed save", sha256sumTree(t, versionDir(mnt, 1)), want[1])
+			if err := os.Remove(filler); err != nil {
+				t.Fatal(err)
+			}
+			if err != nil {
+				// The failed version's files are the writer's to remove and write again.
+				if out, err := exec.Command("rm", "-rf", versionDir(mnt, 2)).CombinedOutput(); err != nil {
+					t.Fatalf("rm -rf v2 after the failed save: %v: %s", err, out)
+				}
+				if out, err := save(2); err != nil {
+					t.Fatalf("save v2 once there is room: %v\n%s\ndaemon:\n%s", err, out, d.out.String())
+				}
+			}
+			for v := 1; v <= 2; v++ {
+				sameHashes(t, fmt.Sprintf("v%d", v), sha256sumTree(t, versionDir(mnt, v)), want[v])
+			}
+			d.stop()
+			verifyStore(t, storeDir)
+		})
+	}
+}

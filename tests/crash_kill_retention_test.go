@@ -1,0 +1,84 @@
+package tests
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMountKill9WithRetention kills the read-write daemon with SIGKILL at random points while
+// a writer saves a version and the mount's retention gc (--keep-last 2) runs after each seal
+// (eight trials). After each kill a new daemon mounts; every version it lists reads back
+// exact, the newest sealed version is listed, and at the end the store verifies.
+func TestMountKill9WithRetention(t *testing.T) {
+	skipWithoutFUSE(t)
+	const trials = 8
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	initStore(t, storeDir)
+	want := genCheckpoints(t, work, 1_000_000, 3+trials)
+	mnt := filepath.Join(work, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--keep-last", "2"}
+	d := startMount(t, storeDir, mnt, flags...)
+	writerCmd := func(v int) *exec.Cmd {
+		return exec.Command("sh", "-c", `cp -r "$1" "$2" && touch "$2/DONE"`, "sh", srcDir(work, v), versionDir(mnt, v))
+	}
+	var window time.Duration
+	for v := 1; v <= 3; v++ {
+		start := time.Now()
+		if out, err := writerCmd(v).CombinedOutput(); err != nil {
+			t.Fatalf("write v%d: %v\n%s", v, err, out)
+		}
+		window = time.Since(start)
+	}
+	// The kills land in the save and in the retention gc after it.
+	window = max(2*window, 50*time.Millisecond)
+	newest := 3
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	for trial := range trials {
+		v := 4 + trial
+		writer := writerCmd(v)
+		if err := writer.Start(); err != nil {
+			t.Fatal(err)
+		}
+		writerDone := make(chan error, 1)
+		go func() { writerDone <- writer.Wait() }()
+		delay := time.Duration(rng.Int64N(int64(window)))
+		time.Sleep(delay)
+		d.kill9()
+		var writerErr error
+		select {
+		case writerErr = <-writerDone:
+		case <-time.After(30 * time.Second):
+			_ = writer.Process.Kill()
+			writerErr = <-writerDone
+			t.Errorf("trial %d: the writer hung after the daemon died", trial)
+		}
+		d = startMount(t, storeDir, mnt, flags...)
+		listing := rootListing(t, mnt)
+		t.Logf("trial %d: killed after %v; writer: %v; listing %s", trial, delay, writerErr, listing)
+		if writerErr == nil {
+			newest = v
+		}
+		if !strings.Contains(listing, filepath.Base(versionDir(mnt, newest))) {
+			t.Errorf("trial %d: v%d, the newest sealed, is not listed", trial, newest)
+		}
+		for n := 1; n <= v; n++ {
+			if strings.Contains(listing, filepath.Base(versionDir(mnt, n))) {
+				sameHashes(t, fmt.Sprintf("trial %d: v%d", trial, n), sha256sumTree(t, versionDir(mnt, n)), want[n])
+			}
+		}
+	}
+	d.stop()
+	verifyStore(t, storeDir)
+}
