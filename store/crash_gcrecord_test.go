@@ -14,22 +14,7 @@ import (
 func TestGCCrashThenVerify(t *testing.T) {
 	for _, point := range []string{"gc-reanchored", "gc-recorded", "gc-manifests-deleted"} {
 		t.Run(point, func(t *testing.T) {
-			s, root := newStore(t, Options{})
-			want := map[uint64]map[string]string{}
-			for i, files := range modelVersions(t, 5, 31) {
-				_, dir := commitTree(t, s, uint64(i+1), files)
-				want[uint64(i+1)] = treeHashes(t, dir)
-			}
-			s.hook = func(p string) error {
-				if p == point {
-					return errInjected
-				}
-				return nil
-			}
-			if _, err := s.GC(2); !errors.Is(err, errInjected) {
-				t.Fatalf("gc with a failure at %s: %v", point, err)
-			}
-			crash(s)
+			root, want := gcCrashedAt(t, point, 31)
 			for _, opts := range []Options{{ReadOnly: true}, {}} {
 				s := openStore(t, root, opts)
 				if rep, err := s.Verify(nil); err != nil {

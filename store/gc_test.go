@@ -63,26 +63,35 @@ func TestGCKeepsKeptVersionsReadable(t *testing.T) {
 	}
 }
 
+// gcCrashedAt commits five versions of modelVersions(seed), runs GC(2) with a failure
+// injected at the failpoint point and crashes the store there. It returns the store's root
+// and each version's file hashes.
+func gcCrashedAt(t *testing.T, point string, seed uint64) (string, map[uint64]map[string]string) {
+	t.Helper()
+	s, root := newStore(t, Options{})
+	want := map[uint64]map[string]string{}
+	for i, files := range modelVersions(t, 5, seed) {
+		_, dir := commitTree(t, s, uint64(i+1), files)
+		want[uint64(i+1)] = treeHashes(t, dir)
+	}
+	s.hook = func(p string) error {
+		if p == point {
+			return errInjected
+		}
+		return nil
+	}
+	if _, err := s.GC(2); !errors.Is(err, errInjected) {
+		t.Fatalf("gc with a failure at %s: %v", point, err)
+	}
+	crash(s)
+	return root, want
+}
+
 func TestGCCrashPoints(t *testing.T) {
 	for _, point := range []string{"gc-reanchored", "gc-recorded", "gc-manifests-deleted"} {
 		t.Run(point, func(t *testing.T) {
-			s, root := newStore(t, Options{})
-			want := map[uint64]map[string]string{}
-			for i, files := range modelVersions(t, 5, 10) {
-				_, dir := commitTree(t, s, uint64(i+1), files)
-				want[uint64(i+1)] = treeHashes(t, dir)
-			}
-			s.hook = func(p string) error {
-				if p == point {
-					return errInjected
-				}
-				return nil
-			}
-			if _, err := s.GC(2); !errors.Is(err, errInjected) {
-				t.Fatalf("gc with a failure at %s: %v", point, err)
-			}
-			crash(s)
-			s = openStore(t, root, Options{})
+			root, want := gcCrashedAt(t, point, 10)
+			s := openStore(t, root, Options{})
 			for _, info := range s.Versions() {
 				sameTree(t, fmt.Sprintf("v%d after a crash in gc", info.Number), exportHashes(t, s, info.Number), want[info.Number])
 			}
