@@ -3,8 +3,6 @@ package tests
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,19 +16,10 @@ import (
 func TestMountKill9WithRetention(t *testing.T) {
 	skipWithoutFUSE(t)
 	const trials = 8
-	work := t.TempDir()
-	storeDir := filepath.Join(work, "store")
-	initStore(t, storeDir)
-	want := genCheckpoints(t, work, 1_000_000, 3+trials)
-	mnt := filepath.Join(work, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	k := newKillRig(t, 3+trials)
+	storeDir, mnt, want, writerCmd := k.storeDir, k.mnt, k.want, k.writerCmd
 	flags := []string{"--keep-last", "2"}
 	d := startMount(t, storeDir, mnt, flags...)
-	writerCmd := func(v int) *exec.Cmd {
-		return exec.Command("sh", "-c", `cp -r "$1" "$2" && touch "$2/DONE"`, "sh", srcDir(work, v), versionDir(mnt, v))
-	}
 	var window time.Duration
 	for v := 1; v <= 3; v++ {
 		start := time.Now()
@@ -47,23 +36,7 @@ func TestMountKill9WithRetention(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 13))
 	for trial := range trials {
 		v := 4 + trial
-		writer := writerCmd(v)
-		if err := writer.Start(); err != nil {
-			t.Fatal(err)
-		}
-		writerDone := make(chan error, 1)
-		go func() { writerDone <- writer.Wait() }()
-		delay := time.Duration(rng.Int64N(int64(window)))
-		time.Sleep(delay)
-		d.kill9()
-		var writerErr error
-		select {
-		case writerErr = <-writerDone:
-		case <-time.After(30 * time.Second):
-			_ = writer.Process.Kill()
-			writerErr = <-writerDone
-			t.Errorf("trial %d: the writer hung after the daemon died", trial)
-		}
+		delay, writerErr := k.saveAndKill(d, v, time.Duration(rng.Int64N(int64(window))))
 		d = startMount(t, storeDir, mnt, flags...)
 		listing := rootListing(t, mnt)
 		t.Logf("trial %d: killed after %v; writer: %v; listing %s", trial, delay, writerErr, listing)

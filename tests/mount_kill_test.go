@@ -18,19 +18,9 @@ import (
 func TestMountKill9MidWrite(t *testing.T) {
 	skipWithoutFUSE(t)
 	const trials = 10
-	work := t.TempDir()
-	storeDir := filepath.Join(work, "store")
-	initStore(t, storeDir)
-	want := genCheckpoints(t, work, 1_000_000, 2+trials)
-	mnt := filepath.Join(work, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	k := newKillRig(t, 2+trials)
+	storeDir, mnt, want, writerCmd := k.storeDir, k.mnt, k.want, k.writerCmd
 	d := startMount(t, storeDir, mnt)
-	// A trainer: copy the checkpoint into a new version, then seal it.
-	writerCmd := func(v int) *exec.Cmd {
-		return exec.Command("sh", "-c", `cp -r "$1" "$2" && touch "$2/DONE"`, "sh", srcDir(work, v), versionDir(mnt, v))
-	}
 	// Time an undisturbed write and seal, so the kills land inside that window.
 	var window time.Duration
 	for v := 1; v <= 2; v++ {
@@ -49,23 +39,7 @@ func TestMountKill9MidWrite(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for trial := 0; trial < trials; trial++ {
 		v := 3 + trial
-		writer := writerCmd(v)
-		if err := writer.Start(); err != nil {
-			t.Fatal(err)
-		}
-		writerDone := make(chan error, 1)
-		go func() { writerDone <- writer.Wait() }()
-		delay := time.Duration(rng.Int64N(int64(window)))
-		time.Sleep(delay)
-		d.kill9()
-		var writerErr error
-		select {
-		case writerErr = <-writerDone:
-		case <-time.After(30 * time.Second):
-			_ = writer.Process.Kill()
-			writerErr = <-writerDone
-			t.Errorf("trial %d: the writer hung after the daemon died", trial)
-		}
+		delay, writerErr := k.saveAndKill(d, v, time.Duration(rng.Int64N(int64(window))))
 
 		// The new daemon must cope with the stale mount point itself.
 		d = startMount(t, storeDir, mnt)
@@ -102,4 +76,49 @@ func TestMountKill9MidWrite(t *testing.T) {
 	}
 	d.stop()
 	verifyStore(t, storeDir)
+}
+
+// killRig is the setup of the kill -9 tests: a store, n generated checkpoints and a mount
+// point, and the trainer that saves version v into the mount.
+type killRig struct {
+	t                   *testing.T
+	work, storeDir, mnt string
+	want                map[int]map[string]string
+}
+
+func newKillRig(t *testing.T, n int) *killRig {
+	work := t.TempDir()
+	k := &killRig{t: t, work: work, storeDir: filepath.Join(work, "store"), mnt: filepath.Join(work, "mnt")}
+	initStore(t, k.storeDir)
+	k.want = genCheckpoints(t, work, 1_000_000, n)
+	if err := os.Mkdir(k.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// writerCmd is a trainer: copy checkpoint v into a new version, then seal it.
+func (k *killRig) writerCmd(v int) *exec.Cmd {
+	return exec.Command("sh", "-c", `cp -r "$1" "$2" && touch "$2/DONE"`, "sh", srcDir(k.work, v), versionDir(k.mnt, v))
+}
+
+// saveAndKill starts saving version v, kills d with SIGKILL after delay, and returns what the
+// writer got. A writer still hanging 30 s after the daemon died is an error of the test.
+func (k *killRig) saveAndKill(d *mountDaemon, v int, delay time.Duration) (time.Duration, error) {
+	writer := k.writerCmd(v)
+	if err := writer.Start(); err != nil {
+		k.t.Fatal(err)
+	}
+	writerDone := make(chan error, 1)
+	go func() { writerDone <- writer.Wait() }()
+	time.Sleep(delay)
+	d.kill9()
+	select {
+	case err := <-writerDone:
+		return delay, err
+	case <-time.After(30 * time.Second):
+		_ = writer.Process.Kill()
+		k.t.Errorf("v%d: the writer hung after the daemon died", v)
+		return delay, <-writerDone
+	}
 }
