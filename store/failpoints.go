@@ -33,3 +33,4 @@ var errInjected = errors.New("injected failure")
 //	gc-reanchored          kept versions re-anchored, no manifest deleted
 //	gc-recorded            the dropped versions in the gc record, no manifest deleted
 //	gc-manifests-deleted   old manifests deleted, no object deleted
+//	gc-object-deleted      after each object the sweep deletes

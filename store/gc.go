@@ -126,7 +126,7 @@ func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err e
 		return 0, 0, err
 	}
 	var gone []ID
-	for _, v := range victims {
+	for _, v := range s.sweepOrder(victims) {
 		// An open writer may have taken hold of it since the roots were listed.
 		s.pendMu.Lock()
 		held := s.pending[v.id] > 0
@@ -141,6 +141,9 @@ func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err e
 			gone = append(gone, v.id)
 			deleted++
 			freed += v.size
+			if err := s.failpoint("gc-object-deleted"); err != nil {
+				return deleted, freed, err
+			}
 		}
 	}
 	for _, id := range gone {
