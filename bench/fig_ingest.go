@@ -46,6 +46,10 @@ type ingestStep struct {
 	IdleSeconds float64
 	cold        bool    // the caches were dropped before
 	cpuBefore   cpuTime // the daemon's CPU before the first create
+	// Disk is what the machine's disks moved from the first create to the seal (diskOK: it
+	// could be read).
+	Disk   diskIO
+	diskOK bool
 }
 
 // Cores is how many cores the daemon kept busy from the first create to the seal.
@@ -163,6 +167,7 @@ func (b *bench) writeVersion(ctx context.Context, name string, d *daemon, v int,
 	if out.cpuBefore, err = readCPU(d.Pid()); err != nil {
 		return out, err
 	}
+	diskBefore, diskOK := readDiskIO()
 	dir := filepath.Join(mnt, gen.VersionDirName(v))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return out, fmt.Errorf("open version %d: %w", v, err)
@@ -179,6 +184,9 @@ func (b *bench) writeVersion(ctx context.Context, name string, d *daemon, v int,
 		return out, err
 	}
 	out.CPU = after.sub(out.cpuBefore)
+	if diskAfter, ok := readDiskIO(); ok && diskOK {
+		out.Disk, out.diskOK = diskAfter.sub(diskBefore), true
+	}
 	out.SealSeconds = sealed.Sub(out.Write.LastWrite).Seconds()
 	idle, idleAt, err := waitIdle(ctx, d.Pid(), after, sealed)
 	if err != nil {
@@ -293,37 +301,71 @@ func (b *bench) weightfsCmd(ctx context.Context, args ...string) (string, error)
 
 // baselineWrite writes src with writeTree into a fresh directory: through a loopback mount of
 // a local directory, or (local) onto the local disk with fsync.
-func (b *bench) baselineWrite(ctx context.Context, res *ingestResult, local bool) (writeStats, error) {
+// disk is what the machine's disks moved meanwhile (zero where /proc has no counters).
+func (b *bench) baselineWrite(ctx context.Context, res *ingestResult, local bool) (ws writeStats, disk diskIO, err error) {
 	under := filepath.Join(res.dir, "baseline")
 	if err := os.MkdirAll(under, 0o755); err != nil {
-		return writeStats{}, err
+		return writeStats{}, disk, err
 	}
 	defer os.RemoveAll(under)
 	target := under
 	var d *daemon
 	if !local {
 		mnt := filepath.Join(res.dir, "mnt-loopback")
-		var err error
 		if d, err = b.startDaemon(ctx, "ingest-loopback", mnt, b.self, "loopback", under, mnt); err != nil {
-			return writeStats{}, err
+			return writeStats{}, disk, err
 		}
 		defer d.stop()
 		target = mnt
 	}
 	dropCaches()
 	if err := warmTree(res.srcV2); err != nil {
-		return writeStats{}, err
+		return writeStats{}, disk, err
 	}
-	ws, err := writeTree(res.srcV2, filepath.Join(target, gen.VersionDirName(2)), b.opts.WriteSize, local)
+	before, diskOK := readDiskIO()
+	ws, err = writeTree(res.srcV2, filepath.Join(target, gen.VersionDirName(2)), b.opts.WriteSize, local)
 	if err != nil {
-		return ws, err
+		return ws, disk, err
+	}
+	if after, ok := readDiskIO(); ok && diskOK {
+		disk = after.sub(before)
 	}
 	if d != nil {
 		if err := d.stop(); err != nil {
-			return ws, err
+			return ws, disk, err
 		}
 	}
-	return ws, nil
+	return ws, disk, nil
+}
+
+// diskField is one of the disk counters of each one-writer run (nil where they were not read).
+func diskField(runs []*ingestResult, f func(diskIO) float64) []float64 {
+	var out []float64
+	for _, r := range runs {
+		if !r.V2.diskOK {
+			return nil
+		}
+		out = append(out, f(r.V2.Disk))
+	}
+	return out
+}
+
+// describeDisks says what the disks moved while weightfs ingested version 2 (each one-writer
+// run) and while the baseline wrote it with fsync: weightfs reads the previous version's copy
+// (the base it diffs against) and writes the new version's (its seed), on the same disk.
+func describeDisks(runs []*ingestResult, local writeStats, localDisk diskIO) string {
+	var parts []string
+	for _, r := range runs {
+		st := r.V2
+		if !st.diskOK {
+			return "the disks' counters could not be read"
+		}
+		parts = append(parts, fmt.Sprintf("read %s, written %s, iowait %.1f CPU-s in %.1f s",
+			humanBytes(st.Disk.Read), humanBytes(st.Disk.Written), st.Disk.IOWait.Seconds(), st.Seconds()))
+	}
+	return fmt.Sprintf("the disks (/proc/diskstats, whole disks) while weightfs ingested v2, first create -> seal: %s (the base read from the copy, the new version's copy written beside it); "+
+		"while write+fsync wrote it: read %s, written %s, iowait %.1f CPU-s in %.1f s",
+		strings.Join(parts, "; "), humanBytes(localDisk.Read), humanBytes(localDisk.Written), localDisk.IOWait.Seconds(), local.TotalSeconds())
 }
 
 func mibPerSecond(bytes int64, seconds float64) float64 { return float64(bytes) / (1 << 20) / seconds }
@@ -365,7 +407,7 @@ func (b *bench) figIngest(ctx context.Context) ([]Row, error) {
 	var loops []float64
 	for i := 1; i <= loopbackRuns; i++ {
 		b.logf("  ingest: the same writer through the loopback mount (%d of %d)", i, loopbackRuns)
-		loop, err := b.baselineWrite(ctx, res, false)
+		loop, _, err := b.baselineWrite(ctx, res, false)
 		if err != nil {
 			return nil, fmt.Errorf("loopback baseline: %w", err)
 		}
@@ -373,7 +415,7 @@ func (b *bench) figIngest(ctx context.Context) ([]Row, error) {
 		b.logf("  ingest: loopback %.1f MiB/s", loops[len(loops)-1])
 	}
 	b.logf("  ingest: the same writer onto the local disk, with fsync")
-	local, err := b.baselineWrite(ctx, res, true)
+	local, localDisk, err := b.baselineWrite(ctx, res, true)
 	if err != nil {
 		return nil, fmt.Errorf("local-disk baseline: %w", err)
 	}
@@ -408,6 +450,10 @@ func (b *bench) figIngest(ctx context.Context) ([]Row, error) {
 		"bytes": res.Bytes, "weightfs_mib_s": rates, "weightfs_write_s": writes, "weightfs_seal_s": seals,
 		"loopback_mib_s": loops, "local_fsync_s": local.TotalSeconds(), "v1_seconds": res.V1Seconds, "runs": len(runs),
 		"cpu_s_per_gb": cpus, "cpu_s_per_gb_to_idle": cpusIdle, "idle_s_after_seal": idles, "cpu_s_per_gb_to_exit": cpusExit, "cores": cores,
+		"disk_read_bytes":             diskField(runs, func(d diskIO) float64 { return float64(d.Read) }),
+		"disk_written_bytes":          diskField(runs, func(d diskIO) float64 { return float64(d.Written) }),
+		"disk_iowait_s":               diskField(runs, func(d diskIO) float64 { return d.IOWait.Seconds() }),
+		"local_fsync_disk_read_bytes": localDisk.Read, "local_fsync_disk_written_bytes": localDisk.Written,
 		"two_writers_mib_s": twoRates, "two_writers_cpu_s_per_gb": twoCPUs, "two_writers_cpu_s_per_gb_to_idle": twoCPUsIdle, "two_writers_cores": twoCores,
 	}
 	wfsRate := median(rates)
@@ -416,7 +462,8 @@ func (b *bench) figIngest(ctx context.Context) ([]Row, error) {
 			Baseline: median(loops), BaselineName: "loopback FUSE", Goal: ratioAtLeast(0.5),
 			Note: note, Detail: detail},
 		{Figure: "2", Name: "  the same against local disk", Measured: wfsRate, Unit: "MiB/s",
-			Baseline: mibPerSecond(local.Bytes, local.TotalSeconds()), BaselineName: "write+fsync (cp+sync)", Goal: ratioAtLeast(1)},
+			Baseline: mibPerSecond(local.Bytes, local.TotalSeconds()), BaselineName: "write+fsync (cp+sync)", Goal: ratioAtLeast(1),
+			Note: describeDisks(runs, local, localDisk)},
 		{Figure: "2", Name: "  daemon CPU per GB of checkpoint (user+sys, first create -> seal)", Measured: median(cpus), Unit: "CPU-s/GB",
 			Goal: atMost(1.3, "CPU-s/GB"),
 			Note: fmt.Sprintf("GB = 10^9 bytes; /proc/PID/stat of the daemon; medians of %d runs: %s; to the daemon's exit %s",

