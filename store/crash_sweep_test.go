@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 )
@@ -53,18 +52,12 @@ func gcCrashedAfterDeletes(t *testing.T, k int) (string, map[uint64]map[string]s
 	t.Helper()
 	s, root, want := sweepStore(t)
 	n := 0
-	s.hook = func(p string) error {
+	gcStoppedWhere(t, s, func(p string) bool {
 		if p == "gc-object-deleted" {
-			if n++; n == k {
-				return errInjected
-			}
+			n++
 		}
-		return nil
-	}
-	if _, err := s.GC(2); !errors.Is(err, errInjected) {
-		t.Fatalf("gc stopped after %d deletions: %v", k, err)
-	}
-	crash(s)
+		return n == k
+	})
 	return root, want
 }
 

@@ -74,17 +74,26 @@ func gcCrashedAt(t *testing.T, point string, seed uint64) (string, map[uint64]ma
 		_, dir := commitTree(t, s, uint64(i+1), files)
 		want[uint64(i+1)] = treeHashes(t, dir)
 	}
+	gcStoppedWhere(t, s, func(p string) bool { return p == point })
+	return root, want
+}
+
+// gcStoppedWhere runs GC(2) with a failure injected at the first failpoint stop says yes to,
+// and crashes the store there.
+func gcStoppedWhere(t *testing.T, s *Store, stop func(point string) bool) {
+	t.Helper()
+	var at string
 	s.hook = func(p string) error {
-		if p == point {
+		if stop(p) {
+			at = p
 			return errInjected
 		}
 		return nil
 	}
 	if _, err := s.GC(2); !errors.Is(err, errInjected) {
-		t.Fatalf("gc with a failure at %s: %v", point, err)
+		t.Fatalf("gc with a failure injected (at %q): %v", at, err)
 	}
 	crash(s)
-	return root, want
 }
 
 func TestGCCrashPoints(t *testing.T) {
