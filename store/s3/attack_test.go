@@ -17,6 +17,17 @@ import (
 func s3Versions(t *testing.T, url string, n int) map[uint64]map[string][]byte {
 	t.Helper()
 	w := openTestStore(t, url, store.Options{})
+	want, _ := commitVersions(t, w, n)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// commitVersions commits versions 1 to n of s3Versions' model through the writer w, which
+// stays open, and returns each version's files and the model, at version n.
+func commitVersions(t *testing.T, w *store.Store, n int) (map[uint64]map[string][]byte, *testModel) {
+	t.Helper()
 	m := newTestModel(11, 90_000, 40_000)
 	want := map[uint64]map[string][]byte{}
 	for v := uint64(1); v <= uint64(n); v++ {
@@ -26,10 +37,7 @@ func s3Versions(t *testing.T, url string, n int) map[uint64]map[string][]byte {
 		want[v] = m.files(t)
 		commitTree(t, w, v, want[v])
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return want
+	return want, m
 }
 
 // readAllVersions reads every file of every version of want through s and fails the test on
@@ -201,21 +209,7 @@ func TestS3DamagedObjectIsCorrupt(t *testing.T) {
 		t.Errorf("verify does not name version 2 (manifest damaged): %v", report)
 	}
 	for v, files := range want {
-		for p, b := range files {
-			f, err := r.OpenFile(v, p)
-			var got []byte
-			if err == nil {
-				got = make([]byte, f.Size())
-				_, err = f.ReadAt(got, 0)
-				f.Close()
-			}
-			switch {
-			case err == nil && string(got) != string(b):
-				t.Errorf("v%d %s: wrong bytes", v, p)
-			case err != nil && !errors.Is(err, store.ErrCorrupt):
-				t.Errorf("v%d %s: %v, want store.ErrCorrupt", v, p, err)
-			}
-		}
+		mustReadOrCorrupt(t, "damaged store", r, v, files)
 	}
 	r.Close()
 

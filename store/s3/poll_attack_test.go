@@ -59,15 +59,7 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 	srv, url := startInitialized(t)
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	w := openTestStore(t, url, store.Options{})
-	m := newTestModel(11, 90_000, 40_000)
-	want := map[uint64]map[string][]byte{}
-	for v := uint64(1); v <= 2; v++ {
-		if v > 1 {
-			m.step()
-		}
-		want[v] = m.files(t)
-		commitTree(t, w, v, want[v])
-	}
+	want, m := commitVersions(t, w, 2)
 	r, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
 		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
 	if err != nil {
@@ -191,15 +183,7 @@ func TestS3ZeroLengthObjects(t *testing.T) {
 func TestS3ReaderSurvivesOutage(t *testing.T) {
 	srv, url := startInitialized(t)
 	w := openTestStore(t, url, store.Options{})
-	m := newTestModel(11, 90_000, 40_000)
-	want := map[uint64]map[string][]byte{}
-	for v := uint64(1); v <= 2; v++ {
-		if v > 1 {
-			m.step()
-		}
-		want[v] = m.files(t)
-		commitTree(t, w, v, want[v])
-	}
+	want, m := commitVersions(t, w, 2)
 	r, err := Open(url, Config{RetryFor: 500 * time.Millisecond}, store.Options{ReadOnly: true, Materialize: true,
 		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
 	if err != nil {
