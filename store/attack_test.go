@@ -41,12 +41,7 @@ func TestObjectNotARegularFileIsCorrupt(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, root := newStore(t, Options{})
-			versions := modelVersions(t, 2, 9)
-			commitAll(t, s, versions)
-			ver, _ := s.sealedVersion(2)
-			victim := ver.files["model.safetensors"].Tensors[1].ID
-			closeStore(t, s)
+			s, root, victim := twoVersionsAndAVictim(t, 9, 1)
 			tc.attack(t, s.be.(*localBackend).objectPath(victim))
 
 			r := openStore(t, root, Options{ReadOnly: true})
@@ -235,12 +230,7 @@ func TestRenderCacheDirNotADirectory(t *testing.T) {
 // should be: opening a FIFO for reading blocks until a writer comes, so every command (and
 // every read of the object) would hang. Each must end, calling it damage.
 func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
-	s, root := newStore(t, Options{})
-	versions := modelVersions(t, 2, 41)
-	commitAll(t, s, versions)
-	ver, _ := s.sealedVersion(2)
-	victim := ver.files["model.safetensors"].Tensors[0].ID
-	closeStore(t, s)
+	s, root, victim := twoVersionsAndAVictim(t, 41, 0)
 	fifo := func(p string) {
 		t.Helper()
 		if err := os.Remove(p); err != nil {
@@ -379,4 +369,16 @@ func TestFIFOPinNeverHangsGC(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("gc with a FIFO among the pins: no answer in 20s")
 	}
+}
+
+// twoVersionsAndAVictim commits two versions of modelVersions(seed) to a new store and closes
+// it; victim is the object of tensor i of version 2's model.safetensors, for an attack.
+func twoVersionsAndAVictim(t *testing.T, seed uint64, i int) (s *Store, root string, victim ID) {
+	t.Helper()
+	s, root = newStore(t, Options{})
+	commitAll(t, s, modelVersions(t, 2, seed))
+	ver, _ := s.sealedVersion(2)
+	victim = ver.files["model.safetensors"].Tensors[i].ID
+	closeStore(t, s)
+	return s, root, victim
 }

@@ -123,19 +123,9 @@ func TestSeedFileWrites(t *testing.T) {
 	}{{true, 1}, {true, 2}, {true, 3}, {true, 4}, {false, 1}, {false, 2}, {false, 3}, {false, 4}} {
 		seed := c.seed
 		t.Run(fmt.Sprintf("async=%v/%d", c.async, seed), func(t *testing.T) {
-			old := seedAsync
-			seedAsync = c.async
-			t.Cleanup(func() { seedAsync = old })
 			rng := rand.New(rand.NewPCG(seed, 5))
 			want := randomBytes(rng, 3<<20+rng.IntN(70_000))
-			f, err := os.CreateTemp(t.TempDir(), "seed-*")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool := newChunkPool(4)
-			w := &seedWriter{pool: pool}
-			w.startSeed(f, pool)
-			t.Logf("O_DIRECT: %v, asynchronous: %v", w.file.direct, w.async)
+			w, pool := testSeedWriter(t, t.TempDir(), c.async)
 			for off := 0; off < len(want); {
 				n := min(len(want)-off, 1+rng.IntN(700_000))
 				if rng.IntN(4) == 0 {
@@ -155,12 +145,7 @@ func TestSeedFileWrites(t *testing.T) {
 				}
 				off += n
 			}
-			entry := &manifestFile{SHA256: ID{1}, Size: int64(len(want))}
-			sd := &seeds{dir: t.TempDir(), byHash: map[seedKey]seedFileRef{}}
-			w.finish(sd, entry, int64(len(want)), 1)
-			if len(pool.sem) != 0 {
-				t.Errorf("%d chunks not given back to the pool", len(pool.sem))
-			}
+			sd, entry := finishTestSeed(t, w, pool, int64(len(want)))
 			p, ok := sd.takePath(entry)
 			if !ok {
 				t.Fatal("no seed offered")
@@ -206,4 +191,35 @@ func TestSeedGivenUp(t *testing.T) {
 	if _, err := os.Stat(f.Name()); !os.IsNotExist(err) {
 		t.Errorf("the given-up seed's file is still there: %v", err)
 	}
+}
+
+// testSeedWriter starts a seed in a new file under dir, with (async) or without the
+// asynchronous writes, on a pool of four chunks.
+func testSeedWriter(t *testing.T, dir string, async bool) (*seedWriter, *chunkPool) {
+	t.Helper()
+	old := seedAsync
+	seedAsync = async
+	t.Cleanup(func() { seedAsync = old })
+	f, err := os.CreateTemp(dir, "seed-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newChunkPool(4)
+	w := &seedWriter{pool: pool}
+	w.startSeed(f, pool)
+	t.Logf("O_DIRECT: %v, asynchronous: %v", w.file.direct, w.async)
+	return w, pool
+}
+
+// finishTestSeed ends testSeedWriter's seed of size bytes as the file ID{1} of version 1,
+// in a seeds directory of its own, and checks that every chunk went back to the pool.
+func finishTestSeed(t *testing.T, w *seedWriter, pool *chunkPool, size int64) (*seeds, *manifestFile) {
+	t.Helper()
+	entry := &manifestFile{SHA256: ID{1}, Size: size}
+	sd := &seeds{dir: t.TempDir(), byHash: map[seedKey]seedFileRef{}}
+	w.finish(sd, entry, size, 1)
+	if len(pool.sem) != 0 {
+		t.Errorf("%d chunks not given back to the pool", len(pool.sem))
+	}
+	return sd, entry
 }

@@ -37,20 +37,10 @@ func smallDisk(t *testing.T, size int64) (dir string, grow func(int64)) {
 func TestSeedDiskFull(t *testing.T) {
 	for _, async := range []bool{true, false} {
 		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			old := seedAsync
-			seedAsync = async
-			t.Cleanup(func() { seedAsync = old })
 			dir, _ := smallDisk(t, 1<<20)
 			rng := rand.New(rand.NewPCG(3, 4))
 			want := randomBytes(rng, 5<<20+777)
-			f, err := os.CreateTemp(dir, "seed-*")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool := newChunkPool(4)
-			w := &seedWriter{pool: pool}
-			w.startSeed(f, pool)
-			t.Logf("O_DIRECT: %v, asynchronous: %v", w.file.direct, w.async)
+			w, pool := testSeedWriter(t, dir, async)
 			for off := 0; off < len(want); {
 				n := min(len(want)-off, 1+rng.IntN(700_000))
 				c := pool.get(filePad(int64(off)))
@@ -59,12 +49,7 @@ func TestSeedDiskFull(t *testing.T) {
 				w.put(c, c.buf[:n])
 				off += n
 			}
-			entry := &manifestFile{SHA256: ID{1}, Size: int64(len(want))}
-			sd := &seeds{dir: t.TempDir(), byHash: map[seedKey]seedFileRef{}}
-			w.finish(sd, entry, int64(len(want)), 1)
-			if len(pool.sem) != 0 {
-				t.Errorf("%d chunks not given back to the pool", len(pool.sem))
-			}
+			sd, entry := finishTestSeed(t, w, pool, int64(len(want)))
 			if _, ok := sd.takePath(entry); ok {
 				t.Error("a seed that hit a full disk was offered")
 			}

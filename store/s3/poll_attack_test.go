@@ -60,12 +60,7 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	w := openTestStore(t, url, store.Options{})
 	want, m := commitVersions(t, w, 2)
-	r, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
-		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openPollingReader(t, url, time.Second, "open")
 	if _, err := r.Poll(); err != nil {
 		t.Fatal(err)
 	}
@@ -109,12 +104,7 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 
 	// A reader that opens the store now finds v3 as its latest: its reads of v3 fail with
 	// ErrCorrupt (a missing object is damage, never "not found"), the others read right.
-	r2, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
-		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
-	if err != nil {
-		t.Fatalf("open of a store whose latest version lacks objects: %v", err)
-	}
-	defer r2.Close()
+	r2 := openPollingReader(t, url, time.Second, "open of a store whose latest version lacks objects")
 	readAllVersions(t, "fresh reader", r2, want)
 	if n := mustReadOrCorrupt(t, "fresh reader", r2, 3, want3); n == 0 {
 		t.Errorf("fresh reader: v3 without its %d new objects read whole", removed)
@@ -148,12 +138,7 @@ func TestS3ZeroLengthObjects(t *testing.T) {
 	put("versions/" + store.ManifestName(2))
 	put(store.GCRecordName)
 
-	r, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
-		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
-	if err != nil {
-		t.Fatalf("open with zero-length objects in the bucket: %v", err)
-	}
-	defer r.Close()
+	r := openPollingReader(t, url, time.Second, "open with zero-length objects in the bucket")
 	corrupt := 0
 	for v, files := range want {
 		corrupt += mustReadOrCorrupt(t, "zero-length", r, v, files)
@@ -184,12 +169,7 @@ func TestS3ReaderSurvivesOutage(t *testing.T) {
 	srv, url := startInitialized(t)
 	w := openTestStore(t, url, store.Options{})
 	want, m := commitVersions(t, w, 2)
-	r, err := Open(url, Config{RetryFor: 500 * time.Millisecond}, store.Options{ReadOnly: true, Materialize: true,
-		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openPollingReader(t, url, 500*time.Millisecond, "open")
 	readAllVersions(t, "before the outage", r, want)
 	m.step()
 	want[3] = m.files(t)
@@ -239,12 +219,7 @@ func TestS3ReaderSurvivesOutage(t *testing.T) {
 func TestS3PollForgedManifest(t *testing.T) {
 	_, url := startInitialized(t)
 	want := s3Versions(t, url, 3)
-	r, err := Open(url, Config{RetryFor: time.Second}, store.Options{ReadOnly: true, Materialize: true,
-		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openPollingReader(t, url, time.Second, "open")
 	if _, err := r.Poll(); err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +286,18 @@ func TestS3PollHintDeleted(t *testing.T) {
 	if latest, _ := r.Latest(); latest != 2 {
 		t.Fatalf("poll after a seal (hint deleted before): latest v%d, want v2", latest)
 	}
+}
+
+// openPollingReader opens a read-only reader of the store at url that keeps a copy, as a
+// read-only mount does, retrying the backend for retry; what names the open in a failure. The
+// reader is closed when the test ends.
+func openPollingReader(t *testing.T, url string, retry time.Duration, what string) *store.Store {
+	t.Helper()
+	r, err := Open(url, Config{RetryFor: retry}, store.Options{ReadOnly: true, Materialize: true,
+		CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
