@@ -1,5 +1,6 @@
 // Package gen generates realistic RL post-training checkpoints for tests, the demo and
-// benchmarks: a GPT-style set of HF-named bf16 tensors, initialised like a real model and
+// benchmarks: a GPT-style set of HF-named bf16 tensors (a dense Llama, or with Config.MoE a
+// Qwen-style mixture of experts whose unrouted experts move only by Adam's moments), initialised like a real model and
 // evolved by the Adam rule on fp32 master weights from noisy gradients, then cast to bf16 with
 // round-to-nearest-even. The changed fraction per step comes from that arithmetic.
 //
@@ -36,6 +37,10 @@ type Config struct {
 	LR                                                  float64 // Adam learning rate, e.g. 3e-6
 	Seed                                                uint64
 	Shards                                              int // 1: model.safetensors; >1: model-0000K-of-0000N.safetensors + index
+
+	// MoE makes the model a mixture of experts (Qwen MoE naming, routed Adam steps: see
+	// MoE); the zero value is the dense Llama-style model.
+	MoE MoE
 
 	// Workers is the number of goroutines to use (0: GOMAXPROCS). It never changes the output.
 	Workers int
@@ -74,10 +79,12 @@ func New(cfg Config) (*Model, error) {
 func (m *Model) Step() {
 	m.steps++
 	c := newStepConstants(m.cfg.LR, m.steps)
+	route := routingAt(m.cfg, warmStartSteps+m.steps)
 	jobs := splitRanges(m.lay.tensors)
 	parallelFor(m.cfg.workers(), len(jobs), func(_, j int) {
 		r := jobs[j]
-		stepRange(&m.lay.tensors[r.tensor], &c, r.lo, m.w[r.tensor][r.lo:r.hi], m.m[r.tensor][r.lo:r.hi], m.v[r.tensor][r.lo:r.hi])
+		t := &m.lay.tensors[r.tensor]
+		stepRange(t, &c, route.routes(t), r.lo, m.w[r.tensor][r.lo:r.hi], m.m[r.tensor][r.lo:r.hi], m.v[r.tensor][r.lo:r.hi])
 	})
 }
 
@@ -171,15 +178,17 @@ func StreamCheckpointFiles(cfg Config, steps int) (map[string][]byte, error) {
 // streamSource replays steps Adam steps for each requested range, in the worker's scratch.
 func streamSource(cfg Config, lay *layout, steps int) tensorSource {
 	consts := make([]stepConstants, steps)
+	routes := make([]routing, steps)
 	for t := range consts {
 		consts[t] = newStepConstants(cfg.LR, t+1)
+		routes[t] = routingAt(cfg, warmStartSteps+t+1)
 	}
 	return func(s *scratch, ti int, lo, hi int64, dst []byte) {
 		t := &lay.tensors[ti]
 		w, m, v := s.state(int(hi - lo))
 		initRange(t, lo, w, m, v)
 		for k := range consts {
-			stepRange(t, &consts[k], lo, w, m, v)
+			stepRange(t, &consts[k], routes[k].routes(t), lo, w, m, v)
 		}
 		putBF16s(dst, w)
 	}

@@ -16,6 +16,8 @@ const (
 	kindMLP                         // gate, up, down projections
 	kindNorm                        // RMSNorm weights (initialised to 1.0)
 	kindHead                        // lm_head.weight
+	kindExpert                      // a routed expert's gate, up, down projections (MoE)
+	kindRouter                      // an MoE router (mlp.gate) or shared expert gate
 )
 
 // tensorSpec is one tensor of the model and the constants of its simulated gradients.
@@ -34,6 +36,15 @@ type tensorSpec struct {
 	// how consistently an element moves and so, with the learning rate, how many bf16
 	// values change per step.
 	snr float32
+
+	// layer and expert place a routed expert's tensor (expert is -1 for every other tensor):
+	// it gets a gradient only in the steps whose routing names it.
+	layer, expert int
+	// warmIdle is how many steps before version 1 a routed expert was last routed; its warm
+	// Adam moments are decayed by that many zero-gradient steps.
+	warmIdle int
+	// warmDecay1 and warmDecay2 are beta1^warmIdle and beta2^warmIdle in float32.
+	warmDecay1, warmDecay2 float32
 }
 
 // bytes is the size of the tensor in bf16.
@@ -47,6 +58,8 @@ var snrByKind = [...]float32{
 	kindMLP:       0.05,
 	kindNorm:      0.08,
 	kindHead:      0.05,
+	kindExpert:    0.05,
+	kindRouter:    0.05,
 }
 
 // layout is the model's tensors in state_dict order and their assignment to files.
@@ -74,6 +87,9 @@ func (c Config) validate() error {
 	case c.Workers < 0:
 		return fmt.Errorf("%w: workers %d is negative", ErrBadConfig, c.Workers)
 	}
+	if err := c.validateMoE(); err != nil {
+		return err
+	}
 	if p := c.ParamCount(); p <= 0 || p > maxParams {
 		return fmt.Errorf("%w: %d parameters is out of range (at most %d)", ErrBadConfig, p, int64(maxParams))
 	}
@@ -89,7 +105,12 @@ const maxParams = 1 << 40
 
 func (c Config) shards() int { return max(c.Shards, 1) }
 
-func (c Config) numTensors() int { return 9*c.Layers + 3 }
+func (c Config) numTensors() int {
+	if c.MoE.enabled() {
+		return c.moeTensorsPerLayer()*c.Layers + 3
+	}
+	return 9*c.Layers + 3
+}
 
 // headDim is the width of one attention head.
 func (c Config) headDim() int { return c.Hidden / c.Heads }
@@ -100,6 +121,9 @@ func (c Config) ParamCount() int64 {
 	h, in, v := int64(c.Hidden), int64(c.Intermediate), int64(c.Vocab)
 	kv := int64(c.KVHeads) * int64(c.headDimSafe())
 	perLayer := 2*h*h + 2*h*kv + 3*h*in + 2*h
+	if c.MoE.enabled() {
+		perLayer = c.moeLayerParams()
+	}
 	return 2*v*h + int64(c.Layers)*perLayer + h
 }
 
@@ -117,8 +141,8 @@ func newLayout(c Config) *layout {
 	q := int64(c.Heads) * int64(c.headDim())
 	kv := int64(c.KVHeads) * int64(c.headDim())
 	l := &layout{}
-	add := func(name string, kind tensorKind, shape ...int64) {
-		t := tensorSpec{name: name, shape: shape, kind: kind, key: nameKey(c.Seed, name)}
+	add := func(name string, kind tensorKind, shape ...int64) int {
+		t := tensorSpec{name: name, shape: shape, kind: kind, key: nameKey(c.Seed, name), expert: -1}
 		t.numel = 1
 		for _, d := range shape {
 			t.numel *= d
@@ -129,9 +153,14 @@ func newLayout(c Config) *layout {
 		t.gradScale = float32(1e-5) * (1 + float32(float32(63*u)*u)) // 1e-5 .. 6.4e-4; conversions: no FMA
 		t.snr = snrByKind[kind] * (0.6 + float32(0.8*uniform(tensorRandom.at(1))))
 		l.tensors = append(l.tensors, t)
+		return len(l.tensors) - 1
 	}
 	add("model.embed_tokens.weight", kindEmbedding, v, h)
 	for i := range c.Layers {
+		if c.MoE.enabled() {
+			c.addMoELayer(l, i, add)
+			continue
+		}
 		p := fmt.Sprintf("model.layers.%d.", i)
 		add(p+"self_attn.q_proj.weight", kindAttention, q, h)
 		add(p+"self_attn.k_proj.weight", kindAttention, kv, h)
@@ -145,6 +174,16 @@ func newLayout(c Config) *layout {
 	}
 	add("model.norm.weight", kindNorm, h)
 	add("lm_head.weight", kindHead, v, h)
+	if c.MoE.enabled() {
+		idle := warmIdleSteps(c)
+		for i := range l.tensors {
+			if t := &l.tensors[i]; t.expert >= 0 {
+				t.warmIdle = idle[t.layer][t.expert]
+				t.warmDecay1 = float32(powInt(adamBeta1, t.warmIdle))
+				t.warmDecay2 = float32(powInt(adamBeta2, t.warmIdle))
+			}
+		}
+	}
 
 	for _, group := range splitShards(l.tensors, c.shards()) {
 		slices.SortFunc(group, func(a, b int) int { return strings.Compare(l.tensors[a].name, l.tensors[b].name) })
