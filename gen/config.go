@@ -144,3 +144,75 @@ func ParseParamCount(s string) (int64, error) {
 	}
 	return int64(math.Round(f)), nil
 }
+
+// Mixture-of-experts presets: the dense presets' shapes with Qwen MoE layers.
+func init() {
+	presets["tiny-moe"] = Config{Layers: 1, Hidden: 16, Intermediate: 48, Heads: 4, KVHeads: 2, Vocab: 128,
+		MoE: MoE{Experts: 4, TopK: 2, ExpertIntermediate: 8}}
+	presets["tiny-moe-shared"] = Config{Layers: 1, Hidden: 16, Intermediate: 48, Heads: 4, KVHeads: 2, Vocab: 128,
+		MoE: MoE{Experts: 4, TopK: 2, ExpertIntermediate: 8, SharedIntermediate: 32}}
+	// ~1.6M parameters, three quarters in 32 experts of 24.6K: stable changed-fraction
+	// statistics for routed and unrouted experts alike.
+	presets["medium-moe"] = Config{Layers: 2, Hidden: 128, Intermediate: 352, Heads: 4, KVHeads: 2, Vocab: 512,
+		MoE: MoE{Experts: 16, TopK: 4, ExpertIntermediate: 64}}
+}
+
+// WithMoE returns c with every layer's MLP replaced by experts routed experts, topK of them
+// per token and step. expertIntermediate 0 takes c.Intermediate/topK (rounded up to a
+// multiple of 8: the active expert width of a token about the dense MLP's, as in Qwen's
+// models); sharedIntermediate > 0 adds a shared expert of that width (Qwen2-MoE).
+func WithMoE(c Config, experts, topK, expertIntermediate, sharedIntermediate int) Config {
+	if expertIntermediate == 0 && topK > 0 {
+		expertIntermediate = max(8, (c.Intermediate/topK+7)/8*8)
+	}
+	c.MoE = MoE{Experts: experts, TopK: topK, ExpertIntermediate: expertIntermediate, SharedIntermediate: sharedIntermediate}
+	return c
+}
+
+// MoEConfigForParams is ConfigForParams for a mixture of experts: the width (from the same
+// Llama-like shapes) whose model with experts, topK, expertIntermediate and
+// sharedIntermediate as WithMoE takes them comes closest to params parameters, with layers
+// layers, or (layers 0) the depth ConfigForParams would prefer. Shards is 1; the result may
+// be invalid for a target too small for its experts (validate says so).
+func MoEConfigForParams(params int64, layers, experts, topK, expertIntermediate, sharedIntermediate int, lr float64, seed uint64) Config {
+	vocab := ConfigForParams(params, lr, seed).Vocab
+	best, bestScore := Config{}, math.Inf(1)
+	for _, h := range hiddenSizes {
+		c := WithMoE(shapeForWidth(h, vocab), experts, topK, expertIntermediate, sharedIntermediate)
+		auto := c.MoE.ExpertIntermediate
+		if layers > 0 && expertIntermediate == 0 && experts > 0 {
+			// The depth is fixed: fit the experts' width to the target instead.
+			c.Layers = layers
+			c.MoE.ExpertIntermediate = 8
+			perWidth := float64(int64(layers) * int64(experts) * 3 * int64(h) * 8)
+			rest := float64(c.ParamCount()) - perWidth
+			c.MoE.ExpertIntermediate = max(8, int(math.Round((float64(params)-rest)/perWidth))*8)
+		}
+		n := int64(layers)
+		if layers <= 0 {
+			c.Layers = 1
+			embeddings := int64(2*vocab*h + h)
+			n = int64(math.Round(float64(params-embeddings) / float64(c.ParamCount()-embeddings)))
+			if n < 1 || n > 100_000 {
+				continue
+			}
+		}
+		c.Layers = int(n)
+		miss := math.Abs(math.Log(float64(c.ParamCount()) / float64(params)))
+		score := float64(4 * miss) // conversion: no FMA, same choice everywhere
+		if layers <= 0 {
+			score += math.Abs(math.Log(float64(n) / typicalDepth(h)))
+		} else {
+			score += math.Abs(math.Log(float64(c.MoE.ExpertIntermediate) / float64(auto)))
+		}
+		if score < bestScore {
+			best, bestScore = c, score
+		}
+	}
+	if bestScore == math.Inf(1) {
+		best = WithMoE(shapeForWidth(hiddenSizes[0], vocab), experts, topK, expertIntermediate, sharedIntermediate)
+		best.Layers = max(layers, 1)
+	}
+	best.LR, best.Seed, best.Shards = lr, seed, 1
+	return best
+}
