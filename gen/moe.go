@@ -3,7 +3,6 @@ package gen
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 )
 
 // MoE makes every layer's MLP a mixture of experts, named as Hugging Face's Qwen MoE models
@@ -163,34 +162,39 @@ func routingAt(c Config, run int) routing {
 		return nil
 	}
 	r := make(routing, c.Layers)
-	order := make([]int, c.MoE.Experts)
-	scores := make([]uint64, c.MoE.Experts)
+	best := make([]int, 0, c.MoE.TopK)
 	for layer := range r {
-		r[layer] = routedExperts(c, layer, run, order, scores)
+		r[layer] = routedExperts(c, layer, run, best)
 	}
 	return r
 }
 
 // routedExperts draws layer's router scores for step run and marks the TopK highest (ties,
-// which 64-bit scores practically never have, go to the lower index). order and scores are
-// scratch of len Experts.
-func routedExperts(c Config, layer, run int, order []int, scores []uint64) []bool {
+// which 64-bit scores practically never have, go to the lower index). best is scratch of
+// capacity TopK. The selection keeps the TopK best so far in order, in one pass over the
+// scores: the version-1 routing history draws hundreds of steps for every layer.
+func routedExperts(c Config, layer, run int, best []int) []bool {
 	s := newStream(routerKey(c.Seed, layer), purposeRoute, uint64(run))
+	scores := make([]uint64, c.MoE.Experts)
+	best = best[:0]
 	for x := range scores {
-		scores[x] = s.at(uint64(x))
-		order[x] = x
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		switch {
-		case scores[a] > scores[b]:
-			return -1
-		case scores[a] < scores[b]:
-			return 1
+		sc := s.at(uint64(x))
+		scores[x] = sc
+		if len(best) == c.MoE.TopK && sc <= scores[best[len(best)-1]] {
+			continue // not above the K-th best (a tie keeps the lower index, already there)
 		}
-		return a - b
-	})
+		i := len(best)
+		for i > 0 && scores[best[i-1]] < sc {
+			i--
+		}
+		if len(best) < c.MoE.TopK {
+			best = append(best, 0)
+		}
+		copy(best[i+1:], best[i:len(best)-1])
+		best[i] = x
+	}
 	routed := make([]bool, len(scores))
-	for _, x := range order[:c.MoE.TopK] {
+	for _, x := range best {
 		routed[x] = true
 	}
 	return routed
@@ -200,8 +204,7 @@ func routedExperts(c Config, layer, run int, order []int, scores []uint64) []boo
 // last routed (0: routed by the step that made version 1; warmStartSteps: never in the run).
 func warmIdleSteps(c Config) [][]int {
 	idle := make([][]int, c.Layers)
-	order := make([]int, c.MoE.Experts)
-	scores := make([]uint64, c.MoE.Experts)
+	best := make([]int, 0, c.MoE.TopK)
 	for layer := range idle {
 		idle[layer] = make([]int, c.MoE.Experts)
 		found := 0
@@ -209,7 +212,7 @@ func warmIdleSteps(c Config) [][]int {
 			idle[layer][x] = -1
 		}
 		for run := warmStartSteps; run >= 1 && found < c.MoE.Experts; run-- {
-			for x, ok := range routedExperts(c, layer, run, order, scores) {
+			for x, ok := range routedExperts(c, layer, run, best) {
 				if ok && idle[layer][x] < 0 {
 					idle[layer][x] = warmStartSteps - run
 					found++

@@ -241,6 +241,21 @@ func TestRouting(t *testing.T) {
 			}
 		}
 	}
+	// The one-pass selection agrees with the reference's count of higher scores.
+	for _, rc := range []Config{moeShape(2, 128, 8, 0), moeShape(2, 60, 4, 0), moeShape(1, 5, 5, 0), moeShape(1, 7, 1, 0)} {
+		for run := 1; run <= 40; run++ {
+			r := routingAt(rc, run)
+			for layer := range rc.Layers {
+				for x := range rc.MoE.Experts {
+					ts := &tensorSpec{layer: layer, expert: x}
+					if r[layer][x] != referenceRouted(rc, ts, run) {
+						t.Fatalf("%d experts top-%d, step %d layer %d expert %d: routed %v, reference %v",
+							rc.MoE.Experts, rc.MoE.TopK, run, layer, x, r[layer][x], !r[layer][x])
+					}
+				}
+			}
+		}
+	}
 	if routingAt(Config{Layers: 2}, 5) != nil {
 		t.Error("a dense model has a routing")
 	}
