@@ -60,6 +60,12 @@ func TestMoETensorNamesAndCounts(t *testing.T) {
 			tensors: 52*393 + 3, // 20,439
 			layer0:  []string{"q_proj.weight"}, layer0Last: []string{"post_attention_layernorm.weight"}, missingSomewhere: "shared_expert",
 		},
+		{
+			name: "65 layers x 512 experts: over 100,000 tensors", cfg: moeShape(65, 512, 8, 0),
+			tensors: 65*(4+2+1+3*512+2) + 3, // 100,428
+			layer0:  []string{"q_proj.weight"}, layer0Last: []string{"mlp.experts.511.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"},
+			missingSomewhere: "shared_expert",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
