@@ -144,6 +144,9 @@ func initRange(t *tensorSpec, lo int64, w, m, v []float32) {
 // An expert the step does not route to (routed false) gets a zero gradient: Adam still
 // decays its moments and moves it by what is left of them.
 func stepRange(t *tensorSpec, c *stepConstants, routed bool, lo int64, w, m, v []float32) {
+	if t.frozen() {
+		return
+	}
 	if !routed {
 		for j := range w {
 			w[j], m[j], v[j] = adamUpdate(c, w[j], m[j], v[j], 0)

@@ -108,11 +108,11 @@ func (m *Model) CheckpointFiles() (map[string][]byte, error) {
 	return checkpointFiles(m.cfg, m.lay, m.source())
 }
 
-// source returns the bf16 bytes of the current master weights.
+// source returns the stored bytes of the current master weights.
 func (m *Model) source() tensorSource {
-	return func(_ *scratch, ti int, lo, hi int64, dst []byte) {
-		putBF16s(dst, m.w[ti][lo:hi])
-	}
+	return storedSource(m.lay,
+		func(_ *scratch, ti int, lo, hi int64) []float32 { return m.w[ti][lo:hi] },
+		func(_ *scratch, ti int) []float32 { return m.w[ti] })
 }
 
 // TensorInfo describes one tensor of the model.
@@ -120,6 +120,7 @@ type TensorInfo struct {
 	Name  string
 	Shape []int64 // as stored: [out, in] for linears
 	File  string  // the safetensors file that holds it
+	DType string  // as safetensors spells it: BF16, or F8_E4M3 and F32 in a DeepSeek model
 }
 
 // Tensors lists the model's tensors in state_dict order.
@@ -137,7 +138,7 @@ func (c Config) Tensors() ([]TensorInfo, error) {
 	}
 	out := make([]TensorInfo, len(lay.tensors))
 	for i, t := range lay.tensors {
-		out[i] = TensorInfo{Name: t.name, Shape: append([]int64(nil), t.shape...), File: file[i]}
+		out[i] = TensorInfo{Name: t.name, Shape: append([]int64(nil), t.shape...), File: file[i], DType: t.dtype.String()}
 	}
 	return out, nil
 }
@@ -183,19 +184,31 @@ func streamSource(cfg Config, lay *layout, steps int) tensorSource {
 		consts[t] = newStepConstants(cfg.LR, t+1)
 		routes[t] = routingAt(cfg, warmStartSteps+t+1)
 	}
-	return func(s *scratch, ti int, lo, hi int64, dst []byte) {
+	replay := func(s *scratch, ti int, lo, hi int64) []float32 {
 		t := &lay.tensors[ti]
 		w, m, v := s.state(int(hi - lo))
 		initRange(t, lo, w, m, v)
 		for k := range consts {
 			stepRange(t, &consts[k], routes[k].routes(t), lo, w, m, v)
 		}
-		putBF16s(dst, w)
+		return w
 	}
+	return storedSource(lay, replay, func(s *scratch, ti int) []float32 { return replay(s, ti, 0, lay.tensors[ti].numel) })
 }
 
-// scratch is one worker's reusable state buffers for streaming.
-type scratch struct{ w, m, v []float32 }
+// scratch is one worker's reusable state buffers for streaming, and its buffer for elements
+// split by a write buffer's edge.
+type scratch struct {
+	w, m, v []float32
+	split   []byte
+}
+
+func (s *scratch) bytes(n int) []byte {
+	if cap(s.split) < n {
+		s.split = make([]byte, n)
+	}
+	return s.split[:n]
+}
 
 func (s *scratch) state(n int) (w, m, v []float32) {
 	if cap(s.w) < n {

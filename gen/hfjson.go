@@ -16,7 +16,10 @@ const transformersVersion = "4.46.0"
 // configJSON is an HF LlamaConfig as LlamaForCausalLM.save_pretrained writes it, or the
 // Qwen MoE config of an MoE model.
 func configJSON(c Config) ([]byte, error) {
-	if c.MoE.enabled() {
+	switch {
+	case c.MoE.DeepSeek && c.MoE.enabled():
+		return marshalPython(deepseekConfigJSON(c))
+	case c.MoE.enabled():
 		return marshalPython(moeConfigJSON(c))
 	}
 	return marshalPython(map[string]any{

@@ -18,6 +18,8 @@ const (
 	kindHead                        // lm_head.weight
 	kindExpert                      // a routed expert's gate, up, down projections (MoE)
 	kindRouter                      // an MoE router (mlp.gate) or shared expert gate
+	kindScale                       // an fp8 weight's weight_scale_inv (DeepSeek)
+	kindScoreBias                   // DeepSeek's router e_score_correction_bias
 )
 
 // tensorSpec is one tensor of the model and the constants of its simulated gradients.
@@ -45,10 +47,51 @@ type tensorSpec struct {
 	warmIdle int
 	// warmDecay1 and warmDecay2 are beta1^warmIdle and beta2^warmIdle in float32.
 	warmDecay1, warmDecay2 float32
+
+	// dtype is how the checkpoint stores the tensor: bf16 unless the model is fp8 (DeepSeek).
+	dtype dtype
+	// of is, for a weight_scale_inv tensor, the index of the fp8 weight it scales.
+	of int
 }
 
-// bytes is the size of the tensor in bf16.
-func (t *tensorSpec) bytes() int64 { return 2 * t.numel }
+// dtype is a safetensors element type the generator writes.
+type dtype uint8
+
+const (
+	dtBF16 dtype = iota
+	dtF8E4M3
+	dtF32
+)
+
+// String is the safetensors spelling of d.
+func (d dtype) String() string {
+	switch d {
+	case dtF8E4M3:
+		return "F8_E4M3"
+	case dtF32:
+		return "F32"
+	}
+	return "BF16"
+}
+
+// size is the width of one element in bytes.
+func (d dtype) size() int64 {
+	switch d {
+	case dtF8E4M3:
+		return 1
+	case dtF32:
+		return 4
+	}
+	return 2
+}
+
+// bytes is the size of the tensor as stored.
+func (t *tensorSpec) bytes() int64 { return t.dtype.size() * t.numel }
+
+// frozen reports whether t has no optimizer state of its own: a scale derived from its
+// weight, or DeepSeek's router bias, which the load balancing (not the gradient) moves and
+// which RL post-training leaves as it is.
+func (t *tensorSpec) frozen() bool { return t.kind == kindScale || t.kind == kindScoreBias }
 
 // Per-kind signal-to-noise ratios, tuned so that a step at lr 3e-6 changes ~2-3% of the bf16
 // elements and a step at lr 1e-6 ~0.5-1% (see gen_test.go for the measured figures).
@@ -60,6 +103,8 @@ var snrByKind = [...]float32{
 	kindHead:      0.05,
 	kindExpert:    0.05,
 	kindRouter:    0.05,
+	kindScale:     0.05, // unused: scales have no state of their own
+	kindScoreBias: 0.05, // unused: frozen
 }
 
 // layout is the model's tensors in state_dict order and their assignment to files.
@@ -106,7 +151,11 @@ const maxParams = 1 << 40
 func (c Config) shards() int { return max(c.Shards, 1) }
 
 func (c Config) numTensors() int {
-	if c.MoE.enabled() {
+	switch {
+	case c.MoE.DeepSeek && c.MoE.enabled():
+		n, _ := c.deepseekCounts()
+		return n + 3
+	case c.MoE.enabled():
 		return c.moeTensorsPerLayer()*c.Layers + 3
 	}
 	return 9*c.Layers + 3
@@ -121,7 +170,11 @@ func (c Config) ParamCount() int64 {
 	h, in, v := int64(c.Hidden), int64(c.Intermediate), int64(c.Vocab)
 	kv := int64(c.KVHeads) * int64(c.headDimSafe())
 	perLayer := 2*h*h + 2*h*kv + 3*h*in + 2*h
-	if c.MoE.enabled() {
+	switch {
+	case c.MoE.DeepSeek && c.MoE.enabled():
+		_, n := c.deepseekCounts()
+		return 2*v*h + n + h
+	case c.MoE.enabled():
 		perLayer = c.moeLayerParams()
 	}
 	return 2*v*h + int64(c.Layers)*perLayer + h
@@ -157,7 +210,11 @@ func newLayout(c Config) *layout {
 	}
 	add("model.embed_tokens.weight", kindEmbedding, v, h)
 	for i := range c.Layers {
-		if c.MoE.enabled() {
+		switch {
+		case c.MoE.DeepSeek && c.MoE.enabled():
+			c.addDeepSeekLayer(l, i, add)
+			continue
+		case c.MoE.enabled():
 			c.addMoELayer(l, i, add)
 			continue
 		}

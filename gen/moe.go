@@ -34,7 +34,12 @@ type MoE struct {
 	ExpertIntermediate int
 	// SharedIntermediate is the width of the shared expert (shared_expert_intermediate_size);
 	// 0: none. A shared expert makes the model a Qwen2-MoE, without one a Qwen3-MoE.
+	// With DeepSeek it is n_shared_experts times ExpertIntermediate.
 	SharedIntermediate int
+	// DeepSeek names and stores the model as DeepSeek-V3 does: multi-head latent attention,
+	// dense first layers, fp8 e4m3 linears with float32 weight_scale_inv per 128x128 block
+	// (see deepseek.go).
+	DeepSeek bool
 }
 
 // enabled reports whether the model is a mixture of experts.
@@ -42,7 +47,7 @@ func (e MoE) enabled() bool { return e.Experts > 0 }
 
 // qwen2 reports whether the model is named and configured as a Qwen2-MoE (it has a shared
 // expert) rather than a Qwen3-MoE.
-func (e MoE) qwen2() bool { return e.SharedIntermediate > 0 }
+func (e MoE) qwen2() bool { return e.SharedIntermediate > 0 && !e.DeepSeek }
 
 // validateMoE checks the MoE fields of c (all zero for a dense model).
 func (c Config) validateMoE() error {
@@ -62,6 +67,8 @@ func (c Config) validateMoE() error {
 		return fmt.Errorf("%w: expert intermediate size %d must be positive", ErrBadConfig, e.ExpertIntermediate)
 	case e.SharedIntermediate < 0:
 		return fmt.Errorf("%w: shared expert intermediate size %d is negative", ErrBadConfig, e.SharedIntermediate)
+	case e.DeepSeek && e.SharedIntermediate%e.ExpertIntermediate != 0:
+		return fmt.Errorf("%w: DeepSeek's shared experts are whole experts: %d is not a multiple of the expert width %d", ErrBadConfig, e.SharedIntermediate, e.ExpertIntermediate)
 	}
 	return nil
 }

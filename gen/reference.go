@@ -31,7 +31,7 @@ func referenceTrajectory(cfg Config, t *tensorSpec, i int64, steps int) float32 
 			v = float32(v * float32(powInt(adamBeta2, idle)))
 		}
 	}
-	for step := 1; step <= steps; step++ {
+	for step := 1; step <= steps && !t.frozen(); step++ {
 		c := newStepConstants(lr, step)
 		n := normal(newStream(t.key, purposeNoise, uint64(step)).at(uint64(i)))
 		g := gradient(t.gradScale, signal, s, n)
@@ -114,7 +114,7 @@ func referenceSafetensors(lay *layout, group []int, elem func(ti int, i int64) u
 		for i := range t.numel {
 			data = binary.LittleEndian.AppendUint16(data, elem(ti, i))
 		}
-		header[t.name] = entry{"BF16", t.shape, [2]int64{start, int64(len(data))}}
+		header[t.name] = entry{t.dtype.String(), t.shape, [2]int64{start, int64(len(data))}}
 	}
 	js, err := json.Marshal(header)
 	if err != nil {
