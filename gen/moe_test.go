@@ -271,7 +271,7 @@ func TestRouting(t *testing.T) {
 // zero-gradient steps) with the element-by-element reference, which counts the routing on its
 // own, for every element of the tiny MoE presets after several steps.
 func TestMoEMatchesReference(t *testing.T) {
-	for _, preset := range []string{"tiny-moe", "tiny-moe-shared"} {
+	for _, preset := range []string{"tiny-moe", "tiny-moe-shared", "tiny-deepseek"} {
 		c := mustPreset(t, preset, 3e-6, 11)
 		c.Workers = 3
 		m, err := New(c)
@@ -565,14 +565,17 @@ func TestMoEConfigForParams(t *testing.T) {
 		params                int64
 		layers, experts, topK int
 		shared                int
+		deepseek              bool
 	}{
-		{1_000_000, 0, 8, 2, 0},
-		{50_000_000, 0, 64, 8, 0},
-		{500_000_000, 40, 128, 8, 0},
-		{300_000_000, 0, 60, 4, 1024},
+		{1_000_000, 0, 8, 2, 0, false},
+		{50_000_000, 0, 64, 8, 0, false},
+		{500_000_000, 40, 128, 8, 0, false},
+		{300_000_000, 0, 60, 4, 1024, false},
+		{200_000_000, 0, 64, 8, 0, true},
+		{600_000_000, 20, 256, 8, 1, true}, // shared: one expert's width
 	}
 	for _, tc := range tests {
-		c := MoEConfigForParams(tc.params, tc.layers, tc.experts, tc.topK, 0, tc.shared, 3e-6, 5)
+		c := MoEConfigForParams(tc.params, tc.layers, MoE{Experts: tc.experts, TopK: tc.topK, SharedIntermediate: tc.shared, DeepSeek: tc.deepseek}, 3e-6, 5)
 		if err := c.validate(); err != nil {
 			t.Errorf("%+v: %+v: %v", tc, c, err)
 			continue
@@ -580,7 +583,11 @@ func TestMoEConfigForParams(t *testing.T) {
 		if ratio := float64(c.ParamCount()) / float64(tc.params); ratio < 0.8 || ratio > 1.25 {
 			t.Errorf("%+v: %d parameters (%.2fx): %+v", tc, c.ParamCount(), ratio, c)
 		}
-		if (tc.layers > 0 && c.Layers != tc.layers) || c.MoE.Experts != tc.experts || c.MoE.TopK != tc.topK || c.MoE.SharedIntermediate != tc.shared || c.Seed != 5 {
+		wantShared := tc.shared
+		if tc.deepseek && tc.shared > 0 {
+			wantShared = c.MoE.ExpertIntermediate
+		}
+		if (tc.layers > 0 && c.Layers != tc.layers) || c.MoE.Experts != tc.experts || c.MoE.TopK != tc.topK || c.MoE.SharedIntermediate != wantShared || c.MoE.DeepSeek != tc.deepseek || c.Seed != 5 {
 			t.Errorf("%+v: flags not carried: %+v", tc, c)
 		}
 	}

@@ -49,6 +49,12 @@ type options struct {
 
 	// The mixture-of-experts flags (experts 0: a dense model) and the depth.
 	experts, topK, expertInter, sharedInter, layers int
+	deepseek                                        bool
+}
+
+// moe is the MoE the flags ask for (expert width 0: chosen by gen).
+func (o options) moe() gen.MoE {
+	return gen.MoE{Experts: o.experts, TopK: o.topK, ExpertIntermediate: o.expertInter, SharedIntermediate: o.sharedInter, DeepSeek: o.deepseek}
 }
 
 // run executes one command line and returns the exit code: 0 success, 1 failure, 2 usage.
@@ -77,6 +83,9 @@ func generate(o options, stdout, stderr io.Writer) error {
 	moe := ""
 	if e := cfg.MoE; e.Experts > 0 {
 		moe = fmt.Sprintf(", %d experts of %d, top-%d", e.Experts, e.ExpertIntermediate, e.TopK)
+		if e.DeepSeek {
+			moe += ", DeepSeek-V3 fp8"
+		}
 		if e.SharedIntermediate > 0 {
 			moe += fmt.Sprintf(", shared expert of %d", e.SharedIntermediate)
 		}
@@ -117,7 +126,7 @@ func resolveConfig(o options) (gen.Config, error) {
 			cfg.Layers = o.layers
 		}
 		if o.experts > 0 {
-			cfg = gen.WithMoE(cfg, o.experts, o.topK, o.expertInter, o.sharedInter)
+			cfg = gen.WithMoE(cfg, o.moe())
 		}
 	} else {
 		n, err := gen.ParseParamCount(o.params)
@@ -126,7 +135,7 @@ func resolveConfig(o options) (gen.Config, error) {
 		}
 		switch {
 		case o.experts > 0:
-			cfg = gen.MoEConfigForParams(n, o.layers, o.experts, o.topK, o.expertInter, o.sharedInter, o.lr, o.seed)
+			cfg = gen.MoEConfigForParams(n, o.layers, o.moe(), o.lr, o.seed)
 		case o.layers > 0:
 			return cfg, errors.New("--layers with a parameter count needs --experts (or a preset)")
 		default:
@@ -166,6 +175,7 @@ func parseOptions(args []string, stdout io.Writer) (options, error) {
 	fs.IntVar(&o.topK, "top-k", 8, "experts per token, and experts each step routes to per layer (the others move only by Adam's moments); at most --experts")
 	fs.IntVar(&o.expertInter, "expert-intermediate", 0, "width of each routed expert, moe_intermediate_size (0: chosen from the model's width)")
 	fs.IntVar(&o.sharedInter, "shared-expert-intermediate", 0, "width of a shared expert in every layer (Qwen2-MoE naming); 0: none")
+	fs.BoolVar(&o.deepseek, "deepseek", false, "with --experts: DeepSeek-V3 names and dtypes (latent attention, dense first layers, fp8 e4m3 linears with float32 weight_scale_inv per 128x128 block; a shared expert is whole experts)")
 	fs.IntVar(&o.layers, "layers", 0, "number of layers (0: chosen from --params); with a parameter count it needs --experts")
 
 	positional, err := parseArgs(fs, args)
@@ -201,8 +211,8 @@ func parseOptions(args []string, stdout io.Writer) (options, error) {
 		return o, fmt.Errorf("--workers %d: at least 0", o.workers)
 	case o.experts < 0 || o.expertInter < 0 || o.sharedInter < 0 || o.layers < 0:
 		return o, errors.New("--experts, --expert-intermediate, --shared-expert-intermediate and --layers are at least 0")
-	case o.experts == 0 && (set["top-k"] || set["expert-intermediate"] || set["shared-expert-intermediate"]):
-		return o, errors.New("--top-k, --expert-intermediate and --shared-expert-intermediate need --experts")
+	case o.experts == 0 && (set["top-k"] || set["expert-intermediate"] || set["shared-expert-intermediate"] || set["deepseek"]):
+		return o, errors.New("--top-k, --expert-intermediate, --shared-expert-intermediate and --deepseek need --experts")
 	case o.experts > 0 && !set["top-k"]:
 		o.topK = min(o.topK, o.experts)
 	}

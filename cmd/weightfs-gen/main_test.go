@@ -89,6 +89,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"bad start", []string{"--params", "tiny", "--start", "0", dir}, 1, "bad version"},
 		{"top-k without experts", []string{"--top-k", "2", dir}, 2, "need --experts"},
 		{"shared expert without experts", []string{"--shared-expert-intermediate", "64", dir}, 2, "need --experts"},
+		{"deepseek without experts", []string{"--deepseek", dir}, 2, "need --experts"},
 		{"negative experts", []string{"--experts", "-1", dir}, 2, "at least 0"},
 		{"top-k above experts", []string{"--params", "tiny", "--experts", "4", "--top-k", "5", dir}, 1, "top-k 5"},
 		{"layers of a dense count", []string{"--params", "10K", "--layers", "3", dir}, 1, "needs --experts"},
@@ -109,7 +110,7 @@ func TestHelp(t *testing.T) {
 	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"usage: weightfs-gen", "-version-only", "-stream", "-done", "-experts", "-top-k", "-expert-intermediate", "-shared-expert-intermediate", "-layers"} {
+	for _, want := range []string{"usage: weightfs-gen", "-version-only", "-stream", "-done", "-experts", "-top-k", "-expert-intermediate", "-shared-expert-intermediate", "-layers", "-deepseek"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -130,6 +131,9 @@ func TestRunMoE(t *testing.T) {
 		{"few experts", []string{"--params", "tiny", "--experts", "4", "--shards", "2"}, 9 + 12 + 3, "4 experts of 16, top-4"},
 		{"shared expert", []string{"--params", "tiny", "--experts", "4", "--top-k", "2", "--shared-expert-intermediate", "32", "--shards", "2"}, 14 + 12 + 3, "shared expert of 32"},
 		{"count", []string{"--params", "2M", "--layers", "4", "--experts", "8", "--top-k", "2", "--shards", "3"}, 4*(9+24) + 3, "8 experts of"},
+		// 3 dense layers of 20 tensors, then attention 12, router 2, experts 24, shared 6, norms 2.
+		{"deepseek", []string{"--params", "tiny", "--layers", "4", "--experts", "4", "--top-k", "2", "--deepseek", "--shared-expert-intermediate", "8", "--shards", "2"},
+			3*20 + 46 + 3, "4 experts of 24, top-2, DeepSeek-V3 fp8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,8 +157,12 @@ func TestRunMoE(t *testing.T) {
 				if err := json.Unmarshal(b, &index); err != nil {
 					t.Fatal(err)
 				}
-				if len(index.WeightMap) != tc.tensors || index.WeightMap["model.layers.0.mlp.experts.3.down_proj.weight"] == "" {
-					t.Errorf("index maps %d tensors, want %d with model.layers.0.mlp.experts.3.down_proj.weight", len(index.WeightMap), tc.tensors)
+				expert := "model.layers.0.mlp.experts.3.down_proj.weight"
+				if tc.name == "deepseek" {
+					expert = "model.layers.3.mlp.experts.3.down_proj.weight_scale_inv"
+				}
+				if len(index.WeightMap) != tc.tensors || index.WeightMap[expert] == "" {
+					t.Errorf("index maps %d tensors, want %d with %s", len(index.WeightMap), tc.tensors, expert)
 				}
 				entries, err := os.ReadDir(out)
 				if err != nil {
