@@ -1,6 +1,7 @@
 // Package gen generates realistic RL post-training checkpoints for tests, the demo and
 // benchmarks: a GPT-style set of HF-named bf16 tensors (a dense Llama, or with Config.MoE a
-// Qwen-style mixture of experts whose unrouted experts move only by Adam's moments), initialised like a real model and
+// Qwen-style mixture of experts whose unrouted experts move only by Adam's moments, or a
+// DeepSeek-V3-style one with fp8 block-scaled linears), initialised like a real model and
 // evolved by the Adam rule on fp32 master weights from noisy gradients, then cast to bf16 with
 // round-to-nearest-even. The changed fraction per step comes from that arithmetic.
 //
