@@ -147,7 +147,8 @@ func (c Config) Tensors() ([]TensorInfo, error) {
 // StreamCheckpoint writes the checkpoint of cfg after steps Adam steps (version steps+1) into
 // dir without holding the model in memory: each range of elements is initialised and stepped
 // forward from its seeds just before it is written, so memory stays at a few MiB per worker
-// whatever the model size, and the cost is steps times that of one in-memory step. The bytes
+// whatever the model size (a DeepSeek model's fp8 tensors are replayed whole, for their
+// block scales: 13 bytes per element of the largest), and the cost is steps times that of one in-memory step. The bytes
 // are identical to New(cfg) followed by steps calls of Step and WriteCheckpoint.
 func StreamCheckpoint(cfg Config, steps int, dir string) error {
 	_, err := streamCheckpoint(cfg, steps, dir)
