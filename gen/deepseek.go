@@ -275,9 +275,13 @@ func (qc *quantCache) put(s *scratch, ti int, scale bool, lo, hi int64, dst []by
 	} else {
 		n = copy(dst, e.q[lo:hi])
 	}
-	if e.left.Add(-int64(n)) == 0 {
+	// A scale element split by a write buffer's edge is asked for twice, so the count can
+	// run out 4 bytes early; a later request then quantizes the tensor again (the same bytes).
+	if e.left.Add(-int64(n)) <= 0 {
 		qc.mu.Lock()
-		delete(qc.entries, ti)
+		if qc.entries[ti] == e {
+			delete(qc.entries, ti)
+		}
 		qc.mu.Unlock()
 	}
 }
