@@ -164,8 +164,45 @@ func deepseekTestConfig() Config {
 // same bytes), reads it with delta's parser, and checks every fp8 block against its scale and
 // the fp32 master weights: scale = amax/448, q = e4m3(w/scale), the block's largest |q| 448.
 func TestDeepSeekCheckpoint(t *testing.T) {
-	c := deepseekTestConfig()
-	c.Shards = 3
+	// Odd widths (255 = 5 heads of 51, experts 161 wide): partial blocks, fp8 tensors of odd
+	// sizes, and with this vocabulary the first write buffer ends inside a float32 scale
+	// (byte 3 of model.layers.1.mlp.experts.4.up_proj.weight_scale_inv).
+	odd := Config{Layers: 2, Hidden: 255, Intermediate: 705, Heads: 5, KVHeads: 5, Vocab: 777, LR: 3e-6, Seed: 1,
+		MoE: MoE{Experts: 27, TopK: 2, ExpertIntermediate: 161, SharedIntermediate: 161, DeepSeek: true}}
+	if name := splitF32(newLayout(odd)); name == "" {
+		t.Fatal("no write buffer ends inside a float32 element: the odd config no longer tests it")
+	}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		shards int
+	}{{"3 shards", deepseekTestConfig(), 3}, {"odd widths, one file, a scale split by a buffer", odd, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.Shards = tc.shards
+			checkDeepSeekCheckpoint(t, c)
+		})
+	}
+}
+
+// splitF32 names the first float32 tensor of a one-file layout that a write buffer's edge cuts
+// inside an element, or "".
+func splitF32(lay *layout) string {
+	off := int64(len(safetensorsHeader(lay, lay.files[0])))
+	for _, ti := range lay.files[0] {
+		ts := &lay.tensors[ti]
+		end := off + ts.bytes()
+		for edge := int64(writeBufBytes); edge < end; edge += writeBufBytes {
+			if edge > off && ts.dtype == dtF32 && (edge-off)%4 != 0 {
+				return ts.name
+			}
+		}
+		off = end
+	}
+	return ""
+}
+
+func checkDeepSeekCheckpoint(t *testing.T, c Config) {
 	m, err := New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +229,8 @@ func TestDeepSeekCheckpoint(t *testing.T) {
 	}
 	data := map[string][]byte{}
 	dtypes := map[string]delta.DType{}
-	for k := 1; k <= 3; k++ {
-		b := files[fmt.Sprintf("model-%05d-of-00003.safetensors", k)]
+	for _, name := range m.lay.fileNames() {
+		b := files[name]
 		h, err := delta.ParseHeader(b, int64(len(b)))
 		if err != nil {
 			t.Fatal(err)
@@ -237,8 +274,8 @@ func TestDeepSeekCheckpoint(t *testing.T) {
 		}
 		checked++
 	}
-	if checked != 8+5+8*3+3 { // the dense layer's attention and MLP, the MoE layer's
-		t.Errorf("%d fp8 tensors checked, want 40", checked)
+	if want := 8 + 5 + 3*c.MoE.Experts + 3; checked != want { // dense layer, MoE layer
+		t.Errorf("%d fp8 tensors checked, want %d", checked, want)
 	}
 }
 
