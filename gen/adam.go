@@ -79,6 +79,10 @@ func warmMoments(t *tensorSpec, signal, s float32, moments stream, i int64) (m, 
 	m = float32(t.gradScale*float32(mean+noise)) * warmBias1
 	g2 := float32(float32(mean*mean) + 1) // E[(signal*s + n)^2] with E[n^2] = 1
 	v = float32(float32(t.gradScale*t.gradScale)*g2) * warmBias2
+	if t.warmIdle > 0 { // an expert not routed in the last warmIdle steps: zero gradients since
+		m = float32(m * t.warmDecay1)
+		v = float32(v * t.warmDecay2)
+	}
 	return m, v
 }
 
@@ -137,7 +141,18 @@ func initRange(t *tensorSpec, lo int64, w, m, v []float32) {
 // stepRange applies step c to elements [lo, lo+len(w)) of t. This is the fast path: stream
 // and row constants are hoisted out of the element loop, which walks one row segment at a
 // time. referenceTrajectory in reference.go computes the same numbers element by element.
-func stepRange(t *tensorSpec, c *stepConstants, lo int64, w, m, v []float32) {
+// An expert the step does not route to (routed false) gets a zero gradient: Adam still
+// decays its moments and moves it by what is left of them.
+func stepRange(t *tensorSpec, c *stepConstants, routed bool, lo int64, w, m, v []float32) {
+	if t.frozen() {
+		return
+	}
+	if !routed {
+		for j := range w {
+			w[j], m[j], v[j] = adamUpdate(c, w[j], m[j], v[j], 0)
+		}
+		return
+	}
 	signalStream := newStream(t.key, purposeSignal, 0)
 	noiseStream := newStream(t.key, purposeNoise, uint64(c.step))
 	rows := newStream(t.key, purposeRow, 0)

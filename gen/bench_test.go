@@ -14,7 +14,7 @@ func BenchmarkStepRangeCached(b *testing.B) {
 	sc := newStepConstants(3e-6, 1)
 	b.SetBytes(int64(n))
 	for b.Loop() {
-		stepRange(t, &sc, 0, w, m, v)
+		stepRange(t, &sc, true, 0, w, m, v)
 	}
 }
 

@@ -144,3 +144,95 @@ func ParseParamCount(s string) (int64, error) {
 	}
 	return int64(math.Round(f)), nil
 }
+
+// Mixture-of-experts presets: the dense presets' shapes with Qwen MoE layers.
+func init() {
+	presets["tiny-moe"] = Config{Layers: 1, Hidden: 16, Intermediate: 48, Heads: 4, KVHeads: 2, Vocab: 128,
+		MoE: MoE{Experts: 4, TopK: 2, ExpertIntermediate: 8}}
+	presets["tiny-moe-shared"] = Config{Layers: 1, Hidden: 16, Intermediate: 48, Heads: 4, KVHeads: 2, Vocab: 128,
+		MoE: MoE{Experts: 4, TopK: 2, ExpertIntermediate: 8, SharedIntermediate: 32}}
+	// ~1.6M parameters, three quarters in 32 experts of 24.6K: stable changed-fraction
+	// statistics for routed and unrouted experts alike.
+	presets["tiny-deepseek"] = Config{Layers: 2, Hidden: 16, Intermediate: 48, Heads: 4, KVHeads: 4, Vocab: 128,
+		MoE: MoE{Experts: 4, TopK: 2, ExpertIntermediate: 8, SharedIntermediate: 8, DeepSeek: true}}
+	presets["medium-moe"] = Config{Layers: 2, Hidden: 128, Intermediate: 352, Heads: 4, KVHeads: 2, Vocab: 512,
+		MoE: MoE{Experts: 16, TopK: 4, ExpertIntermediate: 64}}
+}
+
+// WithMoE returns c with every layer's MLP a mixture of experts as moe describes it.
+// moe.ExpertIntermediate 0 takes c.Intermediate/TopK (rounded up to a multiple of 8: a
+// token's active expert width about the dense MLP's, as in Qwen's models). For DeepSeek a
+// shared width is rounded to whole experts (n_shared_experts, at least one).
+func WithMoE(c Config, moe MoE) Config {
+	if moe.ExpertIntermediate == 0 && moe.TopK > 0 {
+		moe.ExpertIntermediate = max(8, (c.Intermediate/moe.TopK+7)/8*8)
+	}
+	c.MoE = moe
+	c.MoE.SharedIntermediate = moe.sharedFor(moe.ExpertIntermediate)
+	return c
+}
+
+// sharedFor is the shared expert width with experts of width ei: DeepSeek's in whole experts.
+func (e MoE) sharedFor(ei int) int {
+	if !e.DeepSeek || e.SharedIntermediate <= 0 || ei <= 0 {
+		return e.SharedIntermediate
+	}
+	return max(1, (e.SharedIntermediate+ei/2)/ei) * ei
+}
+
+// MoEConfigForParams is ConfigForParams for a mixture of experts: the width (from the same
+// Llama-like shapes) whose model with moe (as WithMoE takes it) comes closest to params
+// parameters, with layers layers, or (layers 0) the depth ConfigForParams would prefer. With
+// the depth fixed and moe.ExpertIntermediate 0 the experts' width is fitted to the target
+// too. Shards is 1; the result may be invalid for a target too small for its experts
+// (validate says so).
+func MoEConfigForParams(params int64, layers int, moe MoE, lr float64, seed uint64) Config {
+	vocab := ConfigForParams(params, lr, seed).Vocab
+	best, bestScore := Config{}, math.Inf(1)
+	for _, h := range hiddenSizes {
+		c := WithMoE(shapeForWidth(h, vocab), moe)
+		auto := c.MoE.ExpertIntermediate
+		if layers > 0 && moe.ExpertIntermediate == 0 && moe.Experts > 0 {
+			// The depth is fixed: fit the experts' width (linear in the count) to the target.
+			c.Layers = layers
+			at := func(ei int) float64 {
+				c.MoE.ExpertIntermediate, c.MoE.SharedIntermediate = ei, moe.sharedFor(ei)
+				return float64(c.ParamCount())
+			}
+			p8, p16 := at(8), at(16)
+			at(max(8, int(math.Round((float64(params)-p8)/(p16-p8)))*8+8))
+		}
+		n := int64(layers)
+		if layers <= 0 {
+			c.Layers = 1
+			embeddings := int64(2*vocab*h + h)
+			n = int64(math.Round(float64(params-embeddings) / float64(c.ParamCount()-embeddings)))
+			if n < 1 || n > 100_000 {
+				continue
+			}
+			// One Newton step: DeepSeek's first layers are dense, so the count is not
+			// linear in the depth from the first layer on.
+			c.Layers = int(n)
+			p := c.ParamCount()
+			c.Layers++
+			n = max(1, n+int64(math.Round(float64(params-p)/float64(c.ParamCount()-p))))
+		}
+		c.Layers = int(n)
+		miss := math.Abs(math.Log(float64(c.ParamCount()) / float64(params)))
+		score := float64(4 * miss) // conversion: no FMA, same choice everywhere
+		if layers <= 0 {
+			score += math.Abs(math.Log(float64(n) / typicalDepth(h)))
+		} else {
+			score += math.Abs(math.Log(float64(c.MoE.ExpertIntermediate) / float64(auto)))
+		}
+		if score < bestScore {
+			best, bestScore = c, score
+		}
+	}
+	if bestScore == math.Inf(1) {
+		best = WithMoE(shapeForWidth(hiddenSizes[0], vocab), moe)
+		best.Layers = max(layers, 1)
+	}
+	best.LR, best.Seed, best.Shards = lr, seed, 1
+	return best
+}

@@ -1,5 +1,7 @@
 // Package gen generates realistic RL post-training checkpoints for tests, the demo and
-// benchmarks: a GPT-style set of HF-named bf16 tensors, initialised like a real model and
+// benchmarks: a GPT-style set of HF-named bf16 tensors (a dense Llama, or with Config.MoE a
+// Qwen-style mixture of experts whose unrouted experts move only by Adam's moments, or a
+// DeepSeek-V3-style one with fp8 block-scaled linears), initialised like a real model and
 // evolved by the Adam rule on fp32 master weights from noisy gradients, then cast to bf16 with
 // round-to-nearest-even. The changed fraction per step comes from that arithmetic.
 //
@@ -36,6 +38,10 @@ type Config struct {
 	LR                                                  float64 // Adam learning rate, e.g. 3e-6
 	Seed                                                uint64
 	Shards                                              int // 1: model.safetensors; >1: model-0000K-of-0000N.safetensors + index
+
+	// MoE makes the model a mixture of experts (Qwen MoE naming, routed Adam steps: see
+	// MoE); the zero value is the dense Llama-style model.
+	MoE MoE
 
 	// Workers is the number of goroutines to use (0: GOMAXPROCS). It never changes the output.
 	Workers int
@@ -74,10 +80,12 @@ func New(cfg Config) (*Model, error) {
 func (m *Model) Step() {
 	m.steps++
 	c := newStepConstants(m.cfg.LR, m.steps)
+	route := routingAt(m.cfg, warmStartSteps+m.steps)
 	jobs := splitRanges(m.lay.tensors)
 	parallelFor(m.cfg.workers(), len(jobs), func(_, j int) {
 		r := jobs[j]
-		stepRange(&m.lay.tensors[r.tensor], &c, r.lo, m.w[r.tensor][r.lo:r.hi], m.m[r.tensor][r.lo:r.hi], m.v[r.tensor][r.lo:r.hi])
+		t := &m.lay.tensors[r.tensor]
+		stepRange(t, &c, route.routes(t), r.lo, m.w[r.tensor][r.lo:r.hi], m.m[r.tensor][r.lo:r.hi], m.v[r.tensor][r.lo:r.hi])
 	})
 }
 
@@ -101,11 +109,11 @@ func (m *Model) CheckpointFiles() (map[string][]byte, error) {
 	return checkpointFiles(m.cfg, m.lay, m.source())
 }
 
-// source returns the bf16 bytes of the current master weights.
+// source returns the stored bytes of the current master weights.
 func (m *Model) source() tensorSource {
-	return func(_ *scratch, ti int, lo, hi int64, dst []byte) {
-		putBF16s(dst, m.w[ti][lo:hi])
-	}
+	return storedSource(m.lay,
+		func(_ *scratch, ti int, lo, hi int64) []float32 { return m.w[ti][lo:hi] },
+		func(_ *scratch, ti int) []float32 { return m.w[ti] })
 }
 
 // TensorInfo describes one tensor of the model.
@@ -113,6 +121,7 @@ type TensorInfo struct {
 	Name  string
 	Shape []int64 // as stored: [out, in] for linears
 	File  string  // the safetensors file that holds it
+	DType string  // as safetensors spells it: BF16, or F8_E4M3 and F32 in a DeepSeek model
 }
 
 // Tensors lists the model's tensors in state_dict order.
@@ -130,7 +139,7 @@ func (c Config) Tensors() ([]TensorInfo, error) {
 	}
 	out := make([]TensorInfo, len(lay.tensors))
 	for i, t := range lay.tensors {
-		out[i] = TensorInfo{Name: t.name, Shape: append([]int64(nil), t.shape...), File: file[i]}
+		out[i] = TensorInfo{Name: t.name, Shape: append([]int64(nil), t.shape...), File: file[i], DType: t.dtype.String()}
 	}
 	return out, nil
 }
@@ -138,7 +147,8 @@ func (c Config) Tensors() ([]TensorInfo, error) {
 // StreamCheckpoint writes the checkpoint of cfg after steps Adam steps (version steps+1) into
 // dir without holding the model in memory: each range of elements is initialised and stepped
 // forward from its seeds just before it is written, so memory stays at a few MiB per worker
-// whatever the model size, and the cost is steps times that of one in-memory step. The bytes
+// whatever the model size (a DeepSeek model's fp8 tensors are replayed whole, for their
+// block scales: 13 bytes per element of the largest), and the cost is steps times that of one in-memory step. The bytes
 // are identical to New(cfg) followed by steps calls of Step and WriteCheckpoint.
 func StreamCheckpoint(cfg Config, steps int, dir string) error {
 	_, err := streamCheckpoint(cfg, steps, dir)
@@ -171,22 +181,36 @@ func StreamCheckpointFiles(cfg Config, steps int) (map[string][]byte, error) {
 // streamSource replays steps Adam steps for each requested range, in the worker's scratch.
 func streamSource(cfg Config, lay *layout, steps int) tensorSource {
 	consts := make([]stepConstants, steps)
+	routes := make([]routing, steps)
 	for t := range consts {
 		consts[t] = newStepConstants(cfg.LR, t+1)
+		routes[t] = routingAt(cfg, warmStartSteps+t+1)
 	}
-	return func(s *scratch, ti int, lo, hi int64, dst []byte) {
+	replay := func(s *scratch, ti int, lo, hi int64) []float32 {
 		t := &lay.tensors[ti]
 		w, m, v := s.state(int(hi - lo))
 		initRange(t, lo, w, m, v)
 		for k := range consts {
-			stepRange(t, &consts[k], lo, w, m, v)
+			stepRange(t, &consts[k], routes[k].routes(t), lo, w, m, v)
 		}
-		putBF16s(dst, w)
+		return w
 	}
+	return storedSource(lay, replay, func(s *scratch, ti int) []float32 { return replay(s, ti, 0, lay.tensors[ti].numel) })
 }
 
-// scratch is one worker's reusable state buffers for streaming.
-type scratch struct{ w, m, v []float32 }
+// scratch is one worker's reusable state buffers for streaming, and its buffer for elements
+// split by a write buffer's edge.
+type scratch struct {
+	w, m, v []float32
+	split   []byte
+}
+
+func (s *scratch) bytes(n int) []byte {
+	if cap(s.split) < n {
+		s.split = make([]byte, n)
+	}
+	return s.split[:n]
+}
 
 func (s *scratch) state(n int) (w, m, v []float32) {
 	if cap(s.w) < n {

@@ -103,7 +103,7 @@ func TestFastStepMatchesReference(t *testing.T) {
 		for ti := range m.lay.tensors {
 			ts := &m.lay.tensors[ti]
 			for i := int64(ti) % tc.stride; i < ts.numel; i += tc.stride {
-				want := referenceTrajectory(ts, c.LR, i, steps)
+				want := referenceTrajectory(c, ts, i, steps)
 				if got := m.w[ti][i]; math.Float32bits(got) != math.Float32bits(want) {
 					t.Fatalf("%s %s[%d]: fast %v (%#x), reference %v (%#x)", tc.preset, ts.name, i, got, math.Float32bits(got), want, math.Float32bits(want))
 				}
@@ -144,7 +144,7 @@ func TestWriterMatchesReference(t *testing.T) {
 			elem := func(ti int, i int64) uint16 { return referenceBF16(m.w[ti][i]) }
 			if tc.endToEndElem {
 				elem = func(ti int, i int64) uint16 {
-					return referenceBF16(referenceTrajectory(&m.lay.tensors[ti], c.LR, i, 1))
+					return referenceBF16(referenceTrajectory(c, &m.lay.tensors[ti], i, 1))
 				}
 			}
 			for k, name := range m.lay.fileNames() {

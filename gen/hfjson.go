@@ -13,8 +13,15 @@ import (
 // transformersVersion is the version recorded in the JSON files, as a real save would.
 const transformersVersion = "4.46.0"
 
-// configJSON is an HF LlamaConfig as LlamaForCausalLM.save_pretrained writes it.
+// configJSON is an HF LlamaConfig as LlamaForCausalLM.save_pretrained writes it, or the
+// Qwen MoE config of an MoE model.
 func configJSON(c Config) ([]byte, error) {
+	switch {
+	case c.MoE.DeepSeek && c.MoE.enabled():
+		return marshalPython(deepseekConfigJSON(c))
+	case c.MoE.enabled():
+		return marshalPython(moeConfigJSON(c))
+	}
 	return marshalPython(map[string]any{
 		"architectures":           []string{"LlamaForCausalLM"},
 		"attention_bias":          false,

@@ -16,6 +16,10 @@ const (
 	kindMLP                         // gate, up, down projections
 	kindNorm                        // RMSNorm weights (initialised to 1.0)
 	kindHead                        // lm_head.weight
+	kindExpert                      // a routed expert's gate, up, down projections (MoE)
+	kindRouter                      // an MoE router (mlp.gate) or shared expert gate
+	kindScale                       // an fp8 weight's weight_scale_inv (DeepSeek)
+	kindScoreBias                   // DeepSeek's router e_score_correction_bias
 )
 
 // tensorSpec is one tensor of the model and the constants of its simulated gradients.
@@ -34,10 +38,60 @@ type tensorSpec struct {
 	// how consistently an element moves and so, with the learning rate, how many bf16
 	// values change per step.
 	snr float32
+
+	// layer and expert place a routed expert's tensor (expert is -1 for every other tensor):
+	// it gets a gradient only in the steps whose routing names it.
+	layer, expert int
+	// warmIdle is how many steps before version 1 a routed expert was last routed; its warm
+	// Adam moments are decayed by that many zero-gradient steps.
+	warmIdle int
+	// warmDecay1 and warmDecay2 are beta1^warmIdle and beta2^warmIdle in float32.
+	warmDecay1, warmDecay2 float32
+
+	// dtype is how the checkpoint stores the tensor: bf16 unless the model is fp8 (DeepSeek).
+	dtype dtype
+	// of is, for a weight_scale_inv tensor, the index of the fp8 weight it scales.
+	of int
 }
 
-// bytes is the size of the tensor in bf16.
-func (t *tensorSpec) bytes() int64 { return 2 * t.numel }
+// dtype is a safetensors element type the generator writes.
+type dtype uint8
+
+const (
+	dtBF16 dtype = iota
+	dtF8E4M3
+	dtF32
+)
+
+// String is the safetensors spelling of d.
+func (d dtype) String() string {
+	switch d {
+	case dtF8E4M3:
+		return "F8_E4M3"
+	case dtF32:
+		return "F32"
+	}
+	return "BF16"
+}
+
+// size is the width of one element in bytes.
+func (d dtype) size() int64 {
+	switch d {
+	case dtF8E4M3:
+		return 1
+	case dtF32:
+		return 4
+	}
+	return 2
+}
+
+// bytes is the size of the tensor as stored.
+func (t *tensorSpec) bytes() int64 { return t.dtype.size() * t.numel }
+
+// frozen reports whether t has no optimizer state of its own: a scale derived from its
+// weight, or DeepSeek's router bias, which the load balancing (not the gradient) moves and
+// which RL post-training leaves as it is.
+func (t *tensorSpec) frozen() bool { return t.kind == kindScale || t.kind == kindScoreBias }
 
 // Per-kind signal-to-noise ratios, tuned so that a step at lr 3e-6 changes ~2-3% of the bf16
 // elements and a step at lr 1e-6 ~0.5-1% (see gen_test.go for the measured figures).
@@ -47,6 +101,10 @@ var snrByKind = [...]float32{
 	kindMLP:       0.05,
 	kindNorm:      0.08,
 	kindHead:      0.05,
+	kindExpert:    0.05,
+	kindRouter:    0.05,
+	kindScale:     0.05, // unused: scales have no state of their own
+	kindScoreBias: 0.05, // unused: frozen
 }
 
 // layout is the model's tensors in state_dict order and their assignment to files.
@@ -74,6 +132,9 @@ func (c Config) validate() error {
 	case c.Workers < 0:
 		return fmt.Errorf("%w: workers %d is negative", ErrBadConfig, c.Workers)
 	}
+	if err := c.validateMoE(); err != nil {
+		return err
+	}
 	if p := c.ParamCount(); p <= 0 || p > maxParams {
 		return fmt.Errorf("%w: %d parameters is out of range (at most %d)", ErrBadConfig, p, int64(maxParams))
 	}
@@ -89,7 +150,16 @@ const maxParams = 1 << 40
 
 func (c Config) shards() int { return max(c.Shards, 1) }
 
-func (c Config) numTensors() int { return 9*c.Layers + 3 }
+func (c Config) numTensors() int {
+	switch {
+	case c.MoE.DeepSeek && c.MoE.enabled():
+		n, _ := c.deepseekCounts()
+		return n + 3
+	case c.MoE.enabled():
+		return c.moeTensorsPerLayer()*c.Layers + 3
+	}
+	return 9*c.Layers + 3
+}
 
 // headDim is the width of one attention head.
 func (c Config) headDim() int { return c.Hidden / c.Heads }
@@ -100,6 +170,13 @@ func (c Config) ParamCount() int64 {
 	h, in, v := int64(c.Hidden), int64(c.Intermediate), int64(c.Vocab)
 	kv := int64(c.KVHeads) * int64(c.headDimSafe())
 	perLayer := 2*h*h + 2*h*kv + 3*h*in + 2*h
+	switch {
+	case c.MoE.DeepSeek && c.MoE.enabled():
+		_, n := c.deepseekCounts()
+		return 2*v*h + n + h
+	case c.MoE.enabled():
+		perLayer = c.moeLayerParams()
+	}
 	return 2*v*h + int64(c.Layers)*perLayer + h
 }
 
@@ -117,8 +194,8 @@ func newLayout(c Config) *layout {
 	q := int64(c.Heads) * int64(c.headDim())
 	kv := int64(c.KVHeads) * int64(c.headDim())
 	l := &layout{}
-	add := func(name string, kind tensorKind, shape ...int64) {
-		t := tensorSpec{name: name, shape: shape, kind: kind, key: nameKey(c.Seed, name)}
+	add := func(name string, kind tensorKind, shape ...int64) int {
+		t := tensorSpec{name: name, shape: shape, kind: kind, key: nameKey(c.Seed, name), expert: -1}
 		t.numel = 1
 		for _, d := range shape {
 			t.numel *= d
@@ -129,9 +206,18 @@ func newLayout(c Config) *layout {
 		t.gradScale = float32(1e-5) * (1 + float32(float32(63*u)*u)) // 1e-5 .. 6.4e-4; conversions: no FMA
 		t.snr = snrByKind[kind] * (0.6 + float32(0.8*uniform(tensorRandom.at(1))))
 		l.tensors = append(l.tensors, t)
+		return len(l.tensors) - 1
 	}
 	add("model.embed_tokens.weight", kindEmbedding, v, h)
 	for i := range c.Layers {
+		switch {
+		case c.MoE.DeepSeek && c.MoE.enabled():
+			c.addDeepSeekLayer(l, i, add)
+			continue
+		case c.MoE.enabled():
+			c.addMoELayer(l, i, add)
+			continue
+		}
 		p := fmt.Sprintf("model.layers.%d.", i)
 		add(p+"self_attn.q_proj.weight", kindAttention, q, h)
 		add(p+"self_attn.k_proj.weight", kindAttention, kv, h)
@@ -145,6 +231,16 @@ func newLayout(c Config) *layout {
 	}
 	add("model.norm.weight", kindNorm, h)
 	add("lm_head.weight", kindHead, v, h)
+	if c.MoE.enabled() {
+		idle := warmIdleSteps(c)
+		for i := range l.tensors {
+			if t := &l.tensors[i]; t.expert >= 0 {
+				t.warmIdle = idle[t.layer][t.expert]
+				t.warmDecay1 = float32(powInt(adamBeta1, t.warmIdle))
+				t.warmDecay2 = float32(powInt(adamBeta2, t.warmIdle))
+			}
+		}
+	}
 
 	for _, group := range splitShards(l.tensors, c.shards()) {
 		slices.SortFunc(group, func(a, b int) int { return strings.Compare(l.tensors[a].name, l.tensors[b].name) })

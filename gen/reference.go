@@ -13,17 +13,49 @@ import (
 
 // referenceTrajectory returns the fp32 master weight of element i of t after steps Adam steps,
 // computed for that one element alone with no hoisting, chunking or parallelism.
-func referenceTrajectory(t *tensorSpec, lr float64, i int64, steps int) float32 {
+func referenceTrajectory(cfg Config, t *tensorSpec, i int64, steps int) float32 {
+	lr := cfg.LR
 	w := initialWeight(t, newStream(t.key, purposeInit, 0), i)
 	signal := rowSignal(t, newStream(t.key, purposeRow, 0), i/t.rowLen)
 	s := normal(newStream(t.key, purposeSignal, 0).at(uint64(i)))
-	m, v := warmMoments(t, signal, s, newStream(t.key, purposeMoments, 0), i)
-	for step := 1; step <= steps; step++ {
+	cold := *t
+	cold.warmIdle = 0
+	m, v := warmMoments(&cold, signal, s, newStream(t.key, purposeMoments, 0), i)
+	if t.expert >= 0 { // zero gradients since the expert was last routed before version 1
+		idle := 0
+		for idle < warmStartSteps && !referenceRouted(cfg, t, warmStartSteps-idle) {
+			idle++
+		}
+		if idle > 0 {
+			m = float32(m * float32(powInt(adamBeta1, idle)))
+			v = float32(v * float32(powInt(adamBeta2, idle)))
+		}
+	}
+	for step := 1; step <= steps && !t.frozen(); step++ {
 		c := newStepConstants(lr, step)
 		n := normal(newStream(t.key, purposeNoise, uint64(step)).at(uint64(i)))
-		w, m, v = adamUpdate(&c, w, m, v, gradient(t.gradScale, signal, s, n))
+		g := gradient(t.gradScale, signal, s, n)
+		if t.expert >= 0 && !referenceRouted(cfg, t, warmStartSteps+step) {
+			g = 0
+		}
+		w, m, v = adamUpdate(&c, w, m, v, g)
 	}
 	return w
+}
+
+// referenceRouted reports whether expert tensor t gets a gradient in step run of the
+// simulated run: its score is among the TopK highest of its layer's router, counted the plain
+// way (the scores above it, and the equal ones at a lower index).
+func referenceRouted(cfg Config, t *tensorSpec, run int) bool {
+	s := newStream(routerKey(cfg.Seed, t.layer), purposeRoute, uint64(run))
+	mine := s.at(uint64(t.expert))
+	above := 0
+	for x := range cfg.MoE.Experts {
+		if sc := s.at(uint64(x)); sc > mine || (sc == mine && x < t.expert) {
+			above++
+		}
+	}
+	return above < cfg.MoE.TopK
 }
 
 // referenceBF16 rounds f to the nearest bfloat16 by comparing distances in float64 rather than
@@ -82,7 +114,7 @@ func referenceSafetensors(lay *layout, group []int, elem func(ti int, i int64) u
 		for i := range t.numel {
 			data = binary.LittleEndian.AppendUint16(data, elem(ti, i))
 		}
-		header[t.name] = entry{"BF16", t.shape, [2]int64{start, int64(len(data))}}
+		header[t.name] = entry{t.dtype.String(), t.shape, [2]int64{start, int64(len(data))}}
 	}
 	js, err := json.Marshal(header)
 	if err != nil {

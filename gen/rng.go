@@ -18,6 +18,7 @@ const (
 	purposeRow     = 4 // per-row signal strength
 	purposeTensor  = 5 // per-tensor constants (gradient scale, signal-to-noise ratio)
 	purposeMoments = 6 // noise in the warm Adam moments of version 1
+	purposeRoute   = 7 // an MoE router's scores (keyed by the router, one stream per step)
 )
 
 // mix64 is the splitmix64 output function: a bijective avalanche of 64 bits.

@@ -19,7 +19,9 @@ func safetensorsHeader(lay *layout, group []int) []byte {
 		// Tensor names are generated from a fixed ASCII alphabet: no JSON escaping needed.
 		b = append(b, `,"`...)
 		b = append(b, t.name...)
-		b = append(b, `":{"dtype":"BF16","shape":[`...)
+		b = append(b, `":{"dtype":"`...)
+		b = append(b, t.dtype.String()...)
+		b = append(b, `","shape":[`...)
 		for d, n := range t.shape {
 			if d > 0 {
 				b = append(b, ',')

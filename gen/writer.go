@@ -9,8 +9,9 @@ import (
 	"sync/atomic"
 )
 
-// tensorSource produces the bf16 bytes of elements [lo, hi) of tensor ti (state_dict index)
-// into dst (2*(hi-lo) bytes). It is called concurrently, each worker with its own scratch.
+// tensorSource produces the stored bytes of elements [lo, hi) of tensor ti (state_dict index)
+// into dst ((hi-lo) times the element size). It is called concurrently, each worker with its
+// own scratch.
 type tensorSource func(s *scratch, ti int, lo, hi int64, dst []byte)
 
 // writeBufBytes is the size of every write(2) of a safetensors file but the last. Trainers
@@ -122,7 +123,7 @@ func writeSafetensors(w io.Writer, workers int, lay *layout, group []int, src te
 		t := &lay.tensors[ti]
 		for lo := int64(0); lo < t.numel; lo += chunkElems {
 			hi := min(lo+chunkElems, t.numel)
-			pieces = append(pieces, piece{ti, lo, hi, off + 2*lo})
+			pieces = append(pieces, piece{ti, lo, hi, off + t.dtype.size()*lo})
 		}
 		off += t.bytes()
 	}
@@ -159,33 +160,47 @@ func writeSafetensors(w io.Writer, workers int, lay *layout, group []int, src te
 		if pos < int64(len(header)) {
 			copy(buf, header[pos:])
 		}
-		// The pieces that overlap [pos, end), clipped to it. Offsets are even (the header
-		// length is a multiple of 8, tensors hold whole bf16 elements), so clipping never
-		// splits an element.
-		var jobs []piece
+		// The pieces that overlap [pos, end), clipped to it: the elements that cover the
+		// clipped bytes. In a bf16 file offsets are even (the header length is a multiple of
+		// 8), so clipping never splits an element; an F32 after an odd-sized fp8 tensor can
+		// be split, and then its elements are made aside and the bytes in range copied.
+		var jobs []clip
 		for i := next; i < len(pieces) && pieces[i].off < end; i++ {
 			p := pieces[i]
-			pEnd := p.off + 2*(p.hi-p.lo)
-			if p.off < pos {
-				p.lo += (pos - p.off) / 2
-				p.off = pos
-			}
-			if pEnd > end {
-				p.hi -= (pEnd - end) / 2
-			} else {
+			size := lay.tensors[p.tensor].dtype.size()
+			pEnd := p.off + size*(p.hi-p.lo)
+			c := clip{piece: p, from: max(p.off, pos), to: min(pEnd, end)}
+			c.lo = p.lo + (c.from-p.off)/size
+			c.hi = p.lo + (c.to-p.off+size-1)/size
+			c.off = p.off + size*(c.lo-p.lo)
+			if pEnd <= end {
 				next = i + 1
 			}
-			jobs = append(jobs, p)
+			jobs = append(jobs, c)
 		}
 		parallelFor(workers, len(jobs), func(wk, j int) {
-			p := jobs[j]
-			src(&scratches[wk], p.tensor, p.lo, p.hi, buf[p.off-pos:p.off-pos+2*(p.hi-p.lo)])
+			c := jobs[j]
+			n := lay.tensors[c.tensor].dtype.size() * (c.hi - c.lo)
+			if c.off == c.from && c.off+n == c.to {
+				src(&scratches[wk], c.tensor, c.lo, c.hi, buf[c.from-pos:c.to-pos])
+				return
+			}
+			tmp := scratches[wk].bytes(int(n))
+			src(&scratches[wk], c.tensor, c.lo, c.hi, tmp)
+			copy(buf[c.from-pos:c.to-pos], tmp[c.from-c.off:])
 		})
 		full <- buf
 	}
 	close(full)
 	err := <-done
 	return written, err
+}
+
+// clip is a piece cut to one write buffer: elements [lo, hi), whose bytes start at file offset
+// off, cover the buffer's bytes [from, to) of the piece.
+type clip struct {
+	piece
+	from, to int64
 }
 
 // dirSink creates files in a directory.
