@@ -76,6 +76,10 @@ type rankState struct {
 	bases   map[uint64]uint64 // version being written -> the version it diffs against
 	// the scoped form of one version (cached: ensure asks for it at every file)
 	scopedOf, scoped *version
+	// sealed: the parts this process sealed, until their wait ends; others: the other
+	// groups seen with records of a version being waited on (group_holds.go)
+	sealed map[uint64]*sealedPart
+	others map[uint64]map[string]bool
 }
 
 // OpenRank opens the local store at path as rank r of a writer group: it writes objects and
@@ -350,7 +354,9 @@ func (s *Store) WaitVersion(ctx context.Context, v uint64, poll time.Duration) e
 
 // WaitPublished waits, refreshing the list of versions every poll, until this rank's group
 // has published version v (a rank waits so once it sealed its part: DONE's close returns
-// then), and returns it. It fails with ErrGroupRefused (the publisher's reason, naming the
+// then), and returns it. A version v that does not hold this rank's part exactly (another
+// group's, a rank started with a mistyped group name) fails it with ErrGroupMismatch, naming
+// both groups (group_holds.go). It fails with ErrGroupRefused (the publisher's reason, naming the
 // ranks) if the publisher refused v, with ErrGroupMismatch if a version above v appeared
 // instead, and when ctx ends with ctx's error and what the version's records say (which
 // ranks sealed, which are writing, which have not begun).
@@ -362,21 +368,39 @@ func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration)
 	if poll <= 0 {
 		poll = time.Second
 	}
+	var noted time.Time
 	for {
 		if err := s.Refresh(); err != nil {
 			return VersionInfo{}, err
 		}
 		for _, info := range s.Versions() {
-			if info.Number == v {
-				return info, nil
+			if info.Number != v {
+				continue
 			}
+			// The number is sealed; it must hold this rank's part (group_holds.go).
+			ver, err := s.loadVersion(v)
+			if err != nil {
+				return VersionInfo{}, fmt.Errorf("%s: version %d appeared, but its manifest cannot be read to check that it holds this rank's part: %w", g.Rank, v, err)
+			}
+			if err := s.checkHolds(ver); err != nil {
+				return VersionInfo{}, err
+			}
+			g.forget(v)
+			return info, nil
 		}
 		if latest, ok := s.Latest(); ok && latest > v {
 			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.Rank, v, latest, ErrGroupMismatch)
 		}
 		// An unreadable refusal is asked again at the next poll (S3 may be away).
 		if ref, err := readRefusal(g.recs, g.Group, v); err == nil && ref != nil {
+			g.forget(v)
 			return VersionInfo{}, fmt.Errorf("%s: %w", g.Rank, ref.err())
+		}
+		// Whoever writes version v meanwhile: named if it publishes v without this rank (a
+		// listing of every group's records, at most once a second).
+		if time.Since(noted) >= time.Second {
+			g.noteOtherGroups(v)
+			noted = time.Now()
 		}
 		select {
 		case <-ctx.Done():
@@ -477,6 +501,7 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	g.mu.Lock()
 	delete(g.bases, w.v)
 	g.mu.Unlock()
+	g.rememberPart(w.v, rec)
 	w.finish(&manifest{Files: rec.Files})
 	return info, nil
 }
