@@ -488,6 +488,9 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	if err := s.be.SyncObjects(); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
 	}
+	// The other groups writing this number now (before the record: once it is there, they
+	// are noted): named if one publishes it without this rank (group_holds.go).
+	g.noteOtherGroups(w.v)
 	if err := g.recs.PutGroupRecord(name, data); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
 	}
