@@ -85,7 +85,7 @@
 // bytes, a path over MaxPathLen), ErrBadPath, ErrSourceChanged (a source file changed while
 // Commit or AddFile read it), ErrManifestTooLarge (the seal refuses a manifest readers would
 // refuse), ErrNoSuchVersion (and ErrVersionRemoved, a version gc removed while a reader
-// served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
+// served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrLeaseNotRenewed, ErrNotAStore, ErrUnsupportedVersion,
 // ErrEmptyVersion, ErrReadOnly, the writer groups' ErrGroupIncomplete, ErrGroupConflict,
 // ErrGroupMismatch, ErrGroupRank and ErrGroupUnsupported (each naming the ranks), and the operating system's errors (a full disk wraps
 // syscall.ENOSPC) as they come.
