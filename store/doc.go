@@ -30,8 +30,10 @@
 //
 // A writer group lets several processes write one version (group.go; docs/format.md Part I
 // §9): each rank (OpenRank: no writer's lock, a lock of its rank) stores the objects of its
-// own files and seals a part record (NewPart, Writer.SealPart); the writer publishes the
-// parts as one manifest (PublishGroup), so the version appears whole or not at all.
+// own files and seals a part record (NewPart, Writer.SealPart); the writer checks every
+// part's files against their SHA-256 and publishes the parts as one manifest (PublishGroup),
+// so the version appears whole or not at all; a rank's WaitPublished succeeds only if the
+// version holds its part (group_holds.go).
 //
 // # What is immutable, what is cached
 //

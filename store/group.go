@@ -32,12 +32,15 @@ import (
 //     its part record: the files' manifest entries and the objects it stored.
 //   - The writer (which holds the store's lock or lease) publishes with PublishGroup once
 //     every rank has sealed: the parts are read and checked (format, CRC, version, rank,
-//     W, base, no path of two ranks, every object stored) and sealed as one manifest, by
+//     W, base, no path of two ranks, every object stored, every file's objects hashing to
+//     its SHA-256: group_check.go) and sealed as one manifest, by
 //     the writer's own Seal: the version appears whole or not at all. A missing part
 //     publishes nothing (ErrGroupIncomplete names the ranks); PublishGroupWait polls.
 //     PublishReady (the publishing mount's poll) turns a refusal that waiting cannot cure
 //     into a refusal record (group_refuse.go): the ranks waiting on the version
-//     (WaitPublished) fail with ErrGroupRefused and the reason.
+//     (WaitPublished) fail with ErrGroupRefused and the reason. A rank's wait succeeds only
+//     if the version that appears holds its part exactly (group_holds.go): one of another
+//     group of the same number fails it with ErrGroupMismatch.
 //   - Records of a version that cannot be published any more (a version at or below the
 //     latest sealed one: published, or overtaken) are deleted by the next publish and by
 //     gc's sweep; AbortGroupVersion deletes a version's records at once. They are never
@@ -347,64 +350,6 @@ func (s *Store) WaitVersion(ctx context.Context, v uint64, poll time.Duration) e
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for version %d: %w", v, ctx.Err())
-		case <-time.After(poll):
-		}
-	}
-}
-
-// WaitPublished waits, refreshing the list of versions every poll, until this rank's group
-// has published version v (a rank waits so once it sealed its part: DONE's close returns
-// then), and returns it. A version v that does not hold this rank's part exactly (another
-// group's, a rank started with a mistyped group name) fails it with ErrGroupMismatch, naming
-// both groups (group_holds.go). It fails with ErrGroupRefused (the publisher's reason, naming the
-// ranks) if the publisher refused v, with ErrGroupMismatch if a version above v appeared
-// instead, and when ctx ends with ctx's error and what the version's records say (which
-// ranks sealed, which are writing, which have not begun).
-func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration) (VersionInfo, error) {
-	g := s.group
-	if g == nil {
-		return VersionInfo{}, fmt.Errorf("wait for version %d: this store is not open as a rank: %w", v, ErrGroupRank)
-	}
-	if poll <= 0 {
-		poll = time.Second
-	}
-	var noted time.Time
-	for {
-		if err := s.Refresh(); err != nil {
-			return VersionInfo{}, err
-		}
-		for _, info := range s.Versions() {
-			if info.Number != v {
-				continue
-			}
-			// The number is sealed; it must hold this rank's part (group_holds.go).
-			ver, err := s.loadVersion(v)
-			if err != nil {
-				return VersionInfo{}, fmt.Errorf("%s: version %d appeared, but its manifest cannot be read to check that it holds this rank's part: %w", g.Rank, v, err)
-			}
-			if err := s.checkHolds(ver); err != nil {
-				return VersionInfo{}, err
-			}
-			g.forget(v)
-			return info, nil
-		}
-		if latest, ok := s.Latest(); ok && latest > v {
-			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.Rank, v, latest, ErrGroupMismatch)
-		}
-		// An unreadable refusal is asked again at the next poll (S3 may be away).
-		if ref, err := readRefusal(g.recs, g.Group, v); err == nil && ref != nil {
-			g.forget(v)
-			return VersionInfo{}, fmt.Errorf("%s: %w", g.Rank, ref.err())
-		}
-		// Whoever writes version v meanwhile: named if it publishes v without this rank (a
-		// listing of every group's records, at most once a second).
-		if time.Since(noted) >= time.Second {
-			g.noteOtherGroups(v)
-			noted = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return VersionInfo{}, fmt.Errorf("%s: version %d not published yet (%s): %w", g.Rank, v, partsState(g.recs, g.Group, v, g.Ranks), ctx.Err())
 		case <-time.After(poll):
 		}
 	}

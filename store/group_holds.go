@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // A rank's wait ends in success only if the version that appeared holds the rank's part: a
@@ -18,6 +20,64 @@ import (
 // version exactly as its part has it (the whole manifest entry: path, mode, size, SHA-256, the
 // objects), and every directory it created, with its mode. Two groups whose ranks wrote the
 // very same bytes pass: those files are in the version.
+
+// WaitPublished waits, refreshing the list of versions every poll, until this rank's group
+// has published version v (a rank waits so once it sealed its part: DONE's close returns
+// then), and returns it. A version v that does not hold this rank's part exactly (another
+// group's, a rank started with a mistyped group name) fails it with ErrGroupMismatch, naming
+// both groups (checkHolds). It fails with ErrGroupRefused (the publisher's reason, naming the
+// ranks) if the publisher refused v, with ErrGroupMismatch if a version above v appeared
+// instead, and when ctx ends with ctx's error and what the version's records say (which
+// ranks sealed, which are writing, which have not begun).
+func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration) (VersionInfo, error) {
+	g := s.group
+	if g == nil {
+		return VersionInfo{}, fmt.Errorf("wait for version %d: this store is not open as a rank: %w", v, ErrGroupRank)
+	}
+	if poll <= 0 {
+		poll = time.Second
+	}
+	var noted time.Time
+	for {
+		if err := s.Refresh(); err != nil {
+			return VersionInfo{}, err
+		}
+		for _, info := range s.Versions() {
+			if info.Number != v {
+				continue
+			}
+			// The number is sealed; it must hold this rank's part (group_holds.go).
+			ver, err := s.loadVersion(v)
+			if err != nil {
+				return VersionInfo{}, fmt.Errorf("%s: version %d appeared, but its manifest cannot be read to check that it holds this rank's part: %w", g.Rank, v, err)
+			}
+			if err := s.checkHolds(ver); err != nil {
+				return VersionInfo{}, err
+			}
+			g.forget(v)
+			return info, nil
+		}
+		if latest, ok := s.Latest(); ok && latest > v {
+			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.Rank, v, latest, ErrGroupMismatch)
+		}
+		// An unreadable refusal is asked again at the next poll (S3 may be away).
+		if ref, err := readRefusal(g.recs, g.Group, v); err == nil && ref != nil {
+			g.forget(v)
+			return VersionInfo{}, fmt.Errorf("%s: %w", g.Rank, ref.err())
+		}
+		// Whoever writes version v meanwhile: named if it publishes v without this rank (a
+		// listing of every group's records, at most once a second).
+		if time.Since(noted) >= time.Second {
+			g.noteOtherGroups(v)
+			noted = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return VersionInfo{}, fmt.Errorf("%s: version %d not published yet (%s): %w", g.Rank, v, partsState(g.recs, g.Group, v, g.Ranks), ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
 
 // sealedPart is what WaitPublished compares a published version with: the files and
 // directories of the rank's part of a version, as this process sealed it (or, sealed by an
