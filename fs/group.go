@@ -64,6 +64,11 @@ func (b rankVersions) waitPublished(v uint64) (store.VersionInfo, error) {
 		return store.VersionInfo{}, fmt.Errorf("waited %v for the group's publisher (the part stays sealed; close DONE again to wait again): %w (%w)", b.wait, err, syscall.ETIMEDOUT)
 	}
 	b.sealed.Delete(v)
+	if errors.Is(err, store.ErrGroupMismatch) {
+		// Not published with this rank's part (another group's version, one above it): as
+		// a refusal, the save is not in the store.
+		err = fmt.Errorf("%w (%w)", err, syscall.ECANCELED)
+	}
 	return info, err
 }
 
@@ -96,7 +101,9 @@ func (w *rankWriter) AddFile(p string, r io.ReaderAt, size int64, mode iofs.File
 }
 
 // Seal seals the rank's part and waits until the publisher has published the version. A
-// refusal (store.ErrGroupRefused) reaches the close as ECANCELED, the bound as ETIMEDOUT.
+// refusal (store.ErrGroupRefused) and a version published without this rank's part
+// (store.ErrGroupMismatch: a mistyped group name) reach the close as ECANCELED, the bound as
+// ETIMEDOUT.
 func (w *rankWriter) Seal() (store.VersionInfo, error) {
 	v := w.Version()
 	info, err := w.SealPart()

@@ -30,8 +30,10 @@
 //
 // A writer group lets several processes write one version (group.go; docs/format.md Part I
 // §9): each rank (OpenRank: no writer's lock, a lock of its rank) stores the objects of its
-// own files and seals a part record (NewPart, Writer.SealPart); the writer publishes the
-// parts as one manifest (PublishGroup), so the version appears whole or not at all.
+// own files and seals a part record (NewPart, Writer.SealPart); the writer checks every
+// part's files against their SHA-256 and publishes the parts as one manifest (PublishGroup),
+// so the version appears whole or not at all; a rank's WaitPublished succeeds only if the
+// version holds its part (group_holds.go).
 //
 // # What is immutable, what is cached
 //
@@ -85,7 +87,7 @@
 // bytes, a path over MaxPathLen), ErrBadPath, ErrSourceChanged (a source file changed while
 // Commit or AddFile read it), ErrManifestTooLarge (the seal refuses a manifest readers would
 // refuse), ErrNoSuchVersion (and ErrVersionRemoved, a version gc removed while a reader
-// served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrNotAStore, ErrUnsupportedVersion,
+// served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrLeaseNotRenewed, ErrNotAStore, ErrUnsupportedVersion,
 // ErrEmptyVersion, ErrReadOnly, the writer groups' ErrGroupIncomplete, ErrGroupConflict,
 // ErrGroupMismatch, ErrGroupRank and ErrGroupUnsupported (each naming the ranks), and the operating system's errors (a full disk wraps
 // syscall.ENOSPC) as they come.

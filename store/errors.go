@@ -25,6 +25,10 @@ var (
 	// ErrLocked marks a second writer: another process (or another Open in this one) holds
 	// the store's writer lock.
 	ErrLocked = errors.New("store is locked by another writer")
+	// ErrLeaseNotRenewed marks a writer whose lease (an S3 store's) could not be renewed in
+	// time: the bucket did not answer, or answered too late. No other writer is known to hold
+	// it; writes stop until a renewal succeeds, to stay safe. Not ErrLocked.
+	ErrLeaseNotRenewed = errors.New("the writer's lease could not be renewed")
 	// ErrNotAStore marks a path that holds no weightfs store (no or an alien format file).
 	ErrNotAStore = errors.New("not a weightfs store")
 	// ErrUnsupportedVersion marks a store, object or manifest of an unknown format version;

@@ -32,12 +32,15 @@ import (
 //     its part record: the files' manifest entries and the objects it stored.
 //   - The writer (which holds the store's lock or lease) publishes with PublishGroup once
 //     every rank has sealed: the parts are read and checked (format, CRC, version, rank,
-//     W, base, no path of two ranks, every object stored) and sealed as one manifest, by
+//     W, base, no path of two ranks, every object stored, every file's objects hashing to
+//     its SHA-256: group_check.go) and sealed as one manifest, by
 //     the writer's own Seal: the version appears whole or not at all. A missing part
 //     publishes nothing (ErrGroupIncomplete names the ranks); PublishGroupWait polls.
 //     PublishReady (the publishing mount's poll) turns a refusal that waiting cannot cure
 //     into a refusal record (group_refuse.go): the ranks waiting on the version
-//     (WaitPublished) fail with ErrGroupRefused and the reason.
+//     (WaitPublished) fail with ErrGroupRefused and the reason. A rank's wait succeeds only
+//     if the version that appears holds its part exactly (group_holds.go): one of another
+//     group of the same number fails it with ErrGroupMismatch.
 //   - Records of a version that cannot be published any more (a version at or below the
 //     latest sealed one: published, or overtaken) are deleted by the next publish and by
 //     gc's sweep; AbortGroupVersion deletes a version's records at once. They are never
@@ -76,6 +79,10 @@ type rankState struct {
 	bases   map[uint64]uint64 // version being written -> the version it diffs against
 	// the scoped form of one version (cached: ensure asks for it at every file)
 	scopedOf, scoped *version
+	// sealed: the parts this process sealed, until their wait ends; others: the other
+	// groups seen with records of a version being waited on (group_holds.go)
+	sealed map[uint64]*sealedPart
+	others map[uint64]map[string]bool
 }
 
 // OpenRank opens the local store at path as rank r of a writer group: it writes objects and
@@ -348,44 +355,6 @@ func (s *Store) WaitVersion(ctx context.Context, v uint64, poll time.Duration) e
 	}
 }
 
-// WaitPublished waits, refreshing the list of versions every poll, until this rank's group
-// has published version v (a rank waits so once it sealed its part: DONE's close returns
-// then), and returns it. It fails with ErrGroupRefused (the publisher's reason, naming the
-// ranks) if the publisher refused v, with ErrGroupMismatch if a version above v appeared
-// instead, and when ctx ends with ctx's error and what the version's records say (which
-// ranks sealed, which are writing, which have not begun).
-func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration) (VersionInfo, error) {
-	g := s.group
-	if g == nil {
-		return VersionInfo{}, fmt.Errorf("wait for version %d: this store is not open as a rank: %w", v, ErrGroupRank)
-	}
-	if poll <= 0 {
-		poll = time.Second
-	}
-	for {
-		if err := s.Refresh(); err != nil {
-			return VersionInfo{}, err
-		}
-		for _, info := range s.Versions() {
-			if info.Number == v {
-				return info, nil
-			}
-		}
-		if latest, ok := s.Latest(); ok && latest > v {
-			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.Rank, v, latest, ErrGroupMismatch)
-		}
-		// An unreadable refusal is asked again at the next poll (S3 may be away).
-		if ref, err := readRefusal(g.recs, g.Group, v); err == nil && ref != nil {
-			return VersionInfo{}, fmt.Errorf("%s: %w", g.Rank, ref.err())
-		}
-		select {
-		case <-ctx.Done():
-			return VersionInfo{}, fmt.Errorf("%s: version %d not published yet (%s): %w", g.Rank, v, partsState(g.recs, g.Group, v, g.Ranks), ctx.Err())
-		case <-time.After(poll):
-		}
-	}
-}
-
 // PartInfo describes a sealed part.
 type PartInfo struct {
 	Rank        Rank
@@ -464,6 +433,9 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	if err := s.be.SyncObjects(); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
 	}
+	// The other groups writing this number now (before the record: once it is there, they
+	// are noted): named if one publishes it without this rank (group_holds.go).
+	g.noteOtherGroups(w.v)
 	if err := g.recs.PutGroupRecord(name, data); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
 	}
@@ -477,6 +449,7 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	g.mu.Lock()
 	delete(g.bases, w.v)
 	g.mu.Unlock()
+	g.rememberPart(w.v, rec)
 	w.finish(&manifest{Files: rec.Files})
 	return info, nil
 }

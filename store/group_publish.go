@@ -134,8 +134,9 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 // parts, as one manifest written by the store's writer (group.go): the version appears
 // whole or not at all. It refuses, publishing nothing, a version with a rank's part
 // missing (ErrGroupIncomplete), ranks that disagree on the version, on W or on the base
-// (ErrGroupMismatch), a path two ranks wrote (ErrGroupConflict), a damaged part or one
-// naming an object that is not stored (ErrCorrupt); each error names the ranks. Once the
+// (ErrGroupMismatch), a path two ranks wrote (ErrGroupConflict), a damaged part, one
+// naming an object that is not stored, or one whose files do not hash to their recorded
+// SHA-256 (ErrCorrupt: every file is read once, group_check.go); each error names the ranks. Once the
 // version is sealed, the group's records of it and of every older version are deleted.
 func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, error) {
 	if err := s.checkOpen(); err != nil {
@@ -181,6 +182,9 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 		}
 	}()
 	if err := w.takeParts(group, parts); err != nil {
+		return VersionInfo{}, err
+	}
+	if err := w.checkPartFiles(group, parts); err != nil {
 		return VersionInfo{}, err
 	}
 	info, err := w.Seal()

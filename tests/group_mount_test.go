@@ -570,3 +570,58 @@ func waitFor(t testing.TB, what string, cond func() bool, detail func() string) 
 		}
 	}
 }
+
+// TestGroupMountWrongGroup: a rank started with a mistyped --group ("h" for "g") writes its
+// shard of version 1 while the group g writes version 1; when g publishes version 1, the
+// mistyped rank's DONE close fails with ECANCELED (its shard is in no version), and its log
+// names its group, the group that published and what to do; g's ranks' closes return and the
+// version holds g's files.
+func TestGroupMountWrongGroup(t *testing.T) {
+	g, reader := localRankGroup(t, 2, 2)
+	wrong := filepath.Join(g.dir, "wrong")
+	os.Mkdir(wrong, 0o755)
+	d := startMount(t, g.store, wrong, "--group", "h", "--rank", "1", "--ranks", "2",
+		"--cache-dir", filepath.Join(g.dir, "cache-wrong"), "--group-wait", "60s")
+	shard2 := "model-00002-of-00002.safetensors"
+
+	g.write(0, 1, 1)
+	g.write(1, 1, 1)
+	closed := make(chan error, 2)
+	go func() { closed <- closeDone(g.mnts[0], 1) }()
+	g.waitPart(0, 1)
+	// The mistyped rank writes its own save (checkpoint 2's shard) as version 1.
+	if err := os.Mkdir(versionDir(wrong, 1), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", filepath.Join(srcDir(g.dir, 2), shard2), versionDir(wrong, 1)+"/").CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	wrongClosed := make(chan error, 1)
+	go func() { wrongClosed <- closeDone(wrong, 1) }()
+	part := filepath.Join(g.store, "groups", "h", "v000001", "rank-1.part")
+	waitFor(t, "the mistyped rank to seal its part", func() bool {
+		_, err := os.Stat(part)
+		return err == nil
+	}, nil)
+	go func() { closed <- closeDone(g.mnts[1], 1) }()
+	for range 2 {
+		if err := <-closed; err != nil {
+			t.Fatalf("a rank of g: DONE of version 1: %v", err)
+		}
+	}
+	if err := <-wrongClosed; !errors.Is(err, syscall.ECANCELED) {
+		t.Fatalf("the mistyped rank's DONE of version 1: %v, want ECANCELED", err)
+	}
+	var out string
+	waitFor(t, "the mistyped rank to log why", func() bool {
+		out = d.out.String()
+		return strings.Contains(out, "published without this rank's part")
+	}, func() string { return out })
+	for _, s := range []string{"rank 1 of 2 of group h", "file " + shard2 + " has other bytes there", "published by group g",
+		"not by group h", "in no version", "--group (this rank's: h)"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("the mistyped rank's log does not say %q:\n%s", s, out)
+		}
+	}
+	waitVersion(t, reader, 1, g.want[1])
+}

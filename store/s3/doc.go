@@ -19,7 +19,7 @@
 //
 // Errors of S3 requests carry the cause's text but unwrap only to fs.ErrNotExist (a missing
 // key) or to the store's sentinels (store.ErrLocked for a lost or held lease,
-// store.ErrReadOnly, store.ErrClosed, store.ErrCorrupt): a network errno must not reach the
+// store.ErrLeaseNotRenewed for a lease the bucket did not renew in time, store.ErrReadOnly, store.ErrClosed, store.ErrCorrupt): a network errno must not reach the
 // FUSE layer, which would pass it to the kernel instead of EIO. docs/s3.md is the operator's
 // manual (configuration, credentials, the lease and its limits).
 package s3

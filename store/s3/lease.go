@@ -27,8 +27,10 @@ import (
 //     our token means we hold it.
 //   - renew: every TTL/3 the record is rewritten with If-Match: <the ETag of our last write>.
 //     If that condition fails, someone broke or took the lease: it is lost for good, and the
-//     writer can no longer seal (ErrLocked). If S3 is unreachable the renewal is retried; once
-//     it works again and nobody took the lease meanwhile, the writer goes on.
+//     writer can no longer seal (ErrLocked). If S3 is unreachable (or answers too late) the
+//     writer's writes are refused with ErrLeaseNotRenewed, not ErrLocked: nobody else is
+//     known to hold the lease, and the renewal is retried; once it works again and nobody
+//     took the lease meanwhile, the writer goes on.
 //   - fence: a manifest is written only right after a successful renewal (which, being
 //     conditional, proves nobody broke or took the lease), gc deletes only while the lease is
 //     valid for at least TTL/2 more, and manifests are created with If-None-Match: * so a
@@ -121,9 +123,24 @@ func readLease(ctx context.Context, c *client) (leaseRecord, string, error) {
 	}
 	rec, err := decodeLease(data)
 	if err != nil {
-		return leaseRecord{}, "", fmt.Errorf("%s: %w", c.name(c.loc.key(leaseKey)), err)
+		return leaseRecord{}, "", fmt.Errorf("%s: %w (%w)", c.name(c.loc.key(leaseKey)), err, errBadLease)
 	}
 	return rec, etag, nil
+}
+
+// errBadLease marks a lease object that is there but is no lease record this program reads.
+var errBadLease = errors.New("not a lease record")
+
+// notRenewed is the error of a writer whose lease could not be renewed (why: the bucket did
+// not answer, or too late): its writes stop, to stay safe, until a renewal succeeds. Not
+// ErrLocked: nobody else is known to hold the lease.
+func (l *lease) notRenewed(why string, cause error) error {
+	msg := fmt.Sprintf("the writer lease of %s could not be renewed: %s; writes stop until a renewal succeeds, to stay safe (no other writer is known to hold it; this writer retries every %s)",
+		l.c.loc, why, (l.ttl / 3).Round(time.Millisecond))
+	if cause != nil {
+		return fmt.Errorf("%s: %w (%w)", msg, store.ErrLeaseNotRenewed, cause)
+	}
+	return fmt.Errorf("%s: %w", msg, store.ErrLeaseNotRenewed)
 }
 
 // lockedError is the error of a second writer.
@@ -220,15 +237,24 @@ func (l *lease) renewLoop() {
 		<-l.stop
 		cancel()
 	}()
+	failing := false
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-tick.C:
 		}
-		if err := l.renew(ctx); err != nil && errors.Is(err, store.ErrLocked) {
+		err := l.renew(ctx)
+		if err != nil && errors.Is(err, store.ErrLocked) {
 			return // lost for good; renew logged it
 		}
+		// Said once per outage: writes are refused meanwhile, with the same reason.
+		if err != nil && !failing {
+			l.log.Warn(fmt.Sprintf("s3: %v", err))
+		} else if err == nil && failing {
+			l.log.Info(fmt.Sprintf("s3: the writer lease of %s is renewed again", l.c.loc))
+		}
+		failing = err != nil
 	}
 }
 
@@ -254,8 +280,14 @@ func (l *lease) renew(ctx context.Context) error {
 			return nil
 		}
 		holder := "nobody (the lease was broken)"
-		if rerr == nil {
+		switch {
+		case rerr == nil:
 			holder = cur.Owner
+		case errors.Is(rerr, errBadLease):
+			holder = "nobody this program knows (the lease object was overwritten)"
+		case !errors.Is(rerr, fs.ErrNotExist):
+			// Refused, then no answer: whether the lease is still ours is unknown.
+			return l.notRenewed("the bucket refused the renewal and then did not answer whether the lease is still ours", rerr)
 		}
 		l.mu.Lock()
 		l.lost = fmt.Errorf("the writer lease of %s was lost: %s holds it now; this writer can no longer seal versions: %w", l.c.loc, holder, store.ErrLocked)
@@ -264,7 +296,7 @@ func (l *lease) renew(ctx context.Context) error {
 		return l.lost
 	}
 	if err != nil {
-		return fmt.Errorf("renew the writer lease of %s: %w", l.c.loc, err)
+		return l.notRenewed("the bucket did not answer", err)
 	}
 	l.mu.Lock()
 	l.etag, l.validUntil = newTag, sent.Add(l.ttl)
@@ -285,16 +317,25 @@ func (l *lease) ensure(ctx context.Context, strict bool) error {
 	if left >= l.ttl/2 && !strict {
 		return nil
 	}
-	if err := l.renew(ctx); err != nil {
-		return err
+	// A renewal that was answered late (the bucket slow, its retries) leaves the lease mostly
+	// spent: one more, which a bucket that answers again answers at once.
+	var took time.Duration
+	for range 2 {
+		start := l.now()
+		if err := l.renew(ctx); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		now := l.now()
+		left = l.validUntil.Sub(now)
+		l.mu.Unlock()
+		if left >= l.ttl/2 {
+			return nil
+		}
+		took = now.Sub(start)
 	}
-	l.mu.Lock()
-	left = l.validUntil.Sub(l.now())
-	l.mu.Unlock()
-	if left < l.ttl/2 {
-		return fmt.Errorf("the writer lease of %s could not be renewed in time: %w", l.c.loc, store.ErrLocked)
-	}
-	return nil
+	return l.notRenewed(fmt.Sprintf("the bucket answered too late (a renewal took %s, the lease lasts %s; at least half of it must be left to write)",
+		took.Round(time.Millisecond), l.ttl), nil)
 }
 
 // release stops the renewals and deletes the lease if it still holds our token. (Between the
