@@ -56,6 +56,10 @@
 // to the store's Writer (AddDir, AddFile), then Writer.Seal; close or rename returns only once
 // the store says the version is durable, with the store's error (EIO, ENOSPC, ...) otherwise,
 // and then the tree stays open and writable and a later seal starts over with a fresh Writer.
+// A write into the tree that failed (ENOSPC, EIO) leaves its file without bytes its writer
+// meant it to hold: until they are written again, or the file is truncated below them or
+// removed, every seal fails with EIO and names the file (writefail.go), so a retried DONE
+// never seals a truncated checkpoint.
 // A top-level DONE is never stored. The seal takes the tree's lock exclusively, so it waits
 // for writes in flight, and writes that come after it get EPERM.
 //

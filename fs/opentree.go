@@ -146,6 +146,9 @@ func (t *openTree) seal(number uint64) (store.VersionInfo, error) {
 }
 
 func (t *openTree) writeTo(w VersionWriter) (store.VersionInfo, error) {
+	if err := t.checkFailedWrites(); err != nil {
+		return store.VersionInfo{}, err
+	}
 	var walkErr error
 	t.walk(t.dir.EmbeddedInode(), "", func(p string, n *gofs.Inode) {
 		if walkErr != nil {
