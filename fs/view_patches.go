@@ -206,7 +206,9 @@ func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 				}
 				return rf, nil
 			}
-			newNode := func() *viewFile { return newPendingViewFile(p.m, where, sized, info.Created, perm, renderOnOpen, again) }
+			newNode := func() *viewFile {
+				return newPendingViewFile(p.m, where, sized, info.Created, perm, renderOnOpen, again)
+			}
 			return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, sized, out), 0
 		}
 		var errno syscall.Errno
