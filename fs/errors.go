@@ -74,4 +74,5 @@ var storeErrnos = []struct {
 	{store.ErrLocked, syscall.EBUSY},
 	{store.ErrClosed, syscall.EIO},
 	{store.ErrGroupRefused, syscall.ECANCELED},
+	{errNoFiles, syscall.ENODATA},
 }

@@ -125,7 +125,8 @@ dd status=none if="$f" of="$o" iflag=count_bytes count=$h conv=notrunc; done; to
 // TestMountDoneAfterDiskFull: a save whose writes failed on a full disk (the store's and the
 // staging files' disk) cannot be sealed by closing DONE again once there is room: the files
 // miss the bytes whose writes failed, so DONE's close fails (EIO) and the daemon's log names
-// the files and says what to do; only what was written again seals, exact.
+// the files and says what to do, as does weight_v000002/.refused; only what was written
+// again seals, exact.
 func TestMountDoneAfterDiskFull(t *testing.T) {
 	skipWithoutFUSE(t)
 	work := t.TempDir()
@@ -170,6 +171,11 @@ func TestMountDoneAfterDiskFull(t *testing.T) {
 	}
 	if !strings.Contains(d.out.String(), "write it again") {
 		t.Errorf("the daemon's log does not say what to do:\n%s", d.out.String())
+	}
+	// The trainer reads why without the daemon's log.
+	note, err := os.ReadFile(filepath.Join(versionDir(mnt, 2), ".refused"))
+	if err != nil || !strings.Contains(string(note), "write it again") || !strings.Contains(string(note), "ENOSPC") {
+		t.Errorf("weight_v000002/.refused: %v: %q", err, note)
 	}
 	if out, err := exec.Command("rm", "-rf", versionDir(mnt, 2)).CombinedOutput(); err != nil {
 		t.Fatalf("rm -rf v2: %v: %s", err, out)
