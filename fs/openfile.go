@@ -108,6 +108,7 @@ func (f *openFile) truncateLocked(size int64) syscall.Errno {
 	if f.stream != nil {
 		switch {
 		case size == f.size:
+			f.failed.truncate(size)
 			f.attr.modified()
 			return 0
 		case size == 0:
@@ -163,7 +164,7 @@ func (f *openFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		// which finds the sealed version.
 		return nil, 0, syscall.ESTALE
 	}
-	if flags&syscall.O_TRUNC != 0 && f.size != 0 {
+	if flags&syscall.O_TRUNC != 0 && (f.size != 0 || f.failed.pending()) {
 		if errno := f.truncateLocked(0); errno != 0 {
 			return nil, 0, errno
 		}

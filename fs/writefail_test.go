@@ -54,22 +54,28 @@ func TestSealAfterFailedWrite(t *testing.T) {
 
 	tests := []struct {
 		name string
+		room int64 // bytes left free on the staging disk for the write that fails
 		// mend runs once the disk has room again; want is what the version must then hold
 		// as w (nil: no w).
 		mend func(t *testing.T, f *os.File, p string)
 		want []byte
 	}{
-		{"the failed write retried on its descriptor", func(t *testing.T, f *os.File, p string) {
+		{"the failed write retried on its descriptor", 256 << 10, func(t *testing.T, f *os.File, p string) {
 			if _, err := f.WriteAt(data, 0); err != nil {
 				t.Fatalf("write again: %v", err)
 			}
 		}, data},
-		{"the file rewritten", func(t *testing.T, f *os.File, p string) {
+		{"the file rewritten", 256 << 10, func(t *testing.T, f *os.File, p string) {
 			if err := os.WriteFile(p, data[:1000], 0o644); err != nil {
 				t.Fatalf("rewrite: %v", err)
 			}
 		}, data[:1000]},
-		{"the file removed", func(t *testing.T, f *os.File, p string) {
+		{"the file rewritten after nothing was written", 0, func(t *testing.T, f *os.File, p string) {
+			if err := os.WriteFile(p, data[:1000], 0o644); err != nil {
+				t.Fatalf("rewrite: %v", err)
+			}
+		}, data[:1000]},
+		{"the file removed", 256 << 10, func(t *testing.T, f *os.File, p string) {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +89,7 @@ func TestSealAfterFailedWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			writeFile(t, filepath.Join(ver, "other"), other)
-			filler := fillTo(t, staging, 256<<10)
+			filler := fillTo(t, staging, tc.room)
 			p := filepath.Join(ver, "w")
 			f, err := os.Create(p)
 			if err != nil {
@@ -129,6 +135,47 @@ func TestSealAfterFailedWrite(t *testing.T) {
 			}
 			if got, _ := b.file(v, "other"); !bytes.Equal(got, other) {
 				t.Errorf("stored other = %q", got)
+			}
+		})
+	}
+}
+
+// TestFailedWritesRanges pins the bookkeeping of failed writes: a write clears what it covers,
+// a truncate what lies beyond the new size.
+func TestFailedWritesRanges(t *testing.T) {
+	type op struct {
+		kind     string // "fail", "write", "truncate"
+		off, end int64
+	}
+	tests := []struct {
+		name string
+		ops  []op
+		want []byteSpan
+	}{
+		{"one failure", []op{{"fail", 10, 20}}, []byteSpan{{10, 20}}},
+		{"written again", []op{{"fail", 10, 20}, {"write", 0, 30}}, nil},
+		{"written in part", []op{{"fail", 10, 20}, {"write", 12, 15}}, []byteSpan{{10, 12}, {15, 20}}},
+		{"two failures, ordered", []op{{"fail", 50, 60}, {"fail", 10, 20}}, []byteSpan{{10, 20}, {50, 60}}},
+		{"overlapping failures", []op{{"fail", 10, 20}, {"fail", 15, 30}}, []byteSpan{{10, 15}, {15, 30}}},
+		{"truncated below", []op{{"fail", 10, 20}, {"fail", 50, 60}, {"truncate", 15, 0}}, []byteSpan{{10, 15}}},
+		{"truncated to nothing", []op{{"fail", 10, 20}, {"truncate", 0, 0}}, nil},
+		{"an empty failure", []op{{"fail", 10, 10}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var w failedWrites
+			for _, o := range tc.ops {
+				switch o.kind {
+				case "fail":
+					w.add(o.off, o.end, syscall.ENOSPC)
+				case "write":
+					w.clear(o.off, o.end)
+				case "truncate":
+					w.truncate(o.off)
+				}
+			}
+			if fmt.Sprint(w.spans) != fmt.Sprint(tc.want) || w.pending() != (len(tc.want) > 0) {
+				t.Errorf("spans %v (pending %v), want %v", w.spans, w.pending(), tc.want)
 			}
 		})
 	}
