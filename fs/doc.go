@@ -56,6 +56,10 @@
 // to the store's Writer (AddDir, AddFile), then Writer.Seal; close or rename returns only once
 // the store says the version is durable, with the store's error (EIO, ENOSPC, ...) otherwise,
 // and then the tree stays open and writable and a later seal starts over with a fresh Writer.
+// A write into the tree that failed (ENOSPC, EIO) leaves its file without bytes its writer
+// meant it to hold: until they are written again, or the file is truncated below them or
+// removed, every seal fails with EIO and names the file (writefail.go), so a retried DONE
+// never seals a truncated checkpoint.
 // A top-level DONE is never stored. The seal takes the tree's lock exclusively, so it waits
 // for writes in flight, and writes that come after it get EPERM.
 //
@@ -97,12 +101,15 @@
 //
 // Every error that reaches the kernel is a syscall.Errno:
 //   - EPERM: a modification of a sealed version, of latest, patches/ or deltas/, or a kind of
-//     file the store cannot hold (symlinks, hard links, devices); a file created at the root.
+//     file the store cannot hold (symlinks, hard links, devices); a file created at the root;
+//     a rename of a staging directory to a version number that is not above every sealed and
+//     open version, or to a version-like name that is not one (where mkdir answers EINVAL:
+//     mv(1) reads EINVAL from rename as "cannot move to a subdirectory of itself").
 //   - EROFS: any modification on a read-only mount (the kernel also enforces it: the mount is
 //     made with MS_RDONLY).
 //   - EEXIST: mkdir of a version number that is already sealed or open, or of a reserved name.
-//   - EINVAL: mkdir or rename to a version number that is not above every sealed and open
-//     version, or a version-like name that is not weight_v plus six or more digits; a name
+//   - EINVAL: mkdir of a version number that is not above every sealed and open version, or
+//     of a version-like name that is not weight_v plus six or more digits; a name
 //     in an open version that the store cannot hold (store.CheckPath refuses it: not UTF-8),
 //     at create, mknod, mkdir or rename, rather than at the seal.
 //   - ENAMETOOLONG: a name of more than store.MaxNameLen (255) bytes, what statfs
@@ -116,8 +123,15 @@
 //     other errnos from the store pass through unchanged, and the store's sentinels map to
 //     the nearest errno (ErrVersionNotAbove and ErrVersionOutOfRange EINVAL, ErrVersionBusy
 //     EEXIST, ErrNoSuchVersion and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
+//   - ENODATA: a seal of a tree that holds no file (an open version with DONE alone).
 //   - ESTALE: an open of a file of an open version that was sealed meanwhile through a
 //     cached path; the kernel then looks the path up again and finds the sealed file.
+//
+// A refused seal (DONE's close, or the rename of a staging directory) also leaves its reason
+// and what to do in DIR/.refused, at the top of the directory that was to be sealed: a file
+// of the mount, never stored, replaced by the next refusal and gone with the seal that
+// succeeds (refused.go), so a trainer learns why without the daemon's log. An open version
+// or staging directory dropped at unmount is logged (warn) with its files.
 //
 // Every refusal (info) and every store failure (warn; error when it returns EIO) is logged
 // through Options.Logger with the path and the reason, since an errno alone cannot say why,

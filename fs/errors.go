@@ -24,6 +24,10 @@ var (
 	// /etc/fuse.conf lacks user_allow_other: fusermount3 would refuse the mount.
 	ErrAllowOtherForbidden = errors.New("allow_other needs user_allow_other in /etc/fuse.conf")
 
+	// errWriteFailed marks a seal refused because a file of the tree misses bytes whose
+	// write failed (writefail.go); it reaches the kernel as EIO.
+	errWriteFailed = errors.New("a write into the version failed")
+
 	// errBadVersionName marks a directory name that starts like a version but is not one.
 	errBadVersionName = errors.New("not a canonical version name")
 )
@@ -70,4 +74,5 @@ var storeErrnos = []struct {
 	{store.ErrLocked, syscall.EBUSY},
 	{store.ErrClosed, syscall.EIO},
 	{store.ErrGroupRefused, syscall.ECANCELED},
+	{errNoFiles, syscall.ENODATA},
 }

@@ -238,7 +238,7 @@ func TestStagingDirRenameSeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(low, "f"), []byte("x"))
-	wantErrno(t, "rename to v1 below v2", os.Rename(low, filepath.Join(mnt, "weight_v000001")), syscall.EINVAL)
+	wantErrno(t, "rename to v1 below v2", os.Rename(low, filepath.Join(mnt, "weight_v000001")), syscall.EPERM)
 	if got := listDir(t, mnt); got != "deltas latest low patches weight_v000002" {
 		t.Errorf("root lists %q", got)
 	}
@@ -364,6 +364,7 @@ func TestMountThroughFusermount(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(mntRW, "weight_v000002"), 0o755); err != nil {
 		t.Fatalf("mkdir on a read-write mount: %v", err)
 	}
+	writeFile(t, filepath.Join(mntRW, "weight_v000002", "a"), []byte("two"))
 	mustSeal(t, filepath.Join(mntRW, "weight_v000002"))
 }
 

@@ -106,6 +106,9 @@ func (d *openDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	ch := d.GetChild(name)
 	if ch == nil {
+		if n := d.lookupRefused(ctx, name, out); n != nil {
+			return n, 0
+		}
 		if len(name) > maxNameLen {
 			// No such name can exist here; the kernel's create, mkdir, rename, link and
 			// symlink look the name up first and stop at this answer.
@@ -117,6 +120,11 @@ func (d *openDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	case *openFile:
 		n.fillAttr(&out.Attr)
 	case *openDir:
+		n.fillAttr(&out.Attr)
+	case *refusedFile:
+		if _, ok := n.t.refusalNote(); !ok {
+			return nil, syscall.ENOENT // the seal succeeded since
+		}
 		n.fillAttr(&out.Attr)
 	}
 	return ch, 0
@@ -132,7 +140,7 @@ func (d *openDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 		list = append(list, fuse.DirEntry{Name: name, Mode: ch.Mode()})
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return gofs.NewListDirStream(list), 0
+	return gofs.NewListDirStream(d.listRefused(list)), 0
 }
 
 func (d *openDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -230,6 +238,10 @@ func (d *openDir) Unlink(ctx context.Context, name string) syscall.Errno {
 	if ch == nil {
 		return syscall.ENOENT
 	}
+	if _, ok := ch.Operations().(*refusedFile); ok {
+		d.t.refusal.Store(nil) // read, and removed: rm -rf of a refused version works
+		return 0
+	}
 	f, ok := ch.Operations().(*openFile)
 	if !ok {
 		return syscall.EISDIR
@@ -278,6 +290,9 @@ func (d *openDir) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	src := d.GetChild(name)
 	if src == nil {
 		return syscall.ENOENT
+	}
+	if _, ok := src.Operations().(*refusedFile); ok {
+		return d.t.m.refuse(syscall.EPERM, "rename %s: the note of a refused seal is the mount's (rm removes it)", d.where(name))
 	}
 	dst := np.GetChild(newName)
 	if flags&gofs.RENAME_EXCHANGE != 0 {

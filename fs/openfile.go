@@ -36,6 +36,7 @@ type openFile struct {
 
 	stream   *store.FileStream // the file's bytes while it is streamed; nil: the staging file
 	broken   error             // the bytes were lost (a stream that could not give them back)
+	failed   failedWrites      // ranges whose writes failed: no seal until written again (writefail.go)
 	addedAs  string            // the path its stream was added as at the last seal attempt
 	storedIn uint64            // after the seal: the version that holds its streamed bytes
 	sealed   store.File        // that file, opened for reads through handles still open
@@ -107,6 +108,7 @@ func (f *openFile) truncateLocked(size int64) syscall.Errno {
 	if f.stream != nil {
 		switch {
 		case size == f.size:
+			f.failed.truncate(size)
 			f.attr.modified()
 			return 0
 		case size == 0:
@@ -124,6 +126,7 @@ func (f *openFile) truncateLocked(size int64) syscall.Errno {
 		return f.t.m.fail(err, "truncate %s to %d", f.where(), size)
 	}
 	f.size = size
+	f.failed.truncate(size)
 	f.attr.modified()
 	return 0
 }
@@ -161,7 +164,7 @@ func (f *openFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		// which finds the sealed version.
 		return nil, 0, syscall.ESTALE
 	}
-	if flags&syscall.O_TRUNC != 0 && f.size != 0 {
+	if flags&syscall.O_TRUNC != 0 && (f.size != 0 || f.failed.pending()) {
 		if errno := f.truncateLocked(0); errno != 0 {
 			return nil, 0, errno
 		}
@@ -242,8 +245,9 @@ func (f *openFile) Write(ctx context.Context, fh gofs.FileHandle, data []byte, o
 		f.size = end
 	}
 	f.attr.modified()
+	f.noteWriteLocked(off, len(data), n, err)
 	if err != nil {
-		return uint32(n), f.t.m.fail(err, "write %s at %d+%d", f.where(), off, len(data))
+		return uint32(n), f.t.m.fail(err, "write %s at %d+%d (the version cannot be sealed until these bytes are written again)", f.where(), off, len(data))
 	}
 	return uint32(n), 0
 }

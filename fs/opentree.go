@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -45,6 +46,8 @@ type openTree struct {
 
 	filesMu sync.Mutex
 	files   map[*openFile]struct{} // files whose staging file is not yet released
+
+	refusal atomic.Pointer[string] // why the last seal was refused (refused.go)
 }
 
 func newOpenTree(m *mountState, name string, number uint64, w VersionWriter, mode uint32) (*openTree, error) {
@@ -146,6 +149,12 @@ func (t *openTree) seal(number uint64) (store.VersionInfo, error) {
 }
 
 func (t *openTree) writeTo(w VersionWriter) (store.VersionInfo, error) {
+	if err := t.checkNotEmpty(); err != nil {
+		return store.VersionInfo{}, err
+	}
+	if err := t.checkFailedWrites(); err != nil {
+		return store.VersionInfo{}, err
+	}
 	var walkErr error
 	t.walk(t.dir.EmbeddedInode(), "", func(p string, n *gofs.Inode) {
 		if walkErr != nil {
@@ -234,8 +243,10 @@ func (t *openTree) releaseStaging() {
 func (t *openTree) abortIfEmpty() syscall.Errno {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.dir.Children()) > 0 {
-		return syscall.ENOTEMPTY
+	for _, ch := range t.dir.Children() {
+		if _, note := ch.Operations().(*refusedFile); !note {
+			return syscall.ENOTEMPTY
+		}
 	}
 	t.abortLocked(false)
 	return 0

@@ -22,14 +22,30 @@ func (m *mountState) sealOpenVersion(t *openTree) syscall.Errno {
 		return 0
 	}
 	if errors.Is(err, store.ErrGroupRefused) {
-		return m.fail(err, "seal %s: the writer group's publisher refused the version (remove the directory and write the save under a higher number)", t.name)
+		return m.refuseSeal(t, err, fmt.Sprintf("seal %s: the writer group's publisher refused the version (remove the directory and write the save under a higher number)", t.name))
 	}
 	if err != nil {
-		return m.fail(err, "seal %s (the version stays open and writable; close DONE again to retry)", t.name)
+		return m.refuseSeal(t, err, fmt.Sprintf("seal %s (the version stays open and writable; close DONE again to retry)", t.name))
 	}
 	m.finishSeal(t, t.name, info, start)
 	m.notifyEntry(t.name)
 	return 0
+}
+
+// refuseSeal logs a failed seal of t and leaves the reason in t's note (refused.go).
+func (m *mountState) refuseSeal(t *openTree, err error, what string) syscall.Errno {
+	errno := m.fail(err, "%s", what)
+	t.noteRefusal(errno, fmt.Sprintf("%s:\n%v", what, err))
+	return errno
+}
+
+// renameErrno is the errno a refused rename at the root answers: EINVAL becomes EPERM, since
+// mv(1) reads EINVAL from rename(2) as "cannot move to a subdirectory of itself".
+func renameErrno(errno syscall.Errno) syscall.Errno {
+	if errno == syscall.EINVAL {
+		return syscall.EPERM
+	}
+	return errno
 }
 
 // finishSeal drops a sealed tree from the root.
@@ -97,7 +113,7 @@ func (r *rootNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	}
 	v, isVersion, err := ParseVersionName(newName)
 	if err != nil {
-		return m.refuse(syscall.EINVAL, "rename %s: %v", name, err)
+		return m.refuse(syscall.EPERM, "rename %s: %v", name, err)
 	}
 	if isVersion {
 		return r.sealByRename(t, name, v, newName)
@@ -125,12 +141,15 @@ func (r *rootNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 func (r *rootNode) sealByRename(t *openTree, name string, v uint64, newName string) syscall.Errno {
 	m := r.m
 	m.mu.Lock()
-	errno := m.checkNewNumberLocked(v, "rename "+name+" to "+newName)
+	errno, reason := m.newNumberProblemLocked(v)
 	if errno == 0 {
 		m.reserved[v] = true
 	}
 	m.mu.Unlock()
 	if errno != 0 {
+		what := fmt.Sprintf("rename %s to %s: %s", name, newName, reason)
+		errno = m.refuse(renameErrno(errno), "%s", what)
+		t.noteRefusal(errno, what+" (the directory stays as it was)")
 		return errno
 	}
 	start := time.Now()
@@ -139,7 +158,7 @@ func (r *rootNode) sealByRename(t *openTree, name string, v uint64, newName stri
 	delete(m.reserved, v)
 	m.mu.Unlock()
 	if err != nil {
-		return m.fail(err, "seal %s as %s (the directory stays as it was)", name, newName)
+		return renameErrno(m.refuseSeal(t, err, fmt.Sprintf("seal %s as %s (the directory stays as it was)", name, newName)))
 	}
 	m.finishSeal(t, name, info, start)
 	go m.notifyEntry(newName)

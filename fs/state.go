@@ -163,8 +163,18 @@ func (m *mountState) index(v uint64) (*versionIndex, error) {
 // checkNewNumber decides whether a new version v may be opened or sealed now: it must be
 // above every sealed, open and reserved number. Caller holds m.mu.
 func (m *mountState) checkNewNumberLocked(v uint64, what string) syscall.Errno {
+	errno, reason := m.newNumberProblemLocked(v)
+	if errno != 0 {
+		return m.refuse(errno, "%s: %s", what, reason)
+	}
+	return 0
+}
+
+// newNumberProblemLocked says why v may not be opened or sealed now (0: it may). Caller holds
+// m.mu.
+func (m *mountState) newNumberProblemLocked(v uint64) (syscall.Errno, string) {
 	if _, ok := m.sealedInfo(v); ok {
-		return m.refuse(syscall.EEXIST, "%s: version %d is already sealed", what, v)
+		return syscall.EEXIST, fmt.Sprintf("version %d is already sealed", v)
 	}
 	newest, newestWhat := uint64(0), ""
 	if latest, ok := m.latest(); ok {
@@ -172,7 +182,7 @@ func (m *mountState) checkNewNumberLocked(v uint64, what string) syscall.Errno {
 	}
 	for _, t := range m.trees {
 		if t.number == v {
-			return m.refuse(syscall.EEXIST, "%s: version %d is already open", what, v)
+			return syscall.EEXIST, fmt.Sprintf("version %d is already open", v)
 		}
 		if t.number > newest {
 			newest, newestWhat = t.number, "open"
@@ -180,17 +190,17 @@ func (m *mountState) checkNewNumberLocked(v uint64, what string) syscall.Errno {
 	}
 	for r := range m.reserved {
 		if r == v {
-			return m.refuse(syscall.EEXIST, "%s: version %d is being sealed", what, v)
+			return syscall.EEXIST, fmt.Sprintf("version %d is being sealed", v)
 		}
 		if r > newest {
 			newest, newestWhat = r, "being sealed"
 		}
 	}
 	if v <= newest {
-		return m.refuse(syscall.EINVAL, "%s: version %d is not above the newest version %d (%s); version numbers must grow",
-			what, v, newest, newestWhat)
+		return syscall.EINVAL, fmt.Sprintf("version %d is not above the newest version %d (%s); version numbers must grow: use %s or above",
+			v, newest, newestWhat, VersionName(newest+1))
 	}
-	return 0
+	return 0, ""
 }
 
 // openStaging creates this mount's staging directory under dir (or the store's, or a
@@ -264,6 +274,14 @@ func (m *mountState) shutdown() {
 	m.trees = map[string]*openTree{}
 	m.mu.Unlock()
 	for _, t := range trees {
+		// The contract drops what was never sealed; a trainer that unmounted too early
+		// learns from this line what it lost.
+		files, bytes, names := t.describeFiles()
+		what := "dropped an open version at unmount: it was never sealed, its files are not stored"
+		if t.number == 0 {
+			what = "dropped a staging directory at unmount: it was never renamed to a version, its files are not stored"
+		}
+		m.log.Warn(what, "dir", t.name, "version", t.number, "files", files, "bytes", bytes, "names", names)
 		t.abort(true)
 	}
 	if m.stagingRoot != "" {
@@ -301,6 +319,12 @@ func errnoName(e syscall.Errno) string {
 		return "ENOTEMPTY"
 	case syscall.ENOENT:
 		return "ENOENT"
+	case syscall.ENODATA:
+		return "ENODATA"
+	case syscall.ECANCELED:
+		return "ECANCELED"
+	case syscall.ENAMETOOLONG:
+		return "ENAMETOOLONG"
 	}
 	return e.Error()
 }

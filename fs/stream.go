@@ -146,11 +146,17 @@ func (f *openFile) writeStreamLocked(data []byte, off int64) (handled bool, errn
 		if err == nil {
 			f.size += int64(len(data))
 			f.attr.modified()
+			f.noteWriteLocked(off, len(data), len(data), nil)
 			return true, 0
 		}
 		why = fmt.Sprintf("the stream stopped (%v)", err)
 	}
-	return false, f.unstreamLocked(why)
+	errno = f.unstreamLocked(why)
+	if errno != 0 {
+		// The write was not taken: the file misses its bytes until they come again.
+		f.noteWriteLocked(off, len(data), 0, errno)
+	}
+	return false, errno
 }
 
 // closeStreamLocked ends the stream of a file nobody has open any more, so that the seal only

@@ -57,15 +57,23 @@ func (d *deltasView) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 			return nil, d.m.fail(err, "list %s/%s", d.where, name)
 		}
 	}
+	// A delta's files carry bytes of the version and of its base: their mode is the most
+	// restrictive of both versions' (view_perm.go). A full checkpoint's files keep their own.
+	perm := uint32(0o444)
+	if _, sealed := d.m.sealedInfo(v); sealed {
+		if perm, err = d.m.viewPerm(v, d.m.previousSealed(v)); err != nil {
+			return nil, d.m.fail(err, "look up %s/%s", d.where, name)
+		}
+	}
 	setDirAttr(0o555, mtime, &out.Attr)
 	out.SetEntryTimeout(dynamicTTL)
 	out.SetAttrTimeout(dynamicTTL)
 	if ch := d.GetChild(name); ch != nil {
-		if dd, ok := ch.Operations().(*deltaDir); ok && dd.plan == plan && dd.idx == idx {
+		if dd, ok := ch.Operations().(*deltaDir); ok && dd.plan == plan && dd.idx == idx && dd.perm == perm {
 			return ch, 0
 		}
 	}
-	dd := &deltaDir{viewDir: viewDir{m: d.m, where: d.where + "/" + name}, src: d.src, plan: plan, idx: idx, mtime: mtime}
+	dd := &deltaDir{viewDir: viewDir{m: d.m, where: d.where + "/" + name}, src: d.src, plan: plan, idx: idx, mtime: mtime, perm: perm}
 	return d.NewInode(ctx, dd, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
@@ -85,6 +93,7 @@ type deltaDir struct {
 	plan  store.SlimePlan
 	idx   *versionIndex // the version's files, for SlimeFull
 	mtime time.Time
+	perm  uint32 // the mode of its rendered files (view_perm.go)
 
 	mu    sync.Mutex // held while rendering, so concurrent lookups wait for one render
 	files []store.RenderedFile
@@ -161,7 +170,7 @@ func (d *deltaDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if rf.Path == "" {
 		again = nil
 	}
-	newNode := func() *viewFile { return newViewFile(d.m, where, rf, d.mtime, again) }
+	newNode := func() *viewFile { return newViewFile(d.m, where, rf, d.mtime, d.perm, again) }
 	return lookupViewFile(ctx, d.EmbeddedInode(), name, newNode, rf, out), 0
 }
 

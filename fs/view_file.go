@@ -25,6 +25,7 @@ type viewFile struct {
 	m     *mountState
 	where string // path from the mount root, for log lines
 	mtime time.Time
+	perm  uint32 // read bits only: the most restrictive of its sources' (view_perm.go)
 	// again renders the file anew when its cache file has gone (pruned, or removed by
 	// hand); nil when the bytes are in memory.
 	again func() (store.RenderedFile, error)
@@ -54,14 +55,14 @@ func (h *viewHandle) current() (*os.File, store.RenderedFile) {
 	return h.f, h.rf
 }
 
-func newViewFile(m *mountState, where string, rf store.RenderedFile, mtime time.Time, again func() (store.RenderedFile, error)) *viewFile {
-	return &viewFile{m: m, where: where, rf: rf, mtime: mtime, again: again}
+func newViewFile(m *mountState, where string, rf store.RenderedFile, mtime time.Time, perm uint32, again func() (store.RenderedFile, error)) *viewFile {
+	return &viewFile{m: m, where: where, rf: rf, mtime: mtime, perm: perm, again: again}
 }
 
 // newPendingViewFile is a view file known by its size alone, rendered by first at its first
 // open (and by again if its cache file goes later).
-func newPendingViewFile(m *mountState, where string, sized store.RenderedFile, mtime time.Time, first, again func() (store.RenderedFile, error)) *viewFile {
-	return &viewFile{m: m, where: where, rf: sized, mtime: mtime, again: again, pending: true, first: first}
+func newPendingViewFile(m *mountState, where string, sized store.RenderedFile, mtime time.Time, perm uint32, first, again func() (store.RenderedFile, error)) *viewFile {
+	return &viewFile{m: m, where: where, rf: sized, mtime: mtime, perm: perm, again: again, pending: true, first: first}
 }
 
 func (f *viewFile) isPending() bool {
@@ -77,7 +78,7 @@ func (f *viewFile) rendered() store.RenderedFile {
 }
 
 func (f *viewFile) fillAttr(out *fuse.Attr) {
-	out.Mode = syscall.S_IFREG | 0o444
+	out.Mode = syscall.S_IFREG | f.perm&0o444
 	out.Size = uint64(f.rendered().Size)
 	out.Nlink = 1
 	setTimes(out, f.mtime)
@@ -232,18 +233,18 @@ func (v *viewDir) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) s
 // lookupViewFile returns the node of a view file as a child of parent, reusing the node made
 // for the same render (same cache path or same bytes), so its page cache survives.
 func lookupViewFile(ctx context.Context, parent *gofs.Inode, name string, newNode func() *viewFile, rf store.RenderedFile, out *fuse.EntryOut) *gofs.Inode {
+	vf := newNode()
 	if ch := parent.GetChild(name); ch != nil {
-		if vf, ok := ch.Operations().(*viewFile); ok {
-			have := vf.rendered()
+		if old, ok := ch.Operations().(*viewFile); ok && old.perm == vf.perm {
+			have := old.rendered()
 			if have.Size == rf.Size && have.Path == rf.Path && string(have.Data) == string(rf.Data) {
-				vf.fillAttr(&out.Attr)
+				old.fillAttr(&out.Attr)
 				out.SetEntryTimeout(dynamicTTL)
 				out.SetAttrTimeout(sealedTTL)
 				return ch
 			}
 		}
 	}
-	vf := newNode()
 	vf.fillAttr(&out.Attr)
 	out.SetEntryTimeout(dynamicTTL)
 	out.SetAttrTimeout(sealedTTL)

@@ -110,6 +110,10 @@ func (p *patchesView) lookupCatchup(ctx context.Context, name string, v, from ui
 		return nil, syscall.ENOENT
 	}
 	where := p.where + "/" + name
+	perm, err := p.m.viewPerm(v, from)
+	if err != nil {
+		return nil, p.m.fail(err, "look up %s", where)
+	}
 	if from == p.m.previousSealed(v) {
 		// The one-step patch under another name: the same render, and the same lock, as
 		// weight_vNNNNNN.safetensors (and a render made ahead of the lookup, poll.go).
@@ -118,7 +122,7 @@ func (p *patchesView) lookupCatchup(ctx context.Context, name string, v, from ui
 			return nil, errno
 		}
 		again := func() (store.RenderedFile, error) { return p.src.RenderPatchFrom(v, from) }
-		newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, again) }
+		newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, perm, again) }
 		return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
 	}
 	render := func() (store.RenderedFile, error) {
@@ -143,7 +147,7 @@ func (p *patchesView) lookupCatchup(ctx context.Context, name string, v, from ui
 		return nil, p.m.fail(err, "render %s", where)
 	}
 	p.m.log.Debug("ready in "+time.Since(start).Round(time.Millisecond).String(), "file", where, "bytes", rf.Size)
-	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, render) }
+	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, perm, render) }
 	return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
 }
 
@@ -178,6 +182,10 @@ func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 		return nil, syscall.ENOENT
 	}
 	where := p.where + "/" + name
+	perm, err := p.m.viewPerm(v, p.m.previousSealed(v))
+	if err != nil {
+		return nil, p.m.fail(err, "look up %s", where)
+	}
 	again := func() (store.RenderedFile, error) { return p.src.RenderPatch(v) }
 	rf, rendered := p.renderedFor(v)
 	if !rendered {
@@ -198,7 +206,9 @@ func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 				}
 				return rf, nil
 			}
-			newNode := func() *viewFile { return newPendingViewFile(p.m, where, sized, info.Created, renderOnOpen, again) }
+			newNode := func() *viewFile {
+				return newPendingViewFile(p.m, where, sized, info.Created, perm, renderOnOpen, again)
+			}
 			return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, sized, out), 0
 		}
 		var errno syscall.Errno
@@ -206,7 +216,7 @@ func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 			return nil, errno
 		}
 	}
-	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, again) }
+	newNode := func() *viewFile { return newViewFile(p.m, where, rf, info.Created, perm, again) }
 	return lookupViewFile(ctx, p.EmbeddedInode(), name, newNode, rf, out), 0
 }
 

@@ -13,11 +13,9 @@
 package metrics
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -61,26 +59,10 @@ type Server struct {
 }
 
 // Serve listens on addr (HOST:PORT; port 0 picks a free one) and serves /metrics until
-// Close. It returns once the listener is open, so a scrape right after finds it.
+// Close. It returns once the listener is open, so a scrape right after finds it. What one
+// client may hold is bounded (serve.go).
 func (m *Metrics) Serve(addr string) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics endpoint: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
-	s := &Server{
-		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		addr: ln.Addr(),
-		done: make(chan struct{}),
-	}
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			s.err = err
-		}
-	}()
-	return s, nil
+	return m.serve(addr, defaultServeLimits)
 }
 
 // Addr is the address the endpoint listens on (the port chosen, for port 0).

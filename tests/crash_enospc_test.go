@@ -121,3 +121,74 @@ dd status=none if="$f" of="$o" iflag=count_bytes count=$h conv=notrunc; done; to
 		})
 	}
 }
+
+// TestMountDoneAfterDiskFull: a save whose writes failed on a full disk (the store's and the
+// staging files' disk) cannot be sealed by closing DONE again once there is room: the files
+// miss the bytes whose writes failed, so DONE's close fails (EIO) and the daemon's log names
+// the files and says what to do, as does weight_v000002/.refused; only what was written
+// again seals, exact.
+func TestMountDoneAfterDiskFull(t *testing.T) {
+	skipWithoutFUSE(t)
+	work := t.TempDir()
+	disk := filepath.Join(work, "disk")
+	smallTmpfs(t, disk, 96<<20)
+	storeDir, cacheDir := filepath.Join(disk, "store"), filepath.Join(disk, "cache")
+	initStore(t, storeDir)
+	want := genCheckpoints(t, work, 2_000_000, 2)
+	mnt := filepath.Join(work, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startMount(t, storeDir, mnt, "--cache-dir", cacheDir)
+	cp := func(v int) (string, error) {
+		out, err := exec.Command("cp", "-r", srcDir(work, v), versionDir(mnt, v)).CombinedOutput()
+		return string(out), err
+	}
+	touchDone := func(v int) (string, error) {
+		out, err := exec.Command("touch", filepath.Join(versionDir(mnt, v), "DONE")).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := cp(1); err != nil {
+		t.Fatalf("cp v1: %v: %s", err, out)
+	}
+	if out, err := touchDone(1); err != nil {
+		t.Fatalf("seal v1: %v: %s", err, out)
+	}
+	filler := fillDisk(t, disk)
+	out, err := cp(2)
+	if err == nil || !strings.Contains(out, "No space left on device") {
+		t.Fatalf("cp v2 onto a full disk: %v: %s (want ENOSPC)", err, out)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	out, err = touchDone(2)
+	if err == nil {
+		t.Fatalf("touch DONE after writes failed sealed v2 (with what happened to be written)")
+	}
+	if !strings.Contains(out, "Input/output error") {
+		t.Errorf("touch DONE after writes failed: %v: %s (want EIO)", err, out)
+	}
+	if !strings.Contains(d.out.String(), "write it again") {
+		t.Errorf("the daemon's log does not say what to do:\n%s", d.out.String())
+	}
+	// The trainer reads why without the daemon's log.
+	note, err := os.ReadFile(filepath.Join(versionDir(mnt, 2), ".refused"))
+	if err != nil || !strings.Contains(string(note), "write it again") || !strings.Contains(string(note), "ENOSPC") {
+		t.Errorf("weight_v000002/.refused: %v: %q", err, note)
+	}
+	if out, err := exec.Command("rm", "-rf", versionDir(mnt, 2)).CombinedOutput(); err != nil {
+		t.Fatalf("rm -rf v2: %v: %s", err, out)
+	}
+	if out, err := cp(2); err != nil {
+		t.Fatalf("cp v2 once there is room: %v: %s", err, out)
+	}
+	if out, err := touchDone(2); err != nil {
+		t.Fatalf("seal v2 once there is room: %v: %s\ndaemon:\n%s", err, out, d.out.String())
+	}
+	for v := 1; v <= 2; v++ {
+		sameHashes(t, fmt.Sprintf("v%d", v), sha256sumTree(t, versionDir(mnt, v)), want[v])
+	}
+	d.stop()
+	verifyStore(t, storeDir)
+}

@@ -31,6 +31,10 @@ func startMetrics(e *env, addr string) (*daemonMetrics, func(), error) {
 		return nil, nil, err
 	}
 	e.log.Info("metrics at " + srv.URL())
+	if !srv.Loopback() {
+		e.log.Warn("the metrics endpoint listens beyond this host: whoever reaches " + srv.Addr().String() +
+			" reads the series (bind it to 127.0.0.1, or a private interface a firewall guards; docs/operations.md, \"Metrics\")")
+	}
 	return &daemonMetrics{m: m, srv: srv}, func() {
 		if err := srv.Close(); err != nil {
 			e.log.Warn("metrics endpoint: close", "err", err)
