@@ -46,15 +46,31 @@ type progress struct {
 }
 
 func main() {
-	p := &progress{out: os.Stdout, last: time.Now(), running: map[key]time.Time{}, held: map[key]*strings.Builder{},
+	p := newProgress(os.Stdout)
+	go func() {
+		for now := range time.Tick(10 * time.Second) {
+			p.beat(now)
+		}
+	}()
+	if err := p.read(os.Stdin); err != nil {
+		fmt.Fprintln(os.Stderr, "testprogress:", err)
+	}
+	p.summary()
+}
+
+func newProgress(out io.Writer) *progress {
+	return &progress{out: out, last: time.Now(), running: map[key]time.Time{}, held: map[key]*strings.Builder{},
 		pkgs: map[string]string{}}
-	go p.heartbeat()
-	sc := bufio.NewScanner(os.Stdin)
+}
+
+// read handles every line of in.
+func (p *progress) read(in io.Reader) error {
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
 		p.line(sc.Bytes())
 	}
-	p.summary()
+	return sc.Err()
 }
 
 func (p *progress) printf(format string, args ...any) {
@@ -127,20 +143,19 @@ func (p *progress) unended(pkg string) {
 	}
 }
 
-// heartbeat names the running tests when nothing was printed for a while.
-func (p *progress) heartbeat() {
-	for range time.Tick(10 * time.Second) {
-		p.mu.Lock()
-		if time.Since(p.last) >= quiet && len(p.running) > 0 {
-			var names []string
-			for k, since := range p.running {
-				names = append(names, fmt.Sprintf("%s (%s, %s)", k.test, k.pkg, time.Since(since).Round(time.Second)))
-			}
-			sort.Strings(names)
-			p.printf("    still running: %s\n", strings.Join(names, ", "))
-		}
-		p.mu.Unlock()
+// beat names the running tests if nothing was printed for a while before now.
+func (p *progress) beat(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.last) < quiet || len(p.running) == 0 {
+		return
 	}
+	var names []string
+	for k, since := range p.running {
+		names = append(names, fmt.Sprintf("%s (%s, %s)", k.test, k.pkg, now.Sub(since).Round(time.Second)))
+	}
+	sort.Strings(names)
+	p.printf("    still running: %s\n", strings.Join(names, ", "))
 }
 
 func (p *progress) summary() {
