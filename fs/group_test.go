@@ -111,7 +111,7 @@ func TestGroupRankMounts(t *testing.T) {
 		if info, err := pub.Version(v); err != nil || v > 1 && info.StoredBytes*10 > info.LogicalBytes {
 			t.Fatalf("version %d: %+v (%v): not stored as deltas", v, info, err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 			if _, err := os.Stat(filepath.Join(rdMnt, name)); err == nil {
 				break
 			}

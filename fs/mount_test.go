@@ -280,7 +280,7 @@ func TestReadOnlyMount(t *testing.T) {
 	if _, err := w.Seal(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "v2 on the read-only mount", func() bool {
+	waitFor(t, 2*time.Minute, "v2 on the read-only mount", func() bool {
 		return listDir(t, mnt) == "deltas latest patches weight_v000001 weight_v000002"
 	})
 	if data, err := os.ReadFile(filepath.Join(mnt, "latest", "a")); err != nil || string(data) != "two" {

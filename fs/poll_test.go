@@ -46,7 +46,7 @@ func TestPatchRenderedAhead(t *testing.T) {
 	mnt, srv := mountTest(t, FromStore(ro), Options{ReadOnly: true})
 	waitLatest := func(v uint64) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 			if target, err := os.Readlink(filepath.Join(mnt, "latest")); err == nil && target == VersionName(v) {
 				return
 			}
@@ -61,7 +61,7 @@ func TestPatchRenderedAhead(t *testing.T) {
 	// in that window would (rightly) have version 3's patch rendered ahead.
 	waitSeen := func(v uint64) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 			srv.m.mu.Lock()
 			_, seen := slices.BinarySearch(srv.m.seen, v)
 			srv.m.mu.Unlock()
@@ -90,7 +90,7 @@ func TestPatchRenderedAhead(t *testing.T) {
 	}
 
 	commit(4)
-	for deadline := time.Now().Add(20 * time.Second); srv.Stats().PatchesAhead < 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); srv.Stats().PatchesAhead < 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the patch of version 4 was not rendered ahead")
 		}

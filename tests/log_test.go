@@ -136,7 +136,7 @@ func TestLogFileMount(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(logFile); err == nil {
 			break
 		} else if time.Now().After(deadline) {

@@ -25,7 +25,7 @@ import (
 func metricsURL(t *testing.T, out *lockedBuffer) string {
 	t.Helper()
 	re := regexp.MustCompile(`http://[0-9.:\[\]a-z]+/metrics`)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if u := re.FindString(out.String()); u != "" {
 			return u
@@ -244,7 +244,7 @@ func TestMetricsIngestAndFollow(t *testing.T) {
 			roURL = metricsURL(t, rod.out)
 			continue
 		}
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(2 * time.Minute)
 		for scrapeMetrics(t, roURL).value("weightfs_versions_seen_total") < float64(v-1) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the reader did not see version %d:\n%s", v, scrapeMetrics(t, roURL))

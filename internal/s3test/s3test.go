@@ -66,14 +66,19 @@ func Binary(t testing.TB) string {
 			serverBin = bin
 			return
 		}
-		fmt.Fprintf(os.Stderr, "building the test S3 server versitygw %s into %s (once; about 2 minutes)\n", Version, dir)
-		cmd := exec.Command("go", "install", "github.com/versity/versitygw/cmd/versitygw@"+Version)
+		// What the build does goes to stderr as it happens (the modules it downloads, each
+		// package it compiles: -v), so that two silent minutes do not look like a hang.
+		fmt.Fprintf(os.Stderr, "building the test S3 server versitygw %s into %s (once; about 2 minutes; `make s3server` does it ahead)\n", Version, dir)
+		start := time.Now()
+		cmd := exec.Command("go", "install", "-v", "github.com/versity/versitygw/cmd/versitygw@"+Version)
 		cmd.Dir = os.TempDir() // outside this module: `go install pkg@version` builds it alone
 		cmd.Env = append(os.Environ(), "GOBIN="+dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			serverErr = fmt.Errorf("build versitygw %s: %v\n%s", Version, err, out)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			serverErr = fmt.Errorf("build versitygw %s (go install -v github.com/versity/versitygw/cmd/versitygw@%s; its output is above): %v", Version, Version, err)
 			return
 		}
+		fmt.Fprintf(os.Stderr, "built the test S3 server %s in %s\n", bin, time.Since(start).Round(time.Second))
 		serverBin = bin
 	})
 	if serverErr != nil {

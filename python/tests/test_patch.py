@@ -61,10 +61,10 @@ class RoundTrip(unittest.TestCase):
             self.assertEqual((p.model_version, p.base_version), (v, v - 1))
             self.assertTrue(p.has_digests)
             state = load(store, v - 1)
-            res = p.apply(state, verify=xxhash is not None)
+            res = p.apply(state)  # checked: the default
             self.assertEqual(res.elements, sum(t.changed for t in p.tensors.values()))
             self.check_equal(state, store, v)
-            p.apply(state, verify=xxhash is not None)  # idempotent
+            p.apply(state)  # idempotent
             self.check_equal(state, store, v)
 
     def test_rl_numpy(self):
@@ -268,7 +268,7 @@ class Digests(unittest.TestCase):
         state = store.numpy_state(2)
         with self.assertRaisesRegex(weightfs.DigestMismatch, victim):
             p.apply(state, verify=True)
-        p.apply(state)  # without verify the same patch applies
+        p.apply(state, verify=False)  # unchecked, the same patch applies: only when asked for
 
     def test_no_digests(self):
         store = fixtures.rl_store()
@@ -281,9 +281,12 @@ class Digests(unittest.TestCase):
         p = weightfs.Patch.open(rewrite(src, os.path.join(fixtures.tmpdir(), "nodigest", "p.safetensors"), edit_meta=strip))
         self.assertFalse(p.has_digests)
         state = store.numpy_state(2)
-        with self.assertRaises(weightfs.DigestUnavailable):
-            p.apply(state, verify=True)
-        p.apply(state)  # a patch without the extension (older weightfs) still applies
+        before = {k: v.tobytes() for k, v in state.items()}
+        for kw in ({}, {"verify": True}):  # the default checks: no digests, no apply
+            with self.assertRaisesRegex(weightfs.DigestUnavailable, "verify=False"):
+                p.apply(state, **kw)
+            self.assertEqual({k: v.tobytes() for k, v in state.items()}, before)
+        p.apply(state, verify=False)  # a patch without the extension (older weightfs) applies when asked
         self.assertEqual({k: v.tobytes() for k, v in state.items()}, store.raw_state(3))
 
 

@@ -2,16 +2,16 @@
 
 - :class:`Patch` opens and checks a ``patches/weight_vNNNNNN.safetensors`` patch
   (docs/format.md Part III §2) and applies it in place to a dict of numpy arrays or torch
-  tensors (``index_copy_`` / fancy assignment, bit-exact), optionally checking each tensor
-  against the digest of its new bytes.
+  tensors (``index_copy_`` / fancy assignment, bit-exact), checking each tensor against the
+  digest of its new bytes unless told not to (``verify=False``).
 - :mod:`weightfs.vllm` turns a patch into vLLM's sparse checkpoint-coordinate updates
   (``SparseWeightPatch``, ``CheckpointWeightPatch``), chunked by a byte budget.
 - :class:`Follower` follows a mount's latest version for an engine holding its weights in
   memory: one catch-up patch per update, a full update only when no patch can exist.
 - :mod:`weightfs.safetensors` reads safetensors strictly, without the safetensors package.
 
-numpy is required; torch, xxhash (for verify=True) and vLLM are optional. See
-docs/engines.md for recipes per engine.
+numpy and xxhash (every apply is checked unless verify=False) are required; torch and vLLM are
+optional. See docs/engines.md for recipes per engine.
 """
 
 from .patch import (ApplyError, ApplyResult, DigestMismatch, DigestUnavailable, MalformedPatch, Patch,

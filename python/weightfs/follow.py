@@ -52,10 +52,11 @@ class Update:
     def full(self):
         return self.patch is None
 
-    def apply(self, state, verify=False, strict=True):
+    def apply(self, state, verify=True, strict=True):
         """Bring state (a dict of numpy arrays or torch tensors, keyed by HF name, holding
-        base_version) to version, in place: the patch's ``apply``, or for a full update every
-        tensor of the version's safetensors files copied into its array."""
+        base_version) to version, in place: the patch's ``apply`` (checked unless verify=False:
+        see Patch.apply), or for a full update every tensor of the version's safetensors files
+        copied into its array (bytes the mount checked as it served them)."""
         if self.patch is not None:
             return self.patch.apply(state, verify=verify, strict=strict)
         for root, _, files in os.walk(self.path):
@@ -181,9 +182,9 @@ class Follower:
                 return
             time.sleep(self.interval)
 
-    def apply_to(self, state, until_latest=False, verify=False):
+    def apply_to(self, state, until_latest=False, verify=True):
         """Keep state (a dict of arrays or tensors) at the latest version: apply each update in
-        place and yield its version once recorded."""
+        place (checked unless verify=False: see Patch.apply) and yield its version once recorded."""
         for up in self.updates(until_latest=until_latest):
             up.apply(state, verify=verify)
             self.done(up)

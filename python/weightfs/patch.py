@@ -8,10 +8,17 @@ patch in place carried whole (``__file__:PATH``). Its metadata follows TRL's
 checks, the same errors, and an apply that is ``param.view(-1).index_copy_(0, indices,
 values)`` for torch tensors and fancy assignment for numpy arrays, moving values as integers
 of the element's width (no arithmetic: bit-exact, NaN payloads and -0 included).
+
+Checking is the default: ``apply`` checks every tensor it writes against the digest of its new
+bytes the patch records, and every file carried whole against its SHA-256, and puts the old
+values back on a mismatch; a bit flipped in a patch is refused, never applied silently.
+``verify=False`` is the explicit way to go without.
 """
 
+import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -47,11 +54,15 @@ class ApplyError(PatchError):
 
 
 class DigestMismatch(PatchError):
-    """After the apply, a tensor's bytes are not the patch's result (verify=True)."""
+    """A check failed: after the apply a tensor's bytes are not the patch's result, or a file
+    carried whole does not hash to its recorded SHA-256 (the patch is damaged, or the state
+    was not its base)."""
 
 
 class DigestUnavailable(PatchError):
-    """verify=True, but the patch records no per-tensor digests."""
+    """A check was asked for (the default) but cannot be made: the patch records no per-tensor
+    digests, the xxhash module is missing, or no base was given to check against. Pass
+    verify=False to go on unchecked."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,7 @@ class Patch:
             raise MalformedPatch(f"patch: {e}") from None
         self.metadata = self._file.metadata
         self._checked = set()
+        self._whole_checked = set()  # files carried whole whose SHA-256 was checked
         self._read_plan()
         if check_indices:
             for name in self.tensors:
@@ -305,21 +317,29 @@ class Patch:
         element's width (raw=True, bit-exact), or the numpy dtype where numpy has one."""
         return self._file.array(name + ".values", raw=raw)
 
-    def whole_file(self, path):
-        """The complete new bytes of a file carried whole (read-only numpy uint8 view)."""
+    def whole_file(self, path, verify=True):
+        """The complete new bytes of a file carried whole (read-only numpy uint8 view), checked
+        against the file's recorded ``result_sha256`` (DigestMismatch) unless verify=False."""
         if path not in self.whole_files:
             raise KeyError(f"the patch carries no whole file {path!r}")
-        return self._file.raw(WHOLE_PREFIX + path)
+        raw = self._file.raw(WHOLE_PREFIX + path)
+        if verify and path not in self._whole_checked:
+            got = hashlib.sha256(memoryview(raw)).hexdigest()
+            if got != self.files[path]["result_sha256"]:
+                raise DigestMismatch(f"{self.path}: file {path!r}, carried whole, hashes to SHA-256 {got}, the patch "
+                                     f"records {self.files[path]['result_sha256']}: the patch is damaged")
+            self._whole_checked.add(path)
+        return raw
 
     @property
     def has_digests(self):
         """Whether every changed tensor records the digest of its new bytes (the extension)."""
         return all(t.xxh3 is not None for t in self.tensors.values())
 
-    def whole_safetensors(self, path):
+    def whole_safetensors(self, path, verify=True):
         """(metadata, tensors) of a safetensors file carried whole, checked as §1 says; None if
-        the file is not safetensors."""
-        raw = self.whole_file(path)
+        the file is not safetensors. verify as in whole_file."""
+        raw = self.whole_file(path, verify=verify)
         if len(raw) < 8:
             return None
         n = int(raw[:8].view("<u8")[0])
@@ -334,7 +354,7 @@ class Patch:
 
     # -- apply --
 
-    def apply(self, state, verify=False, strict=True, rename=None):
+    def apply(self, state, verify=True, strict=True, rename=None):
         """Apply the patch in place to state, a dict of numpy arrays or torch tensors (any
         device) keyed by checkpoint (HF) name, holding the base version.
 
@@ -348,13 +368,14 @@ class Patch:
         lacks it) and its shape (the recorded one, else the element count); ApplyError says
         which and why. rename maps a patch name to the key of state.
 
-        verify=True then checks every written tensor against the xxh3-128 of its new bytes
-        that the patch records (the optional extension; DigestUnavailable if it has none), and
-        on a mismatch puts the old values back and raises DigestMismatch.
+        By default (verify=True) the result is checked too: each file carried whole against its
+        recorded SHA-256 before anything is written, and every written tensor against the
+        xxh3-128 of its new bytes that the patch records; on a mismatch (a damaged patch, or a
+        state that was not the base) the old values are put back and DigestMismatch is raised.
+        A patch without per-tensor digests (written before the extension), or a missing xxhash
+        module, raises DigestUnavailable before anything is written. verify=False applies
+        unchecked: a damaged patch then silently gives wrong values.
         """
-        if verify and not self.has_digests:
-            raise DigestUnavailable(f"{self.path}: the patch records no per-tensor digests (docs/format.md Part III §2); "
-                                    "check the files' hashes instead")
         key = rename or (lambda n: n)
         plan = []  # (name, target, kind) checked before any write
         for t in self.tensors.values():
@@ -364,9 +385,11 @@ class Patch:
                     raise ApplyError(f"tensor {t.name!r} (key {k!r}) is not in the state dict; strict=False skips it")
                 continue
             plan.append((t, k, _target(state[k], t.name, t.dtype, t.shape, t.elements)))
+        if verify and plan:
+            self._need_digests()
         whole, skipped = [], []
         for path in self.whole_files:
-            parsed = self.whole_safetensors(path)
+            parsed = self.whole_safetensors(path, verify=verify)  # verify: its SHA-256, before any write
             if parsed is None:
                 skipped.append(path)
                 continue
@@ -386,7 +409,7 @@ class Patch:
                 undo.append((tgt, idx, tgt.gather(idx)))
             tgt.scatter(idx, vals)
         for path, info, k, tgt in whole:
-            raw = self.whole_file(path)
+            raw = self.whole_file(path, verify=verify)
             start = 8 + int(raw[:8].view("<u8")[0])
             data = raw[start + info.begin:start + info.end].view(info.dtype.raw)
             if verify:
@@ -395,9 +418,6 @@ class Patch:
 
         if verify:
             bad = [t.name for t, k, tgt in plan if tgt.xxh3() != t.xxh3]
-            for path in {p for p, _, _, _ in whole}:
-                if _xxh3_bytes(self.whole_file(path)) != self.files[path]["result_xxh3"] and self.files[path]["result_xxh3"]:
-                    bad.append(WHOLE_PREFIX + path)
             if bad:
                 for tgt, idx, old in reversed(undo):
                     if idx is None:
@@ -405,10 +425,54 @@ class Patch:
                     else:
                         tgt.scatter(idx, old)
                 raise DigestMismatch(f"{self.path}: after the apply, {len(bad)} tensor(s) are not the patch's result "
-                                     f"(the state was not version {self.base_version}?): {', '.join(bad[:5])}"
-                                     f"{' ...' if len(bad) > 5 else ''}; the old values were put back")
+                                     f"(the state was not version {self.base_version}, or the patch is damaged): "
+                                     f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; the old values were put back")
         return ApplyResult([t.name for t, _, _ in plan], sum(t.changed for t, _, _ in plan),
                            [info.name for _, info, _, _ in whole], skipped, bool(verify))
+
+    def _need_digests(self):
+        """Raise DigestUnavailable unless the per-tensor check can be made."""
+        if not self.has_digests:
+            raise DigestUnavailable(f"{self.path}: the patch records no per-tensor digests (docs/format.md Part III §2, "
+                                    "written by a weightfs before the extension), so the result cannot be checked; "
+                                    "pass verify=False to apply it unchecked")
+        try:
+            import xxhash  # noqa: F401
+        except ImportError:
+            raise DigestUnavailable("checking a patch's result needs the xxhash module (Debian: python3-xxhash; "
+                                    "pip install xxhash); install it, or pass verify=False to apply unchecked") from None
+
+    def check_against(self, base):
+        """Check, without changing anything, that the patch turns base into its result: for every
+        changed tensor, base's tensor with the patch applied (in a copy) must hash to the
+        xxh3-128 the patch records. base is the base version's directory (a pinned mount's
+        ``weight_vK``, or a local copy; each tensor is read from the file the patch names) or a
+        dict of numpy arrays / torch tensors by name. For consumers that hand the values on
+        (vLLM) instead of applying them here. Raises DigestMismatch naming the tensors that
+        differ, DigestUnavailable when no check can be made, ApplyError when base lacks one."""
+        self._need_digests()
+        files, bad = {}, []
+        for t in self.tensors.values():
+            if isinstance(base, (str, bytes, os.PathLike)):
+                if t.file not in files:
+                    files[t.file] = SafetensorsFile(os.path.join(base, t.file))
+                f = files[t.file]
+                info = f.tensors.get(t.name)
+                if info is None or info.dtype is not t.dtype or info.elements != t.elements:
+                    raise ApplyError(f"tensor {t.name!r}: {f.path} has no {t.dtype.name} tensor of {t.elements} "
+                                     f"elements by that name")
+                flat = f.raw(t.name).view(t.dtype.raw).copy()
+            else:
+                if t.name not in base:
+                    raise ApplyError(f"tensor {t.name!r} is not in the base given")
+                flat = _target(base[t.name], t.name, t.dtype, t.shape, t.elements).copy_all()
+            flat[self.indices(t.name)] = self.values(t.name)
+            if _xxh3_bytes(flat.view(np.uint8)) != t.xxh3:
+                bad.append(t.name)
+        if bad:
+            raise DigestMismatch(f"{self.path}: applied to the base given, {len(bad)} tensor(s) are not the patch's "
+                                 f"result (the base was not version {self.base_version}, or the patch is damaged): "
+                                 f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
 
 
 def _xxh3_bytes(b):

@@ -35,6 +35,12 @@ the NCCL path) have fewer than 2^31 elements (int32 indices). Anything else rais
 :class:`NotConvertible` naming the tensor: reload that version from a pinned mount instead.
 Files the patch carries whole (a header that changed, ``config.json``) have no sparse form
 either; by default they raise too (``whole_files="ignore"`` skips files that hold no tensors).
+
+The engine applies the values, so the patch is checked before anything is converted: by
+default (``verify=True``) every changed tensor of ``base`` (the base version's directory, e.g.
+a pinned mount's ``weight_vK``, or a dict of its tensors) with the patch applied must hash to
+the digest the patch records (:meth:`weightfs.Patch.check_against`); without ``base`` the
+conversion raises :class:`weightfs.DigestUnavailable`. ``verify=False`` converts unchecked.
 """
 
 import math
@@ -43,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from .patch import PatchError
+from .patch import DigestUnavailable, PatchError
 
 __all__ = ["NotConvertible", "SparseWeightPatch", "sparse_weight_patch_class", "sparse_weight_patches",
            "iter_chunks", "update_info", "checkpoint_weight_patches", "wire_bytes"]
@@ -161,8 +167,18 @@ def _plan_chunks(patch, max_bytes, max_staging_bytes):
     return chunks
 
 
+def _verify(patch, verify, base):
+    if not verify:
+        return
+    if base is None:
+        raise DigestUnavailable(f"{patch.path}: the engine applies these values unchecked, so the patch is checked "
+                                "against its base first: pass base=DIR (the base version's directory, e.g. "
+                                f"MNT/weight_v{patch.base_version:06d}), or verify=False to convert it unchecked")
+    patch.check_against(base)
+
+
 def iter_chunks(patch, max_bytes=None, *, shapes=None, device="cpu", rename=None, patch_class=None,
-                max_staging_bytes=None, whole_files="error"):
+                max_staging_bytes=None, whole_files="error", verify=True, base=None):
     """Yield lists of vLLM ``SparseWeightPatch`` for ``send_weight_chunk``, in patch order.
 
     Each chunk carries at most max_bytes on the wire (int32 indices plus values; a tensor
@@ -173,9 +189,11 @@ def iter_chunks(patch, max_bytes=None, *, shapes=None, device="cpu", rename=None
     or from shapes ({name: shape}, e.g. ``weightfs.checkpoint_shapes(base_dir)``). rename maps
     a patch's name to the checkpoint name vLLM's loader expects (default: the same name).
     patch_class defaults to :func:`sparse_weight_patch_class`. Tensors are built per chunk, so
-    memory follows the chunk, not the patch.
+    memory follows the chunk, not the patch. Before the first chunk the patch is checked
+    against base (see the module's doc) unless verify=False.
     """
     _check_convertible(patch, whole_files, INT32_LIMIT)
+    _verify(patch, verify, base)
     cls = patch_class or sparse_weight_patch_class()
     name_of = rename or (lambda n: n)
     full = {t.name: _full_shape(t, shapes) for t in patch.tensors.values()}
@@ -206,15 +224,17 @@ def update_info(patches):
 
 
 def checkpoint_weight_patches(patch, *, shapes=None, device="cpu", rename=None, patch_class=None,
-                              whole_files="error"):
+                              whole_files="error", verify=True, base=None):
     """Every changed tensor as a vLLM ``CheckpointWeightPatch`` (PR #50723) for an in-process
     ``load_checkpoint_weight_patches(model, patches)``: indices int32, or int64 for tensors of
     2^31 elements or more (that API takes both). patch_class defaults to vLLM's
-    CheckpointWeightPatch; without vLLM pass one (any callable taking the five fields)."""
+    CheckpointWeightPatch; without vLLM pass one (any callable taking the five fields). The patch
+    is checked against base first unless verify=False (see the module's doc)."""
     import torch
 
     from ._torch import torch_dtype
     _check_convertible(patch, whole_files, float("inf"))
+    _verify(patch, verify, base)
     if patch_class is None:
         from vllm.model_executor.model_loader.checkpoint_weight_patch import CheckpointWeightPatch as patch_class
     name_of = rename or (lambda n: n)
