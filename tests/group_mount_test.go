@@ -424,7 +424,7 @@ func TestGroupMountPublisherKilled(t *testing.T) {
 			}
 			select {
 			case <-g.daemons[0].exited:
-			case <-time.After(30 * time.Second):
+			case <-time.After(hangLimit):
 				t.Fatal("the publisher did not die at its failpoint")
 			}
 			g.daemons[0].killed = true
@@ -561,7 +561,7 @@ func (g *rankGroup) waitPart(r, v int) {
 // (and detail(), when given: what it saw last).
 func waitFor(t testing.TB, what string, cond func() bool, detail func() string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(hangLimit); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			if detail != nil {
 				t.Fatalf("waited 30s for %s:\n%s", what, detail())

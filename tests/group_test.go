@@ -83,7 +83,7 @@ func TestGroupMountsCLI(t *testing.T) {
 				t.Fatalf("rank %d: DONE of version %d: %v\n%s", r, v, err, daemons[r].out.String())
 			}
 		}
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(hangLimit); ; time.Sleep(20 * time.Millisecond) {
 			if _, err := os.Stat(versionDir(rdMnt, v)); err == nil {
 				break
 			}

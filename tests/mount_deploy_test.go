@@ -317,7 +317,7 @@ func TestMountHelper(t *testing.T) {
 // helper started exits once its mount is unmounted.
 func waitNoDaemon(t *testing.T, mnt string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(hangLimit)
 	for {
 		pids := daemonsOf(mnt)
 		if len(pids) == 0 {
@@ -403,7 +403,7 @@ func TestMountNotify(t *testing.T) {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-exited:
-			case <-time.After(20 * time.Second):
+			case <-time.After(hangLimit):
 				_ = cmd.Process.Kill()
 			}
 		}
@@ -440,7 +440,7 @@ func TestMountNotify(t *testing.T) {
 		if waitErr != nil {
 			t.Fatalf("the daemon exited with %v after SIGTERM:\n%s", waitErr, out.String())
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(hangLimit):
 		t.Fatalf("the daemon did not exit on SIGTERM:\n%s", out.String())
 	}
 	if isMounted(mnt) {

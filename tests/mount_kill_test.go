@@ -116,7 +116,7 @@ func (k *killRig) saveAndKill(d *mountDaemon, v int, delay time.Duration) (time.
 	select {
 	case err := <-writerDone:
 		return delay, err
-	case <-time.After(30 * time.Second):
+	case <-time.After(hangLimit):
 		_ = writer.Process.Kill()
 		k.t.Errorf("v%d: the writer hung after the daemon died", v)
 		return delay, <-writerDone

@@ -149,7 +149,7 @@ func TestMountLifecycle(t *testing.T) {
 // about two seconds; the generous deadline keeps a loaded machine from failing the test.
 func waitForListing(t *testing.T, mnt, p string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(hangLimit)
 	for {
 		if strings.Contains(rootListing(t, mnt), filepath.Base(p)) {
 			if _, err := os.Stat(p); err == nil {

@@ -63,7 +63,7 @@ func TestSignalWhileBusy(t *testing.T) {
 			}
 			select {
 			case <-d.exited:
-			case <-time.After(20 * time.Second):
+			case <-time.After(hangLimit):
 				t.Fatalf("the daemon did not exit on %v once the mount was free:\n%s", last, d.out.String())
 			}
 			if code := d.cmd.ProcessState.ExitCode(); code != 0 {
@@ -92,7 +92,7 @@ func TestSIGHUPUnmounts(t *testing.T) {
 	}
 	select {
 	case <-d.exited:
-	case <-time.After(20 * time.Second):
+	case <-time.After(hangLimit):
 		t.Fatalf("the daemon did not exit on SIGHUP:\n%s", d.out.String())
 	}
 	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
@@ -135,7 +135,7 @@ func stopHolder(cmd *exec.Cmd) {
 // waitOutput waits until the daemon's output holds word at least n times.
 func waitOutput(t *testing.T, d *mountDaemon, n int, word string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(hangLimit)
 	for strings.Count(d.out.String(), word) < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %d lines with %q from the daemon:\n%s", n, word, d.out.String())
