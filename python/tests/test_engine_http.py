@@ -148,6 +148,29 @@ class HTTPSwap(unittest.TestCase):
             self.assertEqual(fake.pending, [])
         wc.compare_digests(self.layout.digests(self.store.numpy_state(4, raw=True)), fake.model.checksums())
 
+    def test_with_vllm_trainer_engine(self):
+        """use_trainer: vLLM's trainer engine posts /update_weights itself, through this
+        object as its client, while it broadcasts (SparseNCCLTrainerWeightTransferEngine.
+        _broadcast_chunk); the swap then only calls send_weight_chunk."""
+        fake, eng = self.start(1)
+
+        class Trainer:  # the data plane of _broadcast_chunk: info over the client, tensors to the ranks
+            def __init__(self, client):
+                self.client, self.sent = client, 0
+
+            def send_weight_chunk(self, patches):
+                fake.pending.append(patches)
+                self.client.update_weights(update_info(patches))
+                self.sent += 1
+        trainer = Trainer(eng)
+        eng.use_trainer(trainer)
+        expected = wc.ExpectedDigests.from_version_dir(self.layout, 1, self.store.versions[1])
+        s = self.staged(2, expected)
+        rep = we.swap(eng, s)
+        self.assertEqual(trainer.sent, len(s.chunks))
+        self.assertEqual([p for _, p, _ in fake.log].count("/update_weights"), len(s.chunks))
+        self.assertEqual((fake.version, rep.verified), ("2", 18))
+
     def test_flipped_element_over_http(self):
         fake, eng = self.start(1)
         fake.corrupt = flip_k_rank1

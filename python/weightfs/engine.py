@@ -34,7 +34,7 @@ from .patch import PatchError
 from .vllm import NotConvertible, iter_chunks, update_info
 from .weightcheck import WeightMismatch, compare_digests
 
-__all__ = ["EngineError", "EngineRefused", "SwapFailed", "Staged", "SwapReport", "refuse_config", "stage", "swap",
+__all__ = ["EngineError", "EngineRefused", "SwapFailed", "Staged", "SwapReport", "refuse_config", "stage", "swap", "prove",
            "VLLMHTTPEngine", "CallbackEngine", "RELOAD_ADVICE"]
 
 RELOAD_ADVICE = ("reload that version whole from a pinned mount (`weightfs mount --read-only --version N`, or "
@@ -208,7 +208,7 @@ def swap(engine, staged, *, verify=True):
         engine.finish(str(n))
         times["finish"] = time.perf_counter() - t
         step, state, t = "verify", "unproven", time.perf_counter()
-        verified = _verify(engine, staged) if verify else 0
+        verified = prove(engine, n, staged.expected) if verify else 0
         times["verify"] = time.perf_counter() - t
     except Exception as e:
         raise SwapFailed(step, held, n, state, e) from e
@@ -220,16 +220,21 @@ def swap(engine, staged, *, verify=True):
                       len(staged.chunks), staged.entries, verified)
 
 
-def _verify(engine, staged):
+def prove(engine, version, expected=None):
+    """Check that engine holds version: its weight_version() tag (when it has one) is
+    str(version), and its weight_digests() equal expected ({key: sha256 hex}, e.g.
+    ExpectedDigests(...).digests) when given. Returns the number of weights compared; raises
+    WeightMismatch naming the first that differs. Use it after a disk reload too: vLLM #32718
+    (open) reports reload_weights returning cached weights instead of re-reading the disk."""
     tag = getattr(engine, "weight_version", None)
     if tag is not None:
         got = tag()
-        if str(got) != str(staged.version):
-            raise WeightMismatch(f"the engine reports weight_version {got!r}, expected {staged.version!r}")
-    if staged.expected is None:
+        if str(got) != str(version):
+            raise WeightMismatch(f"the engine reports weight_version {got!r}, expected {str(version)!r}")
+    if expected is None:
         return 0
-    compare_digests(staged.expected, engine.weight_digests(), what=f"version {staged.version}")
-    return len(staged.expected)
+    compare_digests(expected, engine.weight_digests(), what=f"version {version}")
+    return len(expected)
 
 
 # --- engines ------------------------------------------------------------------------------
@@ -277,14 +282,45 @@ class HTTPError(EngineError):
 
 
 class VLLMHTTPEngine:
-    """vLLM's dev-mode HTTP routes (``VLLM_SERVER_DEV_MODE=1``). send(chunk) moves a chunk's
-    tensors on the data plane (the trainer engine's ``send_weight_chunk``, an NCCL broadcast);
-    it runs while ``POST /update_weights`` (which returns when the workers have received and
-    loaded it) is in flight. Without send only the control plane is exercised (tests)."""
+    """vLLM's dev-mode HTTP routes (``VLLM_SERVER_DEV_MODE=1``).
+
+    The tensors cross on the data plane (an NCCL broadcast from the trainer, rank 0) while
+    ``POST /update_weights`` (which returns when the workers have received and loaded the
+    chunk) is in flight. Two ways to drive it:
+
+    - ``send=fn``: this engine posts ``/update_weights`` in a thread and calls fn(chunk) for the
+      broadcast;
+    - :meth:`use_trainer`: vLLM's own ``SparseNCCLTrainerWeightTransferEngine`` (built with
+      ``client=`` this object) posts ``/update_weights`` itself from ``_broadcast_chunk``
+      through the client methods below, so this engine only calls its ``send_weight_chunk``.
+
+    Without either only the control plane is exercised (tests).
+    """
 
     def __init__(self, url, *, send=None, timeout=900.0, pause_mode="keep"):
         self.url, self.send, self.timeout, self.pause_mode = url.rstrip("/"), send, timeout, pause_mode
+        self.post_update = True
         self.calls = []
+
+    def use_trainer(self, trainer):
+        """Send chunks with vLLM's trainer engine (``send_weight_chunk``), which posts
+        ``/update_weights`` through this object's client methods."""
+        self.send, self.post_update = trainer.send_weight_chunk, False
+
+    # The client protocol of vLLM's trainer weight-transfer engines (what ``trainer_init(...,
+    # client=)`` calls: init_weight_transfer_engine(dict), start_weight_update(),
+    # update_weights(dict), finish_weight_update()).
+    def init_weight_transfer_engine(self, init_info):
+        return self._call("POST", "/init_weight_transfer_engine", {"init_info": init_info})
+
+    def start_weight_update(self):
+        return self._call("POST", "/start_weight_update", {"is_checkpoint_format": True})
+
+    def update_weights(self, update_info):
+        return self._call("POST", "/update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version=None):
+        return self._call("POST", "/finish_weight_update", {"weight_version": weight_version})
 
     def _call(self, method, route, body=None, query=None):
         path = route + ("?" + urllib.parse.urlencode(query) if query else "")
@@ -323,17 +359,20 @@ class VLLMHTTPEngine:
         return bool(self._call("GET", "/is_paused")["is_paused"])
 
     def start_update(self):
-        self._call("POST", "/start_weight_update", {"is_checkpoint_format": True})
+        self.start_weight_update()
 
     def apply(self, chunk, info):
+        if not self.post_update:
+            self.send(chunk)
+            return
         if self.send is None:
-            self._call("POST", "/update_weights", {"update_info": info})
+            self.update_weights(info)
             return
         errs = []
 
         def post():
             try:
-                self._call("POST", "/update_weights", {"update_info": info})
+                self.update_weights(info)
             except Exception as e:  # reported after send returns
                 errs.append(e)
         th = threading.Thread(target=post, daemon=True)
@@ -346,7 +385,7 @@ class VLLMHTTPEngine:
             raise errs[0]
 
     def finish(self, version):
-        self._call("POST", "/finish_weight_update", {"weight_version": version})
+        self.finish_weight_update(version)
 
     def weight_version(self):
         return self._call("GET", "/weight_info").get("weight_version")
