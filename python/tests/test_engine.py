@@ -123,6 +123,28 @@ class EngineSwap(unittest.TestCase):
             self.assertEqual(len(got), 2 * 9)
             wc.compare_digests(got, want)
 
+    def test_layout_gqa_replicated_kv_and_padded_vocab(self):
+        """A config the generated model does not cover: one kv head replicated to both ranks,
+        a vocabulary of 100 padded to 128 (zero rows), two layers, random bf16 bits."""
+        cfg = {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 1, "intermediate_size": 32,
+               "num_hidden_layers": 2, "vocab_size": 100}
+        rng = np.random.default_rng(7)
+        shapes = {"model.embed_tokens.weight": (100, 16), "model.norm.weight": (16,), "lm_head.weight": (100, 16)}
+        for i in range(2):
+            pre = f"model.layers.{i}."
+            shapes.update({pre + "self_attn.q_proj.weight": (16, 16), pre + "self_attn.k_proj.weight": (4, 16),
+                           pre + "self_attn.v_proj.weight": (4, 16), pre + "self_attn.o_proj.weight": (16, 16),
+                           pre + "mlp.gate_proj.weight": (32, 16), pre + "mlp.up_proj.weight": (32, 16),
+                           pre + "mlp.down_proj.weight": (16, 32), pre + "input_layernorm.weight": (16,),
+                           pre + "post_attention_layernorm.weight": (16,)})
+        raw = {n: rng.integers(0, 0x7F00, size=sh, dtype=np.uint16) for n, sh in shapes.items()}
+        model = mirror.TPModel(cfg, TP)
+        model.load_dense({n: torch.from_numpy(a.astype(np.int16)).view(torch.bfloat16) for n, a in raw.items()})
+        layout = wc.FusedLayout.from_config(cfg, tp=TP)
+        wc.compare_digests(layout.digests(raw), model.checksums())
+        # the padding rows are zeros on rank 1 (rows 100..127 of the padded vocabulary)
+        self.assertEqual(int(model.ranks[1].params["model.embed_tokens.weight"][36:].view(torch.int16).abs().sum()), 0)
+
     def test_swap_order_versions_and_proof(self):
         e = self.engine_at(1)
         expected = wc.ExpectedDigests.from_version_dir(self.layout, 1, self.store.versions[1])

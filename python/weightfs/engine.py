@@ -23,6 +23,7 @@ plain callables. Any object with the same methods works.
 """
 
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -36,6 +37,9 @@ from .weightcheck import WeightMismatch, compare_digests
 
 __all__ = ["EngineError", "EngineRefused", "SwapFailed", "Staged", "SwapReport", "refuse_config", "stage", "swap", "prove",
            "VLLMHTTPEngine", "CallbackEngine", "RELOAD_ADVICE"]
+
+log = logging.getLogger("weightfs.engine")
+log.addHandler(logging.NullHandler())  # a library: the application decides where logs go
 
 RELOAD_ADVICE = ("reload that version whole from a pinned mount (`weightfs mount --read-only --version N`, or "
                  "MNT/weight_vNNNNNN; never MNT/latest), or keep a local copy with `weightfs follow MNT DIR` and "
@@ -64,10 +68,10 @@ class SwapFailed(EngineError):
     (tagged, digests differ or could not be read), ``"verified"`` (only the resume failed)."""
 
     def __init__(self, step, held, version, state, cause, paused=True):
-        what = {"base": f"still version {held} (nothing was applied)",
+        what = {"base": f"version {held} still (nothing was applied)",
                 "mixed": f"a mix of versions {held} and {version}",
                 "untagged": f"version {version}'s values, not tagged as such",
-                "unproven": f"tagged {version}, but its weights are not proven to be version {version}",
+                "unproven": f"weights tagged {version} that are not proven to be version {version}",
                 "verified": f"version {version}, verified"}[state]
         todo = (f"resume it as version {held}" if state == "base" else f"resume it" if state == "verified" else
                 f"reload version {version} (or {held}) whole from a pinned mount, verify, then resume")
@@ -211,13 +215,17 @@ def swap(engine, staged, *, verify=True):
         verified = prove(engine, n, staged.expected) if verify else 0
         times["verify"] = time.perf_counter() - t
     except Exception as e:
-        raise SwapFailed(step, held, n, state, e) from e
+        err = SwapFailed(step, held, n, state, e)
+        log.error("%s", err)
+        raise err from e
     try:
         engine.resume()
     except Exception as e:
         raise SwapFailed("resume", held, n, "verified" if verify else "unproven", e) from e
-    return SwapReport(n, time.perf_counter() - t_pause, times["apply"], times["finish"], times["verify"],
-                      len(staged.chunks), staged.entries, verified)
+    report = SwapReport(n, time.perf_counter() - t_pause, times["apply"], times["finish"], times["verify"],
+                        len(staged.chunks), staged.entries, verified)
+    log.info("%s", report)
+    return report
 
 
 def prove(engine, version, expected=None):
