@@ -146,7 +146,9 @@ def stage(patch, *, config=None, held=None, shapes=None, max_bytes=256 << 20, ma
     """Prepare patch for a swap while the engine still samples. config: the engine's config
     (see refuse_config); held: the version the engine holds (must be patch.base_version);
     expected: an ExpectedDigests at the base version (advanced here to patch.model_version), a
-    digest dict for version N, or None. Refusals raise EngineRefused before anything is built."""
+    digest dict for version N, or None. Refusals raise EngineRefused before anything is built.
+    An ExpectedDigests is advanced in place (it then describes N): after a failed swap, rebuild
+    it with ExpectedDigests.from_version_dir for the version the engine is reloaded to."""
     t0 = time.perf_counter()
     if config is not None:
         refuse_config(config)
