@@ -6,6 +6,11 @@
   digest of its new bytes unless told not to (``verify=False``).
 - :mod:`weightfs.vllm` turns a patch into vLLM's sparse checkpoint-coordinate updates
   (``SparseWeightPatch``, ``CheckpointWeightPatch``), chunked by a byte budget.
+- :mod:`weightfs.engine` stages a version while the engine samples, then swaps it in under
+  the shortest pause (pause, apply, finish with the version tag, verify, resume), refusing up
+  front what vLLM's sparse contract does not cover; :mod:`weightfs.weightcheck` proves the
+  engine holds the version (its per-weight SHA-256 against digests derived in its fused,
+  sharded coordinates).
 - :class:`Follower` follows a mount's latest version for an engine holding its weights in
   memory: one catch-up patch per update, a full update only when no patch can exist.
 - :mod:`weightfs.safetensors` reads safetensors strictly, without the safetensors package.
