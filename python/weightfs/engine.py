@@ -142,13 +142,17 @@ class Staged:
 
 
 def stage(patch, *, config=None, held=None, shapes=None, max_bytes=256 << 20, max_staging_bytes=None, device="cpu",
-          patch_class=None, expected=None, whole_files="error"):
+          patch_class=None, expected=None, whole_files="error", base=None, verify=True):
     """Prepare patch for a swap while the engine still samples. config: the engine's config
     (see refuse_config); held: the version the engine holds (must be patch.base_version);
     expected: an ExpectedDigests at the base version (advanced here to patch.model_version), a
     digest dict for version N, or None. Refusals raise EngineRefused before anything is built.
     An ExpectedDigests is advanced in place (it then describes N): after a failed swap, rebuild
-    it with ExpectedDigests.from_version_dir for the version the engine is reloaded to."""
+    it with ExpectedDigests.from_version_dir for the version the engine is reloaded to.
+    The engine applies the values unchecked, so the patch is first checked against its base
+    (weightfs.vllm.iter_chunks): base is the base version's directory or tensors; without it,
+    an ExpectedDigests at the base version serves, since it holds the base's tensors.
+    verify=False skips that check, explicitly."""
     t0 = time.perf_counter()
     if config is not None:
         refuse_config(config)
@@ -156,9 +160,12 @@ def stage(patch, *, config=None, held=None, shapes=None, max_bytes=256 << 20, ma
         raise EngineRefused(f"the patch goes from version {patch.base_version} but the engine holds version {held}",
                             "use the catch-up patch from the version held (MNT/patches/weight_vN.from_vK."
                             "safetensors), or " + RELOAD_ADVICE)
+    if base is None and getattr(expected, "version", None) == patch.base_version:
+        base = getattr(expected, "state", None)
     try:
         chunks = list(iter_chunks(patch, max_bytes, shapes=shapes, device=device, patch_class=patch_class,
-                                  max_staging_bytes=max_staging_bytes, whole_files=whole_files))
+                                  max_staging_bytes=max_staging_bytes, whole_files=whole_files,
+                                  verify=verify, base=base))
     except NotConvertible as e:
         raise EngineRefused(str(e)) from e
     digests = expected
