@@ -31,8 +31,16 @@ class FakeVLLM:
     def __init__(self, model, paused_checker_409=False, dev_mode=True):
         self.model, self.paused, self.version = model, False, None
         self.pending, self.log = [], []
+        # The data plane: /update_weights waits for its chunk as a worker's NCCL receive
+        # does, since the engine posts it from a thread while it sends.
+        self.arrived = threading.Condition()
         self.paused_checker_409, self.dev_mode = paused_checker_409, dev_mode
         self.corrupt = None
+
+    def send(self, chunk):
+        with self.arrived:
+            self.pending.append(chunk)
+            self.arrived.notify_all()
 
     def handle(self, method, path, body):
         u = urllib.parse.urlparse(path)
@@ -57,7 +65,10 @@ class FakeVLLM:
         if (method, route) == ("POST", "/update_weights"):
             if "update_info" not in body:
                 return 400, {"detail": "Missing 'update_info' in request body"}
-            chunk = self.pending.pop(0)
+            with self.arrived:
+                if not self.arrived.wait_for(lambda: self.pending, timeout=120):
+                    return 500, {"detail": "receive timed out"}
+                chunk = self.pending.pop(0)
             if body["update_info"] != update_info(chunk):
                 return 500, {"detail": "update_info does not describe the chunk received"}
             self.model.apply_chunk(chunk)
@@ -120,7 +131,7 @@ class HTTPSwap(unittest.TestCase):
         srv, url = serve(fake)
         self.addCleanup(srv.server_close)
         self.addCleanup(srv.shutdown)
-        return fake, we.VLLMHTTPEngine(url, send=fake.pending.append, timeout=60)
+        return fake, we.VLLMHTTPEngine(url, send=fake.send, timeout=60)
 
     def staged(self, v, expected):
         return we.stage(weightfs.Patch.open(self.store.patch(v)), held=v - 1, max_bytes=600, expected=expected)
@@ -159,7 +170,7 @@ class HTTPSwap(unittest.TestCase):
                 self.client, self.sent = client, 0
 
             def send_weight_chunk(self, patches):
-                fake.pending.append(patches)
+                fake.send(patches)
                 self.client.update_weights(update_info(patches))
                 self.sent += 1
         trainer = Trainer(eng)
