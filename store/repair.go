@@ -43,7 +43,22 @@ import (
 // are never used again. Objects that only quarantined versions named are removed by the next
 // gc, like any unreferenced object.
 
-// quarantiner is a backend that can move damaged files aside (the local one).
+// Quarantiner is a Backend that can move damaged files aside, out of the store's view but
+// kept (store/s3: under PREFIX/quarantine/). Repair needs one; the local backend is one.
+type Quarantiner interface {
+	// QuarantineManifest moves version v's manifest aside and says where it went.
+	QuarantineManifest(v uint64) (string, error)
+	// QuarantineObject moves object id aside (its bytes as they are) and says where.
+	QuarantineObject(id ID) (string, error)
+	// ListQuarantined lists the version numbers in quarantine, ascending.
+	ListQuarantined() ([]uint64, error)
+	// QuarantineManifestPath and QuarantineObjectPath say where those would move a file.
+	QuarantineManifestPath(v uint64) string
+	QuarantineObjectPath(id ID) string
+}
+
+// quarantiner is a backend that can move damaged files aside (the local one; a backend of
+// another package, through Quarantiner: cachePolicy).
 type quarantiner interface {
 	quarantineManifest(v uint64) (string, error)
 	quarantineObject(id ID) (string, error)
@@ -102,8 +117,8 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 		return rep, fmt.Errorf("repair: %w", ErrReadOnly)
 	}
 	q, ok := s.be.(quarantiner)
-	if !ok {
-		return rep, fmt.Errorf("repair: not supported for this store's backend")
+	if c, wraps := s.be.(interface{ canQuarantine() bool }); !ok || (wraps && !c.canQuarantine()) {
+		return rep, fmt.Errorf("repair: not supported for this store's backend (it moves no file aside)")
 	}
 	if !opts.DryRun {
 		s.writeMu.Lock()

@@ -160,7 +160,17 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				fb.fails[bad] = tc.fails
 				fb.mu.Unlock()
 			}
+			// The dry run says what the repair will do, and changes nothing.
+			dry, derr := s.RepairWith(RepairOptions{DryRun: true})
+			if got := versionNumbers(s.Versions()); len(got) != 6 {
+				t.Fatalf("versions %v after the dry run", got)
+			}
 			rep, err := s.Repair(nil)
+			if (derr == nil) != (err == nil) || !sameNumbers(dry.Quarantined, rep.Quarantined) || !slices.Equal(dry.QuarantinedObjects, rep.QuarantinedObjects) ||
+				!slices.Equal(append(dry.Mended, dry.Reanchored...), append(rep.Mended, rep.Reanchored...)) || !dry.DryRun {
+				t.Errorf("the dry run said: versions %v, objects %v, mended %v, re-anchored %v (err %v); the repair did: %v, %v, %v, %v (err %v)",
+					dry.Quarantined, dry.QuarantinedObjects, dry.Mended, dry.Reanchored, derr, rep.Quarantined, rep.QuarantinedObjects, rep.Mended, rep.Reanchored, err)
+			}
 			for _, d := range rep.Verify.Damaged {
 				t.Logf("verify: DAMAGED %s", d)
 			}

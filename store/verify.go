@@ -276,11 +276,19 @@ func isVerdictDamage(err error) bool {
 	return !isIOError(err) && (errors.Is(err, ErrCorrupt) || errors.Is(err, fs.ErrNotExist))
 }
 
-// isIOError reports whether err holds an error of the operating system other than a missing
-// file (ENOENT).
+// isIOError reports whether err holds an error of the operating system other than one that
+// says the store's layout is damaged: a missing file (ENOENT), a path through a file
+// (ENOTDIR), a directory where a file belongs (EISDIR).
 func isIOError(err error) bool {
 	var errno syscall.Errno
-	return errors.As(err, &errno) && errno != syscall.ENOENT
+	if !errors.As(err, &errno) {
+		return false
+	}
+	switch errno {
+	case syscall.ENOENT, syscall.ENOTDIR, syscall.EISDIR:
+		return false
+	}
+	return true
 }
 
 // baseChainBroken reports whether the chain of bases of object id (its base, the base's
