@@ -26,17 +26,13 @@ type eioFS struct {
 func mountEIOFS(t *testing.T, dir, mnt string) *eioFS {
 	t.Helper()
 	skipWithoutFUSE(t)
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
+	efs := &eioFS{fails: map[string]int{}, hits: map[string]int{}}
+	rootNode, err := fs.NewLoopbackRoot(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	efs := &eioFS{fails: map[string]int{}, hits: map[string]int{}}
-	root := &fs.LoopbackRoot{Path: dir, Dev: uint64(st.Dev)}
-	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
-		return &eioNode{LoopbackNode: fs.LoopbackNode{RootData: r}, efs: efs}
-	}
-	root.RootNode = root.NewNode(root, nil, "", &st)
-	server, err := fs.Mount(mnt, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{FsName: "eiofs", DisableXAttrs: true}})
+	root := &eioNode{LoopbackNode: rootNode.(*fs.LoopbackNode), efs: efs}
+	server, err := fs.Mount(mnt, root, &fs.Options{MountOptions: fuse.MountOptions{FsName: "eiofs", DisableXAttrs: true}})
 	if err != nil {
 		t.Fatalf("mount the EIO loopback: %v", err)
 	}
@@ -77,11 +73,19 @@ func (e *eioFS) fail(rel string) bool {
 }
 
 type eioNode struct {
-	fs.LoopbackNode
+	*fs.LoopbackNode
 	efs *eioFS
 }
 
-var _ = (fs.NodeOpener)((*eioNode)(nil))
+var (
+	_ = (fs.NodeOpener)((*eioNode)(nil))
+	_ = (fs.NodeWrapChilder)((*eioNode)(nil))
+)
+
+// WrapChild makes every node under the root an eioNode (go-fuse calls it for each new one).
+func (n *eioNode) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	return &eioNode{LoopbackNode: ops.(*fs.LoopbackNode), efs: n.efs}
+}
 
 func (n *eioNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
