@@ -121,17 +121,6 @@ func TestVerifyRepairEIO(t *testing.T) {
 	skipWithoutFUSE(t)
 	weightfsBin(t)
 	c := sharedCampaignStore(t)
-	work := t.TempDir()
-	under := filepath.Join(work, "under")
-	if err := campaignCopyTree(c.dir, under); err != nil {
-		t.Fatal(err)
-	}
-	mnt := filepath.Join(work, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	efs := mountEIOFS(t, under, mnt)
-	storeDir := filepath.Join(mnt, "store")
 	// A delta object that versions name: the one whose damage used to cost the most.
 	var id string
 	for o, u := range c.objects {
@@ -142,15 +131,9 @@ func TestVerifyRepairEIO(t *testing.T) {
 	if id == "" {
 		t.Fatal("no delta object in the campaign store")
 	}
+	under, storeDir, efs := eioStore(t, c)
 	rel := filepath.Join("store", "objects", id[:2], id)
-	manifests := func() int {
-		es, err := os.ReadDir(filepath.Join(under, "store", "versions"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(es)
-	}
-	n := manifests()
+	n := manifestCount(t, under)
 
 	efs.failReads(rel, -1)
 	r := runCLI(t, "verify", storeDir)
@@ -166,12 +149,7 @@ func TestVerifyRepairEIO(t *testing.T) {
 	if efs.failed(rel) == 0 {
 		t.Fatalf("no read of %s reached the file system", rel)
 	}
-	if got := manifests(); got != n {
-		t.Fatalf("%d manifests after verify --repair with EIO, %d before", got, n)
-	}
-	if _, err := os.Stat(filepath.Join(under, "store", "quarantine")); !os.IsNotExist(err) {
-		t.Fatalf("quarantine/ after verify --repair with EIO: %v", err)
-	}
+	nothingMoved(t, under, n, "verify --repair with EIO")
 
 	// Transient: the first read fails, the next ones do not.
 	efs.failReads(rel, 1)
@@ -179,11 +157,92 @@ func TestVerifyRepairEIO(t *testing.T) {
 	if r.code != 0 || strings.Contains(r.stdout, "QUARANTINED") {
 		t.Errorf("verify --repair with one EIO for object %s: exit %d\nstdout: %s\nstderr: %s\nwant exit 0, nothing moved", id[:12], r.code, r.stdout, r.stderr)
 	}
-	if got := manifests(); got != n {
-		t.Fatalf("%d manifests after verify --repair with a transient EIO, %d before", got, n)
-	}
+	nothingMoved(t, under, n, "verify --repair with a transient EIO")
 	efs.failReads(rel, 0)
 	if r := runCLI(t, "verify", storeDir); r.code != 0 {
 		t.Errorf("verify once the file system reads: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestVerifyRepairEIOEveryKind: EIO (always, then once) for a file of each of the campaign's
+// damage kinds (an object, a manifest, the format file, the writer's index, a file of its
+// materialized copy, a cached render): verify and verify --repair (and its dry run) never
+// call it damage and never move anything; once the file system reads, the store verifies.
+func TestVerifyRepairEIOEveryKind(t *testing.T) {
+	skipWithoutFUSE(t)
+	weightfsBin(t)
+	c := sharedCampaignStore(t)
+	for _, kind := range campaignKinds {
+		for _, fails := range []int{-1, 1} {
+			name := kind.name + "/always"
+			if fails > 0 {
+				name = kind.name + "/once"
+			}
+			t.Run(name, func(t *testing.T) {
+				under, storeDir, efs := eioStore(t, c)
+				root := filepath.Join(under, "store")
+				if kind.cache {
+					root = filepath.Join(root, "cache")
+				}
+				files := kind.files(root)
+				if len(files) == 0 {
+					t.Skipf("no %s file under %s", kind.name, root)
+				}
+				rel, err := filepath.Rel(under, files[len(files)/2])
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := manifestCount(t, under)
+				efs.failReads(rel, fails)
+				for _, args := range [][]string{{"verify", storeDir}, {"verify", "--repair", "--dry-run", storeDir}, {"verify", "--repair", storeDir}} {
+					r := runCLI(t, args...)
+					if strings.Contains(r.stdout, "QUARANTINED") || storeDamageLines(r.stdout) != nil || campaignCrashed(r.code, r.stdout+r.stderr) {
+						t.Errorf("%v with EIO (%d) for %s: exit %d\nstdout: %s\nstderr: %s\nwant no DAMAGED line for the store and nothing moved", args, fails, rel, r.code, r.stdout, r.stderr)
+					}
+				}
+				nothingMoved(t, under, n, "verify --repair with EIO for "+rel)
+				t.Logf("%s: %d reads failed with EIO", rel, efs.failed(rel))
+				efs.failReads(rel, 0)
+				if r := runCLI(t, "verify", storeDir); r.code != 0 {
+					t.Errorf("verify once the file system reads %s: exit %d\n%s%s", rel, r.code, r.stdout, r.stderr)
+				}
+			})
+		}
+	}
+}
+
+// eioStore copies the campaign's pristine store (and its writer's cache) and mounts the EIO
+// loopback over the copy; storeDir is the store seen through it.
+func eioStore(t *testing.T, c *campaignStore) (under, storeDir string, efs *eioFS) {
+	t.Helper()
+	work := t.TempDir()
+	under = filepath.Join(work, "under")
+	if err := campaignCopyTree(c.dir, under); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(work, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return under, filepath.Join(mnt, "store"), mountEIOFS(t, under, mnt)
+}
+
+func manifestCount(t *testing.T, under string) int {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(under, "store", "versions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// nothingMoved fails the test if a manifest left versions/ or quarantine/ exists.
+func nothingMoved(t *testing.T, under string, manifests int, what string) {
+	t.Helper()
+	if got := manifestCount(t, under); got != manifests {
+		t.Fatalf("%d manifests after %s, %d before", got, what, manifests)
+	}
+	if _, err := os.Stat(filepath.Join(under, "store", "quarantine")); !os.IsNotExist(err) {
+		t.Fatalf("quarantine/ after %s: %v", what, err)
 	}
 }
