@@ -98,8 +98,12 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 		// copied: version 3's model file is read (and so copied, checked) before the
 		// damage: Repair mends the object from that copy and moves nothing.
 		copied bool
+		// latest: the damaged object is version 6's, which the materialized copy holds:
+		// Repair mends it from the copy and moves nothing.
+		latest bool
 	}{
 		{name: "flipped byte", flip: true},
+		{name: "flipped byte of the latest version", flip: true, latest: true},
 		{name: "flipped byte, version 3 copied", flip: true, copied: true},
 		{name: "EIO once", errno: syscall.EIO, fails: 1},
 		{name: "EIO always", errno: syscall.EIO, fails: -1, ioError: true},
@@ -121,6 +125,9 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				commitTree(t, s, 0, want[uint64(step)])
 			}
 			bad := deltaObjectOf(t, s, 3)
+			if tc.latest {
+				bad = deltaObjectOf(t, s, 6)
+			}
 			if tc.copied {
 				// The pass of a first read of version 3 (vouch.go) hashes the file and keeps
 				// the checked copy.
@@ -195,8 +202,8 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				t.Fatalf("repair: %v", err)
 			}
 			damagedOnPurpose.Delete(s) // (mended or moved: closeStore verifies)
-			if tc.copied && (len(rep.Mended) != 1 || rep.Mended[0] != bad || len(rep.Moved) != 0) {
-				t.Errorf("repair with a checked copy of version 3: mended %v, moved %v; want %s mended and nothing moved", rep.Mended, rep.Moved, bad)
+			if (tc.copied || tc.latest) && (len(rep.Mended) != 1 || rep.Mended[0] != bad || len(rep.Moved) != 0) {
+				t.Errorf("repair with a checked copy of the damaged object's content: mended %v, moved %v; want %s mended and nothing moved", rep.Mended, rep.Moved, bad)
 			}
 			if v, ok := s.Latest(); !ok || v != 6 {
 				t.Errorf("latest %d after the repair, want 6", v)

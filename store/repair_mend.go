@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"strings"
 
@@ -91,6 +92,10 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 			unmended[id] = true
 		}
 	}
+	// The damaged objects mended (with their links): an object read through one of them reads
+	// again. (Not the re-anchored ones planned below: stored without a link, a version-2
+	// section coded against theirs would not decode.)
+	mended := maps.Clone(planned)
 	for _, v := range readable {
 		ver, err := s.loadVersion(v)
 		if err != nil {
@@ -108,7 +113,7 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 					fixable = false
 					continue
 				}
-				if !badObj[id] && (s.objectReadsExactly(id, sg) || s.readsOnceMended(id, planned, unmended)) {
+				if !badObj[id] && (s.objectReadsExactly(id, sg) || s.readsOnceMended(id, mended, unmended)) {
 					continue
 				}
 				src, ok := s.sourceOf(ver, f, sg)
@@ -121,7 +126,7 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 				plan.rewrites = append(plan.rewrites, rewrite{id: id, damaged: badObj[id], source: src, ver: ver, f: f, seg: sg, tensor: tensorAt(f, sg)})
 			}
 		}
-		if fixable && s.versionHashesAfter(ver, planned, unmended) {
+		if fixable && s.versionHashesAfter(ver, planned, mended, unmended) {
 			continue // the rewrites make it whole
 		}
 		if s.servesExactly(ver) {
@@ -166,10 +171,10 @@ func (s *Store) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
 // versionHashesAfter reports whether ver's objects, once planned are written again, rebuild
 // its files: every object not planned reads exactly now. (The files' SHA-256 are checked by
 // the Verify that follows the rewrites.)
-func (s *Store) versionHashesAfter(ver *version, planned, unmended map[ID]bool) bool {
+func (s *Store) versionHashesAfter(ver *version, planned, mended, unmended map[ID]bool) bool {
 	for i := range ver.m.Files {
 		for _, sg := range s.newVersionFile(ver, &ver.m.Files[i], readOpts{}).segs {
-			if !planned[sg.id] && !s.objectReadsExactly(sg.id, sg) && !s.readsOnceMended(sg.id, planned, unmended) {
+			if !planned[sg.id] && !s.objectReadsExactly(sg.id, sg) && !s.readsOnceMended(sg.id, mended, unmended) {
 				return false
 			}
 		}
