@@ -365,3 +365,11 @@ func (b *localBackend) listQuarantined() ([]uint64, error) {
 	slices.Sort(vs)
 	return vs, nil
 }
+
+func (b *localBackend) quarantineManifestPath(v uint64) string {
+	return filepath.Join(b.root, "quarantine", manifestName(v))
+}
+
+func (b *localBackend) quarantineObjectPath(id ID) string {
+	return filepath.Join(b.root, "quarantine", "objects", id.String())
+}

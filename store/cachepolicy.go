@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -125,21 +126,32 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 	}
 	want := map[ID]int64{} // object -> content length (a bound of its file's size)
 	if fresh {
-		objs, err := p.manifestObjects(news[len(news)-1])
-		if err != nil {
-			return err
+		// The newest readable version: a damaged manifest is skipped, as the version list
+		// skips it (logged there, and here).
+		for i := len(news) - 1; i >= 0; i-- {
+			objs, err := p.manifestObjects(news[i])
+			if p.skipDamaged(news[i], err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			want = objs
+			break
 		}
-		want = objs
 	} else {
 		for _, v := range news {
 			objs, err := p.manifestObjects(v)
+			if p.skipDamaged(v, err) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
 			i, _ := slices.BinarySearch(vs, v)
 			if i > 0 {
 				prev, err := p.manifestObjects(vs[i-1])
-				if err != nil {
+				if err != nil && !p.skipDamaged(vs[i-1], err) {
 					return err
 				}
 				for id := range prev {
@@ -169,6 +181,17 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 	return nil
 }
 
+// skipDamaged reports whether err says that version v's manifest is damaged: then its
+// objects are not fetched ahead (logged), and the listing goes on, as the version list skips
+// the version (noteDamaged) rather than fail. A failed request still fails the listing.
+func (p *cachePolicy) skipDamaged(v uint64, err error) bool {
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return false
+	}
+	p.log.Warn(fmt.Sprintf("%s: the manifest of version %d is damaged: its objects are not fetched ahead (run weightfs verify --repair %s to move it aside)", p.root, v, p.root), "err", err)
+	return true
+}
+
 // manifestObjects returns the objects version v's manifest names, with their content
 // lengths.
 func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
@@ -194,4 +217,47 @@ func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
 		}
 	}
 	return objs, nil
+}
+
+// The quarantine of a backend of another package (store/s3), through Quarantiner. One that
+// has none lists nothing in quarantine, and Repair refuses it (canQuarantine).
+
+func (p *cachePolicy) canQuarantine() bool {
+	_, ok := p.Backend.(Quarantiner)
+	return ok
+}
+
+func (p *cachePolicy) quarantineManifest(v uint64) (string, error) {
+	if q, ok := p.Backend.(Quarantiner); ok {
+		return q.QuarantineManifest(v)
+	}
+	return "", fmt.Errorf("quarantine version %d: not supported for this store's backend", v)
+}
+
+func (p *cachePolicy) quarantineObject(id ID) (string, error) {
+	if q, ok := p.Backend.(Quarantiner); ok {
+		return q.QuarantineObject(id)
+	}
+	return "", fmt.Errorf("quarantine object %s: not supported for this store's backend", id)
+}
+
+func (p *cachePolicy) listQuarantined() ([]uint64, error) {
+	if q, ok := p.Backend.(Quarantiner); ok {
+		return q.ListQuarantined()
+	}
+	return nil, nil
+}
+
+func (p *cachePolicy) quarantineManifestPath(v uint64) string {
+	if q, ok := p.Backend.(Quarantiner); ok {
+		return q.QuarantineManifestPath(v)
+	}
+	return ""
+}
+
+func (p *cachePolicy) quarantineObjectPath(id ID) string {
+	if q, ok := p.Backend.(Quarantiner); ok {
+		return q.QuarantineObjectPath(id)
+	}
+	return ""
 }

@@ -130,10 +130,21 @@ func isContextDamage(err error) bool { return isDamage(err) || errors.Is(err, er
 // of id fail with EIO), other failures pass through.
 func contextError(id, base ID, err error) error {
 	if isContextDamage(err) {
-		return objectError(id, fmt.Errorf("its delta context, the delta section of object %s: %v: %w", base, err, ErrCorrupt))
+		// (The cause is kept in the chain: an I/O error under it is no verdict of damage.)
+		return objectError(id, &contextFailure{base, fmt.Errorf("its delta context, the delta section of object %s: %w: %w", base, err, ErrCorrupt)})
 	}
-	return objectError(id, fmt.Errorf("its delta context, the delta section of object %s: %w", base, err))
+	return objectError(id, &contextFailure{base, fmt.Errorf("its delta context, the delta section of object %s: %w", base, err)})
 }
+
+// contextFailure is the failure of an object's context: of its base's section, not of its
+// own file (Verify reports it with the base, or with the versions read through it).
+type contextFailure struct {
+	base ID
+	err  error
+}
+
+func (e *contextFailure) Error() string { return e.err.Error() }
+func (e *contextFailure) Unwrap() error { return e.err }
 
 // contextHold hands out the blocks of a section's context as a delta.ContextFunc and keeps
 // the references it took until release (after the decode or apply that used them).

@@ -338,14 +338,25 @@ func TestContextDamage(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Errorf("verify: %v", err)
 			}
+			// The damaged object is named (a missing one by the findings of the versions that
+			// need it); the sound objects whose context it is are not damage of their own
+			// (their files pass their checks): Repair must not move them (issue 27).
 			for _, id := range chain {
-				found := false
+				found, own := false, false
 				for _, d := range rep.Damaged {
-					// A missing object is named by the findings of the versions that need it.
 					found = found || d.Object == id || id == target && strings.Contains(d.Err.Error(), id.String())
+					own = own || d.Object == id
 				}
-				if !found {
+				if id == target && !found {
 					t.Errorf("verify does not name object %s (%d back from version 5): %v", id, slices.Index(chain, id), rep.Damaged)
+				}
+				if id != target && own {
+					t.Errorf("verify calls sound object %s (%d back from version 5) damaged: %v", id, slices.Index(chain, id), rep.Damaged)
+				}
+			}
+			for v := uint64(3); v <= 5; v++ {
+				if !slices.ContainsFunc(rep.Damaged, func(d Damage) bool { return d.Version == v }) {
+					t.Errorf("verify does not name version %d, which needs the damaged object: %v", v, rep.Damaged)
 				}
 			}
 			closeStore(t, r)

@@ -97,7 +97,9 @@
 // A version whose manifest cannot be read is skipped, not fatal: it leaves the list with a
 // log line naming it and `weightfs verify --repair`, reads of it return ErrCorrupt saying the
 // same, Latest is the newest readable version, and new versions are numbered above it.
-// Repair moves damaged versions and objects into STORE/quarantine/ (repair.go). gc records
+// Verify gives no verdict on an I/O error (VerifyReport.Unreadable). Repair mends damaged
+// objects from intact checked copies and moves into STORE/quarantine/ only what stays damaged,
+// never a version that a read path serves exactly (repair.go, repair_mend.go). gc records
 // the versions it drops (STORE/dropped, gcrecord.go) before it deletes their manifests, so
 // that Verify tells a version gc dropped from one whose manifest was lost.
 //

@@ -289,8 +289,10 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 			continue
 		}
 		if err != nil {
-			if reloaded && isDamage(err) {
+			if reloaded && isVerdictDamage(err) {
 				s.log.Warn("read failed again from the files: damage", "object", id, "err", err)
+			} else if reloaded && isDamage(err) {
+				s.log.Warn("read failed again from the files (an I/O error: no verdict of damage)", "object", id, "err", err)
 			}
 			return nil, err
 		}

@@ -2,10 +2,13 @@ package store
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash"
+	"io/fs"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // Damage is one damaged object or version found by Verify, or (Object and Version zero) a
@@ -35,6 +38,9 @@ type VerifyReport struct {
 	Versions int // versions checked
 	Bytes    int64
 	Damaged  []Damage
+	// Unreadable lists what could not be checked: an I/O error (EIO, EMFILE, EACCES, ...) is
+	// no verdict of damage, and Repair acts on none of these.
+	Unreadable []Damage
 	// Caches lists the node-local caches checked (verify_caches.go): a damaged cache is
 	// reported and dropped there, not in Damaged.
 	Caches []CacheCheck
@@ -88,8 +94,13 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(string(a[:]), string(b[:])) })
 	for _, id := range ids {
 		version, err := s.checkObject(id)
-		if err != nil {
-			rep.Damaged = append(rep.Damaged, Damage{Object: id, Err: err})
+		var cf *contextFailure
+		switch {
+		case err != nil && errors.As(err, &cf):
+			// Its own file passed; its base's section did not load: that is reported with
+			// the base (its own check), or with the versions read through it.
+		case err != nil:
+			rep.add(Damage{Object: id, Err: err})
 			bad[id] = true
 		}
 		if version >= 2 {
@@ -136,7 +147,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	for _, v := range numbers {
 		ver, err := s.loadVersionFresh(v)
 		if err != nil {
-			rep.Damaged = append(rep.Damaged, Damage{Version: v, Err: err})
+			rep.add(Damage{Version: v, Err: err})
 			continue
 		}
 		ver.m.roots(named)
@@ -163,7 +174,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			n, err := s.verifyFile(ver, f, opts, checked)
 			rep.Bytes += n
 			if err != nil {
-				rep.Damaged = append(rep.Damaged, Damage{Version: ver.m.Version, Path: f.Path, Err: err})
+				rep.add(Damage{Version: ver.m.Version, Path: f.Path, Err: err})
 			}
 			report(f.Size)
 		}
@@ -184,9 +195,12 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			rep.Damaged = append(rep.Damaged, l.damage(named))
 		}
 	}
-	// Objects no version names (bases only, or left by an interrupted writer).
+	// Objects no version names (bases only, or left by an interrupted writer), and named
+	// ones a version's check did not reach. An object whose chain of bases holds an object
+	// that failed its own check is not damaged itself: its reads fail through that one,
+	// which is reported (and what Repair acts on).
 	for _, id := range ids {
-		if checked[id] || bad[id] {
+		if checked[id] || bad[id] || s.baseChainBroken(id, bad) {
 			continue
 		}
 		m, err := s.meta(id)
@@ -198,7 +212,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			}
 		}
 		if err != nil {
-			rep.Damaged = append(rep.Damaged, Damage{Object: id, Err: err})
+			rep.add(Damage{Object: id, Err: err})
 		}
 	}
 	if d, ok := s.checkFormatFile(sections2); !ok {
@@ -210,9 +224,92 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		for i, d := range rep.Damaged {
 			lines[i] = d.String()
 		}
-		return rep, fmt.Errorf("verify: %d damaged: %s: %w", len(rep.Damaged), strings.Join(lines, "; "), ErrCorrupt)
+		return rep, fmt.Errorf("verify: %d damaged: %s%s: %w", len(rep.Damaged), strings.Join(lines, "; "), rep.unreadableNote(), ErrCorrupt)
+	}
+	if len(rep.Unreadable) > 0 {
+		return rep, rep.unreadableError()
 	}
 	return rep, nil
+}
+
+// add files a finding: damage (a failed check, a missing file), or, for an I/O error or
+// any other failure of the check itself, Unreadable: no verdict either way.
+func (rep *VerifyReport) add(d Damage) {
+	if isVerdictDamage(d.Err) {
+		rep.Damaged = append(rep.Damaged, d)
+	} else {
+		rep.Unreadable = append(rep.Unreadable, d)
+	}
+}
+
+// unreadableNote is the part of Verify's damage error that names what could not be checked.
+func (rep *VerifyReport) unreadableNote() string {
+	if len(rep.Unreadable) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (and %d could not be checked: %v)", len(rep.Unreadable), rep.unreadableError())
+}
+
+// unreadableError is Verify's error when it could not check something but found no damage:
+// it wraps the first error (errors.Is finds its errno), not ErrCorrupt.
+func (rep *VerifyReport) unreadableError() error {
+	lines := make([]string, len(rep.Unreadable))
+	for i, d := range rep.Unreadable {
+		lines[i] = d.String()
+	}
+	// The errno (or the first error, when it holds none), not ErrCorrupt.
+	var cause error = errors.New("check failed")
+	var errno syscall.Errno
+	if errors.As(rep.Unreadable[0].Err, &errno) {
+		cause = errno
+	} else if !errors.Is(rep.Unreadable[0].Err, ErrCorrupt) {
+		cause = rep.Unreadable[0].Err
+	}
+	return fmt.Errorf("verify: %d could not be checked (an error of the check, not damage; run it again once the error is gone): %s: %w",
+		len(rep.Unreadable), strings.Join(lines, "; "), cause)
+}
+
+// isVerdictDamage reports whether a finding's error is a verdict of damage: a failed check
+// or a missing file, and no I/O error (EIO, EMFILE, EACCES, ...) on the way. A file system
+// that fails a read says nothing of the bytes: they may be intact.
+func isVerdictDamage(err error) bool {
+	return !isIOError(err) && (errors.Is(err, ErrCorrupt) || errors.Is(err, fs.ErrNotExist))
+}
+
+// isIOError reports whether err holds an error of the operating system other than one that
+// says the store's layout is damaged: a missing file (ENOENT), a path through a file
+// (ENOTDIR), a directory where a file belongs (EISDIR).
+func isIOError(err error) bool {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return false
+	}
+	switch errno {
+	case syscall.ENOENT, syscall.ENOTDIR, syscall.EISDIR:
+		return false
+	}
+	return true
+}
+
+// baseChainBroken reports whether the chain of bases of object id (its base, the base's
+// base, ..., as far as objects carry a delta section) holds an object of bad, or one that is
+// missing (moved into quarantine by Repair: the versions that needed it went with it).
+func (s *Store) baseChainBroken(id ID, bad map[ID]bool) bool {
+	// (Headers alone: meta walks the whole chain and fails where it is broken.)
+	info, err := s.objectInfoOf(id)
+	for range maxContextRead {
+		if err != nil || info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
+			return false
+		}
+		base := info.hdr.Base
+		if bad[base] {
+			return true
+		}
+		if info, err = s.objectInfoOf(base); err != nil {
+			return isVerdictDamage(err) // a base missing or failing its check
+		}
+	}
+	return false
 }
 
 // deltasBasedOutside lists, for the oldest version whose previous manifest is gone, its

@@ -87,6 +87,11 @@ func (s *Store) verifyOwnCopy() CacheCheck {
 	c.Checked = true
 	err := checkCopyFiles(m.dir, ver)
 	m.ensureMu.Unlock()
+	if err != nil && !isVerdictDamage(err) {
+		// An I/O error is no verdict: the copy stays (a repair may need it as a source).
+		c.Note = fmt.Sprintf("version %d: not checked (an error of the check, not damage): %v", ver.m.Version, err)
+		return c
+	}
 	if err != nil {
 		c.Damaged = true
 		c.Note = fmt.Sprintf("version %d: %v; dropped, rebuilt from the objects", ver.m.Version, err)
@@ -191,7 +196,7 @@ func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
 	}
 	c := CacheCheck{Name: "render cache", Path: root, Checked: true}
 	var checked, stale int
-	var bad []string
+	var bad, unreadable []string
 	for _, kind := range []string{"patches", "deltas"} {
 		ents, _ := os.ReadDir(filepath.Join(root, kind))
 		for _, e := range ents {
@@ -204,6 +209,10 @@ func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
 			switch {
 			case errors.Is(err, errStaleRender):
 				stale++
+			case err != nil && !isVerdictDamage(err):
+				// The fresh render could not be made (an I/O error): no verdict, the render
+				// stays.
+				unreadable = append(unreadable, fmt.Sprintf("%s/%s: %v", kind, name, err))
 			case err != nil:
 				bad = append(bad, fmt.Sprintf("%s/%s: %v", kind, name, err))
 				os.RemoveAll(filepath.Join(root, kind, name))
@@ -216,6 +225,9 @@ func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
 		}
 	}
 	c.Note = fmt.Sprintf("%d renders match a fresh render, %d stale ones not checked", checked, stale)
+	if len(unreadable) > 0 {
+		c.Note += fmt.Sprintf("; %d not checked (an error of the check, not damage): %s", len(unreadable), strings.Join(unreadable, "; "))
+	}
 	if len(bad) > 0 {
 		c.Damaged = true
 		c.Note += fmt.Sprintf("; %d damaged, removed (rendered again when asked for): %s", len(bad), strings.Join(bad, "; "))

@@ -173,6 +173,8 @@ func (tr *campaignTrial) checkExports() {
 		if r.code == 0 {
 			if len(got) != len(tr.c.want[v]) {
 				tr.fail("export", "incomplete", "%s exited 0 with %d of %d files", what, len(got), len(tr.c.want[v]))
+			} else {
+				tr.exactBefore[v] = true // (a wrong byte failed the trial above)
 			}
 			if tr.kind.name == "format" {
 				tr.fail("export", "damaged format accepted", "%s exited 0", what)

@@ -95,11 +95,13 @@ type campaignTrial struct {
 	manifest int      // the damaged manifest's version (kind manifest)
 	outcome  []string // what each phase saw, for the trial's log line
 	deadRead string   // the current mount's first read that found the daemon gone
+	// exactBefore: the versions whose export was exact before any repair (checkRepair).
+	exactBefore map[int]bool
 }
 
 func newCampaignTrial(t *testing.T, c *campaignStore, log *campaignLog, seed uint64, n int, kind campaignKind, attack string) *campaignTrial {
 	work := t.TempDir()
-	tr := &campaignTrial{t: t, c: c, log: log, seed: seed, n: n, kind: kind, attack: attack,
+	tr := &campaignTrial{t: t, c: c, log: log, seed: seed, n: n, kind: kind, attack: attack, exactBefore: map[int]bool{},
 		rng:  rand.New(rand.NewPCG(seed, uint64(n))),
 		work: work, storeDir: filepath.Join(work, "store"), roCache: filepath.Join(work, "rocache")}
 	if err := campaignCopyTree(c.storeDir(), tr.storeDir); err != nil {
@@ -118,6 +120,7 @@ func (tr *campaignTrial) run() {
 	tr.checkExports()
 	tr.checkMount("ro", "--read-only", "--cache-dir", tr.roCache)
 	tr.checkMount("rw")
+	tr.checkRepair()
 	tr.t.Logf("outcome: %s", strings.Join(tr.outcome, "; "))
 }
 

@@ -308,7 +308,8 @@ func cmdExport(e *env, args []string) error {
 
 func cmdVerify(e *env, args []string) error {
 	fs := newFlags("verify")
-	repair := fs.Bool("repair", false, "move damaged versions and objects into STORE/quarantine/ (takes the writer's lock)")
+	repair := fs.Bool("repair", false, "mend damaged objects from intact copies and move what stays damaged into STORE/quarantine/ (takes the writer's lock)")
+	dryRun := fs.Bool("dry-run", false, "with --repair: say what would be mended and moved, changing nothing (takes the writer's lock, to see the writer's materialized copy as the repair would)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the lines (docs/cli.md); the exit status is the same:\n"+
 		`{"ok", "versions", "objects", "bytes", "damaged": [{"version", "object", "path", "error", "text"}], "quarantined": [...],`+"\n"+
 		`"caches": [{"name", "path", "checked", "damaged", "note"}]}`)
@@ -317,7 +318,12 @@ func cmdVerify(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Repair moves files: it takes the writer's lock (and opens as the writer does).
+	if *dryRun && !*repair {
+		return usagef("--dry-run goes with --repair")
+	}
+	// Repair moves files: it takes the writer's lock (and opens as the writer does). Its dry
+	// run changes nothing, but opens the same way: it sees the same sources of intact
+	// content (the writer's materialized copy), so it says what the repair will do.
 	st, err := openStore(e, pos[0], !*repair, "", sf)
 	if err != nil {
 		return err
@@ -327,9 +333,9 @@ func cmdVerify(e *env, args []string) error {
 	var rep store.VerifyReport
 	var moved []string
 	var lost []uint64
+	var rr store.RepairReport
 	if *repair {
-		var rr store.RepairReport
-		rr, err = st.Repair(p.update)
+		rr, err = st.RepairWith(store.RepairOptions{Progress: p.update, DryRun: *dryRun})
 		rep, moved, lost = rr.Verify, rr.Moved, rr.Lost
 	} else {
 		rep, err = st.Verify(p.update)
@@ -340,18 +346,45 @@ func cmdVerify(e *env, args []string) error {
 		for _, d := range rep.Damaged {
 			fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
 		}
+		// An error of the check (EIO, EMFILE, EACCES, ...) is no verdict: not DAMAGED, and
+		// repair acts on none.
+		for _, d := range rep.Unreadable {
+			fmt.Fprintf(e.stdout, "UNREADABLE %s\n", d)
+		}
+		would := ""
+		if rr.DryRun {
+			would = "WOULD BE "
+		}
+		for _, id := range rr.Mended {
+			fmt.Fprintf(e.stdout, "%sMENDED object %s: written again from an intact copy of its content\n", would, id)
+		}
+		for _, id := range rr.Reanchored {
+			fmt.Fprintf(e.stdout, "%sRE-ANCHORED object %s: stored whole from an intact copy (its chain is damaged)\n", would, id)
+		}
+		for _, v := range rr.Kept {
+			fmt.Fprintf(e.stdout, "KEPT version %d: damaged objects, but a read path serves it exactly\n", v)
+		}
 		for _, m := range moved {
-			fmt.Fprintf(e.stdout, "QUARANTINED %s\n", m)
+			fmt.Fprintf(e.stdout, "%sQUARANTINED %s\n", would, m)
 		}
 		for _, v := range lost {
-			fmt.Fprintf(e.stdout, "LOST version %d: its manifest is lost (nothing to move), recorded as gone in %s\n", v, store.GCRecordName)
+			fmt.Fprintf(e.stdout, "%sLOST version %d: its manifest is lost (nothing to move), recorded as gone in %s\n", would, v, store.GCRecordName)
 		}
-	case err == nil || len(rep.Damaged) > 0:
+	case err == nil || len(rep.Damaged) > 0 || len(rep.Unreadable) > 0:
 		// (An error without a finding, such as a store that cannot be read, has no report.)
-		out := verifyJSON{OK: len(rep.Damaged) == 0, Versions: rep.Versions, Objects: rep.Objects, Bytes: rep.Bytes,
-			Damaged: []damageJSON{}, Quarantined: nonNil(moved), Lost: lost, Notes: rep.Notes}
+		out := verifyJSON{OK: len(rep.Damaged) == 0 && len(rep.Unreadable) == 0, Versions: rep.Versions, Objects: rep.Objects, Bytes: rep.Bytes,
+			Damaged: []damageJSON{}, Quarantined: nonNil(moved), Lost: lost, Notes: rep.Notes, DryRun: rr.DryRun}
 		for _, d := range rep.Damaged {
 			out.Damaged = append(out.Damaged, newDamageJSON(d))
+		}
+		for _, d := range rep.Unreadable {
+			out.Unreadable = append(out.Unreadable, newDamageJSON(d))
+		}
+		for _, id := range rr.Mended {
+			out.Mended = append(out.Mended, id.String())
+		}
+		for _, id := range rr.Reanchored {
+			out.Reanchored = append(out.Reanchored, id.String())
 		}
 		out.Caches = []cacheJSON{}
 		for _, c := range rep.Caches {
@@ -380,7 +413,11 @@ func cmdVerify(e *env, args []string) error {
 	if len(rep.Damaged) > 0 {
 		// Repaired, and said so; the exit status still tells a script that there was damage.
 		printCaches()
-		return fmt.Errorf("verified %d versions, %d objects: %d damaged, moved into quarantine; the store is consistent again", rep.Versions, rep.Objects, len(rep.Damaged))
+		if rr.DryRun {
+			return fmt.Errorf("verified %d versions, %d objects: %d damaged; --dry-run: nothing changed (the lines above say what verify --repair would do)", rep.Versions, rep.Objects, len(rep.Damaged))
+		}
+		return fmt.Errorf("verified %d versions, %d objects: %d damaged: %d objects mended, %d re-anchored, %d versions and %d objects moved into quarantine; the store is consistent again",
+			rep.Versions, rep.Objects, len(rep.Damaged), len(rr.Mended), len(rr.Reanchored), len(rr.Quarantined), len(rr.QuarantinedObjects))
 	}
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "verified %d versions, %d objects: no damage\n", rep.Versions, rep.Objects)

@@ -94,6 +94,14 @@ type verifyJSON struct {
 	Quarantined []string `json:"quarantined"`
 	// Lost lists the versions whose lost manifest --repair recorded as gone (nothing to move).
 	Lost []uint64 `json:"lost,omitempty"`
+	// Unreadable are the findings verify could not check (an I/O error): never damage, and
+	// --repair acts on none of them.
+	Unreadable []damageJSON `json:"unreadable,omitempty"`
+	// Mended and Reanchored name the objects --repair wrote again from intact copies.
+	Mended     []string `json:"mended,omitempty"`
+	Reanchored []string `json:"reanchored,omitempty"`
+	// DryRun: --repair --dry-run changed nothing; the lists say what it would do.
+	DryRun bool `json:"dry_run,omitempty"`
 	// Caches are the node-local caches verify checked (or says why not): never store damage.
 	Caches []cacheJSON `json:"caches"`
 	// Notes say what verify could not tell (store.VerifyReport.Notes): never damage.

@@ -1,0 +1,349 @@
+package store
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// Mending (Repair, repair.go). An object is named by the SHA-256 of its content, so any
+// source of that content proves itself: the bytes are written into a new whole object only if
+// they hash to its name. The sources are the ones every read of them checks: the
+// materialized copy and the file copies (each read checked against the CRC-32C sums written
+// when the copy was checked against the manifest's SHA-256). An object is written again when
+// its own file fails its checks (mended: a damaged delta object of version 3 whose content a
+// checked copy holds), or when a version's file cannot be rebuilt through it because a base
+// of its chain is damaged (re-anchored, as gc does: the latest version's tensors from the
+// materialized copy), so that the versions the sources serve exactly stay and the ones no
+// source serves are the only ones moved.
+
+// repairPlan is what Repair will do: objects to write again, then what to move.
+type repairPlan struct {
+	lost     []uint64  // manifests lost: recorded as gone, nothing to move
+	rewrites []rewrite // objects to write again from an intact source
+	versions []uint64  // to quarantine, ascending
+	objects  []ID      // to quarantine
+	kept     []uint64  // damaged, but served exactly through a read path: not moved
+}
+
+// rewrite is one object to write again whole, from source.
+type rewrite struct {
+	id      ID
+	damaged bool   // its own file failed its checks (else it is sound, its chain is not)
+	source  string // for the log and the report
+	ver     *version
+	f       *manifestFile
+	seg     segment
+	tensor  *manifestTensor // nil for a header or a blob
+}
+
+// planRepair decides, from a Verify report with no unreadable finding, what to write again
+// and what to move.
+func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
+	var plan repairPlan
+	badObj := map[ID]bool{}
+	damagedVer := map[uint64]bool{}
+	for _, d := range vr.Damaged {
+		switch {
+		case d.Version != 0:
+			damagedVer[d.Version] = true
+		case !d.Object.IsZero():
+			badObj[d.Object] = true
+		}
+	}
+	planned := map[ID]bool{}    // objects with a rewrite
+	unmendable := map[ID]bool{} // objects that need one and have no source
+	// First the damaged objects that a source mends: the objects read through them read
+	// again once they are mended, and need no rewrite of their own.
+	var readable []uint64
+	for _, v := range slices.Sorted(mapKeys(damagedVer)) {
+		if _, err := s.be.GetManifest(v); errors.Is(err, fs.ErrNotExist) {
+			plan.lost = append(plan.lost, v)
+			continue
+		}
+		ver, err := s.loadVersionFresh(v)
+		if err != nil {
+			plan.versions = append(plan.versions, v) // its manifest cannot be read
+			continue
+		}
+		readable = append(readable, v)
+		for i := range ver.m.Files {
+			f := &ver.m.Files[i]
+			for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
+				if !badObj[sg.id] || planned[sg.id] {
+					continue
+				}
+				if src, ok := s.sourceOf(ver, f, sg); ok {
+					planned[sg.id] = true
+					plan.rewrites = append(plan.rewrites, rewrite{id: sg.id, damaged: true, source: src, ver: ver, f: f, seg: sg, tensor: tensorAt(f, sg)})
+				}
+			}
+		}
+	}
+	unmended := map[ID]bool{}
+	for id := range badObj {
+		if !planned[id] {
+			unmended[id] = true
+		}
+	}
+	// The damaged objects mended (with their links): an object read through one of them reads
+	// again. (Not the re-anchored ones planned below: stored without a link, a version-2
+	// section coded against theirs would not decode.)
+	mended := maps.Clone(planned)
+	for _, v := range readable {
+		ver, err := s.loadVersion(v)
+		if err != nil {
+			return plan, err
+		}
+		fixable := true
+		for i := range ver.m.Files {
+			f := &ver.m.Files[i]
+			for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
+				id := sg.id
+				if planned[id] {
+					continue
+				}
+				if unmendable[id] {
+					fixable = false
+					continue
+				}
+				if !badObj[id] && (s.objectReadsExactly(id, sg) || s.readsOnceMended(id, mended, unmended)) {
+					continue
+				}
+				src, ok := s.sourceOf(ver, f, sg)
+				if !ok {
+					unmendable[id] = true
+					fixable = false
+					continue
+				}
+				planned[id] = true
+				plan.rewrites = append(plan.rewrites, rewrite{id: id, damaged: badObj[id], source: src, ver: ver, f: f, seg: sg, tensor: tensorAt(f, sg)})
+			}
+		}
+		if fixable && s.versionHashesAfter(ver, planned, mended, unmended) {
+			continue // the rewrites make it whole
+		}
+		if s.servesExactly(ver) {
+			plan.kept = append(plan.kept, v)
+			s.log.Warn("repair: damaged version not moved: a read path serves it exactly", "version", v)
+			continue
+		}
+		plan.versions = append(plan.versions, v)
+	}
+	for _, id := range slices.SortedFunc(mapKeys(badObj), func(a, b ID) int { return strings.Compare(a.String(), b.String()) }) {
+		if !planned[id] {
+			plan.objects = append(plan.objects, id)
+		}
+	}
+	return plan, nil
+}
+
+// readsOnceMended reports whether object id fails only through damaged objects that are
+// mended: its chain of bases holds one of mended and none of unmended. (The Verify after the
+// rewrites tells whether it reads.)
+func (s *Store) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
+	info, err := s.objectInfoOf(id)
+	through := false
+	for range maxContextRead {
+		if err != nil {
+			// Past a mended object, its damaged header may name anything.
+			return through
+		}
+		if info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
+			return through
+		}
+		base := info.hdr.Base
+		if unmended[base] {
+			return false
+		}
+		through = through || mended[base]
+		info, err = s.objectInfoOf(base)
+	}
+	return false
+}
+
+// versionHashesAfter reports whether ver's objects, once planned are written again, rebuild
+// its files: every object not planned reads exactly now. (The files' SHA-256 are checked by
+// the Verify that follows the rewrites.)
+func (s *Store) versionHashesAfter(ver *version, planned, mended, unmended map[ID]bool) bool {
+	for i := range ver.m.Files {
+		for _, sg := range s.newVersionFile(ver, &ver.m.Files[i], readOpts{}).segs {
+			if !planned[sg.id] && !s.objectReadsExactly(sg.id, sg) && !s.readsOnceMended(sg.id, mended, unmended) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// tensorAt is the tensor of f that segment sg holds, or nil (the header, a blob).
+func tensorAt(f *manifestFile, sg segment) *manifestTensor {
+	if sg.hint.tensor == "" {
+		return nil
+	}
+	for i := range f.Tensors {
+		if t := &f.Tensors[i]; t.Name == sg.hint.tensor && t.ID == sg.id {
+			return t
+		}
+	}
+	return nil
+}
+
+// objectReadsExactly reports whether object id reads from the store's objects and hashes to
+// its name.
+func (s *Store) objectReadsExactly(id ID, sg segment) bool {
+	got, err := s.hashObject(id, sg.hint, sg.end-sg.start, readOpts{noMaterialized: true, pages: newPageCache(8 << 20)})
+	return err == nil && got == id
+}
+
+// sourceOf says where the content of segment sg of file f of ver can be had intact, apart
+// from its object and the objects it is rebuilt from: the materialized copy, or a checked
+// copy of the file.
+func (s *Store) sourceOf(ver *version, f *manifestFile, sg segment) (string, bool) {
+	if view := s.mat.view(); view != nil {
+		holds, at := view.holds(sg.id), view.ver.m.Version
+		view.release()
+		if holds {
+			return fmt.Sprintf("the materialized copy of version %d", at), true
+		}
+	}
+	if s.files != nil {
+		if c := s.files.get(keyOf(f)); c != nil {
+			c.release()
+			return fmt.Sprintf("the checked copy of %s of version %d", f.Path, ver.m.Version), true
+		}
+	}
+	return "", false
+}
+
+// readSource reads content bytes [off, off+len(p)) of the rewrite's object from its source,
+// every read checked against the source's sums.
+func (s *Store) readSource(m rewrite, p []byte, off int64) error {
+	if view := s.mat.view(); view != nil {
+		if view.holds(m.id) {
+			err := view.readAt(m.id, p, off)
+			view.release()
+			return err
+		}
+		view.release()
+	}
+	if s.files != nil {
+		if c := s.files.get(keyOf(m.f)); c != nil {
+			defer c.release()
+			return s.files.readAt(c, m.ver, m.f, p, m.seg.start+off)
+		}
+	}
+	return fmt.Errorf("object %s: its source (%s) is gone", m.id, m.source)
+}
+
+// servesExactly reports whether every file of ver is served exactly through some read path
+// (its sources, else the objects with the materialized copy), checked against the
+// manifest's SHA-256.
+func (s *Store) servesExactly(ver *version) bool {
+	for i := range ver.m.Files {
+		f := &ver.m.Files[i]
+		h := sha256.New()
+		for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
+			m := rewrite{id: sg.id, ver: ver, f: f, seg: sg}
+			_, fromSource := s.sourceOf(ver, f, sg)
+			buf := make([]byte, min(sg.end-sg.start, ingestChunk))
+			for off := int64(0); off < sg.end-sg.start; {
+				n := min(int64(len(buf)), sg.end-sg.start-off)
+				var err error
+				if fromSource {
+					err = s.readSource(m, buf[:n], off)
+				} else {
+					err = s.readObject(sg.id, sg.hint, off, buf[:n], readOpts{})
+				}
+				if err != nil {
+					return false
+				}
+				h.Write(buf[:n])
+				off += n
+			}
+		}
+		var got ID
+		h.Sum(got[:0])
+		if got != f.SHA256 {
+			return false
+		}
+	}
+	return true
+}
+
+// rewriteWhole writes object m.id again as a whole copy of the content its source holds,
+// replacing the file only if that content hashes to the name. A damaged object gets back
+// a link, the delta from its base re-coded in version 1, where the base reads: the deltas
+// coded against its section (their context) decode again; a re-anchored one needs none
+// (its chain is damaged, so nothing reads through its section).
+func (s *Store) rewriteWhole(m rewrite) error {
+	size := m.seg.end - m.seg.start
+	width, float := 1, false
+	if m.tensor != nil {
+		width, float = m.tensor.DType.Size(), m.tensor.DType.IsFloat()
+	}
+	fw, err := newFullWriter(s.be, s.codec, width, size)
+	if err != nil {
+		return err
+	}
+	defer fw.abort()
+	var enc *delta.DeltaEncoder
+	var base ID
+	if m.damaged && m.tensor != nil && !m.tensor.Base.IsZero() && m.tensor.Base != m.id && width > 0 && size%int64(width) == 0 {
+		base = m.tensor.Base
+		enc = delta.NewDeltaEncoder(width, float, size/int64(width))
+	}
+	buf := make([]byte, min(size, ingestChunk))
+	var bbuf []byte
+	if enc != nil {
+		bbuf = make([]byte, len(buf))
+	}
+	baseHint := objHint{path: m.seg.hint.path, tensor: m.seg.hint.tensor}
+	for off := int64(0); off < size; {
+		n := min(int64(len(buf)), size-off)
+		if err := s.readSource(m, buf[:n], off); err != nil {
+			return err
+		}
+		if _, err := fw.Write(buf[:n]); err != nil {
+			return err
+		}
+		if enc != nil {
+			if err := s.readObject(base, baseHint, off, bbuf[:n], readOpts{}); err != nil {
+				s.log.Warn("repair: object written again without its link: its base does not read", "object", m.id, "base", base, "err", err)
+				enc = nil
+			} else if _, err := enc.AddDiff(off/int64(width), bbuf[:n], buf[:n]); err != nil {
+				s.log.Warn("repair: object written again without its link", "object", m.id, "err", err)
+				enc = nil
+			}
+		}
+		off += n
+	}
+	var link []byte
+	if enc != nil {
+		if l, err := enc.Finish(); err == nil && enc.Changed() == m.tensor.Changed {
+			link = l
+		} else {
+			s.log.Warn("repair: object written again without its link: the re-coded delta does not match the manifest", "object", m.id, "changes", enc.Changed(), "manifest", m.tensor.Changed, "err", err)
+		}
+	}
+	if got, err := fw.finish(m.id, base, link); err != nil {
+		if !got.IsZero() && got != m.id {
+			return fmt.Errorf("%s holds content hashing to %s: %w", m.source, got, ErrCorrupt)
+		}
+		return err
+	}
+	if err := fw.put(m.id); err != nil {
+		return err
+	}
+	s.forgetMeta(m.id)
+	s.crcChecked.Delete(m.id)
+	s.objInfos.remove(m.id)
+	s.deltas.remove(m.id)
+	return nil
+}
