@@ -203,6 +203,7 @@ func ApplyPatchDir(patchPath, dir string, opts ApplyOptions) (DirApplyResult, er
 			ErrBaseMismatch, dir, st.Version, p.Plan.BaseVersion, want)
 	}
 	source := st.Source
+	resuming := marked && st.Pending != 0
 	if err := WriteDirState(dir, DirState{Version: p.Plan.BaseVersion, Pending: want, Source: source}); err != nil {
 		return res, err
 	}
@@ -214,9 +215,47 @@ func ApplyPatchDir(patchPath, dir string, opts ApplyOptions) (DirApplyResult, er
 		}
 		r, err := applyOpenPatch(p, f.Name, target, cfg)
 		if err != nil {
-			return res, fmt.Errorf("apply to %s: %w", f.Name, err)
+			err = fmt.Errorf("apply to %s: %w", f.Name, err)
+			if !resuming && nothingWritten(res.Files, target, err) {
+				// Refused before this run changed any file: the directory is as it was, and so
+				// must its state be, or the right patch would be refused from now on.
+				return res, restoreDirState(dir, st, marked, err)
+			}
+			return res, err
 		}
 		res.Files = append(res.Files, r)
 	}
 	return res, WriteDirState(dir, DirState{Version: want, Source: source})
+}
+
+// nothingWritten says whether an apply run that failed with err on target changed no file:
+// every file before it was already the result, and target's apply stopped at a check made
+// before its first write (its base or its result hash, its lock, a missing file), leaving no
+// journal.
+func nothingWritten(done []ApplyResult, target string, err error) bool {
+	for _, r := range done {
+		if !r.AlreadyApplied {
+			return false
+		}
+	}
+	if !errors.Is(err, ErrBaseMismatch) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrLocked) && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	_, jerr := os.Lstat(target + JournalSuffix)
+	return errors.Is(jerr, fs.ErrNotExist)
+}
+
+// restoreDirState puts back the state a run found (st, or none when !marked) after the run
+// was refused before writing anything; cause is the refusal, returned with what was done.
+func restoreDirState(dir string, st DirState, marked bool, cause error) error {
+	var err error
+	if marked {
+		err = WriteDirState(dir, st)
+	} else if err = os.Remove(filepath.Join(dir, StateDir, StateFile)); err == nil {
+		err = syncDir(filepath.Join(dir, StateDir))
+	}
+	if err != nil {
+		return fmt.Errorf("%w; nothing was written, but the state could not be put back: %v", cause, err)
+	}
+	return fmt.Errorf("%w; the directory and its state are as they were", cause)
 }

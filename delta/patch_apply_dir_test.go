@@ -130,3 +130,61 @@ func TestApplyPatchDir(t *testing.T) {
 		}
 	})
 }
+
+// TestApplyPatchDirRefusalKeepsState: an apply whose base check fails before it writes
+// anything leaves the directory's state as it found it (none, or its version), so that the
+// right patch is accepted afterwards (issue 27, item 9: a refused apply recorded
+// {"version":7,"pending":8} and every later patch was refused).
+func TestApplyPatchDirRefusalKeepsState(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	raw, _ := buildTestPatch(t, 8, 7, base, result, order)
+	patchPath := filepath.Join(t.TempDir(), "patch.safetensors")
+	if err := os.WriteFile(patchPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		state *DirState // nil: no state file
+	}{
+		{"unmarked", nil},
+		{"marked at the base", &DirState{Version: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, b := range base {
+				if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// config.json, the first file of the patch, holds neither the base nor the result.
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"step": 0}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.state != nil {
+				if err := WriteDirState(dir, *tc.state); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _ := os.ReadFile(filepath.Join(dir, StateDir, StateFile))
+			if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); !errors.Is(err, ErrBaseMismatch) {
+				t.Fatalf("apply to a directory whose config.json is another version: %v, want ErrBaseMismatch", err)
+			}
+			after, _ := os.ReadFile(filepath.Join(dir, StateDir, StateFile))
+			if !bytes.Equal(before, after) {
+				t.Fatalf("the refused apply changed the state from %q to %q", before, after)
+			}
+			// Once the file is the base, the same patch applies.
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), base["config.json"], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); err != nil {
+				t.Fatalf("apply after the refusal: %v", err)
+			}
+			for name, want := range result {
+				if got, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(got, want) {
+					t.Errorf("%s is not the result", name)
+				}
+			}
+		})
+	}
+}
