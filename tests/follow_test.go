@@ -290,3 +290,151 @@ func TestFollowOnceAfterInterruptedStep(t *testing.T) {
 	}
 	sameHashes(t, "followed directory", followedHashes(t, dir), want[versions])
 }
+
+// TestFollowPendingVersionGone (issue 27, item 8): a follower killed in the middle of a step
+// (a full copy of version 1, or the patch from 1 to 2) and started again after gc dropped the
+// version that step was taking the directory to goes on to the latest version rather than
+// failing every round.
+func TestFollowPendingVersionGone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state delta.DirState
+	}{
+		{"full copy", delta.DirState{Version: 0, Pending: 1, Full: true}},
+		{"patch", delta.DirState{Version: 1, Pending: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work, storeDir, rw, ro, rwMount := followMounts(t)
+			dir := filepath.Join(work, "follow")
+			want := genSeries(t, work, 200_000, 47, 3, func(v int, src string) {
+				sealVersion(t, rw, v, src)
+				if v != 1 {
+					return
+				}
+				if tc.state.Version == 1 {
+					mustCLI(t, "follow", "--once", rw, dir) // the directory holds 1
+					return
+				}
+				// Killed after copying one file of version 1.
+				os.MkdirAll(dir, 0o755)
+				run(t, "cp", filepath.Join(versionDir(rw, 1), "config.json"), dir)
+			})
+			if err := delta.WriteDirState(dir, tc.state); err != nil {
+				t.Fatal(err)
+			}
+			rwMount.stop()
+			mustCLI(t, "gc", "--keep-last", "1", storeDir)
+			startMount(t, storeDir, ro, "--read-only", "--cache-dir", filepath.Join(work, "ro-cache"))
+			r := runCLI(t, "follow", "--once", ro, dir)
+			st, _, err := delta.ReadDirState(dir)
+			if r.code != 0 || err != nil || st.Version != 3 || st.Pending != 0 {
+				t.Fatalf("follow --once: exit %d, state %+v (%v), want version 3:\n%s", r.code, st, err, r.stderr)
+			}
+			sameHashes(t, "followed directory", followedHashes(t, dir), want[3])
+			if !strings.Contains(r.stderr, fmt.Sprintf("version %d", tc.state.Pending)) {
+				t.Errorf("the follower did not say what became of the interrupted step:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// versionFile is one file of a hand-made version: its bytes and mode.
+type versionFile struct {
+	data []byte
+	mode os.FileMode
+}
+
+// bf16Model is a safetensors file of one BF16 tensor "w" of shape, filled from fill.
+func bf16Model(t *testing.T, shape []int64, fill byte) []byte {
+	t.Helper()
+	tensors := []delta.Tensor{{Name: "w", DType: delta.DTypeBF16, Shape: shape}}
+	hdr, err := delta.EncodeHeader(nil, tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, tensors[0].End)
+	for i := range data {
+		data[i] = byte(i) ^ fill
+	}
+	return append(hdr, data...)
+}
+
+// sealFiles seals version v through the read-write mount rw from files (slash paths) and
+// returns their hashes.
+func sealFiles(t *testing.T, work, rw string, v int, files map[string]versionFile) map[string]string {
+	t.Helper()
+	src := filepath.Join(work, fmt.Sprintf("src%d", v))
+	for name, f := range files {
+		p := filepath.Join(src, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+	}
+	want := treeHashes(t, src)
+	sealVersion(t, rw, v, src)
+	return want
+}
+
+// fileModes maps every regular file under dir (slash paths, less weightfs's own) to its
+// permission bits.
+func fileModes(t *testing.T, dir string) map[string]os.FileMode {
+	t.Helper()
+	m := map[string]os.FileMode{}
+	for name := range followedHashes(t, dir) {
+		fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[name] = fi.Mode().Perm()
+	}
+	return m
+}
+
+// sameModes fails the test unless dir's files have the modes of the version directory src,
+// and the names in private are 0600 there.
+func sameModes(t *testing.T, what, dir, src string, private ...string) {
+	t.Helper()
+	got, want := fileModes(t, dir), fileModes(t, src)
+	for _, name := range private {
+		if want[name] != 0o600 {
+			t.Fatalf("%s: %s is %#o in the version, not 0600: the test needs the mount to keep modes", what, name, want[name])
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: modes %v, the version's are %v", what, got, want)
+	}
+}
+
+// TestFollowKeepsModes (issue 27, item 6): the followed directory's files have the version's
+// modes, as `weightfs export` gives them: a 0600 file stays 0600 after a full copy and after a
+// patch, also one the patch creates.
+func TestFollowKeepsModes(t *testing.T) {
+	work, _, rw, _, _ := followMounts(t)
+	dir := filepath.Join(work, "follow")
+	sealFiles(t, work, rw, 1, map[string]versionFile{
+		"model.safetensors": {bf16Model(t, []int64{64, 64}, 0), 0o644},
+		"secret.json":       {[]byte(`{"token": 1}`), 0o600},
+		"sub/key.bin":       {[]byte("key 1"), 0o600},
+	})
+	f := startFollower(t, rw, dir)
+	waitDirVersion(t, dir, 1, f)
+	sameModes(t, "version 1 (a full copy)", dir, versionDir(rw, 1), "secret.json", "sub/key.bin")
+	want := sealFiles(t, work, rw, 2, map[string]versionFile{
+		"model.safetensors": {bf16Model(t, []int64{64, 64}, 1), 0o644},
+		"secret.json":       {[]byte(`{"token": 2}`), 0o600},
+		"sub/key.bin":       {[]byte("key 1"), 0o600},
+		"new-secret.json":   {[]byte(`{"new": 2}`), 0o600}, // created by the patch
+	})
+	waitDirVersion(t, dir, 2, f)
+	sameHashes(t, "version 2", followedHashes(t, dir), want)
+	sameModes(t, "version 2 (a patch)", dir, versionDir(rw, 2), "secret.json", "new-secret.json")
+	if out := f.out.String(); !strings.Contains(out, "version 1 -> 2") {
+		t.Errorf("version 2 was not reached by a patch:\n%s", out)
+	}
+}
