@@ -450,3 +450,44 @@ func TestApplyDirRefusalKeepsState(t *testing.T) {
 		t.Errorf("apply of an older patch changed the state from %q to %q", before, after)
 	}
 }
+
+// TestCommitSkipsStateDir (issue 27, item 13): `weightfs commit STORE DIR` of a directory that
+// apply or follow keeps stores its files, not DIR/.weightfs/ (their state and lock); a
+// .weightfs below the top is an ordinary directory of the model and is stored.
+func TestCommitSkipsStateDir(t *testing.T) {
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	initStore(t, storeDir)
+	dir := filepath.Join(work, "dir")
+	files := map[string]string{
+		"config.json":         `{"v": 1}`,
+		"sub/.weightfs/x.txt": "part of the model",
+	}
+	for name, data := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := delta.WriteDirState(dir, delta.DirState{Version: 7}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := delta.LockDir(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	mustCLI(t, "commit", storeDir, dir)
+	out := filepath.Join(work, "out")
+	mustCLI(t, "export", storeDir, "1", out)
+	got := treeHashes(t, out)
+	want := map[string]string{}
+	for name, data := range files {
+		want[name] = fmt.Sprintf("%x", sha256.Sum256([]byte(data)))
+	}
+	sameHashes(t, "the committed version", got, want)
+	if _, err := os.Stat(filepath.Join(out, delta.StateDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the version holds %s: %v", delta.StateDir, err)
+	}
+}

@@ -39,7 +39,10 @@ func (c *followConfig) listVersion(v uint64) ([]mountFile, error) {
 		}
 		rel, _ := filepath.Rel(src, path)
 		if rel == delta.StateDir {
-			return filepath.SkipDir
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if !d.Type().IsRegular() {
 			return nil
