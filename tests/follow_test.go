@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -436,5 +437,50 @@ func TestFollowKeepsModes(t *testing.T) {
 	sameModes(t, "version 2 (a patch)", dir, versionDir(rw, 2), "secret.json", "new-secret.json")
 	if out := f.out.String(); !strings.Contains(out, "version 1 -> 2") {
 		t.Errorf("version 2 was not reached by a patch:\n%s", out)
+	}
+}
+
+// TestFollowRemovesDroppedFiles (issue 27, item 10): a file the next version no longer has
+// leaves the followed directory, whether the follower gets there by a patch (version 2 drops
+// extra.txt and the only file of sub/) or by a full copy (version 3 changes the tensor
+// layout and drops config.json), so that the directory equals the version; a file weightfs
+// never put there (the user's notes.txt) stays.
+func TestFollowRemovesDroppedFiles(t *testing.T) {
+	work, _, rw, _, _ := followMounts(t)
+	dir := filepath.Join(work, "follow")
+	want := sealFiles(t, work, rw, 1, map[string]versionFile{
+		"model.safetensors": {bf16Model(t, []int64{64, 64}, 0), 0o644},
+		"config.json":       {[]byte(`{"v": 1}`), 0o644},
+		"extra.txt":         {[]byte("dropped at 2"), 0o644},
+		"sub/dropped.bin":   {[]byte("dropped at 2"), 0o644},
+	})
+	f := startFollower(t, rw, dir)
+	waitDirVersion(t, dir, 1, f)
+	sameHashes(t, "version 1", followedHashes(t, dir), want)
+	notes := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notes, []byte("the user's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withNotes := func(m map[string]string) map[string]string {
+		m["notes.txt"] = fmt.Sprintf("%x", sha256.Sum256([]byte("the user's")))
+		return m
+	}
+	want = sealFiles(t, work, rw, 2, map[string]versionFile{
+		"model.safetensors": {bf16Model(t, []int64{64, 64}, 1), 0o644},
+		"config.json":       {[]byte(`{"v": 2}`), 0o644},
+	})
+	waitDirVersion(t, dir, 2, f)
+	sameHashes(t, "version 2 (by a patch)", followedHashes(t, dir), withNotes(want))
+	if _, err := os.Stat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
+		t.Errorf("sub/, emptied by version 2, is still there (%v)", err)
+	}
+	want = sealFiles(t, work, rw, 3, map[string]versionFile{
+		"model.safetensors": {bf16Model(t, []int64{32, 128}, 3), 0o644}, // no patch from 2
+	})
+	waitDirVersion(t, dir, 3, f)
+	sameHashes(t, "version 3 (by a full copy)", followedHashes(t, dir), withNotes(want))
+	out := f.out.String()
+	if !strings.Contains(out, "version 1 -> 2") || strings.Count(out, "copied whole") != 2 {
+		t.Errorf("want version 2 by a patch and 3 by a full copy:\n%s", out)
 	}
 }
