@@ -127,7 +127,7 @@ func LockDir(dir string, noWait bool) (func(), error) {
 		holder := lockHolder(f)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w: %s holds %s (a weightfs follow or apply of the directory)",
+			return nil, fmt.Errorf("%s: %w: %s holds %s (a weightfs follow, or an apply of the directory)",
 				dir, ErrLocked, holder, filepath.Join(sd, "lock"))
 		}
 		return nil, fmt.Errorf("lock %s: %w", dir, err)

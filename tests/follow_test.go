@@ -484,3 +484,84 @@ func TestFollowRemovesDroppedFiles(t *testing.T) {
 		t.Errorf("want version 2 by a patch and 3 by a full copy:\n%s", out)
 	}
 }
+
+// waitFileHash waits (generously) until path hashes to want.
+func waitFileHash(t *testing.T, path, want string, f *follower) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got, err := fileSHA256(path)
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not put back (sha256 %s, %v):\n%s", path, got, err, f.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFollowRepairsChangedFiles (issue 27, item 12): a file of the followed directory that
+// something else changed (written with its size and modification time kept, or removed) is
+// copied again from the version, while the follower waits for a new one and when the patch to
+// the next version does not name it; a second follower of the directory is refused, naming
+// the first.
+func TestFollowRepairsChangedFiles(t *testing.T) {
+	work, _, rw, _, _ := followMounts(t)
+	dir := filepath.Join(work, "follow")
+	tokenizer := []byte(`{"vocab": ["a", "b"]}`) // the same in every version: no patch names it
+	want := sealFiles(t, work, rw, 1, map[string]versionFile{
+		"model.safetensors": {bf16Model(t, []int64{64, 64}, 0), 0o644},
+		"tokenizer.json":    {tokenizer, 0o644},
+		"config.json":       {[]byte(`{"v": 1}`), 0o644},
+	})
+	f := startFollower(t, rw, dir)
+	waitDirVersion(t, dir, 1, f)
+
+	second := runCLI(t, "follow", "--once", rw, dir)
+	if second.code == 0 || !strings.Contains(second.stderr, "locked") || !strings.Contains(second.stderr, fmt.Sprint(f.cmd.Process.Pid)) {
+		t.Errorf("a second follower of the directory: exit %d, stderr %s; want a refusal naming process %d",
+			second.code, second.stderr, f.cmd.Process.Pid)
+	}
+
+	// Tampered with while the follower waits: same size, modification time put back.
+	tok := filepath.Join(dir, "tokenizer.json")
+	fi, err := os.Stat(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := []byte(strings.Replace(string(tokenizer), `"a"`, `"X"`, 1))
+	if err := os.WriteFile(tok, forged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tok, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	waitFileHash(t, tok, want["tokenizer.json"], f)
+	if err := os.Remove(filepath.Join(dir, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	waitFileHash(t, filepath.Join(dir, "config.json"), want["config.json"], f)
+
+	// Tampered with while no follower runs, then a version arrives whose patch does not name
+	// the file: the next follower puts it back before it patches.
+	f.kill9()
+	if err := os.WriteFile(tok, forged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want = sealFiles(t, work, rw, 2, map[string]versionFile{
+		"model.safetensors": {bf16Model(t, []int64{64, 64}, 1), 0o644},
+		"tokenizer.json":    {tokenizer, 0o644},
+		"config.json":       {[]byte(`{"v": 2}`), 0o644},
+	})
+	r := mustCLI(t, "follow", "--once", rw, dir)
+	sameHashes(t, "version 2", followedHashes(t, dir), want)
+	out := f.out.String() + r.stderr
+	if strings.Count(out, "copied whole") != 1 || !strings.Contains(out, "version 1 -> 2") ||
+		strings.Count(out, "tokenizer.json is not version 1's") != 2 || !strings.Contains(out, "config.json is not version 1's (it is missing)") {
+		t.Errorf("want one full copy (version 1), the rest by a patch and single files:\n%s", out)
+	}
+	if testing.Verbose() {
+		t.Logf("the second follower said: %s\nthe followers said:\n%s", second.stderr, out)
+	}
+}

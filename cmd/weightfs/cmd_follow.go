@@ -70,7 +70,7 @@ func cmdFollow(e *env, args []string) error {
 	// at once, naming this process, rather than racing it file by file.
 	unlock, err := delta.LockDir(cfg.dir, true)
 	if err != nil {
-		return fmt.Errorf("follow %s: %w", cfg.dir, err)
+		return err
 	}
 	defer unlock()
 	stop := make(chan os.Signal, 1)
