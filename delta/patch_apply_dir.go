@@ -70,6 +70,12 @@ func ReadDirState(dir string) (st DirState, ok bool, err error) {
 		return DirState{}, false, fmt.Errorf("%w: %s: not a weightfs directory state (%v)", ErrMalformed,
 			filepath.Join(dir, StateDir, StateFile), err)
 	}
+	for _, f := range st.Files {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || f.Path == StateDir || strings.HasPrefix(f.Path, StateDir+"/") {
+			return DirState{}, false, fmt.Errorf("%w: %s records %q, which is not a file inside the directory", ErrMalformed,
+				filepath.Join(dir, StateDir, StateFile), f.Path)
+		}
+	}
 	return st, true, nil
 }
 

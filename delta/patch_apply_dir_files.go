@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,9 +92,37 @@ func UnionFiles(a, b []DirFile) []DirFile {
 	return out
 }
 
+// CheckDirPath refuses a recorded path that is not a file inside dir (absolute, "..", under
+// the state directory) or that leads through a symbolic link (planted in place of one of
+// its directories, it would make a removal or a copy act outside dir).
+func CheckDirPath(dir, path string) error {
+	if !filepath.IsLocal(filepath.FromSlash(path)) || path == StateDir || strings.HasPrefix(path, StateDir+"/") {
+		return fmt.Errorf("%w: %q is not a file inside a directory", ErrMalformed, path)
+	}
+	p := dir
+	parts := strings.Split(path, "/")
+	for _, part := range parts[:len(parts)-1] {
+		p = filepath.Join(p, part)
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // created as a directory when needed
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory (%v): weightfs does not follow links in %s", p, fi.Mode().Type(), dir)
+		}
+	}
+	return nil
+}
+
 // RemoveDirFile removes dir/path, a file weightfs put there, and then each parent directory
 // below dir that this leaves empty. A file already gone is no error.
 func RemoveDirFile(dir, path string) error {
+	if err := CheckDirPath(dir, path); err != nil {
+		return err
+	}
 	full := filepath.Join(dir, filepath.FromSlash(path))
 	if err := os.Remove(full); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err

@@ -3,6 +3,7 @@ package delta
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -186,5 +187,91 @@ func TestApplyPatchDirRefusalKeepsState(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDirStateFiles: the record of the files weightfs put in a directory. An apply of a
+// directory that records its files keeps the record, with the files the patch names as the
+// apply left them; a recorded path outside the directory is refused when the state is read;
+// a removal never goes through a symbolic link planted in place of a directory.
+func TestDirStateFiles(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	raw, _ := buildTestPatch(t, 8, 7, base, result, order)
+	patchPath := filepath.Join(t.TempDir(), "patch.safetensors")
+	if err := os.WriteFile(patchPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var rec []DirFile
+	for name, b := range base {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := StatDirFile(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec = append(rec, f)
+	}
+	if err := WriteDirState(dir, DirState{Version: 7, Files: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := ReadDirState(dir)
+	if err != nil || st.Version != 8 {
+		t.Fatalf("state %+v, %v", st, err)
+	}
+	var paths []string
+	for _, f := range st.Files {
+		paths = append(paths, f.Path)
+		now, err := StatDirFile(dir, f.Path)
+		if why := f.Changed(now, err); why != "" {
+			t.Errorf("%s: the record does not describe it: %s", f.Path, why)
+		}
+	}
+	if got, want := fmt.Sprint(paths), "[config.json extra/notes.txt model.safetensors tokenizer.json]"; got != want {
+		t.Errorf("recorded files %s, want %s", got, want)
+	}
+	// A write that keeps the size and the modification time is still seen (ctime), once the
+	// file system's clock has moved past the record (the record cannot see a change within
+	// the same tick of the clock: docs/format.md Part III §3).
+	f := st.Files[0]
+	p := filepath.Join(dir, f.Path)
+	for probe := filepath.Join(t.TempDir(), "probe"); ; {
+		os.WriteFile(probe, nil, 0o644)
+		if now, err := StatDirFile(filepath.Dir(probe), "probe"); err != nil || now.Ctime > f.Ctime {
+			break
+		}
+	}
+	fi, _ := os.Stat(p)
+	b, _ := os.ReadFile(p)
+	b[0] ^= 1
+	os.WriteFile(p, b, 0o644)
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	if now, err := StatDirFile(dir, f.Path); f.Changed(now, err) == "" {
+		t.Errorf("a rewrite of %s with its mtime put back is not seen", f.Path)
+	}
+
+	for _, bad := range []string{"../escape", "/etc/passwd", ".weightfs/lock"} {
+		if err := WriteDirState(dir, DirState{Version: 8, Files: []DirFile{{Path: bad}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := ReadDirState(dir); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a state recording %q: %v, want ErrMalformed", bad, err)
+		}
+	}
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	os.WriteFile(victim, []byte("keep"), 0o644)
+	if err := os.Symlink(outside, filepath.Join(dir, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDirFile(dir, "sub/victim"); err == nil {
+		t.Error("a removal through a symbolic link was not refused")
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("the file the link leads to was removed: %v", err)
 	}
 }

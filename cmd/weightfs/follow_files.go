@@ -105,6 +105,9 @@ func (c *followConfig) settle(record []delta.DirFile, v uint64, want []mountFile
 		dst := filepath.Join(c.dir, filepath.FromSlash(m.path))
 		switch {
 		case copyAll || why != "":
+			if err := delta.CheckDirPath(c.dir, m.path); err != nil {
+				return delta.DirState{}, copied, err
+			}
 			if why != "" {
 				c.logf("%s is not version %d's (%s): copying it again", m.path, v, why)
 			}
