@@ -144,7 +144,13 @@ func TestFollow(t *testing.T) {
 	if !strings.Contains(all, "version 7 -> 9") {
 		t.Errorf("the restarted follower did not catch up from 7 to 9 by one patch:\n%s", all)
 	}
-	log, _ := os.ReadFile(execLog)
+	// --exec runs after the state records the version: wait (generously) for its last line.
+	var log []byte
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if log, _ = os.ReadFile(execLog); strings.Count(string(log), "\n") >= 19 {
+			break
+		}
+	}
 	var wantLog strings.Builder
 	for v := 1; v <= 20; v++ {
 		switch v {
