@@ -22,7 +22,9 @@ import (
 //	DIR/.weightfs/lock         flock(2)ed for the whole apply (two applies of DIR take turns)
 //
 // Before the first file is touched the state records the apply in progress ("pending": N,
-// "version": K); after the last one it records "version": N alone. Each write of the state is
+// "version": K); after the last one it records "version": N alone (with the record of files,
+// "files", when the directory has one: patch_apply_dir_files.go). A run refused before it
+// changed any file puts back the state it found. Each write of the state is
 // a new file renamed over the old one, so a crash at any point leaves either state, and a
 // re-run of the same patch finishes the files the crash left (each file's own journal or hash
 // says where it stands). A follower that finds a pending apply finishes it before anything

@@ -28,7 +28,13 @@ import (
 // A full copy of the version (MNT/weight_vN, each file written beside its place and renamed)
 // is made only when DIR holds no version, or when no patch from its version can exist (gc
 // removed it, or the tensor layout changed), or DIR's files are not the version its state
-// says; each time the follower says why.
+// says, or the version an interrupted step was taking DIR to is gone; each time the follower
+// says why.
+//
+// DIR is the follower's while it runs (it holds DIR's lock: a second follower is refused).
+// Its state records every file weightfs put there as it left it (follow_files.go): each
+// round checks them with one lstat each and copies again what something else changed, and
+// each step gives every file the version's mode and removes the files the version lacks.
 
 // followConfig is what one follower works with.
 type followConfig struct {
