@@ -118,7 +118,8 @@ func CheckDirPath(dir, path string) error {
 }
 
 // RemoveDirFile removes dir/path, a file weightfs put there, and then each parent directory
-// below dir that this leaves empty. A file already gone is no error.
+// below dir that this leaves empty. A file already gone is no error. The temporary copy a
+// killed copy or apply may have left beside it (FILE.weightfs-tmp) goes too.
 func RemoveDirFile(dir, path string) error {
 	if err := CheckDirPath(dir, path); err != nil {
 		return err
@@ -127,6 +128,7 @@ func RemoveDirFile(dir, path string) error {
 	if err := os.Remove(full); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	unix.Unlink(full + wholeTempSuffix) // a copy a killed follower or apply left: never renamed into place
 	for p := filepath.Dir(full); p != dir && len(p) > len(dir); p = filepath.Dir(p) {
 		if os.Remove(p) != nil { // not empty (or not ours to remove): stop
 			break
