@@ -204,7 +204,10 @@ func (c *followConfig) check(st delta.DirState) (delta.DirState, error) {
 		return st, err
 	}
 	done, _, err := c.settle(st.Files, st.Version, want, nil, false)
-	return done, err
+	if err != nil {
+		return st, err
+	}
+	return done, delta.WriteDirState(c.dir, done)
 }
 
 // patch takes DIR from st.Version to v by the catch-up patch, or by a full copy when there is
@@ -238,10 +241,14 @@ func (c *followConfig) patch(st delta.DirState, v uint64) error {
 	for _, f := range res.Files {
 		touched[f.File] = true
 	}
-	if _, _, err := c.settle(pending.Files, v, want, touched, false); err != nil {
+	done, _, err := c.settle(pending.Files, v, want, touched, false)
+	if err != nil {
 		return err
 	}
 	c.logf("%s", res)
+	if err := delta.WriteDirState(c.dir, done); err != nil {
+		return err
+	}
 	c.mx.Applied("patch", size, c.sealTime(v))
 	c.ran(v, st.Version)
 	return nil
@@ -268,11 +275,14 @@ func (c *followConfig) fullCopy(v uint64, why string) error {
 	if err := delta.WriteDirState(c.dir, pending); err != nil {
 		return err
 	}
-	_, bytes, err := c.settle(pending.Files, v, want, nil, true)
+	done, bytes, err := c.settle(pending.Files, v, want, nil, true)
 	if err != nil {
 		return fmt.Errorf("copy version %d: %w", v, err)
 	}
 	c.logf("version %d copied whole: %s", v, humanBytes(bytes))
+	if err := delta.WriteDirState(c.dir, done); err != nil {
+		return err
+	}
 	c.mx.Applied("full", bytes, c.sealTime(v))
 	c.ran(v, 0)
 	return nil

@@ -71,8 +71,9 @@ func unchanged(dir string, record []delta.DirFile) bool {
 	return true
 }
 
-// settle brings DIR's files to version v, whose files are want, and records it (the state
-// {"version": v} with the files as left). record is what weightfs may have put in DIR (nil:
+// settle brings DIR's files to version v, whose files are want, and returns the state that
+// records it ({"version": v} with the files as left), for the caller to write once it has
+// said what it did (so that a reader that sees the state sees the log line too). record is what weightfs may have put in DIR (nil:
 // not known, an older state). With copyAll every file is copied; otherwise a file is copied
 // again from the mount when it is missing, has another size than v's, or, unless the step's
 // patch named it (touched: its result hash was checked) or nothing was recorded, differs from
@@ -138,8 +139,7 @@ func (c *followConfig) settle(record []delta.DirFile, v uint64, want []mountFile
 		}
 		c.logf("removed %s: version %d does not have it", f.Path, v)
 	}
-	done := delta.DirState{Version: v, Source: c.mnt, Files: delta.UnionFiles(files, nil)}
-	return done, copied, delta.WriteDirState(c.dir, done)
+	return delta.DirState{Version: v, Source: c.mnt, Files: delta.UnionFiles(files, nil)}, copied, nil
 }
 
 // copyChecked copies src to dst through dst.weightfs-tmp, with mode: the copy is hashed as it
