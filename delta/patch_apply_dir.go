@@ -22,7 +22,9 @@ import (
 //	DIR/.weightfs/lock         flock(2)ed for the whole apply (two applies of DIR take turns)
 //
 // Before the first file is touched the state records the apply in progress ("pending": N,
-// "version": K); after the last one it records "version": N alone. Each write of the state is
+// "version": K); after the last one it records "version": N alone (with the record of files,
+// "files", when the directory has one: patch_apply_dir_files.go). A run refused before it
+// changed any file puts back the state it found. Each write of the state is
 // a new file renamed over the old one, so a crash at any point leaves either state, and a
 // re-run of the same patch finishes the files the crash left (each file's own journal or hash
 // says where it stands). A follower that finds a pending apply finishes it before anything
@@ -50,6 +52,10 @@ type DirState struct {
 	Full bool `json:"full,omitempty"`
 	// Source is where the follower reads versions from (its mount), for people reading it.
 	Source string `json:"source,omitempty"`
+	// Files, when recorded, are the files weightfs put in the directory, as it left them
+	// (patch_apply_dir_files.go); nil: not known (a state written before they were recorded,
+	// or by applies alone to a directory nobody recorded).
+	Files []DirFile `json:"files,omitempty"`
 }
 
 // ReadDirState returns dir's state; ok is false when dir has none (never marked).
@@ -65,6 +71,12 @@ func ReadDirState(dir string) (st DirState, ok bool, err error) {
 	if err := dec.Decode(&st); err != nil || st.Format != dirStateFormat || st.FormatVersion != 1 {
 		return DirState{}, false, fmt.Errorf("%w: %s: not a weightfs directory state (%v)", ErrMalformed,
 			filepath.Join(dir, StateDir, StateFile), err)
+	}
+	for _, f := range st.Files {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || f.Path == StateDir || strings.HasPrefix(f.Path, StateDir+"/") {
+			return DirState{}, false, fmt.Errorf("%w: %s records %q, which is not a file inside the directory", ErrMalformed,
+				filepath.Join(dir, StateDir, StateFile), f.Path)
+		}
 	}
 	return st, true, nil
 }
@@ -120,11 +132,18 @@ func LockDir(dir string, noWait bool) (func(), error) {
 		how |= unix.LOCK_NB
 	}
 	if err := flock(int(f.Fd()), how); err != nil {
+		holder := lockHolder(f)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+			return nil, fmt.Errorf("%s: %w: %s holds %s (a weightfs follow, or an apply of the directory)",
+				dir, ErrLocked, holder, filepath.Join(sd, "lock"))
 		}
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	// Record the holder for the error above (the lock file stays: it is the directory's).
+	host, _ := os.Hostname()
+	if f.Truncate(0) == nil {
+		f.WriteAt(fmt.Appendf(nil, "%d %s\n", os.Getpid(), strings.Join(strings.Fields(host), "_")), 0)
 	}
 	return func() { f.Close() }, nil
 }
@@ -159,64 +178,147 @@ func (r DirApplyResult) String() string {
 // state is accepted when every file passes its own base check. A file the patch names that
 // lies outside dir (an absolute path, "..", or under .weightfs) is refused.
 func ApplyPatchDir(patchPath, dir string, opts ApplyOptions) (DirApplyResult, error) {
+	res, _, err := applyPatchDir(patchPath, dir, opts, false)
+	return res, err
+}
+
+// ApplyPatchDirStep applies a patch to dir as ApplyPatchDir does, for a caller that holds
+// dir's lock (LockDir) and completes the step itself: it leaves the state pending (the base
+// version, pending the patch's, the record of files extended by every file the patch names)
+// and returns that state. The caller records the patch's version with WriteDirState once its
+// own part is done (a follower removes the files the version lacks and gives each file the
+// version's mode first); a caller killed before that finds the step pending, and running it
+// again finds every file already applied. A state already at the patch's version is
+// returned as it is, with AlreadyApplied.
+func ApplyPatchDirStep(patchPath, dir string, opts ApplyOptions) (DirApplyResult, DirState, error) {
+	return applyPatchDir(patchPath, dir, opts, true)
+}
+
+func applyPatchDir(patchPath, dir string, opts ApplyOptions, step bool) (DirApplyResult, DirState, error) {
 	pf, err := os.Open(patchPath)
 	if err != nil {
-		return DirApplyResult{}, err
+		return DirApplyResult{}, DirState{}, err
 	}
 	defer pf.Close()
 	fi, err := pf.Stat()
 	if err != nil {
-		return DirApplyResult{}, err
+		return DirApplyResult{}, DirState{}, err
 	}
 	p, err := OpenPatch(pf, fi.Size())
 	if err != nil {
-		return DirApplyResult{}, err
+		return DirApplyResult{}, DirState{}, err
 	}
 	res := DirApplyResult{ModelVersion: p.Plan.ModelVersion, BaseVersion: p.Plan.BaseVersion}
 	if di, err := os.Stat(dir); err != nil || !di.IsDir() {
-		return res, fmt.Errorf("%s is not a directory (%v)", dir, err)
+		return res, DirState{}, fmt.Errorf("%s is not a directory (%v)", dir, err)
 	}
 	for _, f := range p.Plan.Files {
 		if !filepath.IsLocal(filepath.FromSlash(f.Name)) || f.Name == StateDir || strings.HasPrefix(f.Name, StateDir+"/") {
-			return res, fmt.Errorf("%w: patch names %q, which is not a file inside a directory", ErrMalformed, f.Name)
+			return res, DirState{}, fmt.Errorf("%w: patch names %q, which is not a file inside a directory", ErrMalformed, f.Name)
 		}
 	}
-	unlock, err := LockDir(dir, opts.NoWait)
-	if err != nil {
-		return res, err
+	if !step {
+		unlock, err := LockDir(dir, opts.NoWait)
+		if err != nil {
+			return res, DirState{}, err
+		}
+		defer unlock()
 	}
-	defer unlock()
 	st, marked, err := ReadDirState(dir)
 	if err != nil {
-		return res, err
+		return res, DirState{}, err
 	}
 	want := p.Plan.ModelVersion
 	switch {
 	case marked && st.Version == want && st.Pending == 0:
 		res.AlreadyApplied = true
-		return res, nil
+		return res, st, nil
 	case marked && st.Pending != 0 && (st.Pending != want || st.Full || st.Version != p.Plan.BaseVersion):
-		return res, fmt.Errorf("%w: %s is part-way from version %d to %d; only that step can be applied to it",
+		return res, st, fmt.Errorf("%w: %s is part-way from version %d to %d; only that step can be applied to it",
 			ErrBaseMismatch, dir, st.Version, st.Pending)
 	case marked && st.Pending == 0 && st.Version != p.Plan.BaseVersion:
-		return res, fmt.Errorf("%w: %s holds version %d, the patch goes from version %d to %d; nothing was written",
+		return res, st, fmt.Errorf("%w: %s holds version %d, the patch goes from version %d to %d; nothing was written",
 			ErrBaseMismatch, dir, st.Version, p.Plan.BaseVersion, want)
 	}
-	source := st.Source
-	if err := WriteDirState(dir, DirState{Version: p.Plan.BaseVersion, Pending: want, Source: source}); err != nil {
-		return res, err
+	resuming := marked && st.Pending != 0
+	pending := DirState{Version: p.Plan.BaseVersion, Pending: want, Source: st.Source, Files: st.Files}
+	if st.Files != nil {
+		// Every file the patch may create is one weightfs put there.
+		named := make([]DirFile, len(p.Plan.Files))
+		for i, f := range p.Plan.Files {
+			named[i] = DirFile{Path: f.Name}
+		}
+		pending.Files = UnionFiles(st.Files, named)
+	}
+	if err := WriteDirState(dir, pending); err != nil {
+		return res, st, err
 	}
 	cfg := applyConfig{chunk: scanChunk, opts: opts}
 	for _, f := range p.Plan.Files {
 		target := filepath.Join(dir, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return res, err
+			return res, pending, err
 		}
 		r, err := applyOpenPatch(p, f.Name, target, cfg)
 		if err != nil {
-			return res, fmt.Errorf("apply to %s: %w", f.Name, err)
+			err = fmt.Errorf("apply to %s: %w", f.Name, err)
+			if !resuming && nothingWritten(res.Files, target, err) {
+				// Refused before this run changed any file: the directory is as it was, and so
+				// must its state be, or the right patch would be refused from now on.
+				return res, st, restoreDirState(dir, st, marked, err)
+			}
+			return res, pending, err
 		}
 		res.Files = append(res.Files, r)
 	}
-	return res, WriteDirState(dir, DirState{Version: want, Source: source})
+	if step {
+		return res, pending, nil
+	}
+	done := DirState{Version: want, Source: st.Source}
+	if pending.Files != nil {
+		// The files the patch names as they are now; the others as they were recorded. (A
+		// file the result version no longer has stays: the patch format has no deletions.)
+		now := make([]DirFile, 0, len(p.Plan.Files))
+		for _, f := range p.Plan.Files {
+			df, err := StatDirFile(dir, f.Name)
+			if err != nil {
+				return res, pending, err
+			}
+			now = append(now, df)
+		}
+		done.Files = UnionFiles(now, pending.Files)
+	}
+	return res, done, WriteDirState(dir, done)
+}
+
+// nothingWritten says whether an apply run that failed with err on target changed no file:
+// every file before it was already the result, and target's apply stopped at a check made
+// before its first write (its base or its result hash, its lock, a missing file), leaving no
+// journal.
+func nothingWritten(done []ApplyResult, target string, err error) bool {
+	for _, r := range done {
+		if !r.AlreadyApplied {
+			return false
+		}
+	}
+	if !errors.Is(err, ErrBaseMismatch) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrLocked) && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	_, jerr := os.Lstat(target + JournalSuffix)
+	return errors.Is(jerr, fs.ErrNotExist)
+}
+
+// restoreDirState puts back the state a run found (st, or none when !marked) after the run
+// was refused before writing anything; cause is the refusal, returned with what was done.
+func restoreDirState(dir string, st DirState, marked bool, cause error) error {
+	var err error
+	if marked {
+		err = WriteDirState(dir, st)
+	} else if err = os.Remove(filepath.Join(dir, StateDir, StateFile)); err == nil {
+		err = syncDir(filepath.Join(dir, StateDir))
+	}
+	if err != nil {
+		return fmt.Errorf("%w; nothing was written, but the state could not be put back: %v", cause, err)
+	}
+	return fmt.Errorf("%w; the directory and its state are as they were", cause)
 }

@@ -3,6 +3,7 @@ package delta
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -129,4 +130,148 @@ func TestApplyPatchDir(t *testing.T) {
 			t.Error("the patch wrote outside the directory")
 		}
 	})
+}
+
+// TestApplyPatchDirRefusalKeepsState: an apply whose base check fails before it writes
+// anything leaves the directory's state as it found it (none, or its version), so that the
+// right patch is accepted afterwards (issue 27, item 9: a refused apply recorded
+// {"version":7,"pending":8} and every later patch was refused).
+func TestApplyPatchDirRefusalKeepsState(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	raw, _ := buildTestPatch(t, 8, 7, base, result, order)
+	patchPath := filepath.Join(t.TempDir(), "patch.safetensors")
+	if err := os.WriteFile(patchPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		state *DirState // nil: no state file
+	}{
+		{"unmarked", nil},
+		{"marked at the base", &DirState{Version: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, b := range base {
+				if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// config.json, the first file of the patch, holds neither the base nor the result.
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"step": 0}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.state != nil {
+				if err := WriteDirState(dir, *tc.state); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _ := os.ReadFile(filepath.Join(dir, StateDir, StateFile))
+			if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); !errors.Is(err, ErrBaseMismatch) {
+				t.Fatalf("apply to a directory whose config.json is another version: %v, want ErrBaseMismatch", err)
+			}
+			after, _ := os.ReadFile(filepath.Join(dir, StateDir, StateFile))
+			if !bytes.Equal(before, after) {
+				t.Fatalf("the refused apply changed the state from %q to %q", before, after)
+			}
+			// Once the file is the base, the same patch applies.
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), base["config.json"], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); err != nil {
+				t.Fatalf("apply after the refusal: %v", err)
+			}
+			for name, want := range result {
+				if got, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(got, want) {
+					t.Errorf("%s is not the result", name)
+				}
+			}
+		})
+	}
+}
+
+// TestDirStateFiles: the record of the files weightfs put in a directory. An apply of a
+// directory that records its files keeps the record, with the files the patch names as the
+// apply left them; a recorded path outside the directory is refused when the state is read;
+// a removal never goes through a symbolic link planted in place of a directory.
+func TestDirStateFiles(t *testing.T) {
+	base, result, order := threeFileVersions(t)
+	raw, _ := buildTestPatch(t, 8, 7, base, result, order)
+	patchPath := filepath.Join(t.TempDir(), "patch.safetensors")
+	if err := os.WriteFile(patchPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var rec []DirFile
+	for name, b := range base {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := StatDirFile(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec = append(rec, f)
+	}
+	if err := WriteDirState(dir, DirState{Version: 7, Files: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyPatchDir(patchPath, dir, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := ReadDirState(dir)
+	if err != nil || st.Version != 8 {
+		t.Fatalf("state %+v, %v", st, err)
+	}
+	var paths []string
+	for _, f := range st.Files {
+		paths = append(paths, f.Path)
+		now, err := StatDirFile(dir, f.Path)
+		if why := f.Changed(now, err); why != "" {
+			t.Errorf("%s: the record does not describe it: %s", f.Path, why)
+		}
+	}
+	if got, want := fmt.Sprint(paths), "[config.json extra/notes.txt model.safetensors tokenizer.json]"; got != want {
+		t.Errorf("recorded files %s, want %s", got, want)
+	}
+	// A write that keeps the size and the modification time is still seen (ctime), once the
+	// file system's clock has moved past the record (the record cannot see a change within
+	// the same tick of the clock: docs/format.md Part III §3).
+	f := st.Files[0]
+	p := filepath.Join(dir, f.Path)
+	for probe := filepath.Join(t.TempDir(), "probe"); ; {
+		os.WriteFile(probe, nil, 0o644)
+		if now, err := StatDirFile(filepath.Dir(probe), "probe"); err != nil || now.Ctime > f.Ctime {
+			break
+		}
+	}
+	fi, _ := os.Stat(p)
+	b, _ := os.ReadFile(p)
+	b[0] ^= 1
+	os.WriteFile(p, b, 0o644)
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	if now, err := StatDirFile(dir, f.Path); f.Changed(now, err) == "" {
+		t.Errorf("a rewrite of %s with its mtime put back is not seen", f.Path)
+	}
+
+	for _, bad := range []string{"../escape", "/etc/passwd", ".weightfs/lock"} {
+		if err := WriteDirState(dir, DirState{Version: 8, Files: []DirFile{{Path: bad}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := ReadDirState(dir); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a state recording %q: %v, want ErrMalformed", bad, err)
+		}
+	}
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	os.WriteFile(victim, []byte("keep"), 0o644)
+	if err := os.Symlink(outside, filepath.Join(dir, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDirFile(dir, "sub/victim"); err == nil {
+		t.Error("a removal through a symbolic link was not refused")
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("the file the link leads to was removed: %v", err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/weightfs/weightfs/delta"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,7 +20,8 @@ type CommitOptions struct {
 // Commit ingests the files under dir as a new sealed version (the batch path). Directories
 // (empty ones too) and regular files are stored; symbolic links to regular files are stored
 // as the files they point to; anything else is refused. An empty directory is refused
-// (ErrEmptyVersion).
+// (ErrEmptyVersion). DIR/.weightfs (delta.StateDir: the state and lock that `weightfs
+// apply PATCH DIR` and `weightfs follow` keep there) is not stored.
 func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
@@ -96,6 +98,14 @@ func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
+		if rel == delta.StateDir {
+			// The state and lock of `weightfs apply DIR` and `weightfs follow`: weightfs's
+			// bookkeeping of the directory, not part of the model.
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil // (SkipDir on a file would skip the rest of dir)
+		}
 		info, err := os.Stat(p) // follows symbolic links
 		if err != nil {
 			return err

@@ -410,3 +410,84 @@ func toIntKeys(m map[uint64]map[string]string) map[int]map[string]string {
 	}
 	return out
 }
+
+// TestApplyDirRefusalKeepsState (issue 27, item 9): `weightfs apply PATCH DIR` of a patch
+// from another version than DIR holds is refused before anything is written and leaves
+// DIR's state as it was, so that the right patches apply afterwards. DIR is an export of
+// version 1 (no state file); the patch from 2 to 3 is refused; then 1 -> 2 and 2 -> 3 apply.
+func TestApplyDirRefusalKeepsState(t *testing.T) {
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	initStore(t, storeDir)
+	want := genSeries(t, work, 200_000, 43, 3, func(v int, src string) {
+		mustCLI(t, "commit", storeDir, src)
+	})
+	dir := filepath.Join(work, "dir")
+	mustCLI(t, "export", storeDir, "1", dir)
+	p21, p32 := filepath.Join(work, "p21.safetensors"), filepath.Join(work, "p32.safetensors")
+	mustCLI(t, "patch", storeDir, "2", "--from", "1", "-o", p21)
+	mustCLI(t, "patch", storeDir, "3", "--from", "2", "-o", p32)
+	statePath := filepath.Join(dir, delta.StateDir, delta.StateFile)
+
+	r := runCLI(t, "apply", p32, dir)
+	if r.code == 0 || !strings.Contains(r.stderr, "base does not match") {
+		t.Fatalf("apply of the patch from 2 to a directory at 1: exit %d, stderr %s; want a base mismatch", r.code, r.stderr)
+	}
+	if b, err := os.ReadFile(statePath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused apply left the state %q (%v); want none, as before", b, err)
+	}
+	sameHashes(t, "directory after the refused apply", followedHashes(t, dir), want[1])
+	mustCLI(t, "apply", p21, dir)
+	sameHashes(t, "directory at 2", followedHashes(t, dir), want[2])
+	mustCLI(t, "apply", p32, dir)
+	sameHashes(t, "directory at 3", followedHashes(t, dir), want[3])
+	// A second refusal, of a directory that records its version, leaves that record.
+	before, _ := os.ReadFile(statePath)
+	if r := runCLI(t, "apply", p21, dir); r.code != 0 {
+		t.Logf("re-apply of 1 -> 2 to a directory at 3: exit %d: %s", r.code, r.stderr)
+	}
+	if after, _ := os.ReadFile(statePath); string(after) != string(before) {
+		t.Errorf("apply of an older patch changed the state from %q to %q", before, after)
+	}
+}
+
+// TestCommitSkipsStateDir (issue 27, item 13): `weightfs commit STORE DIR` of a directory that
+// apply or follow keeps stores its files, not DIR/.weightfs/ (their state and lock); a
+// .weightfs below the top is an ordinary directory of the model and is stored.
+func TestCommitSkipsStateDir(t *testing.T) {
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	initStore(t, storeDir)
+	dir := filepath.Join(work, "dir")
+	files := map[string]string{
+		"config.json":         `{"v": 1}`,
+		"sub/.weightfs/x.txt": "part of the model",
+	}
+	for name, data := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := delta.WriteDirState(dir, delta.DirState{Version: 7}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := delta.LockDir(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	mustCLI(t, "commit", storeDir, dir)
+	out := filepath.Join(work, "out")
+	mustCLI(t, "export", storeDir, "1", out)
+	got := treeHashes(t, out)
+	want := map[string]string{}
+	for name, data := range files {
+		want[name] = fmt.Sprintf("%x", sha256.Sum256([]byte(data)))
+	}
+	sameHashes(t, "the committed version", got, want)
+	if _, err := os.Stat(filepath.Join(out, delta.StateDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the version holds %s: %v", delta.StateDir, err)
+	}
+}

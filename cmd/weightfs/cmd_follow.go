@@ -1,16 +1,13 @@
 package main
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	iofs "io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -31,7 +28,13 @@ import (
 // A full copy of the version (MNT/weight_vN, each file written beside its place and renamed)
 // is made only when DIR holds no version, or when no patch from its version can exist (gc
 // removed it, or the tensor layout changed), or DIR's files are not the version its state
-// says; each time the follower says why.
+// says, or the version an interrupted step was taking DIR to is gone; each time the follower
+// says why.
+//
+// DIR is the follower's while it runs (it holds DIR's lock: a second follower is refused).
+// Its state records every file weightfs put there as it left it (follow_files.go): each
+// round checks them with one lstat each and copies again what something else changed, and
+// each step gives every file the version's mode and removes the files the version lacks.
 
 // followConfig is what one follower works with.
 type followConfig struct {
@@ -69,6 +72,13 @@ func cmdFollow(e *env, args []string) error {
 	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
 		return err
 	}
+	// DIR is this follower's while it runs: a second follower (or an apply) of it is refused
+	// at once, naming this process, rather than racing it file by file.
+	unlock, err := delta.LockDir(cfg.dir, true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(stop)
@@ -131,10 +141,21 @@ func (c *followConfig) step() error {
 	if err != nil {
 		return err
 	}
+	// The mount first: when it is down, a version that seems gone is not.
+	latest, err := c.latest()
+	if err != nil {
+		return err
+	}
 	if marked && st.Pending != 0 {
+		if c.gone(st.Pending) {
+			// DIR holds some files of each version: no patch applies to it, and the pending
+			// one will never come back. The record of files says what either put there.
+			return c.fullCopy(latest, fmt.Sprintf("version %d, which the interrupted step from version %d was taking %s to, is no longer on the mount (gc removed it)",
+				st.Pending, st.Version, c.dir))
+		}
 		c.logf("finishing the interrupted step from version %d to %d", st.Version, st.Pending)
 		if st.Full || st.Version == 0 {
-			err = c.fullCopy(st, st.Pending, "a full copy was interrupted")
+			err = c.fullCopy(st.Pending, "a full copy was interrupted")
 		} else {
 			err = c.patch(st, st.Pending)
 		}
@@ -145,20 +166,48 @@ func (c *followConfig) step() error {
 		if st, marked, err = delta.ReadDirState(c.dir); err != nil {
 			return err
 		}
-	}
-	latest, err := c.latest()
-	if err != nil {
-		return err
+		if latest, err = c.latest(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case !marked || st.Version == 0:
-		return c.fullCopy(st, latest, fmt.Sprintf("%s holds no version", c.dir))
-	case st.Version == latest:
-		return nil
+		return c.fullCopy(latest, fmt.Sprintf("%s holds no version", c.dir))
 	case st.Version > latest:
-		return c.fullCopy(st, latest, fmt.Sprintf("%s holds version %d, newer than the mount's latest", c.dir, st.Version))
+		return c.fullCopy(latest, fmt.Sprintf("%s holds version %d, newer than the mount's latest", c.dir, st.Version))
+	}
+	if st, err = c.check(st); err != nil || st.Version == latest {
+		return err
 	}
 	return c.patch(st, latest)
+}
+
+// gone says whether version v is no longer on the mount (lookup ENOENT).
+func (c *followConfig) gone(v uint64) bool {
+	_, err := os.Stat(filepath.Join(c.mnt, fs.VersionName(v)))
+	return errors.Is(err, iofs.ErrNotExist)
+}
+
+// check compares every file DIR's state records with the file on disk, one lstat each, and
+// when one differs (or nothing is recorded) copies again from the mount what is not the held
+// version's (settle). A held version the mount no longer has is left to the step to the
+// latest one, which checks every file against that.
+func (c *followConfig) check(st delta.DirState) (delta.DirState, error) {
+	if st.Files != nil && unchanged(c.dir, st.Files) {
+		return st, nil
+	}
+	if c.gone(st.Version) {
+		return st, nil
+	}
+	want, err := c.listVersion(st.Version)
+	if err != nil {
+		return st, err
+	}
+	done, _, err := c.settle(st.Files, st.Version, want, nil, false)
+	if err != nil {
+		return st, err
+	}
+	return done, delta.WriteDirState(c.dir, done)
 }
 
 // patch takes DIR from st.Version to v by the catch-up patch, or by a full copy when there is
@@ -166,7 +215,7 @@ func (c *followConfig) step() error {
 func (c *followConfig) patch(st delta.DirState, v uint64) error {
 	p := filepath.Join(c.mnt, "patches", fs.CatchupPatchName(v, st.Version))
 	if _, err := os.Stat(p); errors.Is(err, iofs.ErrNotExist) {
-		return c.fullCopy(st, v, fmt.Sprintf("no patch from version %d to %d can exist (version %d was removed by gc, or the tensor layout changed)",
+		return c.fullCopy(v, fmt.Sprintf("no patch from version %d to %d can exist (version %d was removed by gc, or the tensor layout changed)",
 			st.Version, v, st.Version))
 	} else if err != nil {
 		return err
@@ -175,97 +224,68 @@ func (c *followConfig) patch(st delta.DirState, v uint64) error {
 	if fi, err := os.Stat(p); err == nil {
 		size = fi.Size()
 	}
-	res, err := delta.ApplyPatchDir(p, c.dir, delta.ApplyOptions{Sync: c.sync})
+	want, err := c.listVersion(v)
+	if err != nil {
+		return err
+	}
+	res, pending, err := delta.ApplyPatchDirStep(p, c.dir, delta.ApplyOptions{Sync: c.sync})
 	if errors.Is(err, delta.ErrBaseMismatch) {
-		return c.fullCopy(st, v, fmt.Sprintf("%s does not hold what its state says: %v", c.dir, err))
+		return c.fullCopy(v, fmt.Sprintf("%s does not hold what its state says: %v", c.dir, err))
 	}
 	if err != nil {
 		return err
 	}
+	// The files the patch named were checked against the version by their result hashes; the
+	// others are checked against the record, and the files v lacks removed.
+	touched := make(map[string]bool, len(res.Files))
+	for _, f := range res.Files {
+		touched[f.File] = true
+	}
+	done, _, err := c.settle(pending.Files, v, want, touched, false)
+	if err != nil {
+		return err
+	}
 	c.logf("%s", res)
+	if err := delta.WriteDirState(c.dir, done); err != nil {
+		return err
+	}
 	c.mx.Applied("patch", size, c.sealTime(v))
 	c.ran(v, st.Version)
 	return nil
 }
 
 // fullCopy copies version v of the mount into DIR, file by file (written beside its place,
-// checked, renamed), under a pending state; files v lacks are left alone.
-func (c *followConfig) fullCopy(st delta.DirState, v uint64, why string) error {
+// checked, renamed), under a pending state, and removes the files weightfs put there that v
+// lacks.
+func (c *followConfig) fullCopy(v uint64, why string) error {
 	c.logf("%s: copying version %d whole", why, v)
-	src := filepath.Join(c.mnt, fs.VersionName(v))
-	if _, err := os.Stat(src); err != nil {
+	st, _, err := delta.ReadDirState(c.dir)
+	if err != nil {
 		return err
 	}
-	if err := delta.WriteDirState(c.dir, delta.DirState{Version: st.Version, Pending: v, Full: true, Source: c.mnt}); err != nil {
+	want, err := c.listVersion(v)
+	if err != nil {
 		return err
 	}
-	var bytes int64
-	err := filepath.WalkDir(src, func(path string, d iofs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		if rel == delta.StateDir || strings.HasPrefix(rel, delta.StateDir+string(filepath.Separator)) {
-			return nil
-		}
-		n, err := copyChecked(path, filepath.Join(c.dir, rel), c.sync)
-		bytes += n
+	named := make([]delta.DirFile, len(want))
+	for i, m := range want {
+		named[i] = delta.DirFile{Path: m.path}
+	}
+	pending := delta.DirState{Version: st.Version, Pending: v, Full: true, Source: c.mnt, Files: delta.UnionFiles(st.Files, named)}
+	if err := delta.WriteDirState(c.dir, pending); err != nil {
 		return err
-	})
+	}
+	done, bytes, err := c.settle(pending.Files, v, want, nil, true)
 	if err != nil {
 		return fmt.Errorf("copy version %d: %w", v, err)
 	}
-	if err := delta.WriteDirState(c.dir, delta.DirState{Version: v, Source: c.mnt}); err != nil {
+	c.logf("version %d copied whole: %s", v, humanBytes(bytes))
+	if err := delta.WriteDirState(c.dir, done); err != nil {
 		return err
 	}
-	c.logf("version %d copied whole: %s", v, humanBytes(bytes))
 	c.mx.Applied("full", bytes, c.sealTime(v))
 	c.ran(v, 0)
 	return nil
-}
-
-// copyChecked copies src to dst through dst.weightfs-tmp: the copy is hashed as it is read
-// and again as written, and renamed over dst only when the two agree. (The mount checks what
-// it serves against the store's own checksums; this catches a bad local write.)
-func copyChecked(src, dst string, sync bool) (int64, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return 0, err
-	}
-	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return 0, err
-	}
-	tmp := dst + ".weightfs-tmp"
-	os.Remove(tmp)
-	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return 0, err
-	}
-	read := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, read), in)
-	if err == nil {
-		written := sha256.New()
-		if _, err = out.Seek(0, io.SeekStart); err == nil {
-			_, err = io.Copy(written, out)
-		}
-		if err == nil && string(written.Sum(nil)) != string(read.Sum(nil)) {
-			err = fmt.Errorf("%s: the copy written does not hash as read", dst)
-		}
-	}
-	if err == nil && sync {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, dst)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return n, err
 }
 
 // sealTime is when version v was sealed: the mount gives a sealed version's directory the

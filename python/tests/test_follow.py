@@ -103,6 +103,46 @@ class FollowerTest(unittest.TestCase):
         self.assertEqual(got, [3])
         self.same(state, 3, "apply_to")
 
+    def test_failed_apply_is_given_again(self):
+        """An update whose apply raised is not recorded as held when the caller comes back
+        (issue 27, item 9: a refused apply must not move the recorded position): the next poll
+        gives the same update again, and once applied it is recorded."""
+        d = tempfile.mkdtemp(dir=self.root)
+        set_latest(self.mnt, 2)
+        f = weightfs.Follower(self.mnt, d, interval=0.01)
+        state = self.store.numpy_state(1, raw=True)
+        name = sorted(state)[0]
+        missing = {n: a for n, a in state.items() if n != name}
+        up = f.poll()
+        with self.assertRaises(KeyError):
+            up.apply(missing)  # strict: a tensor of the version is not in the state dict
+        again = f.poll()
+        self.assertEqual(f.held, 0, "a failed update was recorded as held")
+        self.assertIsNotNone(again, "the failed update was not given again")
+        self.assertEqual((again.version, again.base_version), (2, 0))
+        again.apply(state)
+        self.assertIsNone(f.poll())
+        self.assertEqual(weightfs.Follower(self.mnt, d).held, 2)
+        self.same(state, 2, "after the update given again")
+
+    def test_dropped(self):
+        """Update.dropped names the tensors of a state dict that the update's version does not
+        have (read from its files' headers on the mount): a patch carries no deletions (issue
+        27, item 10)."""
+        d = tempfile.mkdtemp(dir=self.root)
+        set_latest(self.mnt, 2)
+        f = weightfs.Follower(self.mnt, d, interval=0.01)
+        f._write_state(1)
+        f.held = 1
+        state = self.store.numpy_state(1, raw=True)
+        state["gone.weight"] = np.zeros(4, dtype=np.uint16)
+        up = f.poll()
+        self.assertFalse(up.full, up)
+        self.assertEqual(up.dropped(state), ["gone.weight"])
+        up.apply(state, strict=False)
+        del state["gone.weight"]
+        self.same(state, 2, "after the patch, the dropped tensor removed")
+
     def test_killed_at_random_points(self):
         d = tempfile.mkdtemp(dir=self.root)
         out = os.path.join(d, "result.npz")

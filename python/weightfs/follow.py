@@ -15,7 +15,9 @@ Part III §3: ``{"format":"weightfs-dir-state","format_version":1,"version":N}``
 atomically) once the caller comes back for the next update, or calls :meth:`Follower.done`.
 Delivery is at least once: a process killed after applying N but before recording it is given
 N again from K when it starts again, having reloaded K (``Follower.held`` says which); a patch
-applied to its result changes nothing, so that is harmless. It is a different file from
+applied to its result changes nothing, so that is harmless. An update whose ``apply`` raised
+is never recorded: the next poll gives it again. A patch carries no deletions:
+``Update.dropped`` names the tensors of a state dict that the new version no longer has. It is a different file from
 ``weightfs follow``'s ``state.json``, which records what the directory's *files* hold.
 """
 
@@ -41,12 +43,15 @@ def catchup_patch_path(mount, v, base):
 class Update:
     """One step of a follower: to ``version`` from ``base_version`` (0: nothing held).
 
-    ``patch`` is the opened catch-up patch, or None for a full update; then ``path`` is the
-    version's directory in the mount and ``reason`` says why no patch could be used."""
+    ``patch`` is the opened catch-up patch, or None for a full update; ``path`` is the
+    version's directory in the mount, and for a full update ``reason`` says why no patch could
+    be used. ``failed`` is set when :meth:`apply` raised: the follower then does not record
+    the update as held, and gives it again."""
 
     def __init__(self, version, base_version, patch=None, path=None, reason=""):
         self.version, self.base_version = version, base_version
         self.patch, self.path, self.reason = patch, path, reason
+        self.failed = False
 
     @property
     def full(self):
@@ -56,7 +61,28 @@ class Update:
         """Bring state (a dict of numpy arrays or torch tensors, keyed by HF name, holding
         base_version) to version, in place: the patch's ``apply`` (checked unless verify=False:
         see Patch.apply), or for a full update every tensor of the version's safetensors files
-        copied into its array (bytes the mount checked as it served them)."""
+        copied into its array (bytes the mount checked as it served them). If it raises, the
+        update is marked ``failed`` and is not recorded as held (see :meth:`Follower.poll`).
+        Tensors the version no longer has stay in state: :meth:`dropped` names them."""
+        try:
+            return self._apply(state, verify, strict)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def dropped(self, state):
+        """The names in state (sorted) that no safetensors file of the version holds: tensors
+        of a file or a tensor the version dropped. A patch carries no deletions, so they are
+        read from the headers of the version's files in the mount (``path``); what to do with
+        them (``del state[name]``, or keep them) is the caller's choice."""
+        have = set()
+        for root, _, files in os.walk(self.path):
+            for name in files:
+                if name.endswith(".safetensors"):
+                    have.update(SafetensorsFile(os.path.join(root, name)).tensors)
+        return sorted(n for n in state if n not in have)
+
+    def _apply(self, state, verify, strict):
         if self.patch is not None:
             return self.patch.apply(state, verify=verify, strict=strict)
         for root, _, files in os.walk(self.path):
@@ -139,7 +165,10 @@ class Follower:
 
     def poll(self):
         """One round: the update to the latest version, or None if the held one is latest.
-        It first records the update the previous call returned as held (see done())."""
+        It first records the update the previous call returned as held (see done()), unless
+        its apply raised (``failed``): then that update is given again."""
+        if self._pending is not None and self._pending.failed:
+            self._pending = None
         self.done()
         up = self._next()
         self._pending = up
@@ -164,7 +193,7 @@ class Follower:
                                  "or the tensor layout changed)")
         if patch.base_version != k or patch.model_version != n:
             raise ValueError(f"{p}: a patch from {patch.base_version} to {patch.model_version}")
-        return Update(n, k, patch=patch)
+        return Update(n, k, patch=patch, path=version_dir(self.mount, n))
 
     def __iter__(self):
         return self.updates()
