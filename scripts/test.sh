@@ -35,7 +35,9 @@ cleanup() {
 trap cleanup EXIT
 
 "$GO" build -o "$work/testprogress" ./internal/testprogress || exit 1
-mkdir "$work/tmp"
+# Like /tmp: tests run programs as other users (setpriv --reuid nobody) that must reach
+# their mounts and files below it, and mktemp makes its directory 0700.
+mkdir "$work/tmp" && chmod 0755 "$work" && chmod 1777 "$work/tmp" || exit 1
 echo "make test: go test -timeout $timeout, every package (temporary files in $work)"
 TMPDIR="$work/tmp" "$GO" test -count=1 -timeout "$timeout" -json "$@" ${TEST_PKGS:-./...} | "$work/testprogress"
 rc=${PIPESTATUS[0]}
