@@ -23,6 +23,8 @@ import (
 type Retention struct {
 	KeepLast  int
 	KeepEvery int
+	// Exact drops down to KeepLast versions after every seal, whatever re-anchoring costs.
+	Exact bool
 }
 
 // pinRecheck is how often the writer looks whether the versions its retention kept for pins
@@ -66,7 +68,7 @@ func (s *Store) retainAfterSeal() {
 	go func() {
 		defer r.wg.Done()
 		for {
-			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery, Worthwhile: true})
+			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery, Worthwhile: !s.opts.Retention.Exact})
 			s.noteRetention(st, err)
 			if r.done != nil {
 				r.done(st, err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func TestRetentionKeepsOpenFilesReadable(t *testing.T) {
 		}
 	}
 	want := genSeries(t, work, 1_000_000, 43, 6, nil)
-	writer := startMount(t, storeDir, rw, "--keep-last", "1")
+	writer := startMount(t, storeDir, rw, "--keep-last", "1", "--keep-exact")
 	seal := func(v int) {
 		t.Helper()
 		run(t, "cp", "-r", srcDir(work, v), versionDir(rw, v))
@@ -184,4 +185,48 @@ func TestRetentionKeepsOpenFilesReadable(t *testing.T) {
 	reader.stop()
 	writer.stop()
 	verifyStore(t, storeDir)
+}
+
+// TestMountLatestIsPinned: `mount --read-only --version latest` serves the version that was
+// latest at mount time and pins it: gc --keep-last 1 after two more commits keeps it, and the
+// mount reads it exact. Its metrics still follow the store: latest_version and versions
+// move as versions are sealed and dropped (a pinned mount's list is refreshed).
+func TestMountLatestIsPinned(t *testing.T) {
+	skipWithoutFUSE(t)
+	if _, cli := mountBinary(t); !cli {
+		t.Skip("cmd/weightfs does not build: --metrics-addr needs it")
+	}
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	initStore(t, storeDir)
+	want := genSeries(t, work, 200_000, 47, 3, nil)
+	mustCLI(t, "commit", storeDir, srcDir(work, 1))
+	mnt := filepath.Join(work, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startMount(t, storeDir, mnt, "--read-only", "--version", "latest", "--poll", "100ms",
+		"--cache-dir", filepath.Join(work, "cache"), "--metrics-addr", "127.0.0.1:0")
+	url := metricsURL(t, d.out)
+	if pins, _ := filepath.Glob(filepath.Join(storeDir, "pins", "*.json")); len(pins) != 1 {
+		t.Fatalf("pin records of a mount of --version latest: %v\n%s", pins, d.out.String())
+	}
+	mustCLI(t, "commit", storeDir, srcDir(work, 2))
+	mustCLI(t, "commit", storeDir, srcDir(work, 3))
+	r := mustCLI(t, "gc", "--keep-last", "1", storeDir)
+	if _, vs := readLog(t, storeDir); !slices.Equal(vs, []uint64{1, 3}) || !strings.Contains(r.stdout, "kept versions [1] for readers' pins") {
+		t.Fatalf("gc --keep-last 1 with a mount of --version latest (v1) keeps %v:\n%s", vs, r.stdout)
+	}
+	sameHashes(t, "the mount of --version latest after two seals and gc", sha256sumTree(t, mnt), want[1])
+	var latest, versions float64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		s := scrapeMetrics(t, url)
+		latest, versions = s.value("weightfs_latest_version"), s.value("weightfs_versions")
+		if latest == 3 && versions == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if latest != 3 || versions != 2 {
+		t.Fatalf("a pinned mount's metrics: latest_version %v, versions %v; want 3 and 2 (the store's)", latest, versions)
+	}
 }

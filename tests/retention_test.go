@@ -61,7 +61,7 @@ func checkLogTotal(t *testing.T, storeDir string) {
 	}
 }
 
-// TestRetentionKeepLastWhileTraining: a read-write mount with --keep-last 3 takes 10
+// TestRetentionKeepLastWhileTraining: a read-write mount with --keep-last 3 --keep-exact takes 10
 // versions while a read-only mount's reader reads the latest; the store keeps exactly the
 // last 3, each exports bit-identically, and log's total is the size of the object files.
 func TestRetentionKeepLastWhileTraining(t *testing.T) {
@@ -74,7 +74,7 @@ func TestRetentionKeepLastWhileTraining(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writer := startMount(t, storeDir, rw, "--keep-last", "3")
+	writer := startMount(t, storeDir, rw, "--keep-last", "3", "--keep-exact")
 	var reader *mountDaemon
 	var stop atomic.Bool
 	var wg sync.WaitGroup
