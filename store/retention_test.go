@@ -510,3 +510,49 @@ func TestRetentionCostsWhatItFrees(t *testing.T) {
 		})
 	}
 }
+
+// TestSealDuringGCReanchor: a gc that re-anchors (retention's runs in the background after a
+// seal) does not hold up the next seal: a version committed from within gc's re-anchoring
+// (its progress callback) is sealed while gc waits for it, and after gc the kept version and
+// the new one read exact.
+func TestSealDuringGCReanchor(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	versions := changingModel(t, 6, 0.05)
+	for i := range 5 {
+		commitTree(t, s, uint64(i+1), versions[i])
+	}
+	dir := writeTree(t, t.TempDir(), versions[5])
+	var once sync.Once
+	var sealErr error
+	sealedDuring := false
+	st, err := s.GCWith(1, GCOptions{Progress: func(done, total int64) {
+		once.Do(func() {
+			sealed := make(chan error, 1)
+			go func() {
+				_, err := s.Commit(dir, CommitOptions{Version: 6})
+				sealed <- err
+			}()
+			select {
+			case sealErr = <-sealed:
+				sealedDuring = true
+			case <-time.After(2 * time.Minute):
+				sealErr = errors.New("the seal still waits for gc's re-anchoring after 2 minutes")
+			}
+		})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Reanchored == 0 {
+		t.Fatalf("gc re-anchored nothing (%+v): the test needs a re-anchoring", st)
+	}
+	if !sealedDuring || sealErr != nil {
+		t.Fatalf("a seal during gc's re-anchoring: %v", sealErr)
+	}
+	if got := numbers(s.Versions()); !slices.Equal(got, []uint64{5, 6}) {
+		t.Fatalf("after gc --keep-last 1 and a seal during it, the store lists %v, want [5 6]", got)
+	}
+	for _, v := range []uint64{5, 6} {
+		mustEqualBytes(t, fmt.Sprintf("v%d", v), readWhole(t, s, v, "model.safetensors"), versions[v-1]["model.safetensors"])
+	}
+}
