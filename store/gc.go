@@ -198,7 +198,19 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool)
 		// What they need is unknown: nothing is deleted until they are repaired.
 		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
 	}
-	s.pendingRoots(roots)
+	// Open writers' objects: an object a writer holds may not be written yet (it holds
+	// before it writes): there is nothing to walk, and it is no victim (the sweep checks
+	// the holds again before it deletes).
+	pending := map[ID]bool{}
+	s.pendingRoots(pending)
+	for id := range pending {
+		if _, err := s.be.StatObject(id); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		roots[id] = true
+	}
 	writing, err := s.groupRoots(roots) // parts not yet published (group_publish.go)
 	if err != nil {
 		return nil, err

@@ -253,6 +253,9 @@ func (s *Store) estimateGC(st GCStats, jobs []reanchorJob, dropSet map[uint64]bo
 // dropVersions records the versions of drop as dropped, deletes their manifests and sweeps
 // the objects nothing needs. Caller holds writeMu.
 func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
+	// Headers read while gc re-anchored (by ingest beside it) may be those of the objects
+	// before their rewrite: the sweep walks chains from fresh ones.
+	s.forgetAllMetas()
 	if err := s.be.SyncObjects(); err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
@@ -317,13 +320,7 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	// Chain depths changed; they refill from object headers.
-	s.metaMu.Lock()
-	clear(s.metas)
-	s.dirtyMetas = nil
-	s.metaMu.Unlock()
-	if err := s.ix.clearObjects(); err != nil {
-		s.log.Warn("index: not updated", "err", err)
-	}
+	s.forgetAllMetas()
 	if len(late) > 0 {
 		s.trimGCRecord() // the record holds the versions kept late: not dropped
 	}
@@ -348,4 +345,16 @@ func (s *Store) wholeCopySize(m objMeta) int64 {
 		cur = bm.Base
 	}
 	return m.ContentLen
+}
+
+// forgetAllMetas drops every object header remembered, in memory and in the index: they
+// refill from the object files.
+func (s *Store) forgetAllMetas() {
+	s.metaMu.Lock()
+	clear(s.metas)
+	s.dirtyMetas = nil
+	s.metaMu.Unlock()
+	if err := s.ix.clearObjects(); err != nil {
+		s.log.Warn("index: not updated", "err", err)
+	}
 }
