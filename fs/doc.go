@@ -38,6 +38,11 @@
 // one-second timeouts. Staging files are not fsynced: an open version is not durable by
 // design, and after a crash it is gone.
 //
+// A file of a sealed version that is open (or mapped) holds its version from gc until its last
+// release, as an unlinked file stays readable through its descriptors (store.Store.Hold: a
+// writer's retention keeps it; a read-only mount pins it while it is open), so that a
+// retention that drops the version never cuts a reader off with a short read.
+//
 // The root is dynamic: it is computed from the store's version list and the open trees on every
 // lookup and listing. Negative lookups are not cached, so a version sealed by another process
 // appears on a read-only mount as soon as its poller has called Store.Refresh (which, for a

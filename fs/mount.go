@@ -48,8 +48,9 @@ type Options struct {
 	// lines at debug, versions opened, sealed and seen and refusals at info, damage and
 	// failed clean-ups at warn, store failures returned as EIO at error.
 	Logger *slog.Logger
-	// PollInterval is how often a read-only mount looks for versions sealed by another
-	// process (0: DefaultPollInterval).
+	// PollInterval is how often a read-only mount, or a rank's of a writer group, looks for
+	// versions sealed by another process (0: DefaultPollInterval); one pinned to a Version
+	// refreshes only the store's list (the metrics').
 	PollInterval time.Duration
 	// StagingDir is where a read-write mount keeps the bytes of open versions, one
 	// subdirectory per mount. Empty: the store's staging directory if it offers one, else a
@@ -147,12 +148,12 @@ func MountVersionStore(b VersionStore, mountpoint string, opts Options) (*Server
 		log.Info("kernel read-ahead stays at the FUSE default", "err", err)
 	}
 	s := &Server{fuse: srv, mountpoint: mnt, done: make(chan struct{}), m: m}
-	if opts.ReadOnly && opts.Version == 0 {
+	if poll, follow := pollMode(b, opts); poll {
 		interval := opts.PollInterval
 		if interval <= 0 {
 			interval = DefaultPollInterval
 		}
-		s.poller = startPoller(m, interval)
+		s.poller = startPoller(m, interval, follow)
 	}
 	go func() {
 		srv.Wait()

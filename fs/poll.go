@@ -9,10 +9,13 @@ import (
 	"github.com/weightfs/weightfs/store"
 )
 
-// poller makes versions sealed by another process appear on a read-only mount: it looks every
-// interval (store.Poll where the store has it: a cheap look at the backend's change hint, and
-// a Refresh only when it moved; else Refresh) and tells the kernel about root entries that
-// came or went.
+// poller makes versions sealed by another process appear on a read-only mount, and on a rank's
+// mount of a writer group (whose publisher seals the versions): it looks every interval
+// (store.Poll where the store has it: a cheap look at the backend's change hint, and a
+// Refresh only when it moved; else Refresh) and tells the kernel about root entries that came
+// or went. A mount pinned to one version (Options.Version) polls too, without changing what
+// it serves: the store's list, which the metrics report (latest version, versions), stays
+// true.
 type poller struct {
 	quit chan struct{}
 	done chan struct{}
@@ -21,10 +24,34 @@ type poller struct {
 	rendering atomic.Bool    // one render ahead at a time
 }
 
-func startPoller(m *mountState, interval time.Duration) *poller {
+// startPoller polls every interval; follow: the root follows the versions found (else the
+// mount is pinned, and only the store's list is refreshed).
+func startPoller(m *mountState, interval time.Duration, follow bool) *poller {
 	p := &poller{quit: make(chan struct{}), done: make(chan struct{})}
-	go p.run(m, interval)
+	go p.run(m, interval, follow)
 	return p
+}
+
+// sealedElsewhere is implemented by version stores whose versions another process seals
+// while this mount writes: a rank of a writer group (its group's publisher seals them).
+type sealedElsewhere interface {
+	sealedElsewhere() bool
+}
+
+func (b rankVersions) sealedElsewhere() bool { return true }
+
+// pollMode says whether a mount polls the store for versions, and whether its root follows
+// them: a read-only mount and a rank's do; one pinned to a version refreshes the store's list
+// only.
+func pollMode(b VersionStore, opts Options) (poll, follow bool) {
+	_, rank := b.(sealedElsewhere)
+	switch {
+	case opts.ReadOnly && opts.Version != 0:
+		return true, false
+	case opts.ReadOnly, rank && opts.Version == 0:
+		return true, true
+	}
+	return false, false
 }
 
 func (p *poller) stop() {
@@ -37,7 +64,7 @@ func (p *poller) stop() {
 	p.ahead.Wait()
 }
 
-func (p *poller) run(m *mountState, interval time.Duration) {
+func (p *poller) run(m *mountState, interval time.Duration, follow bool) {
 	defer close(p.done)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -62,6 +89,9 @@ func (p *poller) run(m *mountState, interval time.Duration) {
 			m.log.Info("refresh: working again")
 		}
 		lastErr = ""
+		if !follow {
+			continue
+		}
 		// Whether patches are read is taken before the versions are noticed, so a version
 		// seen before anyone looked at patches/ is never rendered ahead.
 		pv := m.patchView.Load()

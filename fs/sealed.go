@@ -186,7 +186,7 @@ func (f *sealedFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, u
 	if flags&writeFlags != 0 {
 		return nil, 0, f.m.refuse(f.m.modErrno(), "open %s for writing: sealed versions are immutable", f.where())
 	}
-	sf, err := f.m.b.OpenFile(f.idx.number, f.entry.Path)
+	sf, err := f.m.openHeld(f.idx.number, f.entry.Path)
 	if err != nil {
 		return nil, 0, f.m.fail(err, "open %s", f.where())
 	}

@@ -208,7 +208,7 @@ func (f *openFile) addStreamLocked(w VersionWriter, p string, mode iofs.FileMode
 func (f *openFile) readStreamLocked(dest []byte, off int64) (n int, handled bool, errno syscall.Errno) {
 	if f.storedIn != 0 {
 		if f.sealed == nil {
-			sf, err := f.t.m.b.OpenFile(f.storedIn, f.addedAs)
+			sf, err := f.t.m.openHeld(f.storedIn, f.addedAs)
 			if err != nil {
 				return 0, true, f.t.m.fail(err, "read %s from sealed version %d", f.where(), f.storedIn)
 			}

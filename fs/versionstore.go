@@ -83,3 +83,52 @@ func (b storeVersions) StagingDir() (string, error) {
 	}
 	return filepath.Join(b.s.Root(), "cache", "staging"), nil
 }
+
+// versionHolder is implemented by version stores that keep the versions of open files from
+// gc (store.Store.Hold). Optional: without it an open file holds nothing.
+type versionHolder interface {
+	Hold(v uint64) (release func(), err error)
+}
+
+func (b storeVersions) Hold(v uint64) (func(), error) { return b.s.Hold(v) }
+
+// openHeld opens a file of sealed version v that holds v until it is closed, as an unlinked
+// file stays readable through its open descriptors: a gc (a writer's --keep-last) keeps a
+// version while a file of it is open here, or mapped (a mapping keeps the file open in the
+// kernel until munmap), so that an engine loading it reads every byte.
+func (m *mountState) openHeld(v uint64, path string) (store.File, error) {
+	release := func() {}
+	if h, ok := m.b.(versionHolder); ok {
+		var err error
+		if release, err = h.Hold(v); err != nil {
+			return nil, err
+		}
+	}
+	f, err := m.b.OpenFile(v, path)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return heldFile{File: f, release: release}, nil
+}
+
+// heldFile is a file of a sealed version that releases its hold when closed.
+type heldFile struct {
+	store.File
+	release func()
+}
+
+func (h heldFile) Close() error {
+	err := h.File.Close()
+	h.release()
+	return err
+}
+
+// ReadSlices passes the store's SliceReader on (a file without it reads into p).
+func (h heldFile) ReadSlices(p []byte, off int64) ([][]byte, func(), int, error) {
+	if sr, ok := h.File.(store.SliceReader); ok {
+		return sr.ReadSlices(p, off)
+	}
+	n, err := h.File.ReadAt(p, off)
+	return [][]byte{p[:n]}, func() {}, n, err
+}

@@ -63,9 +63,13 @@ func (m *Metrics) AddStore(src StoreSource, s3 func() (S3Stats, bool)) {
 		versions = desc("versions", "Sealed versions the store lists now.")
 		latest   = desc("latest_version", "Number of the newest sealed version (0: none).")
 		cache    = desc("cache_requests_total", "Lookups of the caches that serve reads, by cache (materialized, page, render; s3_object with an S3 store) and result (hit, miss).", "cache", "result")
+		retDrop  = desc("retention_dropped_versions_total", "Versions the writer's retention (--keep-last) dropped.")
+		retDefer = desc("retention_deferred_total", "Retention runs that kept versions for now: dropping them would have re-anchored more bytes than it frees.")
+		retWrite = desc("retention_written_bytes_total", "Bytes of whole copies the writer's retention wrote re-anchoring kept deltas (its cost).")
+		retFreed = desc("retention_freed_bytes", "Bytes the writer's retention freed since the daemon started: deleted less what re-anchoring added (negative: the store grew).")
 	)
 	m.reg.MustRegister(&scrapeCollector{
-		descs: []*prometheus.Desc{sealed, logical, stored, files, seen, versions, latest, cache},
+		descs: []*prometheus.Desc{sealed, logical, stored, files, seen, versions, latest, cache, retDrop, retDefer, retWrite, retFreed},
 		collect: func(ch chan<- prometheus.Metric) {
 			st := src.Stats()
 			counter(ch, sealed, st.VersionsSealed)
@@ -74,6 +78,10 @@ func (m *Metrics) AddStore(src StoreSource, s3 func() (S3Stats, bool)) {
 			counter(ch, files, st.FilesStreamed, "streamed")
 			counter(ch, files, st.FilesStaged, "staged")
 			counter(ch, seen, st.VersionsSeen)
+			counter(ch, retDrop, st.RetentionDroppedVersions)
+			counter(ch, retDefer, st.RetentionDeferred)
+			counter(ch, retWrite, st.RetentionWrittenBytes)
+			gauge(ch, retFreed, float64(st.RetentionFreedBytes))
 			vs := src.Versions()
 			gauge(ch, versions, float64(len(vs)))
 			top := uint64(0)

@@ -21,7 +21,8 @@
 // ReadOnly takes an exclusive flock on STORE/lock; store/s3 a lease object taken and renewed
 // by conditional puts), which the store closes last; a second writer gets ErrLocked. Any
 // number of processes read it (ReadOnly: no lock, nothing in the store is written but a
-// reader's pin, STORE/pins/*.json, which keeps its version from gc: pin.go), each with its
+// reader's pin, STORE/pins/*.json, which keeps its version from gc: pin.go, also written for
+// the versions of the files a reader holds open, hold.go), each with its
 // own cache directory; they see versions
 // sealed after their Open once they call Refresh (one that keeps a materialized copy, once
 // Refresh has also brought the copy to the new version: versionlist.go). gc runs in the writer's process, by hand

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"time"
 )
 
 // roots adds the objects a manifest names to set.
@@ -199,7 +198,19 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool)
 		// What they need is unknown: nothing is deleted until they are repaired.
 		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
 	}
-	s.pendingRoots(roots)
+	// Open writers' objects: an object a writer holds may not be written yet (it holds
+	// before it writes): there is nothing to walk, and it is no victim (the sweep checks
+	// the holds again before it deletes).
+	pending := map[ID]bool{}
+	s.pendingRoots(pending)
+	for id := range pending {
+		if _, err := s.be.StatObject(id); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		roots[id] = true
+	}
 	writing, err := s.groupRoots(roots) // parts not yet published (group_publish.go)
 	if err != nil {
 		return nil, err
@@ -221,228 +232,6 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool)
 		return nil, err
 	}
 	return victims, nil
-}
-
-// GCStats says what GC did (or, with GCOptions.DryRun, would do).
-type GCStats struct {
-	DroppedVersions int      // how many versions were dropped
-	Dropped         []uint64 // which
-	Kept            []uint64 // the versions kept, ascending
-	Pinned          []uint64 // kept only because a reader's pin names them (pin.go)
-	Reanchored      int      // delta objects of kept versions rewritten as whole copies
-	// ReanchorBytes is what re-anchoring added to the store: the whole copies' sizes minus
-	// the deltas' they replace. A dry run cannot compress, so it gives an upper bound: the
-	// objects' content lengths minus the deltas' sizes.
-	ReanchorBytes  int64
-	DeletedObjects int   // objects removed
-	DeletedBytes   int64 // their stored bytes (the sizes of their files)
-}
-
-// FreedBytes is how much smaller the store became: the deleted objects' bytes less what
-// re-anchoring added (negative when re-anchoring added more).
-func (st GCStats) FreedBytes() int64 { return st.DeletedBytes - st.ReanchorBytes }
-
-// GC drops every version but the newest keepLast, keeping each kept version readable: a
-// delta object of a kept version whose base no kept version has is rewritten as a whole copy
-// first (re-anchored); then the old manifests go, then every object nothing needs.
-//
-// A crash at any point leaves a readable store: re-anchoring replaces a delta by a whole copy
-// of the same identity atomically, manifests go before objects, and objects are only deleted
-// when no remaining manifest needs them.
-func (s *Store) GC(keepLast int) (GCStats, error) { return s.GCWith(keepLast, GCOptions{}) }
-
-// GCOptions are the options of GCWith.
-type GCOptions struct {
-	// Progress (nil: none) gets the bytes re-anchored so far of those to re-anchor (the bytes
-	// gc reads and writes); it is not called when there is nothing to re-anchor.
-	Progress func(done, total int64)
-	// KeepEvery (0: none) also keeps every version whose number is a multiple of it
-	// (milestones).
-	KeepEvery int
-	// DryRun changes nothing: the stats say what would be dropped, deleted and re-anchored.
-	// It works on a read-only store too (no writer lock: beside a running writer, whose
-	// open writers it cannot see).
-	DryRun bool
-}
-
-// GCWith is GC with options. Besides the newest keepLast versions (and the milestones of
-// KeepEvery) it keeps every version named by a reader's unexpired pin (pin.go) and every
-// version an open Writer may take delta bases from (the latest sealed when it opened, and
-// all above), so that it can run in the writer's process while the writer ingests.
-func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
-	var st GCStats
-	if err := s.checkOpen(); err != nil {
-		return st, err
-	}
-	if s.readOnly && !opts.DryRun {
-		return st, fmt.Errorf("gc: %w", ErrReadOnly)
-	}
-	if keepLast < 1 {
-		return st, fmt.Errorf("gc: keep at least one version (asked to keep %d)", keepLast)
-	}
-	if opts.KeepEvery < 0 {
-		return st, fmt.Errorf("gc: --keep-every must not be negative (got %d)", opts.KeepEvery)
-	}
-	pins, err := s.activePins(time.Now())
-	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	drop, keep, pinned := s.gcPlan(keepLast, opts.KeepEvery, pins)
-	for _, info := range keep {
-		st.Kept = append(st.Kept, info.Number)
-	}
-	st.Pinned = pinned
-	if len(drop) == 0 {
-		return s.gcSweepOnly(st, opts.DryRun)
-	}
-	dropSet := map[uint64]bool{}
-	for _, info := range drop {
-		dropSet[info.Number] = true
-		st.Dropped = append(st.Dropped, info.Number)
-	}
-	st.DroppedVersions = len(drop)
-	kept := map[ID]bool{}
-	var keptVersions []*version
-	for _, info := range keep {
-		ver, err := s.loadVersion(info.Number)
-		if err != nil {
-			return st, fmt.Errorf("gc: %w", err)
-		}
-		ver.m.roots(kept)
-		keptVersions = append(keptVersions, ver)
-	}
-	// Re-anchor, oldest kept version first, every kept delta whose base is not kept (listed
-	// first, so that progress knows the total), keeping its delta section as its link, in
-	// version 1; and rewrite every kept full object whose link is version 2 and coded against
-	// a context that goes (its base's section) with that link in version 1 (gccontext.go).
-	type job struct {
-		id   ID
-		hint objHint
-		m    objMeta
-	}
-	var jobs []job
-	var total, done int64
-	listed := map[ID]bool{}
-	for _, ver := range keptVersions {
-		for id, hint := range objectsOf(ver) {
-			m, err := s.meta(id)
-			if err != nil {
-				return st, fmt.Errorf("gc: %w", err)
-			}
-			if m.DeltaLen == 0 || kept[m.Base] || listed[id] {
-				continue
-			}
-			if m.Kind == kindFull {
-				if v2, err := s.sectionIsV2(id); err != nil {
-					return st, fmt.Errorf("gc: %w", err)
-				} else if !v2 {
-					continue
-				}
-			}
-			listed[id] = true
-			jobs = append(jobs, job{id, hint, m})
-			total += m.ContentLen
-		}
-	}
-	if opts.DryRun {
-		for _, j := range jobs {
-			size, err := s.be.StatObject(j.id)
-			if err != nil {
-				return st, fmt.Errorf("gc: %w", err)
-			}
-			st.Reanchored++
-			if j.m.Kind == kindDelta {
-				st.ReanchorBytes += j.m.ContentLen - size
-			}
-		}
-		victims, err := s.sweepVictims(dropSet, listed, s.droppedObjects(drop))
-		if errors.Is(err, errUnreadableManifests) {
-			return st, nil // the real gc deletes no object either
-		}
-		if err != nil {
-			return st, fmt.Errorf("gc: %w", err)
-		}
-		for _, v := range victims {
-			st.DeletedObjects++
-			st.DeletedBytes += v.size
-		}
-		return st, nil
-	}
-	for _, j := range jobs {
-		if err := s.checkOpen(); err != nil {
-			return st, err // closing: what is re-anchored stays, nothing is dropped
-		}
-		before, err := s.be.StatObject(j.id)
-		if err != nil {
-			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
-		}
-		if err := s.reanchor(j.id, j.hint, j.m); err != nil {
-			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
-		}
-		after, err := s.be.StatObject(j.id)
-		if err != nil {
-			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
-		}
-		st.Reanchored++
-		st.ReanchorBytes += after - before
-		if done += j.m.ContentLen; opts.Progress != nil {
-			opts.Progress(done, total)
-		}
-	}
-	if err := s.be.SyncObjects(); err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	if err := s.failpoint("gc-reanchored"); err != nil {
-		return st, err
-	}
-	// What gc drops is recorded before the first manifest goes, so that Verify tells these
-	// versions from lost ones, also when gc stops before its sweep (gcrecord.go).
-	if err := s.recordDropped(st.Dropped); err != nil {
-		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
-	}
-	if err := s.failpoint("gc-recorded"); err != nil {
-		return st, err
-	}
-	within := s.droppedObjects(drop)
-	var dropped []uint64
-	for _, info := range drop {
-		if err := s.be.DeleteManifest(info.Number); err != nil {
-			return st, fmt.Errorf("gc: %w", err)
-		}
-		dropped = append(dropped, info.Number)
-		s.manifests.remove(info.Number)
-	}
-	s.mu.Lock()
-	s.versions = append([]VersionInfo(nil), keep...)
-	s.mu.Unlock()
-	if err := s.ix.updateVersions(nil, dropped); err != nil {
-		s.log.Warn("index: not updated", "err", err)
-	}
-	if err := s.failpoint("gc-manifests-deleted"); err != nil {
-		return st, err
-	}
-	n, freed, err := s.sweepWithin(within)
-	st.DeletedObjects, st.DeletedBytes = n, freed
-	if errors.Is(err, errUnreadableManifests) {
-		s.log.Warn("gc: no object deleted", "err", err)
-		err = nil
-	}
-	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	// Chain depths changed; they refill from object headers.
-	s.metaMu.Lock()
-	clear(s.metas)
-	s.dirtyMetas = nil
-	s.metaMu.Unlock()
-	if err := s.ix.clearObjects(); err != nil {
-		s.log.Warn("index: not updated", "err", err)
-	}
-	s.removeExpiredPins(time.Now())
-	s.log.Info("gc: dropped versions", "dropped", dropped, "reanchored", st.Reanchored, "deleted_objects", n, "deleted_bytes", freed)
-	return st, nil
 }
 
 // objectsOf maps every object of a version to where it sits.

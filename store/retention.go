@@ -5,24 +5,45 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Retention is a policy that a writer applies after every seal, in the background: gc keeps
 // the newest KeepLast versions, every version whose number is a multiple of KeepEvery, and
-// what GCWith always keeps (pinned versions, the bases of open writers). KeepLast 0: none.
+// what GCWith always keeps (pinned versions, versions of open files, the bases of open
+// writers). KeepLast 0: none.
+//
+// It costs about what it frees (GCOptions.Worthwhile): versions behind the kept ones are
+// dropped only once dropping them frees at least the bytes of whole copies that re-anchoring
+// the kept versions' deltas on them writes. Versions that end at a whole copy (an anchor the
+// ingest wrote, when a tensor's deltas outgrew it) cost nothing to drop and go at once; a
+// chain of deltas waits until its deltas outweigh one whole copy. So the store holds at most
+// about one more whole copy than KeepLast versions need, and retention writes at most what it
+// frees (Stats.RetentionWrittenBytes, Stats.RetentionFreedBytes).
 type Retention struct {
 	KeepLast  int
 	KeepEvery int
+	// Exact drops down to KeepLast versions after every seal, whatever re-anchoring costs.
+	Exact bool
 }
 
+// pinRecheck is how often the writer looks whether the versions its retention kept for pins
+// or open files only are still held, so that they go once they are not, without waiting for
+// the next seal. It reads the pins' directory; gc runs only when one was let go.
+const pinRecheck = 5 * time.Second
+
 // retainer runs a Store's retention gc: one at a time, and one more if a seal came while one
-// ran (seals never wait for it; gc takes the store's write lock only between seals' manifest
-// writes, as any gc).
+// ran. Seals never wait for it: it runs after the seal has returned, and gc re-anchors
+// without the store's write lock (GCWith), which a seal's manifest write waits for only while
+// gc records and deletes manifests and sweeps.
 type retainer struct {
 	mu      sync.Mutex
 	running bool
 	again   bool
 	wg      sync.WaitGroup
+	pinned  []uint64    // the versions the last run kept for pins or open files only
+	recheck *time.Timer // the look at pinned (pinRecheck); nil: none due
+	stopped bool        // Close: no more runs
 	// done (tests) is called after each retention gc with its stats and error.
 	done func(GCStats, error)
 }
@@ -35,6 +56,9 @@ func (s *Store) retainAfterSeal() {
 	r := &s.ret
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
 	if r.running {
 		r.again = true
 		return
@@ -44,19 +68,13 @@ func (s *Store) retainAfterSeal() {
 	go func() {
 		defer r.wg.Done()
 		for {
-			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery})
-			switch {
-			case errors.Is(err, ErrClosed):
-			case err != nil:
-				s.log.Warn("retention: failed (tried again after the next seal)", "err", err)
-			case st.DroppedVersions > 0:
-				s.log.Info("retention: kept versions", "kept", st.Kept, "dropped", st.Dropped, "freed_bytes", st.FreedBytes())
-			}
+			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery, Worthwhile: !s.opts.Retention.Exact})
+			s.noteRetention(st, err)
 			if r.done != nil {
 				r.done(st, err)
 			}
 			r.mu.Lock()
-			if !r.again || errors.Is(err, ErrClosed) {
+			if !r.again || errors.Is(err, ErrClosed) || r.stopped {
 				r.running = false
 				r.mu.Unlock()
 				return
@@ -67,8 +85,99 @@ func (s *Store) retainAfterSeal() {
 	}()
 }
 
-// wait waits for a running retention gc (Close).
-func (r *retainer) wait() { r.wg.Wait() }
+// noteRetention logs and counts what a retention gc did.
+func (s *Store) noteRetention(st GCStats, err error) {
+	c := &s.stats
+	switch {
+	case errors.Is(err, ErrClosed):
+		return
+	case err != nil:
+		s.log.Warn("retention: failed (tried again after the next seal)", "err", err)
+	case st.Deferred:
+		c.retentionDeferred.Add(1)
+		s.log.Info(fmt.Sprintf("retention: versions kept for now: dropping the oldest would re-anchor %s of whole copies to free %s; they go once that frees at least what it writes",
+			mib(st.WouldWrite), signedBytes(st.WouldFree)),
+			"kept", st.Kept, "would_write_bytes", st.WouldWrite, "would_free_bytes", st.WouldFree)
+	case st.DroppedVersions > 0:
+		c.retentionRuns.Add(1)
+		c.retentionDropped.Add(int64(st.DroppedVersions))
+		c.retentionWritten.Add(st.ReanchorWritten)
+		c.retentionFreed.Add(st.FreedBytes())
+		args := []any{"kept", st.Kept, "dropped", st.Dropped, "reanchor_written_bytes", st.ReanchorWritten, "deleted_bytes", st.DeletedBytes}
+		if freed := st.FreedBytes(); freed >= 0 {
+			s.log.Info("retention: kept versions", append(args, "freed_bytes", freed)...)
+		} else {
+			// Re-anchoring added more than the drop deleted: say so, not "freed -N".
+			s.log.Info(fmt.Sprintf("retention: kept versions; the store grew by %s (re-anchoring wrote whole copies of the kept versions' deltas on dropped ones)", mib(-freed)),
+				append(args, "grew_bytes", -freed)...)
+		}
+	}
+	if err == nil {
+		s.scheduleRecheck(st.Pinned)
+	}
+}
+
+// signedBytes says a byte count that may be negative (a store that grows) in words.
+func signedBytes(n int64) string {
+	if n < 0 {
+		return fmt.Sprintf("nothing (the store grows by %s)", mib(-n))
+	}
+	return mib(n)
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// scheduleRecheck notes the versions a retention gc kept for pins or open files only, and
+// has them looked at after pinRecheck.
+func (s *Store) scheduleRecheck(pinned []uint64) {
+	r := &s.ret
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pinned = pinned
+	if len(pinned) == 0 || r.recheck != nil || r.stopped {
+		return
+	}
+	r.recheck = time.AfterFunc(pinRecheck, s.recheckPinned)
+}
+
+// recheckPinned runs retention once a version it kept for a pin or an open file is held no
+// more, else looks again later.
+func (s *Store) recheckPinned() {
+	r := &s.ret
+	r.mu.Lock()
+	r.recheck = nil
+	pinned, stopped := r.pinned, r.stopped
+	r.mu.Unlock()
+	if stopped || s.checkOpen() != nil {
+		return
+	}
+	held, err := s.activePins(time.Now())
+	if err == nil {
+		s.heldVersions(held)
+	}
+	for _, v := range pinned {
+		if err != nil || !held[v] {
+			s.retainAfterSeal()
+			return
+		}
+	}
+	s.scheduleRecheck(pinned)
+}
+
+// idle waits for a running retention gc (tests).
+func (r *retainer) idle() { r.wg.Wait() }
+
+// wait stops the retention's rechecks and waits for a running retention gc (Close).
+func (r *retainer) wait() {
+	r.mu.Lock()
+	r.stopped = true
+	if r.recheck != nil {
+		r.recheck.Stop()
+		r.recheck = nil
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
 
 // removedByGC turns err, a failed read of version v that met missing or unreadable data
 // (ErrCorrupt), into ErrVersionRemoved when v's manifest is gone and not in quarantine: gc

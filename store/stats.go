@@ -39,6 +39,15 @@ type Stats struct {
 	CopyHits, CopyMisses     int64
 	PageHits, PageMisses     int64
 	RenderHits, RenderMisses int64
+
+	// What the writer's retention (Options.Retention, retention.go) did: the runs that
+	// dropped versions and those it deferred (GCStats.Deferred), the versions dropped, the
+	// bytes its re-anchoring wrote (its cost: GCStats.ReanchorWritten) and the bytes it freed
+	// (GCStats.FreedBytes: deleted less what re-anchoring added).
+	RetentionRuns, RetentionDeferred int64
+	RetentionDroppedVersions         int64
+	RetentionWrittenBytes            int64
+	RetentionFreedBytes              int64
 }
 
 // Observer is told of the events of a Store whose timing matters (Options.Observer). Calls
@@ -62,6 +71,9 @@ type storeStats struct {
 	copyHits, copyMisses                        atomic.Int64
 	pageHits, pageMisses                        atomic.Int64
 	renderHits, renderMisses                    atomic.Int64
+
+	retentionRuns, retentionDeferred, retentionDropped atomic.Int64
+	retentionWritten, retentionFreed                   atomic.Int64
 }
 
 // Stats returns what the store did since Open.
@@ -75,6 +87,9 @@ func (s *Store) Stats() Stats {
 		CopyHits:     c.copyHits.Load(), CopyMisses: c.copyMisses.Load(),
 		PageHits: c.pageHits.Load(), PageMisses: c.pageMisses.Load(),
 		RenderHits: c.renderHits.Load(), RenderMisses: c.renderMisses.Load(),
+		RetentionRuns: c.retentionRuns.Load(), RetentionDeferred: c.retentionDeferred.Load(),
+		RetentionDroppedVersions: c.retentionDropped.Load(),
+		RetentionWrittenBytes:    c.retentionWritten.Load(), RetentionFreedBytes: c.retentionFreed.Load(),
 	}
 }
 

@@ -81,6 +81,12 @@ type Store struct {
 	cacheDir string
 	ownCache bool     // a per-process reader cache, removed at Close
 	ret      retainer // the background gc of Options.Retention (retention.go)
+
+	// holds: the versions of open files, kept from gc (hold.go). gcMu: one gc at a time
+	// (gcrun.go), which takes writeMu only to drop.
+	holds holds
+	gcMu  sync.Mutex
+
 	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
 	removedLogged sync.Map
 	maxChain      int
@@ -434,6 +440,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.ret.wait() // a retention gc stops between objects once closed is set
+	s.closeHolds()
 	s.pendMu.Lock()
 	writers := make([]*Writer, 0, len(s.open))
 	for _, w := range s.open {

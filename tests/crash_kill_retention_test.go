@@ -10,7 +10,8 @@ import (
 )
 
 // TestMountKill9WithRetention kills the read-write daemon with SIGKILL at random points while
-// a writer saves a version and the mount's retention gc (--keep-last 2) runs after each seal
+// a writer saves a version and the mount's retention gc (--keep-last 2 --keep-exact: it
+// drops at every seal) runs after each seal
 // (eight trials). After each kill a new daemon mounts; every version it lists reads back
 // exact, the newest sealed version is listed, and at the end the store verifies.
 func TestMountKill9WithRetention(t *testing.T) {
@@ -18,7 +19,7 @@ func TestMountKill9WithRetention(t *testing.T) {
 	const trials = 8
 	k := newKillRig(t, 3+trials)
 	storeDir, mnt, want, writerCmd := k.storeDir, k.mnt, k.want, k.writerCmd
-	flags := []string{"--keep-last", "2"}
+	flags := []string{"--keep-last", "2", "--keep-exact"}
 	d := startMount(t, storeDir, mnt, flags...)
 	var window time.Duration
 	for v := 1; v <= 3; v++ {

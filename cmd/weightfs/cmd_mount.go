@@ -25,7 +25,7 @@ func cmdMount(e *env, args []string) error {
 	fs.DurationVar(&mf.poll, "poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms; 250ms for s3:// stores, where each look is a conditional GET of a 32-byte object and versions are listed only when it changed) (-o poll=DURATION)")
 	fs.BoolVar(&mf.allowOther, "allow-other", false, "let every user of the machine use the mount (-o allow_other; always with default_permissions: the kernel checks the files' modes; as a user other than root it needs user_allow_other in /etc/fuse.conf)")
 	fs.BoolVar(&mf.allowNonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them (-o allow_non_empty)")
-	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, file_copies=SIZE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
+	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, keep_exact, metrics_addr=HOST:PORT, file_copies=SIZE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
 	fs.BoolVar(&mf.debug, "debug", false, "log at debug level and trace every FUSE request (-o debug)")
 	retentionFlags(fs, &mf)
@@ -97,7 +97,7 @@ func cmdMount(e *env, args []string) error {
 	if sopts.FileCopyBytes, err = fileCopyBytes(mf.fileCopies); err != nil {
 		return err
 	}
-	if sopts.Retention, err = retentionPolicy(mf.readOnly, mf.keepLast, mf.keepEvery); err != nil {
+	if sopts.Retention, err = retentionPolicy(mf.readOnly, mf.keepLast, mf.keepEvery, mf.keepExact); err != nil {
 		return err
 	}
 	if mf.poll == 0 && !location.IsLocal(pos[0]) {
@@ -135,9 +135,9 @@ func cmdMount(e *env, args []string) error {
 			return err
 		}
 		mopts.Version = v
-		if mf.version != "latest" {
-			defer pinVersion(e, st, v)()
-		}
+		// Pinned, "latest" too: the version that was latest at mount time is served, and gc
+		// keeps it, for as long as the mount lasts.
+		defer pinVersion(e, st, v)()
 	}
 	// Every signal that ends a daemon asks for an unmount, until one succeeds: a busy mount
 	// keeps serving, and the log names what holds it. SIGHUP (a closed terminal) is one of

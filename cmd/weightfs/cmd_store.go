@@ -426,6 +426,21 @@ func cmdVerify(e *env, args []string) error {
 	return st.Close()
 }
 
+// gcOutcome says what gc did to the store's size, freed bytes (negative: it grew). A dry
+// run's freed bytes are a lower bound (its re-anchoring bytes an upper bound).
+func gcOutcome(freed int64, dryRun bool) string {
+	const why = ": re-anchoring writes whole copies of the kept versions' deltas on dropped versions, and they take more than the drop frees"
+	switch {
+	case freed >= 0 && dryRun:
+		return fmt.Sprintf("frees at least %s (%d bytes)", humanBytes(freed), freed)
+	case freed >= 0:
+		return fmt.Sprintf("the store shrank by %s (%d bytes)", humanBytes(freed), freed)
+	case dryRun:
+		return fmt.Sprintf("the store grows by at most %s (%d bytes)%s", humanBytes(-freed), -freed, why)
+	}
+	return fmt.Sprintf("the store grew by %s (%d bytes)%s", humanBytes(-freed), -freed, why)
+}
+
 func cmdGC(e *env, args []string) error {
 	fs := newFlags("gc")
 	sf := addStoreFlags(fs, true)
@@ -455,8 +470,8 @@ func cmdGC(e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "gc --dry-run: would drop %d versions %v, keep %v (pinned by readers: %v)\n",
 			rep.DroppedVersions, nonNil(rep.Dropped), nonNil(rep.Kept), nonNil(rep.Pinned))
-		fmt.Fprintf(e.stdout, "gc --dry-run: would delete %d objects (%s, %d bytes), re-anchor %d objects (adding at most %d bytes): frees at least %d bytes; nothing changed\n",
-			rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.DeletedBytes, rep.Reanchored, rep.ReanchorBytes, rep.FreedBytes())
+		fmt.Fprintf(e.stdout, "gc --dry-run: would delete %d objects (%s, %d bytes), re-anchor %d objects (writing about %s of whole copies, adding at most %d bytes): %s; nothing changed\n",
+			rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.DeletedBytes, rep.Reanchored, humanBytes(rep.ReanchorWritten), rep.ReanchorBytes, gcOutcome(rep.FreedBytes(), true))
 		return st.Close()
 	}
 	p := newProgress(e, "gc: re-anchor")
@@ -466,8 +481,8 @@ func cmdGC(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "gc: dropped %d versions, deleted %d objects (%s, %d bytes), re-anchored %d objects (adding %d bytes)\n",
-		rep.DroppedVersions, rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.DeletedBytes, rep.Reanchored, rep.ReanchorBytes)
+	fmt.Fprintf(e.stdout, "gc: dropped %d versions, deleted %d objects (%s, %d bytes), re-anchored %d objects (adding %d bytes): %s\n",
+		rep.DroppedVersions, rep.DeletedObjects, humanBytes(rep.DeletedBytes), rep.DeletedBytes, rep.Reanchored, rep.ReanchorBytes, gcOutcome(rep.FreedBytes(), false))
 	if len(rep.Pinned) > 0 {
 		fmt.Fprintf(e.stdout, "gc: kept versions %v for readers' pins\n", rep.Pinned)
 	}

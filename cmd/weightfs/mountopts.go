@@ -19,8 +19,9 @@ type mountFlags struct {
 	// are never options (docs/s3.md).
 	s3Endpoint, s3Region, s3CacheSize string
 	s3PathStyle                       bool
-	// Retention of a read-write mount (--keep-last, --keep-every).
+	// Retention of a read-write mount (--keep-last, --keep-every, --keep-exact).
 	keepLast, keepEvery int
+	keepExact           bool
 	// metricsAddr is where /metrics is served (--metrics-addr; "": off).
 	metricsAddr string
 	// fileCopies bounds a reader's checked copies of older versions' files (--file-copies).
@@ -66,6 +67,8 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			mf.debug = true
 		case opt == "s3_path_style":
 			mf.s3PathStyle = true
+		case opt == "keep_exact":
+			mf.keepExact = true
 		case hasVal && val != "" && mf.stringOption(key) != nil:
 			*mf.stringOption(key) = val
 		case hasVal && val != "" && mf.intOption(key) != nil:
@@ -81,7 +84,7 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			}
 			mf.poll = d
 		default:
-			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, metrics_addr=HOST:PORT, file_copies=SIZE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, keep_exact, metrics_addr=HOST:PORT, file_copies=SIZE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
 		}
 	}
 	return nil

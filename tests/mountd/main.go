@@ -35,6 +35,7 @@ func run() error {
 	allowNonEmpty := flag.Bool("allow-non-empty", false, "mount over a directory that holds files")
 	keepLast := flag.Int("keep-last", 0, "read-write: gc after each seal keeping the newest N versions")
 	keepEvery := flag.Int("keep-every", 0, "with --keep-last: also keep the multiples of K")
+	keepExact := flag.Bool("keep-exact", false, "with --keep-last: drop down to exactly N whatever re-anchoring writes")
 	flag.Parse()
 	if flag.NArg() != 2 {
 		return fmt.Errorf("usage: mountd [flags] STORE MNT")
@@ -45,7 +46,7 @@ func run() error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	st, err := location.Open(flag.Arg(0), location.Options{Options: store.Options{ReadOnly: *readOnly, CacheDir: *cacheDir, Logger: log,
-		Retention: store.Retention{KeepLast: *keepLast, KeepEvery: *keepEvery}}})
+		Retention: store.Retention{KeepLast: *keepLast, KeepEvery: *keepEvery, Exact: *keepExact}}})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,169 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Holds keep the versions of open files from gc, as an unlinked file stays readable through
+// the descriptors open on it: the mount takes one for each open file of a sealed version (and
+// for each mapping, which keeps the file open in the kernel) and releases it at the file's
+// last release. Without it, a retention gc (--keep-last) that drops the version under an
+// engine that mmaps a checkpoint while it loads would cut its reads off in the middle: a
+// short read, then ENOENT, and SIGBUS through the mapping.
+//
+// In the writer's process a hold is a count that gc reads (gcPlan keeps held versions, as
+// pinned ones). A read-only process cannot be seen by the writer's gc: its first hold of a
+// version writes a pin record (pin.go), which the writer's gc reads, and its last release
+// removes it. A pin written after gc read the pins would come too late, so gc reads them once
+// more after it has recorded what it drops (STORE/dropped, gcrecord.go) and keeps what they
+// name; and Hold, after writing its pin, refuses a version that the gc record names or whose
+// manifest is gone (ErrVersionRemoved: the open fails with ENOENT, before any byte is served).
+// Either gc sees the pin, or the reader sees the record. On a store that cannot hold pins (S3)
+// a reader's hold protects nothing and says so once.
+type holds struct {
+	mu       sync.Mutex
+	count    map[uint64]int
+	pins     map[uint64]*Pin
+	dropping map[uint64]bool // the versions a gc of this process is deleting
+	unpinned atomic.Bool     // a hold without a pin was logged
+}
+
+// Hold keeps sealed version v from gc until release is called (once; more calls do nothing).
+// It fails with ErrVersionRemoved when a gc is dropping v, and as OpenFile for a version that
+// is not there.
+func (s *Store) Hold(v uint64) (release func(), err error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	h := &s.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.dropping[v] {
+		return nil, fmt.Errorf("version %d: %w", v, ErrVersionRemoved)
+	}
+	if h.count[v] == 0 {
+		if _, err := s.sealedVersion(v); err != nil {
+			return nil, err
+		}
+		if s.readOnly {
+			pin, err := s.pinHeld(v)
+			if err != nil {
+				return nil, err
+			}
+			if pin != nil {
+				if h.pins == nil {
+					h.pins = map[uint64]*Pin{}
+				}
+				h.pins[v] = pin
+			}
+		}
+	}
+	if h.count == nil {
+		h.count = map[uint64]int{}
+	}
+	h.count[v]++
+	var once sync.Once
+	return func() { once.Do(func() { s.unhold(v) }) }, nil
+}
+
+// pinHeld pins v for a reader's first hold and checks that no gc is dropping it (see holds).
+// nil, nil: the store holds no pins (the hold protects nothing).
+func (s *Store) pinHeld(v uint64) (*Pin, error) {
+	pin, err := s.Pin(v)
+	if err != nil {
+		if !s.holds.unpinned.Swap(true) {
+			s.log.Warn("open files are not pinned: a gc may remove their version while they are open (their reads then fail with ENOENT)", "err", err)
+		}
+		return nil, nil
+	}
+	gone := false
+	if r, state, _ := s.readGCRecord(); state == gcRecordOK && r.dropped(v) {
+		gone = true
+	} else if numbers, err := s.be.ListManifests(); err == nil && !slices.Contains(numbers, v) {
+		gone = true
+	}
+	if gone {
+		if err := pin.Close(); err != nil {
+			s.log.Warn("unpin", "version", v, "err", err)
+		}
+		return nil, fmt.Errorf("version %d: %w", v, ErrVersionRemoved)
+	}
+	return pin, nil
+}
+
+func (s *Store) unhold(v uint64) {
+	h := &s.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.count[v]--; h.count[v] > 0 {
+		return
+	}
+	delete(h.count, v)
+	if pin := h.pins[v]; pin != nil {
+		delete(h.pins, v)
+		if err := pin.Close(); err != nil {
+			s.log.Warn("unpin", "version", v, "err", err)
+		}
+	}
+}
+
+// heldVersions adds the versions this process holds to set.
+func (s *Store) heldVersions(set map[uint64]bool) {
+	h := &s.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for v := range h.count {
+		set[v] = true
+	}
+}
+
+// beginDrop is gc's last look before it deletes manifests, after it recorded what it drops:
+// the versions of drop that a reader pinned or this process took a hold of since gc planned
+// are kept (late), and the rest are marked as being dropped, so that Hold refuses them until
+// endDrop.
+func (s *Store) beginDrop(drop []VersionInfo) (rest, late []VersionInfo, err error) {
+	pins, err := s.activePins(time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	h := &s.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dropping = map[uint64]bool{}
+	for _, info := range drop {
+		if pins[info.Number] || h.count[info.Number] > 0 {
+			late = append(late, info)
+			continue
+		}
+		h.dropping[info.Number] = true
+		rest = append(rest, info)
+	}
+	return rest, late, nil
+}
+
+// endDrop ends what beginDrop marked: the versions are gone from the list by now.
+func (s *Store) endDrop() {
+	s.holds.mu.Lock()
+	s.holds.dropping = nil
+	s.holds.mu.Unlock()
+}
+
+// closeHolds removes the pins of the holds still taken (Close: the mount is ending).
+func (s *Store) closeHolds() {
+	h := &s.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	for v, pin := range h.pins {
+		errs = append(errs, pin.Close())
+		delete(h.pins, v)
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.log.Warn("unpin", "err", err)
+	}
+}
