@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,26 +76,27 @@ func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
 
 type treeEntry struct {
 	rel  string // slash-separated
-	abs  string
+	dir  string // the commit's source: rel is opened below it (reldir.go)
 	size int64
 	mode fs.FileMode
 }
 
-// scanTree lists the regular files and directories under dir.
+// scanTree lists the regular files and directories under dir. It walks by paths relative to
+// dir (reldir.go), so a tree deeper than PATH_MAX below dir is listed too.
 func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer root.Close()
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p == dir {
+		if rel == "." {
 			return nil
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		info, err := os.Stat(p) // follows symbolic links
+		info, err := statBeneath(dir, rel) // follows symbolic links, wherever they point
 		if err != nil {
 			return err
 		}
@@ -104,9 +104,9 @@ func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
 		case d.Type()&fs.ModeSymlink != 0 && info.IsDir():
 			return fmt.Errorf("%s: symbolic link to a directory is not supported", rel)
 		case info.IsDir():
-			dirs = append(dirs, treeEntry{rel: rel, abs: p, mode: info.Mode()})
+			dirs = append(dirs, treeEntry{rel: rel, dir: dir, mode: info.Mode()})
 		case info.Mode().IsRegular():
-			files = append(files, treeEntry{rel: rel, abs: p, size: info.Size(), mode: info.Mode()})
+			files = append(files, treeEntry{rel: rel, dir: dir, size: info.Size(), mode: info.Mode()})
 			total += info.Size()
 		default:
 			return fmt.Errorf("%s: %v is not a regular file or directory", rel, info.Mode().Type())
@@ -122,7 +122,7 @@ func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
 // write within the clock's granularity may leave the times as they were; the hashes catch
 // every change that reached the bytes read.
 func (w *Writer) addPath(e treeEntry) error {
-	f, err := os.Open(e.abs)
+	f, err := openBeneath(e.dir, e.rel, os.O_RDONLY)
 	if err != nil {
 		return err
 	}
