@@ -82,9 +82,9 @@ func TestLongPathsRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 16))
 	w := bf16Like(rng, 64<<10)
 	v1 := map[string][]byte{
-		deepST:       safetensorsFile(t, testTensor{"w", delta.DTypeBF16, []int64{int64(len(w) / 2)}, w}),
-		deepBlob:     []byte(`{"deep": true}`),
-		deeper:       randomBytes(rng, 5000),
+		deepST:        safetensorsFile(t, testTensor{"w", delta.DTypeBF16, []int64{int64(len(w) / 2)}, w}),
+		deepBlob:      []byte(`{"deep": true}`),
+		deeper:        randomBytes(rng, 5000),
 		"config.json": []byte("{}"),
 	}
 	w2 := perturb(rng, w, 2, 0.01)
