@@ -118,9 +118,9 @@
 //     in an open version that the store cannot hold (store.CheckPath refuses it: not UTF-8),
 //     at create, mknod, mkdir or rename, rather than at the seal.
 //   - ENAMETOOLONG: a name of more than store.MaxNameLen (255) bytes, what statfs
-//     advertises, or a path in an open version of more than store.MaxPathLen (3072) bytes,
-//     at create, mknod, mkdir, symlink, link and rename (a renamed directory's deepest path
-//     counts), and at lookup of such a name; the store's ErrNameTooLong likewise.
+//     advertises, at create, mknod, mkdir, symlink, link and rename, and at lookup of such a
+//     name; the store's ErrNameTooLong likewise. A path has no bound of its own, as on ext4
+//     (the kernel refuses a path of PATH_MAX or more given to one call before it comes here).
 //   - EXDEV: a rename between two different open trees, or between a tree and the root.
 //   - EIO: the store failed to read (a corrupt or missing object: ErrCorrupt) or to seal.
 //     Damage wins over any errno in the error's chain: a missing object file carries the

@@ -3,8 +3,6 @@ package fs
 import (
 	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-
 	"github.com/weightfs/weightfs/store"
 )
 
@@ -15,18 +13,19 @@ import (
 // succeeded (a name of 256 bytes or more is fine in a manifest and fails in the copy's
 // directory with ENAMETOOLONG, at every later seal and mount).
 //
-// Three rules, in this order: a name is at most maxNameLen bytes (what statfs advertises), a
-// version-relative path at most maxPathLen bytes (ENAMETOOLONG for both; the store's bounds,
-// store.MaxNameLen and store.MaxPathLen), and the path is one the store's own check
+// Two rules, in this order: a name is at most maxNameLen bytes (ENAMETOOLONG: what statfs
+// advertises, the store's store.MaxNameLen), and the path is one the store's own check
 // (store.CheckPath, the function its writer and manifest reader call) accepts, so the two
 // cannot disagree: EINVAL for what it refuses (a name that is not UTF-8, which the manifest
-// would not give back as it was), ENAMETOOLONG for its ErrNameTooLong. Sealed versions are
-// not checked: they are served as the store has them.
+// would not give back as it was), ENAMETOOLONG for its ErrNameTooLong. A version-relative
+// path has no bound, as on ext4: a tree made in a directory of the mount with paths up to
+// PATH_MAX, or deeper through descriptors, is taken (the store reaches its files by relative
+// paths, never past PATH_MAX). Sealed versions are not checked: they are served as the store
+// has them.
 
 // checkNewName checks name, about to be made in d, and returns the errno of the refusal (and
-// logs it) or 0. extra is the length of the longest path inside a directory being renamed
-// (0 for anything else): its files land below the new name, so their paths count too.
-func (d *openDir) checkNewName(op, name string, extra int) syscall.Errno {
+// logs it) or 0.
+func (d *openDir) checkNewName(op, name string) syscall.Errno {
 	if len(name) > maxNameLen {
 		return d.t.m.refuse(syscall.ENAMETOOLONG, "%s %s: a name of %d bytes (at most %d)", op, shorten(d.where(name)), len(name), maxNameLen)
 	}
@@ -34,12 +33,9 @@ func (d *openDir) checkNewName(op, name string, extra int) syscall.Errno {
 	if dir := d.Path(d.t.dir.EmbeddedInode()); dir != "" {
 		rel = dir + "/" + name
 	}
-	if n := len(rel) + extra; n > maxPathLen {
-		return d.t.m.refuse(syscall.ENAMETOOLONG, "%s %s: a path of %d bytes in the version (at most %d)", op, shorten(d.where(name)), n, maxPathLen)
-	}
 	if err := store.CheckPath(rel); err != nil {
 		errno := toErrno(err)
-		return d.t.m.refuse(errno, "%s %s: the store cannot hold this name: %v", op, d.where(name), err)
+		return d.t.m.refuse(errno, "%s %s: the store cannot hold this name: %v", op, shorten(d.where(name)), err)
 	}
 	return 0
 }
@@ -51,14 +47,6 @@ func (m *mountState) checkRootName(op, name string) syscall.Errno {
 		return m.refuse(syscall.ENAMETOOLONG, "%s %s: a name of %d bytes (at most %d)", op, shorten(name), len(name), maxNameLen)
 	}
 	return 0
-}
-
-// subtreeDepth is the length of the longest path below n, relative to n and with its leading
-// slash, or 0 if n has no children.
-func (t *openTree) subtreeDepth(n *gofs.Inode) int {
-	depth := 0
-	t.walk(n, "", func(p string, _ *gofs.Inode) { depth = max(depth, 1+len(p)) })
-	return depth
 }
 
 // shorten keeps log lines readable when a name or path is refused for its length.

@@ -64,69 +64,79 @@ func TestNameTooLong(t *testing.T) {
 	}
 }
 
-// TestPathTooLong builds directories of 255-byte names one inside the other, through
-// descriptors (the paths are longer than PATH_MAX), until the version-relative path would
-// pass maxPathLen: that mkdir, a create there and a rename of a directory tree that would
-// put its files past the bound get ENAMETOOLONG; the version still seals.
-func TestPathTooLong(t *testing.T) {
+// TestDeepPaths builds directories of 200-byte names one inside the other, through
+// descriptors, until the version-relative path passes PATH_MAX (as ext4 lets one): the
+// mkdirs, a create at the bottom and the rename of a directory tree there are taken, the
+// version seals, and the files read back exactly through descriptors of the sealed version.
+func TestDeepPaths(t *testing.T) {
 	sm := newStreamMount(t)
 	ver := filepath.Join(sm.mnt, "weight_v000001")
 	if err := os.Mkdir(ver, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.Open(ver, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fds := []int{fd}
+	var fds []int
 	t.Cleanup(func() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 	})
-	seg := strings.Repeat("s", 200)
-	rel := 0 // the version-relative path length of the directory fd
-	for rel+1+len(seg)+1+16 <= maxPathLen {
-		if err := unix.Mkdirat(fd, seg, 0o755); err != nil {
-			t.Fatalf("mkdir at depth %d (path of %d bytes): %v", len(fds), rel+1+len(seg), err)
-		}
-		next, err := unix.Openat(fd, seg, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	// descend opens the directories of a chain of depth names seg below dir.
+	descend := func(dir string, seg string, depth int, mkdir bool) int {
+		t.Helper()
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fds = append(fds, next)
-		fd = next
-		if rel == 0 {
-			rel = len(seg)
-		} else {
-			rel += 1 + len(seg)
+		fds = append(fds, fd)
+		for i := range depth {
+			if mkdir {
+				if err := unix.Mkdirat(fd, seg, 0o755); err != nil {
+					t.Fatalf("mkdir at depth %d (a path of %d bytes): %v", i, (i+1)*(len(seg)+1)-1, err)
+				}
+			}
+			if fd, err = unix.Openat(fd, seg, unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+				t.Fatalf("open at depth %d: %v", i, err)
+			}
+			fds = append(fds, fd)
 		}
+		return fd
 	}
-	room := maxPathLen - rel - 1 // the longest name the deepest directory takes
-	if room < 16 || room+1 > maxNameLen {
-		t.Fatalf("test setup: %d bytes left", room)
-	}
-	wantErrno(t, "mkdir past the bound", unix.Mkdirat(fd, seg, 0o755), syscall.ENAMETOOLONG)
-	f, err := unix.Openat(fd, strings.Repeat("f", room+1), unix.O_CREAT|unix.O_WRONLY, 0o644)
-	if err == nil {
-		unix.Close(f)
-	}
-	wantErrno(t, "create past the bound", err, syscall.ENAMETOOLONG)
-	f, err = unix.Openat(fd, strings.Repeat("f", room), unix.O_CREAT|unix.O_WRONLY, 0o644)
+	seg := strings.Repeat("s", 200)
+	const depth = 30 // 6029 bytes
+	bottom := descend(ver, seg, depth, true)
+	want := pattern(7, 70000)
+	f, err := unix.Openat(bottom, "file", unix.O_CREAT|unix.O_WRONLY, 0o644)
 	if err != nil {
-		t.Fatalf("create at the bound: %v", err)
+		t.Fatalf("create at a path of %d bytes: %v", depth*(len(seg)+1)+4, err)
+	}
+	if n, err := unix.Write(f, want); n != len(want) || err != nil {
+		t.Fatalf("write: %d, %v", n, err)
 	}
 	unix.Close(f)
-
-	// A directory holding a file two levels down, renamed into the deepest directory: the
-	// name fits, but its file's path would not.
+	// A directory holding a file two levels down, renamed into the deepest directory.
 	writeFile(t, filepath.Join(ver, "t", "u", "file"), []byte("x"))
-	short := strings.Repeat("r", room-len("/u/file")+1)
-	wantErrno(t, "rename a tree past the bound",
-		unix.Renameat(fds[0], "t", fd, short), syscall.ENAMETOOLONG)
+	if err := unix.Renameat(fds[0], "t", bottom, strings.Repeat("r", 255)); err != nil {
+		t.Fatalf("rename a tree to the bottom: %v", err)
+	}
 	mustSeal(t, ver)
 	if vs := sm.store.Versions(); len(vs) != 1 {
 		t.Fatalf("%d versions sealed, want 1", len(vs))
+	}
+	bottom = descend(ver, seg, depth, false)
+	for _, c := range []struct {
+		name string
+		want []byte
+	}{{"file", want}, {strings.Repeat("r", 255) + "/u/file", []byte("x")}} {
+		fd, err := unix.Openat(bottom, c.name, unix.O_RDONLY, 0)
+		if err != nil {
+			t.Fatalf("open %s of the sealed version: %v", c.name[:4], err)
+		}
+		got := make([]byte, len(c.want)+1)
+		n, err := unix.Pread(fd, got, 0)
+		unix.Close(fd)
+		if err != nil || !bytes.Equal(got[:n], c.want) {
+			t.Fatalf("read %s of the sealed version: %d bytes, %v, want %d", c.name[:4], n, err, len(c.want))
+		}
 	}
 }
 

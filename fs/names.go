@@ -50,9 +50,4 @@ const (
 	// maxNameLen is the longest file or directory name, in bytes, that an open version takes:
 	// what statfs advertises (NAME_MAX), and the store's bound (store.MaxNameLen).
 	maxNameLen = store.MaxNameLen
-	// maxPathLen bounds the version-relative path of every file and directory of an open
-	// version: the store's bound (store.MaxPathLen), which leaves room within PATH_MAX for
-	// the directory the store writes a version's files below (its materialized copy, an
-	// export's target).
-	maxPathLen = store.MaxPathLen
 )

@@ -175,7 +175,7 @@ func (d *openDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if d.GetChild(name) != nil {
 		return nil, syscall.EEXIST
 	}
-	if errno := d.checkNewName("mkdir", name, 0); errno != 0 {
+	if errno := d.checkNewName("mkdir", name); errno != 0 {
 		return nil, errno
 	}
 	child := newOpenDirFor(ctx, d.t, mode)
@@ -196,7 +196,7 @@ func (d *openDir) Create(ctx context.Context, name string, flags uint32, mode ui
 // devices, fifos or sockets.
 func (d *openDir) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
-		if errno := d.checkNewName("mknod", name, 0); errno != 0 {
+		if errno := d.checkNewName("mknod", name); errno != 0 {
 			return nil, errno
 		}
 		return nil, d.t.m.refuse(syscall.EPERM, "mknod %s: only regular files and directories can be stored", d.where(name))
@@ -213,7 +213,7 @@ func (d *openDir) newFile(ctx context.Context, name string, mode uint32, handles
 	if d.GetChild(name) != nil {
 		return nil, syscall.EEXIST
 	}
-	if errno := d.checkNewName("create", name, 0); errno != 0 {
+	if errno := d.checkNewName("create", name); errno != 0 {
 		return nil, errno
 	}
 	sf, err := d.t.newStagingFile()
@@ -300,17 +300,17 @@ func (d *openDir) Rename(ctx context.Context, name string, newParent gofs.InodeE
 			return syscall.ENOENT
 		}
 		// Both names exist already; each directory's tree moves below the other's parent.
-		if errno := np.checkNewName("rename", newName, d.t.subtreeDepth(src)); errno != 0 {
+		if errno := np.checkNewName("rename", newName); errno != 0 {
 			return errno
 		}
-		if errno := d.checkNewName("rename", name, d.t.subtreeDepth(dst)); errno != 0 {
+		if errno := d.checkNewName("rename", name); errno != 0 {
 			return errno
 		}
 		d.touch()
 		np.touch()
 		return 0 // the bridge swaps the two entries
 	}
-	if errno := np.checkNewName("rename", newName, d.t.subtreeDepth(src)); errno != 0 {
+	if errno := np.checkNewName("rename", newName); errno != 0 {
 		return errno
 	}
 	if dst != nil && dst != src {
@@ -345,14 +345,14 @@ func (t *openTree) replaceable(src, dst *gofs.Inode) syscall.Errno {
 }
 
 func (d *openDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if errno := d.checkNewName("symlink", name, 0); errno != 0 {
+	if errno := d.checkNewName("symlink", name); errno != 0 {
 		return nil, errno
 	}
 	return nil, d.t.m.refuse(syscall.EPERM, "symlink %s: only regular files and directories can be stored", d.where(name))
 }
 
 func (d *openDir) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if errno := d.checkNewName("link", name, 0); errno != 0 {
+	if errno := d.checkNewName("link", name); errno != 0 {
 		return nil, errno
 	}
 	return nil, d.t.m.refuse(syscall.EPERM, "link %s: hard links cannot be stored", d.where(name))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/weightfs/weightfs/delta"
 	"golang.org/x/sys/unix"
@@ -79,34 +78,35 @@ func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
 
 type treeEntry struct {
 	rel  string // slash-separated
-	abs  string
+	dir  string // the commit's source: rel is opened below it (reldir.go)
 	size int64
 	mode fs.FileMode
 }
 
-// scanTree lists the regular files and directories under dir.
+// scanTree lists the regular files and directories under dir. It walks by paths relative to
+// dir (reldir.go), so a tree deeper than PATH_MAX below dir is listed too.
 func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer root.Close()
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p == dir {
+		if rel == "." {
 			return nil
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
 		if rel == delta.StateDir {
 			// The state and lock of `weightfs apply DIR` and `weightfs follow`: weightfs's
 			// bookkeeping of the directory, not part of the model.
 			if d.IsDir() {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			return nil // (SkipDir on a file would skip the rest of dir)
 		}
-		info, err := os.Stat(p) // follows symbolic links
+		info, err := statBeneath(dir, rel) // follows symbolic links, wherever they point
 		if err != nil {
 			return err
 		}
@@ -114,9 +114,9 @@ func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
 		case d.Type()&fs.ModeSymlink != 0 && info.IsDir():
 			return fmt.Errorf("%s: symbolic link to a directory is not supported", rel)
 		case info.IsDir():
-			dirs = append(dirs, treeEntry{rel: rel, abs: p, mode: info.Mode()})
+			dirs = append(dirs, treeEntry{rel: rel, dir: dir, mode: info.Mode()})
 		case info.Mode().IsRegular():
-			files = append(files, treeEntry{rel: rel, abs: p, size: info.Size(), mode: info.Mode()})
+			files = append(files, treeEntry{rel: rel, dir: dir, size: info.Size(), mode: info.Mode()})
 			total += info.Size()
 		default:
 			return fmt.Errorf("%s: %v is not a regular file or directory", rel, info.Mode().Type())
@@ -132,7 +132,7 @@ func scanTree(dir string) (files, dirs []treeEntry, total int64, err error) {
 // write within the clock's granularity may leave the times as they were; the hashes catch
 // every change that reached the bytes read.
 func (w *Writer) addPath(e treeEntry) error {
-	f, err := os.Open(e.abs)
+	f, err := openBeneath(e.dir, e.rel, os.O_RDONLY)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 )
@@ -236,7 +235,7 @@ func (m *materialized) file(p string) (*os.File, error) {
 	if f := m.files[p]; f != nil {
 		return f, nil
 	}
-	f, err := os.OpenFile(filepath.Join(m.dir, filepath.FromSlash(p)), os.O_RDWR, 0)
+	f, err := openIn(m.dir, p, os.O_RDWR, 0)
 	if err != nil {
 		return nil, m.failed(err)
 	}
@@ -255,7 +254,7 @@ func (m *materialized) directFile(p string) (*os.File, error) {
 	if f := m.direct[p]; f != nil {
 		return f, nil
 	}
-	f, err := openDirect(filepath.Join(m.dir, filepath.FromSlash(p)))
+	f, err := openDirect(m.dir, p)
 	if errors.Is(err, errNoDirectIO) {
 		m.noDirect = true
 		return nil, err

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"path"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -79,17 +79,13 @@ func (sd *seeds) takePath(f *manifestFile) (string, bool) {
 	return ref.path, ok
 }
 
-// take moves a seed with the content of f to dst, if there is one.
-func (sd *seeds) take(f *manifestFile, dst string) bool {
+// take moves a seed with the content of f to rel below dir (reldir.go), if there is one.
+func (sd *seeds) take(f *manifestFile, dir, rel string) bool {
 	p, ok := sd.takePath(f)
 	if !ok {
 		return false
 	}
-	if err := os.Rename(p, dst); err != nil {
-		os.Remove(p)
-		return false
-	}
-	return true
+	return moveInto(p, dir, rel) == nil
 }
 
 // clearUpTo removes the finished seeds of versions up to v: no later update can adopt them
@@ -482,9 +478,8 @@ func (sf *seedFile) end() error {
 
 // seedInto moves a seed holding file f into its place in the copy, if there is one.
 func (m *materialized) seedInto(f *manifestFile) (bool, error) {
-	dst := filepath.Join(m.dir, filepath.FromSlash(f.Path))
-	if err := os.MkdirAll(filepath.Dir(dst), cacheDirPerm); err != nil {
+	if err := mkdirAllIn(m.dir, path.Dir(f.Path), cacheDirPerm); err != nil {
 		return false, fmt.Errorf("materialized copy: %w", err)
 	}
-	return m.seeds.take(f, dst), nil
+	return m.seeds.take(f, m.dir, f.Path), nil
 }

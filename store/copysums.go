@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"path/filepath"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -362,7 +361,7 @@ func (m *materialized) scanCopyFile(f *manifestFile, segments bool) (*fileSums, 
 
 // scanCopyFile is materialized.scanCopyFile for the copy in dir.
 func scanCopyFile(dir string, f *manifestFile, segments bool) (*fileSums, error) {
-	in, err := openCacheFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
+	in, err := openCacheFileIn(dir, f.Path)
 	if err != nil {
 		return nil, err
 	}

@@ -7,10 +7,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openDirect opens path for reading with O_DIRECT; errNoDirectIO when its file system
-// refuses the flag (tmpfs, some FUSE and network file systems).
-func openDirect(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
+// openDirect opens rel below dir (reldir.go) for reading with O_DIRECT; errNoDirectIO when
+// its file system refuses the flag (tmpfs, some FUSE and network file systems).
+func openDirect(dir, rel string) (*os.File, error) {
+	f, err := openIn(dir, rel, os.O_RDONLY|unix.O_DIRECT, 0)
 	if errors.Is(err, unix.EINVAL) {
 		return nil, errNoDirectIO
 	}

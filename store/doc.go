@@ -85,7 +85,7 @@
 // Errors wrap the sentinels of errors.go: ErrCorrupt for anything that fails a check (reads
 // return it rather than wrong bytes; it names the object or file), ErrVersionNotAbove,
 // ErrVersionOutOfRange (above MaxVersion), ErrNameTooLong (a path element over MaxNameLen
-// bytes, a path over MaxPathLen), ErrBadPath, ErrSourceChanged (a source file changed while
+// bytes; a whole path has no bound), ErrBadPath, ErrSourceChanged (a source file changed while
 // Commit or AddFile read it), ErrManifestTooLarge (the seal refuses a manifest readers would
 // refuse), ErrNoSuchVersion (and ErrVersionRemoved, a version gc removed while a reader
 // served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrLeaseNotRenewed, ErrNotAStore, ErrUnsupportedVersion,

@@ -63,8 +63,8 @@ var (
 	// ErrVersionOutOfRange marks a version number above MaxVersion (refused by Commit,
 	// NewVersion and manifest validation).
 	ErrVersionOutOfRange = errors.New("version number is above the largest a store accepts")
-	// ErrNameTooLong marks a path with an element longer than MaxNameLen bytes or longer than
-	// MaxPathLen bytes as a whole (the fs package answers ENAMETOOLONG).
+	// ErrNameTooLong marks a path with an element longer than MaxNameLen bytes (the fs
+	// package answers ENAMETOOLONG).
 	ErrNameTooLong = errors.New("file name too long")
 	// ErrSourceChanged marks a source file that changed while Commit or Writer.AddFile read
 	// it (two reads of its bytes disagree, or its size, mtime or ctime moved): nothing of it

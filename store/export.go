@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"path"
 )
 
 // Export writes version v as plain files under dir (created if missing). Every file is
@@ -23,7 +23,7 @@ func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) e
 		return fmt.Errorf("export version %d: %w", v, err)
 	}
 	for _, d := range ver.m.Dirs {
-		if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(d.Path)), fileMode(d.Mode)|0o700); err != nil {
+		if err := mkdirAllIn(dir, d.Path, fileMode(d.Mode)|0o700); err != nil {
 			return fmt.Errorf("export version %d: %w", v, err)
 		}
 	}
@@ -50,16 +50,17 @@ func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) e
 	return nil
 }
 
+// exportFile writes f below dir by its version-relative path (reldir.go: any path a version
+// holds, however far it takes dir past PATH_MAX).
 func (s *Store) exportFile(ver *version, f *manifestFile, dir string, count func(int64)) error {
-	dst := filepath.Join(dir, filepath.FromSlash(f.Path))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := mkdirAllIn(dir, path.Dir(f.Path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := s.writeVerified(ver, f, filepath.Dir(dst), readOpts{}, count)
+	tmp, err := s.writeVerified(ver, f, dir, path.Dir(f.Path), readOpts{}, count)
 	if errors.Is(err, errHashMismatch) {
 		// The materialized copy or a cached page may be what is wrong: once more from the
 		// store's objects alone, naming the object whose content does not hash to its name.
-		tmp, err = s.writeVerified(ver, f, filepath.Dir(dst), readOpts{noMaterialized: true, pages: newPageCache(0)}, nil)
+		tmp, err = s.writeVerified(ver, f, dir, path.Dir(f.Path), readOpts{noMaterialized: true, pages: newPageCache(0)}, nil)
 		if errors.Is(err, errHashMismatch) {
 			err = s.findBadObject(ver, f, err)
 		}
@@ -67,8 +68,8 @@ func (s *Store) exportFile(ver *version, f *manifestFile, dir string, count func
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.Path, err)
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
+	if err := renameIn(dir, tmp, f.Path); err != nil {
+		removeIn(dir, tmp)
 		return fmt.Errorf("%s: %w", f.Path, err)
 	}
 	return nil
@@ -76,10 +77,10 @@ func (s *Store) exportFile(ver *version, f *manifestFile, dir string, count func
 
 var errHashMismatch = fmt.Errorf("content does not match its SHA-256: %w", ErrCorrupt)
 
-// writeVerified writes file f of ver to a temporary file in dir and returns its name if its
-// SHA-256 matches the manifest; otherwise it removes it.
-func (s *Store) writeVerified(ver *version, f *manifestFile, dir string, opts readOpts, count func(int64)) (string, error) {
-	out, err := os.CreateTemp(dir, ".weightfs-export-*")
+// writeVerified writes file f of ver to a temporary file in relDir below dir and returns its
+// path relative to dir if its SHA-256 matches the manifest; otherwise it removes it.
+func (s *Store) writeVerified(ver *version, f *manifestFile, dir, relDir string, opts readOpts, count func(int64)) (string, error) {
+	out, tmp, err := createTempIn(dir, relDir, ".weightfs-export-")
 	if err != nil {
 		return "", err
 	}
@@ -87,7 +88,7 @@ func (s *Store) writeVerified(ver *version, f *manifestFile, dir string, opts re
 	defer func() {
 		if !ok {
 			out.Close()
-			os.Remove(out.Name())
+			removeIn(dir, tmp)
 		}
 	}()
 	vf := s.newVersionFile(ver, f, opts)
@@ -122,7 +123,7 @@ func (s *Store) writeVerified(ver *version, f *manifestFile, dir string, opts re
 		return "", err
 	}
 	ok = true
-	return out.Name(), nil
+	return tmp, nil
 }
 
 // findBadObject re-reads each object of f from the store and names the first whose content

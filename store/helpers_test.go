@@ -68,24 +68,27 @@ var (
 )
 
 // treeHashes maps every regular file under dir to its SHA-256 (hex), and every directory to
-// "dir".
+// "dir". It reads through an os.Root on dir, so a path may take dir past PATH_MAX.
 func treeHashes(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p == dir {
+		if rel == "." {
 			return nil
 		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
 			m[rel] = "dir"
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		b, err := root.ReadFile(filepath.FromSlash(rel))
 		if err != nil {
 			return err
 		}

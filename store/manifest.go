@@ -17,7 +17,7 @@ import (
 // Manifest files, versions/vNNNNNN (docs/format.md (Part I) has them byte by byte):
 //
 //	0     4  magic "WFSM"
-//	4     2  manifest format version, u16 LE (1)
+//	4     2  manifest format version, u16 LE (1; 2 when a path is longer than 3072 bytes)
 //	6     2  zero
 //	8     8  JSON length L, u64 LE
 //	16    L  the manifest as JSON (manifest below)
@@ -26,6 +26,13 @@ const (
 	manifestMagic         = "WFSM"
 	manifestFormatVersion = 1
 	manifestHeadLen       = 16
+	// manifestLongPaths is the format version of a manifest holding a path longer than
+	// manifestV1PathLen, the bound of the releases that read format 1 alone. It is format 1
+	// in every other way: it exists so that those releases refuse such a version as one of
+	// an unknown format (and their repair leaves it alone) rather than judge it damaged and
+	// quarantine it. Every other manifest is still written as format 1.
+	manifestLongPaths = 2
+	manifestV1PathLen = 3072
 )
 
 // maxManifestLen bounds the JSON a reader accepts (a model with a million tensors stays far
@@ -39,12 +46,12 @@ const (
 	// slime's "version" strings, which keep all their digits past six).
 	MaxVersion = 999_999_999_999
 	// MaxNameLen is the longest element of a path, in bytes: the kernel's NAME_MAX, which
-	// every file system the copy or an export is written to enforces.
+	// every file system the copy or an export is written to enforces. A whole path has no
+	// bound of its own, as on Linux's file systems: PATH_MAX bounds what one system call is
+	// given, not how deep a tree is, and a version holds every tree ext4 does, whatever
+	// directory of a mount it is made in. The store reaches its files below its own
+	// directories by relative paths (reldir.go), never past PATH_MAX.
 	MaxNameLen = 255
-	// MaxPathLen is the longest path of a file or directory of a version, in bytes: PATH_MAX
-	// (4096, with its NUL) less 1 KiB for what goes in front of it (a mount point and
-	// weight_vN/, the cache directory and materialized/, an export's directory).
-	MaxPathLen = 3072
 )
 
 // checkVersionNumber refuses 0 and numbers above MaxVersion.
@@ -133,10 +140,26 @@ func encodeManifest(m *manifest) ([]byte, error) {
 	}
 	b := make([]byte, manifestHeadLen, manifestHeadLen+len(js)+4)
 	copy(b, manifestMagic)
-	binary.LittleEndian.PutUint16(b[4:], manifestFormatVersion)
+	binary.LittleEndian.PutUint16(b[4:], m.formatVersion())
 	binary.LittleEndian.PutUint64(b[8:], uint64(len(js)))
 	b = append(b, js...)
 	return binary.LittleEndian.AppendUint32(b, crc32c(b)), nil
+}
+
+// formatVersion is the format version m is written in: manifestLongPaths if it holds a path
+// longer than manifestV1PathLen, else manifestFormatVersion.
+func (m *manifest) formatVersion() uint16 {
+	for i := range m.Dirs {
+		if len(m.Dirs[i].Path) > manifestV1PathLen {
+			return manifestLongPaths
+		}
+	}
+	for i := range m.Files {
+		if len(m.Files[i].Path) > manifestV1PathLen {
+			return manifestLongPaths
+		}
+	}
+	return manifestFormatVersion
 }
 
 // encodeManifestChecked is encodeManifest for a seal: the bytes are read back with the
@@ -196,8 +219,8 @@ func manifestBody(b []byte) ([]byte, error) {
 	if len(b) < manifestHeadLen+4 {
 		return nil, fmt.Errorf("manifest of %d bytes is truncated: %w", len(b), ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != manifestFormatVersion {
-		return nil, fmt.Errorf("manifest format version %d (this program reads %d): %w", v, manifestFormatVersion, ErrUnsupportedVersion)
+	if v := binary.LittleEndian.Uint16(b[4:]); v != manifestFormatVersion && v != manifestLongPaths {
+		return nil, fmt.Errorf("manifest format version %d (this program reads %d and %d): %w", v, manifestFormatVersion, manifestLongPaths, ErrUnsupportedVersion)
 	}
 	n := binary.LittleEndian.Uint64(b[8:])
 	if n > maxManifestLen || uint64(len(b)) != manifestHeadLen+n+4 {
@@ -304,16 +327,13 @@ func (f *manifestFile) validate() error {
 
 // checkPath accepts clean, relative, slash-separated paths without "." or ".." elements,
 // in UTF-8 (the manifest's JSON would replace other bytes: the name read back would be
-// another), no NUL, each element at most MaxNameLen bytes and the whole at most MaxPathLen
-// (ErrNameTooLong). Any other byte a POSIX name may hold is stored as it is: a backslash, a
-// newline, a control character.
+// another), no NUL, each element at most MaxNameLen bytes (ErrNameTooLong; the whole path
+// has no bound, see MaxNameLen). Any other byte a POSIX name may hold is stored as it is: a
+// backslash, a newline, a control character.
 func checkPath(p string) error {
 	if p == "" || p == "." || strings.HasPrefix(p, "/") || path.Clean(p) != p || strings.HasPrefix(p, "../") || p == ".." ||
 		strings.Contains(p, "\x00") || !utf8.ValidString(p) {
 		return fmt.Errorf("path %q: %w", p, ErrBadPath)
-	}
-	if len(p) > MaxPathLen {
-		return fmt.Errorf("path %q is %d bytes, more than %d: %w", p, len(p), MaxPathLen, ErrNameTooLong)
 	}
 	for rest := p; rest != ""; {
 		elem, after, _ := strings.Cut(rest, "/")

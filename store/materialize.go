@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -253,7 +254,7 @@ func (m *materialized) loadState() *version {
 	ver = m.s.scoped(ver)
 	for i := range ver.m.Files {
 		f := &ver.m.Files[i]
-		info, err := os.Stat(filepath.Join(m.dir, filepath.FromSlash(f.Path)))
+		info, err := statIn(m.dir, f.Path)
 		if err != nil || !info.Mode().IsRegular() || info.Size() != f.Size {
 			return nil
 		}
@@ -342,7 +343,7 @@ func (m *materialized) rebuild(target *version) error {
 		return fmt.Errorf("materialized copy: %w", err)
 	}
 	for _, d := range target.m.Dirs {
-		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), cacheDirPerm); err != nil {
+		if err := mkdirAllIn(m.dir, d.Path, cacheDirPerm); err != nil {
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 	}
@@ -361,8 +362,8 @@ func (m *materialized) rebuild(target *version) error {
 		if err != nil {
 			return err
 		}
-		if err := os.Rename(tmp, filepath.Join(m.dir, filepath.FromSlash(f.Path))); err != nil {
-			os.Remove(tmp)
+		if err := renameIn(m.dir, tmp, f.Path); err != nil {
+			removeIn(m.dir, tmp)
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 	}
@@ -381,13 +382,13 @@ func (m *materialized) rebuild(target *version) error {
 }
 
 // writeTemp writes file f of ver into a temporary file beside its place in the copy (through
-// the read path) and checks its SHA-256. It returns the temporary path.
+// the read path) and checks its SHA-256. It returns the temporary file's path relative to
+// the copy's directory (reldir.go).
 func (m *materialized) writeTemp(ver *version, f *manifestFile, opts readOpts) (string, error) {
-	dst := filepath.Join(m.dir, filepath.FromSlash(f.Path))
-	if err := os.MkdirAll(filepath.Dir(dst), cacheDirPerm); err != nil {
+	if err := mkdirAllIn(m.dir, path.Dir(f.Path), cacheDirPerm); err != nil {
 		return "", fmt.Errorf("materialized copy: %w", err)
 	}
-	out, err := os.CreateTemp(filepath.Dir(dst), ".tmp-*")
+	out, tmp, err := createTempIn(m.dir, path.Dir(f.Path), ".tmp-")
 	if err != nil {
 		return "", fmt.Errorf("materialized copy: %w", err)
 	}
@@ -409,8 +410,8 @@ func (m *materialized) writeTemp(ver *version, f *manifestFile, opts readOpts) (
 		m.chk.noteSums(keyOf(f), sw.sums())
 	}
 	if err != nil {
-		os.Remove(out.Name())
+		removeIn(m.dir, tmp)
 		return "", fmt.Errorf("materialized copy of %s: %w", f.Path, err)
 	}
-	return out.Name(), nil
+	return tmp, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 )
@@ -129,7 +128,7 @@ func firstNonNil(errs []error) error {
 }
 
 func (c *patchCheck) hashFile(dir string, f *manifestFile, buf []byte) (*fileSums, error) {
-	in, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
+	in, err := openIn(dir, f.Path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("materialized copy: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -35,12 +34,12 @@ type inPlace struct {
 func (m *materialized) forward(cur, target *version) error {
 	defer m.seeds.clearUpTo(target.m.Version)
 	var patches []inPlace
-	rewrites := map[string]string{} // path -> temporary file
+	rewrites := map[string]string{} // path -> temporary file, relative to m.dir (reldir.go)
 	made := map[string]bool{}       // files made from target's objects (composition checked)
 	changed, seeded := 0, 0
 	defer func() {
 		for _, tmp := range rewrites {
-			os.Remove(tmp)
+			removeIn(m.dir, tmp)
 		}
 	}()
 	for i := range target.m.Files {
@@ -51,11 +50,15 @@ func (m *materialized) forward(cur, target *version) error {
 		}
 		changed++
 		if seed, ok := m.seeds.takePath(f); ok {
-			// The bytes a stream received and hashed (copyseed.go): renamed into place.
-			rewrites[f.Path] = seed
-			made[f.Path] = true
-			seeded++
-			continue
+			// The bytes a stream received and hashed (copyseed.go): renamed into place, from
+			// a name in the copy's directory (a seed that cannot be moved there is written).
+			tmp := ".weightfs-" + filepath.Base(seed)
+			if err := moveInto(seed, m.dir, tmp); err == nil {
+				rewrites[f.Path] = tmp
+				made[f.Path] = true
+				seeded++
+				continue
+			}
 		}
 		if ps, ok := m.s.patchPlan(old, f); ok {
 			patches = append(patches, ps...)
@@ -131,7 +134,7 @@ func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites m
 		chk.done(i, target.files[p.path].Size)
 	}
 	for p, tmp := range rewrites {
-		if err := os.Rename(tmp, filepath.Join(m.dir, filepath.FromSlash(p))); err != nil {
+		if err := renameIn(m.dir, tmp, p); err != nil {
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 		delete(rewrites, p)
@@ -140,7 +143,7 @@ func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites m
 	for i := range cur.m.Files {
 		p := cur.m.Files[i].Path
 		if target.files[p] == nil {
-			if err := os.Remove(filepath.Join(m.dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := removeIn(m.dir, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("materialized copy: %w", err)
 			}
 		}
@@ -148,7 +151,7 @@ func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites m
 	keep := map[string]bool{}
 	for _, d := range target.m.Dirs {
 		keep[d.Path] = true
-		if err := os.MkdirAll(filepath.Join(m.dir, filepath.FromSlash(d.Path)), cacheDirPerm); err != nil {
+		if err := mkdirAllIn(m.dir, d.Path, cacheDirPerm); err != nil {
 			return fmt.Errorf("materialized copy: %w", err)
 		}
 	}
@@ -166,7 +169,7 @@ func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites m
 	// Deepest first, so parents are empty when their turn comes.
 	slices.SortFunc(gone, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	for _, d := range gone {
-		os.Remove(filepath.Join(m.dir, filepath.FromSlash(d)))
+		removeIn(m.dir, d)
 	}
 	return nil
 }

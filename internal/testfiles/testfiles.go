@@ -52,15 +52,21 @@ func Perturb(rng *rand.Rand, b []byte, width int, frac float64) []byte {
 	return out
 }
 
-// WriteTree writes files (slash-separated paths to contents) under dir and returns dir.
+// WriteTree writes files (slash-separated paths to contents) under dir and returns dir. It
+// writes through an os.Root on dir, so a path may take dir past PATH_MAX.
 func WriteTree(t testing.TB, dir string, files map[string][]byte) string {
 	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
 	for name, b := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		p := filepath.FromSlash(name)
+		if err := root.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
+		if err := root.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
