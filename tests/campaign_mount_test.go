@@ -32,7 +32,7 @@ func campaignMount(t *testing.T, storeDir, mnt string, flags ...string) (*mountD
 		close(d.exited)
 	}()
 	t.Cleanup(d.stop) // a no-op once finish has run
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(hangLimit)
 	for !isServing(mnt) {
 		select {
 		case <-d.exited:
@@ -50,8 +50,8 @@ func campaignMount(t *testing.T, storeDir, mnt string, flags ...string) (*mountD
 }
 
 // campaignCLITimeout bounds one verify or export of the small store (well under a second when
-// all is well).
-const campaignCLITimeout = 30 * time.Second
+// all is well; hangLimit, so that only a real hang and never a loaded machine reaches it).
+const campaignCLITimeout = hangLimit
 
 // campaignCLIResult is a cliResult that may have timed out.
 type campaignCLIResult struct {
@@ -117,7 +117,7 @@ func (d *mountDaemon) campaignStop() campaignDaemonEnd {
 			_ = d.cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-d.exited:
-			case <-time.After(20 * time.Second):
+			case <-time.After(hangLimit):
 				end.hung = true
 				d.kill9()
 			}

@@ -47,7 +47,7 @@ func (f *follower) kill9() {
 // waitDirVersion waits until dir's state records version v with no step pending.
 func waitDirVersion(t *testing.T, dir string, v uint64, f *follower) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(hangLimit)
 	for {
 		st, ok, err := delta.ReadDirState(dir)
 		if err == nil && ok && st.Version == v && st.Pending == 0 {
@@ -146,7 +146,7 @@ func TestFollow(t *testing.T) {
 	}
 	// --exec runs after the state records the version: wait (generously) for its last line.
 	var log []byte
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(hangLimit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if log, _ = os.ReadFile(execLog); strings.Count(string(log), "\n") >= 19 {
 			break
 		}
@@ -494,7 +494,7 @@ func TestFollowRemovesDroppedFiles(t *testing.T) {
 // waitFileHash waits (generously) until path hashes to want.
 func waitFileHash(t *testing.T, path, want string, f *follower) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(hangLimit)
 	for {
 		got, err := fileSHA256(path)
 		if err == nil && got == want {

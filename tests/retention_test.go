@@ -113,7 +113,7 @@ func TestRetentionKeepLastWhileTraining(t *testing.T) {
 	})
 	// The last retention gc runs after the last seal, in the background.
 	var versions []uint64
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(hangLimit); ; time.Sleep(100 * time.Millisecond) {
 		if _, versions = readLog(t, storeDir); slices.Equal(versions, []uint64{8, 9, 10}) || time.Now().After(deadline) {
 			break
 		}
@@ -197,7 +197,7 @@ func TestPinnedReaderSurvivesGC(t *testing.T) {
 		t.Fatalf("%s after gc: sha256 %s, %v", h.what, got, err)
 	}
 	f.Close()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(hangLimit); ; time.Sleep(50 * time.Millisecond) {
 		if pins, _ := filepath.Glob(filepath.Join(storeDir, "pins", "*.json")); len(pins) == 0 {
 			break
 		} else if time.Now().After(deadline) {
