@@ -98,12 +98,7 @@ func TestMountLongPaths(t *testing.T) {
 	work := t.TempDir()
 	storeDir := filepath.Join(work, "store")
 	initStore(t, storeDir)
-	rw, ro := filepath.Join(work, "rw"), filepath.Join(work, "ro")
-	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw, ro := rwAndROMountPoints(t, work)
 	prefix := path.Dir(deepPath(3600, "x"))
 	series := testfiles.ShardedSeries(t, 2, 16)
 	want := map[int]map[string][]byte{}

@@ -163,12 +163,7 @@ func TestMetricsIngestAndFollow(t *testing.T) {
 	work := t.TempDir()
 	storeDir := filepath.Join(work, "store")
 	initStore(t, storeDir)
-	rw, ro := filepath.Join(work, "rw"), filepath.Join(work, "ro")
-	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw, ro := rwAndROMountPoints(t, work)
 	genCheckpoints(t, work, 200_000, 5)
 	rwd := startMount(t, storeDir, rw, "--metrics-addr", "127.0.0.1:0")
 	rwURL := metricsURL(t, rwd.out)

@@ -17,12 +17,7 @@ func TestMountTwoWritersOneVersion(t *testing.T) {
 	storeDir := filepath.Join(work, "store")
 	initStore(t, storeDir)
 	want := genCheckpoints(t, work, 2_000_000, 1)
-	rw, ro := filepath.Join(work, "rw"), filepath.Join(work, "ro")
-	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw, ro := rwAndROMountPoints(t, work)
 	startMount(t, storeDir, rw)
 	ver := versionDir(rw, 1)
 	if err := os.Mkdir(ver, 0o755); err != nil {

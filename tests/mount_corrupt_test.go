@@ -18,12 +18,7 @@ func TestMountCorruptObjectIsEIO(t *testing.T) {
 	storeDir := filepath.Join(work, "store")
 	initStore(t, storeDir)
 	want := genCheckpoints(t, work, 300_000, 1)
-	rw, ro := filepath.Join(work, "rw"), filepath.Join(work, "ro")
-	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw, ro := rwAndROMountPoints(t, work)
 	d := startMount(t, storeDir, rw)
 	run(t, "cp", "-r", srcDir(work, 1), versionDir(rw, 1))
 	run(t, "touch", filepath.Join(versionDir(rw, 1), "DONE"))

@@ -377,3 +377,16 @@ func expectErrno(t *testing.T, what string, err error, want syscall.Errno) {
 		t.Errorf("%s: err = %v, want %v", what, err, want)
 	}
 }
+
+// rwAndROMountPoints makes work/rw and work/ro, the mount points of a test's writer and
+// read-only mounts.
+func rwAndROMountPoints(t *testing.T, work string) (rw, ro string) {
+	t.Helper()
+	rw, ro = filepath.Join(work, "rw"), filepath.Join(work, "ro")
+	for _, d := range []string{rw, ro} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rw, ro
+}

@@ -96,12 +96,7 @@ func TestRetentionKeepsOpenFilesReadable(t *testing.T) {
 	work := t.TempDir()
 	storeDir := filepath.Join(work, "store")
 	initStore(t, storeDir)
-	rw, ro := filepath.Join(work, "rw"), filepath.Join(work, "ro")
-	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw, ro := rwAndROMountPoints(t, work)
 	want := genSeries(t, work, 1_000_000, 43, 6, nil)
 	writer := startMount(t, storeDir, rw, "--keep-last", "1", "--keep-exact")
 	seal := func(v int) {

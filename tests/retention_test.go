@@ -68,12 +68,7 @@ func TestRetentionKeepLastWhileTraining(t *testing.T) {
 	work := t.TempDir()
 	storeDir := filepath.Join(work, "store")
 	initStore(t, storeDir)
-	rw, ro := filepath.Join(work, "rw"), filepath.Join(work, "ro")
-	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw, ro := rwAndROMountPoints(t, work)
 	writer := startMount(t, storeDir, rw, "--keep-last", "3", "--keep-exact")
 	var reader *mountDaemon
 	var stop atomic.Bool

@@ -307,12 +307,7 @@ func TestSlimeDeltaCases(t *testing.T) {
 	work := t.TempDir()
 	storeDir := filepath.Join(work, "store")
 	initStore(t, storeDir)
-	rw, ro := filepath.Join(work, "rw"), filepath.Join(work, "ro")
-	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rw, ro := rwAndROMountPoints(t, work)
 	startMount(t, storeDir, rw)
 
 	small, err := gen.Preset("small", 3e-6, 5)
