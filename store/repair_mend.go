@@ -41,6 +41,13 @@ type rewrite struct {
 	f       *manifestFile
 	seg     segment
 	tensor  *manifestTensor // nil for a header or a blob
+	// viaRead: the source is the object itself as the read path serves it (the file it
+	// belongs to was read whole and hashed to the manifest's SHA-256 when planned; the
+	// rewrite's content is checked against the object's name again).
+	viaRead bool
+	// keepLink: a sound object keeps its own delta section, byte for byte: its chain of
+	// contexts avoids every object the repair moves (chainOfContextsAvoids).
+	keepLink bool
 }
 
 // planRepair decides, from a Verify report with no unreadable finding, what to write again
@@ -136,12 +143,127 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 		}
 		plan.versions = append(plan.versions, v)
 	}
+	if err := s.planKeepReadersOf(&plan, damagedVer, badObj, planned, unmended); err != nil {
+		return plan, err
+	}
 	for _, id := range slices.SortedFunc(mapKeys(badObj), func(a, b ID) int { return strings.Compare(a.String(), b.String()) }) {
 		if !planned[id] {
 			plan.objects = append(plan.objects, id)
 		}
 	}
 	return plan, nil
+}
+
+// planKeepReadersOf plans the re-anchoring of the sound objects of the versions Verify found
+// whole (served exactly, through a checked source) whose chain of bases runs through a
+// damaged object that is moved and not mended: once it is gone they would no longer be
+// rebuilt, and a version that read exactly would turn damaged. Only an object nothing is
+// coded against is re-anchored (stored without a link, a version-2 section coded against its
+// own would not decode): the latest version's, which the materialized copy holds.
+func (s *Store) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]bool, badObj, planned, unmended map[ID]bool) error {
+	if len(unmended) == 0 {
+		return nil
+	}
+	type use struct {
+		ver *version
+		f   *manifestFile
+		sg  segment
+	}
+	var through []use
+	coded := map[ID]bool{} // objects some object is coded against
+	for _, info := range s.Versions() {
+		ver, err := s.loadVersion(info.Number)
+		if err != nil {
+			if damagedVer[info.Number] {
+				continue
+			}
+			return err
+		}
+		for i := range ver.m.Files {
+			f := &ver.m.Files[i]
+			for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
+				if oi, err := s.objectInfoOf(sg.id); err == nil && oi.hdr.DeltaLen != 0 && !oi.hdr.Base.IsZero() {
+					coded[oi.hdr.Base] = true // also by the damaged versions' objects
+				}
+				if !damagedVer[info.Number] && !planned[sg.id] && !badObj[sg.id] && s.chainRunsThrough(sg.id, unmended) {
+					through = append(through, use{ver, f, sg})
+				}
+			}
+		}
+	}
+	for _, u := range through {
+		id := u.sg.id
+		if planned[id] {
+			continue
+		}
+		src, ok := s.sourceOf(u.ver, u.f, u.sg)
+		viaRead := false
+		if !ok && s.fileServesExactly(u.ver, u.f) {
+			src, ok, viaRead = fmt.Sprintf("%s of version %d as read (checked against its SHA-256)", u.f.Path, u.ver.m.Version), true, true
+		}
+		keepLink := s.chainOfContextsAvoids(id, unmended)
+		if !ok || (coded[id] && !keepLink) {
+			s.log.Warn("repair: an object of a version Verify found whole reads through a damaged object, and no source re-anchors it", "object", id, "version", u.ver.m.Version)
+			continue
+		}
+		planned[id] = true
+		plan.rewrites = append(plan.rewrites, rewrite{id: id, source: src, ver: u.ver, f: u.f, seg: u.sg, tensor: tensorAt(u.f, u.sg), viaRead: viaRead, keepLink: keepLink})
+	}
+	return nil
+}
+
+// fileServesExactly reports whether file f of ver reads whole, through the read path, and
+// hashes to the manifest's SHA-256.
+func (s *Store) fileServesExactly(ver *version, f *manifestFile) bool {
+	h := sha256.New()
+	for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
+		buf := make([]byte, min(sg.end-sg.start, ingestChunk))
+		for off := int64(0); off < sg.end-sg.start; {
+			n := min(int64(len(buf)), sg.end-sg.start-off)
+			if err := s.readObject(sg.id, sg.hint, off, buf[:n], readOpts{}); err != nil {
+				return false
+			}
+			h.Write(buf[:n])
+			off += n
+		}
+	}
+	var got ID
+	h.Sum(got[:0])
+	return got == f.SHA256
+}
+
+// chainOfContextsAvoids reports whether object id's delta section loads now and will once
+// the objects of set are gone: no section of its chain of contexts belongs to one of them.
+func (s *Store) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
+	d, err := s.loadDelta(id)
+	for range maxContextRead {
+		if err != nil {
+			return false
+		}
+		if !d.parsed.NeedsContext() {
+			return true
+		}
+		if set[d.hdr.Base] {
+			return false
+		}
+		d, err = s.loadDelta(d.hdr.Base)
+	}
+	return false
+}
+
+// chainRunsThrough reports whether object id's chain of bases holds one of set.
+func (s *Store) chainRunsThrough(id ID, set map[ID]bool) bool {
+	info, err := s.objectInfoOf(id)
+	for range maxContextRead {
+		if err != nil || info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
+			return false
+		}
+		if set[info.hdr.Base] {
+			return true
+		}
+		info, err = s.objectInfoOf(info.hdr.Base)
+	}
+	return false
 }
 
 // readsOnceMended reports whether object id fails only through damaged objects that are
@@ -225,6 +347,9 @@ func (s *Store) sourceOf(ver *version, f *manifestFile, sg segment) (string, boo
 // readSource reads content bytes [off, off+len(p)) of the rewrite's object from its source,
 // every read checked against the source's sums.
 func (s *Store) readSource(m rewrite, p []byte, off int64) error {
+	if m.viaRead {
+		return s.readObject(m.id, m.seg.hint, off, p, readOpts{})
+	}
 	if view := s.mat.view(); view != nil {
 		if view.holds(m.id) {
 			err := view.readAt(m.id, p, off)
@@ -280,8 +405,8 @@ func (s *Store) servesExactly(ver *version) bool {
 // rewriteWhole writes object m.id again as a whole copy of the content its source holds,
 // replacing the file only if that content hashes to the name. A damaged object gets back
 // a link, the delta from its base re-coded in version 1, where the base reads: the deltas
-// coded against its section (their context) decode again; a re-anchored one needs none
-// (its chain is damaged, so nothing reads through its section).
+// coded against its section (their context) decode again; a re-anchored one keeps its own
+// section byte for byte where it loads (older versions are rebuilt back through it).
 func (s *Store) rewriteWhole(m rewrite) error {
 	size := m.seg.end - m.seg.start
 	width, float := 1, false
@@ -325,6 +450,15 @@ func (s *Store) rewriteWhole(m rewrite) error {
 		off += n
 	}
 	var link []byte
+	if !m.damaged && m.keepLink {
+		// A sound object re-anchored because its chain is damaged keeps its own delta
+		// section as it is: the reads that rebuild older versions back from the
+		// materialized copy go through it, and the sections coded against it keep their
+		// context. Its file is intact (loadDelta checks its CRC-32C and its context).
+		if d, err := s.loadDelta(m.id); err == nil {
+			link, base = d.body, d.hdr.Base
+		}
+	}
 	if enc != nil {
 		if l, err := enc.Finish(); err == nil && enc.Changed() == m.tensor.Changed {
 			link = l

@@ -12,7 +12,7 @@ import (
 // and holds them to the rule "repair never moves a version that every read path serves
 // exactly" (issue 27): every version whose export was exact before the repair is still
 // listed, is not moved into quarantine, and exports exactly after it; the dry run moves
-// nothing and names what the repair then moves; and verify passes afterwards wherever a
+// nothing and names everything the repair then moves (the repair may move less); and verify passes afterwards wherever a
 // quarantine can mend the damage (not a damaged format file).
 func (tr *campaignTrial) checkRepair() {
 	versionsDir := filepath.Join(tr.storeDir, "versions")
@@ -35,8 +35,18 @@ func (tr *campaignTrial) checkRepair() {
 	}
 	moved := linesWith(r.stdout, "QUARANTINED ")
 	wouldMove := linesWith(dry.stdout, "WOULD BE QUARANTINED ")
-	if len(moved) != len(wouldMove) {
-		tr.fail("repair", "dry run differs", "the dry run said it would move %q, the repair moved %q", wouldMove, moved)
+	// The dry run plans from one Verify; the repair verifies again after writing objects
+	// again, which may rescue a version (rebuilt back through a re-anchored object): it
+	// moves nothing the dry run did not name.
+	named := map[string]bool{}
+	for _, l := range wouldMove {
+		named[strings.TrimPrefix(l, "WOULD BE ")] = true
+	}
+	for _, l := range moved {
+		if !named[l] {
+			tr.fail("repair", "dry run differs", "the dry run said it would move %q, the repair moved %q", wouldMove, moved)
+			break
+		}
 	}
 	for v := 1; v <= campaignVersions; v++ {
 		if !tr.exactBefore[v] {
