@@ -41,6 +41,9 @@ const (
 var campaignAttacks = []string{"flip", "truncate", "delete"}
 
 func TestCampaign(t *testing.T) {
+	// Parallel with TestCommitTwentyVersions, the other long test of the package: one is mostly
+	// processes and I/O, the other CPU (make test's wall time; issue 28 item 5).
+	t.Parallel()
 	skipWithoutFUSE(t)
 	seed := campaignEnv(t, "WEIGHTFS_CAMPAIGN_SEED", campaignDefaultSeed)
 	trials := campaignDefaultTrials

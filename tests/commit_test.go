@@ -14,6 +14,7 @@ import (
 // the CLI, exports every version and checks every file's SHA-256 against the input, checks
 // that versions 2-20 each store less than 5% of their logical size, and that verify is clean.
 func TestCommitTwentyVersions(t *testing.T) {
+	t.Parallel() // with TestCampaign (see there)
 	params := int64(100_000_000)
 	if testing.Short() {
 		params = 2_000_000
