@@ -124,25 +124,20 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 		s.writeMu.Lock()
 		defer s.writeMu.Unlock()
 	}
+	r := &repairer{s: s}
 	var err error
-	if rep.Verify, err = s.verifyForRepair(opts.Progress); err != nil {
+	if rep.Verify, err = r.verifyForRepair(opts.Progress); err != nil {
 		return rep, err
 	}
 	if len(rep.Verify.Damaged) == 0 {
 		return rep, nil
 	}
-	plan, err := s.planRepair(rep.Verify)
+	plan, err := r.planRepair(rep.Verify)
 	if err != nil {
 		return rep, fmt.Errorf("repair: %w", err)
 	}
 	rep.Lost = plan.lost
-	for _, m := range plan.rewrites {
-		if m.damaged {
-			rep.Mended = append(rep.Mended, m.id)
-		} else {
-			rep.Reanchored = append(rep.Reanchored, m.id)
-		}
-	}
+	rep.addRewrites(plan.rewrites)
 	if opts.DryRun {
 		rep.Quarantined, rep.QuarantinedObjects, rep.Kept = plan.versions, plan.objects, plan.kept
 		for _, v := range plan.versions {
@@ -157,7 +152,7 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 	// still fails after a round (a base only a re-anchor mends) gets one in the next.
 	for round := 0; round < 3 && len(plan.rewrites) > 0; round++ {
 		for _, m := range plan.rewrites {
-			if err := s.rewriteWhole(m); err != nil {
+			if err := r.rewriteWhole(m); err != nil {
 				return rep, fmt.Errorf("repair: write object %s again: %w", m.id, err)
 			}
 			s.log.Info("repair: object written again from an intact source", "object", m.id, "source", m.source, "damaged", m.damaged)
@@ -178,26 +173,32 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 		for _, m := range plan.rewrites {
 			rewritten[m.id] = true
 		}
-		if plan, err = s.planRepair(after); err != nil {
+		if plan, err = r.planRepair(after); err != nil {
 			return rep, fmt.Errorf("repair: %w", err)
 		}
 		// An object written once from a checked source is not written again.
 		plan.rewrites = slices.DeleteFunc(plan.rewrites, func(m rewrite) bool { return rewritten[m.id] })
-		for _, m := range plan.rewrites {
-			if m.damaged {
-				rep.Mended = append(rep.Mended, m.id)
-			} else {
-				rep.Reanchored = append(rep.Reanchored, m.id)
-			}
-		}
+		rep.addRewrites(plan.rewrites)
 	}
 	rep.Kept = plan.kept
-	return rep, s.applyQuarantine(q, plan, &rep)
+	return rep, r.applyQuarantine(q, plan, &rep)
+}
+
+// addRewrites counts the objects written again: a damaged one mended, a sound one re-anchored.
+func (rep *RepairReport) addRewrites(rewrites []rewrite) {
+	for _, m := range rewrites {
+		if m.damaged {
+			rep.Mended = append(rep.Mended, m.id)
+		} else {
+			rep.Reanchored = append(rep.Reanchored, m.id)
+		}
+	}
 }
 
 // verifyForRepair runs Verify; when it could not check something (an I/O error), it runs
 // once more: a transient error passes, one that stays stops the repair before it acts.
-func (s *Store) verifyForRepair(progress func(done, total int64)) (VerifyReport, error) {
+func (r *repairer) verifyForRepair(progress func(done, total int64)) (VerifyReport, error) {
+	s := r.s
 	rep, err := s.Verify(progress)
 	if len(rep.Unreadable) > 0 {
 		s.log.Warn("repair: verify could not check everything; verifying again", "unreadable", len(rep.Unreadable), "first", rep.Unreadable[0].String())
@@ -221,7 +222,8 @@ func (s *Store) verifyForRepair(progress func(done, total int64)) (VerifyReport,
 }
 
 // applyQuarantine records the lost manifests and moves the versions and objects of plan.
-func (s *Store) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairReport) error {
+func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairReport) error {
+	s := r.s
 	if len(plan.lost) > 0 {
 		// A lost manifest leaves nothing to move: the loss is recorded, as gc records what it
 		// drops; the next gc removes the objects only it named (but the contexts of later

@@ -23,6 +23,13 @@ import (
 // materialized copy), so that the versions the sources serve exactly stay and the ones no
 // source serves are the only ones moved.
 
+// repairer is one run of Repair: it plans from a Verify report (repair_mend.go) and carries
+// the plan out (repair.go), reading the store through its read paths and writing objects
+// through its backend. It holds no state of its own beyond the run.
+type repairer struct {
+	s *Store
+}
+
 // repairPlan is what Repair will do: objects to write again, then what to move.
 type repairPlan struct {
 	lost     []uint64  // manifests lost: recorded as gone, nothing to move
@@ -52,7 +59,8 @@ type rewrite struct {
 
 // planRepair decides, from a Verify report with no unreadable finding, what to write again
 // and what to move.
-func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
+func (r *repairer) planRepair(vr VerifyReport) (repairPlan, error) {
+	s := r.s
 	var plan repairPlan
 	badObj := map[ID]bool{}
 	damagedVer := map[uint64]bool{}
@@ -86,7 +94,7 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 				if !badObj[sg.id] || planned[sg.id] {
 					continue
 				}
-				if src, ok := s.sourceOf(ver, f, sg); ok {
+				if src, ok := r.sourceOf(ver, f, sg); ok {
 					planned[sg.id] = true
 					plan.rewrites = append(plan.rewrites, rewrite{id: sg.id, damaged: true, source: src, ver: ver, f: f, seg: sg, tensor: tensorAt(f, sg)})
 				}
@@ -120,10 +128,10 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 					fixable = false
 					continue
 				}
-				if !badObj[id] && (s.objectReadsExactly(id, sg) || s.readsOnceMended(id, mended, unmended)) {
+				if !badObj[id] && (r.objectReadsExactly(id, sg) || r.readsOnceMended(id, mended, unmended)) {
 					continue
 				}
-				src, ok := s.sourceOf(ver, f, sg)
+				src, ok := r.sourceOf(ver, f, sg)
 				if !ok {
 					unmendable[id] = true
 					fixable = false
@@ -133,17 +141,17 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 				plan.rewrites = append(plan.rewrites, rewrite{id: id, damaged: badObj[id], source: src, ver: ver, f: f, seg: sg, tensor: tensorAt(f, sg)})
 			}
 		}
-		if fixable && s.versionHashesAfter(ver, planned, mended, unmended) {
+		if fixable && r.versionHashesAfter(ver, planned, mended, unmended) {
 			continue // the rewrites make it whole
 		}
-		if s.servesExactly(ver) {
+		if r.servesExactly(ver) {
 			plan.kept = append(plan.kept, v)
 			s.log.Warn("repair: damaged version not moved: a read path serves it exactly", "version", v)
 			continue
 		}
 		plan.versions = append(plan.versions, v)
 	}
-	if err := s.planKeepReadersOf(&plan, damagedVer, badObj, planned, unmended); err != nil {
+	if err := r.planKeepReadersOf(&plan, damagedVer, badObj, planned, unmended); err != nil {
 		return plan, err
 	}
 	for _, id := range slices.SortedFunc(mapKeys(badObj), func(a, b ID) int { return strings.Compare(a.String(), b.String()) }) {
@@ -160,7 +168,8 @@ func (s *Store) planRepair(vr VerifyReport) (repairPlan, error) {
 // rebuilt, and a version that read exactly would turn damaged. Only an object nothing is
 // coded against is re-anchored (stored without a link, a version-2 section coded against its
 // own would not decode): the latest version's, which the materialized copy holds.
-func (s *Store) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]bool, badObj, planned, unmended map[ID]bool) error {
+func (r *repairer) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]bool, badObj, planned, unmended map[ID]bool) error {
+	s := r.s
 	if len(unmended) == 0 {
 		return nil
 	}
@@ -185,7 +194,7 @@ func (s *Store) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]bool, 
 				if oi, err := s.objectInfoOf(sg.id); err == nil && oi.hdr.DeltaLen != 0 && !oi.hdr.Base.IsZero() {
 					coded[oi.hdr.Base] = true // also by the damaged versions' objects
 				}
-				if !damagedVer[info.Number] && !planned[sg.id] && !badObj[sg.id] && s.chainRunsThrough(sg.id, unmended) {
+				if !damagedVer[info.Number] && !planned[sg.id] && !badObj[sg.id] && r.chainRunsThrough(sg.id, unmended) {
 					through = append(through, use{ver, f, sg})
 				}
 			}
@@ -196,12 +205,12 @@ func (s *Store) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]bool, 
 		if planned[id] {
 			continue
 		}
-		src, ok := s.sourceOf(u.ver, u.f, u.sg)
+		src, ok := r.sourceOf(u.ver, u.f, u.sg)
 		viaRead := false
-		if !ok && s.fileServesExactly(u.ver, u.f) {
+		if !ok && r.fileReadsExactly(u.ver, u.f, false) {
 			src, ok, viaRead = fmt.Sprintf("%s of version %d as read (checked against its SHA-256)", u.f.Path, u.ver.m.Version), true, true
 		}
-		keepLink := s.chainOfContextsAvoids(id, unmended)
+		keepLink := r.chainOfContextsAvoids(id, unmended)
 		if !ok || (coded[id] && !keepLink) {
 			s.log.Warn("repair: an object of a version Verify found whole reads through a damaged object, and no source re-anchors it", "object", id, "version", u.ver.m.Version)
 			continue
@@ -212,29 +221,10 @@ func (s *Store) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]bool, 
 	return nil
 }
 
-// fileServesExactly reports whether file f of ver reads whole, through the read path, and
-// hashes to the manifest's SHA-256.
-func (s *Store) fileServesExactly(ver *version, f *manifestFile) bool {
-	h := sha256.New()
-	for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
-		buf := make([]byte, min(sg.end-sg.start, ingestChunk))
-		for off := int64(0); off < sg.end-sg.start; {
-			n := min(int64(len(buf)), sg.end-sg.start-off)
-			if err := s.readObject(sg.id, sg.hint, off, buf[:n], readOpts{}); err != nil {
-				return false
-			}
-			h.Write(buf[:n])
-			off += n
-		}
-	}
-	var got ID
-	h.Sum(got[:0])
-	return got == f.SHA256
-}
-
 // chainOfContextsAvoids reports whether object id's delta section loads now and will once
 // the objects of set are gone: no section of its chain of contexts belongs to one of them.
-func (s *Store) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
+func (r *repairer) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
+	s := r.s
 	d, err := s.loadDelta(id)
 	for range maxContextRead {
 		if err != nil {
@@ -252,7 +242,8 @@ func (s *Store) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
 }
 
 // chainRunsThrough reports whether object id's chain of bases holds one of set.
-func (s *Store) chainRunsThrough(id ID, set map[ID]bool) bool {
+func (r *repairer) chainRunsThrough(id ID, set map[ID]bool) bool {
+	s := r.s
 	info, err := s.objectInfoOf(id)
 	for range maxContextRead {
 		if err != nil || info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
@@ -269,7 +260,8 @@ func (s *Store) chainRunsThrough(id ID, set map[ID]bool) bool {
 // readsOnceMended reports whether object id fails only through damaged objects that are
 // mended: its chain of bases holds one of mended and none of unmended. (The Verify after the
 // rewrites tells whether it reads.)
-func (s *Store) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
+func (r *repairer) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
+	s := r.s
 	info, err := s.objectInfoOf(id)
 	through := false
 	for range maxContextRead {
@@ -293,10 +285,11 @@ func (s *Store) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
 // versionHashesAfter reports whether ver's objects, once planned are written again, rebuild
 // its files: every object not planned reads exactly now. (The files' SHA-256 are checked by
 // the Verify that follows the rewrites.)
-func (s *Store) versionHashesAfter(ver *version, planned, mended, unmended map[ID]bool) bool {
+func (r *repairer) versionHashesAfter(ver *version, planned, mended, unmended map[ID]bool) bool {
+	s := r.s
 	for i := range ver.m.Files {
 		for _, sg := range s.newVersionFile(ver, &ver.m.Files[i], readOpts{}).segs {
-			if !planned[sg.id] && !s.objectReadsExactly(sg.id, sg) && !s.readsOnceMended(sg.id, mended, unmended) {
+			if !planned[sg.id] && !r.objectReadsExactly(sg.id, sg) && !r.readsOnceMended(sg.id, mended, unmended) {
 				return false
 			}
 		}
@@ -319,7 +312,8 @@ func tensorAt(f *manifestFile, sg segment) *manifestTensor {
 
 // objectReadsExactly reports whether object id reads from the store's objects and hashes to
 // its name.
-func (s *Store) objectReadsExactly(id ID, sg segment) bool {
+func (r *repairer) objectReadsExactly(id ID, sg segment) bool {
+	s := r.s
 	got, err := s.hashObject(id, sg.hint, sg.end-sg.start, readOpts{noMaterialized: true, pages: newPageCache(8 << 20)})
 	return err == nil && got == id
 }
@@ -327,7 +321,8 @@ func (s *Store) objectReadsExactly(id ID, sg segment) bool {
 // sourceOf says where the content of segment sg of file f of ver can be had intact, apart
 // from its object and the objects it is rebuilt from: the materialized copy, or a checked
 // copy of the file.
-func (s *Store) sourceOf(ver *version, f *manifestFile, sg segment) (string, bool) {
+func (r *repairer) sourceOf(ver *version, f *manifestFile, sg segment) (string, bool) {
+	s := r.s
 	if view := s.mat.view(); view != nil {
 		holds, at := view.holds(sg.id), view.ver.m.Version
 		view.release()
@@ -346,7 +341,8 @@ func (s *Store) sourceOf(ver *version, f *manifestFile, sg segment) (string, boo
 
 // readSource reads content bytes [off, off+len(p)) of the rewrite's object from its source,
 // every read checked against the source's sums.
-func (s *Store) readSource(m rewrite, p []byte, off int64) error {
+func (r *repairer) readSource(m rewrite, p []byte, off int64) error {
+	s := r.s
 	if m.viaRead {
 		return s.readObject(m.id, m.seg.hint, off, p, readOpts{})
 	}
@@ -370,36 +366,44 @@ func (s *Store) readSource(m rewrite, p []byte, off int64) error {
 // servesExactly reports whether every file of ver is served exactly through some read path
 // (its sources, else the objects with the materialized copy), checked against the
 // manifest's SHA-256.
-func (s *Store) servesExactly(ver *version) bool {
+func (r *repairer) servesExactly(ver *version) bool {
 	for i := range ver.m.Files {
-		f := &ver.m.Files[i]
-		h := sha256.New()
-		for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
-			m := rewrite{id: sg.id, ver: ver, f: f, seg: sg}
-			_, fromSource := s.sourceOf(ver, f, sg)
-			buf := make([]byte, min(sg.end-sg.start, ingestChunk))
-			for off := int64(0); off < sg.end-sg.start; {
-				n := min(int64(len(buf)), sg.end-sg.start-off)
-				var err error
-				if fromSource {
-					err = s.readSource(m, buf[:n], off)
-				} else {
-					err = s.readObject(sg.id, sg.hint, off, buf[:n], readOpts{})
-				}
-				if err != nil {
-					return false
-				}
-				h.Write(buf[:n])
-				off += n
-			}
-		}
-		var got ID
-		h.Sum(got[:0])
-		if got != f.SHA256 {
+		if !r.fileReadsExactly(ver, &ver.m.Files[i], true) {
 			return false
 		}
 	}
 	return true
+}
+
+// fileReadsExactly reports whether file f of ver reads whole and hashes to the manifest's
+// SHA-256: each segment from its source where one holds it and fromSources is set, else
+// through the read path (the objects, with the materialized copy).
+func (r *repairer) fileReadsExactly(ver *version, f *manifestFile, fromSources bool) bool {
+	s := r.s
+	h := sha256.New()
+	for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
+		m := rewrite{id: sg.id, ver: ver, f: f, seg: sg}
+		_, fromSource := r.sourceOf(ver, f, sg)
+		fromSource = fromSource && fromSources
+		buf := make([]byte, min(sg.end-sg.start, ingestChunk))
+		for off := int64(0); off < sg.end-sg.start; {
+			n := min(int64(len(buf)), sg.end-sg.start-off)
+			var err error
+			if fromSource {
+				err = r.readSource(m, buf[:n], off)
+			} else {
+				err = s.readObject(sg.id, sg.hint, off, buf[:n], readOpts{})
+			}
+			if err != nil {
+				return false
+			}
+			h.Write(buf[:n])
+			off += n
+		}
+	}
+	var got ID
+	h.Sum(got[:0])
+	return got == f.SHA256
 }
 
 // rewriteWhole writes object m.id again as a whole copy of the content its source holds,
@@ -407,7 +411,8 @@ func (s *Store) servesExactly(ver *version) bool {
 // a link, the delta from its base re-coded in version 1, where the base reads: the deltas
 // coded against its section (their context) decode again; a re-anchored one keeps its own
 // section byte for byte where it loads (older versions are rebuilt back through it).
-func (s *Store) rewriteWhole(m rewrite) error {
+func (r *repairer) rewriteWhole(m rewrite) error {
+	s := r.s
 	size := m.seg.end - m.seg.start
 	width, float := 1, false
 	if m.tensor != nil {
@@ -432,7 +437,7 @@ func (s *Store) rewriteWhole(m rewrite) error {
 	baseHint := objHint{path: m.seg.hint.path, tensor: m.seg.hint.tensor}
 	for off := int64(0); off < size; {
 		n := min(int64(len(buf)), size-off)
-		if err := s.readSource(m, buf[:n], off); err != nil {
+		if err := r.readSource(m, buf[:n], off); err != nil {
 			return err
 		}
 		if _, err := fw.Write(buf[:n]); err != nil {
