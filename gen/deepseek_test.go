@@ -203,15 +203,8 @@ func splitF32(lay *layout) string {
 }
 
 func checkDeepSeekCheckpoint(t *testing.T, c Config) {
-	m, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Step()
-	files, err := m.CheckpointFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := steppedModel(t, c, 1)
+	files := mustCheckpoint(t, m)
 	for _, workers := range []int{1, 3} {
 		sc := c
 		sc.Workers = workers
