@@ -1,7 +1,7 @@
 # weightfs — every target installs what it needs itself (a fresh Debian machine, as root).
 GO       ?= go
 BIN      := bin
-PKGS     := fuse3 iproute2 python3-numpy python3-xxhash python3-zstandard python3-torch python3-pip python3-setuptools pocl-opencl-icd ocl-icd-libopencl1
+PKGS     := fuse3 iproute2 zstd python3-numpy python3-xxhash python3-zstandard python3-torch python3-pip python3-setuptools pocl-opencl-icd ocl-icd-libopencl1
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Long tests (the 20-version ~100M-parameter run, kill -9 trials) are part of `make test`.
 # TEST_TIMEOUT is go test's limit per package: far above what the longest packages (store,
@@ -28,8 +28,8 @@ all: build
 
 # deps installs the system packages the mount, the Python reference apply, the Python client
 # (python/: numpy, torch, xxhash; pip and setuptools install it offline), the OpenCL backend and
-# the bench's figure 9 (iproute2: ip and tc for its shaped link) need (only those that are
-# missing).
+# the bench's figure 9 (iproute2: ip and tc for its shaped link) and the bench's comparison
+# with the zstd command (zstd; skipped without it) need (only those that are missing).
 deps:
 	@missing=""; for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -11,13 +11,16 @@ import (
 	"testing"
 )
 
-// tinyDisk mounts a tmpfs of size bytes at a fresh directory (root only, else the test is
-// skipped) and unmounts it when the test ends.
+// tinyDisk mounts a tmpfs of size bytes at a fresh directory (skipped when not root;
+// as root a failed mount fails the test) and unmounts it when the test ends.
 func tinyDisk(t *testing.T, size int64) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("mount a tmpfs: %v", err)
+		if os.Geteuid() != 0 {
+			t.Skipf("mount a tmpfs (root only): %v", err)
+		}
+		t.Fatalf("mount a tmpfs as root: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	return dir

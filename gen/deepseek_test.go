@@ -203,15 +203,8 @@ func splitF32(lay *layout) string {
 }
 
 func checkDeepSeekCheckpoint(t *testing.T, c Config) {
-	m, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Step()
-	files, err := m.CheckpointFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := steppedModel(t, c, 1)
+	files := mustCheckpoint(t, m)
 	for _, workers := range []int{1, 3} {
 		sc := c
 		sc.Workers = workers
@@ -298,19 +291,10 @@ func TestDeepSeekDeterministic(t *testing.T) {
 // nearly every scale (amax/448 of fp32 masters), no router bias, bf16 tensors as usual.
 func TestDeepSeekChanges(t *testing.T) {
 	c := deepseekTestConfig()
-	m, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := m.CheckpointFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := steppedModel(t, c, 0)
+	before := mustCheckpoint(t, m)
 	m.Step()
-	after, err := m.CheckpointFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := mustCheckpoint(t, m)
 	a, b := before["model.safetensors"], after["model.safetensors"]
 	ha, err := delta.ParseHeader(a, int64(len(a)))
 	if err != nil {

@@ -92,14 +92,8 @@ func TestFastStepMatchesReference(t *testing.T) {
 	}{{"tiny", 1}, {"small", 13}} {
 		c := mustPreset(t, tc.preset, 3e-6, 11)
 		c.Workers = 3
-		m, err := New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
 		const steps = 3
-		for range steps {
-			m.Step()
-		}
+		m := steppedModel(t, c, steps)
 		for ti := range m.lay.tensors {
 			ts := &m.lay.tensors[ti]
 			for i := int64(ti) % tc.stride; i < ts.numel; i += tc.stride {
@@ -132,15 +126,8 @@ func TestWriterMatchesReference(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
 			c.Shards = tc.shards
-			m, err := New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.Step()
-			files, err := m.CheckpointFiles()
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := steppedModel(t, c, 1)
+			files := mustCheckpoint(t, m)
 			elem := func(ti int, i int64) uint16 { return referenceBF16(m.w[ti][i]) }
 			if tc.endToEndElem {
 				elem = func(ti int, i int64) uint16 {
@@ -254,4 +241,27 @@ func TestCheckpointHeaderLayout(t *testing.T) {
 	if norm := tensors["model.norm.weight"]; binary.LittleEndian.Uint16(norm) != 0x3f80 {
 		t.Errorf("model.norm.weight[0] = %#x, want 0x3f80", binary.LittleEndian.Uint16(norm))
 	}
+}
+
+// steppedModel is a model of c after steps training steps.
+func steppedModel(t *testing.T, c Config, steps int) *Model {
+	t.Helper()
+	m, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range steps {
+		m.Step()
+	}
+	return m
+}
+
+// mustCheckpoint is m's checkpoint as files (name to bytes).
+func mustCheckpoint(t *testing.T, m *Model) map[string][]byte {
+	t.Helper()
+	files, err := m.CheckpointFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }

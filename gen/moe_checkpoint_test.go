@@ -20,15 +20,8 @@ import (
 // 1.6%, 5 or more 1.1%.
 func TestMoEChangedFraction(t *testing.T) {
 	c := mustPreset(t, "medium-moe", 3e-6, 1)
-	m, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := m.CheckpointFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := checkpointTensors(t, files)
+	m := steppedModel(t, c, 0)
+	prev := checkpointTensors(t, mustCheckpoint(t, m))
 	idle := warmIdleSteps(c) // steps since each expert was last routed
 	// Changed and total elements of expert tensors by routing: routed this step, unrouted
 	// for 1, 2-4 and 5 or more steps.
@@ -179,15 +172,7 @@ func TestMoEShardedCheckpoint(t *testing.T) {
 		}
 	}
 	// The bytes are the in-memory model's.
-	m, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Step()
-	want, err := m.CheckpointFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := mustCheckpoint(t, steppedModel(t, c, 1))
 	for name, w := range want {
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || !bytes.Equal(got, w) {

@@ -269,14 +269,8 @@ func TestMoEMatchesReference(t *testing.T) {
 	for _, preset := range []string{"tiny-moe", "tiny-moe-shared", "tiny-deepseek"} {
 		c := mustPreset(t, preset, 3e-6, 11)
 		c.Workers = 3
-		m, err := New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
 		const steps = 4
-		for range steps {
-			m.Step()
-		}
+		m := steppedModel(t, c, steps)
 		idled := false
 		for ti := range m.lay.tensors {
 			ts := &m.lay.tensors[ti]

@@ -186,7 +186,7 @@ func TestVerifyRepairEIOEveryKind(t *testing.T) {
 				}
 				files := kind.files(root)
 				if len(files) == 0 {
-					t.Skipf("no %s file under %s", kind.name, root)
+					t.Fatalf("no %s file under %s", kind.name, root)
 				}
 				rel, err := filepath.Rel(under, files[len(files)/2])
 				if err != nil {
@@ -201,7 +201,9 @@ func TestVerifyRepairEIOEveryKind(t *testing.T) {
 					}
 				}
 				nothingMoved(t, under, n, "verify --repair with EIO for "+rel)
-				t.Logf("%s: %d reads failed with EIO", rel, efs.failed(rel))
+				if efs.failed(rel) == 0 {
+					t.Errorf("no read of %s failed: the verify runs did not read it, and the test showed nothing", rel)
+				}
 				efs.failReads(rel, 0)
 				if r := runCLI(t, "verify", storeDir); r.code != 0 {
 					t.Errorf("verify once the file system reads %s: exit %d\n%s%s", rel, r.code, r.stdout, r.stderr)

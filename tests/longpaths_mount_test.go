@@ -30,26 +30,6 @@ func deepPath(n int, suffix string) string {
 	}
 }
 
-// writeIn writes files (slash paths to contents) below dir through an os.Root, as a program
-// that changes into its directories does: the paths are longer than PATH_MAX from /.
-func writeIn(t *testing.T, dir string, files map[string][]byte) {
-	t.Helper()
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	for name, b := range files {
-		p := filepath.FromSlash(name)
-		if err := root.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatalf("mkdir for a path of %d bytes: %v", len(name), err)
-		}
-		if err := root.WriteFile(p, b, 0o644); err != nil {
-			t.Fatalf("write a path of %d bytes: %v", len(name), err)
-		}
-	}
-}
-
 // hashesIn maps every regular file below dir to its SHA-256, read through an os.Root.
 func hashesIn(t *testing.T, dir string) map[string]string {
 	t.Helper()
@@ -118,7 +98,7 @@ func TestMountLongPaths(t *testing.T) {
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		writeIn(t, dst, want[v])
+		testfiles.WriteTree(t, dst, want[v])
 		run(t, "touch", filepath.Join(dst, "DONE"))
 		sameHashes(t, "writer mount", hashesIn(t, versionDir(rw, v)), hashesOf(want[v]))
 	}
@@ -145,7 +125,7 @@ func TestMountLongPaths(t *testing.T) {
 	if err := os.Mkdir(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeIn(t, src, want[1])
+	testfiles.WriteTree(t, src, want[1])
 	mustCLI(t, "commit", storeDir, src)
 	out := filepath.Join(work, "export", "3")
 	mustCLI(t, "export", storeDir, "3", out)

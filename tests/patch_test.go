@@ -437,13 +437,17 @@ func TestApplyDirRefusalKeepsState(t *testing.T) {
 	mustCLI(t, "apply", p32, dir)
 	sameHashes(t, "directory at 3", followedHashes(t, dir), want[3])
 	// A second refusal, of a directory that records its version, leaves that record.
-	before, _ := os.ReadFile(statePath)
-	if r := runCLI(t, "apply", p21, dir); r.code != 0 {
-		t.Logf("re-apply of 1 -> 2 to a directory at 3: exit %d: %s", r.code, r.stderr)
+	before, err := os.ReadFile(statePath)
+	if err != nil || !strings.Contains(string(before), `"version":3`) {
+		t.Fatalf("the state of the directory at 3: %q, %v; want version 3", before, err)
 	}
-	if after, _ := os.ReadFile(statePath); string(after) != string(before) {
-		t.Errorf("apply of an older patch changed the state from %q to %q", before, after)
+	if r := runCLI(t, "apply", p21, dir); r.code == 0 || !strings.Contains(r.stderr, "base does not match") {
+		t.Errorf("apply of the patch from 1 to a directory at 3: exit %d, stderr %s; want a base mismatch", r.code, r.stderr)
 	}
+	if after, err := os.ReadFile(statePath); err != nil || string(after) != string(before) {
+		t.Errorf("apply of an older patch changed the state from %q to %q (%v)", before, after, err)
+	}
+	sameHashes(t, "directory after the refused older patch", followedHashes(t, dir), want[3])
 }
 
 // TestCommitSkipsStateDir (issue 27, item 13): `weightfs commit STORE DIR` of a directory that
