@@ -335,6 +335,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen
 	s.holds.env = newHoldEnv(s)
+	s.ret.env = newRetainEnv(s)
 	return s
 }
 
