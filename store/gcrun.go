@@ -99,7 +99,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
-	s.heldVersions(pins) // open files of this process (hold.go)
+	s.holds.heldVersions(pins) // open files of this process (hold.go)
 	drop, keep, pinned := s.gcPlan(keepLast, opts.KeepEvery, pins)
 	for _, info := range keep {
 		st.Kept = append(st.Kept, info.Number)
@@ -272,8 +272,8 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	}
 	// A reader may have pinned, or a file of this process opened, a version to drop since
 	// the plan: it stays (hold.go).
-	drop, late, err := s.beginDrop(drop)
-	defer s.endDrop()
+	drop, late, err := s.holds.beginDrop(drop)
+	defer s.holds.endDrop()
 	if err != nil {
 		s.trimGCRecord()
 		return st, fmt.Errorf("gc: %w", err)

@@ -51,7 +51,7 @@ func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration)
 			if err != nil {
 				return VersionInfo{}, fmt.Errorf("%s: version %d appeared, but its manifest cannot be read to check that it holds this rank's part: %w", g.Rank, v, err)
 			}
-			if err := s.checkHolds(ver); err != nil {
+			if err := g.checkHolds(ver); err != nil {
 				return VersionInfo{}, err
 			}
 			g.forget(v)
@@ -178,8 +178,7 @@ func (g *rankState) forget(v uint64) {
 // checkHolds returns nil if version ver holds the rank's part of it, else an error
 // (ErrGroupMismatch) naming the rank's group, the group that published (as far as the
 // records seen say), what is missing and what to do.
-func (s *Store) checkHolds(ver *version) error {
-	g := s.group
+func (g *rankState) checkHolds(ver *version) error {
 	v := ver.m.Version
 	part, err := g.partOf(v)
 	if err != nil {
@@ -219,13 +218,12 @@ func (s *Store) checkHolds(ver *version) error {
 	}
 	return fmt.Errorf("%s: version %d was published without this rank's part: %s; %s; this rank's files of version %d are in no version. "+
 		"Check that every rank was started with its publisher's --group (this rank's: %s), then write the save again under a version above %d: %w",
-		g.Rank, v, why, s.whoPublished(v), v, g.Group, v, ErrGroupMismatch)
+		g.Rank, v, why, g.whoPublished(v), v, g.Group, v, ErrGroupMismatch)
 }
 
 // whoPublished says, for a rank's error, which group published version v (the other groups
 // whose records of v the rank saw while it waited) and what its own group's records of v say.
-func (s *Store) whoPublished(v uint64) string {
-	g := s.group
+func (g *rankState) whoPublished(v uint64) string {
 	g.noteOtherGroups(v)
 	g.mu.Lock()
 	others := slices.Sorted(maps.Keys(g.others[v]))

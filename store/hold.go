@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,43 @@ type holds struct {
 	pins     map[uint64]*Pin
 	dropping map[uint64]bool // the versions a gc of this process is deleting
 	unpinned atomic.Bool     // a hold without a pin was logged
+	env      holdEnv
+}
+
+// holdEnv is what holds needs of its store, given once when the store is built
+// (newBareStore): holds reaches no further into the store.
+type holdEnv struct {
+	log      *slog.Logger
+	readOnly bool
+	// sealed fails as OpenFile when v is not a sealed version.
+	sealed func(v uint64) error
+	// pin writes a reader's pin record of v (Store.Pin).
+	pin func(v uint64) (*Pin, error)
+	// removed says whether a gc dropped v: the gc record names it, or its manifest is gone.
+	removed func(v uint64) bool
+	// activePins is the set of versions named by a pin that has not expired at now (pin.go).
+	activePins func(now time.Time) (map[uint64]bool, error)
+}
+
+// newHoldEnv is what store s gives its holds.
+func newHoldEnv(s *Store) holdEnv {
+	return holdEnv{
+		log:      s.log,
+		readOnly: s.readOnly,
+		sealed: func(v uint64) error {
+			_, err := s.sealedVersion(v)
+			return err
+		},
+		pin: s.Pin,
+		removed: func(v uint64) bool {
+			if r, state, _ := s.readGCRecord(); state == gcRecordOK && r.dropped(v) {
+				return true
+			}
+			numbers, err := s.be.ListManifests()
+			return err == nil && !slices.Contains(numbers, v)
+		},
+		activePins: s.activePins,
+	}
 }
 
 // Hold keeps sealed version v from gc until release is called (once; more calls do nothing).
@@ -40,18 +78,22 @@ func (s *Store) Hold(v uint64) (release func(), err error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	h := &s.holds
+	return s.holds.hold(v)
+}
+
+// hold is Hold, once the store is known to be open.
+func (h *holds) hold(v uint64) (release func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.dropping[v] {
 		return nil, fmt.Errorf("version %d: %w", v, ErrVersionRemoved)
 	}
 	if h.count[v] == 0 {
-		if _, err := s.sealedVersion(v); err != nil {
+		if err := h.env.sealed(v); err != nil {
 			return nil, err
 		}
-		if s.readOnly {
-			pin, err := s.pinHeld(v)
+		if h.env.readOnly {
+			pin, err := h.pinHeld(v)
 			if err != nil {
 				return nil, err
 			}
@@ -68,36 +110,29 @@ func (s *Store) Hold(v uint64) (release func(), err error) {
 	}
 	h.count[v]++
 	var once sync.Once
-	return func() { once.Do(func() { s.unhold(v) }) }, nil
+	return func() { once.Do(func() { h.unhold(v) }) }, nil
 }
 
 // pinHeld pins v for a reader's first hold and checks that no gc is dropping it (see holds).
 // nil, nil: the store holds no pins (the hold protects nothing).
-func (s *Store) pinHeld(v uint64) (*Pin, error) {
-	pin, err := s.Pin(v)
+func (h *holds) pinHeld(v uint64) (*Pin, error) {
+	pin, err := h.env.pin(v)
 	if err != nil {
-		if !s.holds.unpinned.Swap(true) {
-			s.log.Warn("open files are not pinned: a gc may remove their version while they are open (their reads then fail with ENOENT)", "err", err)
+		if !h.unpinned.Swap(true) {
+			h.env.log.Warn("open files are not pinned: a gc may remove their version while they are open (their reads then fail with ENOENT)", "err", err)
 		}
 		return nil, nil
 	}
-	gone := false
-	if r, state, _ := s.readGCRecord(); state == gcRecordOK && r.dropped(v) {
-		gone = true
-	} else if numbers, err := s.be.ListManifests(); err == nil && !slices.Contains(numbers, v) {
-		gone = true
-	}
-	if gone {
+	if h.env.removed(v) {
 		if err := pin.Close(); err != nil {
-			s.log.Warn("unpin", "version", v, "err", err)
+			h.env.log.Warn("unpin", "version", v, "err", err)
 		}
 		return nil, fmt.Errorf("version %d: %w", v, ErrVersionRemoved)
 	}
 	return pin, nil
 }
 
-func (s *Store) unhold(v uint64) {
-	h := &s.holds
+func (h *holds) unhold(v uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.count[v]--; h.count[v] > 0 {
@@ -107,14 +142,13 @@ func (s *Store) unhold(v uint64) {
 	if pin := h.pins[v]; pin != nil {
 		delete(h.pins, v)
 		if err := pin.Close(); err != nil {
-			s.log.Warn("unpin", "version", v, "err", err)
+			h.env.log.Warn("unpin", "version", v, "err", err)
 		}
 	}
 }
 
 // heldVersions adds the versions this process holds to set.
-func (s *Store) heldVersions(set map[uint64]bool) {
-	h := &s.holds
+func (h *holds) heldVersions(set map[uint64]bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for v := range h.count {
@@ -126,12 +160,11 @@ func (s *Store) heldVersions(set map[uint64]bool) {
 // the versions of drop that a reader pinned or this process took a hold of since gc planned
 // are kept (late), and the rest are marked as being dropped, so that Hold refuses them until
 // endDrop.
-func (s *Store) beginDrop(drop []VersionInfo) (rest, late []VersionInfo, err error) {
-	pins, err := s.activePins(time.Now())
+func (h *holds) beginDrop(drop []VersionInfo) (rest, late []VersionInfo, err error) {
+	pins, err := h.env.activePins(time.Now())
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &s.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.dropping = map[uint64]bool{}
@@ -147,15 +180,14 @@ func (s *Store) beginDrop(drop []VersionInfo) (rest, late []VersionInfo, err err
 }
 
 // endDrop ends what beginDrop marked: the versions are gone from the list by now.
-func (s *Store) endDrop() {
-	s.holds.mu.Lock()
-	s.holds.dropping = nil
-	s.holds.mu.Unlock()
+func (h *holds) endDrop() {
+	h.mu.Lock()
+	h.dropping = nil
+	h.mu.Unlock()
 }
 
-// closeHolds removes the pins of the holds still taken (Close: the mount is ending).
-func (s *Store) closeHolds() {
-	h := &s.holds
+// close removes the pins of the holds still taken (Close: the mount is ending).
+func (h *holds) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var errs []error
@@ -164,6 +196,6 @@ func (s *Store) closeHolds() {
 		delete(h.pins, v)
 	}
 	if err := errors.Join(errs...); err != nil {
-		s.log.Warn("unpin", "err", err)
+		h.env.log.Warn("unpin", "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -46,6 +47,38 @@ type retainer struct {
 	stopped bool        // Close: no more runs
 	// done (tests) is called after each retention gc with its stats and error.
 	done func(GCStats, error)
+	env  retainEnv
+}
+
+// retainEnv is what the retainer needs of its store, given once when the store is built
+// (newBareStore): the retainer reaches no further into the store.
+type retainEnv struct {
+	log   *slog.Logger
+	stats *storeStats
+	// open says whether the store is still open (not Closed).
+	open func() bool
+	// held is the set of versions pinned (pin.go) or held by an open file of this process
+	// (hold.go).
+	held func() (map[uint64]bool, error)
+	// retain starts the retention gc (Store.retainAfterSeal).
+	retain func()
+}
+
+// newRetainEnv is what store s gives its retainer.
+func newRetainEnv(s *Store) retainEnv {
+	return retainEnv{
+		log:   s.log,
+		stats: &s.stats,
+		open:  func() bool { return s.checkOpen() == nil },
+		held: func() (map[uint64]bool, error) {
+			held, err := s.activePins(time.Now())
+			if err == nil {
+				s.holds.heldVersions(held)
+			}
+			return held, err
+		},
+		retain: s.retainAfterSeal,
+	}
 }
 
 // retainAfterSeal starts the retention gc, or asks the running one to go once more.
@@ -69,7 +102,7 @@ func (s *Store) retainAfterSeal() {
 		defer r.wg.Done()
 		for {
 			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery, Worthwhile: !s.opts.Retention.Exact})
-			s.noteRetention(st, err)
+			r.note(st, err)
 			if r.done != nil {
 				r.done(st, err)
 			}
@@ -85,17 +118,17 @@ func (s *Store) retainAfterSeal() {
 	}()
 }
 
-// noteRetention logs and counts what a retention gc did.
-func (s *Store) noteRetention(st GCStats, err error) {
-	c := &s.stats
+// note logs and counts what a retention gc did.
+func (r *retainer) note(st GCStats, err error) {
+	c := r.env.stats
 	switch {
 	case errors.Is(err, ErrClosed):
 		return
 	case err != nil:
-		s.log.Warn("retention: failed (tried again after the next seal)", "err", err)
+		r.env.log.Warn("retention: failed (tried again after the next seal)", "err", err)
 	case st.Deferred:
 		c.retentionDeferred.Add(1)
-		s.log.Info(fmt.Sprintf("retention: versions kept for now: dropping the oldest would re-anchor %s of whole copies to free %s; they go once that frees at least what it writes",
+		r.env.log.Info(fmt.Sprintf("retention: versions kept for now: dropping the oldest would re-anchor %s of whole copies to free %s; they go once that frees at least what it writes",
 			mib(st.WouldWrite), signedBytes(st.WouldFree)),
 			"kept", st.Kept, "would_write_bytes", st.WouldWrite, "would_free_bytes", st.WouldFree)
 	case st.DroppedVersions > 0:
@@ -105,15 +138,15 @@ func (s *Store) noteRetention(st GCStats, err error) {
 		c.retentionFreed.Add(st.FreedBytes())
 		args := []any{"kept", st.Kept, "dropped", st.Dropped, "reanchor_written_bytes", st.ReanchorWritten, "deleted_bytes", st.DeletedBytes}
 		if freed := st.FreedBytes(); freed >= 0 {
-			s.log.Info("retention: kept versions", append(args, "freed_bytes", freed)...)
+			r.env.log.Info("retention: kept versions", append(args, "freed_bytes", freed)...)
 		} else {
 			// Re-anchoring added more than the drop deleted: say so, not "freed -N".
-			s.log.Info(fmt.Sprintf("retention: kept versions; the store grew by %s (re-anchoring wrote whole copies of the kept versions' deltas on dropped ones)", mib(-freed)),
+			r.env.log.Info(fmt.Sprintf("retention: kept versions; the store grew by %s (re-anchoring wrote whole copies of the kept versions' deltas on dropped ones)", mib(-freed)),
 				append(args, "grew_bytes", -freed)...)
 		}
 	}
 	if err == nil {
-		s.scheduleRecheck(st.Pinned)
+		r.scheduleRecheck(st.Pinned)
 	}
 }
 
@@ -129,39 +162,34 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // scheduleRecheck notes the versions a retention gc kept for pins or open files only, and
 // has them looked at after pinRecheck.
-func (s *Store) scheduleRecheck(pinned []uint64) {
-	r := &s.ret
+func (r *retainer) scheduleRecheck(pinned []uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pinned = pinned
 	if len(pinned) == 0 || r.recheck != nil || r.stopped {
 		return
 	}
-	r.recheck = time.AfterFunc(pinRecheck, s.recheckPinned)
+	r.recheck = time.AfterFunc(pinRecheck, r.recheckPinned)
 }
 
 // recheckPinned runs retention once a version it kept for a pin or an open file is held no
 // more, else looks again later.
-func (s *Store) recheckPinned() {
-	r := &s.ret
+func (r *retainer) recheckPinned() {
 	r.mu.Lock()
 	r.recheck = nil
 	pinned, stopped := r.pinned, r.stopped
 	r.mu.Unlock()
-	if stopped || s.checkOpen() != nil {
+	if stopped || !r.env.open() {
 		return
 	}
-	held, err := s.activePins(time.Now())
-	if err == nil {
-		s.heldVersions(held)
-	}
+	held, err := r.env.held()
 	for _, v := range pinned {
 		if err != nil || !held[v] {
-			s.retainAfterSeal()
+			r.env.retain()
 			return
 		}
 	}
-	s.scheduleRecheck(pinned)
+	r.scheduleRecheck(pinned)
 }
 
 // idle waits for a running retention gc (tests).

@@ -334,6 +334,8 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.bufs = newRecycler()
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen
+	s.holds.env = newHoldEnv(s)
+	s.ret.env = newRetainEnv(s)
 	return s
 }
 
@@ -440,7 +442,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.ret.wait() // a retention gc stops between objects once closed is set
-	s.closeHolds()
+	s.holds.close()
 	s.pendMu.Lock()
 	writers := make([]*Writer, 0, len(s.open))
 	for _, w := range s.open {
