@@ -1,5 +1,11 @@
 // Package fs serves a weightfs store over FUSE (github.com/hanwen/go-fuse/v2, node API).
 //
+// The mount serves a VersionStore, which lists everything it calls on a store (versions,
+// damage, reads, holds, the views' renders, writers with their streams): *store.Store
+// through FromStore, a writer group's rank through FromRank. Nothing beyond it is asserted at
+// run time, so the tests' in-memory fake goes down the production paths; a store without a
+// capability says so through the same methods (versionstore.go).
+//
 // # Layout
 //
 //	MNT/latest            symlink to the newest sealed weight_vNNNNNN
@@ -45,9 +51,10 @@
 //
 // The root is dynamic: it is computed from the store's version list and the open trees on every
 // lookup and listing. Negative lookups are not cached, so a version sealed by another process
-// appears on a read-only mount as soon as its poller has called Store.Refresh (which, for a
-// store that keeps a materialized copy, returns the new version only once the copy holds it,
-// so that its first reads are reads of the copy; the previous version is served meanwhile).
+// appears on a read-only mount as soon as its poller's Store.Poll has listed it (a Refresh,
+// which, for a store that keeps a materialized copy, returns the new version only once the
+// copy holds it, so that its first reads are reads of the copy; the previous version is
+// served meanwhile).
 //
 // Staging files live in STAGING/mount-PID-*/tree-N/fN, where STAGING is Options.StagingDir, or
 // the store's staging directory (STORE/cache/staging for a local store). A read-write mount

@@ -3,9 +3,11 @@ package fs
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -15,7 +17,10 @@ import (
 
 // fakeStore is an in-memory VersionStore for tests of the node tree: versions are maps of paths
 // to bytes. It checks the rules the real store checks (numbers must grow, one writer per
-// number) and can be told to fail.
+// number) and can be told to fail. It implements the whole VersionStore, so the mount takes
+// the same paths as with the real store; what it lacks it says as VersionStore documents: it
+// renders no views, has no staging directory and no gc (Hold does nothing), and its writers
+// take no streams and cannot start over after a failed seal.
 type fakeStore struct {
 	mu       sync.Mutex
 	versions []store.VersionInfo
@@ -27,6 +32,9 @@ type fakeStore struct {
 	sealErr error
 	// readErr, if set, is returned by every ReadAt.
 	readErr error
+	// damaged holds the versions whose manifests are in the store but cannot be read, with
+	// why (see damage): not listed, their lookups fail with the error.
+	damaged map[uint64]error
 }
 
 func newFakeStore() *fakeStore {
@@ -34,10 +42,26 @@ func newFakeStore() *fakeStore {
 		content: map[uint64][]store.Entry{},
 		bytes:   map[uint64]map[string][]byte{},
 		writers: map[uint64]*fakeWriter{},
+		damaged: map[uint64]error{},
 	}
 }
 
-func (b *fakeStore) Refresh() error { return nil }
+// damage marks version v as damaged, as a manifest that cannot be read is in the real store
+// (store.Store.VersionDamage): it is dropped from the list, and what asks for it gets an
+// error wrapping store.ErrCorrupt.
+func (b *fakeStore) damage(v uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.versions = slices.DeleteFunc(b.versions, func(info store.VersionInfo) bool { return info.Number == v })
+	delete(b.content, v)
+	delete(b.bytes, v)
+	b.damaged[v] = fmt.Errorf("version %d: manifest: %w (run weightfs repair)", v, store.ErrCorrupt)
+}
+
+// Poll: a version is listed as soon as it is sealed.
+func (b *fakeStore) Poll() (store.PollResult, error) {
+	return store.PollResult{Listed: true}, nil
+}
 
 func (b *fakeStore) Versions() []store.VersionInfo {
 	b.mu.Lock()
@@ -46,7 +70,7 @@ func (b *fakeStore) Versions() []store.VersionInfo {
 }
 
 // fakeReader is a second process's read-only view of a fakeStore: versions sealed after its
-// last Refresh are not in its list.
+// last Refresh (its Poll) are not in its list.
 type fakeReader struct {
 	*fakeStore
 	mu   sync.Mutex
@@ -72,11 +96,68 @@ func (r *fakeReader) Versions() []store.VersionInfo {
 	return all[:min(r.seen, len(all))]
 }
 
+func (r *fakeReader) Poll() (store.PollResult, error) {
+	return store.PollResult{Listed: true}, r.Refresh()
+}
+
+func (r *fakeReader) NewerVersions(v uint64) int { return newerIn(r.Versions(), v) }
+
 func (r *fakeReader) NewVersion(v uint64) (VersionWriter, error) { return nil, store.ErrReadOnly }
+
+func (b *fakeStore) NewerVersions(v uint64) int { return newerIn(b.Versions(), v) }
+
+// newerIn counts the versions of vs newer than v.
+func newerIn(vs []store.VersionInfo, v uint64) int {
+	n := 0
+	for _, info := range vs {
+		if info.Number > v {
+			n++
+		}
+	}
+	return n
+}
+
+func (b *fakeStore) VersionDamage(v uint64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.damaged[v]
+}
+
+// Hold: the fake has no gc, so nothing is to be held.
+func (b *fakeStore) Hold(v uint64) (func(), error) { return func() {}, nil }
+
+// StagingDir: the fake has no disk; the mount stages in a temporary directory.
+func (b *fakeStore) StagingDir() (string, error) { return "", nil }
+
+func (b *fakeStore) SealedElsewhere() bool { return false }
+
+// The fake renders no views: they are empty.
+func (b *fakeStore) RendersViews() bool { return false }
+
+func (b *fakeStore) PatchBase(v uint64) (uint64, error) { return 0, errNoRenders }
+func (b *fakeStore) RenderPatch(v uint64) (store.RenderedFile, error) {
+	return store.RenderedFile{}, errNoRenders
+}
+func (b *fakeStore) RenderPatchFrom(v, from uint64) (store.RenderedFile, error) {
+	return store.RenderedFile{}, errNoRenders
+}
+func (b *fakeStore) PatchNote(v uint64) string               { return "" }
+func (b *fakeStore) PatchSize(v uint64) (int64, bool, error) { return 0, false, errNoRenders }
+func (b *fakeStore) PlanSlime(v uint64) (store.SlimePlan, error) {
+	return store.SlimePlan{}, errNoRenders
+}
+func (b *fakeStore) RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error) {
+	return store.SlimePlan{}, nil, errNoRenders
+}
+
+var errNoRenders = fmt.Errorf("the fake store renders no views: %w", errors.ErrUnsupported)
 
 func (b *fakeStore) Entries(v uint64) ([]store.Entry, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.damaged[v]; err != nil {
+		return nil, err
+	}
 	es, ok := b.content[v]
 	if !ok {
 		return nil, fmt.Errorf("version %d: %w", v, store.ErrNoSuchVersion)
@@ -87,6 +168,9 @@ func (b *fakeStore) Entries(v uint64) ([]store.Entry, error) {
 func (b *fakeStore) OpenFile(v uint64, path string) (store.File, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.damaged[v]; err != nil {
+		return nil, err
+	}
 	data, ok := b.bytes[v][path]
 	if !ok {
 		return nil, fmt.Errorf("version %d: %s: %w", v, path, store.ErrNoSuchFile)
@@ -167,6 +251,22 @@ func (w *fakeWriter) AddDir(path string, mode iofs.FileMode) error {
 	}
 	w.dirs = append(w.dirs, store.Entry{Path: path, Dir: true, Mode: mode})
 	return nil
+}
+
+// StreamFile: the fake's writer takes no streams; the mount stages every file.
+func (w *fakeWriter) StreamFile(hint string) (*store.FileStream, error) {
+	return nil, fmt.Errorf("the fake store takes no streams: %w", errors.ErrUnsupported)
+}
+
+func (w *fakeWriter) AddStream(path string, st *store.FileStream, mode iofs.FileMode) error {
+	return fmt.Errorf("the fake store takes no streams: %w", errors.ErrUnsupported)
+}
+
+func (w *fakeWriter) MaterializeInBackground() {}
+
+// Reset: the fake's writer does not start over; the mount aborts it after a failed seal.
+func (w *fakeWriter) Reset() error {
+	return fmt.Errorf("the fake store's writer cannot start over: %w", errors.ErrUnsupported)
 }
 
 func (w *fakeWriter) Seal() (store.VersionInfo, error) {

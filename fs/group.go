@@ -36,6 +36,10 @@ type rankVersions struct {
 	sealed *sync.Map
 }
 
+// SealedElsewhere: the group's publisher seals the versions a rank writes, so a rank's mount
+// polls for them (pollMode).
+func (b rankVersions) SealedElsewhere() bool { return true }
+
 // rankPoll is how often a rank that sealed its part looks for the published version.
 const rankPoll = 50 * time.Millisecond
 
@@ -72,8 +76,8 @@ func (b rankVersions) waitPublished(v uint64) (store.VersionInfo, error) {
 	return info, err
 }
 
-// rankWriter is a rank's part as a VersionWriter (and a streamWriter, writerResetter,
-// backgroundMaterializer: the store.Writer's own methods).
+// rankWriter is a rank's part as a VersionWriter: the store.Writer's own methods, each file
+// owned by the rank before it is added.
 type rankWriter struct {
 	*store.Writer
 	b rankVersions
@@ -150,6 +154,15 @@ func (p *sealedPart) AddFile(path string, r io.ReaderAt, size int64, _ iofs.File
 // StreamFile: a sealed part takes no new stream.
 func (p *sealedPart) StreamFile(hint string) (*store.FileStream, error) {
 	return nil, fmt.Errorf("version %d: the part is sealed: %w", p.v, store.ErrGroupMismatch)
+}
+
+// MaterializeInBackground: the part was sealed already; nothing is left to materialize.
+func (p *sealedPart) MaterializeInBackground() {}
+
+// Reset: a sealed part does not start over; after a failed wait it is aborted (a no-op),
+// and the next close of DONE gets it again from NewVersion.
+func (p *sealedPart) Reset() error {
+	return fmt.Errorf("version %d: the part is sealed: %w", p.v, errors.ErrUnsupported)
 }
 
 // AddStream compares a file whose stream went into the part (addStreamLocked passes it

@@ -319,6 +319,24 @@ func TestCorruptReadIsEIO(t *testing.T) {
 	wantErrno(t, "read of a corrupt object", err, syscall.EIO)
 }
 
+// TestDamagedVersionIsEIO: a version whose manifest is in the store but cannot be read is not
+// listed, and a lookup of it is EIO (damage), never ENOENT (absence), in the fake as in the
+// store (store.Store.VersionDamage).
+func TestDamagedVersionIsEIO(t *testing.T) {
+	b := newFakeStore()
+	sealVersion(t, b, 1, map[string][]byte{"w": pattern(5, 1000)})
+	sealVersion(t, b, 2, map[string][]byte{"w": pattern(6, 1000)})
+	b.damage(2)
+	mnt, _ := mountTest(t, b, Options{ReadOnly: true})
+	if got := listDir(t, mnt); got != "deltas latest patches weight_v000001" {
+		t.Errorf("ls: %q", got)
+	}
+	_, err := os.Stat(filepath.Join(mnt, VersionName(2)))
+	wantErrno(t, "look up a damaged version", err, syscall.EIO)
+	_, err = os.Stat(filepath.Join(mnt, VersionName(3)))
+	wantErrno(t, "look up a version that is not there", err, syscall.ENOENT)
+}
+
 // sealVersion puts a version into the fake store directly, as another process would.
 func sealVersion(t *testing.T, b *fakeStore, v uint64, files map[string][]byte) {
 	t.Helper()

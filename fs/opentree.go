@@ -126,8 +126,8 @@ func (t *openTree) seal(number uint64) (store.VersionInfo, error) {
 	if err != nil {
 		// A writer that can start over keeps what the files' streams stored (their bytes
 		// are nowhere else); another is dropped, and the next seal starts afresh.
-		if r, ok := w.(writerResetter); ok && number == t.number {
-			if rerr := r.Reset(); rerr == nil {
+		if number == t.number {
+			if rerr := w.Reset(); rerr == nil {
 				t.writer = w
 				return store.VersionInfo{}, err
 			}

@@ -5,14 +5,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/weightfs/weightfs/store"
 )
 
 // poller makes versions sealed by another process appear on a read-only mount, and on a rank's
 // mount of a writer group (whose publisher seals the versions): it looks every interval
-// (store.Poll where the store has it: a cheap look at the backend's change hint, and a
-// Refresh only when it moved; else Refresh) and tells the kernel about root entries that came
+// (VersionStore.Poll, store.Store.Poll: a cheap look at the backend's change hint, and a
+// Refresh only when it moved) and tells the kernel about root entries that came
 // or went. A mount pinned to one version (Options.Version) polls too, without changing what
 // it serves: the store's list, which the metrics report (latest version, versions), stays
 // true.
@@ -32,19 +30,11 @@ func startPoller(m *mountState, interval time.Duration, follow bool) *poller {
 	return p
 }
 
-// sealedElsewhere is implemented by version stores whose versions another process seals
-// while this mount writes: a rank of a writer group (its group's publisher seals them).
-type sealedElsewhere interface {
-	sealedElsewhere() bool
-}
-
-func (b rankVersions) sealedElsewhere() bool { return true }
-
 // pollMode says whether a mount polls the store for versions, and whether its root follows
 // them: a read-only mount and a rank's do; one pinned to a version refreshes the store's list
 // only.
 func pollMode(b VersionStore, opts Options) (poll, follow bool) {
-	_, rank := b.(sealedElsewhere)
+	rank := b.SealedElsewhere()
 	switch {
 	case opts.ReadOnly && opts.Version != 0:
 		return true, false
@@ -131,20 +121,10 @@ func (m *mountState) patchesWanted(p *patchesView) {
 	}
 }
 
-// storePoller is the store's cheap look for new versions (store.Store.Poll).
-type storePoller interface {
-	Poll() (store.PollResult, error)
-}
-
-func (b storeVersions) Poll() (store.PollResult, error) { return b.s.Poll() }
-
 // poll looks for new versions once.
 func (m *mountState) poll() error {
-	if p, ok := m.b.(storePoller); ok {
-		_, err := p.Poll()
-		return err
-	}
-	return m.b.Refresh()
+	_, err := m.b.Poll()
+	return err
 }
 
 // noticeVersions compares the store's versions with the last seen list and invalidates the

@@ -61,10 +61,8 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return nil, syscall.ENOENT
 	}
 	if _, ok := m.sealedInfo(v); !ok {
-		if dr, ok := m.b.(damageReporter); ok {
-			if err := dr.VersionDamage(v); err != nil {
-				return nil, m.fail(err, "look up %s", name)
-			}
+		if err := m.b.VersionDamage(v); err != nil {
+			return nil, m.fail(err, "look up %s", name)
 		}
 		return nil, syscall.ENOENT
 	}

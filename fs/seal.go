@@ -57,8 +57,8 @@ func (m *mountState) finishSeal(t *openTree, rootName string, info store.Version
 	m.mu.Unlock()
 	m.log.Info("sealed version", "version", info.Number, "files", info.Files, "bytes", info.LogicalBytes,
 		"stored", info.StoredBytes, "took", time.Since(start).Round(time.Millisecond))
-	if src, ok := viewSourceOf(m.b); ok {
-		if note := src.PatchNote(info.Number); note != "" {
+	if m.b.RendersViews() {
+		if note := m.b.PatchNote(info.Number); note != "" {
 			m.log.Info(fmt.Sprintf("version %d: %s", info.Number, note), "version", info.Number)
 		}
 	}

@@ -207,13 +207,11 @@ func (m *mountState) newNumberProblemLocked(v uint64) (syscall.Errno, string) {
 // temporary one), removing what dead mounts left there.
 func (m *mountState) openStaging(dir string) error {
 	if dir == "" {
-		if sd, ok := m.b.(stagingDirer); ok {
-			d, err := sd.StagingDir()
-			if err != nil {
-				return fmt.Errorf("staging directory of the store: %w", err)
-			}
-			dir = d
+		d, err := m.b.StagingDir()
+		if err != nil {
+			return fmt.Errorf("staging directory of the store: %w", err)
 		}
+		dir = d
 	}
 	if dir == "" {
 		d, err := os.MkdirTemp("", "weightfs-staging-")

@@ -102,27 +102,9 @@ func (c *mountStats) countErrno(e syscall.Errno) {
 	c.errMu.Unlock()
 }
 
-// newerCounter is implemented by version stores that can say cheaply how many sealed versions are
-// newer than v (store.Store.NewerVersions). Optional: without it the list is searched.
-type newerCounter interface {
-	NewerVersions(v uint64) int
-}
-
-func (b storeVersions) NewerVersions(v uint64) int { return b.s.NewerVersions(v) }
-
 // countRead counts a READ of n bytes answered from sealed version v.
 func (m *mountState) countRead(v uint64, n int) {
-	var newer int
-	if nc, ok := m.b.(newerCounter); ok {
-		newer = nc.NewerVersions(v)
-	} else {
-		for _, info := range m.b.Versions() {
-			if info.Number > v {
-				newer++
-			}
-		}
-	}
-	b := behindBucket(newer)
+	b := behindBucket(m.b.NewerVersions(v))
 	m.stats.readRequests[b].Add(1)
 	m.stats.readBytes[b].Add(int64(n))
 }

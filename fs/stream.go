@@ -29,43 +29,22 @@ import (
 //
 // Staging directories (no version number yet) and the DONE marker always use staging files.
 
-// streamWriter is a VersionWriter that takes files as streams: store.Writer.
-type streamWriter interface {
-	StreamFile(hint string) (*store.FileStream, error)
-	AddStream(path string, st *store.FileStream, mode iofs.FileMode) error
-}
-
-// writerResetter is a VersionWriter that can be sealed again after a failed seal, keeping
-// what its streams stored: store.Writer.
-type writerResetter interface {
-	Reset() error
-}
-
-// backgroundMaterializer is a VersionWriter whose seal can leave the update of the store's
-// materialized copy to the background: store.Writer.
-type backgroundMaterializer interface {
-	MaterializeInBackground()
-}
-
 // errFileLost marks a file whose bytes could not be taken back from its stream.
 var errFileLost = errors.New("the file's bytes could not be recovered from its stream")
 
 // tuneWriter prepares a new writer of an open version for the mount: the seal's latency is
 // the trainer's, so the materialized copy is brought forward after the seal returns.
-func tuneWriter(w VersionWriter) {
-	if bm, ok := w.(backgroundMaterializer); ok {
-		bm.MaterializeInBackground()
-	}
-}
+func tuneWriter(w VersionWriter) { w.MaterializeInBackground() }
 
 // maybeStartStreamLocked starts a stream for a write at offset 0 of an empty file, when its
-// tree has a writer that takes streams. Caller holds the tree's mu (shared) and f.mu.
+// tree has a writer and the writer takes the stream (one that takes none says so, and the
+// file is staged). Caller holds the tree's mu (shared) and f.mu.
 func (f *openFile) maybeStartStreamLocked() {
 	if f.stream != nil || f.size != 0 || f.broken != nil || f.detached || f.t.number == 0 {
 		return
 	}
-	sw, ok := f.t.writer.(streamWriter)
-	if !ok || f.isDoneMarker() {
+	sw := f.t.writer
+	if sw == nil || f.isDoneMarker() {
 		return
 	}
 	hint := f.Path(f.t.dir.EmbeddedInode())
@@ -184,17 +163,14 @@ func (f *openFile) addStreamLocked(w VersionWriter, p string, mode iofs.FileMode
 		}
 		return true, err
 	}
-	sw, ok := w.(streamWriter)
-	if ok {
-		if err = f.stream.Close(); err == nil {
-			if err = sw.AddStream(p, f.stream, mode); err == nil {
-				f.addedAs = p
-				return true, nil
-			}
+	if err = f.stream.Close(); err == nil {
+		if err = w.AddStream(p, f.stream, mode); err == nil {
+			f.addedAs = p
+			return true, nil
 		}
 	}
-	// The stream cannot be added (a writer that takes no streams, a failed close, an
-	// AddStream that failed): add the file through the batch path.
+	// The stream cannot be added (a failed close, an AddStream that failed): add the file
+	// through the batch path.
 	if errno := f.unstreamLocked(fmt.Sprintf("the seal could not add its stream (%v)", err)); errno != 0 {
 		return true, fmt.Errorf("%s: %w", p, errno)
 	}

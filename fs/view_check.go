@@ -40,6 +40,4 @@ var (
 	_ = (gofs.NodeReleaser)((*viewFile)(nil))
 	_ = (gofs.NodeStatfser)((*viewFile)(nil))
 	_ = (gofs.NodeFsyncer)((*viewFile)(nil))
-
-	_ = (viewSource)(storeVersions{})
 )

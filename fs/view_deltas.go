@@ -24,15 +24,14 @@ import (
 // deltasView is the deltas/ directory.
 type deltasView struct {
 	viewDir
-	src viewSource
+	src VersionStore
 }
 
 func newDeltasView(m *mountState, name string) viewNode {
-	src, ok := viewSourceOf(m.b)
-	if !ok {
+	if !m.b.RendersViews() {
 		return newEmptyView(m, name)
 	}
-	return &deltasView{viewDir: viewDir{m: m, where: name}, src: src}
+	return &deltasView{viewDir: viewDir{m: m, where: name}, src: m.b}
 }
 
 func (d *deltasView) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -89,7 +88,7 @@ func (d *deltasView) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno
 // deltaDir is deltas/weight_vNNNNNN/.
 type deltaDir struct {
 	viewDir
-	src   viewSource
+	src   VersionStore
 	plan  store.SlimePlan
 	idx   *versionIndex // the version's files, for SlimeFull
 	mtime time.Time

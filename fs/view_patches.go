@@ -32,7 +32,7 @@ const patchSuffix = ".safetensors"
 // patchesView is the patches/ directory.
 type patchesView struct {
 	viewDir
-	src viewSource
+	src VersionStore
 
 	mu      sync.Mutex
 	locks   map[uint64]*sync.Mutex    // one render of a version at a time
@@ -50,13 +50,12 @@ type patchRender struct {
 }
 
 func newPatchesView(m *mountState, name string) viewNode {
-	src, ok := viewSourceOf(m.b)
-	if !ok {
+	if !m.b.RendersViews() {
 		return newEmptyView(m, name)
 	}
 	return &patchesView{
 		viewDir: viewDir{m: m, where: name},
-		src:     src,
+		src:     m.b,
 		locks:   map[uint64]*sync.Mutex{},
 		pairs:   map[[2]uint64]*sync.Mutex{},
 		renders: map[uint64]patchRender{},

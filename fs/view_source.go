@@ -2,27 +2,11 @@ package fs
 
 import "github.com/weightfs/weightfs/store"
 
-// viewSource is what the patches/ and deltas/ views need from a version store beyond
-// VersionStore: the decisions and renders of store.Store (see store/render.go and
-// store/slime.go). Optional: a version store without it gets empty views.
-type viewSource interface {
-	// PatchBase returns the version the patch of v is taken against, or an error wrapping
-	// store.ErrNoPrevious or store.ErrLayoutChanged when v has no patch.
-	PatchBase(v uint64) (uint64, error)
-	// RenderPatch returns the patch of v, rendered in the cache directory.
-	RenderPatch(v uint64) (store.RenderedFile, error)
-	// RenderPatchFrom returns the catch-up patch from version from to v, rendered in the
-	// cache directory (store.ErrNoSuchVersion, ErrNoPrevious, ErrLayoutChanged: none).
-	RenderPatchFrom(v, from uint64) (store.RenderedFile, error)
-	// PatchNote says when v's patch carries files whole, and why ("" when it does not).
-	PatchNote(v uint64) string
-	// PatchSize is the size of v's patch without rendering it (ok false: render to know).
-	PatchSize(v uint64) (size int64, ok bool, err error)
-	// PlanSlime says how v is served in deltas/ (ErrNoSuchVersion: not at all).
-	PlanSlime(v uint64) (store.SlimePlan, error)
-	// RenderSlime returns the plan and, unless it is SlimeFull, the files of deltas/v.
-	RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error)
-}
+// What the patches/ and deltas/ views need of a store (VersionStore's view methods): the
+// decisions and renders of store.Store (see store/render.go and store/slime.go).
+
+// RendersViews: a store renders both views.
+func (b storeVersions) RendersViews() bool { return true }
 
 func (b storeVersions) PatchBase(v uint64) (uint64, error) { return b.s.PatchBase(v) }
 
@@ -42,10 +26,4 @@ func (b storeVersions) PlanSlime(v uint64) (store.SlimePlan, error) { return b.s
 
 func (b storeVersions) RenderSlime(v uint64) (store.SlimePlan, []store.RenderedFile, error) {
 	return b.s.RenderSlime(v)
-}
-
-// viewSourceOf returns the version store's renderer, if it has one.
-func viewSourceOf(b VersionStore) (viewSource, bool) {
-	src, ok := b.(viewSource)
-	return src, ok
 }

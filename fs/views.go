@@ -27,7 +27,7 @@ import (
 // gofs.InodeEmbedder implementing Lookup, Readdir and the refusals); it gets the
 // mountState, so it can read m.b (the store) and m.latest(). The root lists every view,
 // looks it up by name, and refuses to remove or replace it. A version store that cannot render
-// (viewSource not implemented, as the tests' fake) gets empty views.
+// (VersionStore.RendersViews false, as the tests' fake) gets empty views.
 
 // viewSpec names one view and builds its node.
 type viewSpec struct {
