@@ -20,7 +20,7 @@ import (
 // made from the store on demand and kept in this process's cache directory:
 //
 //	CACHE/render/patches/vNNNNNN-KEY.safetensors   the patch of version NNNNNN
-//	CACHE/render/patches/vNNNNNN-KEY.sums.json     its sums (rendersums.go)
+//	CACHE/render/patches/vNNNNNN-KEY.sums.json     its sums (render_sums.go)
 //	CACHE/render/deltas/vNNNNNN-KEY/               its slime delta (index, shards, render.json)
 //	CACHE/render/tmp/PID-*/                         renders in progress
 //
@@ -43,7 +43,7 @@ import (
 // counts it, so a render cached by format 2 would be served at the wrong size). 4: each changed
 // tensor's params entry records its shape, and a header-only change carries the new header
 // (header_files) rather than the whole file. 5: every render's files have sums
-// (rendersums.go), which format 4 did not write.
+// (render_sums.go), which format 4 did not write.
 const renderFormat = "weightfs-render-5"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
@@ -59,13 +59,13 @@ type RenderedFile struct {
 
 // renders is the render cache: it makes the patches, catch-up patches and slime deltas of
 // versions into CACHE/render, reuses them while their inputs are the same, prunes them, and
-// checks every byte read from them (rendersums.go). What it reads of versions and objects it
+// checks every byte read from them (render_sums.go). What it reads of versions and objects it
 // asks the Store for (st: calls of methods only).
 type renders struct {
 	st    *Store
 	log   *slog.Logger
 	stats *storeStats
-	bufs  *recycler // its renderReads: the chunks under reads of a render (rendersums.go)
+	bufs  *recycler // its renderReads: the chunks under reads of a render (render_sums.go)
 	// fileXXH3 holds files' xxh3-128 by their SHA-256, from patch renders (render_fast.go).
 	fileXXH3 *lru[ID, [16]byte]
 	// referencePatch makes one-step patches take the reference path (tests: render_fast.go).

@@ -10,7 +10,7 @@ import (
 
 // Catch-up patches: the patch from any sealed version K to a later sealed version N, for a
 // reader that holds K (it was restarting, or slow) and wants N in one file rather than one
-// patch per step. WritePatchFrom builds it from the store's deltas (store/patch.go); this
+// patch per step. WritePatchFrom builds it from the store's deltas (store/render_patch.go); this
 // file renders it into the cache directory, beside the one-step patches:
 //
 //	CACHE/render/catchup/vNNNNNN-fromKKKKKK-KEY.safetensors

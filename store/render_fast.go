@@ -158,7 +158,7 @@ func (r *renders) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.P
 		return plan, err
 	}
 	// The digests are known only after the pass over the data: the header goes out with
-	// placeholders (patchsize.go's, of the same length), and again once they are known.
+	// placeholders (render_patchsize.go's, of the same length), and again once they are known.
 	draft := plan
 	draft.Files = append([]delta.PatchFile(nil), plan.Files...)
 	draft.Tensors = append([]delta.PatchTensor(nil), plan.Tensors...)

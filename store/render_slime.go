@@ -286,7 +286,7 @@ func (r *renders) exportSlimeDelta(v uint64, dir string) ([]string, error) {
 type renderedEntry struct {
 	Name string `json:"name"`
 	Size int64  `json:"size"`
-	// CRC32C are the sums of the file's bytes as rendered, one per 64 KiB (rendersums.go).
+	// CRC32C are the sums of the file's bytes as rendered, one per 64 KiB (render_sums.go).
 	CRC32C []uint32 `json:"crc32c"`
 }
 
