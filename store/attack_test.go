@@ -201,7 +201,7 @@ func TestRenderCacheDirNotADirectory(t *testing.T) {
 			logs := &logLines{t: t}
 			s, _ := newStore(t, Options{Logger: logtest.New(logs.logf)})
 			direct := twoSlimeVersions(t, s, 5, 7)
-			p := s.renderDir(sub)
+			p := s.renders.renderDir(sub)
 			if err := os.RemoveAll(p); err != nil {
 				t.Fatal(err)
 			}

@@ -29,7 +29,7 @@ type recycler struct {
 	// chunks into (copyread.go): *[]byte of 2*sumChunk.
 	edges sync.Pool
 	// renderReads hold the whole chunks under reads of a render that do not start and end
-	// on them (rendersums.go): *[]byte, grown as needed.
+	// on them (render_sums.go): *[]byte, grown as needed.
 	renderReads sync.Pool
 }
 

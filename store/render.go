@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +20,7 @@ import (
 // made from the store on demand and kept in this process's cache directory:
 //
 //	CACHE/render/patches/vNNNNNN-KEY.safetensors   the patch of version NNNNNN
-//	CACHE/render/patches/vNNNNNN-KEY.sums.json     its sums (rendersums.go)
+//	CACHE/render/patches/vNNNNNN-KEY.sums.json     its sums (render_sums.go)
 //	CACHE/render/deltas/vNNNNNN-KEY/               its slime delta (index, shards, render.json)
 //	CACHE/render/tmp/PID-*/                         renders in progress
 //
@@ -42,7 +43,7 @@ import (
 // counts it, so a render cached by format 2 would be served at the wrong size). 4: each changed
 // tensor's params entry records its shape, and a header-only change carries the new header
 // (header_files) rather than the whole file. 5: every render's files have sums
-// (rendersums.go), which format 4 did not write.
+// (render_sums.go), which format 4 did not write.
 const renderFormat = "weightfs-render-5"
 
 // RenderedFile is one derived file: its bytes are on disk at Path, or (small files that are
@@ -56,11 +57,30 @@ type RenderedFile struct {
 	check *renderCheck
 }
 
+// renders is the render cache: it makes the patches, catch-up patches and slime deltas of
+// versions into CACHE/render, reuses them while their inputs are the same, prunes them, and
+// checks every byte read from them (render_sums.go). What it reads of versions and objects it
+// asks the Store for (st: calls of methods only).
+type renders struct {
+	st    *Store
+	log   *slog.Logger
+	stats *storeStats
+	bufs  *recycler // its renderReads: the chunks under reads of a render (render_sums.go)
+	// fileXXH3 holds files' xxh3-128 by their SHA-256, from patch renders (render_fast.go).
+	fileXXH3 *lru[ID, [16]byte]
+	// referencePatch makes one-step patches take the reference path (tests: render_fast.go).
+	referencePatch bool
+}
+
+func newRenders(s *Store) *renders {
+	return &renders{st: s, log: s.log, stats: &s.stats, bufs: s.bufs, fileXXH3: newLRU[ID, [16]byte](1 << 20)}
+}
+
 // CacheDir is this process's cache directory (index, materialized copy, renders).
 func (s *Store) CacheDir() string { return s.cacheDir }
 
-func (s *Store) renderDir(parts ...string) string {
-	return filepath.Join(append([]string{s.cacheDir, "render"}, parts...)...)
+func (r *renders) renderDir(parts ...string) string {
+	return filepath.Join(append([]string{r.st.CacheDir(), "render"}, parts...)...)
 }
 
 // renderKey is the digest naming a render of cur (against base, which may be nil).
@@ -86,9 +106,9 @@ func renderName(v uint64, key string) string { return fmt.Sprintf("v%06d-%s", v,
 
 // renderTemp makes a fresh directory for one render under tmp/, first removing what dead
 // processes left there.
-func (s *Store) renderTemp() (string, error) {
-	base := s.renderDir("tmp")
-	if err := s.cacheMkdirAll(base); err != nil {
+func (r *renders) renderTemp() (string, error) {
+	base := r.renderDir("tmp")
+	if err := r.st.cacheMkdirAll(base); err != nil {
 		return "", fmt.Errorf("create render directory: %w", err)
 	}
 	removeDeadRenders(base)
@@ -121,8 +141,8 @@ const renderKeepVersions = 64
 // pruneRenders removes, from directory kind ("patches" or "deltas"), the renders of version v
 // under any other key, the renders of versions that are no longer sealed or have lost their
 // predecessor (gc), and the renders of all but the newest renderKeepVersions versions.
-func (s *Store) pruneRenders(kind string, v uint64, keep string) {
-	dir := s.renderDir(kind)
+func (r *renders) pruneRenders(kind string, v uint64, keep string) {
+	dir := r.renderDir(kind)
 	ents, _ := os.ReadDir(dir)
 	type entry struct {
 		name string
@@ -132,7 +152,7 @@ func (s *Store) pruneRenders(kind string, v uint64, keep string) {
 	var numbers []uint64
 	remove := func(name string) {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-			s.log.Warn("remove stale render", "render", name, "err", err)
+			r.log.Warn("remove stale render", "render", name, "err", err)
 		}
 	}
 	for _, e := range ents {
@@ -142,7 +162,7 @@ func (s *Store) pruneRenders(kind string, v uint64, keep string) {
 		if !ok || err != nil || !strings.HasPrefix(base, "v") {
 			continue
 		}
-		_, hasPrevious := s.Previous(n)
+		_, hasPrevious := r.st.Previous(n)
 		if (n == v && base != keep) || !hasPrevious {
 			remove(e.Name())
 			continue
@@ -168,22 +188,22 @@ func (s *Store) pruneRenders(kind string, v uint64, keep string) {
 // same names, dtypes and shapes). Without one there is no patch: the error wraps
 // ErrNoPrevious (v is the first version, or the oldest gc kept) or ErrLayoutChanged.
 func (s *Store) PatchBase(v uint64) (uint64, error) {
-	_, base, err := s.patchVersions(v)
+	_, base, err := s.renders.patchVersions(v)
 	if err != nil {
 		return 0, err
 	}
 	return base.m.Version, nil
 }
 
-func (s *Store) patchVersions(v uint64) (cur, base *version, err error) {
-	if cur, err = s.sealedVersion(v); err != nil {
+func (r *renders) patchVersions(v uint64) (cur, base *version, err error) {
+	if cur, err = r.st.sealedVersion(v); err != nil {
 		return nil, nil, err
 	}
-	prev, ok := s.Previous(v)
+	prev, ok := r.st.Previous(v)
 	if !ok {
 		return nil, nil, fmt.Errorf("patch of version %d: %w", v, ErrNoPrevious)
 	}
-	if base, err = s.sealedVersion(prev); err != nil {
+	if base, err = r.st.sealedVersion(prev); err != nil {
 		return nil, nil, err
 	}
 	if why := tensorLayoutChange(base, cur); why != "" {
@@ -234,28 +254,30 @@ func tensorLayoutChange(base, cur *version) string {
 // RenderPatch returns the patch of version v (the file WritePatch writes) rendered in the
 // cache directory, rendering it on the first call. A version without a patch gives the error
 // of PatchBase; a store that fails to read (ErrCorrupt) gives its error and no file.
-func (s *Store) RenderPatch(v uint64) (RenderedFile, error) {
-	cur, base, err := s.patchVersions(v)
+func (s *Store) RenderPatch(v uint64) (RenderedFile, error) { return s.renders.renderPatch(v) }
+
+func (r *renders) renderPatch(v uint64) (RenderedFile, error) {
+	cur, base, err := r.patchVersions(v)
 	if err != nil {
 		return RenderedFile{}, err
 	}
 	name := renderName(v, renderKey("patch", cur, base))
-	final := s.renderDir("patches", name+".safetensors")
-	rf, err := s.renderPatchCached(final, cur, base, func(p string) error { return s.writePatchFile(v, p) })
+	final := r.renderDir("patches", name+".safetensors")
+	rf, err := r.renderPatchCached(final, cur, base, func(p string) error { return r.writePatchFile(v, p) })
 	if err != nil {
 		return RenderedFile{}, fmt.Errorf("patch of version %d: %w", v, err)
 	}
-	s.pruneRenders("patches", v, name)
+	r.pruneRenders("patches", v, name)
 	return rf, nil
 }
 
 // writePatchFile writes the patch of v to a new file at p and syncs it.
-func (s *Store) writePatchFile(v uint64, p string) error {
-	return s.writePatchFileWith(p, func(f *os.File) (int64, error) { return s.WritePatch(v, f) })
+func (r *renders) writePatchFile(v uint64, p string) error {
+	return r.writePatchFileWith(p, func(f *os.File) (int64, error) { return r.writePatch(v, f) })
 }
 
 // writePatchFileWith creates a new file at p, fills it with write and syncs it.
-func (s *Store) writePatchFileWith(p string, write func(*os.File) (int64, error)) error {
+func (r *renders) writePatchFileWith(p string, write func(*os.File) (int64, error)) error {
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, cacheFilePerm)
 	if err != nil {
 		return fmt.Errorf("create patch file: %w", err)

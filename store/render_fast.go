@@ -52,12 +52,12 @@ type fastFile struct {
 // planFastPatch plans the patch from base to cur from the manifests and the delta sections.
 // An error wrapping errNoFastPatch sends the caller to the reference path; any other error
 // (ErrCorrupt: a damaged object) is the patch's.
-func (s *Store) planFastPatch(base, cur *version, opts delta.PatchBuildOptions) (delta.PatchPlan, []*fastFile, error) {
+func (r *renders) planFastPatch(base, cur *version, opts delta.PatchBuildOptions) (delta.PatchPlan, []*fastFile, error) {
 	plan := delta.PatchPlan{ModelVersion: cur.m.Version, BaseVersion: base.m.Version}
 	var files []*fastFile
 	for i := range cur.m.Files {
 		f := &cur.m.Files[i]
-		src := s.newVersionFile(cur, f, readOpts{vouch: true})
+		src := r.st.newVersionFile(cur, f, readOpts{vouch: true})
 		h, herr := delta.ReadHeader(src, f.Size)
 		if herr == nil {
 			for _, t := range h.Tensors {
@@ -72,7 +72,7 @@ func (s *Store) planFastPatch(base, cur *version, opts delta.PatchBuildOptions) 
 		pf := delta.PatchFile{Name: f.Path, HasXXH3: true, ResultSHA256: f.SHA256}
 		if bf != nil {
 			pf.BaseSHA256 = bf.SHA256
-			ff.bsrc = s.newVersionFile(base, bf, readOpts{vouch: true})
+			ff.bsrc = r.st.newVersionFile(base, bf, readOpts{vouch: true})
 		}
 		switch {
 		case herr != nil:
@@ -83,7 +83,7 @@ func (s *Store) planFastPatch(base, cur *version, opts delta.PatchBuildOptions) 
 			return plan, nil, fmt.Errorf("%w: %s is not the same safetensors layout in both versions", errNoFastPatch, f.Path)
 		default:
 			ff.h = h
-			tensors, err := s.planFastTensors(ff, &plan, opts)
+			tensors, err := r.planFastTensors(ff, &plan, opts)
 			if err != nil {
 				return plan, nil, err
 			}
@@ -97,7 +97,7 @@ func (s *Store) planFastPatch(base, cur *version, opts delta.PatchBuildOptions) 
 
 // planFastTensors plans the tensors of a sparsely patched file: each one whose object differs
 // from the base's must be a delta section against it.
-func (s *Store) planFastTensors(ff *fastFile, plan *delta.PatchPlan, opts delta.PatchBuildOptions) ([]fastTensor, error) {
+func (r *renders) planFastTensors(ff *fastFile, plan *delta.PatchPlan, opts delta.PatchBuildOptions) ([]fastTensor, error) {
 	byName := func(f *manifestFile) map[string]*manifestTensor {
 		m := make(map[string]*manifestTensor, len(f.Tensors))
 		for j := range f.Tensors {
@@ -116,7 +116,7 @@ func (s *Store) planFastTensors(ff *fastFile, plan *delta.PatchPlan, opts delta.
 		}
 		ft := fastTensor{t: t, id: mt.ID, plan: -1}
 		if mt.ID != bt.ID && t.ByteLen() > 0 {
-			d, err := s.loadDelta(mt.ID)
+			d, err := r.st.loadDelta(mt.ID)
 			if errors.Is(err, errStale) {
 				return nil, fmt.Errorf("%w: tensor %s of %s is a whole copy without a delta section", errNoFastPatch, t.Name, ff.f.Path)
 			}
@@ -152,13 +152,13 @@ func (s *Store) planFastTensors(ff *fastFile, plan *delta.PatchPlan, opts delta.
 
 // writeFastPatch writes the patch from base to cur from the deltas. It returns an error
 // wrapping errNoFastPatch, having written nothing, when the fast path does not apply.
-func (s *Store) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.PatchBuildOptions) (delta.PatchPlan, error) {
-	plan, files, err := s.planFastPatch(base, cur, opts)
+func (r *renders) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.PatchBuildOptions) (delta.PatchPlan, error) {
+	plan, files, err := r.planFastPatch(base, cur, opts)
 	if err != nil {
 		return plan, err
 	}
 	// The digests are known only after the pass over the data: the header goes out with
-	// placeholders (patchsize.go's, of the same length), and again once they are known.
+	// placeholders (render_patchsize.go's, of the same length), and again once they are known.
 	draft := plan
 	draft.Files = append([]delta.PatchFile(nil), plan.Files...)
 	draft.Tensors = append([]delta.PatchTensor(nil), plan.Tensors...)
@@ -181,10 +181,10 @@ func (s *Store) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.Pat
 	if err != nil {
 		return plan, err
 	}
-	if err := s.sparseFiles(files, &plan, pw); err != nil {
+	if err := r.sparseFiles(files, &plan, pw); err != nil {
 		return plan, err
 	}
-	p := newFastPass(s)
+	p := newFastPass(r)
 	for _, ff := range files {
 		if ff.h != nil {
 			continue
@@ -206,14 +206,14 @@ func (s *Store) writeFastPatch(base, cur *version, w io.WriterAt, opts delta.Pat
 	if _, err := w.WriteAt(header, 0); err != nil {
 		return plan, fmt.Errorf("write patch header: %w", err)
 	}
-	s.noteDigests(&plan, files)
+	r.noteDigests(&plan, files)
 	return plan, nil
 }
 
 // sparseFiles makes the pass over each sparsely patched file, on up to GOMAXPROCS goroutines:
 // each file's tensors are a part of the patch (delta.PatchWriter.Parts) and its digests its
 // own entries of plan, so files do not wait for each other (a checkpoint's shards).
-func (s *Store) sparseFiles(files []*fastFile, plan *delta.PatchPlan, pw *delta.PatchWriter) error {
+func (r *renders) sparseFiles(files []*fastFile, plan *delta.PatchPlan, pw *delta.PatchWriter) error {
 	var sparse []*fastFile
 	bounds := []int{}
 	for _, ff := range files {
@@ -252,7 +252,7 @@ func (s *Store) sparseFiles(files []*fastFile, plan *delta.PatchPlan, pw *delta.
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := newFastPass(s).sparseFile(ff, plan, parts[i])
+			err := newFastPass(r).sparseFile(ff, plan, parts[i])
 			if err == nil {
 				err = parts[i].Close()
 			}
@@ -279,7 +279,7 @@ func (l *lockedWriterAt) WriteAt(p []byte, off int64) (int, error) {
 
 // fastPass holds the buffers of one fast patch build.
 type fastPass struct {
-	s          *Store
+	r          *renders
 	cur, bbuf  []byte
 	idx        []uint32
 	vals       []byte
@@ -287,8 +287,8 @@ type fastPass struct {
 	tensorHash *xxh3.Hasher
 }
 
-func newFastPass(s *Store) *fastPass {
-	return &fastPass{s: s, cur: make([]byte, fastChunk), bbuf: make([]byte, fastChunk), tensorHash: xxh3.New()}
+func newFastPass(r *renders) *fastPass {
+	return &fastPass{r: r, cur: make([]byte, fastChunk), bbuf: make([]byte, fastChunk), tensorHash: xxh3.New()}
 }
 
 func (p *fastPass) release() {
@@ -341,7 +341,7 @@ func (p *fastPass) sparseFile(ff *fastFile, plan *delta.PatchPlan, pw *delta.Pat
 	pf.ResultXXH3, pf.BaseXXH3 = hr.Sum128().Bytes(), hb.Sum128().Bytes()
 	// The base's bytes were never read, only derived through the deltas: where an earlier
 	// render computed the base file's digest from its own bytes, they must agree.
-	if known, ok := p.s.fileXXH3.get(ff.bf.SHA256); ok && known != pf.BaseXXH3 {
+	if known, ok := p.r.fileXXH3.get(ff.bf.SHA256); ok && known != pf.BaseXXH3 {
 		return fmt.Errorf("its delta sections lead back to bytes of xxh3-128 %x, version %d's file has %x: %w",
 			pf.BaseXXH3, plan.BaseVersion, known, ErrCorrupt)
 	}
@@ -351,12 +351,12 @@ func (p *fastPass) sparseFile(ff *fastFile, plan *delta.PatchPlan, pw *delta.Pat
 // noteDigests remembers the xxh3-128 of the files of a patch just written, by their SHA-256:
 // each was computed from bytes read and checked, and checks the base digest of the next
 // version's patch (sparseFile).
-func (s *Store) noteDigests(plan *delta.PatchPlan, files []*fastFile) {
+func (r *renders) noteDigests(plan *delta.PatchPlan, files []*fastFile) {
 	for _, ff := range files {
 		pf := &plan.Files[ff.plan]
-		s.fileXXH3.add(ff.f.SHA256, pf.ResultXXH3, 64)
+		r.fileXXH3.add(ff.f.SHA256, pf.ResultXXH3, 64)
 		if ff.h == nil && ff.bf != nil {
-			s.fileXXH3.add(ff.bf.SHA256, pf.BaseXXH3, 64) // hashed from its own bytes
+			r.fileXXH3.add(ff.bf.SHA256, pf.BaseXXH3, 64) // hashed from its own bytes
 		}
 	}
 }
@@ -370,7 +370,7 @@ func (p *fastPass) chunkChanges(ft fastTensor, first int64, c, b []byte, pw *del
 	lo, hi := d.parsed.BlockRange(first, n)
 	p.idx, p.vals = p.idx[:0], p.vals[:0]
 	for blk := lo; blk <= hi; blk++ {
-		cb, err := p.s.decodedBlock(ft.id, d, blk)
+		cb, err := p.r.st.decodedBlock(ft.id, d, blk)
 		if err != nil {
 			return err
 		}

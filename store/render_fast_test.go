@@ -18,16 +18,16 @@ import (
 // (which must apply) and by the reference path (delta.BuildPatchWith over both versions).
 func fastAndReference(t *testing.T, s *Store, v uint64) (fast, ref []byte) {
 	t.Helper()
-	cur, base, err := s.patchVersions(v)
+	cur, base, err := s.renders.patchVersions(v)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var fb bytes.Buffer
-	if _, err := s.writeFastPatch(base, cur, &writerAtBuffer{&fb}, delta.PatchBuildOptions{Shapes: true}); err != nil {
+	if _, err := s.renders.writeFastPatch(base, cur, &writerAtBuffer{&fb}, delta.PatchBuildOptions{Shapes: true}); err != nil {
 		t.Fatalf("version %d: fast path: %v", v, err)
 	}
-	s.referencePatch = true
-	defer func() { s.referencePatch = false }()
+	s.renders.referencePatch = true
+	defer func() { s.renders.referencePatch = false }()
 	var rb bytes.Buffer
 	if _, err := s.WritePatch(v, &writerAtBuffer{&rb}); err != nil {
 		t.Fatalf("version %d: reference path: %v", v, err)
@@ -100,19 +100,19 @@ func TestFastPatchFallsBack(t *testing.T) {
 	w2 := safetensorsFile(t, testTensor{name: "w", dtype: delta.DTypeU8, shape: []int64{4096}, data: bytes.Repeat([]byte{7}, 4096)})
 	second["extra.safetensors"] = w2
 	commitTree(t, s2, 2, second)
-	cur, base, err := s2.patchVersions(2)
+	cur, base, err := s2.renders.patchVersions(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if _, err := s2.writeFastPatch(base, cur, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); !errors.Is(err, errNoFastPatch) {
+	if _, err := s2.renders.writeFastPatch(base, cur, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); !errors.Is(err, errNoFastPatch) {
 		t.Fatalf("fast path with a tensor stored whole: %v, want errNoFastPatch", err)
 	}
 	var got bytes.Buffer
 	if _, err := s2.WritePatch(2, &writerAtBuffer{&got}); err != nil {
 		t.Fatal(err)
 	}
-	s2.referencePatch = true
+	s2.renders.referencePatch = true
 	var ref bytes.Buffer
 	if _, err := s2.WritePatch(2, &writerAtBuffer{&ref}); err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 	if rf, err := r.RenderPatch(3); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("RenderPatch with a damaged delta object = %+v, %v; want ErrCorrupt", rf, err)
 	}
-	if ents, _ := os.ReadDir(r.renderDir("patches")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(r.renders.renderDir("patches")); len(ents) != 0 {
 		t.Errorf("render/patches holds %d entries after a failed render", len(ents))
 	}
 }
@@ -180,12 +180,12 @@ func TestFastPatchChecksBaseDigest(t *testing.T) {
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}
-	cur2, base1, err := s.patchVersions(2)
+	cur2, base1, err := s.renders.patchVersions(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if _, err := s.writeFastPatch(base1, cur2, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); err != nil {
+	if _, err := s.renders.writeFastPatch(base1, cur2, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); err != nil {
 		t.Fatal(err)
 	}
 	fast, ref := fastAndReference(t, s, 3) // checked against version 2's digests, which agree
@@ -194,15 +194,15 @@ func TestFastPatchChecksBaseDigest(t *testing.T) {
 	// elsewhere would give) fails the patch.
 	for i := range cur2.m.Files {
 		f := &cur2.m.Files[i]
-		if _, ok := s.fileXXH3.get(f.SHA256); ok {
-			s.fileXXH3.add(f.SHA256, [16]byte{1, 2, 3}, 64)
+		if _, ok := s.renders.fileXXH3.get(f.SHA256); ok {
+			s.renders.fileXXH3.add(f.SHA256, [16]byte{1, 2, 3}, 64)
 		}
 	}
-	cur3, _, err := s.patchVersions(3)
+	cur3, _, err := s.renders.patchVersions(3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.writeFastPatch(cur2, cur3, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); !errors.Is(err, ErrCorrupt) {
+	if _, err := s.renders.writeFastPatch(cur2, cur3, &writerAtBuffer{&b}, delta.PatchBuildOptions{Shapes: true}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("patch whose base digest disagrees: %v, want ErrCorrupt", err)
 	}
 }
@@ -238,12 +238,12 @@ func BenchmarkPatchRender(b *testing.B) {
 	r := openStore(b, root, Options{ReadOnly: true, Materialize: true, CacheDir: b.TempDir(), Logger: logtest.New(func(string, ...any) {})})
 	for _, ref := range []bool{false, true} {
 		b.Run(map[bool]string{false: "deltas", true: "reference"}[ref], func(b *testing.B) {
-			r.referencePatch = ref
+			r.renders.referencePatch = ref
 			var cpu float64
 			for range b.N {
 				p := filepath.Join(b.TempDir(), "patch")
 				start := cpuSeconds()
-				if err := r.writePatchFile(3, p); err != nil {
+				if err := r.renders.writePatchFile(3, p); err != nil {
 					b.Fatal(err)
 				}
 				cpu += cpuSeconds() - start

@@ -208,7 +208,7 @@ func TestRendersAfterGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, kind := range []string{"patches", "deltas"} {
-		ents, _ := os.ReadDir(s.renderDir(kind))
+		ents, _ := os.ReadDir(s.renders.renderDir(kind))
 		for _, e := range ents {
 			if e.Name()[:7] == "v000002" {
 				t.Errorf("render/%s/%s of a version without a patch or delta is still cached", kind, e.Name())
@@ -238,7 +238,7 @@ func TestRenderCacheKeepsRecentVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ents, _ := os.ReadDir(s.renderDir("patches"))
+	ents, _ := os.ReadDir(s.renders.renderDir("patches"))
 	if len(ents) != 2*renderKeepVersions { // each patch and its sums
 		t.Errorf("the cache holds %d patches and sums, want %d", len(ents), 2*renderKeepVersions)
 	}

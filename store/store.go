@@ -97,9 +97,7 @@ type Store struct {
 	// upgraded it there): Verify reports the file when objects hold sections it does not
 	// allow (verify_format.go).
 	format uint32
-	// referencePatch makes one-step patches take the reference path (tests: render_fast.go).
-	referencePatch bool
-	stats          storeStats // what it did since Open, for metrics (stats.go)
+	stats  storeStats // what it did since Open, for metrics (stats.go)
 
 	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
 	poll      pollState  // Poll's memory of the change hint (notify.go)
@@ -117,7 +115,6 @@ type Store struct {
 	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
 	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
-	fileXXH3    *lru[ID, [16]byte]           // files' xxh3-128 by their SHA-256, from patch renders (render_fast.go)
 	ra          *readAhead                   // background builds of the pages a sequential reader needs next
 	pageFlight  singleflight.Group
 	blockFlight singleflight.Group
@@ -148,6 +145,7 @@ type Store struct {
 	mat       *materialized
 	files     *fileCopies // checked copies of files of older versions (filecopy.go)
 	group     *rankState  // a rank of a writer group (OpenRank, group.go); nil otherwise
+	renders   *renders    // the render cache: patches and slime deltas (render.go)
 
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
@@ -323,7 +321,6 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newBlockCache(cacheBytes / 8)
-	s.fileXXH3 = newLRU[ID, [16]byte](1 << 20)
 	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
 	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
 	// memory the daemon touches for the first time while it fills (kernel page faults).
@@ -332,6 +329,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
 	s.bufs = newRecycler()
+	s.renders = newRenders(s)
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen
 	s.holds.env = newHoldEnv(s)

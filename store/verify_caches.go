@@ -250,18 +250,18 @@ func renderVersion(name string) (uint64, bool) {
 // checkRender renders the patch or delta of v again and compares it with the cached one at
 // p; errStaleRender: p is not the render of v's current inputs.
 func (s *Store) checkRender(kind string, v uint64, p, name string) error {
-	tmp, err := s.renderTemp()
+	tmp, err := s.renders.renderTemp()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	if kind == "patches" {
-		cur, base, err := s.patchVersions(v)
+		cur, base, err := s.renders.patchVersions(v)
 		if err != nil || name != renderName(v, renderKey("patch", cur, base))+".safetensors" {
 			return errStaleRender
 		}
 		fresh := filepath.Join(tmp, "patch.safetensors")
-		if err := s.writePatchFile(v, fresh); err != nil {
+		if err := s.renders.writePatchFile(v, fresh); err != nil {
 			return err
 		}
 		if err := sameFile(p, fresh); err != nil {
@@ -270,7 +270,7 @@ func (s *Store) checkRender(kind string, v uint64, p, name string) error {
 		// Its sums must be the fresh bytes' (they check every read).
 		sumsPath := strings.TrimSuffix(p, ".safetensors") + patchSumsSuffix
 		freshSums := filepath.Join(tmp, "patch"+patchSumsSuffix)
-		if _, err := s.writePatchSums(fresh, freshSums, p, sumsPath); err != nil {
+		if _, err := s.renders.writePatchSums(fresh, freshSums, p, sumsPath); err != nil {
 			return err
 		}
 		if err := sameFile(sumsPath, freshSums); err != nil {
@@ -287,7 +287,7 @@ func (s *Store) checkRender(kind string, v uint64, p, name string) error {
 	if err1 != nil || err2 != nil || name != renderName(v, renderKey("slime", cur, base)) {
 		return errStaleRender
 	}
-	files, err := s.writeSlimeDelta(cur, base, tmp)
+	files, err := s.renders.writeSlimeDelta(cur, base, tmp)
 	if err != nil {
 		return err
 	}

@@ -71,20 +71,22 @@ const slimeRenderFile = "render.json"
 // tensor name is in two files, so the weight map cannot name it), when a non-safetensors
 // file was added, removed or changed, or when a changed tensor exceeds 4 GiB (u32 byte
 // positions); else SlimeDelta.
-func (s *Store) PlanSlime(v uint64) (SlimePlan, error) {
+func (s *Store) PlanSlime(v uint64) (SlimePlan, error) { return s.renders.planSlime(v) }
+
+func (r *renders) planSlime(v uint64) (SlimePlan, error) {
 	plan := SlimePlan{Version: v}
-	if !s.isSealed(v) {
-		if v >= 1 && v <= delta.SlimeMaxVersion && s.between(v) {
+	if !r.st.isSealed(v) {
+		if v >= 1 && v <= delta.SlimeMaxVersion && r.st.between(v) {
 			plan.Kind = SlimeEmpty
 			return plan, nil
 		}
 		return plan, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
 	}
-	cur, err := s.sealedVersion(v)
+	cur, err := r.st.sealedVersion(v)
 	if err != nil {
 		return plan, err
 	}
-	prev, ok := s.Previous(v)
+	prev, ok := r.st.Previous(v)
 	if !ok {
 		plan.Reason = "it has no previous version"
 		return plan, nil
@@ -93,7 +95,7 @@ func (s *Store) PlanSlime(v uint64) (SlimePlan, error) {
 		plan.Reason = "its number has more than six digits (the delta index holds six)"
 		return plan, nil
 	}
-	base, err := s.sealedVersion(prev)
+	base, err := r.st.sealedVersion(prev)
 	if err != nil {
 		return plan, err
 	}
@@ -174,7 +176,11 @@ func slimeChanges(base, cur *version) []slimeChange {
 // memory, for SlimeDelta the index and shards rendered in the cache directory on the first
 // call. A store that fails to read gives its error (wrapping ErrCorrupt) and no files.
 func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
-	plan, err := s.PlanSlime(v)
+	return s.renders.renderSlime(v)
+}
+
+func (r *renders) renderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
+	plan, err := r.planSlime(v)
 	if err != nil {
 		return plan, nil, err
 	}
@@ -188,27 +194,27 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 		}
 		return plan, []RenderedFile{{Name: delta.SlimeIndexName, Data: index, Size: int64(len(index))}}, nil
 	}
-	cur, err := s.sealedVersion(v)
+	cur, err := r.st.sealedVersion(v)
 	if err != nil {
 		return plan, nil, err
 	}
-	base, err := s.sealedVersion(plan.Base)
+	base, err := r.st.sealedVersion(plan.Base)
 	if err != nil {
 		return plan, nil, err
 	}
 	name := renderName(v, renderKey("slime", cur, base))
-	final := s.renderDir("deltas", name)
-	if files, err := s.loadRenderedDir(final); err == nil {
-		s.stats.renderHits.Add(1)
-		s.pruneRenders("deltas", v, name)
+	final := r.renderDir("deltas", name)
+	if files, err := r.loadRenderedDir(final); err == nil {
+		r.stats.renderHits.Add(1)
+		r.pruneRenders("deltas", v, name)
 		return plan, files, nil
 	} else if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
 		// Any part missing or wrong: the whole render goes, so the new one's name is free.
-		s.log.Warn("cached delta is unusable, dropped, rendering it again", "render", final, "err", err)
-		s.dropRender(final, "")
+		r.log.Warn("cached delta is unusable, dropped, rendering it again", "render", final, "err", err)
+		r.dropRender(final, "")
 	}
-	s.stats.renderMisses.Add(1)
-	tmp, err := s.renderTemp()
+	r.stats.renderMisses.Add(1)
+	tmp, err := r.renderTemp()
 	if err != nil {
 		return plan, nil, err
 	}
@@ -217,25 +223,25 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 	if err := os.Mkdir(dir, cacheDirPerm); err != nil {
 		return plan, nil, fmt.Errorf("create render directory: %w", err)
 	}
-	if _, err := s.writeSlimeDelta(cur, base, dir); err != nil {
+	if _, err := r.writeSlimeDelta(cur, base, dir); err != nil {
 		return plan, nil, err
 	}
-	if err := s.cacheMkdirAll(filepath.Dir(final)); err != nil {
+	if err := r.st.cacheMkdirAll(filepath.Dir(final)); err != nil {
 		return plan, nil, fmt.Errorf("create render directory: %w", err)
 	}
 	if err := os.Rename(dir, final); err != nil {
 		// Another render of the same key got there first: its bytes are the same, unless
 		// it is damaged already; then it goes and this one takes its place.
-		if files, lerr := s.loadRenderedDir(final); lerr == nil {
+		if files, lerr := r.loadRenderedDir(final); lerr == nil {
 			return plan, files, nil
 		}
-		s.dropRender(final, "")
+		r.dropRender(final, "")
 		if err := os.Rename(dir, final); err != nil {
 			return plan, nil, fmt.Errorf("install delta of version %d: %w", v, err)
 		}
 	}
-	s.pruneRenders("deltas", v, name)
-	files, err := s.loadRenderedDir(final)
+	r.pruneRenders("deltas", v, name)
+	files, err := r.loadRenderedDir(final)
 	return plan, files, err
 }
 
@@ -243,22 +249,26 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 // dir, which must exist and be empty: the index, the shards, and nothing else. It returns
 // the file names, index first. The mount serves the same bytes (RenderSlime).
 func (s *Store) WriteSlimeDelta(v uint64, dir string) ([]string, error) {
-	plan, err := s.PlanSlime(v)
+	return s.renders.exportSlimeDelta(v, dir)
+}
+
+func (r *renders) exportSlimeDelta(v uint64, dir string) ([]string, error) {
+	plan, err := r.planSlime(v)
 	if err != nil {
 		return nil, err
 	}
 	if plan.Kind != SlimeDelta {
 		return nil, fmt.Errorf("delta of version %d: it is served as %s checkpoint (%s)", v, plan.Kind, plan.Reason)
 	}
-	cur, err := s.sealedVersion(v)
+	cur, err := r.st.sealedVersion(v)
 	if err != nil {
 		return nil, err
 	}
-	base, err := s.sealedVersion(plan.Base)
+	base, err := r.st.sealedVersion(plan.Base)
 	if err != nil {
 		return nil, err
 	}
-	files, err := s.writeSlimeDelta(cur, base, dir)
+	files, err := r.writeSlimeDelta(cur, base, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -276,13 +286,13 @@ func (s *Store) WriteSlimeDelta(v uint64, dir string) ([]string, error) {
 type renderedEntry struct {
 	Name string `json:"name"`
 	Size int64  `json:"size"`
-	// CRC32C are the sums of the file's bytes as rendered, one per 64 KiB (rendersums.go).
+	// CRC32C are the sums of the file's bytes as rendered, one per 64 KiB (render_sums.go).
 	CRC32C []uint32 `json:"crc32c"`
 }
 
 // loadRenderedDir reads the file list of a rendered delta and checks every file's size and
 // that its sums fit it; the bytes are checked as they are read (RenderedFile.ReadAt).
-func (s *Store) loadRenderedDir(dir string) ([]RenderedFile, error) {
+func (r *renders) loadRenderedDir(dir string) ([]RenderedFile, error) {
 	data, err := readCacheFile(filepath.Join(dir, slimeRenderFile))
 	if err != nil {
 		return nil, err
@@ -307,7 +317,7 @@ func (s *Store) loadRenderedDir(dir string) ([]RenderedFile, error) {
 		if st.Size() != e.Size {
 			return nil, fmt.Errorf("rendered %s has %d bytes, the list says %d", e.Name, st.Size(), e.Size)
 		}
-		check, err := s.newRenderCheck(e.Name, e.Size, e.CRC32C, dir, "")
+		check, err := r.newRenderCheck(e.Name, e.Size, e.CRC32C, dir, "")
 		if err != nil {
 			return nil, err
 		}
@@ -318,7 +328,7 @@ func (s *Store) loadRenderedDir(dir string) ([]RenderedFile, error) {
 
 // writeSlimeDelta diffs every changed tensor of cur against base, tensor by tensor in
 // chunks, and writes the index, the shards and render.json (all synced) into dir.
-func (s *Store) writeSlimeDelta(cur, base *version, dir string) ([]RenderedFile, error) {
+func (r *renders) writeSlimeDelta(cur, base *version, dir string) ([]RenderedFile, error) {
 	v := cur.m.Version
 	var sinks []*os.File
 	defer func() {
@@ -339,7 +349,7 @@ func (s *Store) writeSlimeDelta(cur, base *version, dir string) ([]RenderedFile,
 	}
 	bufBase, bufCur := make([]byte, slimeChunk), make([]byte, slimeChunk)
 	for _, c := range slimeChanges(base, cur) {
-		positions, newBytes, checksum, err := s.slimeTensorDiff(base, cur, c, bufBase, bufCur)
+		positions, newBytes, checksum, err := r.slimeTensorDiff(base, cur, c, bufBase, bufCur)
 		if err != nil {
 			return nil, fmt.Errorf("delta of version %d: %w", v, err)
 		}
@@ -421,12 +431,12 @@ func writeShard(p string, sh delta.SlimeShard, frames *os.File) (*fileSums, erro
 // positions that differ, the new bytes there, and the xxh3-128 of the new tensor. Both
 // tensors are hashed on the way and checked against their identities (the SHA-256 of their
 // bytes), so a bad read is an error (ErrCorrupt), never a wrong delta.
-func (s *Store) slimeTensorDiff(base, cur *version, c slimeChange, bufBase, bufCur []byte) (positions []uint32, newBytes []byte, checksum string, err error) {
+func (r *renders) slimeTensorDiff(base, cur *version, c slimeChange, bufBase, bufCur []byte) (positions []uint32, newBytes []byte, checksum string, err error) {
 	size := c.cur.End - c.cur.Begin
 	// Vouched for (vouch.go): each tensor's SHA-256 below checks its object, not that the
 	// object belongs at that place of the file.
-	rb := s.newVersionFile(base, c.baseFile, readOpts{vouch: true})
-	rc := s.newVersionFile(cur, c.curFile, readOpts{vouch: true})
+	rb := r.st.newVersionFile(base, c.baseFile, readOpts{vouch: true})
+	rc := r.st.newVersionFile(cur, c.curFile, readOpts{vouch: true})
 	offBase, offCur := c.baseFile.HeaderLen+c.base.Begin, c.curFile.HeaderLen+c.cur.Begin
 	hb, hc, xh := sha256.New(), sha256.New(), delta.NewSlimeHasher()
 	for off := int64(0); off < size; off += slimeChunk {
@@ -451,11 +461,11 @@ func (s *Store) slimeTensorDiff(base, cur *version, c slimeChange, bufBase, bufC
 		newBytes = append(newBytes, nb...)
 	}
 	if err := checkSum(hb, c.base.ID, c.base.Name, base.m.Version); err != nil {
-		s.mat.suspect(err)
+		r.st.mat.suspect(err)
 		return nil, nil, "", err
 	}
 	if err := checkSum(hc, c.cur.ID, c.cur.Name, cur.m.Version); err != nil {
-		s.mat.suspect(err)
+		r.st.mat.suspect(err)
 		return nil, nil, "", err
 	}
 	return positions, newBytes, delta.SlimeChecksumOf(xh), nil
@@ -472,7 +482,7 @@ func checkSum(h hash.Hash, want ID, tensor string, v uint64) error {
 
 // writeSlimeDeltaReference is the plain form of writeSlimeDelta that the tests compare it
 // with: each changed tensor read whole and diffed by delta.SlimeWriter.AddDiff.
-func (s *Store) writeSlimeDeltaReference(cur, base *version, dir string) ([]RenderedFile, error) {
+func (r *renders) writeSlimeDeltaReference(cur, base *version, dir string) ([]RenderedFile, error) {
 	var sinks []*os.File
 	defer func() {
 		for _, f := range sinks {
@@ -492,10 +502,10 @@ func (s *Store) writeSlimeDeltaReference(cur, base *version, dir string) ([]Rend
 	for _, c := range slimeChanges(base, cur) {
 		size := c.cur.End - c.cur.Begin
 		b, cb := make([]byte, size), make([]byte, size)
-		if err := readAtFull(s.newVersionFile(base, c.baseFile, readOpts{}), b, c.baseFile.HeaderLen+c.base.Begin); err != nil {
+		if err := readAtFull(r.st.newVersionFile(base, c.baseFile, readOpts{}), b, c.baseFile.HeaderLen+c.base.Begin); err != nil {
 			return nil, err
 		}
-		if err := readAtFull(s.newVersionFile(cur, c.curFile, readOpts{}), cb, c.curFile.HeaderLen+c.cur.Begin); err != nil {
+		if err := readAtFull(r.st.newVersionFile(cur, c.curFile, readOpts{}), cb, c.curFile.HeaderLen+c.cur.Begin); err != nil {
 			return nil, err
 		}
 		if _, err := w.AddDiff(c.cur.Name, b, cb); err != nil {

@@ -10,7 +10,7 @@ import (
 
 // Catch-up patches: the patch from any sealed version K to a later sealed version N, for a
 // reader that holds K (it was restarting, or slow) and wants N in one file rather than one
-// patch per step. WritePatchFrom builds it from the store's deltas (store/patch.go); this
+// patch per step. WritePatchFrom builds it from the store's deltas (store/render_patch.go); this
 // file renders it into the cache directory, beside the one-step patches:
 //
 //	CACHE/render/catchup/vNNNNNN-fromKKKKKK-KEY.safetensors
@@ -24,14 +24,14 @@ const catchupKeep = 32
 // patchVersionsFrom returns versions v and from when a catch-up patch from from to v exists:
 // both sealed, from below v, and the same tensor layout in both (as for a one-step patch;
 // versions in between may differ, only the two ends matter to the patch).
-func (s *Store) patchVersionsFrom(v, from uint64) (cur, base *version, err error) {
-	if cur, err = s.sealedVersion(v); err != nil {
+func (r *renders) patchVersionsFrom(v, from uint64) (cur, base *version, err error) {
+	if cur, err = r.st.sealedVersion(v); err != nil {
 		return nil, nil, err
 	}
 	if from >= v {
 		return nil, nil, fmt.Errorf("patch of version %d from %d: %w (the base must be an earlier version)", v, from, ErrNoPrevious)
 	}
-	if base, err = s.sealedVersion(from); err != nil {
+	if base, err = r.st.sealedVersion(from); err != nil {
 		return nil, nil, fmt.Errorf("patch of version %d from %d: %w", v, from, err)
 	}
 	if why := tensorLayoutChange(base, cur); why != "" {
@@ -43,7 +43,7 @@ func (s *Store) patchVersionsFrom(v, from uint64) (cur, base *version, err error
 // PatchBaseFrom reports whether a catch-up patch from version from to v exists: nil, or the
 // error WritePatchFrom would give (ErrNoSuchVersion, ErrNoPrevious, ErrLayoutChanged).
 func (s *Store) PatchBaseFrom(v, from uint64) error {
-	_, _, err := s.patchVersionsFrom(v, from)
+	_, _, err := s.renders.patchVersionsFrom(v, from)
 	return err
 }
 
@@ -51,30 +51,34 @@ func (s *Store) PatchBaseFrom(v, from uint64) error {
 // writes) rendered in the cache directory, rendering it on the first call. When from is v's
 // predecessor it is the one-step patch, RenderPatch's file.
 func (s *Store) RenderPatchFrom(v, from uint64) (RenderedFile, error) {
-	if prev, ok := s.Previous(v); ok && prev == from {
-		return s.RenderPatch(v)
+	return s.renders.renderPatchFrom(v, from)
+}
+
+func (r *renders) renderPatchFrom(v, from uint64) (RenderedFile, error) {
+	if prev, ok := r.st.Previous(v); ok && prev == from {
+		return r.renderPatch(v)
 	}
-	cur, base, err := s.patchVersionsFrom(v, from)
+	cur, base, err := r.patchVersionsFrom(v, from)
 	if err != nil {
 		return RenderedFile{}, err
 	}
 	pair := fmt.Sprintf("v%06d-from%06d", v, from)
 	name := pair + "-" + renderKey("catchup", cur, base)
-	final := s.renderDir("catchup", name+".safetensors")
-	rf, err := s.renderPatchCached(final, cur, base, func(p string) error {
-		return s.writePatchFileWith(p, func(f *os.File) (int64, error) { return s.writePatchBetween(base, cur, f) })
+	final := r.renderDir("catchup", name+".safetensors")
+	rf, err := r.renderPatchCached(final, cur, base, func(p string) error {
+		return r.writePatchFileWith(p, func(f *os.File) (int64, error) { return r.writePatchBetween(base, cur, f) })
 	})
 	if err != nil {
 		return RenderedFile{}, fmt.Errorf("patch of version %d from %d: %w", v, from, err)
 	}
-	s.pruneCatchup(pair, name)
+	r.pruneCatchup(pair, name)
 	return rf, nil
 }
 
 // pruneCatchup removes the catch-up renders of pair under another key, those of versions no
 // longer sealed, and all but the catchupKeep newest (by version, then base) of the rest.
-func (s *Store) pruneCatchup(pair, keep string) {
-	dir := s.renderDir("catchup")
+func (r *renders) pruneCatchup(pair, keep string) {
+	dir := r.renderDir("catchup")
 	ents, _ := os.ReadDir(dir)
 	var live []string
 	for _, e := range ents {
@@ -92,11 +96,11 @@ func (s *Store) pruneCatchup(pair, keep string) {
 		if n != 3 {
 			continue
 		}
-		_, verr := s.sealedVersion(v)
-		_, ferr := s.sealedVersion(from)
+		_, verr := r.st.sealedVersion(v)
+		_, ferr := r.st.sealedVersion(from)
 		if (strings.HasPrefix(base, pair+"-") && base != keep) || verr != nil || ferr != nil {
 			if err := removePatch(filepath.Join(dir, e.Name())); err != nil {
-				s.log.Warn("remove stale render", "render", e.Name(), "err", err)
+				r.log.Warn("remove stale render", "render", e.Name(), "err", err)
 			}
 			continue
 		}

@@ -213,7 +213,7 @@ func TestRenderSlimeMatchesReference(t *testing.T) {
 	cur, _ := s.sealedVersion(3)
 	base, _ := s.sealedVersion(1)
 	refDir := t.TempDir()
-	ref, err := s.writeSlimeDeltaReference(cur, base, refDir)
+	ref, err := s.renders.writeSlimeDeltaReference(cur, base, refDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func FuzzLoadRenderedDir(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, slimeRenderFile), list, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		files, err := (&Store{}).loadRenderedDir(dir)
+		files, err := (&renders{}).loadRenderedDir(dir)
 		if err != nil {
 			return
 		}

@@ -28,7 +28,7 @@ const patchSumsSuffix = ".sums.json"
 
 // renderCheck is what a RenderedFile on disk is checked against, and how its render is dropped.
 type renderCheck struct {
-	s     *Store
+	r     *renders
 	sums  *fileSums
 	drop  string // the render: a patch file or a delta directory
 	extra string // a patch's sums file, dropped with it
@@ -50,11 +50,11 @@ func sumsOfFile(p string) (*fileSums, error) {
 
 // newRenderCheck makes the check of a render's file from its listed size and sums; sums that
 // do not fit the size are an error (the listing is damaged).
-func (s *Store) newRenderCheck(name string, size int64, crcs []uint32, drop, extra string) (*renderCheck, error) {
+func (r *renders) newRenderCheck(name string, size int64, crcs []uint32, drop, extra string) (*renderCheck, error) {
 	if size < 0 || int64(len(crcs)) != chunkCount(size, sumChunk) {
 		return nil, fmt.Errorf("rendered %s: %d sums for %d bytes: %w", name, len(crcs), size, ErrDamagedRender)
 	}
-	return &renderCheck{s: s, sums: &fileSums{size: size, crcs: crcs}, drop: drop, extra: extra}, nil
+	return &renderCheck{r: r, sums: &fileSums{size: size, crcs: crcs}, drop: drop, extra: extra}, nil
 }
 
 // ReadAt reads len(p) bytes at off of the rendered file (f is the file opened at rf.Path), or
@@ -82,8 +82,8 @@ func (rf RenderedFile) ReadAt(f io.ReaderAt, p []byte, off int64) (int, error) {
 	if lo != off || hi != end {
 		// The usual read (page-aligned, a multiple of 64 KiB, or up to the end) is checked
 		// in place; others read the whole chunks under them into a pooled buffer.
-		pb := c.s.bufs.renderReads.Get().(*[]byte)
-		defer c.s.bufs.renderReads.Put(pb)
+		pb := c.r.bufs.renderReads.Get().(*[]byte)
+		defer c.r.bufs.renderReads.Put(pb)
 		if int64(cap(*pb)) < hi-lo {
 			*pb = make([]byte, hi-lo)
 		}
@@ -117,19 +117,19 @@ func (c *renderCheck) damaged(f io.ReaderAt, p string, why error) error {
 	}
 	// Not once per check: a handle may be given this check again for the render made in the
 	// place of a dropped one (the same key, so the same sums), and that one can be damaged too.
-	c.s.log.Warn("cached render is damaged: dropped, it is rendered again from the store", "render", p, "err", why)
-	c.s.dropRender(c.drop, c.extra)
+	c.r.log.Warn("cached render is damaged: dropped, it is rendered again from the store", "render", p, "err", why)
+	c.r.dropRender(c.drop, c.extra)
 	return fmt.Errorf("rendered %s: %v: %w", p, why, ErrDamagedRender)
 }
 
 // dropRender moves a render (a file or a directory) aside under tmp/ and removes it there: its
 // name is free at once for the next render, and a reader with one of its files open keeps
 // reading its own (still checked) bytes. extra, if set, is removed too.
-func (s *Store) dropRender(p, extra string) {
+func (r *renders) dropRender(p, extra string) {
 	if extra != "" {
 		os.Remove(extra)
 	}
-	base := s.renderDir("tmp")
+	base := r.renderDir("tmp")
 	if err := os.MkdirAll(base, cacheDirPerm); err == nil {
 		if aside, err := os.MkdirTemp(base, fmt.Sprintf("%d-dropped-", os.Getpid())); err == nil {
 			defer os.RemoveAll(aside)
@@ -139,13 +139,13 @@ func (s *Store) dropRender(p, extra string) {
 		}
 	}
 	if err := os.RemoveAll(p); err != nil {
-		s.log.Warn("remove damaged render", "render", p, "err", err)
+		r.log.Warn("remove damaged render", "render", p, "err", err)
 	}
 }
 
 // writePatchSums writes the sums of the patch at p (the file just rendered and synced) to
 // sumsPath, and returns the patch's check as installed at final.
-func (s *Store) writePatchSums(p, sumsPath, final, finalSums string) (*renderCheck, error) {
+func (r *renders) writePatchSums(p, sumsPath, final, finalSums string) (*renderCheck, error) {
 	sums, err := sumsOfFile(p)
 	if err != nil {
 		return nil, fmt.Errorf("sum patch: %w", err)
@@ -157,11 +157,11 @@ func (s *Store) writePatchSums(p, sumsPath, final, finalSums string) (*renderChe
 	if err := syncedCreate(sumsPath, data); err != nil {
 		return nil, fmt.Errorf("write patch sums: %w", err)
 	}
-	return &renderCheck{s: s, sums: sums, drop: final, extra: finalSums}, nil
+	return &renderCheck{r: r, sums: sums, drop: final, extra: finalSums}, nil
 }
 
 // loadPatchSums reads the sums of the cached patch final (size bytes).
-func (s *Store) loadPatchSums(final, sumsPath string, size int64) (*renderCheck, error) {
+func (r *renders) loadPatchSums(final, sumsPath string, size int64) (*renderCheck, error) {
 	data, err := readCacheFile(sumsPath)
 	if err != nil {
 		return nil, fmt.Errorf("sums of the patch: %w", err)
@@ -170,28 +170,28 @@ func (s *Store) loadPatchSums(final, sumsPath string, size int64) (*renderCheck,
 	if err := json.Unmarshal(data, &list); err != nil || len(list) != 1 || list[0].Size != size {
 		return nil, fmt.Errorf("sums of the patch %s do not describe its %d bytes (%v)", final, size, err)
 	}
-	return s.newRenderCheck(filepath.Base(final), size, list[0].CRC32C, final, sumsPath)
+	return r.newRenderCheck(filepath.Base(final), size, list[0].CRC32C, final, sumsPath)
 }
 
 // renderPatchCached returns the patch render at final (a one-step or a catch-up patch of cur
 // against base) if it is cached with its sums and its header checks out; else it drops what
 // is there (logged, unless nothing was), renders it with write into a temporary file, checks
 // it, and installs its sums and then the patch.
-func (s *Store) renderPatchCached(final string, cur, base *version, write func(p string) error) (RenderedFile, error) {
+func (r *renders) renderPatchCached(final string, cur, base *version, write func(p string) error) (RenderedFile, error) {
 	finalSums := strings.TrimSuffix(final, ".safetensors") + patchSumsSuffix
 	rf, err := checkRenderedPatch(final, cur, base)
 	if err == nil {
-		if rf.check, err = s.loadPatchSums(final, finalSums, rf.Size); err == nil {
-			s.stats.renderHits.Add(1)
+		if rf.check, err = r.loadPatchSums(final, finalSums, rf.Size); err == nil {
+			r.stats.renderHits.Add(1)
 			return rf, nil
 		}
 	}
-	s.stats.renderMisses.Add(1)
+	r.stats.renderMisses.Add(1)
 	if !errors.Is(err, fs.ErrNotExist) || fileExists(final) {
-		s.log.Warn("cached patch is unusable, dropped, rendering it again", "render", final, "err", err)
-		s.dropRender(final, finalSums)
+		r.log.Warn("cached patch is unusable, dropped, rendering it again", "render", final, "err", err)
+		r.dropRender(final, finalSums)
 	}
-	tmp, err := s.renderTemp()
+	tmp, err := r.renderTemp()
 	if err != nil {
 		return RenderedFile{}, err
 	}
@@ -201,14 +201,14 @@ func (s *Store) renderPatchCached(final string, cur, base *version, write func(p
 		return RenderedFile{}, err
 	}
 	if rf, err = checkRenderedPatch(p, cur, base); err != nil {
-		s.mat.suspect(err)
+		r.st.mat.suspect(err)
 		return RenderedFile{}, fmt.Errorf("as rendered: %w", err)
 	}
-	if err := s.cacheMkdirAll(filepath.Dir(final)); err != nil {
+	if err := r.st.cacheMkdirAll(filepath.Dir(final)); err != nil {
 		return RenderedFile{}, fmt.Errorf("create render directory: %w", err)
 	}
 	sumsTmp := filepath.Join(tmp, "patch"+patchSumsSuffix)
-	if rf.check, err = s.writePatchSums(p, sumsTmp, final, finalSums); err != nil {
+	if rf.check, err = r.writePatchSums(p, sumsTmp, final, finalSums); err != nil {
 		return RenderedFile{}, err
 	}
 	// The sums first: a patch without them is dropped and rendered again.

@@ -15,8 +15,10 @@ import (
 // against the same base tensor), and hashes of the same length. ok is false when the manifests
 // cannot tell (a tensor was diffed against another base than the patch's); the size is then
 // known only by rendering. Errors are those of PatchBase, or a failed header read.
-func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
-	cur, base, err := s.patchVersions(v)
+func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) { return s.renders.patchSize(v) }
+
+func (r *renders) patchSize(v uint64) (size int64, ok bool, err error) {
+	cur, base, err := r.patchVersions(v)
 	if err != nil {
 		return 0, false, err
 	}
@@ -26,7 +28,7 @@ func (s *Store) PatchSize(v uint64) (size int64, ok bool, err error) {
 		old := base.files[f.Path]
 		// What delta.planFile sees: the result's header (if its bytes parse as one), and
 		// whether the base has the same size and the same header bytes.
-		rh, rerr := delta.ReadHeader(s.newVersionFile(cur, f, readOpts{}), f.Size)
+		rh, rerr := delta.ReadHeader(r.st.newVersionFile(cur, f, readOpts{}), f.Size)
 		if rerr == nil {
 			for _, t := range rh.Tensors {
 				plan.TotalElements += t.Elements()
@@ -119,8 +121,10 @@ func sameTensorPlaces(a, b *manifestFile) bool {
 // changed, the header moved tensors), or why v has no patch (its tensor layout changed).
 // "" when the patch is sparse throughout, or v is the first version. weightfs log and the
 // mount's log print it, so that a whole-model patch is never a surprise.
-func (s *Store) PatchNote(v uint64) string {
-	cur, base, err := s.patchVersions(v)
+func (s *Store) PatchNote(v uint64) string { return s.renders.patchNote(v) }
+
+func (r *renders) patchNote(v uint64) string {
+	cur, base, err := r.patchVersions(v)
 	switch {
 	case errors.Is(err, ErrLayoutChanged):
 		return "no patch: " + strings.TrimPrefix(err.Error(), fmt.Sprintf("patch of version %d: ", v))
