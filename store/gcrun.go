@@ -292,8 +292,10 @@ func (c *collector) estimateGC(st GCStats, jobs []reanchorJob, drop []VersionInf
 	return st, nil
 }
 
-// dropVersions records the versions of drop as dropped, deletes their manifests and sweeps
-// the objects nothing needs. Caller holds writeMu.
+// dropVersions is gc's last step, once it has re-anchored: it records the versions of drop
+// as dropped, keeps those a reader pinned or a file of this process opened since the plan,
+// deletes the manifests of the others and sweeps the objects nothing needs
+// (deleteDropped). Caller holds writeMu.
 func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	// Headers read while gc re-anchored (by ingest beside it) may be those of the objects
 	// before their rewrite: the sweep walks chains from fresh ones.
@@ -321,19 +323,43 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if len(late) > 0 {
-		st.Dropped = nil
-		for _, info := range drop {
-			st.Dropped = append(st.Dropped, info.Number)
-		}
-		st.DroppedVersions = len(drop)
-		for _, info := range late {
-			st.Kept = append(st.Kept, info.Number)
-			st.Pinned = append(st.Pinned, info.Number)
-		}
-		slices.Sort(st.Kept)
-		slices.Sort(st.Pinned)
-		c.log.Info("gc: kept versions opened or pinned while it ran", "versions", st.Pinned)
+		st = c.keptLate(st, drop, late)
 	}
+	if st, err = c.deleteDropped(st, drop); err != nil {
+		return st, err
+	}
+	// Chain depths changed; they refill from object headers.
+	c.st.forgetAllMetas()
+	if len(late) > 0 {
+		c.st.trimGCRecord() // the record holds the versions kept late: not dropped
+	}
+	c.st.removeExpiredPins(time.Now())
+	c.log.Info("gc: dropped versions", "dropped", st.Dropped, "reanchored", st.Reanchored, "deleted_objects", st.DeletedObjects, "deleted_bytes", st.DeletedBytes)
+	return st, nil
+}
+
+// keptLate is st once the versions of late, pinned or opened since gc planned, are kept
+// (pinned) and only those of drop go.
+func (c *collector) keptLate(st GCStats, drop, late []VersionInfo) GCStats {
+	st.Dropped = nil
+	for _, info := range drop {
+		st.Dropped = append(st.Dropped, info.Number)
+	}
+	st.DroppedVersions = len(drop)
+	for _, info := range late {
+		st.Kept = append(st.Kept, info.Number)
+		st.Pinned = append(st.Pinned, info.Number)
+	}
+	slices.Sort(st.Kept)
+	slices.Sort(st.Pinned)
+	c.log.Info("gc: kept versions opened or pinned while it ran", "versions", st.Pinned)
+	return st
+}
+
+// deleteDropped deletes the manifests of drop, takes their versions off the list and the
+// index, and sweeps the objects nothing needs any more (while a writer group's rank writes,
+// only objects of drop: sweepWithin). Caller holds writeMu.
+func (c *collector) deleteDropped(st GCStats, drop []VersionInfo) (GCStats, error) {
 	within := c.st.droppedObjects(drop)
 	var dropped []uint64
 	for _, info := range drop {
@@ -361,13 +387,6 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
-	// Chain depths changed; they refill from object headers.
-	c.st.forgetAllMetas()
-	if len(late) > 0 {
-		c.st.trimGCRecord() // the record holds the versions kept late: not dropped
-	}
-	c.st.removeExpiredPins(time.Now())
-	c.log.Info("gc: dropped versions", "dropped", dropped, "reanchored", st.Reanchored, "deleted_objects", n, "deleted_bytes", freed)
 	return st, nil
 }
 
