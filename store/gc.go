@@ -8,12 +8,12 @@ import (
 	"sync"
 )
 
-// collector is the store's gc: it plans what a gc drops (gcrun.go), re-anchors the kept
-// versions' objects coded against dropped ones (gccontext.go), deletes the manifests and
-// sweeps the objects nothing needs, bases after what is coded against them (gcsweep_order.go).
-// It runs the writer's retention after each seal (retention.go) and keeps the versions of
-// open files from gc (hold.go). The gc record and the pins it reads are the records' (pin.go,
-// gcrecord.go).
+// collector is the store's gc: it plans what a gc drops (gc_run.go), re-anchors the kept
+// versions' objects coded against dropped ones (gc_reanchor.go), deletes the manifests and
+// sweeps the objects nothing needs, each before its base (gc_sweep_order.go). It runs the
+// writer's retention after each seal (gc_retention.go) and keeps the versions of open files
+// from gc (gc_hold.go). The gc record and the pins it reads are the records' (gcrecord.go,
+// pin.go).
 type collector struct {
 	// st is the store it collects: its backend, its index, and the methods of the parts it
 	// reads through (versions, objects, writers, groups).
@@ -21,9 +21,9 @@ type collector struct {
 	log *slog.Logger
 
 	gcMu  sync.Mutex // one gc at a time; it takes the store's writeMu only to drop and sweep
-	ret   retainer   // the background gc of Options.Retention (retention.go)
-	holds holds      // the versions of open files, kept from gc (hold.go)
-	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
+	ret   retainer   // the background gc of Options.Retention (gc_retention.go)
+	holds holds      // the versions of open files, kept from gc (gc_hold.go)
+	// removedLogged: versions whose removal by gc a read has met and logged (gc_retention.go).
 	removedLogged sync.Map
 }
 
@@ -59,7 +59,7 @@ func (m *manifest) roots(set map[ID]bool) {
 
 // liveSetWhole is the closure of roots over delta bases: every object a read of them may need.
 // (The link of a full object is optional: its base is not kept alive by it, unless the link
-// is a delta section of version 2, whose context is its base's section: gccontext.go.)
+// is a delta section of version 2, whose context is its base's section: gc_reanchor.go.)
 // whole names delta objects to take as whole copies (re-anchored by a dry run's gc, which
 // re-codes their links in version 1).
 func (c *collector) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {

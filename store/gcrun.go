@@ -12,7 +12,7 @@ type GCStats struct {
 	DroppedVersions int      // how many versions were dropped
 	Dropped         []uint64 // which
 	Kept            []uint64 // the versions kept, ascending
-	Pinned          []uint64 // kept only because a reader's pin or an open file holds them (pin.go, hold.go)
+	Pinned          []uint64 // kept only because a reader's pin or an open file holds them (pin.go, gc_hold.go)
 	Reanchored      int      // delta objects of kept versions rewritten as whole copies
 	// ReanchorBytes is what re-anchoring added to the store: the whole copies' sizes minus
 	// the deltas' they replace. A dry run cannot compress, so it gives an upper bound: the
@@ -74,7 +74,7 @@ type GCOptions struct {
 
 // GCWith is GC with options. Besides the newest keepLast versions (and the milestones of
 // KeepEvery) it keeps every version named by a reader's unexpired pin (pin.go), every version
-// a file of this process holds open (hold.go) and every version an open Writer may take
+// a file of this process holds open (gc_hold.go) and every version an open Writer may take
 // delta bases from (the latest sealed when it opened, and all above), so that it can run in
 // the writer's process while the writer ingests. It re-anchors without the store's write
 // lock, which it takes only to record the drop, delete the manifests and sweep: a seal waits
@@ -138,14 +138,14 @@ func (c *collector) gc(keepLast int, opts GCOptions) (GCStats, error) {
 }
 
 // plan is gc's first step: the versions it drops and those it keeps (gcPlan), beside the
-// pins that readers hold now and the versions of this process's open files (hold.go), with
+// pins that readers hold now and the versions of this process's open files (gc_hold.go), with
 // the stats that say so.
 func (c *collector) plan(keepLast, keepEvery int) (st GCStats, drop, keep []VersionInfo, err error) {
 	pins, err := c.st.activePins(time.Now())
 	if err != nil {
 		return st, nil, nil, fmt.Errorf("gc: %w", err)
 	}
-	c.holds.heldVersions(pins) // open files of this process (hold.go)
+	c.holds.heldVersions(pins) // open files of this process (gc_hold.go)
 	drop, keep, pinned := c.gcPlan(keepLast, keepEvery, pins)
 	for _, info := range keep {
 		st.Kept = append(st.Kept, info.Number)
@@ -218,7 +218,7 @@ type reanchorJob struct {
 // reanchorJobs lists, oldest kept version first, every kept delta whose base is not kept
 // (re-anchored keeping its delta section as its link, in version 1), and every kept full
 // object whose link is version 2 and coded against a context that goes (its base's section:
-// rewritten with that link in version 1, gccontext.go).
+// rewritten with that link in version 1, gc_reanchor.go).
 func (c *collector) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 	kept := map[ID]bool{}
 	var keptVersions []*version
@@ -315,7 +315,7 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 		return st, err
 	}
 	// A reader may have pinned, or a file of this process opened, a version to drop since
-	// the plan: it stays (hold.go).
+	// the plan: it stays (gc_hold.go).
 	drop, late, err := c.holds.beginDrop(drop)
 	defer c.holds.endDrop()
 	if err != nil {

@@ -58,7 +58,7 @@ type retainEnv struct {
 	// open says whether the store is still open (not Closed).
 	open func() bool
 	// held is the set of versions pinned (pin.go) or held by an open file of this process
-	// (hold.go).
+	// (gc_hold.go).
 	held func() (map[uint64]bool, error)
 	// retain starts the retention gc (collector.retainAfterSeal).
 	retain func()

@@ -49,7 +49,7 @@ type Options struct {
 	// versions that reads make in the cache directory (0: DefaultFileCopyBytes; negative:
 	// none, every read of an older version replays: filecopy.go).
 	FileCopyBytes int64
-	// Retention (zero: none) runs gc in the background after every seal (retention.go).
+	// Retention (zero: none) runs gc in the background after every seal (gc_retention.go).
 	Retention Retention
 	// Observer (nil: none) is told of seals and of versions a reader finds (stats.go).
 	Observer Observer
