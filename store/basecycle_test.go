@@ -44,7 +44,7 @@ func v2Chain(t *testing.T, s *Store, v uint64, n int) ([]ID, string) {
 				if err != nil || info.hdr.Kind != kindDelta {
 					break
 				}
-				if v2, err := s.sectionIsV2(cur); err != nil || !v2 {
+				if v2, err := s.collector.sectionIsV2(cur); err != nil || !v2 {
 					break
 				}
 				chain = append(chain, cur)

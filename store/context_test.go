@@ -212,7 +212,7 @@ func TestContextGC(t *testing.T) {
 				anchors := 0 // whole copies whose version-2 link loses its context
 				for id := range kept {
 					if m, err := s.meta(id); err == nil && m.Kind == kindFull && m.DeltaLen > 0 && !kept[m.Base] {
-						if v2, err := s.sectionIsV2(id); err == nil && v2 {
+						if v2, err := s.collector.sectionIsV2(id); err == nil && v2 {
 							anchors++
 						}
 					}

@@ -22,11 +22,11 @@
 // by conditional puts), which the store closes last; a second writer gets ErrLocked. Any
 // number of processes read it (ReadOnly: no lock, nothing in the store is written but a
 // reader's pin, STORE/pins/*.json, which keeps its version from gc: pin.go, also written for
-// the versions of the files a reader holds open, hold.go), each with its
+// the versions of the files a reader holds open, gc_hold.go), each with its
 // own cache directory; they see versions
 // sealed after their Open once they call Refresh (one that keeps a materialized copy, once
 // Refresh has also brought the copy to the new version: versionlist.go). gc runs in the writer's process, by hand
-// (GC, GCWith) or after every seal (Options.Retention, retention.go), beside open Writers. A Store is safe for concurrent use
+// (GC, GCWith) or after every seal (Options.Retention, gc_retention.go), beside open Writers. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.
 //
 // A writer group lets several processes write one version (group.go; docs/format.md Part I

@@ -196,7 +196,7 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.writeMu.Lock()
-			n, _, err := s.sweepLocked()
+			n, _, err := s.collector.sweepLocked()
 			s.writeMu.Unlock()
 			if err != nil || n != 0 {
 				t.Fatalf("after reopen, a sweep still finds %d unreferenced objects (%v)", n, err)

@@ -4,7 +4,43 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"sync"
 )
+
+// collector is the store's gc: it plans what a gc drops (gc_run.go), re-anchors the kept
+// versions' objects coded against dropped ones (gc_reanchor.go), deletes the manifests and
+// sweeps the objects nothing needs, each before its base (gc_sweep_order.go). It runs the
+// writer's retention after each seal (gc_retention.go) and keeps the versions of open files
+// from gc (gc_hold.go). The gc record and the pins it reads are the records' (gcrecord.go,
+// pin.go).
+type collector struct {
+	// st is the store it collects: its backend, its index, and the methods of the parts it
+	// reads through (versions, objects, writers, groups).
+	st  *Store
+	log *slog.Logger
+
+	gcMu  sync.Mutex // one gc at a time; it takes the store's writeMu only to drop and sweep
+	ret   retainer   // the background gc of Options.Retention (gc_retention.go)
+	holds holds      // the versions of open files, kept from gc (gc_hold.go)
+	// removedLogged: versions whose removal by gc a read has met and logged (gc_retention.go).
+	removedLogged sync.Map
+}
+
+// newCollector is the collector of store s (newBareStore).
+func newCollector(s *Store) *collector {
+	c := &collector{st: s, log: s.log}
+	c.holds.env = newHoldEnv(s)
+	c.ret.env = newRetainEnv(c)
+	return c
+}
+
+// close stops the retention's rechecks, waits for a running retention gc (it stops between
+// objects once the store is closed) and removes the pins of the holds still taken (Close).
+func (c *collector) close() {
+	c.ret.wait()
+	c.holds.close()
+}
 
 // roots adds the objects a manifest names to set.
 func (m *manifest) roots(set map[ID]bool) {
@@ -23,16 +59,16 @@ func (m *manifest) roots(set map[ID]bool) {
 
 // liveSetWhole is the closure of roots over delta bases: every object a read of them may need.
 // (The link of a full object is optional: its base is not kept alive by it, unless the link
-// is a delta section of version 2, whose context is its base's section: gccontext.go.)
+// is a delta section of version 2, whose context is its base's section: gc_reanchor.go.)
 // whole names delta objects to take as whole copies (re-anchored by a dry run's gc, which
 // re-codes their links in version 1).
-func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
+func (c *collector) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 	live := make(map[ID]bool, len(roots))
 	var links []ID // full objects with a link whose base is not (yet) live
 	walk := func(id ID) error {
 		for cur, n := id, 0; !live[cur]; n++ {
 			live[cur] = true
-			m, err := s.meta(cur)
+			m, err := c.st.meta(cur)
 			if err != nil {
 				return err
 			}
@@ -63,7 +99,7 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 	for len(links) > 0 {
 		id := links[len(links)-1]
 		links = links[:len(links)-1]
-		m, err := s.meta(id)
+		m, err := c.st.meta(id)
 		if err != nil {
 			return nil, err
 		}
@@ -71,12 +107,12 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 			continue
 		}
 		// A base already gone (the usual case: gc dropped it and swept) keeps nothing.
-		if _, err := s.be.StatObject(m.Base); errors.Is(err, fs.ErrNotExist) {
+		if _, err := c.st.be.StatObject(m.Base); errors.Is(err, fs.ErrNotExist) {
 			continue
 		} else if err != nil {
 			return nil, err
 		}
-		v2, err := s.sectionIsV2(id)
+		v2, err := c.sectionIsV2(id)
 		if err != nil {
 			return nil, err
 		}
@@ -90,49 +126,49 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 }
 
 // pendingRoots returns the objects open writers hold.
-func (s *Store) pendingRoots(into map[ID]bool) {
-	s.pendMu.Lock()
-	defer s.pendMu.Unlock()
-	for id := range s.pending {
+func (c *collector) pendingRoots(into map[ID]bool) {
+	c.st.pendMu.Lock()
+	defer c.st.pendMu.Unlock()
+	for id := range c.st.pending {
 		into[id] = true
 	}
 }
 
 // sweep deletes the objects that no sealed manifest and no open writer needs. On any doubt
 // (an unreadable manifest or object header) it deletes nothing and says why in the log.
-func (s *Store) sweep() error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	n, freed, err := s.sweepLocked()
+func (c *collector) sweep() error {
+	c.st.writeMu.Lock()
+	defer c.st.writeMu.Unlock()
+	n, freed, err := c.sweepLocked()
 	if err != nil {
-		s.log.Warn("clean-up of unreferenced objects skipped", "err", err)
+		c.log.Warn("clean-up of unreferenced objects skipped", "err", err)
 		return nil
 	}
 	if n > 0 {
-		s.log.Info("removed the unreferenced objects an interrupted writer left", "objects", n, "bytes", freed)
+		c.log.Info("removed the unreferenced objects an interrupted writer left", "objects", n, "bytes", freed)
 	}
 	return nil
 }
 
-func (s *Store) sweepLocked() (deleted int, freed int64, err error) { return s.sweepWithin(nil) }
+func (c *collector) sweepLocked() (deleted int, freed int64, err error) { return c.sweepWithin(nil) }
 
 // sweepWithin is sweepLocked; while a writer group's rank is writing, it deletes only objects
 // in within (those of the versions a gc drops), or nothing when within is nil.
-func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err error) {
-	s.cleanStaleGroupRecords()
-	victims, err := s.sweepVictims(nil, nil, within)
+func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, err error) {
+	c.st.cleanStaleGroupRecords()
+	victims, err := c.sweepVictims(nil, nil, within)
 	if err != nil {
 		return 0, 0, err
 	}
 	var gone []ID
-	for _, v := range s.sweepOrder(victims) {
+	for _, v := range c.sweepOrder(victims) {
 		// An open writer may have taken hold of it since the roots were listed.
-		s.pendMu.Lock()
-		held := s.pending[v.id] > 0
+		c.st.pendMu.Lock()
+		held := c.st.pending[v.id] > 0
 		if !held {
-			err = s.be.DeleteObject(v.id)
+			err = c.st.be.DeleteObject(v.id)
 		}
-		s.pendMu.Unlock()
+		c.st.pendMu.Unlock()
 		if err != nil {
 			return deleted, freed, err
 		}
@@ -140,22 +176,22 @@ func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err e
 			gone = append(gone, v.id)
 			deleted++
 			freed += v.size
-			if err := s.failpoint("gc-object-deleted"); err != nil {
+			if err := c.st.failpoint("gc-object-deleted"); err != nil {
 				return deleted, freed, err
 			}
 		}
 	}
 	for _, id := range gone {
-		s.forgetMeta(id)
-		s.crcChecked.Delete(id)
+		c.st.forgetMeta(id)
+		c.st.crcChecked.Delete(id)
 	}
-	s.pendMu.Lock()
-	s.leftovers = false
-	clearFlag := len(s.open) == 0
-	s.pendMu.Unlock()
+	c.st.pendMu.Lock()
+	c.st.leftovers = false
+	clearFlag := len(c.st.open) == 0
+	c.st.pendMu.Unlock()
 	if clearFlag {
-		if err := s.ix.setFlag(keyDirty, false); err != nil {
-			s.log.Warn("index: not updated", "err", err)
+		if err := c.st.ix.setFlag(keyDirty, false); err != nil {
+			c.log.Warn("index: not updated", "err", err)
 		}
 	}
 	return deleted, freed, nil
@@ -173,8 +209,8 @@ type victim struct {
 // prediction is what the sweep does. While a writer group's rank is writing objects no record
 // names yet (group_publish.go), only objects in within are victims (nil: none, and the error
 // says why).
-func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool) ([]victim, error) {
-	numbers, err := s.be.ListManifests()
+func (c *collector) sweepVictims(without map[uint64]bool, whole, within map[ID]bool) ([]victim, error) {
+	numbers, err := c.st.be.ListManifests()
 	if err != nil {
 		return nil, err
 	}
@@ -184,8 +220,8 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool)
 		if without[v] {
 			continue
 		}
-		ver, err := s.loadVersion(v)
-		if err != nil && s.damagedError(v) != nil {
+		ver, err := c.st.loadVersion(v)
+		if err != nil && c.st.damagedError(v) != nil {
 			unreadable = append(unreadable, v)
 			continue
 		}
@@ -196,34 +232,34 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool)
 	}
 	if len(unreadable) > 0 {
 		// What they need is unknown: nothing is deleted until they are repaired.
-		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, s.root)
+		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, c.st.root)
 	}
 	// Open writers' objects: an object a writer holds may not be written yet (it holds
 	// before it writes): there is nothing to walk, and it is no victim (the sweep checks
 	// the holds again before it deletes).
 	pending := map[ID]bool{}
-	s.pendingRoots(pending)
+	c.pendingRoots(pending)
 	for id := range pending {
-		if _, err := s.be.StatObject(id); errors.Is(err, fs.ErrNotExist) {
+		if _, err := c.st.be.StatObject(id); errors.Is(err, fs.ErrNotExist) {
 			continue
 		} else if err != nil {
 			return nil, err
 		}
 		roots[id] = true
 	}
-	writing, err := s.groupRoots(roots) // parts not yet published (group_publish.go)
+	writing, err := c.st.groupRoots(roots) // parts not yet published (group_publish.go)
 	if err != nil {
 		return nil, err
 	}
 	if writing != "" && within == nil {
 		return nil, &groupPendingError{writing}
 	}
-	live, err := s.liveSetWhole(roots, whole)
+	live, err := c.liveSetWhole(roots, whole)
 	if err != nil {
 		return nil, err
 	}
 	var victims []victim
-	if err := s.be.ListObjects(func(id ID, size int64) error {
+	if err := c.st.be.ListObjects(func(id ID, size int64) error {
 		if !live[id] && (writing == "" || within[id]) {
 			victims = append(victims, victim{id, size})
 		}

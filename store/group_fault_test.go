@@ -346,7 +346,7 @@ func TestGroupGCWhileRankWrites(t *testing.T) {
 	sameTree(t, "v4", exportHashes(t, gs.pub, 4), fileHashes(files))
 	// With no rank writing, a sweep finds nothing left to delete.
 	gs.pub.writeMu.Lock()
-	n, _, err := gs.pub.sweepLocked()
+	n, _, err := gs.pub.collector.sweepLocked()
 	gs.pub.writeMu.Unlock()
 	if err != nil || n != 0 {
 		t.Fatalf("a sweep after the publish deleted %d objects (%v)", n, err)

@@ -490,7 +490,7 @@ func (s *Store) droppedObjects(drop []VersionInfo) map[ID]bool {
 		}
 		ver.m.roots(roots)
 	}
-	objs, err := s.liveSetWhole(roots, nil)
+	objs, err := s.collector.liveSetWhole(roots, nil)
 	if err != nil {
 		return nil
 	}

@@ -133,7 +133,7 @@ func (f *versionFile) readSegments(p []byte, off int64, read func(sg segment, ob
 		pos := off + int64(n)
 		k := min(int64(len(p)-n), sg.end-pos)
 		if err := read(sg, pos-sg.start, p[n:n+int(k)]); err != nil {
-			return n, f.s.removedByGC(f.ver.m.Version, fmt.Errorf("read %s of version %d: %w", f.f.Path, f.ver.m.Version, err))
+			return n, f.s.collector.removedByGC(f.ver.m.Version, fmt.Errorf("read %s of version %d: %w", f.f.Path, f.ver.m.Version, err))
 		}
 		n += int(k)
 	}

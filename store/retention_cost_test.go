@@ -49,7 +49,7 @@ func TestRetentionCostsWhatItFrees(t *testing.T) {
 			versions := changingModel(t, 30, tc.frac)
 			for i, files := range versions {
 				commitTree(t, s, uint64(i+1), files)
-				s.ret.idle()
+				s.collector.ret.idle()
 			}
 			st := s.Stats()
 			t.Logf("sealed %d bytes; retention: %d runs dropped %d versions, %d deferred; wrote %d bytes, freed %d; versions kept %v",

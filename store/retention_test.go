@@ -255,7 +255,7 @@ func TestRetentionAfterSeal(t *testing.T) {
 	s, root := newStore(t, Options{Retention: Retention{KeepLast: 3, KeepEvery: 5},
 		Logger: logtest.New(func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() })})
 	want := commitModel(t, s, 10)
-	s.ret.idle()
+	s.collector.ret.idle()
 	// Retention keeps at least the newest 3 and the milestones; it may keep more, while
 	// dropping them would rewrite more than it frees (TestRetentionCostsWhatItFrees).
 	got := numbers(s.Versions())
@@ -273,7 +273,7 @@ func TestRetentionAfterSeal(t *testing.T) {
 	if _, err := s.GCWith(3, GCOptions{KeepEvery: 5}); err != nil {
 		t.Fatal(err)
 	}
-	s.ret.wait()
+	s.collector.ret.wait()
 	if got := numbers(s.Versions()); !slices.Equal(got, []uint64{5, 8, 9, 10}) {
 		t.Fatalf("gc --keep-last 3 --keep-every 5 kept %v, want [5 8 9 10]", got)
 	}

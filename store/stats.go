@@ -40,7 +40,7 @@ type Stats struct {
 	PageHits, PageMisses     int64
 	RenderHits, RenderMisses int64
 
-	// What the writer's retention (Options.Retention, retention.go) did: the runs that
+	// What the writer's retention (Options.Retention, gc_retention.go) did: the runs that
 	// dropped versions and those it deferred (GCStats.Deferred), the versions dropped, the
 	// bytes its re-anchoring wrote (its cost: GCStats.ReanchorWritten) and the bytes it freed
 	// (GCStats.FreedBytes: deleted less what re-anchoring added).

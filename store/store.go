@@ -49,7 +49,7 @@ type Options struct {
 	// versions that reads make in the cache directory (0: DefaultFileCopyBytes; negative:
 	// none, every read of an older version replays: filecopy.go).
 	FileCopyBytes int64
-	// Retention (zero: none) runs gc in the background after every seal (retention.go).
+	// Retention (zero: none) runs gc in the background after every seal (gc_retention.go).
 	Retention Retention
 	// Observer (nil: none) is told of seals and of versions a reader finds (stats.go).
 	Observer Observer
@@ -79,17 +79,10 @@ type Store struct {
 	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
 	ix       *index
 	cacheDir string
-	ownCache bool     // a per-process reader cache, removed at Close
-	ret      retainer // the background gc of Options.Retention (retention.go)
+	ownCache bool // a per-process reader cache, removed at Close
 
-	// holds: the versions of open files, kept from gc (hold.go). gcMu: one gc at a time
-	// (gcrun.go), which takes writeMu only to drop.
-	holds holds
-	gcMu  sync.Mutex
-
-	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
-	removedLogged sync.Map
-	maxChain      int
+	collector *collector // gc, its sweeps, retention and the holds of open files (gc.go)
+	maxChain  int
 	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
 	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
 	contextChain int
@@ -332,8 +325,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.renders = newRenders(s)
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen
-	s.holds.env = newHoldEnv(s)
-	s.ret.env = newRetainEnv(s)
+	s.collector = newCollector(s)
 	return s
 }
 
@@ -365,7 +357,7 @@ func (s *Store) finishOpen(owner indexOwner) error {
 	if !s.readOnly && (statErr != nil || s.ix.flag(keyDirty)) {
 		// A writer died between writing objects and sealing them (or the index, which
 		// remembers that, is new): drop the objects no manifest needs.
-		if err := s.sweep(); err != nil {
+		if err := s.collector.sweep(); err != nil {
 			return err
 		}
 	}
@@ -439,8 +431,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	s.ret.wait() // a retention gc stops between objects once closed is set
-	s.holds.close()
+	s.collector.close() // a retention gc stops between objects once closed is set
 	s.pendMu.Lock()
 	writers := make([]*Writer, 0, len(s.open))
 	for _, w := range s.open {

@@ -21,7 +21,7 @@ func (f *versionFile) vouch() error {
 		return nil
 	}
 	if err := f.s.vouchFile(f.ver, f.f); err != nil {
-		return f.s.removedByGC(f.ver.m.Version, err)
+		return f.s.collector.removedByGC(f.ver.m.Version, err)
 	}
 	f.vouched.Store(true)
 	return nil

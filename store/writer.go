@@ -261,7 +261,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 		}
 	}
 	info.Anchor = info.PreviousNumber == 0
-	s.retainAfterSeal()
+	s.collector.retainAfterSeal()
 	return info, nil
 }
 

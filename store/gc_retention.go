@@ -58,35 +58,36 @@ type retainEnv struct {
 	// open says whether the store is still open (not Closed).
 	open func() bool
 	// held is the set of versions pinned (pin.go) or held by an open file of this process
-	// (hold.go).
+	// (gc_hold.go).
 	held func() (map[uint64]bool, error)
-	// retain starts the retention gc (Store.retainAfterSeal).
+	// retain starts the retention gc (collector.retainAfterSeal).
 	retain func()
 }
 
-// newRetainEnv is what store s gives its retainer.
-func newRetainEnv(s *Store) retainEnv {
+// newRetainEnv is what collector c gives its retainer.
+func newRetainEnv(c *collector) retainEnv {
+	s := c.st
 	return retainEnv{
-		log:   s.log,
+		log:   c.log,
 		stats: &s.stats,
 		open:  func() bool { return s.checkOpen() == nil },
 		held: func() (map[uint64]bool, error) {
 			held, err := s.activePins(time.Now())
 			if err == nil {
-				s.holds.heldVersions(held)
+				c.holds.heldVersions(held)
 			}
 			return held, err
 		},
-		retain: s.retainAfterSeal,
+		retain: c.retainAfterSeal,
 	}
 }
 
 // retainAfterSeal starts the retention gc, or asks the running one to go once more.
-func (s *Store) retainAfterSeal() {
-	if s.opts.Retention.KeepLast < 1 || s.readOnly {
+func (c *collector) retainAfterSeal() {
+	if c.st.opts.Retention.KeepLast < 1 || c.st.readOnly {
 		return
 	}
-	r := &s.ret
+	r := &c.ret
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -101,7 +102,7 @@ func (s *Store) retainAfterSeal() {
 	go func() {
 		defer r.wg.Done()
 		for {
-			st, err := s.GCWith(s.opts.Retention.KeepLast, GCOptions{KeepEvery: s.opts.Retention.KeepEvery, Worthwhile: !s.opts.Retention.Exact})
+			st, err := c.st.GCWith(c.st.opts.Retention.KeepLast, GCOptions{KeepEvery: c.st.opts.Retention.KeepEvery, Worthwhile: !c.st.opts.Retention.Exact})
 			r.note(st, err)
 			if r.done != nil {
 				r.done(st, err)
@@ -213,46 +214,46 @@ func (r *retainer) wait() {
 // expired, or a gc of an older program). That is not damage, and the error says what to do.
 // It is logged once per version. Where the gc record (gcrecord.go) says no gc dropped v, the
 // version was lost some other way and err (damage, EIO) stands.
-func (s *Store) removedByGC(v uint64, err error) error {
+func (c *collector) removedByGC(v uint64, err error) error {
 	if err == nil || !errors.Is(err, ErrCorrupt) {
 		return err
 	}
-	numbers, lerr := s.be.ListManifests()
+	numbers, lerr := c.st.be.ListManifests()
 	if lerr != nil || slices.Contains(numbers, v) {
 		return err
 	}
-	if q, ok := s.be.(quarantiner); ok {
+	if q, ok := c.st.be.(quarantiner); ok {
 		if qs, qerr := q.listQuarantined(); qerr != nil || slices.Contains(qs, v) {
 			return err
 		}
 	}
 	// The gc record holds every version gc dropped since it was made: a version above its
 	// Since that it does not hold went some other way, which is damage.
-	if r, state, _ := s.readGCRecord(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
+	if r, state, _ := c.st.readGCRecord(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
 		return fmt.Errorf("version %d: its manifest is gone, and no gc dropped it: %w", v, err)
 	}
-	if _, logged := s.removedLogged.LoadOrStore(v, true); !logged {
-		s.log.Warn(fmt.Sprintf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v), "version", v)
+	if _, logged := c.removedLogged.LoadOrStore(v, true); !logged {
+		c.log.Warn(fmt.Sprintf("version %d was removed by gc (weightfs gc, or a writer's --keep-last) while it was served here; its reads fail with ENOENT. Pin a version a reader needs (weightfs mount --read-only --version N pins it)", v), "version", v)
 	}
 	return fmt.Errorf("version %d: %w while it was read (pin a version to keep it)", v, ErrVersionRemoved)
 }
 
 // gcSweepOnly is gc when no version goes: only objects nothing needs are deleted.
-func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
+func (c *collector) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 	var err error
 	if dryRun {
 		var victims []victim
-		victims, err = s.sweepVictims(nil, nil, nil)
+		victims, err = c.sweepVictims(nil, nil, nil)
 		for _, v := range victims {
 			st.DeletedObjects++
 			st.DeletedBytes += v.size
 		}
 	} else {
-		s.trimGCRecord()
-		st.DeletedObjects, st.DeletedBytes, err = s.sweepLocked()
+		c.st.trimGCRecord()
+		st.DeletedObjects, st.DeletedBytes, err = c.sweepLocked()
 	}
 	if errors.Is(err, errUnreadableManifests) {
-		s.log.Warn("gc: no object deleted", "err", err)
+		c.log.Warn("gc: no object deleted", "err", err)
 		err = nil
 	}
 	return st, err
@@ -261,9 +262,9 @@ func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 // gcPlan splits the sealed versions into those gc drops and those it keeps: the newest
 // keepLast, the multiples of keepEvery, the pinned ones, and those open writers may use as
 // bases. pinned lists the versions kept for a pin alone.
-func (s *Store) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop, keep []VersionInfo, pinned []uint64) {
-	all := s.Versions()
-	floor := s.writerFloor()
+func (c *collector) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop, keep []VersionInfo, pinned []uint64) {
+	all := c.st.Versions()
+	floor := c.writerFloor()
 	for i, info := range all {
 		switch {
 		case i >= len(all)-keepLast, keepEvery > 0 && info.Number%uint64(keepEvery) == 0,
@@ -282,21 +283,21 @@ func (s *Store) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop, kee
 // writerFloor is the lowest version an open writer may take delta bases from (0: none open):
 // bases come from the materialized copy, which holds the latest version sealed when the
 // writer opened, or one before it while it is brought forward, or a later one.
-func (s *Store) writerFloor() uint64 {
+func (c *collector) writerFloor() uint64 {
 	var floor uint64
-	s.pendMu.Lock()
-	for _, w := range s.open {
+	c.st.pendMu.Lock()
+	for _, w := range c.st.open {
 		if w.floor != 0 && (floor == 0 || w.floor < floor) {
 			floor = w.floor
 		}
 	}
-	s.pendMu.Unlock()
+	c.st.pendMu.Unlock()
 	if floor == 0 {
 		return 0
 	}
 	// Without waiting: a change of the copy may be under way (then keep everything, this
 	// time; the next gc will drop what this one kept).
-	m := s.mat
+	m := c.st.mat
 	if !m.mu.TryRLock() {
 		return 1
 	}

@@ -78,7 +78,7 @@ func (s *Store) Hold(v uint64) (release func(), err error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	return s.holds.hold(v)
+	return s.collector.holds.hold(v)
 }
 
 // hold is Hold, once the store is known to be open.

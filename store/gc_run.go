@@ -12,7 +12,7 @@ type GCStats struct {
 	DroppedVersions int      // how many versions were dropped
 	Dropped         []uint64 // which
 	Kept            []uint64 // the versions kept, ascending
-	Pinned          []uint64 // kept only because a reader's pin or an open file holds them (pin.go, hold.go)
+	Pinned          []uint64 // kept only because a reader's pin or an open file holds them (pin.go, gc_hold.go)
 	Reanchored      int      // delta objects of kept versions rewritten as whole copies
 	// ReanchorBytes is what re-anchoring added to the store: the whole copies' sizes minus
 	// the deltas' they replace. A dry run cannot compress, so it gives an upper bound: the
@@ -74,7 +74,7 @@ type GCOptions struct {
 
 // GCWith is GC with options. Besides the newest keepLast versions (and the milestones of
 // KeepEvery) it keeps every version named by a reader's unexpired pin (pin.go), every version
-// a file of this process holds open (hold.go) and every version an open Writer may take
+// a file of this process holds open (gc_hold.go) and every version an open Writer may take
 // delta bases from (the latest sealed when it opened, and all above), so that it can run in
 // the writer's process while the writer ingests. It re-anchors without the store's write
 // lock, which it takes only to record the drop, delete the manifests and sweep: a seal waits
@@ -93,81 +93,119 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	if opts.KeepEvery < 0 {
 		return st, fmt.Errorf("gc: --keep-every must not be negative (got %d)", opts.KeepEvery)
 	}
-	s.gcMu.Lock() // one gc at a time
-	defer s.gcMu.Unlock()
-	pins, err := s.activePins(time.Now())
+	return s.collector.gc(keepLast, opts)
+}
+
+// gc is GCWith once its arguments are checked, in its steps: plan what goes, list the kept
+// objects to re-anchor, estimate (a dry run, or retention's look at the cost), re-anchor,
+// then, under the write lock, record the drop, delete the manifests and sweep
+// (dropVersions). With no version to drop it only sweeps (gcSweepOnly).
+func (c *collector) gc(keepLast int, opts GCOptions) (GCStats, error) {
+	c.gcMu.Lock() // one gc at a time
+	defer c.gcMu.Unlock()
+	st, drop, keep, err := c.plan(keepLast, opts.KeepEvery)
 	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
+		return st, err
 	}
-	s.holds.heldVersions(pins) // open files of this process (hold.go)
-	drop, keep, pinned := s.gcPlan(keepLast, opts.KeepEvery, pins)
-	for _, info := range keep {
-		st.Kept = append(st.Kept, info.Number)
-	}
-	st.Pinned = pinned
 	if len(drop) == 0 {
 		if opts.Worthwhile {
 			return st, nil
 		}
-		s.writeMu.Lock()
-		defer s.writeMu.Unlock()
-		return s.gcSweepOnly(st, opts.DryRun)
+		c.st.writeMu.Lock()
+		defer c.st.writeMu.Unlock()
+		return c.gcSweepOnly(st, opts.DryRun)
 	}
-	dropSet := map[uint64]bool{}
-	for _, info := range drop {
-		dropSet[info.Number] = true
-		st.Dropped = append(st.Dropped, info.Number)
-	}
-	st.DroppedVersions = len(drop)
-	jobs, err := s.reanchorJobs(keep)
+	jobs, err := c.reanchorJobs(keep)
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if opts.DryRun || (opts.Worthwhile && len(jobs) > 0) {
-		est, err := s.estimateGC(st, jobs, dropSet, drop)
+		est, err := c.estimateGC(st, jobs, drop)
 		if err != nil || opts.DryRun {
 			return est, err
 		}
-		// A quarter more than the estimate: the whole copy of a tensor that changed since
-		// the whole copy its chain ends at may compress worse.
-		if free, write := est.DeletedBytes-est.estAdded, est.ReanchorWritten; free < write+write/4 {
-			deferred := GCStats{Deferred: true, WouldWrite: write, WouldFree: free}
-			for _, info := range s.Versions() {
-				deferred.Kept = append(deferred.Kept, info.Number)
-			}
+		if deferred, ok := c.deferral(est); ok {
 			return deferred, nil
 		}
 	}
+	if st, err = c.reanchorAll(st, jobs, opts.Progress); err != nil {
+		return st, err
+	}
+	// From here on the set of versions changes: seals wait.
+	c.st.writeMu.Lock()
+	defer c.st.writeMu.Unlock()
+	return c.dropVersions(st, drop)
+}
+
+// plan is gc's first step: the versions it drops and those it keeps (gcPlan), beside the
+// pins that readers hold now and the versions of this process's open files (gc_hold.go), with
+// the stats that say so.
+func (c *collector) plan(keepLast, keepEvery int) (st GCStats, drop, keep []VersionInfo, err error) {
+	pins, err := c.st.activePins(time.Now())
+	if err != nil {
+		return st, nil, nil, fmt.Errorf("gc: %w", err)
+	}
+	c.holds.heldVersions(pins) // open files of this process (gc_hold.go)
+	drop, keep, pinned := c.gcPlan(keepLast, keepEvery, pins)
+	for _, info := range keep {
+		st.Kept = append(st.Kept, info.Number)
+	}
+	st.Pinned = pinned
+	for _, info := range drop {
+		st.Dropped = append(st.Dropped, info.Number)
+	}
+	st.DroppedVersions = len(drop)
+	return st, drop, keep, nil
+}
+
+// deferral is what a worthwhile gc (GCOptions.Worthwhile) returns instead of dropping, and
+// true, when est predicts that the drop frees less than its re-anchoring writes: nothing
+// changes, and the stats say what it would write and free.
+func (c *collector) deferral(est GCStats) (GCStats, bool) {
+	// A quarter more than the estimate: the whole copy of a tensor that changed since the
+	// whole copy its chain ends at may compress worse.
+	free, write := est.DeletedBytes-est.estAdded, est.ReanchorWritten
+	if free >= write+write/4 {
+		return GCStats{}, false
+	}
+	deferred := GCStats{Deferred: true, WouldWrite: write, WouldFree: free}
+	for _, info := range c.st.Versions() {
+		deferred.Kept = append(deferred.Kept, info.Number)
+	}
+	return deferred, true
+}
+
+// reanchorAll re-anchors the objects of jobs, without the store's write lock, and counts
+// them in st. It stops, having dropped nothing, when the store closes or a rewrite fails:
+// what it re-anchored stays (the same content, whole).
+func (c *collector) reanchorAll(st GCStats, jobs []reanchorJob, progress func(done, total int64)) (GCStats, error) {
 	var total, done int64
 	for _, j := range jobs {
 		total += j.m.ContentLen
 	}
 	for _, j := range jobs {
-		if err := s.checkOpen(); err != nil {
+		if err := c.st.checkOpen(); err != nil {
 			return st, err // closing: what is re-anchored stays, nothing is dropped
 		}
-		before, err := s.be.StatObject(j.id)
+		before, err := c.st.be.StatObject(j.id)
 		if err != nil {
 			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
 		}
-		if err := s.reanchor(j.id, j.hint, j.m); err != nil {
+		if err := c.reanchor(j.id, j.hint, j.m); err != nil {
 			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
 		}
-		after, err := s.be.StatObject(j.id)
+		after, err := c.st.be.StatObject(j.id)
 		if err != nil {
 			return st, fmt.Errorf("gc: re-anchor object %s: %w", j.id, err)
 		}
 		st.Reanchored++
 		st.ReanchorBytes += after - before
 		st.ReanchorWritten += after
-		if done += j.m.ContentLen; opts.Progress != nil {
-			opts.Progress(done, total)
+		if done += j.m.ContentLen; progress != nil {
+			progress(done, total)
 		}
 	}
-	// From here on the set of versions changes: seals wait.
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	return s.dropVersions(st, drop)
+	return st, nil
 }
 
 // reanchorJob is a kept object gc rewrites whole.
@@ -180,12 +218,12 @@ type reanchorJob struct {
 // reanchorJobs lists, oldest kept version first, every kept delta whose base is not kept
 // (re-anchored keeping its delta section as its link, in version 1), and every kept full
 // object whose link is version 2 and coded against a context that goes (its base's section:
-// rewritten with that link in version 1, gccontext.go).
-func (s *Store) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
+// rewritten with that link in version 1, gc_reanchor.go).
+func (c *collector) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 	kept := map[ID]bool{}
 	var keptVersions []*version
 	for _, info := range keep {
-		ver, err := s.loadVersion(info.Number)
+		ver, err := c.st.loadVersion(info.Number)
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +234,7 @@ func (s *Store) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 	listed := map[ID]bool{}
 	for _, ver := range keptVersions {
 		for id, hint := range objectsOf(ver) {
-			m, err := s.meta(id)
+			m, err := c.st.meta(id)
 			if err != nil {
 				return nil, err
 			}
@@ -204,7 +242,7 @@ func (s *Store) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 				continue
 			}
 			if m.Kind == kindFull {
-				if v2, err := s.sectionIsV2(id); err != nil {
+				if v2, err := c.sectionIsV2(id); err != nil {
 					return nil, err
 				} else if !v2 {
 					continue
@@ -219,10 +257,14 @@ func (s *Store) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 
 // estimateGC is what a dry run says: the re-anchoring's upper bounds and the objects the
 // sweep would delete.
-func (s *Store) estimateGC(st GCStats, jobs []reanchorJob, dropSet map[uint64]bool, drop []VersionInfo) (GCStats, error) {
+func (c *collector) estimateGC(st GCStats, jobs []reanchorJob, drop []VersionInfo) (GCStats, error) {
+	dropSet := map[uint64]bool{}
+	for _, info := range drop {
+		dropSet[info.Number] = true
+	}
 	whole := map[ID]bool{}
 	for _, j := range jobs {
-		size, err := s.be.StatObject(j.id)
+		size, err := c.st.be.StatObject(j.id)
 		if err != nil {
 			return st, fmt.Errorf("gc: %w", err)
 		}
@@ -231,12 +273,12 @@ func (s *Store) estimateGC(st GCStats, jobs []reanchorJob, dropSet map[uint64]bo
 		written := size // a full object whose link is re-coded: about its own size
 		if j.m.Kind == kindDelta {
 			st.ReanchorBytes += j.m.ContentLen - size
-			written = s.wholeCopySize(j.m)
+			written = c.wholeCopySize(j.m)
 		}
 		st.ReanchorWritten += written
 		st.estAdded += written - size
 	}
-	victims, err := s.sweepVictims(dropSet, whole, s.droppedObjects(drop))
+	victims, err := c.sweepVictims(dropSet, whole, c.st.droppedObjects(drop))
 	if errors.Is(err, errUnreadableManifests) {
 		return st, nil // the real gc deletes no object either
 	}
@@ -250,92 +292,111 @@ func (s *Store) estimateGC(st GCStats, jobs []reanchorJob, dropSet map[uint64]bo
 	return st, nil
 }
 
-// dropVersions records the versions of drop as dropped, deletes their manifests and sweeps
-// the objects nothing needs. Caller holds writeMu.
-func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
+// dropVersions is gc's last step, once it has re-anchored: it records the versions of drop
+// as dropped, keeps those a reader pinned or a file of this process opened since the plan,
+// deletes the manifests of the others and sweeps the objects nothing needs
+// (deleteDropped). Caller holds writeMu.
+func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	// Headers read while gc re-anchored (by ingest beside it) may be those of the objects
 	// before their rewrite: the sweep walks chains from fresh ones.
-	s.forgetAllMetas()
-	if err := s.be.SyncObjects(); err != nil {
+	c.st.forgetAllMetas()
+	if err := c.st.be.SyncObjects(); err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
-	if err := s.failpoint("gc-reanchored"); err != nil {
+	if err := c.st.failpoint("gc-reanchored"); err != nil {
 		return st, err
 	}
 	// What gc drops is recorded before the first manifest goes, so that Verify tells these
 	// versions from lost ones, also when gc stops before its sweep (gcrecord.go).
-	if err := s.recordDropped(st.Dropped); err != nil {
+	if err := c.st.recordDropped(st.Dropped); err != nil {
 		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
 	}
-	if err := s.failpoint("gc-recorded"); err != nil {
+	if err := c.st.failpoint("gc-recorded"); err != nil {
 		return st, err
 	}
 	// A reader may have pinned, or a file of this process opened, a version to drop since
-	// the plan: it stays (hold.go).
-	drop, late, err := s.holds.beginDrop(drop)
-	defer s.holds.endDrop()
+	// the plan: it stays (gc_hold.go).
+	drop, late, err := c.holds.beginDrop(drop)
+	defer c.holds.endDrop()
 	if err != nil {
-		s.trimGCRecord()
+		c.st.trimGCRecord()
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if len(late) > 0 {
-		st.Dropped = nil
-		for _, info := range drop {
-			st.Dropped = append(st.Dropped, info.Number)
-		}
-		st.DroppedVersions = len(drop)
-		for _, info := range late {
-			st.Kept = append(st.Kept, info.Number)
-			st.Pinned = append(st.Pinned, info.Number)
-		}
-		slices.Sort(st.Kept)
-		slices.Sort(st.Pinned)
-		s.log.Info("gc: kept versions opened or pinned while it ran", "versions", st.Pinned)
+		st = c.keptLate(st, drop, late)
 	}
-	within := s.droppedObjects(drop)
+	if st, err = c.deleteDropped(st, drop); err != nil {
+		return st, err
+	}
+	// Chain depths changed; they refill from object headers.
+	c.st.forgetAllMetas()
+	if len(late) > 0 {
+		c.st.trimGCRecord() // the record holds the versions kept late: not dropped
+	}
+	c.st.removeExpiredPins(time.Now())
+	c.log.Info("gc: dropped versions", "dropped", st.Dropped, "reanchored", st.Reanchored, "deleted_objects", st.DeletedObjects, "deleted_bytes", st.DeletedBytes)
+	return st, nil
+}
+
+// keptLate is st once the versions of late, pinned or opened since gc planned, are kept
+// (pinned) and only those of drop go.
+func (c *collector) keptLate(st GCStats, drop, late []VersionInfo) GCStats {
+	st.Dropped = nil
+	for _, info := range drop {
+		st.Dropped = append(st.Dropped, info.Number)
+	}
+	st.DroppedVersions = len(drop)
+	for _, info := range late {
+		st.Kept = append(st.Kept, info.Number)
+		st.Pinned = append(st.Pinned, info.Number)
+	}
+	slices.Sort(st.Kept)
+	slices.Sort(st.Pinned)
+	c.log.Info("gc: kept versions opened or pinned while it ran", "versions", st.Pinned)
+	return st
+}
+
+// deleteDropped deletes the manifests of drop, takes their versions off the list and the
+// index, and sweeps the objects nothing needs any more (while a writer group's rank writes,
+// only objects of drop: sweepWithin). Caller holds writeMu.
+func (c *collector) deleteDropped(st GCStats, drop []VersionInfo) (GCStats, error) {
+	within := c.st.droppedObjects(drop)
 	var dropped []uint64
 	for _, info := range drop {
-		if err := s.be.DeleteManifest(info.Number); err != nil {
+		if err := c.st.be.DeleteManifest(info.Number); err != nil {
 			return st, fmt.Errorf("gc: %w", err)
 		}
 		dropped = append(dropped, info.Number)
-		s.manifests.remove(info.Number)
+		c.st.manifests.remove(info.Number)
 	}
-	s.mu.Lock()
-	s.versions = slices.DeleteFunc(slices.Clone(s.versions), func(info VersionInfo) bool { return slices.Contains(dropped, info.Number) })
-	s.mu.Unlock()
-	if err := s.ix.updateVersions(nil, dropped); err != nil {
-		s.log.Warn("index: not updated", "err", err)
+	c.st.mu.Lock()
+	c.st.versions = slices.DeleteFunc(slices.Clone(c.st.versions), func(info VersionInfo) bool { return slices.Contains(dropped, info.Number) })
+	c.st.mu.Unlock()
+	if err := c.st.ix.updateVersions(nil, dropped); err != nil {
+		c.log.Warn("index: not updated", "err", err)
 	}
-	if err := s.failpoint("gc-manifests-deleted"); err != nil {
+	if err := c.st.failpoint("gc-manifests-deleted"); err != nil {
 		return st, err
 	}
-	n, freed, err := s.sweepWithin(within)
+	n, freed, err := c.sweepWithin(within)
 	st.DeletedObjects, st.DeletedBytes = n, freed
 	if errors.Is(err, errUnreadableManifests) {
-		s.log.Warn("gc: no object deleted", "err", err)
+		c.log.Warn("gc: no object deleted", "err", err)
 		err = nil
 	}
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
-	// Chain depths changed; they refill from object headers.
-	s.forgetAllMetas()
-	if len(late) > 0 {
-		s.trimGCRecord() // the record holds the versions kept late: not dropped
-	}
-	s.removeExpiredPins(time.Now())
-	s.log.Info("gc: dropped versions", "dropped", dropped, "reanchored", st.Reanchored, "deleted_objects", n, "deleted_bytes", freed)
 	return st, nil
 }
 
 // wholeCopySize estimates the size of a whole copy of delta object m: the size of the whole
 // copy its chain of deltas ends at (the same tensor, compressed alike), or its content length
 // when the chain cannot be walked.
-func (s *Store) wholeCopySize(m objMeta) int64 {
+func (c *collector) wholeCopySize(m objMeta) int64 {
 	cur := m.Base
 	for n := 0; n < maxWalk; n++ {
-		bm, err := s.meta(cur)
+		bm, err := c.st.meta(cur)
 		if err != nil {
 			break
 		}

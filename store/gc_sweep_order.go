@@ -12,7 +12,7 @@ package store
 // its delta section) when both are victims. An object whose header cannot be read counts as
 // having no base; a cycle of bases (only a forged store has one) is deleted last, in the order
 // listed.
-func (s *Store) sweepOrder(victims []victim) []victim {
+func (c *collector) sweepOrder(victims []victim) []victim {
 	index := make(map[ID]int, len(victims))
 	for i, v := range victims {
 		index[v.id] = i
@@ -21,7 +21,7 @@ func (s *Store) sweepOrder(victims []victim) []victim {
 	waiting := make([]int, len(victims))
 	for i, v := range victims {
 		base[i] = -1
-		m, err := s.meta(v.id)
+		m, err := c.st.meta(v.id)
 		if err != nil || m.Base == (ID{}) {
 			continue
 		}

@@ -19,8 +19,8 @@ import (
 
 // sectionIsV2 reports whether object id has a delta section of version 2, from the section's
 // version byte alone (the section itself is checked when it is used).
-func (s *Store) sectionIsV2(id ID) (bool, error) {
-	f, info, err := s.openObject(id)
+func (c *collector) sectionIsV2(id ID) (bool, error) {
+	f, info, err := c.st.openObject(id)
 	if err != nil {
 		return false, err
 	}
@@ -41,8 +41,8 @@ func (s *Store) sectionIsV2(id ID) (bool, error) {
 // reanchor rewrites object id (a delta object, or a full object with a link) as a whole copy
 // of the same content (checked against its SHA-256 before it replaces the object) whose link
 // is the object's delta section in version 1 (byte for byte when it is version 1 already).
-func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
-	fw, err := newFullWriter(s.be, s.codec, m.Width, m.ContentLen)
+func (c *collector) reanchor(id ID, hint objHint, m objMeta) error {
+	fw, err := newFullWriter(c.st.be, c.st.codec, m.Width, m.ContentLen)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 	var sec *deltaObject
 	var enc *delta.DeltaEncoder // re-codes a version-2 section as version 1
 	var base []byte
-	if sec, err = s.loadDelta(id); err != nil {
+	if sec, err = c.st.loadDelta(id); err != nil {
 		return err
 	}
 	if sec.parsed.NeedsContext() {
@@ -59,7 +59,7 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 	buf := make([]byte, min(m.ContentLen, ingestChunk))
 	for off := int64(0); off < m.ContentLen; {
 		n := min(int64(len(buf)), m.ContentLen-off)
-		if err := s.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
+		if err := c.st.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
 			return err
 		}
 		if _, err := fw.Write(buf[:n]); err != nil {
@@ -99,7 +99,7 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 	if err := fw.put(id); err != nil {
 		return err
 	}
-	s.forgetMeta(id)
-	s.crcChecked.Delete(id)
+	c.st.forgetMeta(id)
+	c.st.crcChecked.Delete(id)
 	return nil
 }
