@@ -124,7 +124,15 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 		s.writeMu.Lock()
 		defer s.writeMu.Unlock()
 	}
-	r := &repairer{s: s}
+	return s.checker.repair(q, opts)
+}
+
+// repair is RepairWith on an open store, with its backend's quarantine (and the writer's
+// lock, unless it is a dry run).
+func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error) {
+	s := c.st
+	rep := RepairReport{DryRun: opts.DryRun}
+	r := &repairer{c: c, s: s}
 	var err error
 	if rep.Verify, err = r.verifyForRepair(opts.Progress); err != nil {
 		return rep, err

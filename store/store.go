@@ -148,6 +148,7 @@ type Store struct {
 	mat       *materialized
 	files     *fileCopies // checked copies of files of older versions (filecopy.go)
 	group     *rankState  // a rank of a writer group (OpenRank, group.go); nil otherwise
+	checker   *checker    // Verify, Repair, Export and the vouching of files (verify.go)
 
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
@@ -336,6 +337,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.manifestLimit = maxManifestLen
 	s.holds.env = newHoldEnv(s)
 	s.ret.env = newRetainEnv(s)
+	s.checker = newChecker(s)
 	return s
 }
 
