@@ -24,7 +24,8 @@ type Patch struct {
 }
 
 // OpenPatch reads the header of the patch file r (size bytes) and checks that its metadata
-// is present and consistent with its tensors. It does not read the data; Verify does.
+// is present and consistent with its tensors. It does not read the data: the apply checks
+// each tensor's indices as it reads them (patchCursor).
 // An unknown format or version is refused with ErrUnsupportedVersion, anything else that is
 // wrong with ErrMalformed.
 func OpenPatch(r io.ReaderAt, size int64) (*Patch, error) {
@@ -53,32 +54,9 @@ func malformedPatch(format string, args ...any) error {
 // readPlan rebuilds the plan from the metadata and checks it against the tensors.
 func (p *Patch) readPlan() error {
 	meta := p.Header.Metadata
-	get := func(key string) (string, error) {
-		v, ok := meta[key]
-		if !ok {
-			return "", malformedPatch("metadata has no %q", key)
-		}
-		return v, nil
-	}
-	format, ok := meta[metaFormat]
-	if !ok {
-		return malformedPatch("metadata has no %q: not a sparse weight patch", metaFormat)
-	}
-	if format != PatchFormat {
-		return fmt.Errorf("%w: patch format %q (want %q)", ErrUnsupportedVersion, format, PatchFormat)
-	}
-	if v, err := get(metaVersion); err != nil {
+	get := func(key string) (string, error) { return metaString(meta, key) }
+	if err := checkPatchFormat(meta); err != nil {
 		return err
-	} else if v != PatchVersion {
-		return fmt.Errorf("%w: patch version %q (want %q)", ErrUnsupportedVersion, v, PatchVersion)
-	}
-	if enc, ok := meta[metaEncoding]; ok && enc != "raw" {
-		return fmt.Errorf("%w: patch index encoding %q (want \"raw\")", ErrUnsupportedVersion, enc)
-	}
-	if v, err := get(metaSparse); err != nil {
-		return err
-	} else if v != "True" {
-		return malformedPatch("%q is %q, want \"True\"", metaSparse, v)
 	}
 	var err error
 	plan := &p.Plan
@@ -146,6 +124,41 @@ func (p *Patch) readPlan() error {
 		return malformedPatch("file holds %d tensors but its metadata accounts for %d", len(p.Header.Tensors), want)
 	}
 	return p.validate()
+}
+
+// checkPatchFormat checks the metadata that says which format a patch is in: a sparse weight
+// patch of PatchVersion with raw indices.
+func checkPatchFormat(meta map[string]string) error {
+	format, ok := meta[metaFormat]
+	if !ok {
+		return malformedPatch("metadata has no %q: not a sparse weight patch", metaFormat)
+	}
+	if format != PatchFormat {
+		return fmt.Errorf("%w: patch format %q (want %q)", ErrUnsupportedVersion, format, PatchFormat)
+	}
+	if v, err := metaString(meta, metaVersion); err != nil {
+		return err
+	} else if v != PatchVersion {
+		return fmt.Errorf("%w: patch version %q (want %q)", ErrUnsupportedVersion, v, PatchVersion)
+	}
+	if enc, ok := meta[metaEncoding]; ok && enc != "raw" {
+		return fmt.Errorf("%w: patch index encoding %q (want \"raw\")", ErrUnsupportedVersion, enc)
+	}
+	if v, err := metaString(meta, metaSparse); err != nil {
+		return err
+	} else if v != "True" {
+		return malformedPatch("%q is %q, want \"True\"", metaSparse, v)
+	}
+	return nil
+}
+
+// metaString is the metadata's value for key, which must be there.
+func metaString(meta map[string]string, key string) (string, error) {
+	v, ok := meta[key]
+	if !ok {
+		return "", malformedPatch("metadata has no %q", key)
+	}
+	return v, nil
 }
 
 func metaUint(meta map[string]string, key string) (uint64, error) {
@@ -355,24 +368,6 @@ func (p *Patch) WholeFile(name string) (*io.SectionReader, error) {
 	}
 	t := p.entries[WholeFilePrefix+name]
 	return io.NewSectionReader(p.r, p.Header.DataStart()+t.Begin, t.End-t.Begin), nil
-}
-
-// Verify reads every tensor's indices and checks they ascend strictly and stay inside the
-// tensor. Errors wrap ErrMalformed.
-func (p *Patch) Verify() error {
-	for _, t := range p.Plan.Tensors {
-		c := p.newCursor(t)
-		for {
-			_, _, ok, err := c.next()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				break
-			}
-		}
-	}
-	return nil
 }
 
 // patchCursor reads one tensor's (index, value) pairs in order, a batch at a time, checking

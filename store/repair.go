@@ -97,11 +97,6 @@ type RepairOptions struct {
 	DryRun bool
 }
 
-// Repair is RepairWith without a dry run.
-func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
-	return s.RepairWith(RepairOptions{Progress: progress})
-}
-
 // RepairWith verifies the whole store (Verify), mends every damaged object it can from an
 // intact source, and moves what is still damaged into quarantine. It needs the writer (the
 // store open for writing) unless it is a dry run. The error is nil when the store is

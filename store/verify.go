@@ -70,8 +70,8 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 }
 
 // checker is what checks the store's bytes against their names: Verify, Repair (its
-// repairer, repair.go), Export (export.go) and the vouching of a file before its first read
-// (vouch.go). It holds no state of its own: every check reads the store afresh through its
+// repairer, repair.go), Export (verify_export.go) and the vouching of a file before its first read
+// (verify_vouch.go). It holds no state of its own: every check reads the store afresh through its
 // read paths.
 type checker struct {
 	// st is the store it checks: its read paths, versions and caches, reached through their
