@@ -24,8 +24,7 @@ type Patch struct {
 }
 
 // OpenPatch reads the header of the patch file r (size bytes) and checks that its metadata
-// is present and consistent with its tensors. It does not read the data: the apply checks
-// each tensor's indices as it reads them (patchCursor).
+// is present and consistent with its tensors. It does not read the data; Verify does.
 // An unknown format or version is refused with ErrUnsupportedVersion, anything else that is
 // wrong with ErrMalformed.
 func OpenPatch(r io.ReaderAt, size int64) (*Patch, error) {
@@ -368,6 +367,24 @@ func (p *Patch) WholeFile(name string) (*io.SectionReader, error) {
 	}
 	t := p.entries[WholeFilePrefix+name]
 	return io.NewSectionReader(p.r, p.Header.DataStart()+t.Begin, t.End-t.Begin), nil
+}
+
+// Verify reads every tensor's indices and checks they ascend strictly and stay inside the
+// tensor. Errors wrap ErrMalformed.
+func (p *Patch) Verify() error {
+	for _, t := range p.Plan.Tensors {
+		c := p.newCursor(t)
+		for {
+			_, _, ok, err := c.next()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // patchCursor reads one tensor's (index, value) pairs in order, a batch at a time, checking
