@@ -64,11 +64,11 @@ type ApplyOptions struct {
 	// VerifySHA256 checks the base and result by SHA-256 even when the patch records
 	// xxh3-128 (which is several times faster). Patches without xxh3 always use SHA-256.
 	VerifySHA256 bool
-	// NoWait makes ApplyPatchFile refuse at once, with an error wrapping ErrLocked that names
+	// NoWait makes ApplyPatchFileWith refuse at once, with an error wrapping ErrLocked that names
 	// the holder, when another apply of the same file holds its lock. By default it waits for
 	// that apply to end, then checks the file as that apply left it (see patch_apply_lock.go).
 	NoWait bool
-	// Waiting, when set, is called when ApplyPatchFile has to wait for another apply of the
+	// Waiting, when set, is called when ApplyPatchFileWith has to wait for another apply of the
 	// same file, with a description of the holder (its process id and host): once, or again
 	// if yet another apply takes the lock first.
 	Waiting func(holder string)
@@ -97,7 +97,7 @@ const (
 	MethodPages  = "pages"  // one WriteAt per run of changed pages, patched in memory (patch_apply_pages.go)
 )
 
-// ApplyResult says what ApplyPatch did.
+// ApplyResult says what ApplyPatchWith did.
 type ApplyResult struct {
 	File            string // the file's path as recorded in the patch
 	ModelVersion    uint64 // the version the patch leads to
@@ -136,18 +136,13 @@ func (r ApplyResult) String() string {
 	return fmt.Sprintf("%s: weight_v%06d -> weight_v%06d, %s", r.File, r.BaseVersion, r.ModelVersion, how)
 }
 
-// ApplyPatch applies the changes of file name (as recorded in the patch) to target, a
-// safetensors file of size bytes, in place, with the default ApplyOptions. The target must be
-// the patch's base (checked by hash before anything is written; otherwise the error wraps
-// ErrBaseMismatch and the target is untouched) or already its result (then nothing is
-// written). journal records the apply while it writes; see the comment at the top of this
-// file. ApplyPatch does not lock: the caller must make sure that no other apply of the same
-// file runs meanwhile (ApplyPatchFile does, see patch_apply_lock.go).
-func ApplyPatch(p *Patch, target ApplyTarget, size int64, name string, journal Journal) (ApplyResult, error) {
-	return ApplyPatchWith(p, target, size, name, journal, ApplyOptions{})
-}
-
-// ApplyPatchWith is ApplyPatch with options.
+// ApplyPatchWith applies the changes of file name (as recorded in the patch) to target, a
+// safetensors file of size bytes, in place. The target must be the patch's base (checked by
+// hash before anything is written; otherwise the error wraps ErrBaseMismatch and the target
+// is untouched) or already its result (then nothing is written). journal records the apply
+// while it writes; see the comment at the top of this file. ApplyPatchWith does not lock: the
+// caller must make sure that no other apply of the same file runs meanwhile
+// (ApplyPatchFileWith does, see patch_apply_lock.go).
 func ApplyPatchWith(p *Patch, target ApplyTarget, size int64, name string, journal Journal, opts ApplyOptions) (ApplyResult, error) {
 	return applyPatch(p, target, size, name, journal, applyConfig{chunk: scanChunk, opts: opts})
 }
@@ -221,23 +216,9 @@ func applyPatch(p *Patch, target ApplyTarget, size int64, name string, journal J
 	if err != nil {
 		return res, err
 	}
-	base, result := kind.want(f)
-	if !resuming {
-		switch {
-		case scan.input == result:
-			res.AlreadyApplied = true
-			return res, nil
-		case scan.input != base:
-			return res, fmt.Errorf("%w: %s has %s %s, which is neither the patch's base %s (v%d) nor its result %s (v%d); nothing was written",
-				ErrBaseMismatch, name, kind, scan.input, base, p.Plan.BaseVersion, result, p.Plan.ModelVersion)
-		}
-	}
-	if scan.output != result {
-		if resuming {
-			return res, fmt.Errorf("%w: finishing the interrupted apply of %s would give %s %s, not the patch's result %s; the file was changed by something else",
-				ErrBaseMismatch, name, kind, scan.output, result)
-		}
-		return res, fmt.Errorf("%w: patch turns %s into %s %s, not its recorded result %s; nothing was written", ErrMalformed, name, kind, scan.output, result)
+	if done, err := judgeScan(p, f, name, kind, scan, resuming); done || err != nil {
+		res.AlreadyApplied = done
+		return res, err
 	}
 	if err := cfg.fail(stepScanned); err != nil {
 		return res, err
@@ -254,34 +235,7 @@ func applyPatch(p *Patch, target ApplyTarget, size int64, name string, journal J
 	if resuming {
 		original = rec
 	}
-	if err := writeAndSync(target, []byte(applyMarker), cfg.opts.Sync, "mark %s as being patched", name); err != nil {
-		return res, err
-	}
-	if err := cfg.fail(stepMarked); err != nil {
-		return res, err
-	}
-	if err := writeChanges(p, layout, target, m, &res, cfg); err != nil {
-		return res, fmt.Errorf("write changes to %s: %w", name, err)
-	}
-	if layout.newPrefix != nil {
-		// A header-only change: the new header after its 8 length bytes, which are equal
-		// (the marker stays in place until step 4 restores them).
-		if _, err := target.WriteAt(layout.newPrefix[8:], 8); err != nil {
-			return res, fmt.Errorf("write the new header of %s: %w", name, err)
-		}
-	}
-	if cfg.opts.Sync {
-		if err := target.Sync(); err != nil {
-			return res, fmt.Errorf("sync %s: %w", name, err)
-		}
-	}
-	if err := cfg.fail(stepWritten); err != nil {
-		return res, err
-	}
-	if err := writeAndSync(target, original[:], cfg.opts.Sync, "restore the header length of %s", name); err != nil {
-		return res, err
-	}
-	if err := cfg.fail(stepRestored); err != nil {
+	if err := writeSteps(p, layout, target, m, original, name, &res, cfg); err != nil {
 		return res, err
 	}
 	if err := journal.Remove(); err != nil {
@@ -289,6 +243,65 @@ func applyPatch(p *Patch, target ApplyTarget, size int64, name string, journal J
 	}
 	res.Recovered = resuming
 	return res, nil
+}
+
+// judgeScan compares the scanned target with file f of the patch, before anything is
+// written: done when a fresh apply finds the result already there; an error when a fresh
+// apply finds neither base nor result, or when the patch (or, resuming, the rest of the
+// interrupted apply) would not give the recorded result.
+func judgeScan(p *Patch, f PatchFile, name string, kind digestKind, scan scanResult, resuming bool) (done bool, err error) {
+	base, result := kind.want(f)
+	if !resuming {
+		switch {
+		case scan.input == result:
+			return true, nil
+		case scan.input != base:
+			return false, fmt.Errorf("%w: %s has %s %s, which is neither the patch's base %s (v%d) nor its result %s (v%d); nothing was written",
+				ErrBaseMismatch, name, kind, scan.input, base, p.Plan.BaseVersion, result, p.Plan.ModelVersion)
+		}
+	}
+	if scan.output != result {
+		if resuming {
+			return false, fmt.Errorf("%w: finishing the interrupted apply of %s would give %s %s, not the patch's result %s; the file was changed by something else",
+				ErrBaseMismatch, name, kind, scan.output, result)
+		}
+		return false, fmt.Errorf("%w: patch turns %s into %s %s, not its recorded result %s; nothing was written", ErrMalformed, name, kind, scan.output, result)
+	}
+	return false, nil
+}
+
+// writeSteps writes the apply into target once the journal holds it (the comment at the top
+// of this file): the marker over the header length, the changes (and a header-only change's
+// new header), a sync, and the header length original restored.
+func writeSteps(p *Patch, layout targetLayout, target ApplyTarget, m *fileMapping, original [8]byte, name string, res *ApplyResult, cfg applyConfig) error {
+	if err := writeAndSync(target, []byte(applyMarker), cfg.opts.Sync, "mark %s as being patched", name); err != nil {
+		return err
+	}
+	if err := cfg.fail(stepMarked); err != nil {
+		return err
+	}
+	if err := writeChanges(p, layout, target, m, res, cfg); err != nil {
+		return fmt.Errorf("write changes to %s: %w", name, err)
+	}
+	if layout.newPrefix != nil {
+		// A header-only change: the new header after its 8 length bytes, which are equal
+		// (the marker stays in place until step 4 restores them).
+		if _, err := target.WriteAt(layout.newPrefix[8:], 8); err != nil {
+			return fmt.Errorf("write the new header of %s: %w", name, err)
+		}
+	}
+	if cfg.opts.Sync {
+		if err := target.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", name, err)
+		}
+	}
+	if err := cfg.fail(stepWritten); err != nil {
+		return err
+	}
+	if err := writeAndSync(target, original[:], cfg.opts.Sync, "restore the header length of %s", name); err != nil {
+		return err
+	}
+	return cfg.fail(stepRestored)
 }
 
 // writeAndSync writes the first 8 bytes of the target, then syncs it when sync is set.

@@ -66,8 +66,8 @@ func BenchmarkApplyPatch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := BuildPatch(pf, 2, 1, []PatchSource{{Name: "model.safetensors",
-		Base: bytes.NewReader(base), BaseSize: int64(len(base)), Result: bytes.NewReader(result), ResultSize: int64(len(result))}}); err != nil {
+	if _, err := BuildPatchWith(pf, 2, 1, []PatchSource{{Name: "model.safetensors",
+		Base: bytes.NewReader(base), BaseSize: int64(len(base)), Result: bytes.NewReader(result), ResultSize: int64(len(result))}}, PatchBuildOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	pf.Close()

@@ -14,7 +14,7 @@ import (
 )
 
 // Applying a patch to a checkpoint directory (weightfs apply PATCH DIR): every file the patch
-// names is applied as ApplyPatchFile applies it (base check, journal, lock), files it does
+// names is applied as ApplyPatchFileWith applies it (base check, journal, lock), files it does
 // not name are left alone, and the directory records the version it holds in a state file
 // (docs/format.md Part III §3):
 //
@@ -212,10 +212,8 @@ func applyPatchDir(patchPath, dir string, opts ApplyOptions, step bool) (DirAppl
 	if di, err := os.Stat(dir); err != nil || !di.IsDir() {
 		return res, DirState{}, fmt.Errorf("%s is not a directory (%v)", dir, err)
 	}
-	for _, f := range p.Plan.Files {
-		if !filepath.IsLocal(filepath.FromSlash(f.Name)) || f.Name == StateDir || strings.HasPrefix(f.Name, StateDir+"/") {
-			return res, DirState{}, fmt.Errorf("%w: patch names %q, which is not a file inside a directory", ErrMalformed, f.Name)
-		}
+	if err := checkDirNames(p); err != nil {
+		return res, DirState{}, err
 	}
 	if !step {
 		unlock, err := LockDir(dir, opts.NoWait)
@@ -241,15 +239,7 @@ func applyPatchDir(patchPath, dir string, opts ApplyOptions, step bool) (DirAppl
 			ErrBaseMismatch, dir, st.Version, p.Plan.BaseVersion, want)
 	}
 	resuming := marked && st.Pending != 0
-	pending := DirState{Version: p.Plan.BaseVersion, Pending: want, Source: st.Source, Files: st.Files}
-	if st.Files != nil {
-		// Every file the patch may create is one weightfs put there.
-		named := make([]DirFile, len(p.Plan.Files))
-		for i, f := range p.Plan.Files {
-			named[i] = DirFile{Path: f.Name}
-		}
-		pending.Files = UnionFiles(st.Files, named)
-	}
+	pending := pendingDirState(p, st)
 	if err := WriteDirState(dir, pending); err != nil {
 		return res, st, err
 	}
@@ -274,7 +264,42 @@ func applyPatchDir(patchPath, dir string, opts ApplyOptions, step bool) (DirAppl
 	if step {
 		return res, pending, nil
 	}
-	done := DirState{Version: want, Source: st.Source}
+	done, err := doneDirState(dir, p, st, pending)
+	if err != nil {
+		return res, pending, err
+	}
+	return res, done, WriteDirState(dir, done)
+}
+
+// checkDirNames refuses a patch that names a file outside the directory, or in its state
+// directory.
+func checkDirNames(p *Patch) error {
+	for _, f := range p.Plan.Files {
+		if !filepath.IsLocal(filepath.FromSlash(f.Name)) || f.Name == StateDir || strings.HasPrefix(f.Name, StateDir+"/") {
+			return fmt.Errorf("%w: patch names %q, which is not a file inside a directory", ErrMalformed, f.Name)
+		}
+	}
+	return nil
+}
+
+// pendingDirState is the state recorded while p is applied to a directory whose state was st.
+func pendingDirState(p *Patch, st DirState) DirState {
+	pending := DirState{Version: p.Plan.BaseVersion, Pending: p.Plan.ModelVersion, Source: st.Source, Files: st.Files}
+	if st.Files != nil {
+		// Every file the patch may create is one weightfs put there.
+		named := make([]DirFile, len(p.Plan.Files))
+		for i, f := range p.Plan.Files {
+			named[i] = DirFile{Path: f.Name}
+		}
+		pending.Files = UnionFiles(st.Files, named)
+	}
+	return pending
+}
+
+// doneDirState is the state recorded once p is applied to dir, whose state was st before
+// and pending during the apply.
+func doneDirState(dir string, p *Patch, st, pending DirState) (DirState, error) {
+	done := DirState{Version: p.Plan.ModelVersion, Source: st.Source}
 	if pending.Files != nil {
 		// The files the patch names as they are now; the others as they were recorded. (A
 		// file the result version no longer has stays: the patch format has no deletions.)
@@ -282,13 +307,13 @@ func applyPatchDir(patchPath, dir string, opts ApplyOptions, step bool) (DirAppl
 		for _, f := range p.Plan.Files {
 			df, err := StatDirFile(dir, f.Name)
 			if err != nil {
-				return res, pending, err
+				return DirState{}, err
 			}
 			now = append(now, df)
 		}
 		done.Files = UnionFiles(now, pending.Files)
 	}
-	return res, done, WriteDirState(dir, done)
+	return done, nil
 }
 
 // nothingWritten says whether an apply run that failed with err on target changed no file:

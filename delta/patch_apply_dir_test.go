@@ -95,7 +95,7 @@ func TestApplyPatchDir(t *testing.T) {
 		if err := WriteDirState(dir, DirState{Version: 7, Pending: 8}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ApplyPatchFile(patchPath, filepath.Join(dir, "model.safetensors")); err != nil {
+		if _, err := ApplyPatchFileWith(patchPath, filepath.Join(dir, "model.safetensors"), ApplyOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		res, err := ApplyPatchDir(patchPath, dir, ApplyOptions{})

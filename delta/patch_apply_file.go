@@ -12,7 +12,7 @@ import (
 )
 
 // The file-system side of weightfs apply: the lock, the journal as a file, the temporary
-// files, and ApplyPatchFile, which the CLI calls. The rest of the package works on
+// files, and ApplyPatchFileWith, which the CLI calls. The rest of the package works on
 // io.ReaderAt/io.WriterAt only.
 //
 // Names beside a target FILE, all in FILE's directory:
@@ -37,21 +37,16 @@ const JournalSuffix = ".weightfs-apply"
 // wholeTempSuffix is appended to a target's path to name the copy that replaces it.
 const wholeTempSuffix = ".weightfs-tmp"
 
-// ApplyPatchFile applies the patch file at patchPath to the local file at target with the
-// default ApplyOptions. Its path in the version is its base name, or the one file of the
-// patch whose path ends in /base name. A sparsely patched safetensors file is changed in
-// place under the journal target+JournalSuffix (see ApplyPatch); a file the patch carries
-// whole is checked against its base hash and replaced atomically (temporary file, rename),
-// keeping its mode and owner. Either way the apply holds the lock target+LockSuffix from its
-// first read of the target to its last write, so that two applies of one file run one after
-// the other. A target that is a symbolic link is refused.
-func ApplyPatchFile(patchPath, target string) (ApplyResult, error) {
-	return ApplyPatchFileWith(patchPath, target, ApplyOptions{})
-}
-
-// ApplyPatchFileWith is ApplyPatchFile with options. With opts.Sync the journal, the target
-// and a replaced whole file are fsynced (with their directory) at every step; without it
-// nothing is, which is safe against a killed process but not against power loss.
+// ApplyPatchFileWith applies the patch file at patchPath to the local file at target. Its
+// path in the version is its base name, or the one file of the patch whose path ends in /base
+// name. A sparsely patched safetensors file is changed in place under the journal
+// target+JournalSuffix (see ApplyPatchWith); a file the patch carries whole is checked against
+// its base hash and replaced atomically (temporary file, rename), keeping its mode and owner.
+// Either way the apply holds the lock target+LockSuffix from its first read of the target to
+// its last write, so that two applies of one file run one after the other. A target that is a
+// symbolic link is refused. With opts.Sync the journal, the target and a replaced whole file
+// are fsynced (with their directory) at every step; without it nothing is, which is safe
+// against a killed process but not against power loss.
 func ApplyPatchFileWith(patchPath, target string, opts ApplyOptions) (ApplyResult, error) {
 	return applyPatchFile(patchPath, target, applyConfig{chunk: scanChunk, opts: opts})
 }
@@ -274,23 +269,10 @@ func hashTarget(path string, kind digestKind) (digest, *unix.Stat_t, error) {
 	return h.digest(), st, nil
 }
 
-// FileJournal is a Journal kept in the file at this path, durably: written to a temporary
-// file, synced, renamed into place, and the directory synced (what ApplyOptions.Sync uses).
-type FileJournal string
-
-// Load reads the journal file.
-func (j FileJournal) Load() ([]byte, bool, error) { return fileJournal{path: string(j)}.Load() }
-
-// Store writes the journal file durably.
-func (j FileJournal) Store(record []byte) error {
-	return fileJournal{path: string(j), sync: true}.Store(record)
-}
-
-// Remove deletes the journal file and syncs its directory.
-func (j FileJournal) Remove() error { return fileJournal{path: string(j), sync: true}.Remove() }
-
-// fileJournal is the journal file, synced or not. Unsynced it still survives a killed
-// process: the rename and unlink are atomic and the page cache keeps the bytes.
+// fileJournal is the journal kept in the file at path. Synced (ApplyOptions.Sync), it is
+// written to a temporary file, synced, renamed into place, and the directory synced.
+// Unsynced it still survives a killed process: the rename and unlink are atomic and the page
+// cache keeps the bytes.
 type fileJournal struct {
 	path string
 	sync bool

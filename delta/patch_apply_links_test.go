@@ -76,7 +76,7 @@ func TestApplyPlantedLinks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = ApplyPatchFile(patchPath, target)
+			_, err = ApplyPatchFileWith(patchPath, target, ApplyOptions{})
 			if got, _ := os.ReadFile(victim); !bytes.Equal(got, []byte("precious\n")) {
 				t.Fatalf("the victim was written through %s: %q (apply: %v)", planted, got, err)
 			}
@@ -155,7 +155,7 @@ func TestApplyRefusesSymlinkedTarget(t *testing.T) {
 			if err := os.Symlink(real, link); err != nil {
 				t.Fatal(err)
 			}
-			_, err := ApplyPatchFile(patchPath, link)
+			_, err := ApplyPatchFileWith(patchPath, link, ApplyOptions{})
 			if err == nil || !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), real) {
 				t.Fatalf("apply to a symbolic link: %v, want a refusal naming where it points", err)
 			}

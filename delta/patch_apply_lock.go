@@ -11,9 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The lock of a file-level apply (ApplyPatchFile). Two applies of one file must not
+// The lock of a file-level apply (ApplyPatchFileWith). Two applies of one file must not
 // interleave: both would pass the base check on the same bytes and write their changes over
-// each other, leaving a file that is neither version. ApplyPatchFile therefore holds an
+// each other, leaving a file that is neither version. ApplyPatchFileWith therefore holds an
 // exclusive flock on TARGET.weightfs-apply.lock from before it reads anything of the target
 // (the base check, or the journal of an interrupted apply) until the result is written (and,
 // with ApplyOptions.Sync, durable) and the journal is gone. A second apply waits for it, then

@@ -249,7 +249,7 @@ func TestApplyConcurrentChild(t *testing.T) {
 	fmt.Println("ready")
 	var b [1]byte
 	os.Stdin.Read(b[:]) // returns at EOF, when the parent closes the pipe
-	_, err := ApplyPatchFile(patch, target)
+	_, err := ApplyPatchFileWith(patch, target, ApplyOptions{})
 	switch {
 	case err == nil:
 		fmt.Println("result: ok")

@@ -90,7 +90,7 @@ func TestApplyPatchRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			target := &memTarget{b: bytes.Clone(tt.file)}
 			j := &memJournal{}
-			_, err := ApplyPatch(p, target, int64(len(target.b)), tt.target, j)
+			_, err := ApplyPatchWith(p, target, int64(len(target.b)), tt.target, j, ApplyOptions{})
 			if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("error %v, want %v containing %q", err, tt.want, tt.msg)
 			}
@@ -113,7 +113,7 @@ func TestApplyPatchRefusals(t *testing.T) {
 	}
 	other := append(hdr, model[h.DataStart():]...)
 	target := &memTarget{b: bytes.Clone(other)}
-	if _, err := ApplyPatch(p, target, int64(len(other)), name, &memJournal{}); !errors.Is(err, ErrBaseMismatch) || !bytes.Equal(target.b, other) {
+	if _, err := ApplyPatchWith(p, target, int64(len(other)), name, &memJournal{}, ApplyOptions{}); !errors.Is(err, ErrBaseMismatch) || !bytes.Equal(target.b, other) {
 		t.Errorf("changed dtype: %v", err)
 	}
 }
@@ -162,7 +162,7 @@ func TestApplyCrashRecovery(t *testing.T) {
 				// A different patch must not touch a file with a pending journal.
 				if j.ok {
 					_, other := buildTestPatch(t, 44, 43, result, base, order)
-					if _, err := ApplyPatch(other, target, size, name, j); !errors.Is(err, ErrBaseMismatch) || !strings.Contains(err.Error(), "journal") {
+					if _, err := ApplyPatchWith(other, target, size, name, j, ApplyOptions{}); !errors.Is(err, ErrBaseMismatch) || !strings.Contains(err.Error(), "journal") {
 						t.Errorf("other patch over a pending journal: %v", err)
 					}
 				}
@@ -204,7 +204,8 @@ func checkCrashState(t *testing.T, got []byte, marked bool, base, result []byte)
 	}
 }
 
-// TestApplyPatchFiles runs the apply on real files with a FileJournal, crashing once.
+// TestApplyPatchFiles runs the apply on real files with the synced journal file of
+// ApplyOptions.Sync, crashing once.
 func TestApplyPatchFiles(t *testing.T) {
 	base, result, order := threeFileVersions(t)
 	_, p := buildTestPatch(t, 43, 42, base, result, order)
@@ -213,7 +214,7 @@ func TestApplyPatchFiles(t *testing.T) {
 	if err := os.WriteFile(path, base["model.safetensors"], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	journal := FileJournal(path + ".apply-journal")
+	journal := fileJournal{path: path + ".apply-journal", sync: true}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -228,10 +229,10 @@ func TestApplyPatchFiles(t *testing.T) {
 	if _, err := applyPatch(p, f, int64(len(base["model.safetensors"])), "model.safetensors", journal, cfg); !errors.Is(err, errCrash) {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(string(journal)); err != nil {
+	if _, err := os.Stat(journal.path); err != nil {
 		t.Fatalf("journal missing after the crash: %v", err)
 	}
-	res, err := ApplyPatch(p, f, int64(len(base["model.safetensors"])), "model.safetensors", journal)
+	res, err := ApplyPatchWith(p, f, int64(len(base["model.safetensors"])), "model.safetensors", journal, ApplyOptions{})
 	if err != nil || !res.Recovered {
 		t.Fatalf("re-run: %+v %v", res, err)
 	}
@@ -250,7 +251,7 @@ func TestJournalErrors(t *testing.T) {
 	target := &memTarget{b: bytes.Clone(base["model.safetensors"])}
 	for _, rec := range []string{`not json`, `{"format":"x"}`, `{"format":"weightfs-apply-journal","version":2}`} {
 		j := &memJournal{rec: []byte(rec), ok: true}
-		if _, err := ApplyPatch(p, target, int64(len(target.b)), "model.safetensors", j); err == nil {
+		if _, err := ApplyPatchWith(p, target, int64(len(target.b)), "model.safetensors", j, ApplyOptions{}); err == nil {
 			t.Errorf("journal %s accepted", rec)
 		}
 	}
@@ -271,14 +272,14 @@ func TestApplyPatchFile(t *testing.T) {
 		os.WriteFile(filepath.Join(local, n), base[n], 0o644)
 	}
 	for _, n := range []string{"model.safetensors", "config.json", "notes.txt"} {
-		res, err := ApplyPatchFile(patchPath, filepath.Join(local, n))
+		res, err := ApplyPatchFileWith(patchPath, filepath.Join(local, n), ApplyOptions{})
 		if err != nil || res.AlreadyApplied {
 			t.Fatalf("apply to %s: %+v %v", n, res, err)
 		}
 		if !strings.Contains(res.String(), "weight_v000042 -> weight_v000043") {
 			t.Errorf("result line %q", res)
 		}
-		res, err = ApplyPatchFile(patchPath, filepath.Join(local, n))
+		res, err = ApplyPatchFileWith(patchPath, filepath.Join(local, n), ApplyOptions{})
 		if err != nil || !res.AlreadyApplied || !strings.Contains(res.String(), "already weight_v000043") {
 			t.Errorf("second apply to %s: %v %v", n, res, err)
 		}
@@ -292,7 +293,7 @@ func TestApplyPatchFile(t *testing.T) {
 		t.Errorf("%d entries left in the directory, want 3", len(entries))
 	}
 	os.WriteFile(filepath.Join(local, "config.json"), []byte("{}"), 0o644)
-	if _, err := ApplyPatchFile(patchPath, filepath.Join(local, "config.json")); !errors.Is(err, ErrBaseMismatch) {
+	if _, err := ApplyPatchFileWith(patchPath, filepath.Join(local, "config.json"), ApplyOptions{}); !errors.Is(err, ErrBaseMismatch) {
 		t.Errorf("whole file over a wrong base: %v", err)
 	}
 }

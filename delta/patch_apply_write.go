@@ -263,7 +263,7 @@ func storeBatchGeneral(c *patchCursor, data []byte, begin, width int64) error {
 	return nil
 }
 
-// applyPatchReference is the simple reference of ApplyPatch for tests: the whole file in
+// applyPatchReference is the simple reference of ApplyPatchWith for tests: the whole file in
 // memory, every change copied in, no journal.
 func applyPatchReference(p *Patch, file []byte, name string) ([]byte, error) {
 	h, err := ParseHeader(file, int64(len(file)))

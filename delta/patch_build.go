@@ -21,20 +21,8 @@ type PatchSource struct {
 	ResultSize int64
 }
 
-// buildChunk is the read size of BuildPatch; a multiple of every element width.
+// buildChunk is the read size of BuildPatchWith; a multiple of every element width.
 const buildChunk = 4 << 20
-
-// BuildPatch diffs every file of the result version against the base and writes the patch to
-// w, reading each file twice (once to plan, once to write) and holding only a few chunks in
-// memory. A safetensors file whose header bytes and size are unchanged is patched sparsely;
-// any other changed file is carried whole. Files equal in both versions are left out, but
-// their tensors count in total_elements, so pass every file of the result version.
-//
-// Every changed tensor's params entry records the xxh3-128 of its new raw bytes (the optional
-// per-tensor digest, docs/format.md Part III §2); BuildPatchWith can record shapes too.
-func BuildPatch(w io.WriterAt, modelVersion, baseVersion uint64, files []PatchSource) (PatchPlan, error) {
-	return BuildPatchWith(w, modelVersion, baseVersion, files, PatchBuildOptions{})
-}
 
 // PatchBuildOptions are the optional parts of a patch BuildPatchWith writes.
 type PatchBuildOptions struct {
@@ -44,7 +32,14 @@ type PatchBuildOptions struct {
 	Shapes bool
 }
 
-// BuildPatchWith is BuildPatch with options.
+// BuildPatchWith diffs every file of the result version against the base and writes the
+// patch to w, reading each file twice (once to plan, once to write) and holding only a few
+// chunks in memory. A safetensors file whose header bytes and size are unchanged is patched
+// sparsely; any other changed file is carried whole. Files equal in both versions are left
+// out, but their tensors count in total_elements, so pass every file of the result version.
+//
+// Every changed tensor's params entry records the xxh3-128 of its new raw bytes (the optional
+// per-tensor digest, docs/format.md Part III §2); opts.Shapes records shapes too.
 func BuildPatchWith(w io.WriterAt, modelVersion, baseVersion uint64, files []PatchSource, opts PatchBuildOptions) (PatchPlan, error) {
 	plan := PatchPlan{ModelVersion: modelVersion, BaseVersion: baseVersion}
 	sparse := make(map[string]*Header)
@@ -157,30 +152,54 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 			bh = nil
 		}
 	}
-	pf := PatchFile{Name: src.Name, HasXXH3: true}
 	if bh == nil {
-		// Carried whole if it changed: hash both as they are.
-		var result fileDigests
-		if result, err = hashReader(src.Result, src.ResultSize); err != nil {
+		f, err := planWholeFile(src)
+		if err != nil {
 			return nil, nil, nil, 0, err
 		}
-		if src.Base != nil {
-			base, err := hashReader(src.Base, src.BaseSize)
-			if err != nil {
-				return nil, nil, nil, 0, err
-			}
-			if base.sha256 == result.sha256 {
-				return nil, nil, nil, elements, nil
-			}
-			pf.BaseSHA256, pf.BaseXXH3 = base.sha256, base.xxh3
-		}
-		pf.ResultSHA256, pf.ResultXXH3, pf.Whole, pf.WholeSize = result.sha256, result.xxh3, true, src.ResultSize
-		return &pf, nil, nil, elements, nil
+		return f, nil, nil, elements, nil
 	}
-	// Same places: hash both while counting changed elements tensor by tensor.
+	f, tensors, err = planSparseFile(src, rh, basePrefix, newHeader, opts)
+	switch {
+	case err != nil:
+		return nil, nil, nil, 0, err
+	case f == nil:
+		return nil, nil, nil, elements, nil
+	}
+	return f, tensors, rh, elements, nil
+}
+
+// planWholeFile plans a file carried whole if it changed: it hashes both as they are. It
+// returns a nil file when nothing changed.
+func planWholeFile(src PatchSource) (*PatchFile, error) {
+	pf := PatchFile{Name: src.Name, HasXXH3: true}
+	result, err := hashReader(src.Result, src.ResultSize)
+	if err != nil {
+		return nil, err
+	}
+	if src.Base != nil {
+		base, err := hashReader(src.Base, src.BaseSize)
+		if err != nil {
+			return nil, err
+		}
+		if base.sha256 == result.sha256 {
+			return nil, nil
+		}
+		pf.BaseSHA256, pf.BaseXXH3 = base.sha256, base.xxh3
+	}
+	pf.ResultSHA256, pf.ResultXXH3, pf.Whole, pf.WholeSize = result.sha256, result.xxh3, true, src.ResultSize
+	return &pf, nil
+}
+
+// planSparseFile plans a file patched sparsely (the tensors in the same places, rh the
+// result's header): it hashes both while counting changed elements tensor by tensor. A
+// header-only change has the base's header bytes in basePrefix and the new ones in
+// newHeader. It returns a nil file when nothing changed.
+func planSparseFile(src PatchSource, rh *Header, basePrefix, newHeader []byte, opts PatchBuildOptions) (*PatchFile, []PatchTensor, error) {
+	pf := PatchFile{Name: src.Name, HasXXH3: true}
 	prefix := make([]byte, rh.DataStart())
 	if err := readFull(src.Result, prefix, 0); err != nil {
-		return nil, nil, nil, 0, err
+		return nil, nil, err
 	}
 	hb, hr := newFileHasher(), newFileHasher()
 	if basePrefix != nil {
@@ -192,6 +211,7 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 	pf.NewHeader = newHeader
 	base, cur := make([]byte, buildChunk), make([]byte, buildChunk)
 	tensorHash := xxh3.New()
+	var tensors []PatchTensor
 	for _, t := range rh.Tensors {
 		changed := int64(0)
 		tensorHash.Reset()
@@ -207,7 +227,7 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 			return nil
 		})
 		if err != nil {
-			return nil, nil, nil, 0, err
+			return nil, nil, err
 		}
 		if changed > 0 {
 			pt := PatchTensor{File: src.Name, Name: t.Name, DType: t.DType, Elements: t.Elements(), Changed: changed,
@@ -219,12 +239,12 @@ func planFile(src PatchSource, opts PatchBuildOptions) (f *PatchFile, tensors []
 		}
 	}
 	if len(tensors) == 0 && newHeader == nil {
-		return nil, nil, nil, elements, nil
+		return nil, nil, nil
 	}
 	before, after := hb.digests(), hr.digests()
 	pf.BaseSHA256, pf.BaseXXH3 = before.sha256, before.xxh3
 	pf.ResultSHA256, pf.ResultXXH3 = after.sha256, after.xxh3
-	return &pf, tensors, rh, elements, nil
+	return &pf, tensors, nil
 }
 
 // samePrefix reports whether base and result have the same first n bytes, and returns both.

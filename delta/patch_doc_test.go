@@ -29,9 +29,9 @@ func docHexBytes(s string) string {
 
 func TestDocPatchExample(t *testing.T) {
 	var out memTarget
-	_, err := BuildPatch(&out, 2, 1, []PatchSource{{Name: "model.safetensors",
+	_, err := BuildPatchWith(&out, 2, 1, []PatchSource{{Name: "model.safetensors",
 		Base: bytes.NewReader(docPatchBase), BaseSize: int64(len(docPatchBase)),
-		Result: bytes.NewReader(docPatchResult), ResultSize: int64(len(docPatchResult))}})
+		Result: bytes.NewReader(docPatchResult), ResultSize: int64(len(docPatchResult))}}, PatchBuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func FuzzJournalRecord(f *testing.F) {
 	model := base["model.safetensors"]
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		target := &memTarget{b: bytes.Clone(model)}
-		_, err := ApplyPatch(p, target, int64(len(model)), "model.safetensors", &memJournal{rec: rec, ok: true})
+		_, err := ApplyPatchWith(p, target, int64(len(model)), "model.safetensors", &memJournal{rec: rec, ok: true}, ApplyOptions{})
 		if err == nil && !bytes.Equal(target.b, result["model.safetensors"]) {
 			t.Fatal("apply with a fuzzed journal succeeded with wrong bytes")
 		}

@@ -9,7 +9,7 @@ import (
 // Header-only changes (docs/format.md Part III §2): a safetensors file whose header bytes
 // changed, but not their length nor any tensor's name, dtype, shape or place, is patched
 // sparsely and carries its new header as the U8 tensor HeaderPrefix+path, listed in the
-// optional "header_files". BuildPatch finds them (patch_build.go), apply writes the header with
+// optional "header_files". BuildPatchWith finds them (patch_build.go), apply writes the header with
 // the changed elements (patch_apply.go).
 
 // readHeaderFiles reads the optional "header_files" list and each listed file's new header

@@ -110,7 +110,7 @@ func TestPatchHeaderOnlyChange(t *testing.T) {
 			pp, target := filepath.Join(dir, "p.safetensors"), filepath.Join(dir, "model.safetensors")
 			os.WriteFile(pp, raw, 0o644)
 			os.WriteFile(target, base, 0o644)
-			if _, err := ApplyPatchFile(pp, target); err != nil {
+			if _, err := ApplyPatchFileWith(pp, target, ApplyOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			got, _ := os.ReadFile(target)

@@ -185,7 +185,7 @@ func buildTestPatch(t testing.TB, model, baseV uint64, base, result map[string][
 		srcs = append(srcs, src)
 	}
 	var out memTarget
-	if _, err := BuildPatch(&out, model, baseV, srcs); err != nil {
+	if _, err := BuildPatchWith(&out, model, baseV, srcs, PatchBuildOptions{}); err != nil {
 		t.Fatalf("BuildPatch: %v", err)
 	}
 	p, err := OpenPatch(bytes.NewReader(out.b), int64(len(out.b)))

@@ -53,32 +53,9 @@ func malformedPatch(format string, args ...any) error {
 // readPlan rebuilds the plan from the metadata and checks it against the tensors.
 func (p *Patch) readPlan() error {
 	meta := p.Header.Metadata
-	get := func(key string) (string, error) {
-		v, ok := meta[key]
-		if !ok {
-			return "", malformedPatch("metadata has no %q", key)
-		}
-		return v, nil
-	}
-	format, ok := meta[metaFormat]
-	if !ok {
-		return malformedPatch("metadata has no %q: not a sparse weight patch", metaFormat)
-	}
-	if format != PatchFormat {
-		return fmt.Errorf("%w: patch format %q (want %q)", ErrUnsupportedVersion, format, PatchFormat)
-	}
-	if v, err := get(metaVersion); err != nil {
+	get := func(key string) (string, error) { return metaString(meta, key) }
+	if err := checkPatchFormat(meta); err != nil {
 		return err
-	} else if v != PatchVersion {
-		return fmt.Errorf("%w: patch version %q (want %q)", ErrUnsupportedVersion, v, PatchVersion)
-	}
-	if enc, ok := meta[metaEncoding]; ok && enc != "raw" {
-		return fmt.Errorf("%w: patch index encoding %q (want \"raw\")", ErrUnsupportedVersion, enc)
-	}
-	if v, err := get(metaSparse); err != nil {
-		return err
-	} else if v != "True" {
-		return malformedPatch("%q is %q, want \"True\"", metaSparse, v)
 	}
 	var err error
 	plan := &p.Plan
@@ -146,6 +123,41 @@ func (p *Patch) readPlan() error {
 		return malformedPatch("file holds %d tensors but its metadata accounts for %d", len(p.Header.Tensors), want)
 	}
 	return p.validate()
+}
+
+// checkPatchFormat checks the metadata that says which format a patch is in: a sparse weight
+// patch of PatchVersion with raw indices.
+func checkPatchFormat(meta map[string]string) error {
+	format, ok := meta[metaFormat]
+	if !ok {
+		return malformedPatch("metadata has no %q: not a sparse weight patch", metaFormat)
+	}
+	if format != PatchFormat {
+		return fmt.Errorf("%w: patch format %q (want %q)", ErrUnsupportedVersion, format, PatchFormat)
+	}
+	if v, err := metaString(meta, metaVersion); err != nil {
+		return err
+	} else if v != PatchVersion {
+		return fmt.Errorf("%w: patch version %q (want %q)", ErrUnsupportedVersion, v, PatchVersion)
+	}
+	if enc, ok := meta[metaEncoding]; ok && enc != "raw" {
+		return fmt.Errorf("%w: patch index encoding %q (want \"raw\")", ErrUnsupportedVersion, enc)
+	}
+	if v, err := metaString(meta, metaSparse); err != nil {
+		return err
+	} else if v != "True" {
+		return malformedPatch("%q is %q, want \"True\"", metaSparse, v)
+	}
+	return nil
+}
+
+// metaString is the metadata's value for key, which must be there.
+func metaString(meta map[string]string, key string) (string, error) {
+	v, ok := meta[key]
+	if !ok {
+		return "", malformedPatch("metadata has no %q", key)
+	}
+	return v, nil
 }
 
 func metaUint(meta map[string]string, key string) (uint64, error) {

@@ -488,7 +488,7 @@ func TestVerifyRefusesBadIndices(t *testing.T) {
 			}
 			target := &memTarget{b: bytes.Clone(base["model.safetensors"])}
 			j := &memJournal{}
-			if _, err := ApplyPatch(bp, target, int64(len(target.b)), "model.safetensors", j); !errors.Is(err, ErrMalformed) {
+			if _, err := ApplyPatchWith(bp, target, int64(len(target.b)), "model.safetensors", j, ApplyOptions{}); !errors.Is(err, ErrMalformed) {
 				t.Errorf("ApplyPatch = %v, want ErrMalformed", err)
 			}
 			if !bytes.Equal(target.b, base["model.safetensors"]) || j.ok {

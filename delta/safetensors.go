@@ -242,25 +242,9 @@ func EncodeHeader(meta map[string]string, tensors []Tensor) ([]byte, error) {
 	buf.WriteByte('{')
 	first := true
 	if meta != nil {
-		keys := make([]string, 0, len(meta))
-		for k := range meta {
-			keys = append(keys, k)
+		if err := writeMetadata(&buf, meta); err != nil {
+			return nil, err
 		}
-		slices.Sort(keys)
-		buf.WriteString(`"__metadata__":{`)
-		for i, k := range keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := writeJSONString(&buf, k); err != nil {
-				return nil, fmt.Errorf("encode metadata key: %w", err)
-			}
-			buf.WriteByte(':')
-			if err := writeJSONString(&buf, meta[k]); err != nil {
-				return nil, fmt.Errorf("encode metadata value of %q: %w", k, err)
-			}
-		}
-		buf.WriteByte('}')
 		first = false
 	}
 	seen := make(map[string]struct{}, len(tensors))
@@ -291,23 +275,9 @@ func EncodeHeader(meta map[string]string, tensors []Tensor) ([]byte, error) {
 			buf.WriteByte(',')
 		}
 		first = false
-		if err := writeJSONString(&buf, t.Name); err != nil {
-			return nil, fmt.Errorf("encode tensor name: %w", err)
+		if err := writeTensorEntry(&buf, t); err != nil {
+			return nil, err
 		}
-		buf.WriteString(`:{"dtype":`)
-		_ = writeJSONString(&buf, string(t.DType)) // a known dtype is plain ASCII
-		buf.WriteString(`,"shape":[`)
-		for j, d := range t.Shape {
-			if j > 0 {
-				buf.WriteByte(',')
-			}
-			buf.WriteString(strconv.FormatInt(d, 10))
-		}
-		buf.WriteString(`],"data_offsets":[`)
-		buf.WriteString(strconv.FormatInt(t.Begin, 10))
-		buf.WriteByte(',')
-		buf.WriteString(strconv.FormatInt(t.End, 10))
-		buf.WriteString("]}")
 	}
 	buf.WriteByte('}')
 	// Pad so the data section starts 8-aligned, as the official writer does.
@@ -321,6 +291,52 @@ func EncodeHeader(meta map[string]string, tensors []Tensor) ([]byte, error) {
 	}
 	binary.LittleEndian.PutUint64(out, uint64(n))
 	return out, nil
+}
+
+// writeMetadata writes the __metadata__ entry of a header, its keys sorted.
+func writeMetadata(buf *bytes.Buffer, meta map[string]string) error {
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	buf.WriteString(`"__metadata__":{`)
+	for i, k := range keys {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := writeJSONString(buf, k); err != nil {
+			return fmt.Errorf("encode metadata key: %w", err)
+		}
+		buf.WriteByte(':')
+		if err := writeJSONString(buf, meta[k]); err != nil {
+			return fmt.Errorf("encode metadata value of %q: %w", k, err)
+		}
+	}
+	buf.WriteByte('}')
+	return nil
+}
+
+// writeTensorEntry writes the header entry of tensor t: its name, dtype, shape and offsets.
+func writeTensorEntry(buf *bytes.Buffer, t *Tensor) error {
+	if err := writeJSONString(buf, t.Name); err != nil {
+		return fmt.Errorf("encode tensor name: %w", err)
+	}
+	buf.WriteString(`:{"dtype":`)
+	_ = writeJSONString(buf, string(t.DType)) // a known dtype is plain ASCII
+	buf.WriteString(`,"shape":[`)
+	for j, d := range t.Shape {
+		if j > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(strconv.FormatInt(d, 10))
+	}
+	buf.WriteString(`],"data_offsets":[`)
+	buf.WriteString(strconv.FormatInt(t.Begin, 10))
+	buf.WriteByte(',')
+	buf.WriteString(strconv.FormatInt(t.End, 10))
+	buf.WriteString("]}")
+	return nil
 }
 
 // writeJSONString writes s as a JSON string. Invalid UTF-8 is refused rather than silently

@@ -221,17 +221,6 @@ type DeltaInfo struct {
 	Changed  int64
 }
 
-// ParseDelta validates the framing of an encoded delta body and describes it: magic, version
-// (ErrUnsupportedVersion if unknown), header fields and the block table (ErrMalformed). It
-// does not decode the blocks; ApplyDelta checks those as it decodes them.
-func ParseDelta(body []byte) (DeltaInfo, error) {
-	l, err := parseLayout(body)
-	if err != nil {
-		return DeltaInfo{}, fmt.Errorf("parse sparse delta: %w", err)
-	}
-	return l.DeltaInfo, nil
-}
-
 // ApplyDelta applies the changes of body that fall in elements [first, first+len(dst)/width)
 // to dst in place, in the given direction. Only blocks touching that range are decoded.
 //

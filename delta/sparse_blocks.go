@@ -24,7 +24,10 @@ type Delta struct {
 	ctx     ContextFunc // a version-2 body's context (SetContext)
 }
 
-// OpenDelta validates the framing of body as ParseDelta does and indexes its blocks.
+// OpenDelta validates the framing of an encoded delta body: magic, version
+// (ErrUnsupportedVersion if unknown), header fields and the block table (ErrMalformed); and it
+// indexes its blocks. It does not decode the blocks: ApplyDelta and DecodeBlock check those as
+// they decode them.
 func OpenDelta(body []byte) (*Delta, error) {
 	l, err := parseLayout(body)
 	if err != nil {
@@ -43,9 +46,6 @@ func OpenDelta(body []byte) (*Delta, error) {
 
 // Info describes the delta.
 func (d *Delta) Info() DeltaInfo { return d.l.DeltaInfo }
-
-// BodyLen is the length of the body the delta was opened on.
-func (d *Delta) BodyLen() int { return len(d.l.body) }
 
 // BlockRange returns the blocks that hold elements [first, first+n): lo..hi inclusive, or
 // hi < lo when the range is empty or lies outside the tensor.

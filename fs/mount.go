@@ -179,9 +179,6 @@ func (s *Server) Unmount() error {
 	return nil
 }
 
-// Mountpoint is the absolute path served.
-func (s *Server) Mountpoint() string { return s.mountpoint }
-
 func nodeOptions(log *slog.Logger) *gofs.Options {
 	ttl := dynamicTTL
 	return &gofs.Options{

@@ -80,7 +80,7 @@ func BenchmarkVouch(b *testing.B) {
 		s.mat.chk = newChecks(s.ix)
 		s.mat.chk.db(true, func(tx *bolt.Tx) error { tx.DeleteBucket(bucketVouched); return nil })
 		b.StartTimer()
-		if err := s.vouchFile(ver, f); err != nil {
+		if err := s.checker.vouchFile(ver, f); err != nil {
 			b.Fatal(err)
 		}
 	}

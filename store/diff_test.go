@@ -129,7 +129,7 @@ func TestWritePatchAppliesToThePreviousVersion(t *testing.T) {
 	}
 	target := filepath.Join(dir, "model.safetensors")
 	os.WriteFile(target, versions[1]["model.safetensors"], 0o644)
-	if _, err := delta.ApplyPatchFile(out.Name(), target); err != nil {
+	if _, err := delta.ApplyPatchFileWith(out.Name(), target, delta.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(target)

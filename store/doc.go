@@ -53,7 +53,7 @@
 // (copysums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.
 // A file read through OpenFile is first vouched for: its objects, in the manifest's order,
-// must hash to the manifest's SHA-256 (vouch.go); the pass that checks a file of an older
+// must hash to the manifest's SHA-256 (verify_vouch.go); the pass that checks a file of an older
 // version also writes a checked copy of it into the cache directory, which serves the reads
 // after it (bounded by Options.FileCopyBytes, checked on every read like the materialized
 // copy: filecopy.go). The index is derived: a damaged one (an

@@ -41,7 +41,7 @@ func TestRepairFormatFileOlderThanObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := openStore(t, root, Options{FileCopyBytes: -1})
-	rep, err := w.Repair(nil)
+	rep, err := w.RepairWith(RepairOptions{})
 	if err != nil {
 		t.Fatalf("repair: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestRepairFormatFileNotUpgraded(t *testing.T) {
 	w := openStore(t, root, Options{FileCopyBytes: -1})
 	w.format = 1 // what the writer would hold had it not upgraded the file of format 1
 	expectDamage(w)
-	rep, err := w.Repair(nil)
+	rep, err := w.RepairWith(RepairOptions{})
 	if err == nil || !strings.Contains(err.Error(), formatFileName) || !strings.Contains(err.Error(), "nothing moved") {
 		t.Fatalf("repair of a store whose format file is older than its objects: %v, want a refusal naming %s", err, formatFileName)
 	}

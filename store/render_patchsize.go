@@ -10,7 +10,7 @@ import (
 
 // PatchSize is the size in bytes of version v's patch (the file RenderPatch renders) worked out
 // from the manifests and the safetensors headers, without reading a tensor: the mount lists
-// patches with their sizes long before anyone reads one. It mirrors delta.BuildPatch's plan:
+// patches with their sizes long before anyone reads one. It mirrors delta.BuildPatchWith's plan:
 // the same files carried sparsely or whole, the same changed counts (the store's, recorded
 // against the same base tensor), and hashes of the same length. ok is false when the manifests
 // cannot tell (a tensor was diffed against another base than the patch's); the size is then
@@ -97,7 +97,7 @@ func (r *renders) patchSize(v uint64) (size int64, ok bool, err error) {
 var placeholderXXH3 = [16]byte{1}
 
 // sameTensorPlaces reports whether two manifest files hold the same tensors (names, dtypes,
-// shapes) at the same offsets: what delta.BuildPatch requires of a header-only change.
+// shapes) at the same offsets: what delta.BuildPatchWith requires of a header-only change.
 func sameTensorPlaces(a, b *manifestFile) bool {
 	if len(a.Tensors) != len(b.Tensors) {
 		return false

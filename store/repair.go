@@ -97,11 +97,6 @@ type RepairOptions struct {
 	DryRun bool
 }
 
-// Repair is RepairWith without a dry run.
-func (s *Store) Repair(progress func(done, total int64)) (RepairReport, error) {
-	return s.RepairWith(RepairOptions{Progress: progress})
-}
-
 // RepairWith verifies the whole store (Verify), mends every damaged object it can from an
 // intact source, and moves what is still damaged into quarantine. It needs the writer (the
 // store open for writing) unless it is a dry run. The error is nil when the store is
@@ -124,7 +119,15 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 		s.writeMu.Lock()
 		defer s.writeMu.Unlock()
 	}
-	r := &repairer{s: s}
+	return s.checker.repair(q, opts)
+}
+
+// repair is RepairWith on an open store, with its backend's quarantine (and the writer's
+// lock, unless it is a dry run).
+func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error) {
+	s := c.st
+	rep := RepairReport{DryRun: opts.DryRun}
+	r := &repairer{c: c, s: s}
 	var err error
 	if rep.Verify, err = r.verifyForRepair(opts.Progress); err != nil {
 		return rep, err

@@ -172,7 +172,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 			if got := versionNumbers(s.Versions()); len(got) != 6 {
 				t.Fatalf("versions %v after the dry run", got)
 			}
-			rep, err := s.Repair(nil)
+			rep, err := s.RepairWith(RepairOptions{})
 			if (derr == nil) != (err == nil) || !sameNumbers(dry.Quarantined, rep.Quarantined) || !slices.Equal(dry.QuarantinedObjects, rep.QuarantinedObjects) ||
 				!slices.Equal(append(dry.Mended, dry.Reanchored...), append(rep.Mended, rep.Reanchored...)) || !dry.DryRun {
 				t.Errorf("the dry run said: versions %v, objects %v, mended %v, re-anchored %v (err %v); the repair did: %v, %v, %v, %v (err %v)",

@@ -27,7 +27,8 @@ import (
 // the plan out (repair.go), reading the store through its read paths and writing objects
 // through its backend. It holds no state of its own beyond the run.
 type repairer struct {
-	s *Store
+	c *checker
+	s *Store // c.st
 }
 
 // repairPlan is what Repair will do: objects to write again, then what to move.
@@ -72,17 +73,51 @@ func (r *repairer) planRepair(vr VerifyReport) (repairPlan, error) {
 			badObj[d.Object] = true
 		}
 	}
-	planned := map[ID]bool{}    // objects with a rewrite
-	unmendable := map[ID]bool{} // objects that need one and have no source
+	planned := map[ID]bool{} // objects with a rewrite
 	// First the damaged objects that a source mends: the objects read through them read
 	// again once they are mended, and need no rewrite of their own.
-	var readable []uint64
+	readable := r.planMends(&plan, damagedVer, badObj, planned)
+	unmended := map[ID]bool{}
+	for id := range badObj {
+		if !planned[id] {
+			unmended[id] = true
+		}
+	}
+	// The damaged objects mended (with their links): an object read through one of them reads
+	// again. (Not the re-anchored ones planned below: stored without a link, a version-2
+	// section coded against theirs would not decode.)
+	mended := maps.Clone(planned)
+	unmendable := map[ID]bool{} // objects that need one and have no source
+	for _, v := range readable {
+		ver, err := s.loadVersion(v)
+		if err != nil {
+			return plan, err
+		}
+		r.planVersion(&plan, ver, badObj, planned, unmendable, mended, unmended)
+	}
+	if err := r.planKeepReadersOf(&plan, damagedVer, badObj, planned, unmended); err != nil {
+		return plan, err
+	}
+	for _, id := range slices.SortedFunc(mapKeys(badObj), func(a, b ID) int { return strings.Compare(a.String(), b.String()) }) {
+		if !planned[id] {
+			plan.objects = append(plan.objects, id)
+		}
+	}
+	return plan, nil
+}
+
+// planMends plans a rewrite, from an intact source, of each damaged object (of badObj) of the
+// damaged versions whose manifests read, marking it in planned; a version whose manifest is
+// lost or cannot be read goes into the plan as such. It returns the versions whose manifests
+// read, ascending.
+func (r *repairer) planMends(plan *repairPlan, damagedVer map[uint64]bool, badObj, planned map[ID]bool) (readable []uint64) {
+	s := r.s
 	for _, v := range slices.Sorted(mapKeys(damagedVer)) {
 		if _, err := s.be.GetManifest(v); errors.Is(err, fs.ErrNotExist) {
 			plan.lost = append(plan.lost, v)
 			continue
 		}
-		ver, err := s.loadVersionFresh(v)
+		ver, err := r.c.loadVersionFresh(v)
 		if err != nil {
 			plan.versions = append(plan.versions, v) // its manifest cannot be read
 			continue
@@ -101,65 +136,50 @@ func (r *repairer) planRepair(vr VerifyReport) (repairPlan, error) {
 			}
 		}
 	}
-	unmended := map[ID]bool{}
-	for id := range badObj {
-		if !planned[id] {
-			unmended[id] = true
-		}
-	}
-	// The damaged objects mended (with their links): an object read through one of them reads
-	// again. (Not the re-anchored ones planned below: stored without a link, a version-2
-	// section coded against theirs would not decode.)
-	mended := maps.Clone(planned)
-	for _, v := range readable {
-		ver, err := s.loadVersion(v)
-		if err != nil {
-			return plan, err
-		}
-		fixable := true
-		for i := range ver.m.Files {
-			f := &ver.m.Files[i]
-			for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
-				id := sg.id
-				if planned[id] {
-					continue
-				}
-				if unmendable[id] {
-					fixable = false
-					continue
-				}
-				if !badObj[id] && (r.objectReadsExactly(id, sg) || r.readsOnceMended(id, mended, unmended)) {
-					continue
-				}
-				src, ok := r.sourceOf(ver, f, sg)
-				if !ok {
-					unmendable[id] = true
-					fixable = false
-					continue
-				}
-				planned[id] = true
-				plan.rewrites = append(plan.rewrites, rewrite{id: id, damaged: badObj[id], source: src, ver: ver, f: f, seg: sg, tensor: tensorAt(f, sg)})
+	return readable
+}
+
+// planVersion plans, for damaged version ver, a rewrite of every object of its files that
+// neither reads exactly nor reads once the planned mends are done, from an intact source; an
+// object with no source is marked in unmendable. Then it decides the version: whole after the
+// rewrites, kept (a read path serves it exactly), or to be moved.
+func (r *repairer) planVersion(plan *repairPlan, ver *version, badObj, planned, unmendable, mended, unmended map[ID]bool) {
+	s := r.s
+	v := ver.m.Version
+	fixable := true
+	for i := range ver.m.Files {
+		f := &ver.m.Files[i]
+		for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
+			id := sg.id
+			if planned[id] {
+				continue
 			}
-		}
-		if fixable && r.versionHashesAfter(ver, planned, mended, unmended) {
-			continue // the rewrites make it whole
-		}
-		if r.servesExactly(ver) {
-			plan.kept = append(plan.kept, v)
-			s.log.Warn("repair: damaged version not moved: a read path serves it exactly", "version", v)
-			continue
-		}
-		plan.versions = append(plan.versions, v)
-	}
-	if err := r.planKeepReadersOf(&plan, damagedVer, badObj, planned, unmended); err != nil {
-		return plan, err
-	}
-	for _, id := range slices.SortedFunc(mapKeys(badObj), func(a, b ID) int { return strings.Compare(a.String(), b.String()) }) {
-		if !planned[id] {
-			plan.objects = append(plan.objects, id)
+			if unmendable[id] {
+				fixable = false
+				continue
+			}
+			if !badObj[id] && (r.objectReadsExactly(id, sg) || r.readsOnceMended(id, mended, unmended)) {
+				continue
+			}
+			src, ok := r.sourceOf(ver, f, sg)
+			if !ok {
+				unmendable[id] = true
+				fixable = false
+				continue
+			}
+			planned[id] = true
+			plan.rewrites = append(plan.rewrites, rewrite{id: id, damaged: badObj[id], source: src, ver: ver, f: f, seg: sg, tensor: tensorAt(f, sg)})
 		}
 	}
-	return plan, nil
+	if fixable && r.versionHashesAfter(ver, planned, mended, unmended) {
+		return // the rewrites make it whole
+	}
+	if r.servesExactly(ver) {
+		plan.kept = append(plan.kept, v)
+		s.log.Warn("repair: damaged version not moved: a read path serves it exactly", "version", v)
+		return
+	}
+	plan.versions = append(plan.versions, v)
 }
 
 // planKeepReadersOf plans the re-anchoring of the sound objects of the versions Verify found
@@ -313,8 +333,7 @@ func tensorAt(f *manifestFile, sg segment) *manifestTensor {
 // objectReadsExactly reports whether object id reads from the store's objects and hashes to
 // its name.
 func (r *repairer) objectReadsExactly(id ID, sg segment) bool {
-	s := r.s
-	got, err := s.hashObject(id, sg.hint, sg.end-sg.start, readOpts{noMaterialized: true, pages: newPageCache(8 << 20)})
+	got, err := r.c.hashObject(id, sg.hint, sg.end-sg.start, readOpts{noMaterialized: true, pages: newPageCache(8 << 20)})
 	return err == nil && got == id
 }
 

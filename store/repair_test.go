@@ -100,7 +100,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 		t.Fatalf("a reader's versions %v, want [1 2 4]", got)
 	}
 
-	rep, err := s.Repair(nil)
+	rep, err := s.RepairWith(RepairOptions{})
 	if err != nil {
 		t.Fatalf("repair: %v", err)
 	}
@@ -130,7 +130,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 	expectDamage(s)
 	closeStore(t, s)
 	s = openStore(t, root, Options{})
-	if rep, err := s.Repair(nil); err != nil || !sameNumbers(rep.Quarantined, []uint64{4}) {
+	if rep, err := s.RepairWith(RepairOptions{}); err != nil || !sameNumbers(rep.Quarantined, []uint64{4}) {
 		t.Fatalf("repair of version 4: %v %v", rep.Quarantined, err)
 	}
 	closeStore(t, s)
@@ -157,7 +157,7 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 	expectDamage(s)
 	closeStore(t, s)
 	s = openStore(t, root, Options{})
-	rep, err := s.Repair(nil)
+	rep, err := s.RepairWith(RepairOptions{})
 	if err != nil {
 		t.Fatalf("repair: %v", err)
 	}

@@ -139,6 +139,7 @@ type Store struct {
 	files     *fileCopies // checked copies of files of older versions (filecopy.go)
 	group     *rankState  // a rank of a writer group (OpenRank, group.go); nil otherwise
 	renders   *renders    // the render cache: patches and slime deltas (render.go)
+	checker   *checker    // Verify, Repair, Export and the vouching of files (verify.go)
 
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
@@ -326,6 +327,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen
 	s.collector = newCollector(s)
+	s.checker = newChecker(s)
 	return s
 }
 

@@ -63,37 +63,85 @@ type VerifyReport struct {
 // count as damage of the store. progress (nil: none) gets the bytes done of the total to read: every
 // object file, then every file of every version.
 func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
-	var rep VerifyReport
 	if err := s.checkOpen(); err != nil {
-		return rep, err
+		return VerifyReport{}, err
 	}
-	var done, total int64
-	report := func(n int64) {
-		done += n
-		if progress != nil {
-			progress(done, total)
-		}
+	return s.checker.verify(progress)
+}
+
+// checker is what checks the store's bytes against their names: Verify, Repair (its
+// repairer, repair.go), Export (verify_export.go) and the vouching of a file before its first read
+// (verify_vouch.go). It holds no state of its own: every check reads the store afresh through its
+// read paths.
+type checker struct {
+	// st is the store it checks: its read paths, versions and caches, reached through their
+	// methods.
+	st *Store
+}
+
+func newChecker(s *Store) *checker {
+	return &checker{st: s}
+}
+
+// verifyProgress counts Verify's bytes done of its total for the progress callback.
+type verifyProgress struct {
+	fn          func(done, total int64) // nil: none
+	done, total int64
+}
+
+func (p *verifyProgress) add(n int64) {
+	p.done += n
+	if p.fn != nil {
+		p.fn(p.done, p.total)
 	}
+}
+
+// verify is Verify on an open store.
+func (c *checker) verify(progress func(done, total int64)) (VerifyReport, error) {
+	s := c.st
+	var rep VerifyReport
+	prog := &verifyProgress{fn: progress}
 	// Everything is re-read from the backend.
 	s.objInfos.clear()
 	s.deltas.clear()
 	s.crcChecked.Clear()
 
-	bad := map[ID]bool{}
-	var sections2 []ID // objects whose delta section is of body version 2
-	var ids []ID
+	ids, bad, sections2, err := c.checkObjects(&rep, prog)
+	if err != nil {
+		return rep, err
+	}
+	pages := newPageCache(64 << 20)
+	opts := readOpts{noMaterialized: true, pages: pages}
+	checked, err := c.verifyVersions(&rep, prog, opts)
+	if err != nil {
+		return rep, err
+	}
+	c.verifyUnnamed(&rep, ids, checked, bad, opts)
+	if d, ok := c.checkFormatFile(sections2); !ok {
+		rep.Damaged = append(rep.Damaged, d)
+	}
+	rep.Caches = c.verifyCaches()
+	return rep, rep.verdict()
+}
+
+// checkObjects checks every object file on its own (checkObject), in the order of their
+// names, adding their sizes to prog's total. It returns the objects, those that failed their
+// own checks, and those whose delta section is of body version 2.
+func (c *checker) checkObjects(rep *VerifyReport, prog *verifyProgress) (ids []ID, bad map[ID]bool, sections2 []ID, err error) {
+	s := c.st
+	bad = map[ID]bool{}
 	sizes := map[ID]int64{}
 	if err := s.be.ListObjects(func(id ID, size int64) error {
 		ids = append(ids, id)
 		sizes[id] = size
-		total += size
+		prog.total += size
 		return nil
 	}); err != nil {
-		return rep, err
+		return nil, nil, nil, err
 	}
 	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(string(a[:]), string(b[:])) })
 	for _, id := range ids {
-		version, err := s.checkObject(id)
+		version, err := c.checkObject(id)
 		var cf *contextFailure
 		switch {
 		case err != nil && errors.As(err, &cf):
@@ -107,106 +155,91 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			sections2 = append(sections2, id)
 		}
 		rep.Objects++
-		report(sizes[id])
+		prog.add(sizes[id])
 	}
+	return ids, bad, sections2, nil
+}
 
+// verifyVersions reconstructs every file of every version from the objects (verifyFile),
+// adding their sizes to prog's total first, and judges each previous version that is gone
+// (verify_gone.go). It returns the objects whose content a file's check reached.
+func (c *checker) verifyVersions(rep *VerifyReport, prog *verifyProgress, opts readOpts) (checked map[ID]bool, err error) {
+	s := c.st
 	numbers, err := s.be.ListManifests()
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
-	checked := map[ID]bool{}
-	present := map[uint64]bool{}
+	checked = map[ID]bool{}
+	gone := goneVersions{present: map[uint64]bool{}}
 	for _, v := range numbers {
-		present[v] = true
+		gone.present[v] = true
 	}
-	// A version that Repair moved into quarantine is gone on purpose, and said so then: a
-	// later version that names it is not a sign of a deleted manifest.
-	quarantined := map[uint64]bool{}
-	if q, ok := s.be.(quarantiner); ok {
-		qs, err := q.listQuarantined()
-		if err != nil {
-			return rep, err
-		}
-		for _, v := range qs {
-			quarantined[v] = true
-		}
+	if gone.quarantined, err = c.quarantinedVersions(); err != nil {
+		return nil, err
 	}
 	// The summaries give the total; each version is parsed when its turn comes (holding all
 	// of them parsed at once cost ~300 bytes a tensor of every version).
 	for _, v := range numbers {
 		if info, err := s.versionSummary(v); err == nil {
-			total += info.LogicalBytes
+			prog.total += info.LogicalBytes
 		}
 	}
-	rec, recOK := s.verifyGCRecord(&rep)
-	pages := newPageCache(64 << 20)
-	opts := readOpts{noMaterialized: true, pages: pages}
-	named := map[ID]bool{}       // every object a manifest names
-	var lost []Damage            // previous versions lost rather than dropped by gc, if their deltas say so
-	var lostNamed []lostPrevious // previous versions the gc record says are lost
+	gone.rec, gone.recOK = c.verifyGCRecord(rep)
+	named := map[ID]bool{} // every object a manifest names
 	for _, v := range numbers {
-		ver, err := s.loadVersionFresh(v)
+		ver, err := c.loadVersionFresh(v)
 		if err != nil {
 			rep.add(Damage{Version: v, Err: err})
 			continue
 		}
 		ver.m.roots(named)
-		if p := ver.m.Previous; p != 0 && !present[p] && !quarantined[p] {
-			switch {
-			case recOK && rec.dropped(p):
-				// gc dropped it (its objects may wait for a sweep: an interrupted gc).
-			case recOK && p > rec.Since:
-				// gc records what it drops before the first manifest goes: this one
-				// was not dropped, its manifest is lost.
-				lostNamed = append(lostNamed, s.lostManifest(ver))
-			default:
-				// Gone before the record (or without one): gc drops the oldest versions,
-				// and (--keep-every, readers' pins) versions between kept ones; either
-				// way it re-anchors the deltas whose bases go, so a delta based outside
-				// every named object is what a lost manifest leaves.
-				lost = append(lost, s.deltasBasedOutside(ver)...)
-				rep.Notes = append(rep.Notes, fmt.Sprintf("version %d (the previous of version %d) is gone and no gc record says whether gc dropped it: judged by version %d's deltas alone (a lost manifest whose next version holds only whole copies is not seen)", p, ver.m.Version, ver.m.Version))
-			}
-		}
+		c.notePrevious(&gone, rep, ver)
 		rep.Versions++
 		for j := range ver.m.Files {
 			f := &ver.m.Files[j]
-			n, err := s.verifyFile(ver, f, opts, checked)
+			n, err := c.verifyFile(ver, f, opts, checked)
 			rep.Bytes += n
 			if err != nil {
 				rep.add(Damage{Version: ver.m.Version, Path: f.Path, Err: err})
 			}
-			report(f.Size)
+			prog.add(f.Size)
 		}
 	}
-	// gc drops versions only after it has rewritten, as whole copies, every delta object of
-	// a kept version whose base no kept version names: a delta based on an object no version
-	// names means its version's previous was lost, not dropped.
-	reported := map[uint64]bool{}
-	for _, d := range lost {
-		if !named[d.Object] && !reported[d.Version] {
-			reported[d.Version] = true
-			rep.Damaged = append(rep.Damaged, Damage{Version: d.Version, Err: d.Err})
+	gone.report(rep, named)
+	return checked, nil
+}
+
+// quarantinedVersions lists the versions in quarantine. A version that Repair moved there is
+// gone on purpose, and said so then: a later version that names it is not a sign of a deleted
+// manifest.
+func (c *checker) quarantinedVersions() (map[uint64]bool, error) {
+	quarantined := map[uint64]bool{}
+	if q, ok := c.st.be.(quarantiner); ok {
+		qs, err := q.listQuarantined()
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range qs {
+			quarantined[v] = true
 		}
 	}
-	for _, l := range lostNamed {
-		if !reported[l.version] {
-			reported[l.version] = true
-			rep.Damaged = append(rep.Damaged, l.damage(named))
-		}
-	}
-	// Objects no version names (bases only, or left by an interrupted writer), and named
-	// ones a version's check did not reach. An object whose chain of bases holds an object
-	// that failed its own check is not damaged itself: its reads fail through that one,
-	// which is reported (and what Repair acts on).
+	return quarantined, nil
+}
+
+// verifyUnnamed checks the objects no version names (bases only, or left by an interrupted
+// writer), and named ones a version's check did not reach. An object whose chain of bases
+// holds an object that failed its own check is not damaged itself: its reads fail through
+// that one, which is reported (and what Repair acts on).
+func (c *checker) verifyUnnamed(rep *VerifyReport, ids []ID, checked, bad map[ID]bool, opts readOpts) {
+	s := c.st
 	for _, id := range ids {
-		if checked[id] || bad[id] || s.baseChainBroken(id, bad) {
+		if checked[id] || bad[id] || c.baseChainBroken(id, bad) {
 			continue
 		}
 		m, err := s.meta(id)
 		if err == nil {
 			var got ID
-			got, err = s.hashObject(id, objHint{}, m.ContentLen, opts)
+			got, err = c.hashObject(id, objHint{}, m.ContentLen, opts)
 			if err == nil && got != id {
 				err = fmt.Errorf("content hashes to %s: %w", got, ErrCorrupt)
 			}
@@ -215,21 +248,22 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 			rep.add(Damage{Object: id, Err: err})
 		}
 	}
-	if d, ok := s.checkFormatFile(sections2); !ok {
-		rep.Damaged = append(rep.Damaged, d)
-	}
-	rep.Caches = s.verifyCaches()
+}
+
+// verdict is Verify's error for rep: the damage it found (wrapping ErrCorrupt), else what it
+// could not check, else nil.
+func (rep *VerifyReport) verdict() error {
 	if len(rep.Damaged) > 0 {
 		lines := make([]string, len(rep.Damaged))
 		for i, d := range rep.Damaged {
 			lines[i] = d.String()
 		}
-		return rep, fmt.Errorf("verify: %d damaged: %s%s: %w", len(rep.Damaged), strings.Join(lines, "; "), rep.unreadableNote(), ErrCorrupt)
+		return fmt.Errorf("verify: %d damaged: %s%s: %w", len(rep.Damaged), strings.Join(lines, "; "), rep.unreadableNote(), ErrCorrupt)
 	}
 	if len(rep.Unreadable) > 0 {
-		return rep, rep.unreadableError()
+		return rep.unreadableError()
 	}
-	return rep, nil
+	return nil
 }
 
 // add files a finding: damage (a failed check, a missing file), or, for an I/O error or
@@ -294,7 +328,8 @@ func isIOError(err error) bool {
 // baseChainBroken reports whether the chain of bases of object id (its base, the base's
 // base, ..., as far as objects carry a delta section) holds an object of bad, or one that is
 // missing (moved into quarantine by Repair: the versions that needed it went with it).
-func (s *Store) baseChainBroken(id ID, bad map[ID]bool) bool {
+func (c *checker) baseChainBroken(id ID, bad map[ID]bool) bool {
+	s := c.st
 	// (Headers alone: meta walks the whole chain and fails where it is broken.)
 	info, err := s.objectInfoOf(id)
 	for range maxContextRead {
@@ -316,7 +351,8 @@ func (s *Store) baseChainBroken(id ID, bad map[ID]bool) bool {
 // tensors that are deltas: each as the Damage its previous would be if that base (in
 // Damage.Object) turns out to be named by no version (Verify decides once it has seen every
 // manifest).
-func (s *Store) deltasBasedOutside(ver *version) []Damage {
+func (c *checker) deltasBasedOutside(ver *version) []Damage {
+	s := c.st
 	var out []Damage
 	p := ver.m.Previous
 	for i := range ver.m.Files {
@@ -345,7 +381,8 @@ func (s *Store) deltasBasedOutside(ver *version) []Damage {
 // checkObject checks one object file without reconstructing it: header, name, CRC, framing
 // of its sections. It returns the body version of its delta section (0: none; a section that
 // fails its checks is not counted).
-func (s *Store) checkObject(id ID) (int, error) {
+func (c *checker) checkObject(id ID) (int, error) {
+	s := c.st
 	f, info, err := s.openObject(id)
 	if err != nil {
 		return 0, err
@@ -366,14 +403,16 @@ func (s *Store) checkObject(id ID) (int, error) {
 }
 
 // loadVersionFresh reads and checks a manifest from the backend, bypassing the cache.
-func (s *Store) loadVersionFresh(v uint64) (*version, error) {
+func (c *checker) loadVersionFresh(v uint64) (*version, error) {
+	s := c.st
 	s.manifests.remove(v)
 	return s.loadVersion(v)
 }
 
 // verifyFile reconstructs one file, checking each object's and the file's SHA-256. Objects
 // whose content checked out are added to checked.
-func (s *Store) verifyFile(ver *version, f *manifestFile, opts readOpts, checked map[ID]bool) (int64, error) {
+func (c *checker) verifyFile(ver *version, f *manifestFile, opts readOpts, checked map[ID]bool) (int64, error) {
+	s := c.st
 	vf := s.newVersionFile(ver, f, opts)
 	fileHash := sha256.New()
 	var objHash hash.Hash = sha256.New()

@@ -42,7 +42,8 @@ func (c CacheCheck) String() string {
 }
 
 // verifyCaches checks every node-local cache Verify can see.
-func (s *Store) verifyCaches() []CacheCheck {
+func (c *checker) verifyCaches() []CacheCheck {
+	s := c.st
 	dirs := []string{s.cacheDir}
 	if _, local := s.be.(localDirBackend); local {
 		if w := filepath.Join(s.root, "cache"); w != s.cacheDir {
@@ -51,17 +52,17 @@ func (s *Store) verifyCaches() []CacheCheck {
 	}
 	var out []CacheCheck
 	for i, dir := range dirs {
-		var c CacheCheck
+		var cc CacheCheck
 		if i == 0 {
-			c = s.verifyOwnCopy()
+			cc = c.verifyOwnCopy()
 		} else {
-			c = s.verifyCopyAt(dir)
+			cc = c.verifyCopyAt(dir)
 		}
-		if c.Name != "" {
-			out = append(out, c)
+		if cc.Name != "" {
+			out = append(out, cc)
 		}
-		if c, ok := s.verifyRenders(dir); ok {
-			out = append(out, c)
+		if cc, ok := c.verifyRenders(dir); ok {
+			out = append(out, cc)
 		}
 	}
 	return out
@@ -69,9 +70,10 @@ func (s *Store) verifyCaches() []CacheCheck {
 
 // verifyOwnCopy checks the copy this process keeps, every file against the manifest (SHA-256
 // and objects); a damaged one is dropped and rebuilt.
-func (s *Store) verifyOwnCopy() CacheCheck {
+func (c *checker) verifyOwnCopy() CacheCheck {
+	s := c.st
 	m := s.mat
-	c := CacheCheck{Name: "materialized copy", Path: m.dir}
+	cc := CacheCheck{Name: "materialized copy", Path: m.dir}
 	m.ensureMu.Lock()
 	m.mu.RLock()
 	ver := m.ver
@@ -81,26 +83,26 @@ func (s *Store) verifyOwnCopy() CacheCheck {
 		if _, err := os.Stat(m.dir); err != nil {
 			return CacheCheck{}
 		}
-		c.Note = "holds no version now (reads replay from the objects)"
-		return c
+		cc.Note = "holds no version now (reads replay from the objects)"
+		return cc
 	}
-	c.Checked = true
+	cc.Checked = true
 	err := checkCopyFiles(m.dir, ver)
 	m.ensureMu.Unlock()
 	if err != nil && !isVerdictDamage(err) {
 		// An I/O error is no verdict: the copy stays (a repair may need it as a source).
-		c.Note = fmt.Sprintf("version %d: not checked (an error of the check, not damage): %v", ver.m.Version, err)
-		return c
+		cc.Note = fmt.Sprintf("version %d: not checked (an error of the check, not damage): %v", ver.m.Version, err)
+		return cc
 	}
 	if err != nil {
-		c.Damaged = true
-		c.Note = fmt.Sprintf("version %d: %v; dropped, rebuilt from the objects", ver.m.Version, err)
+		cc.Damaged = true
+		cc.Note = fmt.Sprintf("version %d: %v; dropped, rebuilt from the objects", ver.m.Version, err)
 		s.log.Warn("materialized copy: damaged; rebuilding", "err", err)
 		m.failed(err)
-		return c
+		return cc
 	}
-	c.Note = fmt.Sprintf("all %d files match version %d", len(ver.m.Files), ver.m.Version)
-	return c
+	cc.Note = fmt.Sprintf("all %d files match version %d", len(ver.m.Files), ver.m.Version)
+	return cc
 }
 
 // checkCopyFiles checks every file of ver in the copy at dir.
@@ -116,25 +118,26 @@ func checkCopyFiles(dir string, ver *version) error {
 // verifyCopyAt checks the copy another process keeps in cacheDir (the writer's), if its
 // index can be read: a running writer holds it, and checks every read of its copy itself.
 // A damaged copy is marked not clean, so the writer rebuilds it when it next opens.
-func (s *Store) verifyCopyAt(cacheDir string) CacheCheck {
+func (c *checker) verifyCopyAt(cacheDir string) CacheCheck {
+	s := c.st
 	dir := filepath.Join(cacheDir, "materialized")
 	if _, err := os.Stat(dir); err != nil {
 		return CacheCheck{}
 	}
-	c := CacheCheck{Name: "materialized copy", Path: dir}
+	cc := CacheCheck{Name: "materialized copy", Path: dir}
 	ixPath := filepath.Join(cacheDir, "index.db")
 	if err := checkCacheFile(ixPath); err != nil {
-		c.Note = fmt.Sprintf("its index cannot be read (%v): the writer rebuilds both", err)
-		return c
+		cc.Note = fmt.Sprintf("its index cannot be read (%v): the writer rebuilds both", err)
+		return cc
 	}
 	db, err := bolt.Open(ixPath, cacheFilePerm, &bolt.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
 	if errors.Is(err, berrors.ErrTimeout) {
-		c.Note = "in use by a running writer, which checks every read of it against its sums"
-		return c
+		cc.Note = "in use by a running writer, which checks every read of it against its sums"
+		return cc
 	}
 	if err != nil {
-		c.Note = fmt.Sprintf("its index cannot be read (%v): the writer rebuilds both", err)
-		return c
+		cc.Note = fmt.Sprintf("its index cannot be read (%v): the writer rebuilds both", err)
+		return cc
 	}
 	var st matState
 	// Another process's index may be damaged too: guard turns bbolt's panics into errors, and
@@ -150,27 +153,27 @@ func (s *Store) verifyCopyAt(cacheDir string) CacheCheck {
 	})
 	closeIndexDB(db)
 	if !st.Clean || !s.isSealed(st.Version) {
-		c.Note = "holds no clean sealed version (rebuilt before use)"
-		return c
+		cc.Note = "holds no clean sealed version (rebuilt before use)"
+		return cc
 	}
 	ver, err := s.loadVersion(st.Version)
 	if err != nil {
-		c.Note = fmt.Sprintf("version %d cannot be read: %v", st.Version, err)
-		return c
+		cc.Note = fmt.Sprintf("version %d cannot be read: %v", st.Version, err)
+		return cc
 	}
-	c.Checked = true
+	cc.Checked = true
 	if err := checkCopyFiles(dir, ver); err != nil {
-		c.Damaged = true
-		c.Note = fmt.Sprintf("version %d: %v", st.Version, err)
+		cc.Damaged = true
+		cc.Note = fmt.Sprintf("version %d: %v", st.Version, err)
 		if derr := dropCopyState(ixPath, st.Version); derr != nil {
-			c.Note += fmt.Sprintf("; not dropped (%v): the writer's reads still check it", derr)
+			cc.Note += fmt.Sprintf("; not dropped (%v): the writer's reads still check it", derr)
 		} else {
-			c.Note += "; dropped (marked not clean): the writer rebuilds it when it next opens"
+			cc.Note += "; dropped (marked not clean): the writer rebuilds it when it next opens"
 		}
-		return c
+		return cc
 	}
-	c.Note = fmt.Sprintf("all %d files match version %d", len(ver.m.Files), ver.m.Version)
-	return c
+	cc.Note = fmt.Sprintf("all %d files match version %d", len(ver.m.Files), ver.m.Version)
+	return cc
 }
 
 // dropCopyState marks the copy of another process's index not clean.
@@ -189,12 +192,12 @@ func dropCopyState(ixPath string, v uint64) error {
 // verifyRenders renders again every cached patch and slime delta of cacheDir whose key is
 // still current and compares the bytes; a render that differs is removed (rendered again
 // when next asked for). ok is false when there is no render cache.
-func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
+func (c *checker) verifyRenders(cacheDir string) (CacheCheck, bool) {
 	root := filepath.Join(cacheDir, "render")
 	if _, err := os.Stat(root); err != nil {
 		return CacheCheck{}, false
 	}
-	c := CacheCheck{Name: "render cache", Path: root, Checked: true}
+	cc := CacheCheck{Name: "render cache", Path: root, Checked: true}
 	var checked, stale int
 	var bad, unreadable []string
 	for _, kind := range []string{"patches", "deltas"} {
@@ -205,7 +208,7 @@ func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
 			if !ok || strings.HasSuffix(name, patchSumsSuffix) { // a patch's sums: checked with it
 				continue
 			}
-			err := s.checkRender(kind, v, filepath.Join(root, kind, name), name)
+			err := c.checkRender(kind, v, filepath.Join(root, kind, name), name)
 			switch {
 			case errors.Is(err, errStaleRender):
 				stale++
@@ -224,15 +227,15 @@ func (s *Store) verifyRenders(cacheDir string) (CacheCheck, bool) {
 			}
 		}
 	}
-	c.Note = fmt.Sprintf("%d renders match a fresh render, %d stale ones not checked", checked, stale)
+	cc.Note = fmt.Sprintf("%d renders match a fresh render, %d stale ones not checked", checked, stale)
 	if len(unreadable) > 0 {
-		c.Note += fmt.Sprintf("; %d not checked (an error of the check, not damage): %s", len(unreadable), strings.Join(unreadable, "; "))
+		cc.Note += fmt.Sprintf("; %d not checked (an error of the check, not damage): %s", len(unreadable), strings.Join(unreadable, "; "))
 	}
 	if len(bad) > 0 {
-		c.Damaged = true
-		c.Note += fmt.Sprintf("; %d damaged, removed (rendered again when asked for): %s", len(bad), strings.Join(bad, "; "))
+		cc.Damaged = true
+		cc.Note += fmt.Sprintf("; %d damaged, removed (rendered again when asked for): %s", len(bad), strings.Join(bad, "; "))
 	}
-	return c, true
+	return cc, true
 }
 
 var errStaleRender = errors.New("stale render")
@@ -249,7 +252,8 @@ func renderVersion(name string) (uint64, bool) {
 
 // checkRender renders the patch or delta of v again and compares it with the cached one at
 // p; errStaleRender: p is not the render of v's current inputs.
-func (s *Store) checkRender(kind string, v uint64, p, name string) error {
+func (c *checker) checkRender(kind string, v uint64, p, name string) error {
+	s := c.st
 	tmp, err := s.renders.renderTemp()
 	if err != nil {
 		return err

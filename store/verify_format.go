@@ -11,7 +11,8 @@ import "fmt"
 // objects); this program's writer rewrites the file as format 2 when it opens the store
 // (upgradeFormat), which is what `weightfs verify --repair` does first. ok is false when
 // the file is damage, d says why.
-func (s *Store) checkFormatFile(sections2 []ID) (d Damage, ok bool) {
+func (c *checker) checkFormatFile(sections2 []ID) (d Damage, ok bool) {
+	s := c.st
 	if s.format >= 2 || len(sections2) == 0 {
 		return Damage{}, true
 	}

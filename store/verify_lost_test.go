@@ -162,7 +162,7 @@ func TestRepairRecordsALostManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := openStore(t, root, Options{})
-	rr, err := w.Repair(nil)
+	rr, err := w.RepairWith(RepairOptions{})
 	if err != nil || fmt.Sprint(rr.Lost) != "[2]" || len(rr.Moved) != 0 || len(rr.Verify.Damaged) != 1 {
 		t.Fatalf("repair of a lost manifest: lost %v, moved %v, damaged %v, %v", rr.Lost, rr.Moved, rr.Verify.Damaged, err)
 	}

@@ -36,7 +36,7 @@ func TestS3DamagedLatestManifestSkippedAndRepaired(t *testing.T) {
 	r.Close()
 
 	w := openTestStore(t, url, store.Options{})
-	rep, err := w.Repair(nil)
+	rep, err := w.RepairWith(store.RepairOptions{})
 	if err != nil {
 		t.Fatalf("repair of an S3 store: %v", err)
 	}

@@ -20,7 +20,7 @@ func (f *versionFile) vouch() error {
 	if !f.opts.vouch || f.vouched.Load() {
 		return nil
 	}
-	if err := f.s.vouchFile(f.ver, f.f); err != nil {
+	if err := f.s.checker.vouchFile(f.ver, f.f); err != nil {
 		return f.s.collector.removedByGC(f.ver.m.Version, err)
 	}
 	f.vouched.Store(true)
@@ -29,7 +29,8 @@ func (f *versionFile) vouch() error {
 
 // vouchFile checks that the objects of file f of ver hash to its SHA-256, unless that
 // composition was vouched for already. Concurrent first reads of one file hash it once.
-func (s *Store) vouchFile(ver *version, f *manifestFile) error {
+func (c *checker) vouchFile(ver *version, f *manifestFile) error {
+	s := c.st
 	comp := composition(f)
 	chk := s.mat.chk
 	if chk.isVouched(comp) {

@@ -15,6 +15,12 @@ import (
 // never leaves a wrong file behind. Files that can be verified are still written; the error
 // lists those that could not. progress (nil: none) gets the bytes done of the version's total.
 func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) error {
+	return s.checker.export(v, dir, progress)
+}
+
+// export is Export.
+func (c *checker) export(v uint64, dir string, progress func(done, total int64)) error {
+	s := c.st
 	ver, err := s.sealedVersion(v)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
@@ -40,7 +46,7 @@ func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) e
 				progress(done, total)
 			}
 		}
-		if err := s.exportFile(ver, f, dir, count); err != nil {
+		if err := c.exportFile(ver, f, dir, count); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -52,17 +58,17 @@ func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) e
 
 // exportFile writes f below dir by its version-relative path (reldir.go: any path a version
 // holds, however far it takes dir past PATH_MAX).
-func (s *Store) exportFile(ver *version, f *manifestFile, dir string, count func(int64)) error {
+func (c *checker) exportFile(ver *version, f *manifestFile, dir string, count func(int64)) error {
 	if err := mkdirAllIn(dir, path.Dir(f.Path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := s.writeVerified(ver, f, dir, path.Dir(f.Path), readOpts{}, count)
+	tmp, err := c.writeVerified(ver, f, dir, path.Dir(f.Path), readOpts{}, count)
 	if errors.Is(err, errHashMismatch) {
 		// The materialized copy or a cached page may be what is wrong: once more from the
 		// store's objects alone, naming the object whose content does not hash to its name.
-		tmp, err = s.writeVerified(ver, f, dir, path.Dir(f.Path), readOpts{noMaterialized: true, pages: newPageCache(0)}, nil)
+		tmp, err = c.writeVerified(ver, f, dir, path.Dir(f.Path), readOpts{noMaterialized: true, pages: newPageCache(0)}, nil)
 		if errors.Is(err, errHashMismatch) {
-			err = s.findBadObject(ver, f, err)
+			err = c.findBadObject(ver, f, err)
 		}
 	}
 	if err != nil {
@@ -79,7 +85,8 @@ var errHashMismatch = fmt.Errorf("content does not match its SHA-256: %w", ErrCo
 
 // writeVerified writes file f of ver to a temporary file in relDir below dir and returns its
 // path relative to dir if its SHA-256 matches the manifest; otherwise it removes it.
-func (s *Store) writeVerified(ver *version, f *manifestFile, dir, relDir string, opts readOpts, count func(int64)) (string, error) {
+func (c *checker) writeVerified(ver *version, f *manifestFile, dir, relDir string, opts readOpts, count func(int64)) (string, error) {
+	s := c.st
 	out, tmp, err := createTempIn(dir, relDir, ".weightfs-export-")
 	if err != nil {
 		return "", err
@@ -128,10 +135,11 @@ func (s *Store) writeVerified(ver *version, f *manifestFile, dir, relDir string,
 
 // findBadObject re-reads each object of f from the store and names the first whose content
 // does not hash to its identity.
-func (s *Store) findBadObject(ver *version, f *manifestFile, cause error) error {
+func (c *checker) findBadObject(ver *version, f *manifestFile, cause error) error {
+	s := c.st
 	vf := s.newVersionFile(ver, f, readOpts{noMaterialized: true, pages: newPageCache(0)})
 	for _, sg := range vf.segs {
-		got, err := s.hashObject(sg.id, sg.hint, sg.end-sg.start, vf.opts)
+		got, err := c.hashObject(sg.id, sg.hint, sg.end-sg.start, vf.opts)
 		if err != nil {
 			return err
 		}
@@ -143,7 +151,8 @@ func (s *Store) findBadObject(ver *version, f *manifestFile, cause error) error 
 }
 
 // hashObject reconstructs object id (size content bytes) and returns its SHA-256.
-func (s *Store) hashObject(id ID, hint objHint, size int64, opts readOpts) (ID, error) {
+func (c *checker) hashObject(id ID, hint objHint, size int64, opts readOpts) (ID, error) {
+	s := c.st
 	h := sha256.New()
 	buf := make([]byte, min(size, ingestChunk))
 	for off := int64(0); off < size; {
