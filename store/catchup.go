@@ -25,13 +25,13 @@ const catchupKeep = 32
 // both sealed, from below v, and the same tensor layout in both (as for a one-step patch;
 // versions in between may differ, only the two ends matter to the patch).
 func (s *Store) patchVersionsFrom(v, from uint64) (cur, base *version, err error) {
-	if cur, err = s.sealedVersion(v); err != nil {
+	if cur, err = s.versions.sealedVersion(v); err != nil {
 		return nil, nil, err
 	}
 	if from >= v {
 		return nil, nil, fmt.Errorf("patch of version %d from %d: %w (the base must be an earlier version)", v, from, ErrNoPrevious)
 	}
-	if base, err = s.sealedVersion(from); err != nil {
+	if base, err = s.versions.sealedVersion(from); err != nil {
 		return nil, nil, fmt.Errorf("patch of version %d from %d: %w", v, from, err)
 	}
 	if why := tensorLayoutChange(base, cur); why != "" {
@@ -92,8 +92,8 @@ func (s *Store) pruneCatchup(pair, keep string) {
 		if n != 3 {
 			continue
 		}
-		_, verr := s.sealedVersion(v)
-		_, ferr := s.sealedVersion(from)
+		_, verr := s.versions.sealedVersion(v)
+		_, ferr := s.versions.sealedVersion(from)
 		if (strings.HasPrefix(base, pair+"-") && base != keep) || verr != nil || ferr != nil {
 			if err := removePatch(filepath.Join(dir, e.Name())); err != nil {
 				s.log.Warn("remove stale render", "render", e.Name(), "err", err)

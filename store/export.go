@@ -15,7 +15,7 @@ import (
 // never leaves a wrong file behind. Files that can be verified are still written; the error
 // lists those that could not. progress (nil: none) gets the bytes done of the version's total.
 func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) error {
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

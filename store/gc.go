@@ -184,8 +184,8 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool)
 		if without[v] {
 			continue
 		}
-		ver, err := s.loadVersion(v)
-		if err != nil && s.damagedError(v) != nil {
+		ver, err := s.versions.loadVersion(v)
+		if err != nil && s.versions.damagedError(v) != nil {
 			unreadable = append(unreadable, v)
 			continue
 		}
@@ -266,9 +266,9 @@ func (s *Store) RebuildIndex() error {
 	clear(s.metas)
 	s.dirtyMetas = nil
 	s.metaMu.Unlock()
-	s.manifests.clear()
+	s.versions.forgetAll()
 	s.objInfos.clear()
-	if err := s.loadVersions(); err != nil {
+	if err := s.versions.loadVersions(); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}
 	// The copy's state was in the index: it is rebuilt when next needed.

@@ -185,7 +185,7 @@ func (s *Store) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 	kept := map[ID]bool{}
 	var keptVersions []*version
 	for _, info := range keep {
-		ver, err := s.loadVersion(info.Number)
+		ver, err := s.versions.loadVersion(info.Number)
 		if err != nil {
 			return nil, err
 		}
@@ -299,11 +299,9 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 			return st, fmt.Errorf("gc: %w", err)
 		}
 		dropped = append(dropped, info.Number)
-		s.manifests.remove(info.Number)
+		s.versions.forget(info.Number)
 	}
-	s.mu.Lock()
-	s.versions = slices.DeleteFunc(slices.Clone(s.versions), func(info VersionInfo) bool { return slices.Contains(dropped, info.Number) })
-	s.mu.Unlock()
+	s.versions.dropped(dropped)
 	if err := s.ix.updateVersions(nil, dropped); err != nil {
 		s.log.Warn("index: not updated", "err", err)
 	}

@@ -12,7 +12,7 @@ import (
 // before v into v, and returns its size. A version without a sealed predecessor (the first,
 // or the oldest kept after GC) has no patch (ErrNoPrevious).
 func (s *Store) WritePatch(v uint64, w io.WriterAt) (int64, error) {
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return 0, err
 	}
@@ -20,7 +20,7 @@ func (s *Store) WritePatch(v uint64, w io.WriterAt) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("patch of version %d: %w", v, ErrNoPrevious)
 	}
-	base, err := s.sealedVersion(prev)
+	base, err := s.versions.sealedVersion(prev)
 	if err != nil {
 		return 0, err
 	}

@@ -176,14 +176,14 @@ func (s *Store) PatchBase(v uint64) (uint64, error) {
 }
 
 func (s *Store) patchVersions(v uint64) (cur, base *version, err error) {
-	if cur, err = s.sealedVersion(v); err != nil {
+	if cur, err = s.versions.sealedVersion(v); err != nil {
 		return nil, nil, err
 	}
 	prev, ok := s.Previous(v)
 	if !ok {
 		return nil, nil, fmt.Errorf("patch of version %d: %w", v, ErrNoPrevious)
 	}
-	if base, err = s.sealedVersion(prev); err != nil {
+	if base, err = s.versions.sealedVersion(prev); err != nil {
 		return nil, nil, err
 	}
 	if why := tensorLayoutChange(base, cur); why != "" {

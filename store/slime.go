@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -73,14 +72,14 @@ const slimeRenderFile = "render.json"
 // positions); else SlimeDelta.
 func (s *Store) PlanSlime(v uint64) (SlimePlan, error) {
 	plan := SlimePlan{Version: v}
-	if !s.isSealed(v) {
-		if v >= 1 && v <= delta.SlimeMaxVersion && s.between(v) {
+	if !s.versions.isSealed(v) {
+		if v >= 1 && v <= delta.SlimeMaxVersion && s.versions.between(v) {
 			plan.Kind = SlimeEmpty
 			return plan, nil
 		}
 		return plan, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
 	}
-	cur, err := s.sealedVersion(v)
+	cur, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return plan, err
 	}
@@ -93,7 +92,7 @@ func (s *Store) PlanSlime(v uint64) (SlimePlan, error) {
 		plan.Reason = "its number has more than six digits (the delta index holds six)"
 		return plan, nil
 	}
-	base, err := s.sealedVersion(prev)
+	base, err := s.versions.sealedVersion(prev)
 	if err != nil {
 		return plan, err
 	}
@@ -101,14 +100,6 @@ func (s *Store) PlanSlime(v uint64) (SlimePlan, error) {
 		plan.Kind, plan.Base = SlimeDelta, prev
 	}
 	return plan, nil
-}
-
-// between reports whether an unsealed number v lies between two sealed versions.
-func (s *Store) between(v uint64) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
-	return i > 0 && i < len(s.versions)
 }
 
 // slimeFullReason says why cur cannot be served as a delta against base ("" if it can).
@@ -188,11 +179,11 @@ func (s *Store) RenderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 		}
 		return plan, []RenderedFile{{Name: delta.SlimeIndexName, Data: index, Size: int64(len(index))}}, nil
 	}
-	cur, err := s.sealedVersion(v)
+	cur, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return plan, nil, err
 	}
-	base, err := s.sealedVersion(plan.Base)
+	base, err := s.versions.sealedVersion(plan.Base)
 	if err != nil {
 		return plan, nil, err
 	}
@@ -250,11 +241,11 @@ func (s *Store) WriteSlimeDelta(v uint64, dir string) ([]string, error) {
 	if plan.Kind != SlimeDelta {
 		return nil, fmt.Errorf("delta of version %d: it is served as %s checkpoint (%s)", v, plan.Kind, plan.Reason)
 	}
-	cur, err := s.sealedVersion(v)
+	cur, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return nil, err
 	}
-	base, err := s.sealedVersion(plan.Base)
+	base, err := s.versions.sealedVersion(plan.Base)
 	if err != nil {
 		return nil, err
 	}

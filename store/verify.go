@@ -134,7 +134,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	// The summaries give the total; each version is parsed when its turn comes (holding all
 	// of them parsed at once cost ~300 bytes a tensor of every version).
 	for _, v := range numbers {
-		if info, err := s.versionSummary(v); err == nil {
+		if info, err := s.versions.versionSummary(v); err == nil {
 			total += info.LogicalBytes
 		}
 	}
@@ -367,8 +367,8 @@ func (s *Store) checkObject(id ID) (int, error) {
 
 // loadVersionFresh reads and checks a manifest from the backend, bypassing the cache.
 func (s *Store) loadVersionFresh(v uint64) (*version, error) {
-	s.manifests.remove(v)
-	return s.loadVersion(v)
+	s.versions.forget(v)
+	return s.versions.loadVersion(v)
 }
 
 // verifyFile reconstructs one file, checking each object's and the file's SHA-256. Objects
