@@ -101,9 +101,9 @@ type Store struct {
 	referencePatch bool
 	stats          storeStats // what it did since Open, for metrics (stats.go)
 
-	mu       sync.RWMutex // guards closed (the version list has its own: versionlist.go)
+	mu       sync.RWMutex // guards closed (the version list has its own: version_list.go)
 	closed   bool
-	versions *versionList // sealed versions, damage, parsed manifests, Refresh and Poll (versionlist.go)
+	versions *versionList // sealed versions, damage, parsed manifests, Refresh and Poll (version_list.go)
 
 	objInfos    *lru[ID, *objectInfo]
 	deltas      *lru[ID, *deltaObject]

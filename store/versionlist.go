@@ -13,8 +13,8 @@ import (
 // refreshed, and asked.
 
 // versionList is the store's versions (s.versions): the list of sealed versions, the damaged
-// and quarantined ones (damaged.go), the cache of parsed manifests (version_cache.go), and
-// what Refresh and Poll keep between calls (notify.go). The other parts of the store ask it
+// and quarantined ones (version_damage.go), the cache of parsed manifests (version_cache.go), and
+// what Refresh and Poll keep between calls (version_poll.go). The other parts of the store ask it
 // (sealedVersion, loadVersion, latestVersion, checkAbove, ...) and tell it (addSealed,
 // dropped, forget, noteDamaged); none touches its fields.
 //
@@ -37,14 +37,14 @@ type versionList struct {
 	mu     sync.RWMutex
 	sealed []VersionInfo // sealed versions, ascending; Anchor is filled on the way out (infos)
 	// damaged are versions whose manifests cannot be read (not in sealed), with why;
-	// quarantineTop is the highest version number in STORE/quarantine/ (damaged.go).
+	// quarantineTop is the highest version number in STORE/quarantine/ (version_damage.go).
 	damaged       map[uint64]error
 	quarantineTop uint64
 
 	manifests *versionCache // parsed versions (version_cache.go)
 
 	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
-	poll      pollState  // Poll's memory of the change hint (notify.go)
+	poll      pollState  // Poll's memory of the change hint (version_poll.go)
 }
 
 func newVersionList(s *Store) *versionList {
