@@ -377,7 +377,7 @@ func twoVersionsAndAVictim(t *testing.T, seed uint64, i int) (s *Store, root str
 	t.Helper()
 	s, root = newStore(t, Options{})
 	commitAll(t, s, modelVersions(t, 2, seed))
-	ver, _ := s.sealedVersion(2)
+	ver, _ := s.versions.sealedVersion(2)
 	victim = ver.files["model.safetensors"].Tensors[i].ID
 	closeStore(t, s)
 	return s, root, victim

@@ -32,7 +32,7 @@ func forgeBase(t *testing.T, root string, id, base ID) {
 // tensor is (for the read).
 func v2Chain(t *testing.T, s *Store, v uint64, n int) ([]ID, string) {
 	t.Helper()
-	ver, err := s.loadVersion(v)
+	ver, err := s.versions.loadVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}

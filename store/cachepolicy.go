@@ -10,8 +10,10 @@ import (
 
 // cachePolicy is the store's policy for a backend with a local cache of a remote store
 // (RemoteCache: store/s3). It wraps the backend, so that every listing of the versions
-// (Open, Refresh, gc, Verify) is followed by what the policy decides, and the backend's own
-// ListManifests stays a pure listing:
+// (Open, Refresh, gc, Verify) is followed by what the policy decides of versions gone, and
+// the backend's own ListManifests stays a pure listing; what it fetches ahead, it fetches
+// when the store tells it of a listing it is about to publish (prefetchListed: Open and
+// Refresh, versionList.fetchAhead), not on the side of every listing:
 //
 //   - a version that was seen and is gone was dropped by gc in another process, which may
 //     also have replaced delta objects by whole copies and deleted their bases: cached
@@ -24,11 +26,12 @@ import (
 //     no version yet fetches the objects the latest version names, for the first build of
 //     the copy. When that is more than half the cache, nothing is fetched ahead (it would
 //     evict what the rebuild needs next); reads fetch on demand. A failed fetch fails the
-//     listing, so the store does not move to a version whose objects it cannot read; the
-//     next Refresh retries, and what was fetched stays cached.
+//     Refresh (or Open), so the store does not move to a version whose objects it cannot
+//     read; the next Refresh retries, and what was fetched stays cached.
 //
-// "Seen" starts as the versions whose manifests the cache holds from earlier runs, grows
-// with this process's seals and listings, and shrinks with its own gc.
+// "Seen" and "fetched" start as the versions whose manifests the cache holds from earlier
+// runs, grow with this process's seals, and shrink with its own gc; "seen" becomes each
+// listing, "fetched" each listing whose new objects were fetched (prefetchListed).
 type cachePolicy struct {
 	Backend
 	rc       RemoteCache
@@ -36,14 +39,16 @@ type cachePolicy struct {
 	root     string
 	log      *slog.Logger
 
-	mu   sync.Mutex
-	seen map[uint64]bool // versions of the last listing whose objects were prefetched
+	mu      sync.Mutex
+	seen    map[uint64]bool // versions of the last listing (noticeRemoved)
+	fetched map[uint64]bool // versions of the last listing whose objects were prefetched
 }
 
 func newCachePolicy(be Backend, rc RemoteCache, prefetch bool, root string, log *slog.Logger) *cachePolicy {
-	p := &cachePolicy{Backend: be, rc: rc, prefetch: prefetch, root: root, log: log, seen: map[uint64]bool{}}
+	p := &cachePolicy{Backend: be, rc: rc, prefetch: prefetch, root: root, log: log, seen: map[uint64]bool{}, fetched: map[uint64]bool{}}
 	for _, v := range rc.CachedVersions() {
 		p.seen[v] = true
+		p.fetched[v] = true
 	}
 	return p
 }
@@ -54,6 +59,7 @@ func (p *cachePolicy) PutManifest(v uint64, data []byte) error {
 	}
 	p.mu.Lock()
 	p.seen[v] = true
+	p.fetched[v] = true
 	p.mu.Unlock()
 	return nil
 }
@@ -64,6 +70,7 @@ func (p *cachePolicy) DeleteManifest(v uint64) error {
 	}
 	p.mu.Lock()
 	delete(p.seen, v)
+	delete(p.fetched, v)
 	p.mu.Unlock()
 	return nil
 }
@@ -74,11 +81,6 @@ func (p *cachePolicy) ListManifests() ([]uint64, error) {
 		return nil, err
 	}
 	p.noticeRemoved(vs)
-	if p.prefetch {
-		if err := p.prefetchNew(vs); err != nil {
-			return nil, err
-		}
-	}
 	p.mu.Lock()
 	clear(p.seen)
 	for _, v := range vs {
@@ -86,6 +88,26 @@ func (p *cachePolicy) ListManifests() ([]uint64, error) {
 	}
 	p.mu.Unlock()
 	return vs, nil
+}
+
+// prefetchListed is told of a listing of the versions (vs, ascending) that the store is
+// about to publish (versionList.fetchAhead): a reader that keeps a materialized copy has the
+// objects of the versions new since the last such listing fetched (prefetchNew). A failed
+// fetch is returned, and the next listing it is told of fetches them again.
+func (p *cachePolicy) prefetchListed(vs []uint64) error {
+	if !p.prefetch {
+		return nil
+	}
+	if err := p.prefetchNew(vs); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	clear(p.fetched)
+	for _, v := range vs {
+		p.fetched[v] = true
+	}
+	p.mu.Unlock()
+	return nil
 }
 
 // noticeRemoved compares a fresh listing with the versions seen before and tells the cache
@@ -110,13 +132,16 @@ func (p *cachePolicy) noticeRemoved(vs []uint64) {
 	p.log.Info(fmt.Sprintf("%d versions (v%d..v%d) were removed from %s (gc): emptied the local object cache", len(gone), gone[0], gone[len(gone)-1], p.root))
 }
 
-// prefetchNew has the cache fetch the objects the versions new in this listing added.
+// prefetchNew has the cache fetch the objects the versions new in this listing added. The
+// cache is fresh when no version of the listing was fetched before.
 func (p *cachePolicy) prefetchNew(vs []uint64) error {
 	p.mu.Lock()
-	fresh := len(p.seen) == 0
+	fresh := true
 	var news []uint64
 	for _, v := range vs {
-		if !p.seen[v] {
+		if p.fetched[v] {
+			fresh = false
+		} else {
 			news = append(news, v)
 		}
 	}

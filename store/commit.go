@@ -41,7 +41,7 @@ func (s *Store) Commit(dir string, opts CommitOptions) (VersionInfo, error) {
 	}
 	v := opts.Version
 	if v == 0 {
-		top, _ := s.highest() // above damaged and quarantined versions too
+		top, _ := s.versions.highest() // above damaged and quarantined versions too
 		if top >= MaxVersion {
 			return VersionInfo{}, fmt.Errorf("commit %s: version %d is the largest a store accepts: there is no next version: %w", dir, top, ErrVersionOutOfRange)
 		}

@@ -66,7 +66,7 @@ func BenchmarkContextChain(b *testing.B) {
 				}
 				var bytes, changed int64
 				for v := uint64(3); v <= versions; v++ {
-					ver, err := s.loadVersion(v)
+					ver, err := s.versions.loadVersion(v)
 					if err != nil {
 						b.Fatal(err)
 					}

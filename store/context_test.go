@@ -27,7 +27,7 @@ func (st sectionStats) perChanged(v int) float64 {
 // s.contextChain version-2 sections, and returns what they stored.
 func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 	t.Helper()
-	ver, err := s.loadVersion(v)
+	ver, err := s.versions.loadVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestContextSeries(t *testing.T) {
 // versionObjects lists what version v's manifest names: each file's SHA-256 and objects.
 func versionObjects(t *testing.T, s *Store, v uint64) string {
 	t.Helper()
-	ver, err := s.loadVersion(v)
+	ver, err := s.versions.loadVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestContextGC(t *testing.T) {
 				from := uint64(9 - keep)
 				kept := map[ID]bool{}
 				for v := from; v <= 8; v++ {
-					ver, err := s.loadVersion(v)
+					ver, err := s.versions.loadVersion(v)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -267,7 +267,7 @@ func TestContextDamage(t *testing.T) {
 	}
 	// A tensor of version 5 whose chain is whole (v1), then a version-1 delta (v2), then
 	// version-2 deltas (v3, v4, v5): damage v3's.
-	ver5, err := s.loadVersion(5)
+	ver5, err := s.versions.loadVersion(5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestContextGCOtherProcess(t *testing.T) {
 	}
 	r := openStore(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
 	// The reader loads the sections of version 4 (version 2, coded against version 3's).
-	ver4, err := r.loadVersion(4)
+	ver4, err := r.versions.loadVersion(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestForwardCachesContexts(t *testing.T) {
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}
-	ver, err := s.loadVersion(3)
+	ver, err := s.versions.loadVersion(3)
 	if err != nil {
 		t.Fatal(err)
 	}

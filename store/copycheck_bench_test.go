@@ -68,7 +68,7 @@ func BenchmarkCopyRead(b *testing.B) {
 // through the read path and hashed. Version 1 is rebuilt backward from the copy.
 func BenchmarkVouch(b *testing.B) {
 	s, size := benchStore(b)
-	ver, err := s.sealedVersion(1)
+	ver, err := s.versions.sealedVersion(1)
 	if err != nil {
 		b.Fatal(err)
 	}

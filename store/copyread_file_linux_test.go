@@ -54,7 +54,7 @@ func TestWholeCopyReadsMatchReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := versions[c.v-1][c.path]
-		ver, err := s.sealedVersion(c.v)
+		ver, err := s.versions.sealedVersion(c.v)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -111,7 +111,7 @@ func TestReaderOpensOverDamagedVersion(t *testing.T) {
 	files := map[string][]byte{"a": []byte("the damaged file"), "b": []byte("the good file")}
 	commitTree(t, w, 1, files)
 	closeStore(t, w)
-	ver, err := w.loadVersion(1)
+	ver, err := w.versions.loadVersion(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func TestMissingObjectAndManifestDamage(t *testing.T) {
 
 	// A missing object.
 	r = openStore(t, root, Options{ReadOnly: true})
-	ver, _ := r.sealedVersion(2)
+	ver, _ := r.versions.sealedVersion(2)
 	victim := ver.files["model.safetensors"].Tensors[1].ID
 	closeStore(t, r)
 	os.Remove(r.be.(*localBackend).objectPath(victim))

@@ -23,7 +23,7 @@ func TestCommitOnABaseWithABrokenChain(t *testing.T) {
 			for k, files := range trees[:5] {
 				commitTree(t, s, uint64(k+1), files)
 			}
-			ver, err := s.loadVersion(5)
+			ver, err := s.versions.loadVersion(5)
 			if err != nil {
 				t.Fatal(err)
 			}

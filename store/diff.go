@@ -47,7 +47,7 @@ type TensorInfo struct {
 // Tensors lists the tensors of a safetensors file of version v in file order (nil for
 // another kind of file).
 func (s *Store) Tensors(v uint64, path string) ([]TensorInfo, error) {
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return nil, err
 	}
@@ -66,11 +66,11 @@ func (s *Store) Tensors(v uint64, path string) ([]TensorInfo, error) {
 // Diff counts, per tensor, the elements that differ between versions a and b (any two, in
 // either order). Rows come in b's file and tensor order, then what only a has.
 func (s *Store) Diff(a, b uint64) ([]TensorDiff, error) {
-	va, err := s.sealedVersion(a)
+	va, err := s.versions.sealedVersion(a)
 	if err != nil {
 		return nil, err
 	}
-	vb, err := s.sealedVersion(b)
+	vb, err := s.versions.sealedVersion(b)
 	if err != nil {
 		return nil, err
 	}
@@ -224,11 +224,11 @@ func (s *Store) compareObjects(a, b ID, ha, hb objHint, size int64, width int, f
 // to version b (same dtype and shape in both): fn gets, page by page, the indices relative to
 // element first and the new values (b's). It is what a sparse patch from a to b holds.
 func (s *Store) TensorChanges(a, b uint64, path, name string, fn func(first int64, c *delta.Changes) error) error {
-	va, err := s.sealedVersion(a)
+	va, err := s.versions.sealedVersion(a)
 	if err != nil {
 		return err
 	}
-	vb, err := s.sealedVersion(b)
+	vb, err := s.versions.sealedVersion(b)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@
 // the versions of the files a reader holds open, gc_hold.go), each with its
 // own cache directory; they see versions
 // sealed after their Open once they call Refresh (one that keeps a materialized copy, once
-// Refresh has also brought the copy to the new version: versionlist.go). gc runs in the writer's process, by hand
+// Refresh has also brought the copy to the new version: version_list.go). gc runs in the writer's process, by hand
 // (GC, GCWith) or after every seal (Options.Retention, gc_retention.go), beside open Writers. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.
 //

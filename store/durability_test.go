@@ -179,7 +179,7 @@ func TestCrashPoints(t *testing.T) {
 			crash(s)
 
 			s = openStore(t, root, Options{})
-			present := s.isSealed(3)
+			present := s.versions.isSealed(3)
 			shouldBe := point != "seal-objects-written" && point != "seal-objects-synced"
 			if present != shouldBe {
 				t.Fatalf("after a crash at %s: version 3 present %v, want %v", point, present, shouldBe)

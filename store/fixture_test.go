@@ -97,7 +97,7 @@ var fixtureV1Damage = []struct {
 		path string
 	}{2, "config.json"}},
 	{"v1-missing-object", func(t *testing.T, root string, s *Store) {
-		ver, err := s.sealedVersion(4)
+		ver, err := s.versions.sealedVersion(4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ var fixtureV1Damage = []struct {
 // which must be of kind k.
 func fixtureTensorObject(t *testing.T, s *Store, v uint64, k objectKind) ID {
 	t.Helper()
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,8 +220,8 @@ func (c *collector) sweepVictims(without map[uint64]bool, whole, within map[ID]b
 		if without[v] {
 			continue
 		}
-		ver, err := c.st.loadVersion(v)
-		if err != nil && c.st.damagedError(v) != nil {
+		ver, err := c.st.versions.loadVersion(v)
+		if err != nil && c.st.versions.damagedError(v) != nil {
 			unreadable = append(unreadable, v)
 			continue
 		}
@@ -302,9 +302,9 @@ func (s *Store) RebuildIndex() error {
 	clear(s.metas)
 	s.dirtyMetas = nil
 	s.metaMu.Unlock()
-	s.manifests.clear()
+	s.versions.forgetAll()
 	s.objInfos.clear()
-	if err := s.loadVersions(); err != nil {
+	if err := s.versions.loadVersions(); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}
 	// The copy's state was in the index: it is rebuilt when next needed.

@@ -56,7 +56,7 @@ func newHoldEnv(s *Store) holdEnv {
 		log:      s.log,
 		readOnly: s.readOnly,
 		sealed: func(v uint64) error {
-			_, err := s.sealedVersion(v)
+			_, err := s.versions.sealedVersion(v)
 			return err
 		},
 		pin: s.Pin,

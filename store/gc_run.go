@@ -223,7 +223,7 @@ func (c *collector) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 	kept := map[ID]bool{}
 	var keptVersions []*version
 	for _, info := range keep {
-		ver, err := c.st.loadVersion(info.Number)
+		ver, err := c.st.versions.loadVersion(info.Number)
 		if err != nil {
 			return nil, err
 		}
@@ -367,11 +367,9 @@ func (c *collector) deleteDropped(st GCStats, drop []VersionInfo) (GCStats, erro
 			return st, fmt.Errorf("gc: %w", err)
 		}
 		dropped = append(dropped, info.Number)
-		c.st.manifests.remove(info.Number)
+		c.st.versions.forget(info.Number)
 	}
-	c.st.mu.Lock()
-	c.st.versions = slices.DeleteFunc(slices.Clone(c.st.versions), func(info VersionInfo) bool { return slices.Contains(dropped, info.Number) })
-	c.st.mu.Unlock()
+	c.st.versions.dropped(dropped)
 	if err := c.st.ix.updateVersions(nil, dropped); err != nil {
 		c.log.Warn("index: not updated", "err", err)
 	}

@@ -44,7 +44,7 @@ func (s *Store) Usage() (Usage, error) {
 	}
 	counted := map[ID]bool{}
 	for _, info := range s.Versions() {
-		ver, err := s.loadVersion(info.Number)
+		ver, err := s.versions.loadVersion(info.Number)
 		if err != nil {
 			continue // a damaged manifest: listed as damaged by log, its objects unreferenced here
 		}

@@ -35,7 +35,7 @@ func TestReaderAfterOtherProcessGC(t *testing.T) {
 					if v < 4 {
 						continue
 					}
-					ver, err := r.loadVersion(v)
+					ver, err := r.versions.loadVersion(v)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -225,7 +225,7 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 	if err := s.Refresh(); err != nil {
 		return nil, fmt.Errorf("new part of version %d: %w", v, err)
 	}
-	if err := s.checkAbove(v); err != nil {
+	if err := s.versions.checkAbove(v); err != nil {
 		return nil, fmt.Errorf("%s: %w", g.Rank, err)
 	}
 	// A refused number is not written again: the rank learns it now, not after its part.

@@ -49,7 +49,7 @@ func TestGroupPublisherCrash(t *testing.T) {
 			}
 			crash(gs.pub)
 			pub := openStore(t, gs.root, Options{})
-			present := pub.isSealed(2)
+			present := pub.versions.isSealed(2)
 			if want := strings.HasPrefix(point, "seal-manifest") || point == "seal-index-updated"; present != want {
 				t.Fatalf("after a crash at %s: version 2 present %v, want %v", point, present, want)
 			}
@@ -122,7 +122,7 @@ func TestGroupRankKilled(t *testing.T) {
 	if _, err := gs.pub.PublishGroupWait(ctx, "g", 2, 4, 10*time.Millisecond); !errors.Is(err, ErrGroupIncomplete) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("publish waiting for rank 3: %v", err)
 	}
-	if _, ok := gs.pub.Latest(); !ok || gs.pub.isSealed(2) {
+	if _, ok := gs.pub.Latest(); !ok || gs.pub.versions.isSealed(2) {
 		t.Fatal("version 2 appeared without rank 3's part")
 	}
 	// Rank 3 restarts and writes its part again; the waiting publisher publishes, and rank 0,

@@ -47,7 +47,7 @@ func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration)
 				continue
 			}
 			// The number is sealed; it must hold this rank's part (group_holds.go).
-			ver, err := s.loadVersion(v)
+			ver, err := s.versions.loadVersion(v)
 			if err != nil {
 				return VersionInfo{}, fmt.Errorf("%s: version %d appeared, but its manifest cannot be read to check that it holds this rank's part: %w", g.Rank, v, err)
 			}

@@ -155,7 +155,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	if err := s.checkAbove(v); err != nil {
+	if err := s.versions.checkAbove(v); err != nil {
 		return VersionInfo{}, fmt.Errorf("publish group %s: %w", group, err)
 	}
 	if ref, err := readRefusal(gr, group, v); err != nil {
@@ -299,7 +299,7 @@ func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("publish group %s: %w", group, err)
 	}
-	top, _ := s.highest()
+	top, _ := s.versions.highest()
 	isRefused := map[uint64]bool{}
 	for _, k := range keys {
 		if k.kind == recordRefused {
@@ -411,7 +411,7 @@ func (s *Store) cleanGroupRecords(gr GroupRecords, group string, v uint64) {
 // (of versions up to the highest taken): the writer's sweep calls it.
 func (s *Store) cleanStaleGroupRecords() {
 	if gr, err := s.groupRecords(); err == nil {
-		top, _ := s.highest()
+		top, _ := s.versions.highest()
 		s.cleanGroupRecords(gr, "", top)
 	}
 }
@@ -434,7 +434,7 @@ func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
 	if err != nil {
 		return "", nil
 	}
-	top, _ := s.highest()
+	top, _ := s.versions.highest()
 	latest, _ := s.Latest()
 	keys, err := listRecords(gr, "")
 	if err != nil {
@@ -484,7 +484,7 @@ func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
 func (s *Store) droppedObjects(drop []VersionInfo) map[ID]bool {
 	roots := map[ID]bool{}
 	for _, info := range drop {
-		ver, err := s.loadVersion(info.Number)
+		ver, err := s.versions.loadVersion(info.Number)
 		if err != nil {
 			return nil
 		}

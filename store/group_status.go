@@ -51,7 +51,7 @@ func (s *Store) GroupStatus(group string) ([]GroupVersionStatus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("group %s: %w", group, err)
 	}
-	top, _ := s.highest()
+	top, _ := s.versions.highest()
 	byV := map[uint64]*GroupVersionStatus{}
 	var order []uint64
 	parts := map[recordKey]bool{}
@@ -135,7 +135,7 @@ func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string
 			st = &sts[i]
 		}
 	}
-	top, _ := s.highest()
+	top, _ := s.versions.highest()
 	if v <= top {
 		return fmt.Errorf("cancel version %d of group %s: version %d is taken (the highest is %d): %w", v, group, v, top, ErrVersionNotAbove)
 	}

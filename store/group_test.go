@@ -180,7 +180,7 @@ func TestGroupStoresWhatOneWriterStores(t *testing.T) {
 	t.Logf("%d objects and manifests, identical", n)
 	// The later versions are deltas: the ranks diffed against their own files' last versions.
 	for v := uint64(2); v <= 3; v++ {
-		ver, err := gs.pub.loadVersion(v)
+		ver, err := gs.pub.versions.loadVersion(v)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func objectKinds(t testing.TB, s *Store) map[objectKind]int {
 
 func tensorEntry(t testing.TB, s *Store, v uint64, path, name string) manifestTensor {
 	t.Helper()
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestAnchorsAtTheChainBound(t *testing.T) {
 		mustEqualBytes(t, fmt.Sprintf("v%d", v), readWhole(t, r, v, "m.safetensors"), file)
 	}
 	// v4 is nearer to the anchor v5 (one step back) than to v1 (three forward).
-	ver, _ := r.sealedVersion(4)
+	ver, _ := r.versions.sealedVersion(4)
 	f := ver.files["m.safetensors"]
 	pw := planWalker{s: r, cache: newPageCache(0)}
 	p, _, err := pw.planFor(f.Tensors[0].ID, objHint{path: "m.safetensors", tensor: "w"})
@@ -291,7 +291,7 @@ func TestBadInputIsStoredWhole(t *testing.T) {
 			_, dir := commitTree(t, s, 2, tc.files)
 			sameTree(t, "bad input round trip", exportHashes(t, s, 2), treeHashes(t, dir))
 			sameTree(t, "v1 after bad input", exportHashes(t, s, 1), treeHashes(t, base))
-			ver, _ := s.sealedVersion(2)
+			ver, _ := s.versions.sealedVersion(2)
 			if got := ver.files["model.safetensors"].Kind == kindBlob; got != tc.blob {
 				t.Fatalf("model.safetensors stored as blob: %v, want %v", got, tc.blob)
 			}

@@ -180,7 +180,7 @@ func (m *materialized) ensureThen(target *version, publish func()) error {
 
 // ensureLatestLocked is ensure for a caller that holds ensureMu.
 func (m *materialized) ensureLatestLocked() error {
-	target, err := m.s.latestVersion()
+	target, err := m.s.versions.latestVersion()
 	target = m.s.scoped(target) // a rank's copy holds its own files (group.go)
 	if err != nil {
 		m.drop()
@@ -244,10 +244,10 @@ func (m *materialized) ensureLocked(target *version) error {
 // loadState adopts a clean copy left by an earlier run, if the index vouches for it.
 func (m *materialized) loadState() *version {
 	st := m.s.ix.materialized()
-	if !st.Clean || st.Version == 0 || !m.s.isSealed(st.Version) {
+	if !st.Clean || st.Version == 0 || !m.s.versions.isSealed(st.Version) {
 		return nil
 	}
-	ver, err := m.s.loadVersion(st.Version)
+	ver, err := m.s.versions.loadVersion(st.Version)
 	if err != nil {
 		return nil
 	}

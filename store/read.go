@@ -63,7 +63,7 @@ var _ File = (*versionFile)(nil)
 
 // OpenFile opens one file of a sealed version.
 func (s *Store) OpenFile(v uint64, path string) (File, error) {
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return nil, err
 	}

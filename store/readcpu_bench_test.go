@@ -70,7 +70,7 @@ func BenchmarkKeptStoreRead(b *testing.B) {
 // readVersionSlices reads every file of version v in order of path, 1 MiB at a time through
 // ReadSlices, and returns the bytes read.
 func readVersionSlices(b *testing.B, r *Store, v uint64) int64 {
-	ver, err := r.sealedVersion(v)
+	ver, err := r.versions.sealedVersion(v)
 	if err != nil {
 		b.Fatal(err)
 	}

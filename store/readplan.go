@@ -98,7 +98,7 @@ func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 	var latest *version
 	if w.view != nil {
 		latest = w.view.ver
-	} else if ver, err := w.s.latestVersion(); err == nil && ver != nil {
+	} else if ver, err := w.s.versions.latestVersion(); err == nil && ver != nil {
 		latest = ver
 	}
 	if latest == nil {

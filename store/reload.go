@@ -17,7 +17,7 @@ func (s *Store) forgetObjects(id ID, hint objHint) int {
 	drop := map[ID]bool{}
 	s.cachedChain(id, drop)
 	if hint.path != "" {
-		if latest, err := s.latestVersion(); err == nil && latest != nil {
+		if latest, err := s.versions.latestVersion(); err == nil && latest != nil {
 			if d0, ok := latest.objectAt(hint); ok {
 				s.cachedChain(d0, drop)
 			}

@@ -196,14 +196,14 @@ func (s *Store) PatchBase(v uint64) (uint64, error) {
 }
 
 func (r *renders) patchVersions(v uint64) (cur, base *version, err error) {
-	if cur, err = r.st.sealedVersion(v); err != nil {
+	if cur, err = r.st.versions.sealedVersion(v); err != nil {
 		return nil, nil, err
 	}
 	prev, ok := r.st.Previous(v)
 	if !ok {
 		return nil, nil, fmt.Errorf("patch of version %d: %w", v, ErrNoPrevious)
 	}
-	if base, err = r.st.sealedVersion(prev); err != nil {
+	if base, err = r.st.versions.sealedVersion(prev); err != nil {
 		return nil, nil, err
 	}
 	if why := tensorLayoutChange(base, cur); why != "" {

@@ -25,13 +25,13 @@ const catchupKeep = 32
 // both sealed, from below v, and the same tensor layout in both (as for a one-step patch;
 // versions in between may differ, only the two ends matter to the patch).
 func (r *renders) patchVersionsFrom(v, from uint64) (cur, base *version, err error) {
-	if cur, err = r.st.sealedVersion(v); err != nil {
+	if cur, err = r.st.versions.sealedVersion(v); err != nil {
 		return nil, nil, err
 	}
 	if from >= v {
 		return nil, nil, fmt.Errorf("patch of version %d from %d: %w (the base must be an earlier version)", v, from, ErrNoPrevious)
 	}
-	if base, err = r.st.sealedVersion(from); err != nil {
+	if base, err = r.st.versions.sealedVersion(from); err != nil {
 		return nil, nil, fmt.Errorf("patch of version %d from %d: %w", v, from, err)
 	}
 	if why := tensorLayoutChange(base, cur); why != "" {
@@ -96,8 +96,8 @@ func (r *renders) pruneCatchup(pair, keep string) {
 		if n != 3 {
 			continue
 		}
-		_, verr := r.st.sealedVersion(v)
-		_, ferr := r.st.sealedVersion(from)
+		_, verr := r.st.versions.sealedVersion(v)
+		_, ferr := r.st.versions.sealedVersion(from)
 		if (strings.HasPrefix(base, pair+"-") && base != keep) || verr != nil || ferr != nil {
 			if err := removePatch(filepath.Join(dir, e.Name())); err != nil {
 				r.log.Warn("remove stale render", "render", e.Name(), "err", err)

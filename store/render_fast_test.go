@@ -128,7 +128,7 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}
-	ver, err := s.loadVersion(3)
+	ver, err := s.versions.loadVersion(3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 func (s *Store) WritePatch(v uint64, w io.WriterAt) (int64, error) { return s.renders.writePatch(v, w) }
 
 func (r *renders) writePatch(v uint64, w io.WriterAt) (int64, error) {
-	ver, err := r.st.sealedVersion(v)
+	ver, err := r.st.versions.sealedVersion(v)
 	if err != nil {
 		return 0, err
 	}
@@ -22,7 +22,7 @@ func (r *renders) writePatch(v uint64, w io.WriterAt) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("patch of version %d: %w", v, ErrNoPrevious)
 	}
-	base, err := r.st.sealedVersion(prev)
+	base, err := r.st.versions.sealedVersion(prev)
 	if err != nil {
 		return 0, err
 	}

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -75,14 +74,14 @@ func (s *Store) PlanSlime(v uint64) (SlimePlan, error) { return s.renders.planSl
 
 func (r *renders) planSlime(v uint64) (SlimePlan, error) {
 	plan := SlimePlan{Version: v}
-	if !r.st.isSealed(v) {
-		if v >= 1 && v <= delta.SlimeMaxVersion && r.st.between(v) {
+	if !r.st.versions.isSealed(v) {
+		if v >= 1 && v <= delta.SlimeMaxVersion && r.st.versions.between(v) {
 			plan.Kind = SlimeEmpty
 			return plan, nil
 		}
 		return plan, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
 	}
-	cur, err := r.st.sealedVersion(v)
+	cur, err := r.st.versions.sealedVersion(v)
 	if err != nil {
 		return plan, err
 	}
@@ -95,7 +94,7 @@ func (r *renders) planSlime(v uint64) (SlimePlan, error) {
 		plan.Reason = "its number has more than six digits (the delta index holds six)"
 		return plan, nil
 	}
-	base, err := r.st.sealedVersion(prev)
+	base, err := r.st.versions.sealedVersion(prev)
 	if err != nil {
 		return plan, err
 	}
@@ -103,14 +102,6 @@ func (r *renders) planSlime(v uint64) (SlimePlan, error) {
 		plan.Kind, plan.Base = SlimeDelta, prev
 	}
 	return plan, nil
-}
-
-// between reports whether an unsealed number v lies between two sealed versions.
-func (s *Store) between(v uint64) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i := sort.Search(len(s.versions), func(i int) bool { return s.versions[i].Number >= v })
-	return i > 0 && i < len(s.versions)
 }
 
 // slimeFullReason says why cur cannot be served as a delta against base ("" if it can).
@@ -194,11 +185,11 @@ func (r *renders) renderSlime(v uint64) (SlimePlan, []RenderedFile, error) {
 		}
 		return plan, []RenderedFile{{Name: delta.SlimeIndexName, Data: index, Size: int64(len(index))}}, nil
 	}
-	cur, err := r.st.sealedVersion(v)
+	cur, err := r.st.versions.sealedVersion(v)
 	if err != nil {
 		return plan, nil, err
 	}
-	base, err := r.st.sealedVersion(plan.Base)
+	base, err := r.st.versions.sealedVersion(plan.Base)
 	if err != nil {
 		return plan, nil, err
 	}
@@ -260,11 +251,11 @@ func (r *renders) exportSlimeDelta(v uint64, dir string) ([]string, error) {
 	if plan.Kind != SlimeDelta {
 		return nil, fmt.Errorf("delta of version %d: it is served as %s checkpoint (%s)", v, plan.Kind, plan.Reason)
 	}
-	cur, err := r.st.sealedVersion(v)
+	cur, err := r.st.versions.sealedVersion(v)
 	if err != nil {
 		return nil, err
 	}
-	base, err := r.st.sealedVersion(plan.Base)
+	base, err := r.st.versions.sealedVersion(plan.Base)
 	if err != nil {
 		return nil, err
 	}

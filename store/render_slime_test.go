@@ -210,8 +210,8 @@ func TestRenderSlimeMatchesReference(t *testing.T) {
 	if err != nil || plan.Kind != SlimeDelta || plan.Base != 1 {
 		t.Fatalf("RenderSlime(3) = %+v, %v", plan, err)
 	}
-	cur, _ := s.sealedVersion(3)
-	base, _ := s.sealedVersion(1)
+	cur, _ := s.versions.sealedVersion(3)
+	base, _ := s.versions.sealedVersion(1)
 	refDir := t.TempDir()
 	ref, err := s.renders.writeSlimeDeltaReference(cur, base, refDir)
 	if err != nil {

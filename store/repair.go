@@ -263,12 +263,12 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		s.log.Warn("index: not updated", "err", err)
 	}
 	for _, v := range rep.Quarantined {
-		s.manifests.remove(v)
+		s.versions.forget(v)
 	}
 	s.objInfos.clear()
 	s.deltas.clear()
 	s.pages.clear()
-	if err := s.loadVersions(); err != nil {
+	if err := s.versions.loadVersions(); err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
 	// The copy holds content checked against its sums, whatever the objects: it is rebuilt

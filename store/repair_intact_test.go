@@ -70,7 +70,7 @@ func readsExactly(s *Store, v uint64, files map[string][]byte) bool {
 // be a delta object.
 func deltaObjectOf(t *testing.T, s *Store, v uint64) ID {
 	t.Helper()
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 			if tc.copied {
 				// The pass of a first read of version 3 (vouch.go) hashes the file and keeps
 				// the checked copy.
-				ver, err := s.sealedVersion(3)
+				ver, err := s.versions.sealedVersion(3)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -89,7 +89,7 @@ func (r *repairer) planRepair(vr VerifyReport) (repairPlan, error) {
 	mended := maps.Clone(planned)
 	unmendable := map[ID]bool{} // objects that need one and have no source
 	for _, v := range readable {
-		ver, err := s.loadVersion(v)
+		ver, err := s.versions.loadVersion(v)
 		if err != nil {
 			return plan, err
 		}
@@ -201,7 +201,7 @@ func (r *repairer) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]boo
 	var through []use
 	coded := map[ID]bool{} // objects some object is coded against
 	for _, info := range s.Versions() {
-		ver, err := s.loadVersion(info.Number)
+		ver, err := s.versions.loadVersion(info.Number)
 		if err != nil {
 			if damagedVer[info.Number] {
 				continue

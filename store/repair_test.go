@@ -148,7 +148,7 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 	for step := byte(1); step <= 3; step++ {
 		commitTree(t, s, 0, stepFiles(t, step))
 	}
-	ver, err := s.sealedVersion(2)
+	ver, err := s.versions.sealedVersion(2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -427,7 +427,7 @@ func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ver, err := s.sealedVersion(2)
+	ver, err := s.versions.sealedVersion(2)
 	if err != nil {
 		t.Fatal(err)
 	}

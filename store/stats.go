@@ -1,7 +1,6 @@
 package store
 
 import (
-	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -152,55 +151,6 @@ func (w *Writer) noteSealed(info VersionInfo, sealStart time.Time) {
 	s.opts.Observer.Sealed(info, now.Sub(sealStart), now.Sub(started))
 }
 
-// noteSeen counts the versions in the list now that were not in before (Refresh).
-func (s *Store) noteSeen(before []uint64) {
-	s.mu.RLock()
-	var found []VersionInfo
-	for _, info := range s.versions {
-		if _, ok := slices.BinarySearch(before, info.Number); !ok {
-			found = append(found, info)
-		}
-	}
-	s.mu.RUnlock()
-	if len(found) == 0 {
-		return
-	}
-	s.stats.versionsSeen.Add(int64(len(found)))
-	if s.opts.Observer != nil {
-		now := time.Now()
-		for _, info := range found {
-			s.opts.Observer.Seen(info, now)
-		}
-	}
-}
-
-// sealedNumbers lists the numbers of the sealed versions, ascending.
-func (s *Store) sealedNumbers() []uint64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]uint64, len(s.versions))
-	for i, info := range s.versions {
-		out[i] = info.Number
-	}
-	return out
-}
-
 // NewerVersions is how many sealed versions are newer than v: how far a reader of v is
 // behind the latest (0 for the latest itself). Cheap: a reader may ask it on every read.
-func (s *Store) NewerVersions(v uint64) int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i, found := slices.BinarySearchFunc(s.versions, v, func(info VersionInfo, v uint64) int {
-		switch {
-		case info.Number < v:
-			return -1
-		case info.Number > v:
-			return 1
-		}
-		return 0
-	})
-	if found {
-		i++
-	}
-	return len(s.versions) - i
-}
+func (s *Store) NewerVersions(v uint64) int { return s.versions.newer(v) }

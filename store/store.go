@@ -92,18 +92,10 @@ type Store struct {
 	format uint32
 	stats  storeStats // what it did since Open, for metrics (stats.go)
 
-	refreshMu sync.Mutex // one Refresh at a time: each publishes the list it scanned
-	poll      pollState  // Poll's memory of the change hint (notify.go)
-
-	mu       sync.RWMutex
+	mu       sync.RWMutex // guards closed (the version list has its own: version_list.go)
 	closed   bool
-	versions []VersionInfo // sealed versions, ascending; Anchor is filled on the way out
-	// damaged are versions whose manifests cannot be read (not in versions), with why;
-	// quarantineTop is the highest version number in STORE/quarantine/ (damaged.go).
-	damaged       map[uint64]error
-	quarantineTop uint64
+	versions *versionList // sealed versions, damage, parsed manifests, Refresh and Poll (version_list.go)
 
-	manifests   *versionCache
 	objInfos    *lru[ID, *objectInfo]
 	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
@@ -311,7 +303,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	if cacheBytes <= 0 {
 		cacheBytes = DefaultCacheBytes
 	}
-	s.manifests = newVersionCache(versionCacheBytes)
+	s.versions = newVersionList(s)
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newBlockCache(cacheBytes / 8)
@@ -350,7 +342,7 @@ func (s *Store) finishOpen(owner indexOwner) error {
 		fileCopyBytes = DefaultFileCopyBytes
 	}
 	s.files = newFileCopies(s, filepath.Join(s.cacheDir, "files"), fileCopyBytes)
-	if err := s.loadVersions(); err != nil {
+	if err := s.versions.loadVersions(); err != nil {
 		return err
 	}
 	if !s.readOnly {
@@ -555,7 +547,7 @@ type Entry struct {
 
 // Entries lists the files and directories of a sealed version, sorted by path.
 func (s *Store) Entries(v uint64) ([]Entry, error) {
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return nil, err
 	}

@@ -125,7 +125,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 		return nil, fmt.Errorf("stream %s: %w", hint, err)
 	}
 	w.noteFileStart()
-	basis, err := w.s.latestVersion()
+	basis, err := w.s.versions.latestVersion()
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", hint, err)
 	}

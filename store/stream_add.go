@@ -54,7 +54,7 @@ func (w *Writer) sameBases(st *FileStream, p string, e *manifestFile) bool {
 	if e.Kind != kindSafetensors || len(e.Tensors) == 0 {
 		return true // a header or a blob has no base
 	}
-	latest, err := w.s.latestVersion()
+	latest, err := w.s.versions.latestVersion()
 	if err != nil {
 		return false
 	}

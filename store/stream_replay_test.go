@@ -405,7 +405,7 @@ func TestBatchDetectsDamagedCopy(t *testing.T) {
 // v), inside the file's first tensor, and returns that tensor's object.
 func damageCopy(t *testing.T, s *Store, v uint64, p string) ID {
 	t.Helper()
-	ver, err := s.loadVersion(v)
+	ver, err := s.versions.loadVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}

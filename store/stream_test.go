@@ -151,7 +151,7 @@ func sealStreamed(t testing.TB, s *Store, v uint64, files map[string][]byte, rng
 // manifestJSON is the manifest of version v without its creation time.
 func manifestJSON(t testing.TB, s *Store, v uint64) string {
 	t.Helper()
-	ver, err := s.loadVersion(v)
+	ver, err := s.versions.loadVersion(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func reachable(t testing.TB, s *Store) map[ID][]byte {
 		}
 	}
 	for _, info := range s.Versions() {
-		ver, err := s.loadVersion(info.Number)
+		ver, err := s.versions.loadVersion(info.Number)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +310,7 @@ func TestStreamClassifiesLikeBatch(t *testing.T) {
 	for p, data := range files {
 		mustEqualBytes(t, "materialized "+p, readMaterialized(t, s, p), data)
 	}
-	ver, err := s.loadVersion(1)
+	ver, err := s.versions.loadVersion(1)
 	if err != nil {
 		t.Fatal(err)
 	}

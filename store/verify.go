@@ -180,7 +180,7 @@ func (c *checker) verifyVersions(rep *VerifyReport, prog *verifyProgress, opts r
 	// The summaries give the total; each version is parsed when its turn comes (holding all
 	// of them parsed at once cost ~300 bytes a tensor of every version).
 	for _, v := range numbers {
-		if info, err := s.versionSummary(v); err == nil {
+		if info, err := s.versions.versionSummary(v); err == nil {
 			prog.total += info.LogicalBytes
 		}
 	}
@@ -405,8 +405,8 @@ func (c *checker) checkObject(id ID) (int, error) {
 // loadVersionFresh reads and checks a manifest from the backend, bypassing the cache.
 func (c *checker) loadVersionFresh(v uint64) (*version, error) {
 	s := c.st
-	s.manifests.remove(v)
-	return s.loadVersion(v)
+	s.versions.forget(v)
+	return s.versions.loadVersion(v)
 }
 
 // verifyFile reconstructs one file, checking each object's and the file's SHA-256. Objects

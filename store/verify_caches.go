@@ -152,11 +152,11 @@ func (c *checker) verifyCopyAt(cacheDir string) CacheCheck {
 		})
 	})
 	closeIndexDB(db)
-	if !st.Clean || !s.isSealed(st.Version) {
+	if !st.Clean || !s.versions.isSealed(st.Version) {
 		cc.Note = "holds no clean sealed version (rebuilt before use)"
 		return cc
 	}
-	ver, err := s.loadVersion(st.Version)
+	ver, err := s.versions.loadVersion(st.Version)
 	if err != nil {
 		cc.Note = fmt.Sprintf("version %d cannot be read: %v", st.Version, err)
 		return cc
@@ -286,8 +286,8 @@ func (c *checker) checkRender(kind string, v uint64, p, name string) error {
 	if err != nil || plan.Kind != SlimeDelta {
 		return errStaleRender
 	}
-	cur, err1 := s.sealedVersion(v)
-	base, err2 := s.sealedVersion(plan.Base)
+	cur, err1 := s.versions.sealedVersion(v)
+	base, err2 := s.versions.sealedVersion(plan.Base)
 	if err1 != nil || err2 != nil || name != renderName(v, renderKey("slime", cur, base)) {
 		return errStaleRender
 	}

@@ -21,7 +21,7 @@ func (s *Store) Export(v uint64, dir string, progress func(done, total int64)) e
 // export is Export.
 func (c *checker) export(v uint64, dir string, progress func(done, total int64)) error {
 	s := c.st
-	ver, err := s.sealedVersion(v)
+	ver, err := s.versions.sealedVersion(v)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

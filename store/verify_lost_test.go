@@ -26,7 +26,7 @@ func anchorStoreNumbered(t *testing.T, numbers ...uint64) (*Store, string, map[u
 		want[numbers[i]] = treeHashes(t, dir)
 	}
 	for _, v := range []uint64{numbers[2], numbers[4]} {
-		ver, err := s.sealedVersion(v)
+		ver, err := s.versions.sealedVersion(v)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -162,29 +162,29 @@ func sameShape(a, b []int64) bool {
 }
 
 // sealedVersion is loadVersion for a version the store lists as sealed.
-func (s *Store) sealedVersion(v uint64) (*version, error) {
-	if err := s.checkOpen(); err != nil {
+func (vl *versionList) sealedVersion(v uint64) (*version, error) {
+	if err := vl.st.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := s.damagedError(v); err != nil {
+	if err := vl.damagedError(v); err != nil {
 		return nil, err
 	}
-	if !s.isSealed(v) {
+	if !vl.isSealed(v) {
 		return nil, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
 	}
-	return s.loadVersion(v)
+	return vl.loadVersion(v)
 }
 
 // latestVersion returns the newest readable sealed version, or nil for an empty store. A
 // damaged manifest found on the way is taken off the list (noteDamaged).
-func (s *Store) latestVersion() (*version, error) {
+func (vl *versionList) latestVersion() (*version, error) {
 	for {
-		v, ok := s.Latest()
+		v, ok := vl.latest()
 		if !ok {
 			return nil, nil
 		}
-		ver, err := s.loadVersion(v)
-		if err != nil && s.damagedError(v) != nil {
+		ver, err := vl.loadVersion(v)
+		if err != nil && vl.damagedError(v) != nil {
 			continue
 		}
 		return ver, err

@@ -39,28 +39,28 @@ func newVersionCache(limit int64) *versionCache {
 func versionCost(manifestBytes int) int64 { return 3 * int64(manifestBytes) }
 
 // loadVersion reads, checks and parses the manifest of version v (cached).
-func (s *Store) loadVersion(v uint64) (*version, error) {
-	if ver, ok := s.manifests.get(v); ok {
+func (vl *versionList) loadVersion(v uint64) (*version, error) {
+	if ver, ok := vl.manifests.get(v); ok {
 		return ver, nil
 	}
-	r, err, _ := s.manifests.flight.Do(strconv.FormatUint(v, 10), func() (any, error) {
-		if ver, ok := s.manifests.get(v); ok {
+	r, err, _ := vl.manifests.flight.Do(strconv.FormatUint(v, 10), func() (any, error) {
+		if ver, ok := vl.manifests.get(v); ok {
 			return ver, nil
 		}
-		data, err := s.getManifest(v)
+		data, err := vl.getManifest(v)
 		if err != nil {
 			return nil, err
 		}
 		m, err := decodeManifest(data)
 		if err != nil {
-			return nil, s.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
+			return nil, vl.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
 		}
 		if m.Version != v {
-			return nil, s.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, m.Version, ErrCorrupt))
+			return nil, vl.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, m.Version, ErrCorrupt))
 		}
 		ver := newVersion(m)
-		s.manifests.decoded.Add(int64(ver.tensors()))
-		s.manifests.add(v, ver, versionCost(len(data)))
+		vl.manifests.decoded.Add(int64(ver.tensors()))
+		vl.manifests.add(v, ver, versionCost(len(data)))
 		return ver, nil
 	})
 	if err != nil {
@@ -69,8 +69,8 @@ func (s *Store) loadVersion(v uint64) (*version, error) {
 	return r.(*version), nil
 }
 
-func (s *Store) getManifest(v uint64) ([]byte, error) {
-	data, err := s.be.GetManifest(v)
+func (vl *versionList) getManifest(v uint64) ([]byte, error) {
+	data, err := vl.st.be.GetManifest(v)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("version %d: %w", v, ErrNoSuchVersion)
 	}
@@ -81,20 +81,20 @@ func (s *Store) getManifest(v uint64) ([]byte, error) {
 // version when that is cached, else from its manifest, checked as a read checks it (magic,
 // format, CRC) but decoded to the summary alone. Listing a store's versions (log, every
 // open) so holds one manifest's bytes at a time and parses no tensor.
-func (s *Store) versionSummary(v uint64) (VersionInfo, error) {
-	if ver, ok := s.manifests.get(v); ok {
+func (vl *versionList) versionSummary(v uint64) (VersionInfo, error) {
+	if ver, ok := vl.manifests.get(v); ok {
 		return summarize(ver.m), nil
 	}
-	data, err := s.getManifest(v)
+	data, err := vl.getManifest(v)
 	if err != nil {
 		return VersionInfo{}, err
 	}
 	info, err := decodeManifestSummary(data)
 	if err != nil {
-		return VersionInfo{}, s.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
+		return VersionInfo{}, vl.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
 	}
 	if info.Number != v {
-		return VersionInfo{}, s.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, info.Number, ErrCorrupt))
+		return VersionInfo{}, vl.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, info.Number, ErrCorrupt))
 	}
 	return info, nil
 }

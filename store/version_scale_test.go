@@ -74,11 +74,11 @@ func TestVersionMemoryIsBounded(t *testing.T) {
 	if got := len(r.Versions()); got != versions {
 		t.Fatalf("%d versions listed, want %d", got, versions)
 	}
-	if got := r.manifests.decoded.Load(); got != 0 {
+	if got := r.versions.manifests.decoded.Load(); got != 0 {
 		t.Errorf("listing the versions parsed %d tensors, want 0", got)
 	}
 	// Parsed versions kept: less than one version's worth.
-	r.manifests = newVersionCache(1)
+	r.versions.manifests = newVersionCache(1)
 	for v := uint64(1); v <= versions; v++ {
 		for range 10 {
 			if _, err := r.Entries(v); err != nil {
@@ -87,7 +87,7 @@ func TestVersionMemoryIsBounded(t *testing.T) {
 			mustEqualBytes(t, fmt.Sprintf("version %d", v), readWhole(t, r, v, "model.safetensors"), files[v])
 		}
 	}
-	if got, limit := r.manifests.decoded.Load(), int64(versions*n); got > limit {
+	if got, limit := r.versions.manifests.decoded.Load(), int64(versions*n); got > limit {
 		t.Errorf("reading every version 10 times parsed %d tensors, want at most %d (each version once)", got, limit)
 	}
 }

@@ -62,7 +62,7 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 	if err := checkVersionNumber(v); err != nil {
 		return nil, fmt.Errorf("new version: %w", err)
 	}
-	if err := s.checkAbove(v); err != nil {
+	if err := s.versions.checkAbove(v); err != nil {
 		return nil, err
 	}
 	floor, _ := s.Latest()
@@ -237,10 +237,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 		return VersionInfo{}, err
 	}
 	info := summarize(m)
-	s.manifests.add(m.Version, newVersion(m), int64(len(data))*3)
-	s.mu.Lock()
-	s.versions = append(s.versions, info)
-	s.mu.Unlock()
+	s.versions.addSealed(m, len(data), info)
 	if err := s.ix.updateVersions([]VersionInfo{info}, nil); err != nil {
 		s.log.Warn("index: not updated", "err", err)
 	}
@@ -272,7 +269,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 	if len(w.files) == 0 {
 		return nil, fmt.Errorf("version %d has no files: %w", w.v, ErrEmptyVersion)
 	}
-	if err := w.s.checkAbove(w.v); err != nil {
+	if err := w.s.versions.checkAbove(w.v); err != nil {
 		return nil, err
 	}
 	m := &manifest{Version: w.v, Created: w.s.now().UTC(), Dirs: []manifestDir{}}

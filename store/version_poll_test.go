@@ -68,11 +68,11 @@ func TestPollListsWhenHinted(t *testing.T) {
 	hb.ok = false
 	step("hint unreadable, listed just now", 0, true)
 	hb.hintErr = nil
-	r.poll.listed = time.Now().Add(-PollNoHintEvery)
+	r.versions.poll.listed = time.Now().Add(-PollNoHintEvery)
 	step("no hint, a second since the listing", 1, false)
 	step("no hint, listed just now", 0, false)
 	hb.ok = true
-	r.poll.listed = time.Now().Add(-PollListEvery)
+	r.versions.poll.listed = time.Now().Add(-PollListEvery)
 	step("hint still, PollListEvery since the listing", 1, false)
 	step("hint still, listed just now", 0, false)
 }

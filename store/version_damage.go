@@ -20,25 +20,25 @@ import (
 // noteDamaged records that version v's manifest cannot be read (err, wrapping ErrCorrupt):
 // it leaves the list of versions and the index (so the next Open reads the manifest again),
 // and is logged once. It returns err with the repair command added.
-func (s *Store) noteDamaged(v uint64, err error) error {
-	err = fmt.Errorf("%w (run weightfs verify --repair %s to move version %d aside)", err, s.root, v)
-	s.mu.Lock()
-	_, known := s.damaged[v]
-	if s.damaged == nil {
-		s.damaged = map[uint64]error{}
+func (vl *versionList) noteDamaged(v uint64, err error) error {
+	err = fmt.Errorf("%w (run weightfs verify --repair %s to move version %d aside)", err, vl.root, v)
+	vl.mu.Lock()
+	_, known := vl.damaged[v]
+	if vl.damaged == nil {
+		vl.damaged = map[uint64]error{}
 	}
-	s.damaged[v] = err
-	i, found := slices.BinarySearchFunc(s.versions, v, func(info VersionInfo, v uint64) int { return cmp.Compare(info.Number, v) })
+	vl.damaged[v] = err
+	i, found := slices.BinarySearchFunc(vl.sealed, v, func(info VersionInfo, v uint64) int { return cmp.Compare(info.Number, v) })
 	if found {
-		s.versions = slices.Delete(slices.Clone(s.versions), i, i+1)
+		vl.sealed = slices.Delete(slices.Clone(vl.sealed), i, i+1)
 	}
-	s.mu.Unlock()
-	s.manifests.remove(v)
+	vl.mu.Unlock()
+	vl.manifests.remove(v)
 	if !known {
-		s.log.Warn("version skipped", "version", v, "err", err)
-		if s.ix != nil {
-			if ierr := s.ix.updateVersions(nil, []uint64{v}); ierr != nil {
-				s.log.Warn("index: not updated", "err", ierr)
+		vl.log.Warn("version skipped", "version", v, "err", err)
+		if ix := vl.st.ix; ix != nil {
+			if ierr := ix.updateVersions(nil, []uint64{v}); ierr != nil {
+				vl.log.Warn("index: not updated", "err", ierr)
 			}
 		}
 	}
@@ -46,24 +46,27 @@ func (s *Store) noteDamaged(v uint64, err error) error {
 }
 
 // damagedError is the error of a version whose manifest was found damaged, else nil.
-func (s *Store) damagedError(v uint64) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.damaged[v]
+func (vl *versionList) damagedError(v uint64) error {
+	vl.mu.RLock()
+	defer vl.mu.RUnlock()
+	return vl.damaged[v]
 }
 
 // VersionDamage is the error of version v when its manifest is in the store but cannot be
 // read (wrapping ErrCorrupt, naming the repair command), else nil: a lookup of such a
 // version is damage, not absence.
-func (s *Store) VersionDamage(v uint64) error { return s.damagedError(v) }
+func (s *Store) VersionDamage(v uint64) error { return s.versions.damagedError(v) }
 
 // DamagedVersions lists the versions whose manifests are in the store but cannot be read,
 // ascending, with why.
-func (s *Store) DamagedVersions() map[uint64]error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make(map[uint64]error, len(s.damaged))
-	for v, err := range s.damaged {
+func (s *Store) DamagedVersions() map[uint64]error { return s.versions.damagedVersions() }
+
+// damagedVersions is DamagedVersions.
+func (vl *versionList) damagedVersions() map[uint64]error {
+	vl.mu.RLock()
+	defer vl.mu.RUnlock()
+	out := make(map[uint64]error, len(vl.damaged))
+	for v, err := range vl.damaged {
 		out[v] = err
 	}
 	return out
@@ -71,26 +74,26 @@ func (s *Store) DamagedVersions() map[uint64]error {
 
 // highest is the number a new version must exceed: the newest sealed version, or a damaged
 // or quarantined one above it. taken says whether the highest is no readable version.
-func (s *Store) highest() (top uint64, taken bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if n := len(s.versions); n > 0 {
-		top = s.versions[n-1].Number
+func (vl *versionList) highest() (top uint64, taken bool) {
+	vl.mu.RLock()
+	defer vl.mu.RUnlock()
+	if n := len(vl.sealed); n > 0 {
+		top = vl.sealed[n-1].Number
 	}
-	for v := range s.damaged {
+	for v := range vl.damaged {
 		if v > top {
 			top, taken = v, true
 		}
 	}
-	if s.quarantineTop > top {
-		top, taken = s.quarantineTop, true
+	if vl.quarantineTop > top {
+		top, taken = vl.quarantineTop, true
 	}
 	return top, taken
 }
 
 // checkAbove refuses a new version v that does not exceed every number in the store.
-func (s *Store) checkAbove(v uint64) error {
-	top, taken := s.highest()
+func (vl *versionList) checkAbove(v uint64) error {
+	top, taken := vl.highest()
 	switch {
 	case v > top:
 		return nil

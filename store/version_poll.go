@@ -59,8 +59,14 @@ func (s *Store) Poll() (PollResult, error) {
 	if err := s.checkOpen(); err != nil {
 		return PollResult{}, err
 	}
+	return s.versions.pollHint(h, s.Refresh)
+}
+
+// pollHint is Poll on a backend that keeps a change hint: it asks h, and calls refresh when
+// a listing is due.
+func (vl *versionList) pollHint(h VersionHinter, refresh func() error) (PollResult, error) {
 	changed, usable, herr := h.VersionsHint()
-	p := &s.poll
+	p := &vl.poll
 	p.mu.Lock()
 	since := time.Since(p.listed)
 	due := p.owed || changed || since >= PollListEvery || !usable && since >= PollNoHintEvery
@@ -69,7 +75,7 @@ func (s *Store) Poll() (PollResult, error) {
 	if !due {
 		return res, herr
 	}
-	err := s.Refresh()
+	err := refresh()
 	res.Listed = true
 	p.mu.Lock()
 	if err == nil {
