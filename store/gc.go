@@ -91,9 +91,9 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 
 // pendingRoots returns the objects open writers hold.
 func (s *Store) pendingRoots(into map[ID]bool) {
-	s.pendMu.Lock()
-	defer s.pendMu.Unlock()
-	for id := range s.pending {
+	s.ingest.pendMu.Lock()
+	defer s.ingest.pendMu.Unlock()
+	for id := range s.ingest.pending {
 		into[id] = true
 	}
 }
@@ -127,12 +127,12 @@ func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err e
 	var gone []ID
 	for _, v := range s.sweepOrder(victims) {
 		// An open writer may have taken hold of it since the roots were listed.
-		s.pendMu.Lock()
-		held := s.pending[v.id] > 0
+		s.ingest.pendMu.Lock()
+		held := s.ingest.pending[v.id] > 0
 		if !held {
 			err = s.be.DeleteObject(v.id)
 		}
-		s.pendMu.Unlock()
+		s.ingest.pendMu.Unlock()
 		if err != nil {
 			return deleted, freed, err
 		}
@@ -149,10 +149,10 @@ func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err e
 		s.forgetMeta(id)
 		s.crcChecked.Delete(id)
 	}
-	s.pendMu.Lock()
-	s.leftovers = false
-	clearFlag := len(s.open) == 0
-	s.pendMu.Unlock()
+	s.ingest.pendMu.Lock()
+	s.ingest.leftovers = false
+	clearFlag := len(s.ingest.open) == 0
+	s.ingest.pendMu.Unlock()
 	if clearFlag {
 		if err := s.ix.setFlag(keyDirty, false); err != nil {
 			s.log.Warn("index: not updated", "err", err)

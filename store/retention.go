@@ -284,13 +284,13 @@ func (s *Store) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop, kee
 // writer opened, or one before it while it is brought forward, or a later one.
 func (s *Store) writerFloor() uint64 {
 	var floor uint64
-	s.pendMu.Lock()
-	for _, w := range s.open {
+	s.ingest.pendMu.Lock()
+	for _, w := range s.ingest.open {
 		if w.floor != 0 && (floor == 0 || w.floor < floor) {
 			floor = w.floor
 		}
 	}
-	s.pendMu.Unlock()
+	s.ingest.pendMu.Unlock()
 	if floor == 0 {
 		return 0
 	}

@@ -138,7 +138,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 		fileHashes:     make(chan hashJob, streamQueue),
 		fileHasherDone: make(chan struct{}),
 	}
-	st.hs.init(w.s.hashInOnePass)
+	st.hs.init(w.in.hashInOnePass)
 	st.fin.init(st)
 	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
 	// this version, which takes them instead of being brought forward (copyseed.go).
@@ -423,7 +423,7 @@ func (st *FileStream) SHA256() (sum ID, ok bool) {
 func (st *FileStream) logBlob() {
 	if strings.HasSuffix(st.hint, ".safetensors") || len(st.prefix) >= 9 && st.prefix[8] == '{' {
 		st.s.log.Debug("stored as an opaque file", "file", st.hint, "reason", st.reason)
-	} else if _, said := st.s.saidWhole.LoadOrStore(st.hint, true); !said {
+	} else if _, said := st.w.in.saidWhole.LoadOrStore(st.hint, true); !said {
 		st.s.log.Debug("not a safetensors file: stored whole", "file", st.hint)
 	}
 }

@@ -119,7 +119,7 @@ type hasherState struct {
 // does not, and the second pass read it from memory again.
 const cachePiece = 256 << 10
 
-// init chooses the one-hasher pipeline when oneHasher (Store.hashInOnePass) says so.
+// init chooses the one-hasher pipeline when oneHasher (ingester.hashInOnePass) says so.
 func (h *hasherState) init(oneHasher bool) {
 	if h.oneHasher = oneHasher; h.oneHasher {
 		h.both = [2]*sha256x2.Digest{sha256x2.New(), sha256x2.New()}
