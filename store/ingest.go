@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/weightfs/weightfs/delta"
 	"github.com/weightfs/weightfs/internal/sha256x2"
@@ -46,6 +47,9 @@ type ingester struct {
 	// manifestLimit is the manifest JSON length a seal accepts: maxManifestLen, the readers'
 	// bound; a field so that a test can reach the refusal with a small version.
 	manifestLimit uint64
+	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
+	// bytes fixes it).
+	now func() time.Time
 
 	pendMu    sync.Mutex
 	pending   map[ID]int         // objects written by open Writers, not yet in a manifest
@@ -58,7 +62,7 @@ func newIngester(st *Store, diff delta.DiffBackend) *ingester {
 		diff = delta.NewCPUDiff()
 	}
 	return &ingester{st: st, diff: diff, workers: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
-		hashInOnePass: sha256x2.Accelerated(), manifestLimit: maxManifestLen,
+		hashInOnePass: sha256x2.Accelerated(), manifestLimit: maxManifestLen, now: time.Now,
 		pending: map[ID]int{}, open: map[uint64]*Writer{}}
 }
 

@@ -137,9 +137,6 @@ type Store struct {
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
 	hook func(point string) error
-	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
-	// bytes fixes it).
-	now func() time.Time
 }
 
 func (s *Store) failpoint(point string) error {
@@ -291,7 +288,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
 		maxChain: opts.MaxChain, contextChain: maxContextChain,
-		metas: map[ID]objMeta{}, now: time.Now, hook: opts.Failpoint,
+		metas: map[ID]objMeta{}, hook: opts.Failpoint,
 	}
 	s.ingest = newIngester(s, opts.Diff)
 	if s.maxChain <= 0 {

@@ -286,7 +286,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 	if err := w.s.checkAbove(w.v); err != nil {
 		return nil, err
 	}
-	m := &manifest{Version: w.v, Created: w.s.now().UTC(), Dirs: []manifestDir{}}
+	m := &manifest{Version: w.v, Created: w.in.now().UTC(), Dirs: []manifestDir{}}
 	if latest, ok := w.s.Latest(); ok {
 		m.Previous = latest
 	}
