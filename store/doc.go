@@ -13,7 +13,7 @@
 // contract is Backend's comments, and package store/backendtest checks every backend
 // against it. A backend with a local cache of a remote store's objects (RemoteCache: the object cache) is told by the
 // store what to fetch ahead and when to empty it: that policy is the store's
-// (cachepolicy.go). This package imports no S3 client.
+// (cache_policy.go). This package imports no S3 client.
 //
 // # Processes and locking
 //
@@ -49,10 +49,10 @@
 // context, the delta section of its base, whose blocks come from the same cache (context.go). The materialized copy (the latest version as
 // plain files, in the cache directory) is the one thing that changes: after each seal it is
 // brought forward (in the background for the mount; a file that was streamed by renaming the
-// seed its stream wrote into place, copyseed.go) under a lock that keeps reads off it while
+// seed its stream wrote into place, copy_seed.go) under a lock that keeps reads off it while
 // it changes; reads of the newest version replay deltas until it is done. It is a
 // checked cache: every read of it is checked against CRC-32C sums of its files' content
-// (copysums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
+// (copy_sums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.
 // A file read through OpenFile is first vouched for: its objects, in the manifest's order,
 // must hash to the manifest's SHA-256 (vouch.go); the pass that checks a file of an older

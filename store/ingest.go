@@ -26,9 +26,9 @@ const ingestChunk = 4 << 20
 // bytes a change): a tensor changing more than that is stored whole.
 const maxDeltaMemory = 256 << 20
 
-// ingester is the write side of the store: the open Writers (writer.go) and the objects
+// ingester is the write side of the store: the open Writers (ingest_writer.go) and the objects
 // they hold from gc until a seal names them (pending), the tensor jobs' tokens, the diff
-// backend (also Diff's: diff.go) and the choices of a batch ingest (this file) and a stream
+// backend (also Diff's: ingest_diff.go) and the choices of a batch ingest (this file) and a stream
 // (stream.go) that tests change. Writers and streams are its users; gc asks it what the
 // open writers hold (gc.go), Close which writers are open.
 //
@@ -140,7 +140,7 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 		ends = append(ends, hdr.DataStart()+t.End)
 	}
 	var sums []ID
-	var copySums sumWriter // the copy's sums of this content, from the bytes hashed (copysums.go)
+	var copySums sumWriter // the copy's sums of this content, from the bytes hashed (copy_sums.go)
 	var shaErr error
 	var shaDone sync.WaitGroup
 	shaDone.Add(1)
@@ -365,13 +365,13 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	h := sha256.New()
 	// The base bytes are checked too: a delta computed against a damaged copy would be a
 	// wrong object, forever. With the CRC of the base's content when it is known, as the
-	// streaming path does (basecheck.go), else with SHA-256.
+	// streaming path does (ingest_basecheck.go), else with SHA-256.
 	hb := newBaseCheck(s.mat, baseID)
 	cur := make([]byte, min(size, ingestChunk))
 	base := baseReader{in: w.in} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
 	defer base.wait()
 	var ch delta.Changes
-	var crc uint32 // of the new bytes: the next version checks them with it (basecheck.go)
+	var crc uint32 // of the new bytes: the next version checks them with it (ingest_basecheck.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
 		c := cur[:n]

@@ -224,7 +224,7 @@ type Opening struct {
 }
 
 // OpenBackend opens the store that o describes: its cache directory, its backend (behind
-// the store's cache policy if the backend is a RemoteCache, cachepolicy.go), a writer's
+// the store's cache policy if the backend is a RemoteCache, cache_policy.go), a writer's
 // clean-up of temporary files, the index, the versions and the materialized copy. The
 // caller has checked the store's format file (FormatVersion, o.Format); a writer upgrades a
 // store of format 1 (o.UpgradeFormat).

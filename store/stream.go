@@ -26,7 +26,7 @@ import (
 // worker is done with (stream_finish.go), a hasher computes each tensor's SHA-256 (its
 // object's name) and the whole file's, both in one pass with the SHA extensions, else with a
 // second hasher for the file's (stream_pipe.go), and the bytes are written to the seed, the
-// file that becomes the materialized copy's once the version is sealed (copyseed.go): by the
+// file that becomes the materialized copy's once the version is sealed (copy_seed.go): by the
 // hasher itself with asynchronous I/O where the kernel has it, else by a goroutine of its own. Chunks
 // come from a pool per Writer, so the memory of all streams of a version is bounded, and a
 // Write waits when the pipeline is full.
@@ -141,7 +141,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	st.hs.init(w.in.hashInOnePass)
 	st.fin.init(st)
 	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
-	// this version, which takes them instead of being brought forward (copyseed.go).
+	// this version, which takes them instead of being brought forward (copy_seed.go).
 	seed, err := w.s.mat.seeds.create()
 	if err != nil {
 		seed = nil // no seed: the copy is brought forward in place

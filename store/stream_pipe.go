@@ -29,7 +29,7 @@ type chunk struct {
 //
 // A chunk's bytes start at the same offset within a page of memory as its first byte's offset
 // in the file within a page of the file (get's pad), so that the seed writer can write whole
-// pages of it to the file with O_DIRECT, without a copy (copyseed.go).
+// pages of it to the file with O_DIRECT, without a copy (copy_seed.go).
 type chunkPool struct {
 	sem  chan struct{}
 	free chan []byte
