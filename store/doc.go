@@ -11,9 +11,9 @@
 // (backend_local.go, opened by Open) or another kind given to OpenBackend (package store/s3
 // for s3://bucket/prefix; package store/location chooses from a STORE argument). The
 // contract is Backend's comments, and package store/backendtest checks every backend
-// against it. A backend with a local cache of a remote store (RemoteCache) is told by the
+// against it. A backend with a local cache of a remote store's objects (RemoteCache: the object cache) is told by the
 // store what to fetch ahead and when to empty it: that policy is the store's
-// (cachepolicy.go). This package imports no S3 client.
+// (cache_policy.go). This package imports no S3 client.
 //
 // # Processes and locking
 //
@@ -43,18 +43,20 @@
 // a read that fails on what its process cached of objects another process's gc changed drops
 // that and is tried once more from the files: reload.go). So everything decoded is cached by identity, in memory (bounded:
 // Options.CacheBytes) and in the index: object headers, delta bodies, decoded delta blocks,
-// 1 MiB pages of reconstructed content. A delta section of body version 2 decodes against its
+// 1 MiB pages of reconstructed content. On disk, in the cache directory, three caches keep bytes of the store, each with one
+// name: the materialized copy (the latest version, copy_*.go), the file copies (files of older versions, filecopy.go) and,
+// for a remote store, the object cache (its objects, kept by the backend: RemoteCache). A delta section of body version 2 decodes against its
 // context, the delta section of its base, whose blocks come from the same cache (context.go). The materialized copy (the latest version as
 // plain files, in the cache directory) is the one thing that changes: after each seal it is
 // brought forward (in the background for the mount; a file that was streamed by renaming the
-// seed its stream wrote into place, copyseed.go) under a lock that keeps reads off it while
+// seed its stream wrote into place, copy_seed.go) under a lock that keeps reads off it while
 // it changes; reads of the newest version replay deltas until it is done. It is a
 // checked cache: every read of it is checked against CRC-32C sums of its files' content
-// (copysums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
+// (copy_sums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.
 // A file read through OpenFile is first vouched for: its objects, in the manifest's order,
 // must hash to the manifest's SHA-256 (verify_vouch.go); the pass that checks a file of an older
-// version also writes a checked copy of it into the cache directory, which serves the reads
+// version also writes a checked copy of it into the cache directory (a file copy), which serves the reads
 // after it (bounded by Options.FileCopyBytes, checked on every read like the materialized
 // copy: filecopy.go). The index is derived: a damaged one (an
 // error or a panic of bbolt, in any goroutine, or a record failing its CRC) is recreated and
@@ -99,7 +101,7 @@
 // log line naming it and `weightfs verify --repair`, reads of it return ErrCorrupt saying the
 // same, Latest is the newest readable version, and new versions are numbered above it.
 // Verify gives no verdict on an I/O error (VerifyReport.Unreadable). Repair mends damaged
-// objects from intact checked copies and moves into STORE/quarantine/ only what stays damaged,
+// objects from intact checked copies (the materialized copy, file copies) and moves into STORE/quarantine/ only what stays damaged,
 // never a version that a read path serves exactly (repair.go, repair_mend.go). gc records
 // the versions it drops (STORE/dropped, gcrecord.go) before it deletes their manifests, so
 // that Verify tells a version gc dropped from one whose manifest was lost.

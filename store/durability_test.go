@@ -146,11 +146,11 @@ func crash(s *Store) {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.pendMu.Lock()
-	s.open = map[uint64]*Writer{}
-	s.pending = map[ID]int{}
-	s.leftovers = true // keep the dirty flag as a dead process would
-	s.pendMu.Unlock()
+	s.ingest.pendMu.Lock()
+	s.ingest.open = map[uint64]*Writer{}
+	s.ingest.pending = map[ID]int{}
+	s.ingest.leftovers = true // keep the dirty flag as a dead process would
+	s.ingest.pendMu.Unlock()
 	s.shutdown()
 }
 

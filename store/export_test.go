@@ -8,7 +8,7 @@ import (
 
 // SetClock fixes the clock of s's manifests' creation times, for tests outside the package
 // (store_test) that pin stored bytes.
-func SetClock(s *Store, now func() time.Time) { s.now = now }
+func SetClock(s *Store, now func() time.Time) { s.ingest.now = now }
 
 // NewLocalBackend opens the backend of the local store at root (made by Init), for the
 // contract suite (backend_local_test.go).

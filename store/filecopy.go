@@ -21,7 +21,7 @@ import (
 // vouched for by one pass that rebuilds it whole from the objects and hashes it (vouch.go);
 // without a copy, every read after that pass rebuilds the same bytes again, page by page. So
 // the pass also writes the bytes into a file of this cache and computes their sums (the
-// CRC-32C of each 64 KiB chunk, as the materialized copy's: copysums.go), and keeps the file
+// CRC-32C of each 64 KiB chunk, as the materialized copy's: copy_sums.go), and keeps the file
 // only if the SHA-256 of the same bytes is the manifest's. Reads of the file are then checked
 // preads of it (preadChecked: every chunk under a read is checked on every read), not replays.
 //

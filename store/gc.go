@@ -127,9 +127,9 @@ func (c *collector) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) 
 
 // pendingRoots returns the objects open writers hold.
 func (c *collector) pendingRoots(into map[ID]bool) {
-	c.st.pendMu.Lock()
-	defer c.st.pendMu.Unlock()
-	for id := range c.st.pending {
+	c.st.ingest.pendMu.Lock()
+	defer c.st.ingest.pendMu.Unlock()
+	for id := range c.st.ingest.pending {
 		into[id] = true
 	}
 }
@@ -163,12 +163,12 @@ func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, e
 	var gone []ID
 	for _, v := range c.sweepOrder(victims) {
 		// An open writer may have taken hold of it since the roots were listed.
-		c.st.pendMu.Lock()
-		held := c.st.pending[v.id] > 0
+		c.st.ingest.pendMu.Lock()
+		held := c.st.ingest.pending[v.id] > 0
 		if !held {
 			err = c.st.be.DeleteObject(v.id)
 		}
-		c.st.pendMu.Unlock()
+		c.st.ingest.pendMu.Unlock()
 		if err != nil {
 			return deleted, freed, err
 		}
@@ -185,10 +185,10 @@ func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, e
 		c.st.forgetMeta(id)
 		c.st.crcChecked.Delete(id)
 	}
-	c.st.pendMu.Lock()
-	c.st.leftovers = false
-	clearFlag := len(c.st.open) == 0
-	c.st.pendMu.Unlock()
+	c.st.ingest.pendMu.Lock()
+	c.st.ingest.leftovers = false
+	clearFlag := len(c.st.ingest.open) == 0
+	c.st.ingest.pendMu.Unlock()
 	if clearFlag {
 		if err := c.st.ix.setFlag(keyDirty, false); err != nil {
 			c.log.Warn("index: not updated", "err", err)

@@ -285,13 +285,13 @@ func (c *collector) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop,
 // writer opened, or one before it while it is brought forward, or a later one.
 func (c *collector) writerFloor() uint64 {
 	var floor uint64
-	c.st.pendMu.Lock()
-	for _, w := range c.st.open {
+	c.st.ingest.pendMu.Lock()
+	for _, w := range c.st.ingest.open {
 		if w.floor != 0 && (floor == 0 || w.floor < floor) {
 			floor = w.floor
 		}
 	}
-	c.st.pendMu.Unlock()
+	c.st.ingest.pendMu.Unlock()
 	if floor == 0 {
 		return 0
 	}

@@ -109,7 +109,7 @@ func TestGroupRankKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range orphans {
-		if !gs.pub.exists(id) {
+		if !gs.pub.ingest.exists(id) {
 			t.Fatalf("gc deleted object %s of a rank that was writing", id)
 		}
 	}
@@ -330,7 +330,7 @@ func TestGroupGCWhileRankWrites(t *testing.T) {
 		t.Fatalf("gc while a rank writes: %+v: the dropped versions' objects were not deleted", st)
 	}
 	for _, id := range fresh {
-		if !gs.pub.exists(id) {
+		if !gs.pub.ingest.exists(id) {
 			t.Fatalf("gc deleted object %s of the rank that was writing", id)
 		}
 	}

@@ -243,7 +243,7 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 		(&manifest{Files: p.Files}).roots(refs)
 		for id := range refs {
 			w.hold(id)
-			if !w.s.exists(id) && !w.s.existsElsewhere(id) {
+			if !w.s.ingest.exists(id) && !w.s.existsElsewhere(id) {
 				return refusal(RefusedDamaged, []int{p.Rank}, fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt))
 			}
 		}

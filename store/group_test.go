@@ -41,7 +41,7 @@ func sortedNames(files map[string][]byte) []string {
 // fixedClock makes s's manifests' creation times a fixed sequence.
 func fixedClock(s *Store) {
 	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	s.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
+	s.ingest.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
 }
 
 // groupStore is a store with its writer (the publisher) and W rank stores.

@@ -9,8 +9,10 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/weightfs/weightfs/delta"
 	"github.com/weightfs/weightfs/internal/sha256x2"
@@ -23,6 +25,72 @@ const ingestChunk = 4 << 20
 // maxDeltaMemory bounds what one tensor's delta encoder may hold (at most about width+2
 // bytes a change): a tensor changing more than that is stored whole.
 const maxDeltaMemory = 256 << 20
+
+// ingester is the write side of the store: the open Writers (ingest_writer.go) and the objects
+// they hold from gc until a seal names them (pending), the tensor jobs' tokens, the diff
+// backend (also Diff's: ingest_diff.go) and the choices of a batch ingest (this file) and a stream
+// (stream.go) that tests change. Writers and streams are its users; gc asks it what the
+// open writers hold (gc.go), Close which writers are open.
+//
+// What it needs of the rest of the store it gets through st: the backend, the materialized
+// copy it diffs against, objects' metas; and the read path only through readBase.
+type ingester struct {
+	st   *Store
+	diff delta.DiffBackend // never nil: the CPU backend unless Options.Diff names another
+
+	workers chan struct{} // one token per concurrent tensor job
+	// saidWhole: path -> true: logged that this non-safetensors file is stored whole.
+	saidWhole sync.Map
+	// hashInOnePass: a file's and its tensors' SHA-256 in one pass (sha256x2) where the CPU
+	// has the SHA extensions; a field so that tests run both pipelines.
+	hashInOnePass bool
+	// manifestLimit is the manifest JSON length a seal accepts: maxManifestLen, the readers'
+	// bound; a field so that a test can reach the refusal with a small version.
+	manifestLimit uint64
+	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
+	// bytes fixes it).
+	now func() time.Time
+
+	pendMu    sync.Mutex
+	pending   map[ID]int         // objects written by open Writers, not yet in a manifest
+	open      map[uint64]*Writer // versions being written
+	leftovers bool               // objects a finished writer put but no manifest uses
+}
+
+func newIngester(st *Store, diff delta.DiffBackend) *ingester {
+	if diff == nil {
+		diff = delta.NewCPUDiff()
+	}
+	return &ingester{st: st, diff: diff, workers: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
+		hashInOnePass: sha256x2.Accelerated(), manifestLimit: maxManifestLen, now: time.Now,
+		pending: map[ID]int{}, open: map[uint64]*Writer{}}
+}
+
+// openWriters returns the Writers open now (Close aborts them).
+func (in *ingester) openWriters() []*Writer {
+	in.pendMu.Lock()
+	defer in.pendMu.Unlock()
+	writers := make([]*Writer, 0, len(in.open))
+	for _, w := range in.open {
+		writers = append(writers, w)
+	}
+	return writers
+}
+
+// clean reports whether no writer is open, none holds an object and none left objects that
+// no manifest uses: the writer's index may say that no sweep is needed at the next open.
+func (in *ingester) clean() bool {
+	in.pendMu.Lock()
+	defer in.pendMu.Unlock()
+	return len(in.pending) == 0 && len(in.open) == 0 && !in.leftovers
+}
+
+// readBase reads bytes [off, off+len(p)) of object id through the store's read path: the
+// one way ingest reads objects other than from the materialized copy (a base the copy does
+// not hold, or holds damaged; a stream's result read back: stream_replay.go).
+func (in *ingester) readBase(id ID, h objHint, off int64, p []byte, o readOpts) error {
+	return in.st.readObject(id, h, off, p, o)
+}
 
 // readAtFull reads len(b) bytes of r at off; io.EOF with a full read is success.
 func readAtFull(r io.ReaderAt, b []byte, off int64) error {
@@ -54,7 +122,7 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 	if err != nil {
 		if strings.HasSuffix(p, ".safetensors") || size >= 8 && looksLikeSafetensors(r) {
 			w.s.log.Debug("stored as an opaque file", "file", p, "err", err)
-		} else if _, said := w.s.saidWhole.LoadOrStore(p, true); !said {
+		} else if _, said := w.in.saidWhole.LoadOrStore(p, true); !said {
 			// Said once per path: config.json is not news at every version.
 			w.s.log.Debug("not a safetensors file: stored whole", "file", p)
 		}
@@ -72,13 +140,13 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 		ends = append(ends, hdr.DataStart()+t.End)
 	}
 	var sums []ID
-	var copySums sumWriter // the copy's sums of this content, from the bytes hashed (copysums.go)
+	var copySums sumWriter // the copy's sums of this content, from the bytes hashed (copy_sums.go)
 	var shaErr error
 	var shaDone sync.WaitGroup
 	shaDone.Add(1)
 	go func() {
 		defer shaDone.Done()
-		entry.SHA256, sums, shaErr = hashPieces(r, ends, &copySums, w.s.hashInOnePass)
+		entry.SHA256, sums, shaErr = hashPieces(r, ends, &copySums, w.in.hashInOnePass)
 	}()
 	entry.Kind = kindSafetensors
 	err = w.ingestSafetensors(entry, r, hdr, prefix)
@@ -135,7 +203,7 @@ func looksLikeSafetensors(r io.ReaderAt) bool {
 
 // hashPieces reads r once from 0 to the last of ends (ascending, at least one) and returns
 // the SHA-256 of it all and of each piece [ends[i-1], ends[i]) (from 0 for the first): with
-// both (the SHA extensions: Store.hashInOnePass) both digests in one pass (sha256x2), else
+// both (the SHA extensions: ingester.hashInOnePass) both digests in one pass (sha256x2), else
 // one after the other. Every
 // byte read is also written to also (the copy's sums), so they come from the bytes hashed.
 func hashPieces(r io.ReaderAt, ends []int64, also io.Writer, both bool) (file ID, pieces []ID, err error) {
@@ -193,10 +261,10 @@ func (w *Writer) ingestSafetensors(entry *manifestFile, r io.ReaderAt, hdr *delt
 	var wg sync.WaitGroup
 	for i, t := range hdr.Tensors {
 		entry.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
-		w.s.workers <- struct{}{} // bounds concurrent tensor jobs (memory and cores)
+		w.in.workers <- struct{}{} // bounds concurrent tensor jobs (memory and cores)
 		wg.Add(1)
 		go func() {
-			defer func() { <-w.s.workers; wg.Done() }()
+			defer func() { <-w.in.workers; wg.Done() }()
 			errs[i] = w.ingestTensor(entry.Path, r, entry.HeaderLen, &entry.Tensors[i])
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("tensor %s: %w", t.Name, errs[i])
@@ -243,7 +311,7 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 		return nil
 	}
 	w.hold(id)
-	if s.exists(id) {
+	if w.in.exists(id) {
 		return nil
 	}
 	bm, err := s.meta(base.tensor.ID)
@@ -297,13 +365,13 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	h := sha256.New()
 	// The base bytes are checked too: a delta computed against a damaged copy would be a
 	// wrong object, forever. With the CRC of the base's content when it is known, as the
-	// streaming path does (basecheck.go), else with SHA-256.
+	// streaming path does (ingest_basecheck.go), else with SHA-256.
 	hb := newBaseCheck(s.mat, baseID)
 	cur := make([]byte, min(size, ingestChunk))
-	base := baseReader{s: s} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
+	base := baseReader{in: w.in} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
 	defer base.wait()
 	var ch delta.Changes
-	var crc uint32 // of the new bytes: the next version checks them with it (basecheck.go)
+	var crc uint32 // of the new bytes: the next version checks them with it (ingest_basecheck.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
 		c := cur[:n]
@@ -317,7 +385,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 		h.Write(c)
 		crc = crc32.Update(crc, castagnoli, c)
 		hb.Write(b)
-		found, err := s.diffInto(enc, b, c, off/int64(width), width, &ch)
+		found, err := w.in.diffInto(enc, b, c, off/int64(width), width, &ch)
 		if err != nil {
 			return nil, id, 0, err
 		}
@@ -347,8 +415,8 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 // and adds the changes to enc unless it is nil; it returns how many elements changed. With
 // the CPU backend the encoder diffs itself (AddDiff, fused); another backend's list of
 // changes is added to it. ch is scratch space.
-func (s *Store) diffInto(enc *delta.DeltaEncoder, base, cur []byte, first int64, width int, ch *delta.Changes) (int64, error) {
-	if enc != nil && delta.IsCPUDiff(s.diff) {
+func (in *ingester) diffInto(enc *delta.DeltaEncoder, base, cur []byte, first int64, width int, ch *delta.Changes) (int64, error) {
+	if enc != nil && delta.IsCPUDiff(in.diff) {
 		found, err := enc.AddDiff(first, base, cur)
 		if err != nil {
 			return 0, fmt.Errorf("encode delta: %w", err)
@@ -356,8 +424,8 @@ func (s *Store) diffInto(enc *delta.DeltaEncoder, base, cur []byte, first int64,
 		return int64(found), nil
 	}
 	ch.Reset()
-	if err := s.diff.Diff(base, cur, width, ch); err != nil {
-		return 0, fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
+	if err := in.diff.Diff(base, cur, width, ch); err != nil {
+		return 0, fmt.Errorf("diff (%s): %w", in.diff.Name(), err)
 	}
 	if enc != nil && len(ch.Index) > 0 {
 		if err := enc.AddChanges(first, base, ch); err != nil {
@@ -368,8 +436,8 @@ func (s *Store) diffInto(enc *delta.DeltaEncoder, base, cur []byte, first int64,
 }
 
 // exists reports whether object id is stored (hold it first).
-func (s *Store) exists(id ID) bool {
-	_, err := s.be.StatObject(id)
+func (in *ingester) exists(id ID) bool {
+	_, err := in.st.be.StatObject(id)
 	return err == nil
 }
 
@@ -389,7 +457,7 @@ func (w *Writer) storeWhole(r io.ReaderAt, off, size int64, width int) (ID, erro
 		return ID{}, err
 	}
 	w.hold(id)
-	if w.s.exists(id) {
+	if w.in.exists(id) {
 		return id, nil
 	}
 	return id, w.putFull(fw, id, width, size, ID{}, 0)

@@ -167,7 +167,7 @@ func (m *manifest) formatVersion() uint16 {
 // version is never sealed that readers would refuse (a manifest over maxManifestLen) or read
 // otherwise than it was written. It costs a decode and an encode of the manifest: ~0.1% of
 // a seal's work for a model of a few hundred tensors.
-// limit is the length of JSON the seal accepts: maxManifestLen (Store.manifestLimit, which a
+// limit is the length of JSON the seal accepts: maxManifestLen (ingester.manifestLimit, which a
 // test lowers to reach the refusal with a small version).
 func encodeManifestChecked(m *manifest, limit uint64) ([]byte, error) {
 	data, err := encodeManifest(m)

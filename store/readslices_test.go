@@ -16,7 +16,7 @@ import (
 // places and requires the same bytes, counts and errors. A version rebuilt from deltas must be
 // answered with parts of cached pages (not copies in p) when it has no file copy (filecopy.go),
 // from its file copy into p when it has one, the latest from the copy as one part per MiB
-// (copyread_file.go: not one read per tensor), and a read across many small tensors with one
+// (copy_read_file.go: not one read per tensor), and a read across many small tensors with one
 // part; a tiny cache pushes pages out while their parts are still
 // held.
 func TestReadSlicesMatchesReadAt(t *testing.T) {

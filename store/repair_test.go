@@ -181,7 +181,7 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 // tensors used to seal and then be unreadable.
 func TestSealRefusesManifestReadersRefuse(t *testing.T) {
 	s, _ := newStore(t, Options{})
-	s.manifestLimit = 300
+	s.ingest.manifestLimit = 300
 	files := map[string][]byte{}
 	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
 		files[name+".txt"] = []byte(name)
@@ -193,6 +193,6 @@ func TestSealRefusesManifestReadersRefuse(t *testing.T) {
 	if len(s.Versions()) != 0 {
 		t.Fatalf("versions %v after the refused seal", versionNumbers(s.Versions()))
 	}
-	s.manifestLimit = maxManifestLen
+	s.ingest.manifestLimit = maxManifestLen
 	commitTree(t, s, 0, files)
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -17,7 +16,6 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/weightfs/weightfs/delta"
-	"github.com/weightfs/weightfs/internal/sha256x2"
 )
 
 // Options configure Open.
@@ -75,7 +73,6 @@ type Store struct {
 	be       Backend // backend, behind the cache policy when it has a remote cache
 	backend  Backend // as given to the store
 	codec    *codec
-	diff     delta.DiffBackend
 	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
 	ix       *index
 	cacheDir string
@@ -108,37 +105,22 @@ type Store struct {
 	dirtyMetas  map[ID]objMeta // not yet written to the index
 
 	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
-	saidWhole    sync.Map // path -> true: logged that this non-safetensors file is stored whole
 	chunkScratch sync.Pool
 	bufs         *recycler // free lists and buffer pools of the read path (recycle.go)
-	// hashInOnePass: a file's and its tensors' SHA-256 in one pass (sha256x2) where the CPU
-	// has the SHA extensions; a field so that tests run both pipelines.
-	hashInOnePass bool
-	// manifestLimit is the manifest JSON length a seal accepts: maxManifestLen, the readers'
-	// bound; a field so that a test can reach the refusal with a small version.
-	manifestLimit uint64
-
-	workers chan struct{} // one token per concurrent tensor job
 
 	// writeMu serializes what changes the set of versions or objects: Seal, GC,
 	// RebuildIndex, the clean-up at open.
-	writeMu   sync.Mutex
-	pendMu    sync.Mutex
-	pending   map[ID]int         // objects written by open Writers, not yet in a manifest
-	open      map[uint64]*Writer // versions being written
-	leftovers bool               // objects a finished writer put but no manifest uses
-	mat       *materialized
-	files     *fileCopies // checked copies of files of older versions (filecopy.go)
-	group     *rankState  // a rank of a writer group (OpenRank, group.go); nil otherwise
-	renders   *renders    // the render cache: patches and slime deltas (render.go)
-	checker   *checker    // Verify, Repair, Export and the vouching of files (verify.go)
+	writeMu sync.Mutex
+	ingest  *ingester // open Writers, what they hold from gc, the diff backend (ingest.go)
+	mat     *materialized
+	files   *fileCopies // checked copies of files of older versions (filecopy.go)
+	group   *rankState  // a rank of a writer group (OpenRank, group.go); nil otherwise
+	renders *renders    // the render cache: patches and slime deltas (render.go)
+	checker *checker    // Verify, Repair, Export and the vouching of files (verify.go)
 
 	// hook, when set (tests), is called at named points of the seal and GC; an error it
 	// returns is returned from there, as if the process had died at that point.
 	hook func(point string) error
-	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
-	// bytes fixes it).
-	now func() time.Time
 }
 
 func (s *Store) failpoint(point string) error {
@@ -226,7 +208,7 @@ type Opening struct {
 }
 
 // OpenBackend opens the store that o describes: its cache directory, its backend (behind
-// the store's cache policy if the backend is a RemoteCache, cachepolicy.go), a writer's
+// the store's cache policy if the backend is a RemoteCache, cache_policy.go), a writer's
 // clean-up of temporary files, the index, the versions and the materialized copy. The
 // caller has checked the store's format file (FormatVersion, o.Format); a writer upgrades a
 // store of format 1 (o.UpgradeFormat).
@@ -289,13 +271,10 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
-		diff: opts.Diff, maxChain: opts.MaxChain, contextChain: maxContextChain,
-		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
-		now: time.Now, hook: opts.Failpoint,
+		maxChain: opts.MaxChain, contextChain: maxContextChain,
+		metas: map[ID]objMeta{}, hook: opts.Failpoint,
 	}
-	if s.diff == nil {
-		s.diff = delta.NewCPUDiff()
-	}
+	s.ingest = newIngester(s, opts.Diff)
 	if s.maxChain <= 0 {
 		s.maxChain = DefaultMaxChain
 	}
@@ -312,12 +291,9 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	// memory the daemon touches for the first time while it fills (kernel page faults).
 	s.pages = newPageCache(cacheBytes / 8)
 	s.ra = newReadAhead()
-	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
 	s.bufs = newRecycler()
 	s.renders = newRenders(s)
-	s.hashInOnePass = sha256x2.Accelerated()
-	s.manifestLimit = maxManifestLen
 	s.collector = newCollector(s)
 	s.checker = newChecker(s)
 	return s
@@ -426,13 +402,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.collector.close() // a retention gc stops between objects once closed is set
-	s.pendMu.Lock()
-	writers := make([]*Writer, 0, len(s.open))
-	for _, w := range s.open {
-		writers = append(writers, w)
-	}
-	s.pendMu.Unlock()
-	for _, w := range writers {
+	for _, w := range s.ingest.openWriters() {
 		w.Abort()
 	}
 	return s.shutdown()
@@ -453,7 +423,7 @@ func (s *Store) shutdown() error {
 	}
 	if s.ix != nil {
 		s.flushMetas()
-		if s.lock != nil && !s.hasPending() && !s.leftovers {
+		if s.lock != nil && s.ingest.clean() {
 			// Clean shutdown of the writer: no sweep needed at the next open.
 			s.ix.setFlag(keyDirty, false)
 		}
@@ -474,12 +444,6 @@ func (s *Store) shutdown() error {
 		errs = append(errs, s.lock.Close())
 	}
 	return errors.Join(errs...)
-}
-
-func (s *Store) hasPending() bool {
-	s.pendMu.Lock()
-	defer s.pendMu.Unlock()
-	return len(s.pending) > 0 || len(s.open) > 0
 }
 
 func (s *Store) checkOpen() error {

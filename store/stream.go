@@ -26,7 +26,7 @@ import (
 // worker is done with (stream_finish.go), a hasher computes each tensor's SHA-256 (its
 // object's name) and the whole file's, both in one pass with the SHA extensions, else with a
 // second hasher for the file's (stream_pipe.go), and the bytes are written to the seed, the
-// file that becomes the materialized copy's once the version is sealed (copyseed.go): by the
+// file that becomes the materialized copy's once the version is sealed (copy_seed.go): by the
 // hasher itself with asynchronous I/O where the kernel has it, else by a goroutine of its own. Chunks
 // come from a pool per Writer, so the memory of all streams of a version is bounded, and a
 // Write waits when the pipeline is full.
@@ -138,10 +138,10 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 		fileHashes:     make(chan hashJob, streamQueue),
 		fileHasherDone: make(chan struct{}),
 	}
-	st.hs.init(w.s.hashInOnePass)
+	st.hs.init(w.in.hashInOnePass)
 	st.fin.init(st)
 	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
-	// this version, which takes them instead of being brought forward (copyseed.go).
+	// this version, which takes them instead of being brought forward (copy_seed.go).
 	seed, err := w.s.mat.seeds.create()
 	if err != nil {
 		seed = nil // no seed: the copy is brought forward in place
@@ -423,7 +423,7 @@ func (st *FileStream) SHA256() (sum ID, ok bool) {
 func (st *FileStream) logBlob() {
 	if strings.HasSuffix(st.hint, ".safetensors") || len(st.prefix) >= 9 && st.prefix[8] == '{' {
 		st.s.log.Debug("stored as an opaque file", "file", st.hint, "reason", st.reason)
-	} else if _, said := st.s.saidWhole.LoadOrStore(st.hint, true); !said {
+	} else if _, said := st.w.in.saidWhole.LoadOrStore(st.hint, true); !said {
 		st.s.log.Debug("not a safetensors file: stored whole", "file", st.hint)
 	}
 }

@@ -13,7 +13,7 @@ package store
 // baseReader reads base bytes from the copy for one ingesting goroutine (a stream's worker,
 // a batch ingest). Not safe for concurrent use.
 type baseReader struct {
-	s     *Store
+	in    *ingester
 	bufs  [2][]byte // directAlign-aligned (buf), made when first used
 	cur   int       // the buffer the last bytes returned live in
 	ahead *baseRead // the read of the next chunk, into bufs[1-cur]
@@ -56,7 +56,7 @@ func (r *baseReader) readChecked(view *matView, id ID, off, n int64, next nextRe
 		// waits for this view): a private page cache.
 		r.wait()
 		b = r.buf(r.cur, n)[:n]
-		err = r.s.readObject(id, objHint{}, off, b, readOpts{noMaterialized: true, pages: newPageCache(2 * pageSize)})
+		err = r.in.readBase(id, objHint{}, off, b, readOpts{noMaterialized: true, pages: newPageCache(2 * pageSize)})
 		return b, false, err
 	}
 	return b, err == nil, err
@@ -98,14 +98,14 @@ func (r *baseReader) readAfter(view *matView, id ID, off, n int64, next nextRead
 // readAhead starts reading the chunk at off (up to n bytes, within the object) into the
 // buffer not in use; false: off is past the object's end (or its size is unknown).
 func (r *baseReader) readAhead(view *matView, id ID, off, n int64) bool {
-	m, err := r.s.meta(id)
+	m, err := r.in.st.meta(id)
 	if err != nil || off >= m.ContentLen {
 		return false
 	}
 	a := &baseRead{id: id, off: off, n: min(n, m.ContentLen-off), gen: view.gen, done: make(chan struct{})}
 	raw := r.buf(1-r.cur, a.n)
 	r.ahead = a
-	mat := r.s.mat // r belongs to the caller's goroutine
+	mat := r.in.st.mat // r belongs to the caller's goroutine
 	go func() {
 		defer close(a.done)
 		// A hold of its own (the caller's ends when its read returns), but not one that

@@ -11,7 +11,7 @@ import (
 // every read of the copy checks the whole 64 KiB chunks under it against the sums of the
 // file's content, computed from bytes whose SHA-256 was checked in the same pass, and the
 // copy's composition (where each object lies in its file) is vouched for before the copy is
-// used (copysums.go, copyread.go). Hashing them again (a CRC-32C of the base's content, or
+// used (copy_sums.go, copy_read.go). Hashing them again (a CRC-32C of the base's content, or
 // its SHA-256 after a restart) checked the same bytes twice: a tenth of ingest's CPU, a third
 // SHA-256 pass after a restart. So a stream hashes base bytes only once some of them come
 // from elsewhere, through the store's read path (the copy moved on to a newer version, or

@@ -29,7 +29,7 @@ type chunk struct {
 //
 // A chunk's bytes start at the same offset within a page of memory as its first byte's offset
 // in the file within a page of the file (get's pad), so that the seed writer can write whole
-// pages of it to the file with O_DIRECT, without a copy (copyseed.go).
+// pages of it to the file with O_DIRECT, without a copy (copy_seed.go).
 type chunkPool struct {
 	sem  chan struct{}
 	free chan []byte
@@ -119,7 +119,7 @@ type hasherState struct {
 // does not, and the second pass read it from memory again.
 const cachePiece = 256 << 10
 
-// init chooses the one-hasher pipeline when oneHasher (Store.hashInOnePass) says so.
+// init chooses the one-hasher pipeline when oneHasher (ingester.hashInOnePass) says so.
 func (h *hasherState) init(oneHasher bool) {
 	if h.oneHasher = oneHasher; h.oneHasher {
 		h.both = [2]*sha256x2.Digest{sha256x2.New(), sha256x2.New()}

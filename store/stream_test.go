@@ -242,7 +242,7 @@ func TestStreamMatchesBatch(t *testing.T) {
 }
 
 func streamMatchesBatch(t *testing.T, oneHasher bool) {
-	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, func(s *Store) { s.hashInOnePass = oneHasher })
+	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, func(s *Store) { s.ingest.hashInOnePass = oneHasher })
 	// The series took every way of storing a tensor.
 	kinds := map[string]int{}
 	for _, file := range reachable(t, b) {

@@ -198,7 +198,7 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	if err := ts.check.add(base, off, checked, st.baseFromObjects(ts)); err != nil {
 		return false, err
 	}
-	found, err := st.s.diffInto(ts.enc, base, data, off/int64(ts.width), ts.width, &wk.ch)
+	found, err := st.w.in.diffInto(ts.enc, base, data, off/int64(ts.width), ts.width, &wk.ch)
 	if err != nil {
 		return false, err
 	}
@@ -246,8 +246,8 @@ type baseSource struct {
 // path (the copy moved on meanwhile). next is what the worker will read after the tensor.
 // checked says the bytes were checked by the copy's sums (stream_check.go).
 func (src *baseSource) read(st *FileStream, ts *tensorState, off, n int64, next nextRead) (b []byte, checked bool, err error) {
-	if src.copy.s == nil {
-		src.copy.s = st.s
+	if src.copy.in == nil {
+		src.copy.in = st.w.in
 	}
 	if view := st.s.mat.view(); view != nil {
 		if view.holds(ts.base) {
@@ -261,14 +261,14 @@ func (src *baseSource) read(st *FileStream, ts *tensorState, off, n int64, next 
 		src.plain = make([]byte, max(n, streamChunkSize))
 	}
 	b = src.plain[:n]
-	return b, false, st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
+	return b, false, st.w.in.readBase(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
 }
 
 // baseFromObjects reads bytes of ts's base through the store's read path, for the base
 // check's hash of the bytes before the first that the copy did not check.
 func (st *FileStream) baseFromObjects(ts *tensorState) func(off, n int64, p []byte) error {
 	return func(off, n int64, p []byte) error {
-		return st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, p[:n], readOpts{})
+		return st.w.in.readBase(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, p[:n], readOpts{})
 	}
 }
 
@@ -358,7 +358,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 	if !ts.hasBase {
 		t.ID, t.Changed = id, ts.elems
 		w.hold(id)
-		if s.exists(id) {
+		if w.in.exists(id) {
 			ts.fw.abort()
 			return nil
 		}
@@ -376,7 +376,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 	}
 	t.ID, t.Base, t.Changed = id, ts.base, ts.changed
 	w.hold(id)
-	if id == ts.base || s.exists(id) {
+	if id == ts.base || w.in.exists(id) {
 		ts.fw.abort()
 		return nil
 	}
@@ -454,7 +454,7 @@ func (st *FileStream) finishBlob() error {
 	w, s, blob := st.w, st.s, st.wk.blob
 	id := blob.sum()
 	w.hold(id)
-	if s.exists(id) {
+	if w.in.exists(id) {
 		blob.abort()
 	} else {
 		stored, err := blob.finish(id, ID{}, nil)

@@ -11,7 +11,7 @@ import (
 
 // TestReadPathsThroughMount reads a read-only mount's versions with real programs (cp, and a
 // read-only map) along each read path: the latest, served from the materialized copy one
-// checked read per request (store/copyread_file.go), after a byte of the copy's file was changed
+// checked read per request (store/copy_read_file.go), after a byte of the copy's file was changed
 // under the running daemon (the copy was checked when it was built; the change is caught on
 // read and the bytes come from the objects), and an older version, vouched for by one pass that
 // hashes it while another goroutine writes its file copy.

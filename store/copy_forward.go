@@ -14,7 +14,7 @@ import (
 )
 
 // Bringing the materialized copy forward from one version to the next in place
-// (materialize.go has the copy itself, its rebuild and its checks).
+// (copy_materialized.go has the copy itself, its rebuild and its checks).
 
 // inPlace is one tensor of a file updated in place: apply the delta of object obj in
 // direction dir to the bytes [off, off+size).
@@ -28,7 +28,7 @@ type inPlace struct {
 }
 
 // forward brings the copy from cur to target: a changed file that a stream left a seed of
-// (copyseed.go) is replaced by the seed; files whose layout is unchanged get their changed
+// (copy_seed.go) is replaced by the seed; files whose layout is unchanged get their changed
 // tensors patched in place from the delta objects linking old and new identities; other
 // changed files are written beside and renamed over; files gone are removed.
 func (m *materialized) forward(cur, target *version) error {
@@ -50,7 +50,7 @@ func (m *materialized) forward(cur, target *version) error {
 		}
 		changed++
 		if seed, ok := m.seeds.takePath(f); ok {
-			// The bytes a stream received and hashed (copyseed.go): renamed into place, from
+			// The bytes a stream received and hashed (copy_seed.go): renamed into place, from
 			// a name in the copy's directory (a seed that cannot be moved there is written).
 			tmp := ".weightfs-" + filepath.Base(seed)
 			if err := moveInto(seed, m.dir, tmp); err == nil {
@@ -79,7 +79,7 @@ func (m *materialized) forward(cur, target *version) error {
 	// Readers let go of the copy and replay until it holds target: the update runs without
 	// keeping anyone waiting (ensureMu keeps other updates out).
 	m.drop()
-	// The files patched in place are checked as the patches go (materialize_check.go), in
+	// The files patched in place are checked as the patches go (copy_check.go), in
 	// order of path and offset.
 	slices.SortFunc(patches, func(a, b inPlace) int {
 		return cmp.Or(strings.Compare(a.path, b.path), cmp.Compare(a.off, b.off))

@@ -10,7 +10,7 @@ import (
 	"sync"
 )
 
-// Checking the files of the copy patched in place while the patches run (materialize_forward.go
+// Checking the files of the copy patched in place while the patches run (copy_forward.go
 // brings the copy forward): a file's bytes are final below the start of the next patch of it
 // that has not run, so one goroutine hashes each patched file up to that mark while another
 // patches further on. The check is the one copySums would make afterwards (the file's SHA-256

@@ -11,7 +11,7 @@ import "io"
 // (readFileInto), and the buffer is handed to the kernel as it is (SliceReader), so that a cold
 // read of the latest version costs the disk's transfer into memory, one CRC-32C pass and the
 // copy into the kernel's reply, and fills no page cache of the copy beside the mount's own.
-// Every byte is checked on every read, as every read of the copy is (copyread.go).
+// Every byte is checked on every read, as every read of the copy is (copy_read.go).
 
 // wholeCopy records whether one generation of the copy holds a file whole (copyWhole).
 type wholeCopy struct {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// aioQueue: Linux's native asynchronous I/O, where it is (seedaio_linux.go); elsewhere a
+// aioQueue: Linux's native asynchronous I/O, where it is (copy_seedaio_linux.go); elsewhere a
 // seed's goroutine writes it.
 type aioQueue struct{ waited time.Duration }
 

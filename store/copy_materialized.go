@@ -17,7 +17,7 @@ import (
 // versions are diffed against it without replay; reads use it as a whole copy. It is brought
 // forward at each seal (or Refresh) by writing only changed bytes in place; its state (version,
 // clean) is in the index, and a copy not marked clean (an update was interrupted) is rebuilt.
-// It is a cache, checked on every read against sums of its files' content (copysums.go); a
+// It is a cache, checked on every read against sums of its files' content (copy_sums.go); a
 // copy that fails a check, or cannot be built at all, is dropped and reads replay from the
 // objects: nothing about it may stop a store.
 type materialized struct {
@@ -40,8 +40,8 @@ type materialized struct {
 	adviceMu sync.Mutex
 	advised  map[adviceKey]int64 // how far willNeed asked the kernel to read each file ahead
 
-	crcs  contentCRCs // of the content of tensors that may be bases (basecheck.go)
-	seeds *seeds      // files of a first version, as its streams received them (copyseed.go)
+	crcs  contentCRCs // of the content of tensors that may be bases (ingest_basecheck.go)
+	seeds *seeds      // files of a first version, as its streams received them (copy_seed.go)
 	// unbuildable is a version whose copy could not be built (a damaged version, a full
 	// cache disk): not tried again until another version is the latest or a read finds the
 	// copy broken (guarded by ensureMu).
@@ -394,7 +394,7 @@ func (m *materialized) writeTemp(ver *version, f *manifestFile, opts readOpts) (
 	}
 	vf := m.s.newVersionFile(ver, f, opts)
 	h := sha256.New()
-	var sw sumWriter // the copy's sums, from the bytes hashed (copysums.go)
+	var sw sumWriter // the copy's sums, from the bytes hashed (copy_sums.go)
 	err = m.s.failpoint("materialize-write")
 	if err == nil {
 		// Page-sized reads: a smaller one would rebuild a page for each piece of it.

@@ -253,7 +253,7 @@ func TestBaseReaderReadsAhead(t *testing.T) {
 	if _, known := rangeCached(mustFile(t, view, ids[0]), 0, 1); !known {
 		t.Skip("the kernel has no cachestat(2)")
 	}
-	r := baseReader{s: s}
+	r := baseReader{in: s.ingest}
 	defer r.wait()
 	for k, id := range ids {
 		size := sizes[id]

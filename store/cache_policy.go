@@ -8,7 +8,7 @@ import (
 	"sync"
 )
 
-// cachePolicy is the store's policy for a backend with a local cache of a remote store
+// cachePolicy is the store's policy for the object cache: a backend's local cache of a remote store
 // (RemoteCache: store/s3). It wraps the backend, so that every listing of the versions
 // (Open, Refresh, gc, Verify) is followed by what the policy decides of versions gone, and
 // the backend's own ListManifests stays a pure listing; what it fetches ahead, it fetches

@@ -26,7 +26,7 @@ import (
 // sealed, a file that left its stream) are removed then; all of them by the next Open.
 type seeds struct {
 	dir string
-	chk *checks // where a finished stream's sums and composition go (copysums.go)
+	chk *checks // where a finished stream's sums and composition go (copy_sums.go)
 
 	mu     sync.Mutex
 	byHash map[seedKey]seedFileRef // finished seeds: content -> file
@@ -109,9 +109,9 @@ func (sd *seeds) clearUpTo(v uint64) {
 // which starts at the file offset's place in a page (chunkPool.get), so that nothing is
 // copied, and without the page cache, whose fresh pages cost the kernel more than the update
 // in place that the seed replaces (docs/design.md, "The materialized latest version"). Every
-// stream has one; a stream of a first version only fed a seed before (copyseed.go's seeds).
+// stream has one; a stream of a first version only fed a seed before (copy_seed.go's seeds).
 //
-// Where the kernel has asynchronous I/O for the file (Linux, O_DIRECT: seedaio_linux.go), the
+// Where the kernel has asynchronous I/O for the file (Linux, O_DIRECT: copy_seedaio_linux.go), the
 // hasher submits the writes itself (putAsync) and there is no goroutine: with two streams on
 // two busy cores, the seed's goroutine waited for a turn between its writes while the hasher
 // waited for room in its queue, and the seeds were given up though the disk was idle. The

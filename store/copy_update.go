@@ -5,7 +5,7 @@ import (
 	"os"
 )
 
-// Updates of the materialized copy (materialize.go has the copy itself, its rebuild and its
+// Updates of the materialized copy (copy_materialized.go has the copy itself, its rebuild and its
 // checks): bringing it forward after a seal off the seal's critical path, and the in-place
 // write of only the pages of a file that changed.
 

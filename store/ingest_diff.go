@@ -78,7 +78,7 @@ func (s *Store) Diff(a, b uint64) ([]TensorDiff, error) {
 	for i := range vb.m.Files {
 		fb := &vb.m.Files[i]
 		fa := va.files[fb.Path]
-		rows, err := s.diffFile(va, vb, fa, fb)
+		rows, err := s.ingest.diffFile(va, vb, fa, fb)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +100,7 @@ func (s *Store) Diff(a, b uint64) ([]TensorDiff, error) {
 	return out, nil
 }
 
-func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, error) {
+func (in *ingester) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, error) {
 	if fb.Kind == kindBlob || (fa != nil && fa.Kind == kindBlob) {
 		row := TensorDiff{File: fb.Path, Elements: fb.Size}
 		switch {
@@ -141,7 +141,7 @@ func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, e
 			row.Status, row.Changed = DiffReshaped, row.Elements
 		case ta.ID == tb.ID:
 		default:
-			n, err := s.countChanged(ta, tb, objHint{path: fa.Path, tensor: ta.Name}, objHint{path: fb.Path, tensor: tb.Name})
+			n, err := in.countChanged(ta, tb, objHint{path: fa.Path, tensor: ta.Name}, objHint{path: fb.Path, tensor: tb.Name})
 			if err != nil {
 				return nil, fmt.Errorf("diff %s %s: %w", fb.Path, tb.Name, err)
 			}
@@ -161,10 +161,10 @@ func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, e
 
 // countChanged counts differing elements of two tensors of equal dtype and shape: from the
 // delta object when one is the other's direct delta, else by comparing their bytes.
-func (s *Store) countChanged(ta, tb *manifestTensor, ha, hb objHint) (int64, error) {
+func (in *ingester) countChanged(ta, tb *manifestTensor, ha, hb objHint) (int64, error) {
 	for _, pair := range [][2]ID{{tb.ID, ta.ID}, {ta.ID, tb.ID}} {
-		if m, err := s.meta(pair[0]); err == nil && m.DeltaLen > 0 && m.Base == pair[1] {
-			d, err := s.loadDelta(pair[0])
+		if m, err := in.st.meta(pair[0]); err == nil && m.DeltaLen > 0 && m.Base == pair[1] {
+			d, err := in.st.loadDelta(pair[0])
 			if err != nil {
 				return 0, err
 			}
@@ -172,7 +172,7 @@ func (s *Store) countChanged(ta, tb *manifestTensor, ha, hb objHint) (int64, err
 		}
 	}
 	var n int64
-	err := s.compareObjects(ta.ID, tb.ID, ha, hb, tb.End-tb.Begin, tb.DType.Size(), func(first int64, c *delta.Changes) error {
+	err := in.compareObjects(ta.ID, tb.ID, ha, hb, tb.End-tb.Begin, tb.DType.Size(), func(first int64, c *delta.Changes) error {
 		n += int64(len(c.Index))
 		return nil
 	})
@@ -180,32 +180,32 @@ func (s *Store) countChanged(ta, tb *manifestTensor, ha, hb objHint) (int64, err
 }
 
 // diffPages diffs the same page of objects a and b into ch.
-func (s *Store) diffPages(a, b ID, pa, pb []byte, width int, ch *delta.Changes) error {
+func (in *ingester) diffPages(a, b ID, pa, pb []byte, width int, ch *delta.Changes) error {
 	if len(pa) != len(pb) {
 		return fmt.Errorf("objects %s and %s differ in size: %w", a, b, ErrCorrupt)
 	}
-	if err := s.diff.Diff(pa, pb, width, ch); err != nil {
-		return fmt.Errorf("diff (%s): %w", s.diff.Name(), err)
+	if err := in.diff.Diff(pa, pb, width, ch); err != nil {
+		return fmt.Errorf("diff (%s): %w", in.diff.Name(), err)
 	}
 	return nil
 }
 
 // compareObjects reads two objects of equal size page by page and calls fn with the changed
 // elements of each page (indices relative to element first).
-func (s *Store) compareObjects(a, b ID, ha, hb objHint, size int64, width int, fn func(first int64, c *delta.Changes) error) error {
+func (in *ingester) compareObjects(a, b ID, ha, hb objHint, size int64, width int, fn func(first int64, c *delta.Changes) error) error {
 	var ch delta.Changes
 	for off := int64(0); off < size; off += pageSize {
-		pa, err := s.page(a, ha, off/pageSize, readOpts{})
+		pa, err := in.st.page(a, ha, off/pageSize, readOpts{})
 		if err != nil {
 			return err
 		}
-		pb, err := s.page(b, hb, off/pageSize, readOpts{})
+		pb, err := in.st.page(b, hb, off/pageSize, readOpts{})
 		if err != nil {
 			pa.release()
 			return err
 		}
 		ch.Reset()
-		err = s.diffPages(a, b, pa.b, pb.b, width, &ch)
+		err = in.diffPages(a, b, pa.b, pb.b, width, &ch)
 		pa.release()
 		pb.release()
 		if err != nil {
@@ -243,7 +243,7 @@ func (s *Store) TensorChanges(a, b uint64, path, name string, fn func(first int6
 	if ta.ID == tb.ID {
 		return nil
 	}
-	return s.compareObjects(ta.ID, tb.ID, h, h, tb.End-tb.Begin, tb.DType.Size(), fn)
+	return s.ingest.compareObjects(ta.ID, tb.ID, h, h, tb.End-tb.Begin, tb.DType.Size(), fn)
 }
 
 func findTensor(ver *version, path, name string) *manifestTensor {

@@ -24,7 +24,7 @@ import (
 // block size, at most 4 KiB on the disks a store lives on.
 const directAlign = 4096
 
-// Every read of the copy is checked (copysums.go): it reads the whole sumChunks under the
+// Every read of the copy is checked (copy_sums.go): it reads the whole sumChunks under the
 // bytes asked for, checks their CRC-32C against the sums of the file's content, and only then
 // are the bytes used. A read that fails its check, or fails at all, marks the copy broken
 // (nothing reads it any more; the next ensure rebuilds it, started at once in the background

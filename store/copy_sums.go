@@ -19,7 +19,7 @@ import (
 // pass: the bytes a stream or a batch ingest received (the writer's own version), a file the
 // rebuild wrote and checked, or one pass over a file of the copy that checks its SHA-256 (and
 // its composition) against the manifest. Every read of the copy reads the whole chunks under
-// it, checks them and only then copies bytes out (copyread.go).
+// it, checks them and only then copies bytes out (copy_read.go).
 //
 // A sum is 4 bytes for 64 KiB: 860 KB for a 14 GB model, kept in memory for the files of the
 // copy and in the index (bucket copysums) so that a restart need not read the copy again.

@@ -18,8 +18,9 @@ import (
 // (StreamFile and AddStream, the streaming path: stream.go). Safe for concurrent use: several
 // files may be added or streamed at once.
 type Writer struct {
-	s *Store
-	v uint64
+	s  *Store
+	in *ingester // s.ingest
+	v  uint64
 
 	mu      sync.Mutex
 	done    bool
@@ -66,21 +67,26 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 		return nil, err
 	}
 	floor, _ := s.Latest()
-	s.pendMu.Lock()
-	defer s.pendMu.Unlock()
-	if s.open[v] != nil {
+	return s.ingest.newWriter(v, floor)
+}
+
+// newWriter opens version v (checked by NewVersion); floor is the latest sealed version.
+func (in *ingester) newWriter(v, floor uint64) (*Writer, error) {
+	in.pendMu.Lock()
+	defer in.pendMu.Unlock()
+	if in.open[v] != nil {
 		return nil, fmt.Errorf("version %d: %w", v, ErrVersionBusy)
 	}
-	if len(s.open) == 0 {
+	if len(in.open) == 0 {
 		// Objects written from now on may end up in no manifest if this process dies: the
 		// next writer to open sweeps when it finds the flag.
-		if err := s.ix.setFlag(keyDirty, true); err != nil {
+		if err := in.st.ix.setFlag(keyDirty, true); err != nil {
 			return nil, fmt.Errorf("new version %d: index: %w", v, err)
 		}
 	}
-	w := &Writer{s: s, v: v, files: map[string]*manifestFile{}, dirs: map[string]uint32{},
+	w := &Writer{s: in.st, in: in, v: v, files: map[string]*manifestFile{}, dirs: map[string]uint32{},
 		created: map[ID]int64{}, held: map[ID]bool{}, streams: map[*FileStream]struct{}{}, floor: floor}
-	s.open[v] = w
+	in.open[v] = w
 	return w, nil
 }
 
@@ -108,10 +114,15 @@ func (w *Writer) hold(id ID) {
 	w.held[id] = true
 	w.mu.Unlock()
 	if !already {
-		w.s.pendMu.Lock()
-		w.s.pending[id]++
-		w.s.pendMu.Unlock()
+		w.in.addPending(id)
 	}
+}
+
+// addPending keeps id from gc until the writer that holds it ends (closeWriter).
+func (in *ingester) addPending(id ID) {
+	in.pendMu.Lock()
+	in.pending[id]++
+	in.pendMu.Unlock()
 }
 
 func (w *Writer) noteCreated(id ID, size int64) {
@@ -216,7 +227,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	data, err := encodeManifestChecked(m, w.s.manifestLimit)
+	data, err := encodeManifestChecked(m, w.in.manifestLimit)
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -272,7 +283,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 	if err := w.s.versions.checkAbove(w.v); err != nil {
 		return nil, err
 	}
-	m := &manifest{Version: w.v, Created: w.s.now().UTC(), Dirs: []manifestDir{}}
+	m := &manifest{Version: w.v, Created: w.in.now().UTC(), Dirs: []manifestDir{}}
 	if latest, ok := w.s.Latest(); ok {
 		m.Previous = latest
 	}
@@ -329,7 +340,6 @@ func (w *Writer) buildManifest() (*manifest, error) {
 // finish ends the writer: it is no longer open and holds nothing. m is the sealed manifest
 // (nil for Abort); created objects it does not reference are left for the next sweep.
 func (w *Writer) finish(m *manifest) {
-	s := w.s
 	w.mu.Lock()
 	w.done = true
 	streams := w.streams
@@ -360,21 +370,27 @@ func (w *Writer) finish(m *manifest) {
 		}
 	}
 	w.mu.Unlock()
-	s.pendMu.Lock()
+	w.in.closeWriter(w.v, held, leftovers)
+}
+
+// closeWriter forgets the open writer of version v and the objects it held; leftovers: it
+// put objects that no manifest uses (the next sweep removes them).
+func (in *ingester) closeWriter(v uint64, held map[ID]bool, leftovers bool) {
+	in.pendMu.Lock()
 	for id := range held {
-		if s.pending[id]--; s.pending[id] <= 0 {
-			delete(s.pending, id)
+		if in.pending[id]--; in.pending[id] <= 0 {
+			delete(in.pending, id)
 		}
 	}
-	delete(s.open, w.v)
+	delete(in.open, v)
 	if leftovers {
-		s.leftovers = true
+		in.leftovers = true
 	}
-	clearFlag := len(s.open) == 0 && !s.leftovers
-	s.pendMu.Unlock()
+	clearFlag := len(in.open) == 0 && !in.leftovers
+	in.pendMu.Unlock()
 	if clearFlag {
-		if err := s.ix.setFlag(keyDirty, false); err != nil {
-			s.log.Warn("index: not updated", "err", err)
+		if err := in.st.ix.setFlag(keyDirty, false); err != nil {
+			in.st.log.Warn("index: not updated", "err", err)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 // aioQueue writes a seed file's pages with Linux's native asynchronous I/O (io_submit), which
 // for a file opened with O_DIRECT hands each write to the disk and returns at once: the
 // hasher that has the bytes in hand issues the write itself and goes on hashing, and no
-// goroutine needs a turn on a core per write (copyseed.go's seedWriter says why that
+// goroutine needs a turn on a core per write (copy_seed.go's seedWriter says why that
 // matters). At most aioDepth writes are in flight; the memory of each (a chunk, which keeps a
 // reference until the write completes, or a page of its own) stays untouched until then.
 //
