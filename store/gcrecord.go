@@ -200,7 +200,7 @@ const (
 
 // readGCRecord reads and checks the store's gc record.
 func (s *Store) readGCRecord() (gcRecord, gcRecordState, error) {
-	recs, ok := s.backend.(GCRecords)
+	recs, ok := s.be.given.(GCRecords)
 	if !ok {
 		return gcRecord{}, gcRecordUnsupported, nil
 	}
@@ -225,7 +225,7 @@ func (s *Store) storedVersionNumbers() ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if q, ok := s.be.(quarantiner); ok {
+	if q := s.be.quarantine; q != nil {
 		qs, err := q.listQuarantined()
 		if err != nil {
 			return nil, err
@@ -271,7 +271,7 @@ func (s *Store) ensureGCRecord() {
 	}
 	r, ferr := s.freshGCRecord()
 	if ferr == nil {
-		ferr = s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r))
+		ferr = s.be.given.(GCRecords).PutGCRecord(encodeGCRecord(r))
 	}
 	switch {
 	case ferr != nil:
@@ -310,7 +310,7 @@ func (s *Store) recordDropped(drop []uint64) error {
 		dropSet[v] = true
 	}
 	remaining := slices.DeleteFunc(numbers, func(v uint64) bool { return dropSet[v] })
-	return s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r.add(drop, remaining)))
+	return s.be.given.(GCRecords).PutGCRecord(encodeGCRecord(r.add(drop, remaining)))
 }
 
 // trimGCRecord cuts out of the gc record the versions it lists that the store still holds:
@@ -340,7 +340,7 @@ func (s *Store) trimGCRecord() {
 	if !stale {
 		return
 	}
-	if err := s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r.add(nil, numbers))); err != nil {
+	if err := s.be.given.(GCRecords).PutGCRecord(encodeGCRecord(r.add(nil, numbers))); err != nil {
 		s.log.Warn("gc record: versions it lists that the store holds not cut out", "err", err)
 	}
 }

@@ -147,7 +147,7 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	recs, ok := s.backend.(GroupRecords)
+	recs, ok := s.be.given.(GroupRecords)
 	if !ok {
 		s.Close()
 		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)

@@ -17,7 +17,7 @@ func (s *Store) groupRecords() (GroupRecords, error) {
 	if s.group != nil {
 		return s.group.recs, nil
 	}
-	if gr, ok := s.backend.(GroupRecords); ok {
+	if gr, ok := s.be.given.(GroupRecords); ok {
 		return gr, nil
 	}
 	return nil, fmt.Errorf("store %s: %w", s.root, ErrGroupUnsupported)
@@ -254,8 +254,8 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 // existsElsewhere asks the backend itself whether object id is stored, where its StatObject
 // answers from what this process knows (RemoteStat): a rank in another process put it.
 func (s *Store) existsElsewhere(id ID) bool {
-	rs, ok := s.backend.(RemoteStat)
-	if !ok {
+	rs := s.be.remoteStat
+	if rs == nil {
 		return false
 	}
 	_, err := rs.StatRemote(id)

@@ -315,7 +315,7 @@ func TestGroupRefusals(t *testing.T) {
 			writeOK(t, gs.ranks[1], 1, files, mine(1))
 			s := gs.ranks[1]
 			rec := readPart(t, gs.pub, "g/v000001/rank-1.part")
-			if err := s.backend.DeleteObject(rec.Files[0].Tensors[0].ID); err != nil {
+			if err := s.be.DeleteObject(rec.Files[0].Tensors[0].ID); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrCorrupt, []string{"rank 1", "not stored"}},

@@ -159,7 +159,7 @@ func (p *Pin) Close() error {
 
 // pinDir is the pins' directory, and whether the store can hold pins.
 func (s *Store) pinDir() (string, bool) {
-	if _, ok := s.be.(localDirBackend); !ok {
+	if _, ok := s.be.given.(localDirBackend); !ok {
 		return "", false
 	}
 	return filepath.Join(s.root, pinDir), true

@@ -116,8 +116,8 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 	if s.readOnly && !opts.DryRun {
 		return rep, fmt.Errorf("repair: %w", ErrReadOnly)
 	}
-	q, ok := s.be.(quarantiner)
-	if c, wraps := s.be.(interface{ canQuarantine() bool }); !ok || (wraps && !c.canQuarantine()) {
+	q := s.be.quarantine
+	if q == nil {
 		return rep, fmt.Errorf("repair: not supported for this store's backend (it moves no file aside)")
 	}
 	if !opts.DryRun {

@@ -221,7 +221,7 @@ func (s *Store) removedByGC(v uint64, err error) error {
 	if lerr != nil || slices.Contains(numbers, v) {
 		return err
 	}
-	if q, ok := s.be.(quarantiner); ok {
+	if q := s.be.quarantine; q != nil {
 		if qs, qerr := q.listQuarantined(); qerr != nil || slices.Contains(qs, v) {
 			return err
 		}

@@ -72,8 +72,7 @@ type Store struct {
 	opts     Options
 	log      *slog.Logger // Options.Logger, or one that discards
 	readOnly bool
-	be       Backend // backend, behind the cache policy when it has a remote cache
-	backend  Backend // as given to the store
+	be       *backendCaps // the backend and its optional parts, asserted at open (backend.go)
 	codec    *codec
 	diff     delta.DiffBackend
 	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
@@ -247,7 +246,7 @@ type Opening struct {
 // caller has checked the store's format file (FormatVersion, o.Format); a writer upgrades a
 // store of format 1 (o.UpgradeFormat).
 func OpenBackend(o Opening, opts Options) (*Store, error) {
-	s := newBareStore(o.Root, opts, nil)
+	s := newBareStore(o.Root, opts)
 	s.lock = o.Lock
 	ok := false
 	defer func() {
@@ -280,10 +279,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.backend, s.be = be, be
-	if rc, ok := be.(RemoteCache); ok {
-		s.be = newCachePolicy(be, rc, s.readOnly && opts.Materialize, s.root, s.log)
-	}
+	s.be.use(be, s.readOnly && opts.Materialize, s.root, s.log)
 	if !s.readOnly {
 		// Nothing is being written now: leftovers are from a process that died.
 		if err := s.be.CleanTemp(); err != nil {
@@ -301,10 +297,11 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// newBareStore builds the in-memory part of a Store on backend be (nil: set by the caller).
-func newBareStore(path string, opts Options, be Backend) *Store {
+// newBareStore builds the in-memory part of a Store; its backend is set by the caller
+// (OpenBackend: backendCaps.use).
+func newBareStore(path string, opts Options) *Store {
 	s := &Store{
-		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
+		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: &backendCaps{},
 		diff: opts.Diff, maxChain: opts.MaxChain, contextChain: maxContextChain,
 		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
 		now: time.Now, hook: opts.Failpoint,
@@ -481,7 +478,7 @@ func (s *Store) shutdown() error {
 	}
 	// A remote backend stops its transfers (objects not yet uploaded belong to no sealed
 	// version) before its cache directory may go.
-	if s.be != nil {
+	if s.be.Backend != nil {
 		errs = append(errs, s.be.Close())
 	}
 	if s.ownCache {
@@ -516,7 +513,7 @@ func (s *Store) ReadOnly() bool { return s.readOnly }
 
 // Backend is the backend the store keeps its bytes in, as it was given (its own
 // counters, such as store/s3's Stats, are asked of it).
-func (s *Store) Backend() Backend { return s.backend }
+func (s *Store) Backend() Backend { return s.be.given }
 
 // StagingDir is where a read-write mount keeps the bytes of open versions: CACHE/staging, on
 // the cache directory's disk (STORE/cache/staging for a local writer with the default

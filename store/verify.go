@@ -122,7 +122,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	// A version that Repair moved into quarantine is gone on purpose, and said so then: a
 	// later version that names it is not a sign of a deleted manifest.
 	quarantined := map[uint64]bool{}
-	if q, ok := s.be.(quarantiner); ok {
+	if q := s.be.quarantine; q != nil {
 		qs, err := q.listQuarantined()
 		if err != nil {
 			return rep, err

@@ -44,7 +44,7 @@ func (c CacheCheck) String() string {
 // verifyCaches checks every node-local cache Verify can see.
 func (s *Store) verifyCaches() []CacheCheck {
 	dirs := []string{s.cacheDir}
-	if _, local := s.be.(localDirBackend); local {
+	if s.be.localDir != "" {
 		if w := filepath.Join(s.root, "cache"); w != s.cacheDir {
 			dirs = append(dirs, w)
 		}

@@ -43,7 +43,7 @@ func (s *Store) scanVersions() (versionScan, error) {
 	if err != nil {
 		return versionScan{}, err
 	}
-	if q, ok := s.be.(quarantiner); ok {
+	if q := s.be.quarantine; q != nil {
 		quarantined, err := q.listQuarantined()
 		if err != nil {
 			return versionScan{}, err
