@@ -95,7 +95,7 @@ func (s *Store) GCWith(keepLast int, opts GCOptions) (GCStats, error) {
 	}
 	s.gcMu.Lock() // one gc at a time
 	defer s.gcMu.Unlock()
-	pins, err := s.activePins(time.Now())
+	pins, err := s.pins.active(time.Now())
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
@@ -264,7 +264,7 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	}
 	// What gc drops is recorded before the first manifest goes, so that Verify tells these
 	// versions from lost ones, also when gc stops before its sweep (gcrecord.go).
-	if err := s.recordDropped(st.Dropped); err != nil {
+	if err := s.gcRecord.recordDropped(st.Dropped); err != nil {
 		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
 	}
 	if err := s.failpoint("gc-recorded"); err != nil {
@@ -275,7 +275,7 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	drop, late, err := s.holds.beginDrop(drop)
 	defer s.holds.endDrop()
 	if err != nil {
-		s.trimGCRecord()
+		s.gcRecord.trim()
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if len(late) > 0 {
@@ -322,9 +322,9 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	// Chain depths changed; they refill from object headers.
 	s.forgetAllMetas()
 	if len(late) > 0 {
-		s.trimGCRecord() // the record holds the versions kept late: not dropped
+		s.gcRecord.trim() // the record holds the versions kept late: not dropped
 	}
-	s.removeExpiredPins(time.Now())
+	s.pins.removeExpired(time.Now())
 	s.log.Info("gc: dropped versions", "dropped", dropped, "reanchored", st.Reanchored, "deleted_objects", n, "deleted_bytes", freed)
 	return st, nil
 }

@@ -13,19 +13,19 @@ import (
 // one version, and the records' clean-up.
 
 // groupRecords returns the store's backend as a holder of group records.
-func (s *Store) groupRecords() (GroupRecords, error) {
+func (s *Store) groupRecords() (Records, error) {
 	if s.group != nil {
 		return s.group.recs, nil
 	}
-	if gr, ok := s.be.given.(GroupRecords); ok {
+	if gr := s.be.records; gr != nil {
 		return gr, nil
 	}
 	return nil, fmt.Errorf("store %s: %w", s.root, ErrGroupUnsupported)
 }
 
 // listRecords lists the parsed records of group ("": every group).
-func listRecords(gr GroupRecords, group string) ([]recordKey, error) {
-	names, err := gr.ListGroupRecords()
+func listRecords(gr Records, group string) ([]recordKey, error) {
+	names, err := gr.ListRecords(RecordGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func rankList(ranks []int) string {
 
 // collectParts reads and checks the parts of version v of group, one per rank 0..ranks-1,
 // whose base must be latest.
-func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int, latest uint64) ([]*partRecord, error) {
+func (s *Store) collectParts(gr Records, group string, v uint64, ranks int, latest uint64) ([]*partRecord, error) {
 	keys, err := listRecords(gr, group)
 	if err != nil {
 		return nil, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
@@ -77,7 +77,7 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 			continue
 		}
 		name := recordName(k.group, k.v, k.rank, k.kind)
-		data, err := gr.GetGroupRecord(name)
+		data, err := gr.GetRecord(RecordGroup, name)
 		if err != nil {
 			return nil, fmt.Errorf("publish version %d of group %s: rank %d's part: %w", v, group, k.rank, err)
 		}
@@ -374,7 +374,7 @@ func (s *Store) AbortGroupVersion(group string, v uint64) error {
 	}
 	for _, k := range keys {
 		if k.v == v {
-			if err := gr.DeleteGroupRecord(recordName(k.group, k.v, k.rank, k.kind)); err != nil {
+			if err := gr.DeleteRecord(RecordGroup, recordName(k.group, k.v, k.rank, k.kind)); err != nil {
 				return err
 			}
 		}
@@ -385,7 +385,7 @@ func (s *Store) AbortGroupVersion(group string, v uint64) error {
 // cleanGroupRecords deletes the records of group ("": every group) of versions up to v:
 // they can never be published (a version is never sealed twice, nor below the latest).
 // Failures are logged: a record left is cleaned by the next publish or sweep.
-func (s *Store) cleanGroupRecords(gr GroupRecords, group string, v uint64) {
+func (s *Store) cleanGroupRecords(gr Records, group string, v uint64) {
 	keys, err := listRecords(gr, group)
 	if err != nil {
 		s.log.Warn("writer group: records not cleaned", "err", err)
@@ -396,7 +396,7 @@ func (s *Store) cleanGroupRecords(gr GroupRecords, group string, v uint64) {
 		if k.v > v {
 			continue
 		}
-		if err := gr.DeleteGroupRecord(recordName(k.group, k.v, k.rank, k.kind)); err != nil {
+		if err := gr.DeleteRecord(RecordGroup, recordName(k.group, k.v, k.rank, k.kind)); err != nil {
 			s.log.Warn("writer group: record not deleted", "err", err)
 			continue
 		}
@@ -461,7 +461,7 @@ func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
 			}
 			continue
 		}
-		data, err := gr.GetGroupRecord(name)
+		data, err := gr.GetRecord(RecordGroup, name)
 		if err != nil {
 			return "", &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v", name, err)}
 		}

@@ -99,7 +99,7 @@ func TestGroupRefusal(t *testing.T) {
 			}
 			w.Abort()
 			gs.pub.refuseVersion(gr, "g", 2, c.next+10, RefusedAborted, nil, "test")
-			if err := gr.PutGroupRecord(recordName("g", c.next+10, 0, recordOpen), []byte("late")); err != nil {
+			if err := gr.PutRecord(RecordGroup, recordName("g", c.next+10, 0, recordOpen), []byte("late")); err != nil {
 				t.Fatal(err)
 			}
 			if _, refused, err := gs.pub.PublishReady("g", 2); err != nil || len(refused) != 0 {

@@ -82,14 +82,14 @@ func (s *Store) GroupStatus(group string) ([]GroupVersionStatus, error) {
 				continue // the part supersedes it
 			}
 			st.Writing = append(st.Writing, k.rank)
-			if data, err := gr.GetGroupRecord(name); err == nil {
+			if data, err := gr.GetRecord(RecordGroup, name); err == nil {
 				if rec, err := decodePart(data, k); err == nil {
 					st.Ranks = max(st.Ranks, rec.Ranks)
 				}
 			}
 		case recordPart:
 			st.Sealed = append(st.Sealed, k.rank)
-			data, err := gr.GetGroupRecord(name)
+			data, err := gr.GetRecord(RecordGroup, name)
 			if err == nil {
 				var rec *partRecord
 				if rec, err = decodePart(data, k); err == nil {

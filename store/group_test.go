@@ -244,7 +244,7 @@ func groupRecordNames(t *testing.T, s *Store) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, err := gr.ListGroupRecords()
+	names, err := gr.ListRecords(RecordGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func damageRecord(t *testing.T, root, name string, damage func([]byte)) {
 func readPart(t *testing.T, s *Store, name string) *partRecord {
 	t.Helper()
 	gr, _ := s.groupRecords()
-	b, err := gr.GetGroupRecord(name)
+	b, err := gr.GetRecord(RecordGroup, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func newRetainEnv(s *Store) retainEnv {
 		stats: &s.stats,
 		open:  func() bool { return s.checkOpen() == nil },
 		held: func() (map[uint64]bool, error) {
-			held, err := s.activePins(time.Now())
+			held, err := s.pins.active(time.Now())
 			if err == nil {
 				s.holds.heldVersions(held)
 			}
@@ -228,7 +228,7 @@ func (s *Store) removedByGC(v uint64, err error) error {
 	}
 	// The gc record holds every version gc dropped since it was made: a version above its
 	// Since that it does not hold went some other way, which is damage.
-	if r, state, _ := s.readGCRecord(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
+	if r, state, _ := s.gcRecord.read(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
 		return fmt.Errorf("version %d: its manifest is gone, and no gc dropped it: %w", v, err)
 	}
 	if _, logged := s.removedLogged.LoadOrStore(v, true); !logged {
@@ -248,7 +248,7 @@ func (s *Store) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 			st.DeletedBytes += v.size
 		}
 	} else {
-		s.trimGCRecord()
+		s.gcRecord.trim()
 		st.DeletedObjects, st.DeletedBytes, err = s.sweepLocked()
 	}
 	if errors.Is(err, errUnreadableManifests) {

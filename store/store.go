@@ -72,7 +72,9 @@ type Store struct {
 	opts     Options
 	log      *slog.Logger // Options.Logger, or one that discards
 	readOnly bool
-	be       *backendCaps // the backend and its optional parts, asserted at open (backend.go)
+	be       *backendCaps    // the backend and its optional parts, asserted at open (backend.go)
+	pins     *pinSet         // readers' pins (pin.go)
+	gcRecord *gcRecordKeeper // the gc record (gcrecord.go)
 	codec    *codec
 	diff     delta.DiffBackend
 	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
@@ -331,6 +333,8 @@ func newBareStore(path string, opts Options) *Store {
 	s.bufs = newRecycler()
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen
+	s.pins = &pinSet{be: s.be, log: s.log}
+	s.gcRecord = &gcRecordKeeper{be: s.be, log: s.log}
 	s.holds.env = newHoldEnv(s)
 	s.ret.env = newRetainEnv(s)
 	return s
@@ -359,7 +363,7 @@ func (s *Store) finishOpen(owner indexOwner) error {
 		return err
 	}
 	if !s.readOnly {
-		s.ensureGCRecord()
+		s.gcRecord.ensure()
 	}
 	if !s.readOnly && (statErr != nil || s.ix.flag(keyDirty)) {
 		// A writer died between writing objects and sealing them (or the index, which

@@ -17,7 +17,7 @@ import (
 // record; a damaged or unreadable one is noted in rep (it is not damage of any version: the
 // record only tells gc's drops from losses, and without it Verify judges as before it).
 func (s *Store) verifyGCRecord(rep *VerifyReport) (rec gcRecord, ok bool) {
-	rec, state, err := s.readGCRecord()
+	rec, state, err := s.gcRecord.read()
 	if state == gcRecordBad {
 		what, then := "unreadable", ""
 		switch {
