@@ -13,7 +13,11 @@
 // contract is Backend's comments, and package store/backendtest checks every backend
 // against it. A backend with a local cache of a remote store (RemoteCache) is told by the
 // store what to fetch ahead and when to empty it: that policy is the store's
-// (cachepolicy.go). This package imports no S3 client.
+// (cachepolicy.go). The optional parts of a backend (RemoteCache, Records, VersionHinter,
+// RemoteStat, Quarantiner) are asserted once, at open, into the store's backendCaps
+// (backend.go). The small records both real backends keep, the gc record, a writer group's
+// records and readers' pins, are one API, Records.
+// This package imports no S3 client.
 //
 // # Processes and locking
 //
