@@ -119,7 +119,7 @@ func (s *Store) sweepLocked() (deleted int, freed int64, err error) { return s.s
 // sweepWithin is sweepLocked; while a writer group's rank is writing, it deletes only objects
 // in within (those of the versions a gc drops), or nothing when within is nil.
 func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err error) {
-	s.cleanStaleGroupRecords()
+	s.publisher.cleanStale()
 	victims, err := s.sweepVictims(nil, nil, within)
 	if err != nil {
 		return 0, 0, err
@@ -211,7 +211,7 @@ func (s *Store) sweepVictims(without map[uint64]bool, whole, within map[ID]bool)
 		}
 		roots[id] = true
 	}
-	writing, err := s.groupRoots(roots) // parts not yet published (group_publish.go)
+	writing, err := s.publisher.roots(roots) // parts not yet published (group_publish.go)
 	if err != nil {
 		return nil, err
 	}

@@ -236,7 +236,7 @@ func (s *Store) estimateGC(st GCStats, jobs []reanchorJob, dropSet map[uint64]bo
 		st.ReanchorWritten += written
 		st.estAdded += written - size
 	}
-	victims, err := s.sweepVictims(dropSet, whole, s.droppedObjects(drop))
+	victims, err := s.sweepVictims(dropSet, whole, s.publisher.droppedObjects(drop))
 	if errors.Is(err, errUnreadableManifests) {
 		return st, nil // the real gc deletes no object either
 	}
@@ -292,7 +292,7 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 		slices.Sort(st.Pinned)
 		s.log.Info("gc: kept versions opened or pinned while it ran", "versions", st.Pinned)
 	}
-	within := s.droppedObjects(drop)
+	within := s.publisher.droppedObjects(drop)
 	var dropped []uint64
 	for _, info := range drop {
 		if err := s.be.DeleteManifest(info.Number); err != nil {

@@ -297,10 +297,9 @@ func (w *Writer) Own(paths ...string) error {
 	return w.s.mat.ensure()
 }
 
-// scoped is the form of ver the materialized copy holds: ver itself, or for a rank the
+// scope is the form of ver the materialized copy holds: ver itself, or for a rank the
 // version with only the files the rank owns (nil stays nil).
-func (s *Store) scoped(ver *version) *version {
-	g := s.group
+func (g *rankState) scope(ver *version) *version {
 	if g == nil || ver == nil {
 		return ver
 	}

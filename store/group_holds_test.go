@@ -100,7 +100,7 @@ func TestGroupPublishRefusesForgedPart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			gs := newGroupStore(t, "g", 2)
 			gs.writeParts(t, 1, files)
-			gr, _ := gs.pub.groupRecords()
+			gr, _ := gs.pub.publisher.records()
 			read := func(r int) *partRecord {
 				name := recordName("g", 1, r, recordPart)
 				k, _ := parseRecordName(name)

@@ -128,7 +128,7 @@ func refusal(kind string, ranks []int, err error) error {
 
 // refuseVersion writes version v's refusal record and deletes its other records. The
 // record goes first: a rank that finds its part gone finds the reason.
-func (s *Store) refuseVersion(gr Records, group string, ranks int, v uint64, kind string, blamed []int, reason string) error {
+func (p *groupPublisher) refuseVersion(gr Records, group string, ranks int, v uint64, kind string, blamed []int, reason string) error {
 	blamed = slices.Clone(blamed)
 	slices.Sort(blamed)
 	blamed = slices.Compact(blamed)
@@ -143,13 +143,13 @@ func (s *Store) refuseVersion(gr Records, group string, ranks int, v uint64, kin
 	if err := gr.PutRecord(RecordGroup, recordName(group, v, -1, recordRefused), data); err != nil {
 		return fmt.Errorf("refuse version %d of group %s: %w", v, group, err)
 	}
-	s.log.Info("writer group: version refused", "group", group, "version", v, "kind", kind,
+	p.log.Info("writer group: version refused", "group", group, "version", v, "kind", kind,
 		"ranks", rankListOrNone(blamed), "reason", reason)
-	return s.dropVersionRecords(gr, group, v)
+	return p.dropVersionRecords(gr, group, v)
 }
 
 // dropVersionRecords deletes version v's parts and open markers (not its refusal).
-func (s *Store) dropVersionRecords(gr Records, group string, v uint64) error {
+func (p *groupPublisher) dropVersionRecords(gr Records, group string, v uint64) error {
 	keys, err := listRecords(gr, group)
 	if err != nil {
 		return err

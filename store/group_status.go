@@ -38,7 +38,7 @@ func (s *Store) GroupStatus(group string) ([]GroupVersionStatus, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string
 			blamed = append(blamed, r)
 		}
 	}
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		return err
 	}
@@ -162,5 +162,5 @@ func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string
 	if why != "" {
 		reason += " (" + why + ")"
 	}
-	return s.refuseVersion(gr, group, ranks, v, RefusedAborted, blamed, reason)
+	return s.publisher.refuseVersion(gr, group, ranks, v, RefusedAborted, blamed, reason)
 }

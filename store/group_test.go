@@ -240,7 +240,7 @@ func TestGroupStoresWhatOneWriterStores(t *testing.T) {
 
 func groupRecordNames(t *testing.T, s *Store) []string {
 	t.Helper()
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func damageRecord(t *testing.T, root, name string, damage func([]byte)) {
 
 func readPart(t *testing.T, s *Store, name string) *partRecord {
 	t.Helper()
-	gr, _ := s.groupRecords()
+	gr, _ := s.publisher.records()
 	b, err := gr.GetRecord(RecordGroup, name)
 	if err != nil {
 		t.Fatal(err)

@@ -75,6 +75,9 @@ type Store struct {
 	be       *backendCaps    // the backend and its optional parts, asserted at open (backend.go)
 	pins     *pinSet         // readers' pins (pin.go)
 	gcRecord *gcRecordKeeper // the gc record (gcrecord.go)
+
+	publisher *groupPublisher // the publisher's side of writer groups (group_publish.go)
+
 	codec    *codec
 	diff     delta.DiffBackend
 	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
@@ -335,6 +338,7 @@ func newBareStore(path string, opts Options) *Store {
 	s.manifestLimit = maxManifestLen
 	s.pins = &pinSet{be: s.be, log: s.log}
 	s.gcRecord = &gcRecordKeeper{be: s.be, log: s.log}
+	s.publisher = &groupPublisher{root: path, be: s.be, log: s.log, st: s}
 	s.holds.env = newHoldEnv(s)
 	s.ret.env = newRetainEnv(s)
 	return s
