@@ -64,7 +64,7 @@ type ObjectFile interface {
 
 // RemoteCache is the optional part of a Backend that keeps a local cache of a remote store
 // (store/s3: a disk cache of objects and manifests). The store, which decodes manifests,
-// decides what the cache should hold and tells it (cachepolicy.go): the objects a new
+// decides what the cache should hold and tells it (backend_cachepolicy.go): the objects a new
 // version needs before a reader's materialized copy moves to it, and the versions that
 // disappeared (gc in another process, which may have replaced objects the cache holds).
 type RemoteCache interface {
@@ -88,9 +88,9 @@ type RemoteCache interface {
 // objects and manifests: the records both real backends keep (the local one and store/s3),
 // each kind in its own place of the store's layout (docs/format.md Part I §1):
 //
-//	RecordGC     STORE/dropped, PREFIX/dropped: the gc record (gcrecord.go), one record named GCRecordName
+//	RecordGC     STORE/dropped, PREFIX/dropped: the gc record (gc_record.go), one record named GCRecordName
 //	RecordGroup  STORE/groups/NAME, PREFIX/groups/NAME: a writer group's records (group.go)
-//	RecordPin    STORE/pins/NAME: readers' pins (pin.go); store/s3 holds none
+//	RecordPin    STORE/pins/NAME: readers' pins (gc_pins.go); store/s3 holds none
 //
 // A kind a backend does not keep is refused with an error wrapping errors.ErrUnsupported (a
 // store without the gc record, writer groups or pins goes on without them). A backend
@@ -126,7 +126,7 @@ const (
 type backendCaps struct {
 	// Backend is what the store calls: the backend as opened or, when it keeps a local
 	// cache of a remote store (RemoteCache), the store's cache policy around it
-	// (cachepolicy.go).
+	// (backend_cachepolicy.go).
 	Backend
 	given      Backend       // the backend as opened (Store.Backend)
 	quarantine quarantiner   // nil: nothing can be moved aside (Repair refuses)

@@ -33,7 +33,7 @@ func newLocalBackend(root string, modes storeModes) *localBackend {
 var _ Backend = (*localBackend)(nil)
 
 // localDirBackend is a backend that keeps the store in a local directory: the store's
-// reader pins (pin.go) and a writer's default cache live beside the objects there.
+// reader pins (gc_pins.go) and a writer's default cache live beside the objects there.
 type localDirBackend interface {
 	localDir() string
 }

@@ -73,8 +73,8 @@ type Store struct {
 	log      *slog.Logger // Options.Logger, or one that discards
 	readOnly bool
 	be       *backendCaps    // the backend and its optional parts, asserted at open (backend.go)
-	pins     *pinSet         // readers' pins (pin.go)
-	gcRecord *gcRecordKeeper // the gc record (gcrecord.go)
+	pins     *pinSet         // readers' pins (gc_pins.go)
+	gcRecord *gcRecordKeeper // the gc record (gc_record.go)
 
 	publisher *groupPublisher // the publisher's side of writer groups (group_publish.go)
 

@@ -12,7 +12,7 @@ import (
 // The small records (store.Records) of an S3 store are small objects, each written by one
 // PUT (atomic: a reader gets the old object or the new):
 //
-//   - the gc record (store/gcrecord.go; docs/format.md Part I §4.4), PREFIX/dropped, written
+//   - the gc record (store/gc_record.go; docs/format.md Part I §4.4), PREFIX/dropped, written
 //     by the writer alone, under its lease;
 //   - a writer group's records (group.go), PREFIX/groups/NAME/..., written by the ranks and
 //     the publisher.
