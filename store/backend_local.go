@@ -32,8 +32,8 @@ func newLocalBackend(root string, modes storeModes) *localBackend {
 
 var _ Backend = (*localBackend)(nil)
 
-// localDirBackend is a backend that keeps the store in a local directory: the store's
-// reader pins (gc_pins.go) and a writer's default cache live beside the objects there.
+// localDirBackend is a backend that keeps the store in a local directory: a writer's
+// default cache lives beside the objects there (Verify checks it: verify_caches.go).
 type localDirBackend interface {
 	localDir() string
 }
