@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 )
 
@@ -63,7 +64,7 @@ type ObjectFile interface {
 
 // RemoteCache is the optional part of a Backend that keeps a local cache of a remote store
 // (store/s3: a disk cache of objects and manifests). The store, which decodes manifests,
-// decides what the cache should hold and tells it (cachepolicy.go): the objects a new
+// decides what the cache should hold and tells it (cache_policy.go): the objects a new
 // version needs before a reader's materialized copy moves to it, and the versions that
 // disappeared (gc in another process, which may have replaced objects the cache holds).
 type RemoteCache interface {
@@ -81,6 +82,81 @@ type RemoteCache interface {
 	// VersionsRemoved says that versions vs are gone from the remote store: the cache drops
 	// their manifests and every cached object (objects are fetched again on demand).
 	VersionsRemoved(vs []uint64)
+}
+
+// Records is the optional part of a Backend that keeps small named records beside the
+// objects and manifests: the records both real backends keep (the local one and store/s3),
+// each kind in its own place of the store's layout (docs/format.md Part I §1):
+//
+//	RecordGC     STORE/dropped, PREFIX/dropped: the gc record (gc_record.go), one record named GCRecordName
+//	RecordGroup  STORE/groups/NAME, PREFIX/groups/NAME: a writer group's records (group.go)
+//	RecordPin    STORE/pins/NAME: readers' pins (gc_pins.go); store/s3 holds none
+//
+// A kind a backend does not keep is refused with an error wrapping errors.ErrUnsupported (a
+// store without the gc record, writer groups or pins goes on without them). A backend
+// without Records keeps none.
+type Records interface {
+	// PutRecord stores a record atomically, replacing one of that kind and name: a reader
+	// gets the old bytes or the new, never a mix. The gc record and group records are
+	// durable when it returns; a pin, renewed every PinLease/4, need not outlive a crash.
+	PutRecord(kind RecordKind, name string, data []byte) error
+	// GetRecord returns a record's bytes (fs.ErrNotExist if there is none).
+	GetRecord(kind RecordKind, name string) ([]byte, error)
+	// ListRecords lists the names of a kind's records, in no particular order. Names that
+	// are not records' (temporary files) may be listed too; callers parse them.
+	ListRecords(kind RecordKind) ([]string, error)
+	// DeleteRecord removes a record (durably, but for a pin); a missing one is not an error.
+	DeleteRecord(kind RecordKind, name string) error
+	// RecordPath says where a record of that kind and name is (a path, a URL), for messages.
+	RecordPath(kind RecordKind, name string) string
+}
+
+// RecordKind names a kind of the small records a backend keeps (Records).
+type RecordKind string
+
+// The kinds of records.
+const (
+	RecordGC    RecordKind = "gc"
+	RecordGroup RecordKind = "group"
+	RecordPin   RecordKind = "pin"
+)
+
+// backendCaps is the store's backend and the optional parts it has, asserted once, at open
+// (use): every call of the store on its backend goes through it.
+type backendCaps struct {
+	// Backend is what the store calls: the backend as opened or, when it keeps a local
+	// cache of a remote store (RemoteCache), the store's cache policy around it
+	// (cache_policy.go).
+	Backend
+	given      Backend       // the backend as opened (Store.Backend)
+	quarantine quarantiner   // nil: nothing can be moved aside (Repair refuses)
+	records    Records       // nil: no gc record, no writer groups, no pins
+	hinter     VersionHinter // nil: Poll lists every time
+	remoteStat RemoteStat    // nil: StatObject asks the storage itself
+	localDir   string        // the store's local directory; "" for a store elsewhere (S3)
+}
+
+// use asserts be's optional parts. A backend with a local cache of a remote store goes
+// behind the cache policy, which prefetches a new version's objects when prefetch is set
+// (a reader that keeps a materialized copy).
+func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logger) {
+	*b = backendCaps{Backend: be, given: be}
+	if rc, ok := be.(RemoteCache); ok {
+		b.Backend = newCachePolicy(be, rc, prefetch, root, log)
+	}
+	// A backend of another package quarantines through the cache policy (Quarantiner); a
+	// policy around one that cannot leaves none.
+	if q, ok := b.Backend.(quarantiner); ok {
+		if c, wraps := b.Backend.(interface{ canQuarantine() bool }); !wraps || c.canQuarantine() {
+			b.quarantine = q
+		}
+	}
+	b.records, _ = be.(Records)
+	b.hinter, _ = be.(VersionHinter)
+	b.remoteStat, _ = be.(RemoteStat)
+	if l, ok := be.(localDirBackend); ok {
+		b.localDir = l.localDir()
+	}
 }
 
 // CheckObject verifies a whole object file against its CRC-32C trailer (docs/format.md):

@@ -32,8 +32,8 @@ func newLocalBackend(root string, modes storeModes) *localBackend {
 
 var _ Backend = (*localBackend)(nil)
 
-// localDirBackend is a backend that keeps the store in a local directory: the store's
-// reader pins (pin.go) and a writer's default cache live beside the objects there.
+// localDirBackend is a backend that keeps the store in a local directory: a writer's
+// default cache lives beside the objects there (Verify checks it: verify_caches.go).
 type localDirBackend interface {
 	localDir() string
 }
@@ -372,4 +372,145 @@ func (b *localBackend) quarantineManifestPath(v uint64) string {
 
 func (b *localBackend) quarantineObjectPath(id ID) string {
 	return filepath.Join(b.root, "quarantine", "objects", id.String())
+}
+
+// The small records (Records) of a local store, each kind in its place of the layout: the
+// gc record STORE/dropped, group records below STORE/groups/ (group_local.go), readers'
+// pins STORE/pins/NAME.json.
+
+var _ Records = (*localBackend)(nil)
+
+// recordFile is the file of the record of that kind and name.
+func (b *localBackend) recordFile(kind RecordKind, name string) (string, error) {
+	valid := name != "" && name != "." && fs.ValidPath(name)
+	switch {
+	case kind == RecordGC && name == GCRecordName:
+		return filepath.Join(b.root, GCRecordName), nil
+	case kind == RecordGroup && valid:
+		return b.recordPath(name), nil
+	case kind == RecordPin && valid && !strings.Contains(name, "/"):
+		return filepath.Join(b.root, pinDir, name), nil
+	case kind != RecordGC && kind != RecordGroup && kind != RecordPin:
+		return "", fmt.Errorf("%s records: %w", kind, errors.ErrUnsupported)
+	}
+	return "", fmt.Errorf("%s record %q: not a record's name", kind, name)
+}
+
+// recordWhat names a record in messages.
+func recordWhat(kind RecordKind, name string) string {
+	if kind == RecordGC {
+		return "gc record"
+	}
+	return string(kind) + " record " + name
+}
+
+func (b *localBackend) RecordPath(kind RecordKind, name string) string {
+	p, _ := b.recordFile(kind, name)
+	return p
+}
+
+func (b *localBackend) PutRecord(kind RecordKind, name string, data []byte) error {
+	p, err := b.recordFile(kind, name)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case RecordGroup:
+		err = b.putGroupRecord(p, data)
+	case RecordPin:
+		err = putPinFile(p, data)
+	default:
+		err = writeFileSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", recordWhat(kind, name), err)
+	}
+	return nil
+}
+
+// putPinFile replaces a pin record: a temporary file beside it (not a record's name: it
+// does not end in .json) renamed over it, so that gc never reads half a record. A pin is
+// renewed every PinLease/4 and lives no longer than its reader: it is not synced.
+func putPinFile(p string, data []byte) error {
+	// Private, as the store (docs/format.md §1); a shared store gives it the group write bit.
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+func (b *localBackend) GetRecord(kind RecordKind, name string) ([]byte, error) {
+	p, err := b.recordFile(kind, name)
+	if err != nil {
+		return nil, err
+	}
+	// Looked at before it is read: reading a FIFO would block until a writer came.
+	st, err := os.Lstat(p)
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s: %w (mode %v)", p, errNotRegular, st.Mode())
+	}
+	var data []byte
+	if err == nil {
+		data, err = os.ReadFile(p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", recordWhat(kind, name), err)
+	}
+	return data, nil
+}
+
+func (b *localBackend) ListRecords(kind RecordKind) ([]string, error) {
+	switch kind {
+	case RecordGC:
+		if _, err := os.Lstat(filepath.Join(b.root, GCRecordName)); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("list gc records: %w", err)
+		}
+		return []string{GCRecordName}, nil
+	case RecordGroup:
+		return b.listGroupRecords()
+	case RecordPin:
+		ents, err := os.ReadDir(filepath.Join(b.root, pinDir))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list pin records: %w", err)
+		}
+		var names []string
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".json") { // not a renewal's temporary file
+				names = append(names, e.Name())
+			}
+		}
+		return names, nil
+	}
+	_, err := b.recordFile(kind, "")
+	return nil, err
+}
+
+func (b *localBackend) DeleteRecord(kind RecordKind, name string) error {
+	p, err := b.recordFile(kind, name)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case RecordGroup:
+		err = b.deleteGroupRecord(p)
+	default:
+		if err = os.Remove(p); errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		} else if err == nil && kind == RecordGC {
+			err = syncDir(b.root)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", recordWhat(kind, name), err)
+	}
+	return nil
 }

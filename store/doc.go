@@ -13,7 +13,11 @@
 // contract is Backend's comments, and package store/backendtest checks every backend
 // against it. A backend with a local cache of a remote store's objects (RemoteCache: the object cache) is told by the
 // store what to fetch ahead and when to empty it: that policy is the store's
-// (cache_policy.go). This package imports no S3 client.
+// (cache_policy.go). The optional parts of a backend (RemoteCache, Records, VersionHinter,
+// RemoteStat, Quarantiner) are asserted once, at open, into the store's backendCaps
+// (backend.go). The small records both real backends keep, the gc record, a writer group's
+// records and readers' pins, are one API, Records.
+// This package imports no S3 client.
 //
 // # Processes and locking
 //
@@ -21,7 +25,7 @@
 // ReadOnly takes an exclusive flock on STORE/lock; store/s3 a lease object taken and renewed
 // by conditional puts), which the store closes last; a second writer gets ErrLocked. Any
 // number of processes read it (ReadOnly: no lock, nothing in the store is written but a
-// reader's pin, STORE/pins/*.json, which keeps its version from gc: pin.go, also written for
+// reader's pin, STORE/pins/*.json, which keeps its version from gc: gc_pins.go, also written for
 // the versions of the files a reader holds open, gc_hold.go), each with its
 // own cache directory; they see versions
 // sealed after their Open once they call Refresh (one that keeps a materialized copy, once
@@ -103,7 +107,7 @@
 // Verify gives no verdict on an I/O error (VerifyReport.Unreadable). Repair mends damaged
 // objects from intact checked copies (the materialized copy, file copies) and moves into STORE/quarantine/ only what stays damaged,
 // never a version that a read path serves exactly (repair.go, repair_mend.go). gc records
-// the versions it drops (STORE/dropped, gcrecord.go) before it deletes their manifests, so
+// the versions it drops (STORE/dropped, gc_record.go) before it deletes their manifests, so
 // that Verify tells a version gc dropped from one whose manifest was lost.
 //
 // # Permissions

@@ -88,8 +88,8 @@ func TestFullDisk(t *testing.T) {
 	s, root := newStore(t, Options{})
 	versions := modelVersions(t, 3, 7)
 	_, dir1 := commitTree(t, s, 1, versions[0])
-	fb := &failingBackend{Backend: s.be}
-	s.be = fb
+	fb := &failingBackend{Backend: s.be.Backend}
+	s.be.Backend = fb
 
 	// The seal fails at the manifest: nothing sealed is harmed, the writer stays usable.
 	fb.failManifests = true
@@ -126,7 +126,7 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("commit on a full disk: %v", err)
 	}
 	fb.failPuts = false
-	s.be = fb.Backend
+	s.be.Backend = fb.Backend
 	if len(s.Versions()) != 2 {
 		t.Fatalf("%d versions after a failed commit", len(s.Versions()))
 	}

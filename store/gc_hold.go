@@ -61,13 +61,13 @@ func newHoldEnv(s *Store) holdEnv {
 		},
 		pin: s.Pin,
 		removed: func(v uint64) bool {
-			if r, state, _ := s.readGCRecord(); state == gcRecordOK && r.dropped(v) {
+			if r, state, _ := s.gcRecord.read(); state == gcRecordOK && r.dropped(v) {
 				return true
 			}
 			numbers, err := s.be.ListManifests()
 			return err == nil && !slices.Contains(numbers, v)
 		},
-		activePins: s.activePins,
+		activePins: s.pins.active,
 	}
 }
 

@@ -72,7 +72,7 @@ func newRetainEnv(c *collector) retainEnv {
 		stats: &s.stats,
 		open:  func() bool { return s.checkOpen() == nil },
 		held: func() (map[uint64]bool, error) {
-			held, err := s.activePins(time.Now())
+			held, err := s.pins.active(time.Now())
 			if err == nil {
 				c.holds.heldVersions(held)
 			}
@@ -222,14 +222,14 @@ func (c *collector) removedByGC(v uint64, err error) error {
 	if lerr != nil || slices.Contains(numbers, v) {
 		return err
 	}
-	if q, ok := c.st.be.(quarantiner); ok {
+	if q := c.st.be.quarantine; q != nil {
 		if qs, qerr := q.listQuarantined(); qerr != nil || slices.Contains(qs, v) {
 			return err
 		}
 	}
 	// The gc record holds every version gc dropped since it was made: a version above its
 	// Since that it does not hold went some other way, which is damage.
-	if r, state, _ := c.st.readGCRecord(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
+	if r, state, _ := c.st.gcRecord.read(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
 		return fmt.Errorf("version %d: its manifest is gone, and no gc dropped it: %w", v, err)
 	}
 	if _, logged := c.removedLogged.LoadOrStore(v, true); !logged {
@@ -249,7 +249,7 @@ func (c *collector) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 			st.DeletedBytes += v.size
 		}
 	} else {
-		c.st.trimGCRecord()
+		c.st.gcRecord.trim()
 		st.DeletedObjects, st.DeletedBytes, err = c.sweepLocked()
 	}
 	if errors.Is(err, errUnreadableManifests) {

@@ -70,7 +70,7 @@ func (r Rank) String() string {
 // rankState is what a rank's Store knows of its group (nil for every other Store).
 type rankState struct {
 	Rank
-	recs GroupRecords
+	recs Records
 
 	mu  sync.Mutex
 	own map[string]bool // the paths the rank owns: its materialized copy holds these
@@ -125,7 +125,7 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 // OpenRankBackend opens the store that o describes as rank r of a writer group (OpenRank
 // for a local directory, store/s3's OpenRank for a bucket). o.Lock is the rank's own lock, or
 // nil where the backend has none; o.NewBackend must give a backend that holds group records
-// (GroupRecords) and may write objects without the writer's lock. opts.CacheDir must be set:
+// (Records: RecordGroup) and may write objects without the writer's lock. opts.CacheDir must be set:
 // it keeps the rank's index and copy across runs.
 func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 	if err := r.check(); err != nil {
@@ -147,8 +147,8 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	recs, ok := s.backend.(GroupRecords)
-	if !ok {
+	recs := s.be.records
+	if recs == nil {
 		s.Close()
 		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)
 	}
@@ -241,7 +241,7 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 		return nil, err
 	}
 	// The marker comes before any object: a sweep that runs from here on spares them.
-	if err := g.recs.PutGroupRecord(recordName(g.Group, v, g.Rank.Rank, recordOpen), marker); err != nil {
+	if err := g.recs.PutRecord(RecordGroup, recordName(g.Group, v, g.Rank.Rank, recordOpen), marker); err != nil {
 		return nil, fmt.Errorf("%s: %w", g.Rank, err)
 	}
 	w, err := s.NewVersion(v)
@@ -297,10 +297,9 @@ func (w *Writer) Own(paths ...string) error {
 	return w.s.mat.ensure()
 }
 
-// scoped is the form of ver the materialized copy holds: ver itself, or for a rank the
+// scope is the form of ver the materialized copy holds: ver itself, or for a rank the
 // version with only the files the rank owns (nil stays nil).
-func (s *Store) scoped(ver *version) *version {
-	g := s.group
+func (g *rankState) scope(ver *version) *version {
 	if g == nil || ver == nil {
 		return ver
 	}
@@ -436,14 +435,14 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	// The other groups writing this number now (before the record: once it is there, they
 	// are noted): named if one publishes it without this rank (group_holds.go).
 	g.noteOtherGroups(w.v)
-	if err := g.recs.PutGroupRecord(name, data); err != nil {
+	if err := g.recs.PutRecord(RecordGroup, name, data); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
 	}
 	// The part is sealed from here on.
 	if err := s.failpoint("part-written"); err != nil {
 		return info, err
 	}
-	if err := g.recs.DeleteGroupRecord(recordName(g.Group, w.v, g.Rank.Rank, recordOpen)); err != nil {
+	if err := g.recs.DeleteRecord(RecordGroup, recordName(g.Group, w.v, g.Rank.Rank, recordOpen)); err != nil {
 		s.log.Warn("writer group: open marker not removed (the part supersedes it)", "err", err)
 	}
 	g.mu.Lock()

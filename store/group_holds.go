@@ -128,7 +128,7 @@ func (g *rankState) partOf(v uint64) (*sealedPart, error) {
 		return p, nil
 	}
 	name := recordName(g.Group, v, g.Rank.Rank, recordPart)
-	data, err := g.recs.GetGroupRecord(name)
+	data, err := g.recs.GetRecord(RecordGroup, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

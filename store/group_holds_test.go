@@ -100,11 +100,11 @@ func TestGroupPublishRefusesForgedPart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			gs := newGroupStore(t, "g", 2)
 			gs.writeParts(t, 1, files)
-			gr, _ := gs.pub.groupRecords()
+			gr, _ := gs.pub.publisher.records()
 			read := func(r int) *partRecord {
 				name := recordName("g", 1, r, recordPart)
 				k, _ := parseRecordName(name)
-				data, err := gr.GetGroupRecord(name)
+				data, err := gr.GetRecord(RecordGroup, name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -123,7 +123,7 @@ func TestGroupPublishRefusesForgedPart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := gr.PutGroupRecord(recordName("g", 1, 0, recordPart), data); err != nil {
+			if err := gr.PutRecord(RecordGroup, recordName("g", 1, 0, recordPart), data); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := gs.pub.PublishGroup("g", 1, 2); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), c.file) {

@@ -9,23 +9,6 @@ import (
 	"slices"
 )
 
-// GroupRecords is the optional part of a Backend that holds a writer group's records
-// (group.go): small named files below groups/ in the store (docs/format.md Part I §9).
-// Names are slash-separated and relative to groups/: NAME/vNNNNNN/rank-R.part or .open.
-// A backend without it has no writer groups (OpenRank and PublishGroup say so).
-type GroupRecords interface {
-	// PutGroupRecord stores a record durably and atomically, replacing one of that name: a
-	// reader gets the old bytes or the new, never a mix.
-	PutGroupRecord(name string, data []byte) error
-	// GetGroupRecord returns a record's bytes (fs.ErrNotExist if there is none).
-	GetGroupRecord(name string) ([]byte, error)
-	// ListGroupRecords lists every record name, in no particular order. Names that are not
-	// records' (temporary files) may be listed too; callers parse them.
-	ListGroupRecords() ([]string, error)
-	// DeleteGroupRecord removes a record durably; a missing one is not an error.
-	DeleteGroupRecord(name string) error
-}
-
 // RemoteStat is the optional part of a Backend whose StatObject answers from what this
 // process knows (store/s3's writer: one listing and its own puts since): StatRemote asks
 // the storage itself, for an object another process put (a writer group's rank).
@@ -33,10 +16,13 @@ type RemoteStat interface {
 	StatRemote(id ID) (int64, error)
 }
 
+// A writer group's records (group.go) are the backend's RecordGroup records (Records): small
+// named files below groups/ in the store (docs/format.md Part I §9), named relative to
+// groups/: NAME/vNNNNNN/rank-R.part or .open. A backend without them has no writer groups
+// (OpenRank and PublishGroup say so).
+
 // groupDir is the groups' directory in a local store.
 const groupDir = "groups"
-
-var _ GroupRecords = (*localBackend)(nil)
 
 func (b *localBackend) recordPath(name string) string {
 	return filepath.Join(b.root, groupDir, filepath.FromSlash(name))
@@ -59,8 +45,8 @@ func (b *localBackend) mkdirAllModes(dir string) error {
 	return syncDir(filepath.Dir(dir))
 }
 
-func (b *localBackend) PutGroupRecord(name string, data []byte) error {
-	p := b.recordPath(name)
+// putGroupRecord replaces the group record in file p (PutRecord).
+func (b *localBackend) putGroupRecord(p string, data []byte) error {
 	var err error
 	// A publisher's clean-up may remove the emptied version directory between our mkdir
 	// and our write: make it again, a few times.
@@ -74,21 +60,11 @@ func (b *localBackend) PutGroupRecord(name string, data []byte) error {
 			break
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("write group record %s: %w", name, err)
-	}
-	return nil
+	return err
 }
 
-func (b *localBackend) GetGroupRecord(name string) ([]byte, error) {
-	data, err := os.ReadFile(b.recordPath(name))
-	if err != nil {
-		return nil, fmt.Errorf("read group record %s: %w", name, err)
-	}
-	return data, nil
-}
-
-func (b *localBackend) ListGroupRecords() ([]string, error) {
+// listGroupRecords lists the group records' names, NAME/vNNNNNN/FILE (ListRecords).
+func (b *localBackend) listGroupRecords() ([]string, error) {
 	var names []string
 	root := filepath.Join(b.root, groupDir)
 	groups, err := os.ReadDir(root)
@@ -125,10 +101,10 @@ func (b *localBackend) ListGroupRecords() ([]string, error) {
 	return names, nil
 }
 
-func (b *localBackend) DeleteGroupRecord(name string) error {
-	p := b.recordPath(name)
+// deleteGroupRecord removes the group record in file p (DeleteRecord).
+func (b *localBackend) deleteGroupRecord(p string) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("delete group record %s: %w", name, err)
+		return err
 	}
 	dir := filepath.Dir(p)
 	if err := syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -12,20 +13,30 @@ import (
 // The publisher's side of a writer group (group.go): collecting the parts, sealing them as
 // one version, and the records' clean-up.
 
-// groupRecords returns the store's backend as a holder of group records.
-func (s *Store) groupRecords() (GroupRecords, error) {
-	if s.group != nil {
-		return s.group.recs, nil
-	}
-	if gr, ok := s.backend.(GroupRecords); ok {
+// groupPublisher is the publisher's side of the store's writer groups: it reads every
+// group's records on the backend, collects and checks the parts, refuses versions, cleans
+// the records up, and tells gc what unpublished parts need. (A rank's side is rankState,
+// group.go.)
+type groupPublisher struct {
+	root string
+	be   *backendCaps
+	log  *slog.Logger
+	// st is the store, for the versions (highest, Latest, loadVersion) and the objects
+	// (liveSetWhole).
+	st *Store
+}
+
+// records returns the store's backend as a holder of group records.
+func (p *groupPublisher) records() (Records, error) {
+	if gr := p.be.records; gr != nil {
 		return gr, nil
 	}
-	return nil, fmt.Errorf("store %s: %w", s.root, ErrGroupUnsupported)
+	return nil, fmt.Errorf("store %s: %w", p.root, ErrGroupUnsupported)
 }
 
 // listRecords lists the parsed records of group ("": every group).
-func listRecords(gr GroupRecords, group string) ([]recordKey, error) {
-	names, err := gr.ListGroupRecords()
+func listRecords(gr Records, group string) ([]recordKey, error) {
+	names, err := gr.ListRecords(RecordGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +63,7 @@ func rankList(ranks []int) string {
 
 // collectParts reads and checks the parts of version v of group, one per rank 0..ranks-1,
 // whose base must be latest.
-func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int, latest uint64) ([]*partRecord, error) {
+func (p *groupPublisher) collectParts(gr Records, group string, v uint64, ranks int, latest uint64) ([]*partRecord, error) {
 	keys, err := listRecords(gr, group)
 	if err != nil {
 		return nil, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
@@ -77,7 +88,7 @@ func (s *Store) collectParts(gr GroupRecords, group string, v uint64, ranks int,
 			continue
 		}
 		name := recordName(k.group, k.v, k.rank, k.kind)
-		data, err := gr.GetGroupRecord(name)
+		data, err := gr.GetRecord(RecordGroup, name)
 		if err != nil {
 			return nil, fmt.Errorf("publish version %d of group %s: rank %d's part: %w", v, group, k.rank, err)
 		}
@@ -151,7 +162,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if err := checkVersionNumber(v); err != nil {
 		return VersionInfo{}, fmt.Errorf("publish: %w", err)
 	}
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -164,7 +175,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 		return VersionInfo{}, fmt.Errorf("publish: %w", ref.err())
 	}
 	latest, _ := s.Latest()
-	parts, err := s.collectParts(gr, group, v, ranks, latest)
+	parts, err := s.publisher.collectParts(gr, group, v, ranks, latest)
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -195,7 +206,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 		return VersionInfo{}, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
 	}
 	ok = true
-	s.cleanGroupRecords(gr, group, v)
+	s.publisher.clean(gr, group, v)
 	s.log.Info("writer group: version published", "group", group, "version", v, "ranks", ranks)
 	return info, nil
 }
@@ -243,7 +254,7 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 		(&manifest{Files: p.Files}).roots(refs)
 		for id := range refs {
 			w.hold(id)
-			if !w.s.ingest.exists(id) && !w.s.existsElsewhere(id) {
+			if !w.s.ingest.exists(id) && !w.s.publisher.existsElsewhere(id) {
 				return refusal(RefusedDamaged, []int{p.Rank}, fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt))
 			}
 		}
@@ -253,9 +264,9 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 
 // existsElsewhere asks the backend itself whether object id is stored, where its StatObject
 // answers from what this process knows (RemoteStat): a rank in another process put it.
-func (s *Store) existsElsewhere(id ID) bool {
-	rs, ok := s.backend.(RemoteStat)
-	if !ok {
+func (p *groupPublisher) existsElsewhere(id ID) bool {
+	rs := p.be.remoteStat
+	if rs == nil {
 		return false
 	}
 	_, err := rs.StatRemote(id)
@@ -291,7 +302,7 @@ func (s *Store) PublishGroupWait(ctx context.Context, group string, v uint64, ra
 // once: a refused version is passed over afterwards, its late records deleted); an error
 // (the records cannot be read, a seal fails) ends it.
 func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, refused []error, err error) {
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -318,7 +329,7 @@ func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, 
 		}
 	}
 	for v := range late {
-		if err := s.dropVersionRecords(gr, group, v); err != nil {
+		if err := s.publisher.dropVersionRecords(gr, group, v); err != nil {
 			s.log.Warn("writer group: records of a refused version not deleted", "group", group, "version", v, "err", err)
 		}
 	}
@@ -337,7 +348,7 @@ func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, 
 				if isRefused[rv] {
 					continue
 				}
-				if rerr := s.refuseVersion(gr, group, ranks, rv, ref.kind, ref.ranks, err.Error()); rerr != nil {
+				if rerr := s.publisher.refuseVersion(gr, group, ranks, rv, ref.kind, ref.ranks, err.Error()); rerr != nil {
 					return published, refused, rerr
 				}
 				isRefused[rv] = true
@@ -364,7 +375,7 @@ func (s *Store) AbortGroupVersion(group string, v uint64) error {
 	if s.readOnly || s.group != nil {
 		return fmt.Errorf("abort version %d of group %s: only the store's writer aborts: %w", v, group, ErrGroupRank)
 	}
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		return err
 	}
@@ -374,7 +385,7 @@ func (s *Store) AbortGroupVersion(group string, v uint64) error {
 	}
 	for _, k := range keys {
 		if k.v == v {
-			if err := gr.DeleteGroupRecord(recordName(k.group, k.v, k.rank, k.kind)); err != nil {
+			if err := gr.DeleteRecord(RecordGroup, recordName(k.group, k.v, k.rank, k.kind)); err != nil {
 				return err
 			}
 		}
@@ -382,13 +393,13 @@ func (s *Store) AbortGroupVersion(group string, v uint64) error {
 	return nil
 }
 
-// cleanGroupRecords deletes the records of group ("": every group) of versions up to v:
+// clean deletes the records of group ("": every group) of versions up to v:
 // they can never be published (a version is never sealed twice, nor below the latest).
 // Failures are logged: a record left is cleaned by the next publish or sweep.
-func (s *Store) cleanGroupRecords(gr GroupRecords, group string, v uint64) {
+func (p *groupPublisher) clean(gr Records, group string, v uint64) {
 	keys, err := listRecords(gr, group)
 	if err != nil {
-		s.log.Warn("writer group: records not cleaned", "err", err)
+		p.log.Warn("writer group: records not cleaned", "err", err)
 		return
 	}
 	n := 0
@@ -396,23 +407,23 @@ func (s *Store) cleanGroupRecords(gr GroupRecords, group string, v uint64) {
 		if k.v > v {
 			continue
 		}
-		if err := gr.DeleteGroupRecord(recordName(k.group, k.v, k.rank, k.kind)); err != nil {
-			s.log.Warn("writer group: record not deleted", "err", err)
+		if err := gr.DeleteRecord(RecordGroup, recordName(k.group, k.v, k.rank, k.kind)); err != nil {
+			p.log.Warn("writer group: record not deleted", "err", err)
 			continue
 		}
 		n++
 	}
 	if n > 0 {
-		s.log.Debug("writer group: records of past versions deleted", "group", group, "upto", v, "records", n)
+		p.log.Debug("writer group: records of past versions deleted", "group", group, "upto", v, "records", n)
 	}
 }
 
-// cleanStaleGroupRecords deletes the writer groups' records that can never be published
+// cleanStale deletes the writer groups' records that can never be published
 // (of versions up to the highest taken): the writer's sweep calls it.
-func (s *Store) cleanStaleGroupRecords() {
-	if gr, err := s.groupRecords(); err == nil {
-		top, _ := s.versions.highest()
-		s.cleanGroupRecords(gr, "", top)
+func (p *groupPublisher) cleanStale() {
+	if gr, err := p.records(); err == nil {
+		top, _ := p.st.versions.highest()
+		p.clean(gr, "", top)
 	}
 }
 
@@ -424,18 +435,18 @@ type groupPendingError struct{ msg string }
 func (e *groupPendingError) Error() string        { return e.msg }
 func (e *groupPendingError) Is(target error) bool { return target == errUnreadableManifests }
 
-// groupRoots adds to roots the objects named by the parts that may still be published
+// roots adds to roots the objects named by the parts that may still be published
 // (versions above every version taken, diffed against the latest). writing (empty: none)
 // says that a rank is writing (an open marker without its part): objects nothing names yet
 // may be its. A groupPendingError says that a part cannot be read. A store without group
 // records has none.
-func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
-	gr, err := s.groupRecords()
+func (p *groupPublisher) roots(roots map[ID]bool) (writing string, err error) {
+	gr, err := p.records()
 	if err != nil {
 		return "", nil
 	}
-	top, _ := s.versions.highest()
-	latest, _ := s.Latest()
+	top, _ := p.st.versions.highest()
+	latest, _ := p.st.Latest()
 	keys, err := listRecords(gr, "")
 	if err != nil {
 		return "", &groupPendingError{fmt.Sprintf("writer group records cannot be listed: %v", err)}
@@ -461,7 +472,7 @@ func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
 			}
 			continue
 		}
-		data, err := gr.GetGroupRecord(name)
+		data, err := gr.GetRecord(RecordGroup, name)
 		if err != nil {
 			return "", &groupPendingError{fmt.Sprintf("writer group part groups/%s: %v", name, err)}
 		}
@@ -481,16 +492,16 @@ func (s *Store) groupRoots(roots map[ID]bool) (writing string, err error) {
 // may delete while a writer group's rank writes objects that nothing names yet (those are
 // new, so never among these; one the rank found stored and named instead is caught by the
 // publisher's check that every object of a part is stored). nil if any cannot be read.
-func (s *Store) droppedObjects(drop []VersionInfo) map[ID]bool {
+func (p *groupPublisher) droppedObjects(drop []VersionInfo) map[ID]bool {
 	roots := map[ID]bool{}
 	for _, info := range drop {
-		ver, err := s.versions.loadVersion(info.Number)
+		ver, err := p.st.versions.loadVersion(info.Number)
 		if err != nil {
 			return nil
 		}
 		ver.m.roots(roots)
 	}
-	objs, err := s.collector.liveSetWhole(roots, nil)
+	objs, err := p.st.collector.liveSetWhole(roots, nil)
 	if err != nil {
 		return nil
 	}

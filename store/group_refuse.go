@@ -92,9 +92,9 @@ func (rec *refusalRecord) err() error {
 // readRefusal returns version v's refusal record of group, or nil if it has none. A record
 // that cannot be read is an error; one that fails its checks refuses the version too (its
 // error says why).
-func readRefusal(gr GroupRecords, group string, v uint64) (*refusalRecord, error) {
+func readRefusal(gr Records, group string, v uint64) (*refusalRecord, error) {
 	key := recordKey{group, v, -1, recordRefused}
-	data, err := gr.GetGroupRecord(recordName(group, v, -1, recordRefused))
+	data, err := gr.GetRecord(RecordGroup, recordName(group, v, -1, recordRefused))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -128,7 +128,7 @@ func refusal(kind string, ranks []int, err error) error {
 
 // refuseVersion writes version v's refusal record and deletes its other records. The
 // record goes first: a rank that finds its part gone finds the reason.
-func (s *Store) refuseVersion(gr GroupRecords, group string, ranks int, v uint64, kind string, blamed []int, reason string) error {
+func (p *groupPublisher) refuseVersion(gr Records, group string, ranks int, v uint64, kind string, blamed []int, reason string) error {
 	blamed = slices.Clone(blamed)
 	slices.Sort(blamed)
 	blamed = slices.Compact(blamed)
@@ -140,23 +140,23 @@ func (s *Store) refuseVersion(gr GroupRecords, group string, ranks int, v uint64
 	if err != nil {
 		return err
 	}
-	if err := gr.PutGroupRecord(recordName(group, v, -1, recordRefused), data); err != nil {
+	if err := gr.PutRecord(RecordGroup, recordName(group, v, -1, recordRefused), data); err != nil {
 		return fmt.Errorf("refuse version %d of group %s: %w", v, group, err)
 	}
-	s.log.Info("writer group: version refused", "group", group, "version", v, "kind", kind,
+	p.log.Info("writer group: version refused", "group", group, "version", v, "kind", kind,
 		"ranks", rankListOrNone(blamed), "reason", reason)
-	return s.dropVersionRecords(gr, group, v)
+	return p.dropVersionRecords(gr, group, v)
 }
 
 // dropVersionRecords deletes version v's parts and open markers (not its refusal).
-func (s *Store) dropVersionRecords(gr GroupRecords, group string, v uint64) error {
+func (p *groupPublisher) dropVersionRecords(gr Records, group string, v uint64) error {
 	keys, err := listRecords(gr, group)
 	if err != nil {
 		return err
 	}
 	for _, k := range keys {
 		if k.v == v && k.kind != recordRefused {
-			if err := gr.DeleteGroupRecord(recordName(k.group, k.v, k.rank, k.kind)); err != nil {
+			if err := gr.DeleteRecord(RecordGroup, recordName(k.group, k.v, k.rank, k.kind)); err != nil {
 				return err
 			}
 		}
@@ -173,7 +173,7 @@ func rankListOrNone(ranks []int) string {
 
 // partsState describes version v's records for people: which ranks sealed a part, which are
 // writing, which have nothing (a rank waiting on the publisher says it when it gives up).
-func partsState(gr GroupRecords, group string, v uint64, ranks int) string {
+func partsState(gr Records, group string, v uint64, ranks int) string {
 	keys, err := listRecords(gr, group)
 	if err != nil {
 		return fmt.Sprintf("the records cannot be listed: %v", err)

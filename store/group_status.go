@@ -38,7 +38,7 @@ func (s *Store) GroupStatus(group string) ([]GroupVersionStatus, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		return nil, err
 	}
@@ -82,14 +82,14 @@ func (s *Store) GroupStatus(group string) ([]GroupVersionStatus, error) {
 				continue // the part supersedes it
 			}
 			st.Writing = append(st.Writing, k.rank)
-			if data, err := gr.GetGroupRecord(name); err == nil {
+			if data, err := gr.GetRecord(RecordGroup, name); err == nil {
 				if rec, err := decodePart(data, k); err == nil {
 					st.Ranks = max(st.Ranks, rec.Ranks)
 				}
 			}
 		case recordPart:
 			st.Sealed = append(st.Sealed, k.rank)
-			data, err := gr.GetGroupRecord(name)
+			data, err := gr.GetRecord(RecordGroup, name)
 			if err == nil {
 				var rec *partRecord
 				if rec, err = decodePart(data, k); err == nil {
@@ -154,7 +154,7 @@ func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string
 			blamed = append(blamed, r)
 		}
 	}
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		return err
 	}
@@ -162,5 +162,5 @@ func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string
 	if why != "" {
 		reason += " (" + why + ")"
 	}
-	return s.refuseVersion(gr, group, ranks, v, RefusedAborted, blamed, reason)
+	return s.publisher.refuseVersion(gr, group, ranks, v, RefusedAborted, blamed, reason)
 }

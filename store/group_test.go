@@ -240,11 +240,11 @@ func TestGroupStoresWhatOneWriterStores(t *testing.T) {
 
 func groupRecordNames(t *testing.T, s *Store) []string {
 	t.Helper()
-	gr, err := s.groupRecords()
+	gr, err := s.publisher.records()
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, err := gr.ListGroupRecords()
+	names, err := gr.ListRecords(RecordGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestGroupRefusals(t *testing.T) {
 			writeOK(t, gs.ranks[1], 1, files, mine(1))
 			s := gs.ranks[1]
 			rec := readPart(t, gs.pub, "g/v000001/rank-1.part")
-			if err := s.backend.DeleteObject(rec.Files[0].Tensors[0].ID); err != nil {
+			if err := s.be.DeleteObject(rec.Files[0].Tensors[0].ID); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrCorrupt, []string{"rank 1", "not stored"}},
@@ -382,8 +382,8 @@ func damageRecord(t *testing.T, root, name string, damage func([]byte)) {
 
 func readPart(t *testing.T, s *Store, name string) *partRecord {
 	t.Helper()
-	gr, _ := s.groupRecords()
-	b, err := gr.GetGroupRecord(name)
+	gr, _ := s.publisher.records()
+	b, err := gr.GetRecord(RecordGroup, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,12 +143,12 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				}
 			}
 			if tc.flip {
-				flipByte(t, s.be.(*localBackend).objectPath(bad))
+				flipByte(t, s.be.Backend.(*localBackend).objectPath(bad))
 				expectDamage(s)
 			}
-			fb := &faultBackend{localBackend: s.be.(*localBackend), fails: map[ID]int{}, errno: tc.errno}
-			s.be = fb
-			t.Cleanup(func() { s.be = fb.localBackend })
+			fb := &faultBackend{localBackend: s.be.Backend.(*localBackend), fails: map[ID]int{}, errno: tc.errno}
+			s.be.Backend = fb
+			t.Cleanup(func() { s.be.Backend = fb.localBackend })
 			s.objInfos.clear()
 			s.deltas.clear()
 			s.crcChecked.Clear()

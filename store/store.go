@@ -70,8 +70,12 @@ type Store struct {
 	opts     Options
 	log      *slog.Logger // Options.Logger, or one that discards
 	readOnly bool
-	be       Backend // backend, behind the cache policy when it has a remote cache
-	backend  Backend // as given to the store
+	be       *backendCaps    // the backend and its optional parts, asserted at open (backend.go)
+	pins     *pinSet         // readers' pins (gc_pins.go)
+	gcRecord *gcRecordKeeper // the gc record (gc_record.go)
+
+	publisher *groupPublisher // the publisher's side of writer groups (group_publish.go)
+
 	codec    *codec
 	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
 	ix       *index
@@ -213,7 +217,7 @@ type Opening struct {
 // caller has checked the store's format file (FormatVersion, o.Format); a writer upgrades a
 // store of format 1 (o.UpgradeFormat).
 func OpenBackend(o Opening, opts Options) (*Store, error) {
-	s := newBareStore(o.Root, opts, nil)
+	s := newBareStore(o.Root, opts)
 	s.lock = o.Lock
 	ok := false
 	defer func() {
@@ -246,10 +250,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.backend, s.be = be, be
-	if rc, ok := be.(RemoteCache); ok {
-		s.be = newCachePolicy(be, rc, s.readOnly && opts.Materialize, s.root, s.log)
-	}
+	s.be.use(be, s.readOnly && opts.Materialize, s.root, s.log)
 	if !s.readOnly {
 		// Nothing is being written now: leftovers are from a process that died.
 		if err := s.be.CleanTemp(); err != nil {
@@ -267,10 +268,11 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// newBareStore builds the in-memory part of a Store on backend be (nil: set by the caller).
-func newBareStore(path string, opts Options, be Backend) *Store {
+// newBareStore builds the in-memory part of a Store; its backend is set by the caller
+// (OpenBackend: backendCaps.use).
+func newBareStore(path string, opts Options) *Store {
 	s := &Store{
-		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
+		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: &backendCaps{},
 		maxChain: opts.MaxChain, contextChain: maxContextChain,
 		metas: map[ID]objMeta{}, hook: opts.Failpoint,
 	}
@@ -296,6 +298,9 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.renders = newRenders(s)
 	s.collector = newCollector(s)
 	s.checker = newChecker(s)
+	s.pins = &pinSet{be: s.be, log: s.log}
+	s.gcRecord = &gcRecordKeeper{be: s.be, log: s.log}
+	s.publisher = &groupPublisher{root: path, be: s.be, log: s.log, st: s}
 	return s
 }
 
@@ -322,7 +327,7 @@ func (s *Store) finishOpen(owner indexOwner) error {
 		return err
 	}
 	if !s.readOnly {
-		s.ensureGCRecord()
+		s.gcRecord.ensure()
 	}
 	if !s.readOnly && (statErr != nil || s.ix.flag(keyDirty)) {
 		// A writer died between writing objects and sealing them (or the index, which
@@ -434,7 +439,7 @@ func (s *Store) shutdown() error {
 	}
 	// A remote backend stops its transfers (objects not yet uploaded belong to no sealed
 	// version) before its cache directory may go.
-	if s.be != nil {
+	if s.be.Backend != nil {
 		errs = append(errs, s.be.Close())
 	}
 	if s.ownCache {
@@ -463,7 +468,7 @@ func (s *Store) ReadOnly() bool { return s.readOnly }
 
 // Backend is the backend the store keeps its bytes in, as it was given (its own
 // counters, such as store/s3's Stats, are asked of it).
-func (s *Store) Backend() Backend { return s.backend }
+func (s *Store) Backend() Backend { return s.be.given }
 
 // StagingDir is where a read-write mount keeps the bytes of open versions: CACHE/staging, on
 // the cache directory's disk (STORE/cache/staging for a local writer with the default

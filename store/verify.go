@@ -214,7 +214,7 @@ func (c *checker) verifyVersions(rep *VerifyReport, prog *verifyProgress, opts r
 // manifest.
 func (c *checker) quarantinedVersions() (map[uint64]bool, error) {
 	quarantined := map[uint64]bool{}
-	if q, ok := c.st.be.(quarantiner); ok {
+	if q := c.st.be.quarantine; q != nil {
 		qs, err := q.listQuarantined()
 		if err != nil {
 			return nil, err

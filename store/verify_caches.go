@@ -45,7 +45,7 @@ func (c CacheCheck) String() string {
 func (c *checker) verifyCaches() []CacheCheck {
 	s := c.st
 	dirs := []string{s.cacheDir}
-	if _, local := s.be.(localDirBackend); local {
+	if s.be.localDir != "" {
 		if w := filepath.Join(s.root, "cache"); w != s.cacheDir {
 			dirs = append(dirs, w)
 		}

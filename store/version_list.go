@@ -94,7 +94,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 	if err != nil {
 		return versionScan{}, err
 	}
-	if q, ok := vl.st.be.(quarantiner); ok {
+	if q := vl.st.be.quarantine; q != nil {
 		quarantined, err := q.listQuarantined()
 		if err != nil {
 			return versionScan{}, err
@@ -164,7 +164,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 // forward needs no request. A failed fetch is returned: the list is then not published, and
 // the next Refresh tries again. Nothing for a store without such a backend.
 func (vl *versionList) fetchAhead(l versionScan) error {
-	p, ok := vl.st.be.(*cachePolicy)
+	p, ok := vl.st.be.Backend.(*cachePolicy)
 	if !ok {
 		return nil
 	}

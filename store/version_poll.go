@@ -52,8 +52,8 @@ type PollResult struct {
 // refresh that failed is owed and made at the next call. Without a hint it refreshes every
 // call (the caller's interval is then the listing rate).
 func (s *Store) Poll() (PollResult, error) {
-	h, ok := s.backend.(VersionHinter)
-	if !ok {
+	h := s.be.hinter
+	if h == nil {
 		return PollResult{Listed: true}, s.Refresh()
 	}
 	if err := s.checkOpen(); err != nil {

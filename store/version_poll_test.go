@@ -37,8 +37,8 @@ func TestPollListsWhenHinted(t *testing.T) {
 		t.Fatalf("poll of a local store: %+v, %v; want a listing", res, err)
 	}
 
-	hb := &hintBackend{Backend: r.be, ok: true, changed: true}
-	r.be, r.backend = hb, hb
+	hb := &hintBackend{Backend: r.be.Backend, ok: true, changed: true}
+	r.be.Backend, r.be.hinter = hb, hb
 	step := func(what string, wantLists int, wantErr bool) {
 		t.Helper()
 		before := hb.lists

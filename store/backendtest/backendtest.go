@@ -49,6 +49,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ReaderOfConcurrentWriter", testReaderOfConcurrentWriter},
 		{"GroupRecords", testGroupRecords},
 		{"GCRecord", testGCRecord},
+		{"PinRecords", testPinRecords},
+		{"RecordKinds", testRecordKinds},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, opened(newStore(t))) })
@@ -468,86 +470,168 @@ func testReaderOfConcurrentWriter(t *testing.T, open Opener) {
 	}
 }
 
-// testGroupRecords: a backend that holds a writer group's records (store.GroupRecords) gives
-// another process what was put, whole, the newer bytes after a replacement, lists it, and
-// deletes it (a missing one too); a process without the writer's lock (a rank) may put and
-// delete records. A backend without them skips.
+// records returns the small-record API of a backend, or skips the test when it has none.
+func records(t *testing.T, b store.Backend) store.Records {
+	t.Helper()
+	r, ok := b.(store.Records)
+	if !ok {
+		t.Skip("no small records")
+	}
+	return r
+}
+
+// testGroupRecords: a backend that holds a writer group's records (store.Records, kind
+// store.RecordGroup) gives another process what was put, whole, the newer bytes after a
+// replacement, lists it, and deletes it (a missing one too); a process without the writer's
+// lock (a rank) may put and delete records. A backend without them skips.
 func testGroupRecords(t *testing.T, open Opener) {
-	w, ok := open(t, true).(store.GroupRecords)
+	w := records(t, open(t, true))
+	rank, ok := open(t, false).(store.Records)
 	if !ok {
-		t.Skip("no group records")
+		t.Fatal("the writer's backend holds records, a reader's does not")
 	}
-	rank, ok := open(t, false).(store.GroupRecords)
-	if !ok {
-		t.Fatal("the writer's backend holds group records, a reader's does not")
-	}
+	const kind = store.RecordGroup
 	const name, other = "train/v000002/rank-1.part", "train/v000002/rank-0.open"
-	if _, err := w.GetGroupRecord(name); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := w.GetRecord(kind, name); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("no group records")
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("get of a missing record: %v, want fs.ErrNotExist", err)
 	}
 	for i, data := range [][]byte{[]byte("first"), bytes.Repeat([]byte("second"), 1000)} {
-		if err := rank.PutGroupRecord(name, data); err != nil {
+		if err := rank.PutRecord(kind, name, data); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
-		got, err := w.GetGroupRecord(name)
+		got, err := w.GetRecord(kind, name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustEqual(t, "record", got, data)
 	}
-	if err := rank.PutGroupRecord(other, []byte("open")); err != nil {
+	if err := rank.PutRecord(kind, other, []byte("open")); err != nil {
 		t.Fatal(err)
 	}
-	names, err := w.ListGroupRecords()
+	names, err := w.ListRecords(kind)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(names, name) || !slices.Contains(names, other) {
 		t.Fatalf("list: %q, want %q and %q among them", names, name, other)
 	}
-	if err := rank.DeleteGroupRecord(other); err != nil {
+	if err := rank.DeleteRecord(kind, other); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := w.DeleteGroupRecord(name); err != nil {
+		if err := w.DeleteRecord(kind, name); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
 	}
-	if names, err := w.ListGroupRecords(); err != nil || slices.Contains(names, name) || slices.Contains(names, other) {
+	if names, err := w.ListRecords(kind); err != nil || slices.Contains(names, name) || slices.Contains(names, other) {
 		t.Fatalf("list after the deletes: %q, %v", names, err)
 	}
 }
 
-// testGCRecord: a backend that holds the gc record (store.GCRecords) says fs.ErrNotExist
-// before the first put, gives a reader what the writer put, whole, and the newer bytes after
-// a replacement; the record is neither an object nor a manifest. A backend without it skips.
+// testGCRecord: a backend that holds the gc record (store.Records, kind store.RecordGC, the
+// one name store.GCRecordName) says fs.ErrNotExist before the first put, gives a reader what
+// the writer put, whole, and the newer bytes after a replacement; the record is neither an
+// object nor a manifest. A backend without it skips.
 func testGCRecord(t *testing.T, open Opener) {
-	w, ok := open(t, true).(store.GCRecords)
+	b := open(t, true)
+	w := records(t, b)
+	r, ok := open(t, false).(store.Records)
 	if !ok {
+		t.Fatal("the writer's backend holds records, a reader's does not")
+	}
+	const kind, name = store.RecordGC, store.GCRecordName
+	if _, err := r.GetRecord(kind, name); errors.Is(err, errors.ErrUnsupported) {
 		t.Skip("no gc record")
-	}
-	r, ok := open(t, false).(store.GCRecords)
-	if !ok {
-		t.Fatal("the writer's backend holds the gc record, a reader's does not")
-	}
-	if _, err := r.GetGCRecord(); !errors.Is(err, fs.ErrNotExist) {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("get of a missing gc record: %v, want fs.ErrNotExist", err)
 	}
+	if names, err := r.ListRecords(kind); err != nil || len(names) != 0 {
+		t.Fatalf("list before the first put: %q, %v", names, err)
+	}
 	for i, data := range [][]byte{[]byte("first"), bytes.Repeat([]byte("second"), 1000)} {
-		if err := w.PutGCRecord(data); err != nil {
+		if err := w.PutRecord(kind, name, data); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
-		got, err := r.GetGCRecord()
+		got, err := r.GetRecord(kind, name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustEqual(t, "gc record", got, data)
 	}
-	b := w.(store.Backend)
+	if names, err := r.ListRecords(kind); err != nil || !slices.Equal(names, []string{name}) {
+		t.Fatalf("list: %q, %v; want [%q]", names, err, name)
+	}
 	if vs, err := b.ListManifests(); err != nil || len(vs) != 0 {
 		t.Fatalf("manifests beside the gc record: %v, %v", vs, err)
 	}
 	if err := b.ListObjects(func(id store.ID, _ int64) error { return fmt.Errorf("object %s listed", id) }); err != nil {
 		t.Fatalf("objects beside the gc record: %v", err)
+	}
+}
+
+// testPinRecords: a backend that holds readers' pins (store.Records, kind store.RecordPin)
+// lets a reader put, replace and delete its pin, and the writer list and read it; a backend
+// that keeps none refuses the put with errors.ErrUnsupported (and skips).
+func testPinRecords(t *testing.T, open Opener) {
+	w := records(t, open(t, true))
+	reader, ok := open(t, false).(store.Records)
+	if !ok {
+		t.Fatal("the writer's backend holds records, a reader's does not")
+	}
+	const kind, name = store.RecordPin, "0123456789abcdef0123456789abcdef.json"
+	if err := reader.PutRecord(kind, name, []byte("first\n")); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("no pins")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.PutRecord(kind, name, []byte("second\n")); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := w.ListRecords(kind); err != nil || !slices.Equal(names, []string{name}) {
+		t.Fatalf("list: %q, %v; want [%q]", names, err, name)
+	}
+	got, err := w.GetRecord(kind, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "pin", got, []byte("second\n"))
+	if w.RecordPath(kind, name) == "" {
+		t.Error("no path for a pin record")
+	}
+	for range 2 {
+		if err := reader.DeleteRecord(kind, name); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	}
+	if names, err := w.ListRecords(kind); err != nil || len(names) != 0 {
+		t.Fatalf("list after the delete: %q, %v", names, err)
+	}
+}
+
+// testRecordKinds: a kind no backend knows is refused with errors.ErrUnsupported, by every
+// call; a gc record of another name than store.GCRecordName is refused, and writes nothing.
+func testRecordKinds(t *testing.T, open Opener) {
+	b := open(t, true)
+	w := records(t, b)
+	const odd = store.RecordKind("no-such-kind")
+	if err := w.PutRecord(odd, "x", []byte("x")); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("put of an unknown kind: %v, want errors.ErrUnsupported", err)
+	}
+	if _, err := w.GetRecord(odd, "x"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("get of an unknown kind: %v, want errors.ErrUnsupported", err)
+	}
+	if _, err := w.ListRecords(odd); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("list of an unknown kind: %v, want errors.ErrUnsupported", err)
+	}
+	if err := w.DeleteRecord(odd, "x"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("delete of an unknown kind: %v, want errors.ErrUnsupported", err)
+	}
+	if err := w.PutRecord(store.RecordGC, "other", []byte("x")); err == nil {
+		t.Error("a gc record of another name was put")
+	}
+	if names, err := w.ListRecords(store.RecordGC); err != nil || len(names) != 0 {
+		t.Errorf("gc records after a refused put: %q, %v", names, err)
 	}
 }

@@ -37,7 +37,7 @@ import (
 // returns a lazy handle that fetches the first bytes by a ranged GET (object headers) and the
 // whole object into the cache on any other read. It is a store.RemoteCache: the store
 // decides what to fetch ahead (a reader's new versions' objects) and tells it when versions
-// disappeared (store/cachepolicy.go); its ListManifests is a pure listing.
+// disappeared (store/cache_policy.go); its ListManifests is a pure listing.
 type Backend struct {
 	c     *client
 	cache *objectCache

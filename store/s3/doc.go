@@ -14,7 +14,7 @@
 // as its writer lock.
 //
 // What it does not own: what to fetch ahead and when to empty the cache. The store, which
-// decodes manifests, decides that (store/cachepolicy.go) and says it through
+// decodes manifests, decides that (store/cache_policy.go) and says it through
 // store.RemoteCache (prefetch.go). ListManifests is a pure listing.
 //
 // Errors of S3 requests carry the cause's text but unwrap only to fs.ErrNotExist (a missing

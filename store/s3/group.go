@@ -9,12 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/weightfs/weightfs/store"
 )
 
-// A writer group's records (store/group.go; docs/format.md Part I §9) are small objects
+// A writer group's records (store/group.go; docs/format.md Part I §9; records.go) are small objects
 // PREFIX/groups/NAME/vNNNNNN/rank-R.part and .open, each written by one PUT (a PUT is atomic:
 // a reader gets the old object or the new one). A rank writes its own records and objects,
 // never a manifest: it takes no lease (manifests and deletes of objects stay fenced by the
@@ -23,46 +22,7 @@ import (
 // groupsDir is the records' directory under the store's prefix.
 const groupsDir = "groups/"
 
-var (
-	_ store.GroupRecords = (*Backend)(nil)
-	_ store.RemoteStat   = (*Backend)(nil)
-)
-
-func (b *Backend) recordKey(name string) string { return b.c.loc.key(groupsDir + name) }
-
-func (b *Backend) PutGroupRecord(name string, data []byte) error {
-	if _, err := b.c.putBytes(b.ctx, b.recordKey(name), data, putCond{}); err != nil {
-		return fmt.Errorf("write group record %s: %w", name, err)
-	}
-	return nil
-}
-
-func (b *Backend) GetGroupRecord(name string) ([]byte, error) {
-	data, _, err := b.c.getBytes(b.ctx, b.recordKey(name), nil)
-	if err != nil {
-		return nil, fmt.Errorf("read group record %s: %w", name, err)
-	}
-	return data, nil
-}
-
-func (b *Backend) ListGroupRecords() ([]string, error) {
-	var names []string
-	err := b.c.list(b.ctx, groupsDir, func(rel string, _ int64) error {
-		names = append(names, strings.TrimPrefix(rel, groupsDir))
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list group records: %w", err)
-	}
-	return names, nil
-}
-
-func (b *Backend) DeleteGroupRecord(name string) error {
-	if err := b.c.remove(b.ctx, b.recordKey(name)); err != nil {
-		return fmt.Errorf("delete group record %s: %w", name, err)
-	}
-	return nil
-}
+var _ store.RemoteStat = (*Backend)(nil)
 
 // StatRemote asks S3 for an object (a HEAD): the writer's StatObject answers from its one
 // listing and its own puts, which do not see a rank's uploads.

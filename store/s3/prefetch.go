@@ -13,7 +13,7 @@ import (
 )
 
 // The backend's side of store.RemoteCache: the store decides what to fetch ahead and when
-// the cache must be emptied (store/cachepolicy.go); these do it.
+// the cache must be emptied (store/cache_policy.go); these do it.
 
 // fileObject is an object open from a local file: the cache, or an upload not yet done.
 type fileObject struct {

@@ -9,8 +9,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +21,9 @@ import (
 // writer's retention) keeps every version an unexpired pin names. A reader that dies leaves
 // its record behind; it expires after PinLease and the next gc removes it.
 //
-// Pins live in local stores only: the Backend has no small-object put, list and delete for
-// them, so a reader of an S3 store cannot pin (Pin says so) and learns from a read error
-// naming gc when its version goes.
+// Pins are the backend's RecordPin records (Records). They live in local stores only:
+// store/s3 keeps none, so a reader of an S3 store cannot pin (Pin says so) and learns from a
+// read error naming gc when its version goes.
 
 // PinLease is how long a pin record holds without being renewed.
 const PinLease = 2 * time.Minute
@@ -65,9 +63,10 @@ func decodePin(b []byte) (pinRecord, error) {
 
 // Pin is a reader's hold on a version; Close releases it.
 type Pin struct {
-	path string
-	rec  pinRecord
-	log  *slog.Logger
+	records Records
+	name    string // the record's name: 32 hex digits and ".json"
+	rec     pinRecord
+	log     *slog.Logger
 
 	stop chan struct{}
 	done chan struct{}
@@ -81,8 +80,18 @@ func (s *Store) Pin(v uint64) (*Pin, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	dir, ok := s.pinDir()
-	if !ok {
+	return s.pins.pin(v)
+}
+
+// pinSet is the store's readers' pins: the RecordPin records of its backend.
+type pinSet struct {
+	be  *backendCaps
+	log *slog.Logger
+}
+
+// pin writes a pin record for version v and renews it until the Pin's Close.
+func (ps *pinSet) pin(v uint64) (*Pin, error) {
+	if ps.be.records == nil {
 		return nil, fmt.Errorf("pin version %d: %w", v, ErrPinUnsupported)
 	}
 	var token [16]byte
@@ -90,14 +99,12 @@ func (s *Store) Pin(v uint64) (*Pin, error) {
 		return nil, fmt.Errorf("pin version %d: %w", v, err)
 	}
 	host, _ := os.Hostname()
-	p := &Pin{path: filepath.Join(dir, hex.EncodeToString(token[:])+".json"), log: s.log,
+	p := &Pin{records: ps.be.records, name: hex.EncodeToString(token[:]) + ".json", log: ps.log,
 		rec:  pinRecord{Format: pinFormat, Version: v, Host: host, PID: os.Getpid()},
 		stop: make(chan struct{}), done: make(chan struct{})}
-	// Private, as the store (docs/format.md §1); a shared store gives it the group write bit.
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pin version %d: %w", v, err)
-	}
-	if err := p.write(time.Now()); err != nil {
+	if err := p.write(time.Now()); errors.Is(err, errors.ErrUnsupported) {
+		return nil, fmt.Errorf("pin version %d: %w", v, ErrPinUnsupported)
+	} else if err != nil {
 		return nil, fmt.Errorf("pin version %d: %w", v, err)
 	}
 	go p.renewLoop()
@@ -108,10 +115,9 @@ func (s *Store) Pin(v uint64) (*Pin, error) {
 func (p *Pin) Version() uint64 { return p.rec.Version }
 
 // Path is the pin record's file.
-func (p *Pin) Path() string { return p.path }
+func (p *Pin) Path() string { return p.records.RecordPath(RecordPin, p.name) }
 
-// write replaces the record atomically (a temporary file renamed over it), so that gc never
-// reads half a record.
+// write replaces the record atomically, so that gc never reads half a record.
 func (p *Pin) write(now time.Time) error {
 	rec := p.rec
 	rec.Expires = now.Add(PinLease).UTC().Truncate(time.Second)
@@ -119,11 +125,7 @@ func (p *Pin) write(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	tmp := p.path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p.path)
+	return p.records.PutRecord(RecordPin, p.name, append(data, '\n'))
 }
 
 func (p *Pin) renewLoop() {
@@ -150,19 +152,11 @@ func (p *Pin) Close() error {
 	p.once.Do(func() {
 		close(p.stop)
 		<-p.done
-		if rerr := os.Remove(p.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		if rerr := p.records.DeleteRecord(RecordPin, p.name); rerr != nil {
 			err = fmt.Errorf("remove pin of version %d: %w", p.rec.Version, rerr)
 		}
 	})
 	return err
-}
-
-// pinDir is the pins' directory, and whether the store can hold pins.
-func (s *Store) pinDir() (string, bool) {
-	if _, ok := s.be.(localDirBackend); !ok {
-		return "", false
-	}
-	return filepath.Join(s.root, pinDir), true
 }
 
 // PinInfo describes a pin record.
@@ -173,58 +167,54 @@ type PinInfo struct {
 	Owner   string // "host pid N"
 }
 
-// pins reads every pin record. An unreadable record (or one of an unknown format) is an
+// list reads every pin record. An unreadable record (or one of an unknown format) is an
 // error: what it protects is unknown, and gc must not guess.
-func (s *Store) pins() ([]PinInfo, error) {
-	dir, ok := s.pinDir()
-	if !ok {
+func (ps *pinSet) list() ([]PinInfo, error) {
+	recs := ps.be.records
+	if recs == nil {
 		return nil, nil
 	}
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	names, err := recs.ListRecords(RecordPin)
+	if errors.Is(err, errors.ErrUnsupported) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pins: %w", err)
 	}
 	var out []PinInfo
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue // a renewal's temporary file
-		}
-		if !e.Type().IsRegular() {
-			// Not read: reading a FIFO would block gc until a writer came.
-			return nil, fmt.Errorf("%s: pin record %w (%v; remove it if no reader uses it)",
-				filepath.Join(dir, e.Name()), errNotRegular, e.Type())
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	for _, name := range names {
+		data, err := recs.GetRecord(RecordPin, name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // its reader just removed it
+		}
+		if errors.Is(err, errNotRegular) {
+			// Not read: reading a FIFO would block gc until a writer came.
+			return nil, fmt.Errorf("%w (remove it if no reader uses it)", err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("pins: %w", err)
 		}
 		rec, err := decodePin(data)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w (remove it if no reader uses it)", filepath.Join(dir, e.Name()), err)
+			return nil, fmt.Errorf("%s: %w (remove it if no reader uses it)", recs.RecordPath(RecordPin, name), err)
 		}
-		out = append(out, PinInfo{Name: e.Name(), Version: rec.Version, Expires: rec.Expires,
+		out = append(out, PinInfo{Name: name, Version: rec.Version, Expires: rec.Expires,
 			Owner: fmt.Sprintf("%s pid %d", rec.Host, rec.PID)})
 	}
 	return out, nil
 }
 
 // Pins lists the store's pin records (none on an S3 store).
-func (s *Store) Pins() ([]PinInfo, error) { return s.pins() }
+func (s *Store) Pins() ([]PinInfo, error) { return s.pins.list() }
 
-// activePins is the set of versions named by a pin that has not expired at now.
-func (s *Store) activePins(now time.Time) (map[uint64]bool, error) {
-	ps, err := s.pins()
+// active is the set of versions named by a pin that has not expired at now.
+func (ps *pinSet) active(now time.Time) (map[uint64]bool, error) {
+	pins, err := ps.list()
 	if err != nil {
 		return nil, err
 	}
 	out := map[uint64]bool{}
-	for _, p := range ps {
+	for _, p := range pins {
 		if p.Expires.After(now) {
 			out[p.Version] = true
 		}
@@ -232,19 +222,18 @@ func (s *Store) activePins(now time.Time) (map[uint64]bool, error) {
 	return out, nil
 }
 
-// removeExpiredPins deletes the records of readers that went away without removing theirs
+// removeExpired deletes the records of readers that went away without removing theirs
 // (expired for a whole lease more, so that a reader whose renewals were late is not
 // surprised).
-func (s *Store) removeExpiredPins(now time.Time) {
-	ps, err := s.pins()
+func (ps *pinSet) removeExpired(now time.Time) {
+	pins, err := ps.list()
 	if err != nil {
 		return
 	}
-	dir, _ := s.pinDir()
-	for _, p := range ps {
+	for _, p := range pins {
 		if p.Expires.Add(PinLease).Before(now) {
-			if err := os.Remove(filepath.Join(dir, p.Name)); err == nil {
-				s.log.Info("gc: removed an expired pin", "version", p.Version, "owner", p.Owner, "expired", p.Expires.Format(time.RFC3339))
+			if err := ps.be.records.DeleteRecord(RecordPin, p.Name); err == nil {
+				ps.log.Info("gc: removed an expired pin", "version", p.Version, "owner", p.Owner, "expired", p.Expires.Format(time.RFC3339))
 			}
 		}
 	}

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
+	"log/slog"
 	"slices"
 	"sort"
 )
@@ -20,15 +19,8 @@ import (
 // before the record. The record is advisory to Verify alone: a damaged or missing one costs
 // Verify that distinction (it says so in its report), never a read, a seal or a gc.
 
-// GCRecords is the optional part of a Backend that holds the gc record. A backend without it
-// has none: Verify then judges every gone version by the deltas after it.
-type GCRecords interface {
-	// PutGCRecord stores the record durably and atomically, replacing the old one: a reader
-	// gets the old bytes or the new, never a mix.
-	PutGCRecord(data []byte) error
-	// GetGCRecord returns the record's bytes (fs.ErrNotExist if there is none).
-	GetGCRecord() ([]byte, error)
-}
+// The record is the backend's one RecordGC record (Records), GCRecordName. A backend
+// without it has none: Verify then judges every gone version by the deltas after it.
 
 // GCRecordName is the record's name in a store's layout (STORE/NAME, PREFIX/NAME in S3).
 const GCRecordName = "dropped"
@@ -169,26 +161,7 @@ func (r gcRecord) add(drop, remaining []uint64) gcRecord {
 	return out
 }
 
-func (b *localBackend) gcRecordPath() string { return filepath.Join(b.root, GCRecordName) }
-
-var _ GCRecords = (*localBackend)(nil)
-
-func (b *localBackend) PutGCRecord(data []byte) error {
-	if err := writeFileSynced(b.gcRecordPath(), filepath.Join(b.root, "tmp"), data, b.modes.file); err != nil {
-		return fmt.Errorf("write gc record: %w", err)
-	}
-	return nil
-}
-
-func (b *localBackend) GetGCRecord() ([]byte, error) {
-	data, err := os.ReadFile(b.gcRecordPath())
-	if err != nil {
-		return nil, fmt.Errorf("read gc record: %w", err)
-	}
-	return data, nil
-}
-
-// gcRecordState is what readGCRecord found.
+// gcRecordState is what gcRecordKeeper.read found.
 type gcRecordState int
 
 const (
@@ -198,13 +171,28 @@ const (
 	gcRecordBad                       // unreadable or refused: the error says why
 )
 
-// readGCRecord reads and checks the store's gc record.
-func (s *Store) readGCRecord() (gcRecord, gcRecordState, error) {
-	recs, ok := s.backend.(GCRecords)
-	if !ok {
+// gcRecordKeeper reads and writes the store's gc record: the writer at open (ensure), gc
+// (recordDropped, trim), Verify and the readers that ask whether gc dropped a version
+// (read).
+type gcRecordKeeper struct {
+	be  *backendCaps
+	log *slog.Logger
+}
+
+// put replaces the record by r, durably.
+func (k *gcRecordKeeper) put(r gcRecord) error {
+	return k.be.records.PutRecord(RecordGC, GCRecordName, encodeGCRecord(r))
+}
+
+// read reads and checks the store's gc record.
+func (k *gcRecordKeeper) read() (gcRecord, gcRecordState, error) {
+	if k.be.records == nil {
 		return gcRecord{}, gcRecordUnsupported, nil
 	}
-	data, err := recs.GetGCRecord()
+	data, err := k.be.records.GetRecord(RecordGC, GCRecordName)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return gcRecord{}, gcRecordUnsupported, nil
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return gcRecord{}, gcRecordAbsent, nil
 	}
@@ -220,12 +208,12 @@ func (s *Store) readGCRecord() (gcRecord, gcRecordState, error) {
 
 // storedVersionNumbers lists the version numbers the store holds (manifests, readable or not) and
 // those in quarantine, ascending.
-func (s *Store) storedVersionNumbers() ([]uint64, error) {
-	numbers, err := s.be.ListManifests()
+func (k *gcRecordKeeper) storedVersionNumbers() ([]uint64, error) {
+	numbers, err := k.be.ListManifests()
 	if err != nil {
 		return nil, err
 	}
-	if q, ok := s.be.(quarantiner); ok {
+	if q := k.be.quarantine; q != nil {
 		qs, err := q.listQuarantined()
 		if err != nil {
 			return nil, err
@@ -237,10 +225,10 @@ func (s *Store) storedVersionNumbers() ([]uint64, error) {
 	return numbers, nil
 }
 
-// freshGCRecord is the record of a store that has none (or a damaged one): every version
+// fresh is the record of a store that has none (or a damaged one): every version
 // gone so far is judged the old way.
-func (s *Store) freshGCRecord() (gcRecord, error) {
-	numbers, err := s.storedVersionNumbers()
+func (k *gcRecordKeeper) fresh() (gcRecord, error) {
+	numbers, err := k.storedVersionNumbers()
 	if err != nil {
 		return gcRecord{}, err
 	}
@@ -251,40 +239,40 @@ func (s *Store) freshGCRecord() (gcRecord, error) {
 	return r, nil
 }
 
-// ensureGCRecord is the writer's at open: a store without a gc record (new, or from before
+// ensure is the writer's at open: a store without a gc record (new, or from before
 // the record) gets one, and a damaged one is replaced, with a log line saying what is lost.
 // It never fails the open: without a record, Verify judges as before it.
-func (s *Store) ensureGCRecord() {
-	_, state, err := s.readGCRecord()
+func (k *gcRecordKeeper) ensure() {
+	_, state, err := k.read()
 	switch state {
 	case gcRecordOK:
-		s.trimGCRecord()
+		k.trim()
 		return
 	case gcRecordUnsupported:
 		return
 	case gcRecordBad:
 		if !errors.Is(err, ErrCorrupt) {
 			// Unreadable now, or written by a newer weightfs: not ours to replace.
-			s.log.Warn("gc record: not read; left as it is", "err", err)
+			k.log.Warn("gc record: not read; left as it is", "err", err)
 			return
 		}
 	}
-	r, ferr := s.freshGCRecord()
+	r, ferr := k.fresh()
 	if ferr == nil {
-		ferr = s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r))
+		ferr = k.put(r)
 	}
 	switch {
 	case ferr != nil:
-		s.log.Warn("gc record: not written (verify judges gone versions by their deltas alone)", "err", ferr)
+		k.log.Warn("gc record: not written (verify judges gone versions by their deltas alone)", "err", ferr)
 	case state == gcRecordBad:
-		s.log.Warn(fmt.Sprintf("gc record: damaged, replaced by a new one: which versions at or below %d gc dropped is no longer known (verify judges those by their next versions' deltas alone)", r.Since), "err", err)
+		k.log.Warn(fmt.Sprintf("gc record: damaged, replaced by a new one: which versions at or below %d gc dropped is no longer known (verify judges those by their next versions' deltas alone)", r.Since), "err", err)
 	}
 }
 
 // recordDropped adds the versions gc is about to drop to the gc record, durably. gc calls it
 // before it deletes the first manifest and stops if it fails.
-func (s *Store) recordDropped(drop []uint64) error {
-	r, state, err := s.readGCRecord()
+func (k *gcRecordKeeper) recordDropped(drop []uint64) error {
+	r, state, err := k.read()
 	switch state {
 	case gcRecordUnsupported:
 		return nil
@@ -294,14 +282,14 @@ func (s *Store) recordDropped(drop []uint64) error {
 			// nothing (use the newer weightfs).
 			return err
 		}
-		s.log.Warn("gc record: damaged, replaced by a new one: which versions gc dropped before is no longer known (verify judges those by their next versions' deltas alone)", "err", err)
+		k.log.Warn("gc record: damaged, replaced by a new one: which versions gc dropped before is no longer known (verify judges those by their next versions' deltas alone)", "err", err)
 		fallthrough
 	case gcRecordAbsent:
-		if r, err = s.freshGCRecord(); err != nil {
+		if r, err = k.fresh(); err != nil {
 			return err
 		}
 	}
-	numbers, err := s.storedVersionNumbers()
+	numbers, err := k.storedVersionNumbers()
 	if err != nil {
 		return err
 	}
@@ -310,24 +298,24 @@ func (s *Store) recordDropped(drop []uint64) error {
 		dropSet[v] = true
 	}
 	remaining := slices.DeleteFunc(numbers, func(v uint64) bool { return dropSet[v] })
-	return s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r.add(drop, remaining)))
+	return k.put(r.add(drop, remaining))
 }
 
-// trimGCRecord cuts out of the gc record the versions it lists that the store still holds:
+// trim cuts out of the gc record the versions it lists that the store still holds:
 // a gc that recorded them and stopped before deleting their manifests (a crash, a failed
 // delete). Left in, they would be taken for dropped if their manifests were lost later, and
 // Verify would not call that damage. The writer runs it at open and gc when it drops nothing
 // (a gc that drops versions cuts them in recordDropped); no gc runs meanwhile (a gc holds the
 // writer's lock, or is the writer's own under writeMu). A failure is logged, not returned:
 // the record only tells Verify's findings apart.
-func (s *Store) trimGCRecord() {
-	r, state, _ := s.readGCRecord()
+func (k *gcRecordKeeper) trim() {
+	r, state, _ := k.read()
 	if state != gcRecordOK {
 		return
 	}
-	numbers, err := s.storedVersionNumbers()
+	numbers, err := k.storedVersionNumbers()
 	if err != nil {
-		s.log.Warn("gc record: versions it lists that the store holds not cut out", "err", err)
+		k.log.Warn("gc record: versions it lists that the store holds not cut out", "err", err)
 		return
 	}
 	stale := false
@@ -340,7 +328,7 @@ func (s *Store) trimGCRecord() {
 	if !stale {
 		return
 	}
-	if err := s.backend.(GCRecords).PutGCRecord(encodeGCRecord(r.add(nil, numbers))); err != nil {
-		s.log.Warn("gc record: versions it lists that the store holds not cut out", "err", err)
+	if err := k.put(r.add(nil, numbers)); err != nil {
+		k.log.Warn("gc record: versions it lists that the store holds not cut out", "err", err)
 	}
 }
