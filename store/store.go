@@ -295,12 +295,13 @@ func newBareStore(path string, opts Options) *Store {
 	s.ra = newReadAhead()
 	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
 	s.bufs = newRecycler()
-	s.renders = newRenders(s)
-	s.collector = newCollector(s)
-	s.checker = newChecker(s)
 	s.pins = &pinSet{be: s.be, log: s.log}
 	s.gcRecord = &gcRecordKeeper{be: s.be, log: s.log}
 	s.publisher = &groupPublisher{root: path, be: s.be, log: s.log, st: s}
+	// After the parts above: the collector's holds and retainer take their methods.
+	s.renders = newRenders(s)
+	s.collector = newCollector(s)
+	s.checker = newChecker(s)
 	return s
 }
 
