@@ -218,7 +218,7 @@ func (s *Store) writeContextOf(base ID) *writeContext {
 	if s.contextChain <= 0 {
 		return nil
 	}
-	m, err := s.meta(base)
+	m, err := s.objects.meta(base)
 	if err != nil || m.DeltaLen == 0 {
 		return nil
 	}

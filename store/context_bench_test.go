@@ -72,7 +72,7 @@ func BenchmarkContextChain(b *testing.B) {
 					}
 					for i := range ver.m.Files {
 						for _, tn := range ver.m.Files[i].Tensors {
-							if mt, err := s.meta(tn.ID); err == nil && mt.Kind == kindDelta && mt.Base == tn.Base {
+							if mt, err := s.objects.meta(tn.ID); err == nil && mt.Kind == kindDelta && mt.Base == tn.Base {
 								bytes += mt.DeltaLen
 								changed += tn.Changed
 							}

@@ -36,7 +36,7 @@ func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 		f := &ver.m.Files[i]
 		for j := range f.Tensors {
 			tn := &f.Tensors[j]
-			m, err := s.meta(tn.ID)
+			m, err := s.objects.meta(tn.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +48,7 @@ func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 				t.Fatalf("version %d: %s: %v", v, tn.Name, err)
 			}
 			want := 1
-			bm, err := s.meta(m.Base)
+			bm, err := s.objects.meta(m.Base)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +211,7 @@ func TestContextGC(t *testing.T) {
 				}
 				anchors := 0 // whole copies whose version-2 link loses its context
 				for id := range kept {
-					if m, err := s.meta(id); err == nil && m.Kind == kindFull && m.DeltaLen > 0 && !kept[m.Base] {
+					if m, err := s.objects.meta(id); err == nil && m.Kind == kindFull && m.DeltaLen > 0 && !kept[m.Base] {
 						if v2, err := s.sectionIsV2(id); err == nil && v2 {
 							anchors++
 						}
@@ -223,7 +223,7 @@ func TestContextGC(t *testing.T) {
 				}
 				linksV1, v2 := 0, 0
 				for id := range kept {
-					m, err := s.meta(id)
+					m, err := s.objects.meta(id)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -411,9 +411,9 @@ func TestContextGCOtherProcess(t *testing.T) {
 		r.deltas.remove(id)
 	}
 	r.objInfos.clear()
-	r.metaMu.Lock()
-	clear(r.metas)
-	r.metaMu.Unlock()
+	r.objects.metaMu.Lock()
+	clear(r.objects.metas)
+	r.objects.metaMu.Unlock()
 	if err := r.ix.clearObjects(); err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func TestForwardCachesContexts(t *testing.T) {
 	blocks := 0
 	for i := range ver.m.Files {
 		for _, tn := range ver.m.Files[i].Tensors {
-			m, err := s.meta(tn.ID)
+			m, err := s.objects.meta(tn.ID)
 			if err != nil || m.Kind != kindDelta || tn.Base != m.Base {
 				continue
 			}

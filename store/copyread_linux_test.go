@@ -70,7 +70,7 @@ func TestReadPageDirect(t *testing.T) {
 	}
 	var pages []pageRef
 	for id := range view.m.locs {
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +229,7 @@ func TestBaseReaderReadsAhead(t *testing.T) {
 	sizes := map[ID]int64{}
 	want := map[ID][]byte{}
 	for id := range view.m.locs {
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err != nil {
 			t.Fatal(err)
 		}

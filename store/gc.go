@@ -32,7 +32,7 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 	walk := func(id ID) error {
 		for cur, n := id, 0; !live[cur]; n++ {
 			live[cur] = true
-			m, err := s.meta(cur)
+			m, err := s.objects.meta(cur)
 			if err != nil {
 				return err
 			}
@@ -63,7 +63,7 @@ func (s *Store) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) {
 	for len(links) > 0 {
 		id := links[len(links)-1]
 		links = links[:len(links)-1]
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +146,7 @@ func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err e
 		}
 	}
 	for _, id := range gone {
-		s.forgetMeta(id)
+		s.objects.forgetMeta(id)
 		s.crcChecked.Delete(id)
 	}
 	s.pendMu.Lock()
@@ -262,10 +262,7 @@ func (s *Store) RebuildIndex() error {
 	if err := s.ix.reset(); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}
-	s.metaMu.Lock()
-	clear(s.metas)
-	s.dirtyMetas = nil
-	s.metaMu.Unlock()
+	s.objects.dropMetas()
 	s.manifests.clear()
 	s.objInfos.clear()
 	if err := s.loadVersions(); err != nil {
@@ -275,14 +272,14 @@ func (s *Store) RebuildIndex() error {
 	s.mat.invalidate()
 	var errs []error
 	if err := s.be.ListObjects(func(id ID, _ int64) error {
-		if _, err := s.meta(id); err != nil {
+		if _, err := s.objects.meta(id); err != nil {
 			errs = append(errs, err)
 		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}
-	s.flushMetas()
+	s.objects.flushMetas()
 	if len(errs) > 0 {
 		return fmt.Errorf("rebuild index: %w", errors.Join(errs...))
 	}

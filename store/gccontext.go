@@ -99,7 +99,7 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 	if err := fw.put(id); err != nil {
 		return err
 	}
-	s.forgetMeta(id)
+	s.objects.forgetMeta(id)
 	s.crcChecked.Delete(id)
 	return nil
 }

@@ -196,7 +196,7 @@ func (s *Store) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 	listed := map[ID]bool{}
 	for _, ver := range keptVersions {
 		for id, hint := range objectsOf(ver) {
-			m, err := s.meta(id)
+			m, err := s.objects.meta(id)
 			if err != nil {
 				return nil, err
 			}
@@ -255,7 +255,7 @@ func (s *Store) estimateGC(st GCStats, jobs []reanchorJob, dropSet map[uint64]bo
 func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	// Headers read while gc re-anchored (by ingest beside it) may be those of the objects
 	// before their rewrite: the sweep walks chains from fresh ones.
-	s.forgetAllMetas()
+	s.objects.forgetAllMetas()
 	if err := s.be.SyncObjects(); err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
@@ -320,7 +320,7 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	// Chain depths changed; they refill from object headers.
-	s.forgetAllMetas()
+	s.objects.forgetAllMetas()
 	if len(late) > 0 {
 		s.trimGCRecord() // the record holds the versions kept late: not dropped
 	}
@@ -335,7 +335,7 @@ func (s *Store) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 func (s *Store) wholeCopySize(m objMeta) int64 {
 	cur := m.Base
 	for n := 0; n < maxWalk; n++ {
-		bm, err := s.meta(cur)
+		bm, err := s.objects.meta(cur)
 		if err != nil {
 			break
 		}
@@ -345,16 +345,4 @@ func (s *Store) wholeCopySize(m objMeta) int64 {
 		cur = bm.Base
 	}
 	return m.ContentLen
-}
-
-// forgetAllMetas drops every object header remembered, in memory and in the index: they
-// refill from the object files.
-func (s *Store) forgetAllMetas() {
-	s.metaMu.Lock()
-	clear(s.metas)
-	s.dirtyMetas = nil
-	s.metaMu.Unlock()
-	if err := s.ix.clearObjects(); err != nil {
-		s.log.Warn("index: not updated", "err", err)
-	}
 }

@@ -21,7 +21,7 @@ func (s *Store) sweepOrder(victims []victim) []victim {
 	waiting := make([]int, len(victims))
 	for i, v := range victims {
 		base[i] = -1
-		m, err := s.meta(v.id)
+		m, err := s.objects.meta(v.id)
 		if err != nil || m.Base == (ID{}) {
 			continue
 		}

@@ -243,7 +243,7 @@ func TestIndexDamageWhileOpen(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "cache")
 	s := openStore(t, fx.root, Options{ReadOnly: true, CacheDir: cache, Logger: logtest.New(log.logf)})
 	fx.readAll(t, s)
-	s.flushMetas()
+	s.objects.flushMetas()
 	indexPath := filepath.Join(cache, "index.db")
 	pages, pageSize := indexPages(t, indexPath)
 	f, err := os.OpenFile(indexPath, os.O_WRONLY, 0)
@@ -258,9 +258,9 @@ func TestIndexDamageWhileOpen(t *testing.T) {
 	}
 	f.Close()
 	// Forget what memory holds in front of the index, so reads go to it.
-	s.metaMu.Lock()
-	clear(s.metas)
-	s.metaMu.Unlock()
+	s.objects.metaMu.Lock()
+	clear(s.objects.metas)
+	s.objects.metaMu.Unlock()
 	s.objInfos.clear()
 	s.pages.clear()
 	s.deltas.clear()

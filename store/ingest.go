@@ -246,7 +246,7 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 	if s.exists(id) {
 		return nil
 	}
-	bm, err := s.meta(base.tensor.ID)
+	bm, err := s.objects.meta(base.tensor.ID)
 	if err != nil {
 		if !isDamage(err) {
 			return fmt.Errorf("base: %w", err)
@@ -269,7 +269,7 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 			return err
 		}
 		w.noteCreated(id, int64(len(file)))
-		s.putMeta(id, objMeta{Kind: kindDelta, Width: width, Base: base.tensor.ID, ContentLen: size,
+		s.objects.putMeta(id, objMeta{Kind: kindDelta, Width: width, Base: base.tensor.ID, ContentLen: size,
 			FileSize: int64(len(file)), DeltaLen: int64(len(body)), Depth: depth, ChainBytes: chainBytes})
 		return nil
 	}
@@ -425,7 +425,7 @@ func (w *Writer) putFull(fw *fullWriter, id ID, width int, size int64, base ID, 
 		return err
 	}
 	w.noteCreated(id, stored)
-	w.s.putMeta(id, objMeta{Kind: kindFull, Width: width, Base: base, ContentLen: size, FileSize: stored, DeltaLen: linkLen})
+	w.s.objects.putMeta(id, objMeta{Kind: kindFull, Width: width, Base: base, ContentLen: size, FileSize: stored, DeltaLen: linkLen})
 	return nil
 }
 

@@ -122,7 +122,7 @@ func TestAnchorsAtTheChainBound(t *testing.T) {
 	// v1 full; v2..v4 deltas (depth 1..3); v5 anchor; v6..v8 deltas; v9 anchor.
 	wantKinds := []objectKind{kindFull, kindDelta, kindDelta, kindDelta, kindFull, kindDelta, kindDelta, kindDelta, kindFull}
 	for i, id := range ids {
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestAnchorWhenDeltasOutgrowTheTensor(t *testing.T) {
 	for v := uint64(2); v <= 10; v++ {
 		w = perturb(rng, w, 1, 0.4)
 		commitTree(t, s, v, map[string][]byte{"m.safetensors": safetensorsFile(t, testTensor{"w", delta.DTypeU8, []int64{4000}, w})})
-		m, _ := s.meta(IDOf(w))
+		m, _ := s.objects.meta(IDOf(w))
 		if m.Kind == kindFull {
 			full++
 		}

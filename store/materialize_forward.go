@@ -189,9 +189,9 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 			continue
 		}
 		p := inPlace{path: f.Path, off: f.HeaderLen + nt.Begin, size: nt.End - nt.Begin, width: nt.DType.Size()}
-		if nm, err := s.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
+		if nm, err := s.objects.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
 			p.obj, p.dir = nt.ID, delta.Forward
-		} else if om, err := s.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
+		} else if om, err := s.objects.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
 			p.obj, p.dir = ot.ID, delta.Backward
 		} else {
 			return nil, false

@@ -308,7 +308,7 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		view = s.mat.view()
 		defer view.release()
 	}
-	m, err := s.meta(id)
+	m, err := s.objects.meta(id)
 	if err != nil {
 		return nil, err
 	}
@@ -339,10 +339,10 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		if !allowStale || !errors.Is(err, fs.ErrNotExist) || isCopyError(err) {
 			return false
 		}
-		s.forgetMeta(id)
-		s.forgetMeta(p.start)
+		s.objects.forgetMeta(id)
+		s.objects.forgetMeta(p.start)
 		for _, st := range p.steps {
-			s.forgetMeta(st.obj)
+			s.objects.forgetMeta(st.obj)
 		}
 		return true
 	}
@@ -372,13 +372,13 @@ func (s *Store) checkStepLengths(id ID, p plan, contentLen int64) error {
 	for _, st := range p.steps {
 		d, err := s.loadDelta(st.obj)
 		if errors.Is(err, errStale) {
-			s.forgetMeta(st.obj)
+			s.objects.forgetMeta(st.obj)
 		}
 		if err != nil {
 			return err
 		}
 		if d.hdr.ContentLen != contentLen {
-			s.forgetMeta(id)
+			s.objects.forgetMeta(id)
 			return objectError(id, fmt.Errorf("read as %d content bytes, delta %s (checked) has %d: %w",
 				contentLen, st.obj, d.hdr.ContentLen, ErrCorrupt))
 		}
@@ -416,7 +416,7 @@ func (s *Store) fillPage(page *cachedPage, p plan, opts readOpts, view *matView,
 	default:
 		if err := s.readFullRange(p.start, off, buf); err != nil {
 			if errors.Is(err, errStale) {
-				s.forgetMeta(p.start)
+				s.objects.forgetMeta(p.start)
 			}
 			return err
 		}
@@ -427,7 +427,7 @@ func (s *Store) fillPage(page *cachedPage, p plan, opts readOpts, view *matView,
 // forgetChain drops the metas of objects a failed walk passed.
 func (s *Store) forgetChain(chain []ID) {
 	for _, id := range chain {
-		s.forgetMeta(id)
+		s.objects.forgetMeta(id)
 	}
 }
 

@@ -33,7 +33,7 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 	for _, st := range steps {
 		d, err := s.loadDelta(st.obj)
 		if errors.Is(err, errStale) {
-			s.forgetMeta(st.obj)
+			s.objects.forgetMeta(st.obj)
 		}
 		if err != nil {
 			return err

@@ -69,7 +69,7 @@ func (w *planWalker) forward(id ID) (plan, []ID, error) {
 	var chain []ID // id, its base, its base's base, ...
 	cur := id
 	for {
-		m, err := w.s.meta(cur)
+		m, err := w.s.objects.meta(cur)
 		if err != nil {
 			return plan{}, append(chain, cur), err
 		}
@@ -112,7 +112,7 @@ func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 	var best plan
 	bestAt := -1
 	for cur := d0; cur != id; {
-		m, err := w.s.meta(cur)
+		m, err := w.s.objects.meta(cur)
 		if err != nil || m.DeltaLen == 0 || len(path) > 4*w.s.maxChain+limit {
 			return plan{}, false
 		}

@@ -24,7 +24,7 @@ func (s *Store) forgetObjects(id ID, hint objHint) int {
 		}
 	}
 	for o := range drop {
-		s.forgetMeta(o)
+		s.objects.forgetMeta(o)
 		s.crcChecked.Delete(o)
 	}
 	s.blocks.removeIf(func(k blockKey) bool { return drop[k.id] })
@@ -39,7 +39,7 @@ func (s *Store) cachedChain(id ID, seen map[ID]bool) {
 	for cur := id; !cur.IsZero() && !seen[cur] && len(seen) < maxWalk; {
 		seen[cur] = true
 		var bases []ID
-		if m, ok := s.cachedMeta(cur); ok {
+		if m, ok := s.objects.cachedMeta(cur); ok {
 			bases = append(bases, m.Base)
 		}
 		if info, ok := s.objInfos.get(cur); ok {

@@ -135,7 +135,7 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 	var victim ID
 	for i := range ver.m.Files {
 		for _, tn := range ver.m.Files[i].Tensors {
-			if m, err := s.meta(tn.ID); err == nil && m.Kind == kindDelta && victim == (ID{}) {
+			if m, err := s.objects.meta(tn.ID); err == nil && m.Kind == kindDelta && victim == (ID{}) {
 				victim = tn.ID
 			}
 		}

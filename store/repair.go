@@ -249,7 +249,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		}
 		rep.QuarantinedObjects = append(rep.QuarantinedObjects, id)
 		rep.Moved = append(rep.Moved, dst)
-		s.forgetMeta(id)
+		s.objects.forgetMeta(id)
 		s.crcChecked.Delete(id)
 		s.log.Info("repair: object quarantined", "object", id, "to", dst)
 	}

@@ -75,7 +75,7 @@ func deltaObjectOf(t *testing.T, s *Store, v uint64) ID {
 		t.Fatal(err)
 	}
 	id := ver.files["model.safetensors"].Tensors[0].ID
-	if m, err := s.meta(id); err != nil || m.Kind != kindDelta {
+	if m, err := s.objects.meta(id); err != nil || m.Kind != kindDelta {
 		t.Fatalf("tensor of version %d: object %s is not a delta object (%v)", v, id, err)
 	}
 	return id

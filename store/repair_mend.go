@@ -480,7 +480,7 @@ func (r *repairer) rewriteWhole(m rewrite) error {
 	if err := fw.put(m.id); err != nil {
 		return err
 	}
-	s.forgetMeta(m.id)
+	s.objects.forgetMeta(m.id)
 	s.crcChecked.Delete(m.id)
 	s.objInfos.remove(m.id)
 	s.deltas.remove(m.id)

@@ -113,6 +113,7 @@ type Store struct {
 	quarantineTop uint64
 
 	manifests   *versionCache
+	objects     *objectStore // metas, object reads and their caches (object_store.go)
 	objInfos    *lru[ID, *objectInfo]
 	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
@@ -121,9 +122,6 @@ type Store struct {
 	ra          *readAhead                   // background builds of the pages a sequential reader needs next
 	pageFlight  singleflight.Group
 	blockFlight singleflight.Group
-	metaMu      sync.Mutex
-	metas       map[ID]objMeta // in front of the index's objects bucket
-	dirtyMetas  map[ID]objMeta // not yet written to the index
 
 	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
 	saidWhole    sync.Map // path -> true: logged that this non-safetensors file is stored whole
@@ -306,7 +304,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
 		diff: opts.Diff, maxChain: opts.MaxChain, contextChain: maxContextChain,
-		metas: map[ID]objMeta{}, pending: map[ID]int{}, open: map[uint64]*Writer{},
+		pending: map[ID]int{}, open: map[uint64]*Writer{},
 		now: time.Now, hook: opts.Failpoint,
 	}
 	if s.diff == nil {
@@ -320,6 +318,7 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 		cacheBytes = DefaultCacheBytes
 	}
 	s.manifests = newVersionCache(versionCacheBytes)
+	s.objects = newObjectStore(s, cacheBytes)
 	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newBlockCache(cacheBytes / 8)
@@ -469,7 +468,7 @@ func (s *Store) shutdown() error {
 		s.mat.close()
 	}
 	if s.ix != nil {
-		s.flushMetas()
+		s.objects.flushMetas()
 		if s.lock != nil && !s.hasPending() && !s.leftovers {
 			// Clean shutdown of the writer: no sweep needed at the next open.
 			s.ix.setFlag(keyDirty, false)

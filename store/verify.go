@@ -203,7 +203,7 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		if checked[id] || bad[id] || s.baseChainBroken(id, bad) {
 			continue
 		}
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err == nil {
 			var got ID
 			got, err = s.hashObject(id, objHint{}, m.ContentLen, opts)
@@ -323,15 +323,15 @@ func (s *Store) deltasBasedOutside(ver *version) []Damage {
 		f := &ver.m.Files[i]
 		for j := range f.Tensors {
 			id := f.Tensors[j].ID
-			m, err := s.meta(id)
+			m, err := s.objects.meta(id)
 			if err != nil || m.Kind != kindDelta {
 				continue // damage of the object itself is reported with the object
 			}
 			// What this process remembers of the object may predate a gc (another
 			// process's, or a writer's retention) that rewrote it whole in place: the
 			// verdict is taken from the object's header as it is now.
-			s.forgetMeta(id)
-			if m, err = s.meta(id); err != nil || m.Kind != kindDelta {
+			s.objects.forgetMeta(id)
+			if m, err = s.objects.meta(id); err != nil || m.Kind != kindDelta {
 				continue
 			}
 			out = append(out, Damage{Version: p, Object: m.Base,
