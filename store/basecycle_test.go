@@ -40,7 +40,7 @@ func v2Chain(t *testing.T, s *Store, v uint64, n int) ([]ID, string) {
 		for _, tn := range ver.m.Files[i].Tensors {
 			var chain []ID
 			for cur := tn.ID; len(chain) < n; {
-				info, err := s.objectInfoOf(cur)
+				info, err := s.objects.objectInfoOf(cur)
 				if err != nil || info.hdr.Kind != kindDelta {
 					break
 				}
@@ -84,7 +84,7 @@ func TestBaseCycle(t *testing.T) {
 					r.pages.clear()
 					r.blocks.clear()
 					for _, id := range chain[1:] {
-						r.deltas.remove(id)
+						r.objects.deltas.remove(id)
 					}
 				}
 				forgeBase(t, root, chain[n-1], chain[0]) // the last of the chain's base is its first

@@ -44,7 +44,7 @@ func (s *Store) attachContext(id ID, d *deltaObject, path []ID) error {
 	if err := s.contextCycle(base, path); err != nil {
 		return objectError(id, err)
 	}
-	bd, err := s.loadDeltaAt(base, path)
+	bd, err := s.objects.loadDeltaAt(base, path)
 	if err != nil {
 		return contextError(id, base, err)
 	}
@@ -69,7 +69,7 @@ func (s *Store) contextCycle(base ID, path []ID) error {
 		if n >= maxContextRead {
 			return fmt.Errorf("chain of delta contexts longer than %d: %w", maxContextRead, ErrCorrupt)
 		}
-		d, ok := s.deltas.get(cur)
+		d, ok := s.objects.deltas.get(cur)
 		if !ok || d.context == nil {
 			return nil
 		}
@@ -103,7 +103,7 @@ func (s *Store) sectionBlock(id ID, d *deltaObject, b int64, path []ID) (*cached
 	var err error
 	for try := 0; try < 2; try++ {
 		if d == nil {
-			d, err = s.loadDelta(id)
+			d, err = s.objects.loadDelta(id)
 		}
 		if err == nil {
 			var cb *cachedBlock
@@ -114,8 +114,8 @@ func (s *Store) sectionBlock(id ID, d *deltaObject, b int64, path []ID) (*cached
 		if !isContextDamage(err) {
 			break
 		}
-		s.deltas.remove(id)
-		s.objInfos.remove(id)
+		s.objects.deltas.remove(id)
+		s.objects.objInfos.remove(id)
 		d = nil
 	}
 	return nil, err
@@ -222,7 +222,7 @@ func (s *Store) writeContextOf(base ID) *writeContext {
 	if err != nil || m.DeltaLen == 0 {
 		return nil
 	}
-	d, err := s.loadDelta(base)
+	d, err := s.objects.loadDelta(base)
 	if err != nil {
 		s.log.Warn("delta written without context: the base's delta section does not load", "base", base, "err", err)
 		return nil

@@ -43,7 +43,7 @@ func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 			if m.Kind != kindDelta || tn.Base != m.Base {
 				continue // a whole copy, or an object an earlier version stored
 			}
-			d, err := s.loadDelta(tn.ID)
+			d, err := s.objects.loadDelta(tn.ID)
 			if err != nil {
 				t.Fatalf("version %d: %s: %v", v, tn.Name, err)
 			}
@@ -53,7 +53,7 @@ func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 				t.Fatal(err)
 			}
 			if bm.DeltaLen > 0 {
-				bd, err := s.loadDelta(m.Base)
+				bd, err := s.objects.loadDelta(m.Base)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -230,7 +230,7 @@ func TestContextGC(t *testing.T) {
 					if m.DeltaLen == 0 {
 						continue
 					}
-					d, err := s.loadDelta(id)
+					d, err := s.objects.loadDelta(id)
 					if err != nil {
 						t.Fatalf("kept object %s: %v", id, err)
 					}
@@ -280,7 +280,7 @@ func TestContextDamage(t *testing.T) {
 	}
 	var chain []ID // v5's object, v4's, v3's
 	for id := f.Tensors[0].ID; len(chain) < 3; {
-		d, err := s.loadDelta(id)
+		d, err := s.objects.loadDelta(id)
 		if err != nil || d.info.Version != 2 {
 			t.Fatalf("object %s of %s: section %v, %v: want version 2", id, f.Path, d, err)
 		}
@@ -389,7 +389,7 @@ func TestContextGCOtherProcess(t *testing.T) {
 	var bases []ID
 	for i := range ver4.m.Files {
 		for _, tn := range ver4.m.Files[i].Tensors {
-			if d, err := r.loadDelta(tn.ID); err == nil && d.info.Version == 2 {
+			if d, err := r.objects.loadDelta(tn.ID); err == nil && d.info.Version == 2 {
 				loaded++
 				bases = append(bases, d.hdr.Base)
 			}
@@ -408,9 +408,9 @@ func TestContextGCOtherProcess(t *testing.T) {
 	// anyway, with or without contexts), and the sections of version 3 it loaded as contexts
 	// (gone from the store now); its sections of version 4 stay, version 2 against them.
 	for _, id := range bases {
-		r.deltas.remove(id)
+		r.objects.deltas.remove(id)
 	}
-	r.objInfos.clear()
+	r.objects.objInfos.clear()
 	r.objects.metaMu.Lock()
 	clear(r.objects.metas)
 	r.objects.metaMu.Unlock()

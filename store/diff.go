@@ -164,7 +164,7 @@ func (s *Store) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDiff, e
 func (s *Store) countChanged(ta, tb *manifestTensor, ha, hb objHint) (int64, error) {
 	for _, pair := range [][2]ID{{tb.ID, ta.ID}, {ta.ID, tb.ID}} {
 		if m, err := s.objects.meta(pair[0]); err == nil && m.DeltaLen > 0 && m.Base == pair[1] {
-			d, err := s.loadDelta(pair[0])
+			d, err := s.objects.loadDelta(pair[0])
 			if err != nil {
 				return 0, err
 			}

@@ -146,8 +146,7 @@ func (s *Store) sweepWithin(within map[ID]bool) (deleted int, freed int64, err e
 		}
 	}
 	for _, id := range gone {
-		s.objects.forgetMeta(id)
-		s.crcChecked.Delete(id)
+		s.objects.forgetObject(id)
 	}
 	s.pendMu.Lock()
 	s.leftovers = false
@@ -264,7 +263,7 @@ func (s *Store) RebuildIndex() error {
 	}
 	s.objects.dropMetas()
 	s.manifests.clear()
-	s.objInfos.clear()
+	s.objects.dropHeaders()
 	if err := s.loadVersions(); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}

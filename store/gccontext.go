@@ -20,7 +20,7 @@ import (
 // sectionIsV2 reports whether object id has a delta section of version 2, from the section's
 // version byte alone (the section itself is checked when it is used).
 func (s *Store) sectionIsV2(id ID) (bool, error) {
-	f, info, err := s.openObject(id)
+	f, info, err := s.objects.openObject(id)
 	if err != nil {
 		return false, err
 	}
@@ -50,7 +50,7 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 	var sec *deltaObject
 	var enc *delta.DeltaEncoder // re-codes a version-2 section as version 1
 	var base []byte
-	if sec, err = s.loadDelta(id); err != nil {
+	if sec, err = s.objects.loadDelta(id); err != nil {
 		return err
 	}
 	if sec.parsed.NeedsContext() {
@@ -99,7 +99,6 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 	if err := fw.put(id); err != nil {
 		return err
 	}
-	s.objects.forgetMeta(id)
-	s.crcChecked.Delete(id)
+	s.objects.forgetObject(id)
 	return nil
 }

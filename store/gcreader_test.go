@@ -41,7 +41,7 @@ func TestReaderAfterOtherProcessGC(t *testing.T) {
 					}
 					for i := range ver.m.Files {
 						for _, tn := range ver.m.Files[i].Tensors {
-							r.loadDelta(tn.ID) // a full object without a link has none: errStale
+							r.objects.loadDelta(tn.ID) // a full object without a link has none: errStale
 						}
 					}
 				}

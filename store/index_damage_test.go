@@ -261,9 +261,9 @@ func TestIndexDamageWhileOpen(t *testing.T) {
 	s.objects.metaMu.Lock()
 	clear(s.objects.metas)
 	s.objects.metaMu.Unlock()
-	s.objInfos.clear()
+	s.objects.objInfos.clear()
 	s.pages.clear()
-	s.deltas.clear()
+	s.objects.deltas.clear()
 	s.blocks.clear()
 	fx.readAll(t, s)
 	if err := s.Refresh(); err != nil {

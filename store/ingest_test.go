@@ -20,7 +20,7 @@ func objectKinds(t testing.TB, s *Store) map[objectKind]int {
 	t.Helper()
 	out := map[objectKind]int{}
 	err := s.be.ListObjects(func(id ID, _ int64) error {
-		info, err := s.objectInfoOf(id)
+		info, err := s.objects.objectInfoOf(id)
 		if err != nil {
 			return err
 		}

@@ -210,7 +210,7 @@ type patchBufs struct{ buf, orig []byte }
 // codes its deltas against these very sections (their contexts, context.go), and finds them
 // decoded when the cache holds a version's blocks.
 func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
-	if _, err := m.s.loadDelta(p.obj); err != nil {
+	if _, err := m.s.objects.loadDelta(p.obj); err != nil {
 		return err
 	}
 	f, err := m.file(p.path)

@@ -20,7 +20,7 @@ func (o *objectStore) meta(id ID) (objMeta, error) {
 			base = m
 			break
 		}
-		info, err := o.st.objectInfoOf(cur)
+		info, err := o.objectInfoOf(cur)
 		if err != nil {
 			if len(chain) > 0 {
 				return objMeta{}, fmt.Errorf("base of object %s: %w", chain[len(chain)-1].id, err)
@@ -119,8 +119,8 @@ func (o *objectStore) forgetMeta(id ID) {
 	delete(o.metas, id)
 	delete(o.dirtyMetas, id)
 	o.metaMu.Unlock()
-	o.st.objInfos.remove(id)
-	o.st.deltas.remove(id)
+	o.objInfos.remove(id)
+	o.deltas.remove(id)
 	o.st.ix.deleteObjects([]ID{id})
 }
 

@@ -18,13 +18,43 @@ type objectStore struct {
 	metaMu     sync.Mutex
 	metas      map[ID]objMeta // in front of the index's objects bucket
 	dirtyMetas map[ID]objMeta // not yet written to the index
+
+	objInfos     *lru[ID, *objectInfo]  // headers and chunk tables (objectreader.go)
+	deltas       *lru[ID, *deltaObject] // loaded delta sections, with their contexts
+	crcChecked   sync.Map               // ID -> true: the object's CRC was verified by this process
+	chunkScratch sync.Pool              // *[]byte: a frame's decompression scratch (readChunk)
 }
 
 // newObjectStore returns the objects of store s, with cacheBytes of memory for what reads
 // keep (Options.CacheBytes).
 func newObjectStore(s *Store, cacheBytes int64) *objectStore {
-	return &objectStore{st: s, log: s.log, stats: &s.stats, metas: map[ID]objMeta{}}
+	o := &objectStore{st: s, log: s.log, stats: &s.stats, metas: map[ID]objMeta{}}
+	o.objInfos = newLRU[ID, *objectInfo](16 << 20)
+	o.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
+	o.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
+	return o
 }
+
+// forgetObject drops everything known of id (its file was rewritten, mended or removed): its
+// meta, in memory and in the index, its header and delta section, and that its CRC was
+// checked.
+func (o *objectStore) forgetObject(id ID) {
+	o.forgetMeta(id)
+	o.crcChecked.Delete(id)
+}
+
+// noteCRC records that the CRC of object id was checked (by Verify, say).
+func (o *objectStore) noteCRC(id ID) { o.crcChecked.Store(id, true) }
+
+// dropHeaders drops every object header and delta section held: they are read again from
+// the files.
+func (o *objectStore) dropHeaders() {
+	o.objInfos.clear()
+	o.deltas.clear()
+}
+
+// dropCRCs forgets which objects' CRCs were checked: each is checked again at its next read.
+func (o *objectStore) dropCRCs() { o.crcChecked.Clear() }
 
 // dropMetas drops every meta held in memory (the index keeps those written to it).
 func (o *objectStore) dropMetas() {

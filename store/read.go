@@ -370,7 +370,7 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 // of the start object is sized by it.
 func (s *Store) checkStepLengths(id ID, p plan, contentLen int64) error {
 	for _, st := range p.steps {
-		d, err := s.loadDelta(st.obj)
+		d, err := s.objects.loadDelta(st.obj)
 		if errors.Is(err, errStale) {
 			s.objects.forgetMeta(st.obj)
 		}
@@ -414,7 +414,7 @@ func (s *Store) fillPage(page *cachedPage, p plan, opts readOpts, view *matView,
 			view.willNeed(p.start, off+int64(len(buf)), copyReadAheadBytes)
 		}
 	default:
-		if err := s.readFullRange(p.start, off, buf); err != nil {
+		if err := s.objects.readFullRange(p.start, off, buf); err != nil {
 			if errors.Is(err, errStale) {
 				s.objects.forgetMeta(p.start)
 			}
@@ -432,8 +432,8 @@ func (s *Store) forgetChain(chain []ID) {
 }
 
 // readFullRange reads content bytes [off, off+len(dst)) of full object id.
-func (s *Store) readFullRange(id ID, off int64, dst []byte) error {
-	info, err := s.objectInfoOf(id)
+func (o *objectStore) readFullRange(id ID, off int64, dst []byte) error {
+	info, err := o.objectInfoOf(id)
 	if err != nil {
 		return err
 	}
@@ -455,14 +455,14 @@ func (s *Store) readFullRange(id ID, off int64, dst []byte) error {
 			return objectError(id, fmt.Errorf("chunk %d holds no content byte at %d: %w", i, off, ErrCorrupt))
 		}
 		if in == 0 && int64(len(dst)) >= clen {
-			if err := s.readChunk(id, int(i), dst[:clen]); err != nil {
+			if err := o.readChunk(id, int(i), dst[:clen]); err != nil {
 				return err
 			}
 			dst, off = dst[clen:], off+clen
 			continue
 		}
 		tmp := make([]byte, clen)
-		if err := s.readChunk(id, int(i), tmp); err != nil {
+		if err := o.readChunk(id, int(i), tmp); err != nil {
 			return err
 		}
 		n := copy(dst, tmp[in:])

@@ -31,7 +31,7 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 		}
 	}()
 	for _, st := range steps {
-		d, err := s.loadDelta(st.obj)
+		d, err := s.objects.loadDelta(st.obj)
 		if errors.Is(err, errStale) {
 			s.objects.forgetMeta(st.obj)
 		}

@@ -25,7 +25,7 @@ func (s *Store) forgetObjects(id ID, hint objHint) int {
 	}
 	for o := range drop {
 		s.objects.forgetMeta(o)
-		s.crcChecked.Delete(o)
+		s.objects.crcChecked.Delete(o)
 	}
 	s.blocks.removeIf(func(k blockKey) bool { return drop[k.id] })
 	s.pages.removeIf(func(k pageKey) bool { return drop[k.id] })
@@ -42,10 +42,10 @@ func (s *Store) cachedChain(id ID, seen map[ID]bool) {
 		if m, ok := s.objects.cachedMeta(cur); ok {
 			bases = append(bases, m.Base)
 		}
-		if info, ok := s.objInfos.get(cur); ok {
+		if info, ok := s.objects.objInfos.get(cur); ok {
 			bases = append(bases, info.hdr.Base)
 		}
-		if d, ok := s.deltas.get(cur); ok {
+		if d, ok := s.objects.deltas.get(cur); ok {
 			bases = append(bases, d.hdr.Base)
 		}
 		cur = ID{}

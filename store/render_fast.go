@@ -116,7 +116,7 @@ func (s *Store) planFastTensors(ff *fastFile, plan *delta.PatchPlan, opts delta.
 		}
 		ft := fastTensor{t: t, id: mt.ID, plan: -1}
 		if mt.ID != bt.ID && t.ByteLen() > 0 {
-			d, err := s.loadDelta(mt.ID)
+			d, err := s.objects.loadDelta(mt.ID)
 			if errors.Is(err, errStale) {
 				return nil, fmt.Errorf("%w: tensor %s of %s is a whole copy without a delta section", errNoFastPatch, t.Name, ff.f.Path)
 			}

@@ -249,8 +249,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		}
 		rep.QuarantinedObjects = append(rep.QuarantinedObjects, id)
 		rep.Moved = append(rep.Moved, dst)
-		s.objects.forgetMeta(id)
-		s.crcChecked.Delete(id)
+		s.objects.forgetObject(id)
 		s.log.Info("repair: object quarantined", "object", id, "to", dst)
 	}
 	if len(rep.Moved) == 0 && len(rep.Mended)+len(rep.Reanchored) == 0 {
@@ -262,8 +261,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 	for _, v := range rep.Quarantined {
 		s.manifests.remove(v)
 	}
-	s.objInfos.clear()
-	s.deltas.clear()
+	s.objects.dropHeaders()
 	s.pages.clear()
 	if err := s.loadVersions(); err != nil {
 		return fmt.Errorf("repair: %w", err)

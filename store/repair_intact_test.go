@@ -149,9 +149,9 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 			fb := &faultBackend{localBackend: s.be.(*localBackend), fails: map[ID]int{}, errno: tc.errno}
 			s.be = fb
 			t.Cleanup(func() { s.be = fb.localBackend })
-			s.objInfos.clear()
-			s.deltas.clear()
-			s.crcChecked.Clear()
+			s.objects.objInfos.clear()
+			s.objects.deltas.clear()
+			s.objects.crcChecked.Clear()
 			s.pages.clear()
 
 			exact := map[uint64]bool{}
@@ -229,9 +229,9 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				fb.mu.Lock()
 				clear(fb.fails)
 				fb.mu.Unlock()
-				s.objInfos.clear()
-				s.deltas.clear()
-				s.crcChecked.Clear()
+				s.objects.objInfos.clear()
+				s.objects.deltas.clear()
+				s.objects.crcChecked.Clear()
 				s.pages.clear()
 				for v := uint64(1); v <= 6; v++ {
 					if !readsExactly(s, v, want[v]) {

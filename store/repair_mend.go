@@ -191,7 +191,7 @@ func (r *repairer) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]boo
 		for i := range ver.m.Files {
 			f := &ver.m.Files[i]
 			for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
-				if oi, err := s.objectInfoOf(sg.id); err == nil && oi.hdr.DeltaLen != 0 && !oi.hdr.Base.IsZero() {
+				if oi, err := s.objects.objectInfoOf(sg.id); err == nil && oi.hdr.DeltaLen != 0 && !oi.hdr.Base.IsZero() {
 					coded[oi.hdr.Base] = true // also by the damaged versions' objects
 				}
 				if !damagedVer[info.Number] && !planned[sg.id] && !badObj[sg.id] && r.chainRunsThrough(sg.id, unmended) {
@@ -225,7 +225,7 @@ func (r *repairer) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]boo
 // the objects of set are gone: no section of its chain of contexts belongs to one of them.
 func (r *repairer) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
 	s := r.s
-	d, err := s.loadDelta(id)
+	d, err := s.objects.loadDelta(id)
 	for range maxContextRead {
 		if err != nil {
 			return false
@@ -236,7 +236,7 @@ func (r *repairer) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
 		if set[d.hdr.Base] {
 			return false
 		}
-		d, err = s.loadDelta(d.hdr.Base)
+		d, err = s.objects.loadDelta(d.hdr.Base)
 	}
 	return false
 }
@@ -244,7 +244,7 @@ func (r *repairer) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
 // chainRunsThrough reports whether object id's chain of bases holds one of set.
 func (r *repairer) chainRunsThrough(id ID, set map[ID]bool) bool {
 	s := r.s
-	info, err := s.objectInfoOf(id)
+	info, err := s.objects.objectInfoOf(id)
 	for range maxContextRead {
 		if err != nil || info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
 			return false
@@ -252,7 +252,7 @@ func (r *repairer) chainRunsThrough(id ID, set map[ID]bool) bool {
 		if set[info.hdr.Base] {
 			return true
 		}
-		info, err = s.objectInfoOf(info.hdr.Base)
+		info, err = s.objects.objectInfoOf(info.hdr.Base)
 	}
 	return false
 }
@@ -262,7 +262,7 @@ func (r *repairer) chainRunsThrough(id ID, set map[ID]bool) bool {
 // rewrites tells whether it reads.)
 func (r *repairer) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
 	s := r.s
-	info, err := s.objectInfoOf(id)
+	info, err := s.objects.objectInfoOf(id)
 	through := false
 	for range maxContextRead {
 		if err != nil {
@@ -277,7 +277,7 @@ func (r *repairer) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
 			return false
 		}
 		through = through || mended[base]
-		info, err = s.objectInfoOf(base)
+		info, err = s.objects.objectInfoOf(base)
 	}
 	return false
 }
@@ -460,7 +460,7 @@ func (r *repairer) rewriteWhole(m rewrite) error {
 		// section as it is: the reads that rebuild older versions back from the
 		// materialized copy go through it, and the sections coded against it keep their
 		// context. Its file is intact (loadDelta checks its CRC-32C and its context).
-		if d, err := s.loadDelta(m.id); err == nil {
+		if d, err := s.objects.loadDelta(m.id); err == nil {
 			link, base = d.body, d.hdr.Base
 		}
 	}
@@ -480,9 +480,6 @@ func (r *repairer) rewriteWhole(m rewrite) error {
 	if err := fw.put(m.id); err != nil {
 		return err
 	}
-	s.objects.forgetMeta(m.id)
-	s.crcChecked.Delete(m.id)
-	s.objInfos.remove(m.id)
-	s.deltas.remove(m.id)
+	s.objects.forgetObject(m.id)
 	return nil
 }

@@ -114,8 +114,6 @@ type Store struct {
 
 	manifests   *versionCache
 	objects     *objectStore // metas, object reads and their caches (object_store.go)
-	objInfos    *lru[ID, *objectInfo]
-	deltas      *lru[ID, *deltaObject]
 	pages       *lru[pageKey, *cachedPage]
 	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
 	fileXXH3    *lru[ID, [16]byte]           // files' xxh3-128 by their SHA-256, from patch renders (render_fast.go)
@@ -123,10 +121,8 @@ type Store struct {
 	pageFlight  singleflight.Group
 	blockFlight singleflight.Group
 
-	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
-	saidWhole    sync.Map // path -> true: logged that this non-safetensors file is stored whole
-	chunkScratch sync.Pool
-	bufs         *recycler // free lists and buffer pools of the read path (recycle.go)
+	saidWhole sync.Map  // path -> true: logged that this non-safetensors file is stored whole
+	bufs      *recycler // free lists and buffer pools of the read path (recycle.go)
 	// hashInOnePass: a file's and its tensors' SHA-256 in one pass (sha256x2) where the CPU
 	// has the SHA extensions; a field so that tests run both pipelines.
 	hashInOnePass bool
@@ -319,8 +315,6 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	}
 	s.manifests = newVersionCache(versionCacheBytes)
 	s.objects = newObjectStore(s, cacheBytes)
-	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
-	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	s.blocks = newBlockCache(cacheBytes / 8)
 	s.fileXXH3 = newLRU[ID, [16]byte](1 << 20)
 	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
@@ -329,7 +323,6 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	s.pages = newPageCache(cacheBytes / 8)
 	s.ra = newReadAhead()
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
-	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
 	s.bufs = newRecycler()
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen

@@ -75,9 +75,8 @@ func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 		}
 	}
 	// Everything is re-read from the backend.
-	s.objInfos.clear()
-	s.deltas.clear()
-	s.crcChecked.Clear()
+	s.objects.dropHeaders()
+	s.objects.dropCRCs()
 
 	bad := map[ID]bool{}
 	var sections2 []ID // objects whose delta section is of body version 2
@@ -296,7 +295,7 @@ func isIOError(err error) bool {
 // missing (moved into quarantine by Repair: the versions that needed it went with it).
 func (s *Store) baseChainBroken(id ID, bad map[ID]bool) bool {
 	// (Headers alone: meta walks the whole chain and fails where it is broken.)
-	info, err := s.objectInfoOf(id)
+	info, err := s.objects.objectInfoOf(id)
 	for range maxContextRead {
 		if err != nil || info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
 			return false
@@ -305,7 +304,7 @@ func (s *Store) baseChainBroken(id ID, bad map[ID]bool) bool {
 		if bad[base] {
 			return true
 		}
-		if info, err = s.objectInfoOf(base); err != nil {
+		if info, err = s.objects.objectInfoOf(base); err != nil {
 			return isVerdictDamage(err) // a base missing or failing its check
 		}
 	}
@@ -346,7 +345,7 @@ func (s *Store) deltasBasedOutside(ver *version) []Damage {
 // of its sections. It returns the body version of its delta section (0: none; a section that
 // fails its checks is not counted).
 func (s *Store) checkObject(id ID) (int, error) {
-	f, info, err := s.openObject(id)
+	f, info, err := s.objects.openObject(id)
 	if err != nil {
 		return 0, err
 	}
@@ -354,11 +353,11 @@ func (s *Store) checkObject(id ID) (int, error) {
 	if err := checkCRC(f); err != nil {
 		return 0, err
 	}
-	s.crcChecked.Store(id, true)
+	s.objects.noteCRC(id)
 	if !info.hdr.hasDelta() {
 		return 0, nil
 	}
-	d, err := s.loadDelta(id)
+	d, err := s.objects.loadDelta(id)
 	if err != nil {
 		return 0, err
 	}
