@@ -70,7 +70,7 @@ func TestBaseCycle(t *testing.T) {
 			t.Run(fmt.Sprintf("cycle%d-cached%v", n, cached), func(t *testing.T) {
 				trees := testfiles.ShardedSeries(t, 6, 41)
 				s, root := newStore(t, Options{})
-				s.contextChain = 16
+				s.objects.contextChain = 16
 				for k, files := range trees {
 					commitTree(t, s, uint64(k+1), files)
 				}

@@ -52,7 +52,7 @@ func BenchmarkContextChain(b *testing.B) {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
 			for range b.N {
 				s, root := newStore(b, Options{Logger: logtest.New(func(string, ...any) {})})
-				s.contextChain = k
+				s.objects.contextChain = k
 				var ingest float64
 				for i, files := range trees {
 					dir := writeTree(b, b.TempDir(), files)

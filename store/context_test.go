@@ -24,7 +24,7 @@ func (st sectionStats) perChanged(v int) float64 {
 
 // versionSections checks the body version of every delta object of version v: version 2
 // exactly when its base has a delta section whose chain of contexts holds fewer than
-// s.contextChain version-2 sections, and returns what they stored.
+// s.objects.contextChain version-2 sections, and returns what they stored.
 func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 	t.Helper()
 	ver, err := s.loadVersion(v)
@@ -57,7 +57,7 @@ func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if bd.chain < s.contextChain {
+				if bd.chain < s.objects.contextChain {
 					want = 2
 				}
 			}
@@ -101,9 +101,9 @@ func readsBackFrom(t *testing.T, s *Store, trees []map[string][]byte, from uint6
 func TestContextSeries(t *testing.T) {
 	trees := testfiles.ShardedSeries(t, 7, 20)
 	s, _ := newStore(t, Options{})
-	s.contextChain = 3 // so that the series reaches the bound: v1, then 3 of v2, then v1, ...
+	s.objects.contextChain = 3 // so that the series reaches the bound: v1, then 3 of v2, then v1, ...
 	plain, _ := newStore(t, Options{})
-	plain.contextChain = 0
+	plain.objects.contextChain = 0
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 		commitTree(t, plain, uint64(k+1), files)
@@ -196,7 +196,7 @@ func TestContextGC(t *testing.T) {
 		{
 			t.Run(fmt.Sprintf("chain %d keep %d", maxChain, keep), func(t *testing.T) {
 				s, _ := newStore(t, Options{MaxChain: maxChain})
-				s.contextChain = 16 // chains of contexts longer than the series
+				s.objects.contextChain = 16 // chains of contexts longer than the series
 				for k, files := range trees[:8] {
 					commitTree(t, s, uint64(k+1), files)
 				}
@@ -375,7 +375,7 @@ func TestContextDamage(t *testing.T) {
 func TestContextGCOtherProcess(t *testing.T) {
 	trees := testfiles.ShardedSeries(t, 6, 23)
 	s, root := newStore(t, Options{})
-	s.contextChain = 16
+	s.objects.contextChain = 16
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}

@@ -20,7 +20,7 @@ func TestReaderAfterOtherProcessGC(t *testing.T) {
 			t.Run(fmt.Sprintf("chain%d-%s", chain, how), func(t *testing.T) {
 				trees := testfiles.ShardedSeries(t, 6, 31)
 				s, root := newStore(t, Options{})
-				s.contextChain = chain
+				s.objects.contextChain = chain
 				for k, files := range trees[:4] {
 					commitTree(t, s, uint64(k+1), files)
 				}

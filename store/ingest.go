@@ -291,7 +291,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
 	// Coded against the base's own delta section when it has one (context.go).
-	wc := s.writeContextOf(baseID)
+	wc := s.objects.writeContextOf(baseID)
 	defer wc.done()
 	enc.SetContext(wc.fn())
 	h := sha256.New()

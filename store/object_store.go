@@ -23,12 +23,16 @@ type objectStore struct {
 	deltas       *lru[ID, *deltaObject] // loaded delta sections, with their contexts
 	crcChecked   sync.Map               // ID -> true: the object's CRC was verified by this process
 	chunkScratch sync.Pool              // *[]byte: a frame's decompression scratch (readChunk)
+
+	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
+	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
+	contextChain int
 }
 
 // newObjectStore returns the objects of store s, with cacheBytes of memory for what reads
 // keep (Options.CacheBytes).
 func newObjectStore(s *Store, cacheBytes int64) *objectStore {
-	o := &objectStore{st: s, log: s.log, stats: &s.stats, metas: map[ID]objMeta{}}
+	o := &objectStore{st: s, log: s.log, stats: &s.stats, metas: map[ID]objMeta{}, contextChain: maxContextChain}
 	o.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	o.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	o.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }

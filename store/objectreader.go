@@ -243,7 +243,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 	}
 	d := &deltaObject{hdr: hdr, body: body, info: di, parsed: dd}
 	if dd.NeedsContext() {
-		if err := o.st.attachContext(id, d, path); err != nil {
+		if err := o.attachContext(id, d, path); err != nil {
 			return nil, err
 		}
 	}
@@ -251,7 +251,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 	if d.context != nil {
 		// Walked again now that d is cached: of two loads of a cycle's sections that ran
 		// at once, each before the other was cached, the later to be cached sees it.
-		if err := o.st.contextCycle(hdr.Base, append(path[:len(path):len(path)], id)); err != nil {
+		if err := o.contextCycle(hdr.Base, append(path[:len(path):len(path)], id)); err != nil {
 			o.deltas.remove(id)
 			return nil, objectError(id, err)
 		}

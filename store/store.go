@@ -90,9 +90,6 @@ type Store struct {
 	// removedLogged: versions whose removal by gc a read has met and logged (retention.go).
 	removedLogged sync.Map
 	maxChain      int
-	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
-	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
-	contextChain int
 	// format is the store's format version as its format file said at Open (2 once a writer
 	// upgraded it there): Verify reports the file when objects hold sections it does not
 	// allow (verify_format.go).
@@ -299,7 +296,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 func newBareStore(path string, opts Options, be Backend) *Store {
 	s := &Store{
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: be, backend: be,
-		diff: opts.Diff, maxChain: opts.MaxChain, contextChain: maxContextChain,
+		diff: opts.Diff, maxChain: opts.MaxChain,
 		pending: map[ID]int{}, open: map[uint64]*Writer{},
 		now: time.Now, hook: opts.Failpoint,
 	}

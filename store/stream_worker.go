@@ -157,7 +157,7 @@ func (st *FileStream) startTensor(i int) error {
 	wholeCopy := !ts.hasBase
 	if ts.hasBase {
 		ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
-		ts.ctx = st.s.writeContextOf(ts.base)
+		ts.ctx = st.s.objects.writeContextOf(ts.base)
 		ts.enc.SetContext(ts.ctx.fn())
 		ts.check = newStreamBaseCheck(st.s.mat, ts.base)
 		// A full chain, or deltas that will be as large as a whole copy with a delta like
