@@ -81,8 +81,8 @@ func TestBaseCycle(t *testing.T) {
 					readWhole(t, r, 6, file)
 					// Its pages and blocks, and the sections but the first of the chain, are
 					// pushed out by other reads; its headers and metas stay.
-					r.pages.clear()
-					r.blocks.clear()
+					r.objects.pages.clear()
+					r.objects.blocks.clear()
 					for _, id := range chain[1:] {
 						r.objects.deltas.remove(id)
 					}

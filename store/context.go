@@ -107,7 +107,7 @@ func (o *objectStore) sectionBlock(id ID, d *deltaObject, b int64, path []ID) (*
 		}
 		if err == nil {
 			var cb *cachedBlock
-			if cb, err = o.st.decodedBlockOn(id, d, b, path); err == nil {
+			if cb, err = o.decodedBlockOn(id, d, b, path); err == nil {
 				return cb, nil
 			}
 		}

@@ -84,11 +84,11 @@ func BenchmarkContextChain(b *testing.B) {
 				// CPU seconds per GB read, and delta blocks decoded per block of the version's
 				// deltas (the decodes a read needs beyond its own deltas are contexts).
 				read := func(r *Store, v uint64) (float64, float64) {
-					start, decoded := cpuSeconds(), r.bufs.decoded.Load()
+					start, decoded := cpuSeconds(), r.objects.bufs.decoded.Load()
 					for p := range trees[v-1] {
 						mustEqualBytes(b, p, readWhole(b, r, v, p), trees[v-1][p])
 					}
-					return (cpuSeconds() - start) / (float64(logical) / 1e9), float64(r.bufs.decoded.Load() - decoded)
+					return (cpuSeconds() - start) / (float64(logical) / 1e9), float64(r.objects.bufs.decoded.Load() - decoded)
 				}
 				r := openStore(b, root, Options{ReadOnly: true, CacheDir: b.TempDir(), FileCopyBytes: -1, Logger: quiet})
 				newest, newestBlocks := read(r, versions)

@@ -446,7 +446,7 @@ func TestForwardCachesContexts(t *testing.T) {
 			}
 			for b := int64(0); b*(1<<20) < m.ContentLen/int64(m.Width); b++ {
 				blocks++
-				if !s.blocks.has(blockKey{tn.ID, b}) {
+				if !s.objects.blocks.has(blockKey{tn.ID, b}) {
 					t.Errorf("%s %s: block %d of its delta is not in the block cache after the copy moved to version 3", ver.m.Files[i].Path, tn.Name, b)
 				}
 			}

@@ -60,8 +60,8 @@ func TestCommitOnABaseWithABrokenChain(t *testing.T) {
 			} else {
 				commitTree(t, s, 6, trees[5])
 			}
-			s.pages.clear()
-			s.blocks.clear()
+			s.objects.pages.clear()
+			s.objects.blocks.clear()
 			for name, want := range trees[5] {
 				mustEqualBytes(t, "version 6 "+name, readWhole(t, s, 6, name), want)
 			}

@@ -195,11 +195,11 @@ func (s *Store) diffPages(a, b ID, pa, pb []byte, width int, ch *delta.Changes) 
 func (s *Store) compareObjects(a, b ID, ha, hb objHint, size int64, width int, fn func(first int64, c *delta.Changes) error) error {
 	var ch delta.Changes
 	for off := int64(0); off < size; off += pageSize {
-		pa, err := s.page(a, ha, off/pageSize, readOpts{})
+		pa, err := s.objects.page(a, ha, off/pageSize, readOpts{})
 		if err != nil {
 			return err
 		}
-		pb, err := s.page(b, hb, off/pageSize, readOpts{})
+		pb, err := s.objects.page(b, hb, off/pageSize, readOpts{})
 		if err != nil {
 			pa.release()
 			return err

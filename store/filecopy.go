@@ -264,7 +264,7 @@ func (w *copyWriter) commit(k contentKey, what string) {
 // checked. A chunk that fails its check, or a failed read, drops the copy (logged) and
 // returns an error: the caller reads from the objects, and the copy is written again.
 func (fc *fileCopies) readAt(c *fileCopy, ver *version, f *manifestFile, p []byte, off int64) error {
-	err := preadChecked(c.f, c.sums, p, off, &fc.s.bufs.edges)
+	err := preadChecked(c.f, c.sums, p, off, &fc.s.objects.buffers().edges)
 	if err == nil {
 		return nil
 	}

@@ -59,7 +59,7 @@ func (s *Store) reanchor(id ID, hint objHint, m objMeta) error {
 	buf := make([]byte, min(m.ContentLen, ingestChunk))
 	for off := int64(0); off < m.ContentLen; {
 		n := min(int64(len(buf)), m.ContentLen-off)
-		if err := s.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
+		if err := s.objects.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
 			return err
 		}
 		if _, err := fw.Write(buf[:n]); err != nil {

@@ -60,8 +60,8 @@ func TestReaderAfterOtherProcessGC(t *testing.T) {
 				}
 				// Its pages and decoded blocks are pushed out (by other reads, in a long-lived
 				// reader); what it cached of the objects stays.
-				r.pages.clear()
-				r.blocks.clear()
+				r.objects.pages.clear()
+				r.objects.blocks.clear()
 				for v := uint64(6); v >= 4; v-- {
 					for name, want := range trees[v-1] {
 						mustEqualBytes(t, fmt.Sprintf("version %d %s after gc", v, name), readWhole(t, r, v, name), want)

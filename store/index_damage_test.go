@@ -262,9 +262,9 @@ func TestIndexDamageWhileOpen(t *testing.T) {
 	clear(s.objects.metas)
 	s.objects.metaMu.Unlock()
 	s.objects.objInfos.clear()
-	s.pages.clear()
+	s.objects.pages.clear()
 	s.objects.deltas.clear()
-	s.blocks.clear()
+	s.objects.blocks.clear()
 	fx.readAll(t, s)
 	if err := s.Refresh(); err != nil {
 		t.Errorf("refresh: %v", err)

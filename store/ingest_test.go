@@ -142,7 +142,7 @@ func TestAnchorsAtTheChainBound(t *testing.T) {
 	// v4 is nearer to the anchor v5 (one step back) than to v1 (three forward).
 	ver, _ := r.sealedVersion(4)
 	f := ver.files["m.safetensors"]
-	pw := planWalker{s: r, cache: newPageCache(0)}
+	pw := planWalker{s: r.objects, cache: newPageCache(0)}
 	p, _, err := pw.planFor(f.Tensors[0].ID, objHint{path: "m.safetensors", tensor: "w"})
 	if err != nil {
 		t.Fatal(err)

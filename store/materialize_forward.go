@@ -229,7 +229,7 @@ func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
 			return fmt.Errorf("materialized %s: %w", p.path, err)
 		}
 		copy(b, o)
-		if err := m.s.applySteps([]planStep{{obj: p.obj, dir: p.dir}}, b, off/int64(p.width)); err != nil {
+		if err := m.s.objects.applySteps([]planStep{{obj: p.obj, dir: p.dir}}, b, off/int64(p.width)); err != nil {
 			return fmt.Errorf("apply to the materialized copy: %w", err)
 		}
 		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {

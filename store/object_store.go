@@ -3,6 +3,8 @@ package store
 import (
 	"log/slog"
 	"sync"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // objectStore is the store's objects as reads and writes see them: what is known of each
@@ -27,6 +29,13 @@ type objectStore struct {
 	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
 	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
 	contextChain int
+
+	pages       *lru[pageKey, *cachedPage]   // rebuilt pages of object content (read.go, page.go)
+	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
+	ra          *readAhead                   // background builds of the pages a sequential reader needs next
+	pageFlight  singleflight.Group
+	blockFlight singleflight.Group
+	bufs        *recycler // free lists and buffer pools of the read path (recycle.go)
 }
 
 // newObjectStore returns the objects of store s, with cacheBytes of memory for what reads
@@ -36,8 +45,22 @@ func newObjectStore(s *Store, cacheBytes int64) *objectStore {
 	o.objInfos = newLRU[ID, *objectInfo](16 << 20)
 	o.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
 	o.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
+	o.blocks = newBlockCache(cacheBytes / 8)
+	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
+	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
+	// memory the daemon touches for the first time while it fills (kernel page faults).
+	o.pages = newPageCache(cacheBytes / 8)
+	o.ra = newReadAhead()
+	o.bufs = newRecycler()
 	return o
 }
+
+// buffers is the read path's free lists and buffer pools, which the reads of the
+// materialized copy, of file copies and of renders share.
+func (o *objectStore) buffers() *recycler { return o.bufs }
+
+// wait returns when no background build of pages runs (Close).
+func (o *objectStore) wait() { o.ra.wait() }
 
 // forgetObject drops everything known of id (its file was rewritten, mended or removed): its
 // meta, in memory and in the index, its header and delta section, and that its CRC was
@@ -59,6 +82,9 @@ func (o *objectStore) dropHeaders() {
 
 // dropCRCs forgets which objects' CRCs were checked: each is checked again at its next read.
 func (o *objectStore) dropCRCs() { o.crcChecked.Clear() }
+
+// dropPages drops every rebuilt page held.
+func (o *objectStore) dropPages() { o.pages.clear() }
 
 // dropMetas drops every meta held in memory (the index keeps those written to it).
 func (o *objectStore) dropMetas() {

@@ -26,7 +26,7 @@ type planStep struct {
 
 // planWalker plans the reconstruction of one page.
 type planWalker struct {
-	s     *Store
+	s     *objectStore
 	view  *matView
 	cache *lru[pageKey, *cachedPage] // nil: do not start from cached pages
 	pg    int64
@@ -69,7 +69,7 @@ func (w *planWalker) forward(id ID) (plan, []ID, error) {
 	var chain []ID // id, its base, its base's base, ...
 	cur := id
 	for {
-		m, err := w.s.objects.meta(cur)
+		m, err := w.s.meta(cur)
 		if err != nil {
 			return plan{}, append(chain, cur), err
 		}
@@ -98,7 +98,7 @@ func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 	var latest *version
 	if w.view != nil {
 		latest = w.view.ver
-	} else if ver, err := w.s.latestVersion(); err == nil && ver != nil {
+	} else if ver, err := w.s.st.latestVersion(); err == nil && ver != nil {
 		latest = ver
 	}
 	if latest == nil {
@@ -112,8 +112,8 @@ func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 	var best plan
 	bestAt := -1
 	for cur := d0; cur != id; {
-		m, err := w.s.objects.meta(cur)
-		if err != nil || m.DeltaLen == 0 || len(path) > 4*w.s.maxChain+limit {
+		m, err := w.s.meta(cur)
+		if err != nil || m.DeltaLen == 0 || len(path) > 4*w.s.st.maxChain+limit {
 			return plan{}, false
 		}
 		if p, ok := w.whole(cur, m); ok {

@@ -370,7 +370,7 @@ func (p *fastPass) chunkChanges(ft fastTensor, first int64, c, b []byte, pw *del
 	lo, hi := d.parsed.BlockRange(first, n)
 	p.idx, p.vals = p.idx[:0], p.vals[:0]
 	for blk := lo; blk <= hi; blk++ {
-		cb, err := p.s.decodedBlock(ft.id, d, blk)
+		cb, err := p.s.objects.decodedBlock(ft.id, d, blk)
 		if err != nil {
 			return err
 		}

@@ -82,8 +82,8 @@ func (rf RenderedFile) ReadAt(f io.ReaderAt, p []byte, off int64) (int, error) {
 	if lo != off || hi != end {
 		// The usual read (page-aligned, a multiple of 64 KiB, or up to the end) is checked
 		// in place; others read the whole chunks under them into a pooled buffer.
-		pb := c.s.bufs.renderReads.Get().(*[]byte)
-		defer c.s.bufs.renderReads.Put(pb)
+		pb := c.s.objects.buffers().renderReads.Get().(*[]byte)
+		defer c.s.objects.buffers().renderReads.Put(pb)
 		if int64(cap(*pb)) < hi-lo {
 			*pb = make([]byte, hi-lo)
 		}

@@ -160,7 +160,7 @@ func BenchmarkRenderedRead(b *testing.B) {
 	}
 	var w sumWriter
 	w.Write(data)
-	rf := RenderedFile{Path: p, Size: int64(len(data)), check: &renderCheck{s: &Store{bufs: newRecycler()}, sums: w.sums()}}
+	rf := RenderedFile{Path: p, Size: int64(len(data)), check: &renderCheck{s: &Store{objects: &objectStore{bufs: newRecycler()}}, sums: w.sums()}}
 	f, err := os.Open(p)
 	if err != nil {
 		b.Fatal(err)

@@ -262,7 +262,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		s.manifests.remove(v)
 	}
 	s.objects.dropHeaders()
-	s.pages.clear()
+	s.objects.dropPages()
 	if err := s.loadVersions(); err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}

@@ -152,7 +152,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 			s.objects.objInfos.clear()
 			s.objects.deltas.clear()
 			s.objects.crcChecked.Clear()
-			s.pages.clear()
+			s.objects.pages.clear()
 
 			exact := map[uint64]bool{}
 			for v := uint64(1); v <= 6; v++ {
@@ -232,7 +232,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				s.objects.objInfos.clear()
 				s.objects.deltas.clear()
 				s.objects.crcChecked.Clear()
-				s.pages.clear()
+				s.objects.pages.clear()
 				for v := uint64(1); v <= 6; v++ {
 					if !readsExactly(s, v, want[v]) {
 						t.Errorf("version %d does not read exactly after the I/O errors", v)

@@ -344,7 +344,7 @@ func (r *repairer) sourceOf(ver *version, f *manifestFile, sg segment) (string, 
 func (r *repairer) readSource(m rewrite, p []byte, off int64) error {
 	s := r.s
 	if m.viaRead {
-		return s.readObject(m.id, m.seg.hint, off, p, readOpts{})
+		return s.objects.readObject(m.id, m.seg.hint, off, p, readOpts{})
 	}
 	if view := s.mat.view(); view != nil {
 		if view.holds(m.id) {
@@ -392,7 +392,7 @@ func (r *repairer) fileReadsExactly(ver *version, f *manifestFile, fromSources b
 			if fromSource {
 				err = r.readSource(m, buf[:n], off)
 			} else {
-				err = s.readObject(sg.id, sg.hint, off, buf[:n], readOpts{})
+				err = s.objects.readObject(sg.id, sg.hint, off, buf[:n], readOpts{})
 			}
 			if err != nil {
 				return false
@@ -444,7 +444,7 @@ func (r *repairer) rewriteWhole(m rewrite) error {
 			return err
 		}
 		if enc != nil {
-			if err := s.readObject(base, baseHint, off, bbuf[:n], readOpts{}); err != nil {
+			if err := s.objects.readObject(base, baseHint, off, bbuf[:n], readOpts{}); err != nil {
 				s.log.Warn("repair: object written again without its link: its base does not read", "object", m.id, "base", base, "err", err)
 				enc = nil
 			} else if _, err := enc.AddDiff(off/int64(width), bbuf[:n], buf[:n]); err != nil {

@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/weightfs/weightfs/delta"
 	"github.com/weightfs/weightfs/internal/sha256x2"
 )
@@ -109,17 +107,11 @@ type Store struct {
 	damaged       map[uint64]error
 	quarantineTop uint64
 
-	manifests   *versionCache
-	objects     *objectStore // metas, object reads and their caches (object_store.go)
-	pages       *lru[pageKey, *cachedPage]
-	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
-	fileXXH3    *lru[ID, [16]byte]           // files' xxh3-128 by their SHA-256, from patch renders (render_fast.go)
-	ra          *readAhead                   // background builds of the pages a sequential reader needs next
-	pageFlight  singleflight.Group
-	blockFlight singleflight.Group
+	manifests *versionCache
+	objects   *objectStore       // metas, object reads and their caches (object_store.go)
+	fileXXH3  *lru[ID, [16]byte] // files' xxh3-128 by their SHA-256, from patch renders (render_fast.go)
 
-	saidWhole sync.Map  // path -> true: logged that this non-safetensors file is stored whole
-	bufs      *recycler // free lists and buffer pools of the read path (recycle.go)
+	saidWhole sync.Map // path -> true: logged that this non-safetensors file is stored whole
 	// hashInOnePass: a file's and its tensors' SHA-256 in one pass (sha256x2) where the CPU
 	// has the SHA extensions; a field so that tests run both pipelines.
 	hashInOnePass bool
@@ -312,15 +304,8 @@ func newBareStore(path string, opts Options, be Backend) *Store {
 	}
 	s.manifests = newVersionCache(versionCacheBytes)
 	s.objects = newObjectStore(s, cacheBytes)
-	s.blocks = newBlockCache(cacheBytes / 8)
 	s.fileXXH3 = newLRU[ID, [16]byte](1 << 20)
-	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
-	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
-	// memory the daemon touches for the first time while it fills (kernel page faults).
-	s.pages = newPageCache(cacheBytes / 8)
-	s.ra = newReadAhead()
 	s.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
-	s.bufs = newRecycler()
 	s.hashInOnePass = sha256x2.Accelerated()
 	s.manifestLimit = maxManifestLen
 	s.holds.env = newHoldEnv(s)
@@ -451,8 +436,8 @@ func (s *Store) shutdown() error {
 	if s.files != nil {
 		s.files.close() // first: its rebuilds read ahead
 	}
-	if s.ra != nil {
-		s.ra.wait()
+	if s.objects != nil {
+		s.objects.wait()
 	}
 	if s.mat != nil {
 		s.mat.close()

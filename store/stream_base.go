@@ -56,7 +56,7 @@ func (r *baseReader) readChecked(view *matView, id ID, off, n int64, next nextRe
 		// waits for this view): a private page cache.
 		r.wait()
 		b = r.buf(r.cur, n)[:n]
-		err = r.s.readObject(id, objHint{}, off, b, readOpts{noMaterialized: true, pages: newPageCache(2 * pageSize)})
+		err = r.s.objects.readObject(id, objHint{}, off, b, readOpts{noMaterialized: true, pages: newPageCache(2 * pageSize)})
 		return b, false, err
 	}
 	return b, err == nil, err

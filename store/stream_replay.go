@@ -95,7 +95,7 @@ func (st *FileStream) replayTensors(dst byteSink, src *baseSource) error {
 		size := t.End - t.Begin
 		for off := int64(0); off < size; off += pageSize {
 			b := buf[:min(pageSize, size-off)]
-			if err := st.s.readObject(t.ID, objHint{path: st.hint, tensor: t.Name}, off, b, readOpts{}); err != nil {
+			if err := st.s.objects.readObject(t.ID, objHint{path: st.hint, tensor: t.Name}, off, b, readOpts{}); err != nil {
 				return err
 			}
 			if err := dst.write(b); err != nil {

@@ -261,14 +261,14 @@ func (src *baseSource) read(st *FileStream, ts *tensorState, off, n int64, next 
 		src.plain = make([]byte, max(n, streamChunkSize))
 	}
 	b = src.plain[:n]
-	return b, false, st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
+	return b, false, st.s.objects.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, b, readOpts{})
 }
 
 // baseFromObjects reads bytes of ts's base through the store's read path, for the base
 // check's hash of the bytes before the first that the copy did not check.
 func (st *FileStream) baseFromObjects(ts *tensorState) func(off, n int64, p []byte) error {
 	return func(off, n int64, p []byte) error {
-		return st.s.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, p[:n], readOpts{})
+		return st.s.objects.readObject(ts.base, objHint{path: st.hint, tensor: ts.t.Name}, off, p[:n], readOpts{})
 	}
 }
 

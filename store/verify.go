@@ -383,7 +383,7 @@ func (s *Store) verifyFile(ver *version, f *manifestFile, opts readOpts, checked
 		buf := make([]byte, min(size, pageSize))
 		for off := int64(0); off < size; {
 			n := min(int64(len(buf)), size-off)
-			if err := s.readObject(sg.id, sg.hint, off, buf[:n], opts); err != nil {
+			if err := s.objects.readObject(sg.id, sg.hint, off, buf[:n], opts); err != nil {
 				return done, err
 			}
 			objHash.Write(buf[:n])
