@@ -323,7 +323,7 @@ func (fc *fileCopies) rebuild(ver *version, f *manifestFile) {
 //
 // The hash is one serial stream and the first read of the file waits for all of it, so it
 // gets a core of its own: the pages are rebuilt ahead of it by the read-ahead's builders
-// (readahead.go), and the copy is written and summed behind it by another goroutine, from the
+// (read_ahead.go), and the copy is written and summed behind it by another goroutine, from the
 // same pages (SliceReader: no copy of the bytes in between).
 func (s *Store) passFile(ver *version, f *manifestFile, stop *atomic.Bool) (ID, error) {
 	h := sha256.New()

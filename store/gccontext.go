@@ -6,7 +6,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// What gc does for the contexts of version-2 delta sections (context.go; docs/format.md
+// What gc does for the contexts of version-2 delta sections (object_delta_context.go; docs/format.md
 // Part I §5): a section coded against the delta section of its base needs that section for
 // as long as it is kept, and an open writer may be coding a new section against the section
 // of any object of the latest version. So gc never drops a delta section of a kept object:

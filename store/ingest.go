@@ -290,7 +290,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	s := w.s
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
-	// Coded against the base's own delta section when it has one (context.go).
+	// Coded against the base's own delta section when it has one (object_delta_context.go).
 	wc := s.objects.writeContextOf(baseID)
 	defer wc.done()
 	enc.SetContext(wc.fn())

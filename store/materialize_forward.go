@@ -207,7 +207,7 @@ type patchBufs struct{ buf, orig []byte }
 
 // patch applies one in-place update, 4 MiB at a time, writing back only the byte runs that
 // changed. The delta's blocks are decoded through the block cache: the next version's ingest
-// codes its deltas against these very sections (their contexts, context.go), and finds them
+// codes its deltas against these very sections (their contexts, object_delta_context.go), and finds them
 // decoded when the cache holds a version's blocks.
 func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
 	if _, err := m.s.objects.loadDelta(p.obj); err != nil {

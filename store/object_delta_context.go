@@ -12,7 +12,7 @@ import (
 // codec"). A version-2 body is coded against the decoded delta that led to its base: the delta
 // section of the object's base object (the base's body when the base is a delta object, its
 // link when it is a full object with one). Block b of the section decodes with block b of that
-// context, which the block cache (readblocks.go) holds like any other decoded block, so a
+// context, which the block cache (read_blocks.go) holds like any other decoded block, so a
 // replay that walks a chain decodes each context once; the context may itself be version 2,
 // and its context is decoded in turn: the chain of contexts. Writers bound it
 // (maxContextChain); readers refuse one longer than maxContextRead as damage.

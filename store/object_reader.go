@@ -181,11 +181,11 @@ type deltaObject struct {
 	info   delta.DeltaInfo
 	parsed *delta.Delta // body's framing, checked, with its blocks located
 	// chain counts the version-2 sections from this one down its context chain (this one,
-	// its base's, ...): 0 for a version-1 section (context.go).
+	// its base's, ...): 0 for a version-1 section (object_delta_context.go).
 	chain int
 	// context returns block b of the decoded delta section of hdr.Base, the context of a
 	// version-2 section, holding a reference to it (nil for a version-1 section); path holds
-	// the sections whose decodes wait on it, this one last (context.go).
+	// the sections whose decodes wait on it, this one last (object_delta_context.go).
 	context func(b int64, path []ID) (*cachedBlock, error)
 }
 
@@ -193,7 +193,7 @@ type deltaObject struct {
 // after checking the object file's CRC, validated against the header. A delta object is read
 // whole; of a full object only the link is kept (its CRC check streams). Bodies are cached.
 // A version-2 section is returned only when its context (the delta section of its base) loads
-// too, and its chain of contexts is at most maxContextRead long: else ErrCorrupt (context.go).
+// too, and its chain of contexts is at most maxContextRead long: else ErrCorrupt (object_delta_context.go).
 func (o *objectStore) loadDelta(id ID) (*deltaObject, error) { return o.loadDeltaAt(id, nil) }
 
 // loadDeltaAt is loadDelta for a section of a chain of contexts being loaded: path holds the

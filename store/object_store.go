@@ -7,12 +7,16 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// objectStore is the store's objects as reads and writes see them: what is known of each
-// object (its meta, in front of the index: meta.go), and the caches of what was read of
-// them. It owns these; the rest of the store asks it.
+// objectStore is the store's objects as reads and writes see them (Store.objects): what is
+// known of each object (its meta, in front of the index: object_meta.go), its file read and
+// checked (object_reader.go), the contexts of version-2 delta sections
+// (object_delta_context.go), and the pages of content rebuilt from them for reads, with the
+// decoded delta blocks they apply (read.go, read_plan.go, read_blocks.go). It owns the caches
+// of all these; the rest of the store asks it, and clears them through its methods (drop*,
+// forget*).
 type objectStore struct {
-	// st is the store, for what is set at open after the objects are made or may be
-	// replaced later (its backend, index and codec) and for the version list.
+	// st is the store, for its backend, index and codec (set at open, after the objects are
+	// made; a test may swap the backend), the materialized copy and the version list.
 	st    *Store
 	log   *slog.Logger
 	stats *storeStats
@@ -21,21 +25,21 @@ type objectStore struct {
 	metas      map[ID]objMeta // in front of the index's objects bucket
 	dirtyMetas map[ID]objMeta // not yet written to the index
 
-	objInfos     *lru[ID, *objectInfo]  // headers and chunk tables (objectreader.go)
+	objInfos     *lru[ID, *objectInfo]  // headers and chunk tables (object_reader.go)
 	deltas       *lru[ID, *deltaObject] // loaded delta sections, with their contexts
 	crcChecked   sync.Map               // ID -> true: the object's CRC was verified by this process
 	chunkScratch sync.Pool              // *[]byte: a frame's decompression scratch (readChunk)
 
 	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
-	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
+	// new one is written (maxContextChain; 0 writes version 1 only: tests, object_delta_context.go).
 	contextChain int
 
-	pages       *lru[pageKey, *cachedPage]   // rebuilt pages of object content (read.go, page.go)
-	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
+	pages       *lru[pageKey, *cachedPage]   // rebuilt pages of object content (read.go, read_page_cache.go)
+	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (read_blocks.go, read_block_cache.go)
 	ra          *readAhead                   // background builds of the pages a sequential reader needs next
 	pageFlight  singleflight.Group
 	blockFlight singleflight.Group
-	bufs        *recycler // free lists and buffer pools of the read path (recycle.go)
+	bufs        *recycler // free lists and buffer pools of the read path (read_recycle.go)
 }
 
 // newObjectStore returns the objects of store s, with cacheBytes of memory for what reads

@@ -51,7 +51,7 @@ type versionFile struct {
 	f    *manifestFile
 	segs []segment
 	opts readOpts
-	// lastEnd is the furthest any read has reached: reads near it are sequential (readahead.go).
+	// lastEnd is the furthest any read has reached: reads near it are sequential (read_ahead.go).
 	lastEnd atomic.Int64
 	// vouched: the file's composition was checked (vouch.go).
 	vouched atomic.Bool
@@ -282,7 +282,7 @@ func (o *objectStore) buildCachedPage(id ID, hint objHint, pg int64, opts readOp
 		}
 		if isDamage(err) && !reloaded {
 			// What this process cached of the chain may predate another process's gc
-			// (reload.go): once more from the files.
+			// (read_reload.go): once more from the files.
 			reloaded = true
 			n := o.forgetObjects(id, hint)
 			o.log.Info("read failed with what was cached of its objects; reading them again", "object", id, "objects", n, "err", err)

@@ -68,7 +68,7 @@ func (o *objectStore) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock
 
 // decodedBlockOn is decodedBlock for a decode that the decodes of the sections in path wait
 // on (each needing the next one's block b as its context): a block of a section on path is a
-// cycle of contexts (context.go), damage, refused before it could wait on its own decode.
+// cycle of contexts (object_delta_context.go), damage, refused before it could wait on its own decode.
 func (o *objectStore) decodedBlockOn(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
 	if slices.Contains(path, id) || len(path) > maxContextRead {
 		return nil, errContextCycle(id, b, path)

@@ -57,7 +57,7 @@ type tensorState struct {
 	base    ID
 	hasBase bool
 	enc     *delta.DeltaEncoder // nil: no base, or too many changes for a delta
-	ctx     *writeContext       // what enc codes against (nil: version 1; context.go)
+	ctx     *writeContext       // what enc codes against (nil: version 1; object_delta_context.go)
 	body    []byte              // the encoder's output once it has finished
 	fw      *objStream          // the whole copy, when one is being written
 	check   *streamBaseCheck    // checks the base bytes read (stream_check.go)
