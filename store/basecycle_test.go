@@ -40,7 +40,7 @@ func v2Chain(t *testing.T, s *Store, v uint64, n int) ([]ID, string) {
 		for _, tn := range ver.m.Files[i].Tensors {
 			var chain []ID
 			for cur := tn.ID; len(chain) < n; {
-				info, err := s.objectInfoOf(cur)
+				info, err := s.objects.objectInfoOf(cur)
 				if err != nil || info.hdr.Kind != kindDelta {
 					break
 				}
@@ -70,7 +70,7 @@ func TestBaseCycle(t *testing.T) {
 			t.Run(fmt.Sprintf("cycle%d-cached%v", n, cached), func(t *testing.T) {
 				trees := testfiles.ShardedSeries(t, 6, 41)
 				s, root := newStore(t, Options{})
-				s.contextChain = 16
+				s.objects.contextChain = 16
 				for k, files := range trees {
 					commitTree(t, s, uint64(k+1), files)
 				}
@@ -81,10 +81,10 @@ func TestBaseCycle(t *testing.T) {
 					readWhole(t, r, 6, file)
 					// Its pages and blocks, and the sections but the first of the chain, are
 					// pushed out by other reads; its headers and metas stay.
-					r.pages.clear()
-					r.blocks.clear()
+					r.objects.pages.clear()
+					r.objects.blocks.clear()
 					for _, id := range chain[1:] {
-						r.deltas.remove(id)
+						r.objects.deltas.remove(id)
 					}
 				}
 				forgeBase(t, root, chain[n-1], chain[0]) // the last of the chain's base is its first

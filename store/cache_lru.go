@@ -14,7 +14,7 @@ type lru[K comparable, V any] struct {
 	order *list.List // front: most recently used
 	items map[K]*list.Element
 
-	// Reference counting for values that are recycled (counted, recycle.go): share is
+	// Reference counting for values that are recycled (counted, read_recycle.go): share is
 	// called, under the lock, for the cache's own hold when a value is stored and for the
 	// caller's when get returns one; drop when the cache lets go of a value. Nil for plain
 	// values.
@@ -121,7 +121,7 @@ func (c *lru[K, V]) clear() {
 }
 
 // removeIf drops every entry whose key drop reports (a scan of the whole cache: for the rare
-// reload of what is cached of a few objects, reload.go).
+// reload of what is cached of a few objects, read_reload.go).
 func (c *lru[K, V]) removeIf(drop func(K) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

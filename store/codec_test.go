@@ -91,7 +91,7 @@ func TestFullObjectRoundTrip(t *testing.T) {
 			if err := fw.put(id); err != nil {
 				t.Fatal(err)
 			}
-			f, info, err := s.openObject(id)
+			f, info, err := s.objects.openObject(id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestFullObjectRoundTrip(t *testing.T) {
 				t.Fatalf("header %+v", info.hdr)
 			}
 			got := make([]byte, tc.size)
-			if err := s.readFullRange(id, 0, got); err != nil {
+			if err := s.objects.readFullRange(id, 0, got); err != nil {
 				t.Fatal(err)
 			}
 			mustEqualBytes(t, "whole content", got, content)
@@ -111,7 +111,7 @@ func TestFullObjectRoundTrip(t *testing.T) {
 				off := rng.IntN(tc.size)
 				n := rng.IntN(tc.size - off + 1)
 				part := make([]byte, n)
-				if err := s.readFullRange(id, int64(off), part); err != nil {
+				if err := s.objects.readFullRange(id, int64(off), part); err != nil {
 					t.Fatal(err)
 				}
 				mustEqualBytes(t, "range", part, content[off:off+n])

@@ -128,7 +128,7 @@ func TestCopyDamagedWhileOpen(t *testing.T) {
 		commitTree(t, s, uint64(i+1), files)
 	}
 	checkAllVersions(t, "before the damage", s, versions[:3])
-	s.pages.clear()
+	s.objects.pages.clear()
 	flipCopyByte(t, s.cacheDir, "model.safetensors", 1_000_000)
 	checkAllVersions(t, "after the damage", s, versions[:3])
 	if !log.has("chunk") {

@@ -189,9 +189,9 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 			continue
 		}
 		p := inPlace{path: f.Path, off: f.HeaderLen + nt.Begin, size: nt.End - nt.Begin, width: nt.DType.Size()}
-		if nm, err := s.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
+		if nm, err := s.objects.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
 			p.obj, p.dir = nt.ID, delta.Forward
-		} else if om, err := s.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
+		} else if om, err := s.objects.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
 			p.obj, p.dir = ot.ID, delta.Backward
 		} else {
 			return nil, false
@@ -207,10 +207,10 @@ type patchBufs struct{ buf, orig []byte }
 
 // patch applies one in-place update, 4 MiB at a time, writing back only the byte runs that
 // changed. The delta's blocks are decoded through the block cache: the next version's ingest
-// codes its deltas against these very sections (their contexts, context.go), and finds them
+// codes its deltas against these very sections (their contexts, object_delta_context.go), and finds them
 // decoded when the cache holds a version's blocks.
 func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
-	if _, err := m.s.loadDelta(p.obj); err != nil {
+	if _, err := m.s.objects.loadDelta(p.obj); err != nil {
 		return err
 	}
 	f, err := m.file(p.path)
@@ -229,7 +229,7 @@ func (m *materialized) patch(p inPlace, bufs *patchBufs) error {
 			return fmt.Errorf("materialized %s: %w", p.path, err)
 		}
 		copy(b, o)
-		if err := m.s.applySteps([]planStep{{obj: p.obj, dir: p.dir}}, b, off/int64(p.width)); err != nil {
+		if err := m.s.objects.applySteps([]planStep{{obj: p.obj, dir: p.dir}}, b, off/int64(p.width)); err != nil {
 			return fmt.Errorf("apply to the materialized copy: %w", err)
 		}
 		if err := writeChangedRuns(f, o, b, p.off+off); err != nil {

@@ -87,7 +87,7 @@ func (v *matView) readChecked(path string, p []byte, abs int64) error {
 	if err != nil {
 		return err
 	}
-	err = preadChecked(f, sums, p, abs, &v.m.s.bufs.edges)
+	err = preadChecked(f, sums, p, abs, &v.m.s.objects.buffers().edges)
 	var bad *chunkMismatch
 	switch {
 	case errors.As(err, &bad):

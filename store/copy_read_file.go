@@ -117,7 +117,7 @@ func (f *versionFile) sliceWhole(p []byte, off int64) (parts [][]byte, release f
 	for at := 0; at < len(p); {
 		k := min(len(p)-at, pageSize)
 		abs := off + int64(at)
-		page := f.s.bufs.newPage(int64(k))
+		page := f.s.objects.buffers().newPage(int64(k))
 		var err error
 		if page.raw == nil {
 			// Short: into the caller's buffer, through the page cache.

@@ -70,7 +70,7 @@ func TestReadPageDirect(t *testing.T) {
 	}
 	var pages []pageRef
 	for id := range view.m.locs {
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestReadPageDirect(t *testing.T) {
 	}
 	read := func(what string, p pageRef) bool {
 		t.Helper()
-		page := s.bufs.newPage(p.n)
+		page := s.objects.bufs.newPage(p.n)
 		defer page.release()
 		direct, err := view.readPage(p.id, page, p.off)
 		if err != nil {
@@ -184,7 +184,7 @@ func TestReadPageDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	evictCopy(t, s.mat)
-	page := s.bufs.newPage(last.n)
+	page := s.objects.bufs.newPage(last.n)
 	defer page.release()
 	if _, err := view.readPage(last.id, page, last.off); err == nil || !isCopyError(err) {
 		t.Fatalf("read of a page past the copy's end: err %v, want a copy error", err)
@@ -229,7 +229,7 @@ func TestBaseReaderReadsAhead(t *testing.T) {
 	sizes := map[ID]int64{}
 	want := map[ID][]byte{}
 	for id := range view.m.locs {
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,7 +37,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 	// through its own delta object: damage to that object shows in Verify only.
 	bypassed := map[string]bool{}
 	s.be.ListObjects(func(id ID, _ int64) error {
-		if m, err := s.meta(id); err == nil && m.Kind == kindFull && m.DeltaLen > 0 {
+		if m, err := s.objects.meta(id); err == nil && m.Kind == kindFull && m.DeltaLen > 0 {
 			bypassed[m.Base.String()] = true
 		}
 		return nil

@@ -32,7 +32,7 @@ func TestCommitOnABaseWithABrokenChain(t *testing.T) {
 		find:
 			for i := range ver.m.Files {
 				for _, tn := range ver.m.Files[i].Tensors {
-					m, err := s.meta(tn.ID)
+					m, err := s.objects.meta(tn.ID)
 					if err == nil && m.Kind == kindDelta && s.isAnchor(m.Base) {
 						victim, victimFile = m.Base, ver.m.Files[i].Path
 						break find
@@ -60,8 +60,8 @@ func TestCommitOnABaseWithABrokenChain(t *testing.T) {
 			} else {
 				commitTree(t, s, 6, trees[5])
 			}
-			s.pages.clear()
-			s.blocks.clear()
+			s.objects.pages.clear()
+			s.objects.blocks.clear()
 			for name, want := range trees[5] {
 				mustEqualBytes(t, "version 6 "+name, readWhole(t, s, 6, name), want)
 			}
@@ -71,6 +71,6 @@ func TestCommitOnABaseWithABrokenChain(t *testing.T) {
 
 // isAnchor says whether id is a whole object (of the tests' store).
 func (s *Store) isAnchor(id ID) bool {
-	m, err := s.meta(id)
+	m, err := s.objects.meta(id)
 	return err == nil && m.Kind == kindFull
 }

@@ -45,12 +45,12 @@
 // Objects and manifests never change once written (GC may replace a delta object by a whole
 // copy of the same content, and re-code a delta section as version 1 with the same changes;
 // a read that fails on what its process cached of objects another process's gc changed drops
-// that and is tried once more from the files: reload.go). So everything decoded is cached by identity, in memory (bounded:
+// that and is tried once more from the files: read_reload.go). So everything decoded is cached by identity, in memory (bounded:
 // Options.CacheBytes) and in the index: object headers, delta bodies, decoded delta blocks,
 // 1 MiB pages of reconstructed content. On disk, in the cache directory, three caches keep bytes of the store, each with one
 // name: the materialized copy (the latest version, copy_*.go), the file copies (files of older versions, filecopy.go) and,
 // for a remote store, the object cache (its objects, kept by the backend: RemoteCache). A delta section of body version 2 decodes against its
-// context, the delta section of its base, whose blocks come from the same cache (context.go). The materialized copy (the latest version as
+// context, the delta section of its base, whose blocks come from the same cache (object_delta_context.go). The materialized copy (the latest version as
 // plain files, in the cache directory) is the one thing that changes: after each seal it is
 // brought forward (in the background for the mount; a file that was streamed by renaming the
 // seed its stream wrote into place, copy_seed.go) under a lock that keeps reads off it while

@@ -22,4 +22,4 @@ func NewLocalBackend(root string) (Backend, error) {
 
 // SetContextChain sets the most version-2 delta sections a chain of contexts may hold when s
 // writes a new one (0: s writes version-1 sections only), for tests outside the package.
-func SetContextChain(s *Store, n int) { s.contextChain = n }
+func SetContextChain(s *Store, n int) { s.objects.contextChain = n }

@@ -264,7 +264,7 @@ func (w *copyWriter) commit(k contentKey, what string) {
 // checked. A chunk that fails its check, or a failed read, drops the copy (logged) and
 // returns an error: the caller reads from the objects, and the copy is written again.
 func (fc *fileCopies) readAt(c *fileCopy, ver *version, f *manifestFile, p []byte, off int64) error {
-	err := preadChecked(c.f, c.sums, p, off, &fc.s.bufs.edges)
+	err := preadChecked(c.f, c.sums, p, off, &fc.s.objects.buffers().edges)
 	if err == nil {
 		return nil
 	}
@@ -323,7 +323,7 @@ func (fc *fileCopies) rebuild(ver *version, f *manifestFile) {
 //
 // The hash is one serial stream and the first read of the file waits for all of it, so it
 // gets a core of its own: the pages are rebuilt ahead of it by the read-ahead's builders
-// (readahead.go), and the copy is written and summed behind it by another goroutine, from the
+// (read_ahead.go), and the copy is written and summed behind it by another goroutine, from the
 // same pages (SliceReader: no copy of the bytes in between).
 func (s *Store) passFile(ver *version, f *manifestFile, stop *atomic.Bool) (ID, error) {
 	h := sha256.New()

@@ -86,13 +86,13 @@ func TestOldFileReadFromCheckedCopy(t *testing.T) {
 	if !log.has("file copies: model.safetensors of version 1 copied") {
 		t.Fatalf("no log line of the copy:\n%s", &log)
 	}
-	r.ra.wait() // pages the first read built ahead
-	r.pages.clear()
-	r.blocks.clear()
+	r.objects.ra.wait() // pages the first read built ahead
+	r.objects.pages.clear()
+	r.objects.blocks.clear()
 	again := readWhole(t, r, 1, "model.safetensors")
 	mustEqualBytes(t, "second read", again, got)
-	if r.pages.used != 0 || r.blocks.used != 0 {
-		t.Fatalf("a read of a copied file built pages (%d bytes) or blocks (%d bytes)", r.pages.used, r.blocks.used)
+	if r.objects.pages.used != 0 || r.objects.blocks.used != 0 {
+		t.Fatalf("a read of a copied file built pages (%d bytes) or blocks (%d bytes)", r.objects.pages.used, r.objects.blocks.used)
 	}
 	// The copy is the process's: Close removes it.
 	closeStore(t, r)

@@ -122,7 +122,7 @@ func fixtureTensorObject(t *testing.T, s *Store, v uint64, k objectKind) ID {
 		if tn.Name != "emb" {
 			continue
 		}
-		m, err := s.meta(tn.ID)
+		m, err := s.objects.meta(tn.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

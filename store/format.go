@@ -18,7 +18,7 @@ import (
 // Open checks the magic, then the version, then the checksum (the order bbolt's meta
 // validation uses: an alien file is "not a store", a newer one "unsupported", a damaged one
 // "corrupt"). Format 2 is format 1 whose objects may hold version-2 delta sections (coded
-// against a context, context.go): a program that reads only format 1 refuses such a store
+// against a context, object_delta_context.go): a program that reads only format 1 refuses such a store
 // rather than taking its sections for damage. This program reads both; it creates stores of
 // format 2, and a writer opening a store of format 1 rewrites its format file as format 2
 // before it writes anything (docs/format.md Part I §2).

@@ -318,14 +318,14 @@ func TestFormatUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := openStore(t, root, Options{ReadOnly: true})
-	if b, _ := os.ReadFile(fmtPath); !bytes.Equal(b, encodeFormatVersion(1)) || r.contextChain != 0 {
-		t.Fatalf("a reader of a format-1 store: format file %x, context chain %d", b, r.contextChain)
+	if b, _ := os.ReadFile(fmtPath); !bytes.Equal(b, encodeFormatVersion(1)) || r.objects.contextChain != 0 {
+		t.Fatalf("a reader of a format-1 store: format file %x, context chain %d", b, r.objects.contextChain)
 	}
 	closeStore(t, r)
 	s := openStore(t, root, Options{})
 	b, _ := os.ReadFile(fmtPath)
-	if !bytes.Equal(b, encodeFormatVersion(2)) || s.contextChain != maxContextChain {
-		t.Fatalf("a writer of a format-1 store: format file %x, context chain %d", b, s.contextChain)
+	if !bytes.Equal(b, encodeFormatVersion(2)) || s.objects.contextChain != maxContextChain {
+		t.Fatalf("a writer of a format-1 store: format file %x, context chain %d", b, s.objects.contextChain)
 	}
 	if fi, err := os.Stat(fmtPath); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("format file after the upgrade: %v, %v", fi.Mode(), err)

@@ -68,7 +68,7 @@ func (c *collector) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) 
 	walk := func(id ID) error {
 		for cur, n := id, 0; !live[cur]; n++ {
 			live[cur] = true
-			m, err := c.st.meta(cur)
+			m, err := c.st.objects.meta(cur)
 			if err != nil {
 				return err
 			}
@@ -99,7 +99,7 @@ func (c *collector) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) 
 	for len(links) > 0 {
 		id := links[len(links)-1]
 		links = links[:len(links)-1]
-		m, err := c.st.meta(id)
+		m, err := c.st.objects.meta(id)
 		if err != nil {
 			return nil, err
 		}
@@ -182,8 +182,7 @@ func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, e
 		}
 	}
 	for _, id := range gone {
-		c.st.forgetMeta(id)
-		c.st.crcChecked.Delete(id)
+		c.st.objects.forgetObject(id)
 	}
 	c.st.ingest.pendMu.Lock()
 	c.st.ingest.leftovers = false
@@ -298,12 +297,9 @@ func (s *Store) RebuildIndex() error {
 	if err := s.ix.reset(); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}
-	s.metaMu.Lock()
-	clear(s.metas)
-	s.dirtyMetas = nil
-	s.metaMu.Unlock()
+	s.objects.dropMetas()
 	s.versions.forgetAll()
-	s.objInfos.clear()
+	s.objects.dropHeaders()
 	if err := s.versions.loadVersions(); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}
@@ -311,14 +307,14 @@ func (s *Store) RebuildIndex() error {
 	s.mat.invalidate()
 	var errs []error
 	if err := s.be.ListObjects(func(id ID, _ int64) error {
-		if _, err := s.meta(id); err != nil {
+		if _, err := s.objects.meta(id); err != nil {
 			errs = append(errs, err)
 		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("rebuild index: %w", err)
 	}
-	s.flushMetas()
+	s.objects.flushMetas()
 	if len(errs) > 0 {
 		return fmt.Errorf("rebuild index: %w", errors.Join(errs...))
 	}

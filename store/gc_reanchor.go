@@ -6,7 +6,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// What gc does for the contexts of version-2 delta sections (context.go; docs/format.md
+// What gc does for the contexts of version-2 delta sections (object_delta_context.go; docs/format.md
 // Part I §5): a section coded against the delta section of its base needs that section for
 // as long as it is kept, and an open writer may be coding a new section against the section
 // of any object of the latest version. So gc never drops a delta section of a kept object:
@@ -20,7 +20,7 @@ import (
 // sectionIsV2 reports whether object id has a delta section of version 2, from the section's
 // version byte alone (the section itself is checked when it is used).
 func (c *collector) sectionIsV2(id ID) (bool, error) {
-	f, info, err := c.st.openObject(id)
+	f, info, err := c.st.objects.openObject(id)
 	if err != nil {
 		return false, err
 	}
@@ -50,7 +50,7 @@ func (c *collector) reanchor(id ID, hint objHint, m objMeta) error {
 	var sec *deltaObject
 	var enc *delta.DeltaEncoder // re-codes a version-2 section as version 1
 	var base []byte
-	if sec, err = c.st.loadDelta(id); err != nil {
+	if sec, err = c.st.objects.loadDelta(id); err != nil {
 		return err
 	}
 	if sec.parsed.NeedsContext() {
@@ -59,7 +59,7 @@ func (c *collector) reanchor(id ID, hint objHint, m objMeta) error {
 	buf := make([]byte, min(m.ContentLen, ingestChunk))
 	for off := int64(0); off < m.ContentLen; {
 		n := min(int64(len(buf)), m.ContentLen-off)
-		if err := c.st.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
+		if err := c.st.objects.readObject(id, hint, off, buf[:n], readOpts{}); err != nil {
 			return err
 		}
 		if _, err := fw.Write(buf[:n]); err != nil {
@@ -99,7 +99,6 @@ func (c *collector) reanchor(id ID, hint objHint, m objMeta) error {
 	if err := fw.put(id); err != nil {
 		return err
 	}
-	c.st.forgetMeta(id)
-	c.st.crcChecked.Delete(id)
+	c.st.objects.forgetObject(id)
 	return nil
 }

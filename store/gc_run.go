@@ -234,7 +234,7 @@ func (c *collector) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 	listed := map[ID]bool{}
 	for _, ver := range keptVersions {
 		for id, hint := range objectsOf(ver) {
-			m, err := c.st.meta(id)
+			m, err := c.st.objects.meta(id)
 			if err != nil {
 				return nil, err
 			}
@@ -299,7 +299,7 @@ func (c *collector) estimateGC(st GCStats, jobs []reanchorJob, drop []VersionInf
 func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error) {
 	// Headers read while gc re-anchored (by ingest beside it) may be those of the objects
 	// before their rewrite: the sweep walks chains from fresh ones.
-	c.st.forgetAllMetas()
+	c.st.objects.forgetAllMetas()
 	if err := c.st.be.SyncObjects(); err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
@@ -329,7 +329,7 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 		return st, err
 	}
 	// Chain depths changed; they refill from object headers.
-	c.st.forgetAllMetas()
+	c.st.objects.forgetAllMetas()
 	if len(late) > 0 {
 		c.st.gcRecord.trim() // the record holds the versions kept late: not dropped
 	}
@@ -394,7 +394,7 @@ func (c *collector) deleteDropped(st GCStats, drop []VersionInfo) (GCStats, erro
 func (c *collector) wholeCopySize(m objMeta) int64 {
 	cur := m.Base
 	for n := 0; n < maxWalk; n++ {
-		bm, err := c.st.meta(cur)
+		bm, err := c.st.objects.meta(cur)
 		if err != nil {
 			break
 		}
@@ -404,16 +404,4 @@ func (c *collector) wholeCopySize(m objMeta) int64 {
 		cur = bm.Base
 	}
 	return m.ContentLen
-}
-
-// forgetAllMetas drops every object header remembered, in memory and in the index: they
-// refill from the object files.
-func (s *Store) forgetAllMetas() {
-	s.metaMu.Lock()
-	clear(s.metas)
-	s.dirtyMetas = nil
-	s.metaMu.Unlock()
-	if err := s.ix.clearObjects(); err != nil {
-		s.log.Warn("index: not updated", "err", err)
-	}
 }

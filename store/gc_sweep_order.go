@@ -21,7 +21,7 @@ func (c *collector) sweepOrder(victims []victim) []victim {
 	waiting := make([]int, len(victims))
 	for i, v := range victims {
 		base[i] = -1
-		m, err := c.st.meta(v.id)
+		m, err := c.st.objects.meta(v.id)
 		if err != nil || m.Base == (ID{}) {
 			continue
 		}

@@ -60,7 +60,7 @@ func (s *Store) Usage() (Usage, error) {
 					vu.OwnBytes += size
 					vu.Objects++
 				}
-				m, err := s.meta(cur)
+				m, err := s.objects.meta(cur)
 				if err != nil || m.Kind != kindDelta {
 					// A damaged or missing object (verify reports it): its bases, if any,
 					// count as unreferenced; log still shows the store.

@@ -20,7 +20,7 @@ func TestReaderAfterOtherProcessGC(t *testing.T) {
 			t.Run(fmt.Sprintf("chain%d-%s", chain, how), func(t *testing.T) {
 				trees := testfiles.ShardedSeries(t, 6, 31)
 				s, root := newStore(t, Options{})
-				s.contextChain = chain
+				s.objects.contextChain = chain
 				for k, files := range trees[:4] {
 					commitTree(t, s, uint64(k+1), files)
 				}
@@ -41,7 +41,7 @@ func TestReaderAfterOtherProcessGC(t *testing.T) {
 					}
 					for i := range ver.m.Files {
 						for _, tn := range ver.m.Files[i].Tensors {
-							r.loadDelta(tn.ID) // a full object without a link has none: errStale
+							r.objects.loadDelta(tn.ID) // a full object without a link has none: errStale
 						}
 					}
 				}
@@ -60,8 +60,8 @@ func TestReaderAfterOtherProcessGC(t *testing.T) {
 				}
 				// Its pages and decoded blocks are pushed out (by other reads, in a long-lived
 				// reader); what it cached of the objects stays.
-				r.pages.clear()
-				r.blocks.clear()
+				r.objects.pages.clear()
+				r.objects.blocks.clear()
 				for v := uint64(6); v >= 4; v-- {
 					for name, want := range trees[v-1] {
 						mustEqualBytes(t, fmt.Sprintf("version %d %s after gc", v, name), readWhole(t, r, v, name), want)

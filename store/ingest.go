@@ -89,7 +89,7 @@ func (in *ingester) clean() bool {
 // one way ingest reads objects other than from the materialized copy (a base the copy does
 // not hold, or holds damaged; a stream's result read back: stream_replay.go).
 func (in *ingester) readBase(id ID, h objHint, off int64, p []byte, o readOpts) error {
-	return in.st.readObject(id, h, off, p, o)
+	return in.st.objects.readObject(id, h, off, p, o)
 }
 
 // readAtFull reads len(b) bytes of r at off; io.EOF with a full read is success.
@@ -314,7 +314,7 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 	if w.in.exists(id) {
 		return nil
 	}
-	bm, err := s.meta(base.tensor.ID)
+	bm, err := s.objects.meta(base.tensor.ID)
 	if err != nil {
 		if !isDamage(err) {
 			return fmt.Errorf("base: %w", err)
@@ -337,7 +337,7 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 			return err
 		}
 		w.noteCreated(id, int64(len(file)))
-		s.putMeta(id, objMeta{Kind: kindDelta, Width: width, Base: base.tensor.ID, ContentLen: size,
+		s.objects.putMeta(id, objMeta{Kind: kindDelta, Width: width, Base: base.tensor.ID, ContentLen: size,
 			FileSize: int64(len(file)), DeltaLen: int64(len(body)), Depth: depth, ChainBytes: chainBytes})
 		return nil
 	}
@@ -358,8 +358,8 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	s := w.s
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
-	// Coded against the base's own delta section when it has one (context.go).
-	wc := s.writeContextOf(baseID)
+	// Coded against the base's own delta section when it has one (object_delta_context.go).
+	wc := s.objects.writeContextOf(baseID)
 	defer wc.done()
 	enc.SetContext(wc.fn())
 	h := sha256.New()
@@ -493,7 +493,7 @@ func (w *Writer) putFull(fw *fullWriter, id ID, width int, size int64, base ID, 
 		return err
 	}
 	w.noteCreated(id, stored)
-	w.s.putMeta(id, objMeta{Kind: kindFull, Width: width, Base: base, ContentLen: size, FileSize: stored, DeltaLen: linkLen})
+	w.s.objects.putMeta(id, objMeta{Kind: kindFull, Width: width, Base: base, ContentLen: size, FileSize: stored, DeltaLen: linkLen})
 	return nil
 }
 

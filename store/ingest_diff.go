@@ -163,8 +163,8 @@ func (in *ingester) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDif
 // delta object when one is the other's direct delta, else by comparing their bytes.
 func (in *ingester) countChanged(ta, tb *manifestTensor, ha, hb objHint) (int64, error) {
 	for _, pair := range [][2]ID{{tb.ID, ta.ID}, {ta.ID, tb.ID}} {
-		if m, err := in.st.meta(pair[0]); err == nil && m.DeltaLen > 0 && m.Base == pair[1] {
-			d, err := in.st.loadDelta(pair[0])
+		if m, err := in.st.objects.meta(pair[0]); err == nil && m.DeltaLen > 0 && m.Base == pair[1] {
+			d, err := in.st.objects.loadDelta(pair[0])
 			if err != nil {
 				return 0, err
 			}
@@ -195,11 +195,11 @@ func (in *ingester) diffPages(a, b ID, pa, pb []byte, width int, ch *delta.Chang
 func (in *ingester) compareObjects(a, b ID, ha, hb objHint, size int64, width int, fn func(first int64, c *delta.Changes) error) error {
 	var ch delta.Changes
 	for off := int64(0); off < size; off += pageSize {
-		pa, err := in.st.page(a, ha, off/pageSize, readOpts{})
+		pa, err := in.st.objects.page(a, ha, off/pageSize, readOpts{})
 		if err != nil {
 			return err
 		}
-		pb, err := in.st.page(b, hb, off/pageSize, readOpts{})
+		pb, err := in.st.objects.page(b, hb, off/pageSize, readOpts{})
 		if err != nil {
 			pa.release()
 			return err

@@ -20,7 +20,7 @@ func objectKinds(t testing.TB, s *Store) map[objectKind]int {
 	t.Helper()
 	out := map[objectKind]int{}
 	err := s.be.ListObjects(func(id ID, _ int64) error {
-		info, err := s.objectInfoOf(id)
+		info, err := s.objects.objectInfoOf(id)
 		if err != nil {
 			return err
 		}
@@ -122,7 +122,7 @@ func TestAnchorsAtTheChainBound(t *testing.T) {
 	// v1 full; v2..v4 deltas (depth 1..3); v5 anchor; v6..v8 deltas; v9 anchor.
 	wantKinds := []objectKind{kindFull, kindDelta, kindDelta, kindDelta, kindFull, kindDelta, kindDelta, kindDelta, kindFull}
 	for i, id := range ids {
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestAnchorsAtTheChainBound(t *testing.T) {
 	// v4 is nearer to the anchor v5 (one step back) than to v1 (three forward).
 	ver, _ := r.versions.sealedVersion(4)
 	f := ver.files["m.safetensors"]
-	pw := planWalker{s: r, cache: newPageCache(0)}
+	pw := planWalker{s: r.objects, cache: newPageCache(0)}
 	p, _, err := pw.planFor(f.Tensors[0].ID, objHint{path: "m.safetensors", tensor: "w"})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestAnchorWhenDeltasOutgrowTheTensor(t *testing.T) {
 	for v := uint64(2); v <= 10; v++ {
 		w = perturb(rng, w, 1, 0.4)
 		commitTree(t, s, v, map[string][]byte{"m.safetensors": safetensorsFile(t, testTensor{"w", delta.DTypeU8, []int64{4000}, w})})
-		m, _ := s.meta(IDOf(w))
+		m, _ := s.objects.meta(IDOf(w))
 		if m.Kind == kindFull {
 			full++
 		}

@@ -252,7 +252,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.ix.updateVersions([]VersionInfo{info}, nil); err != nil {
 		s.log.Warn("index: not updated", "err", err)
 	}
-	s.flushMetas()
+	s.objects.flushMetas()
 	w.noteSealed(info, sealStart)
 	w.finish(m)
 	if err := s.failpoint("seal-index-updated"); err != nil {

@@ -51,7 +51,7 @@ type versionFile struct {
 	f    *manifestFile
 	segs []segment
 	opts readOpts
-	// lastEnd is the furthest any read has reached: reads near it are sequential (readahead.go).
+	// lastEnd is the furthest any read has reached: reads near it are sequential (read_ahead.go).
 	lastEnd atomic.Int64
 	// vouched: the file's composition was checked (vouch.go).
 	vouched atomic.Bool
@@ -107,7 +107,7 @@ func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 		return n, err
 	}
 	return f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
-		return f.s.readObject(sg.id, sg.hint, objOff, dst, f.opts)
+		return f.s.objects.readObject(sg.id, sg.hint, objOff, dst, f.opts)
 	})
 }
 
@@ -154,12 +154,12 @@ type pageKey struct {
 }
 
 // readObject reads content bytes [off, off+len(p)) of object id.
-func (s *Store) readObject(id ID, hint objHint, off int64, p []byte, opts readOpts) error {
-	if served, err := s.readFromCopy(id, off, p, opts); served {
+func (o *objectStore) readObject(id ID, hint objHint, off int64, p []byte, opts readOpts) error {
+	if served, err := o.st.readFromCopy(id, off, p, opts); served {
 		return err
 	}
 	var parts pageParts
-	err := s.slicePages(id, hint, off, p, opts, &parts)
+	err := o.slicePages(id, hint, off, p, opts, &parts)
 	parts.gather(p)
 	parts.release()
 	return err
@@ -167,14 +167,14 @@ func (s *Store) readObject(id ID, hint objHint, off int64, p []byte, opts readOp
 
 // sliceObject reads content bytes [off, off+len(p)) of object id as parts (pageParts): from
 // the materialized copy straight into p, else as the parts of the cached pages that hold them.
-func (s *Store) sliceObject(id ID, hint objHint, off int64, p []byte, opts readOpts, parts *pageParts) error {
-	if served, err := s.readFromCopy(id, off, p, opts); served {
+func (o *objectStore) sliceObject(id ID, hint objHint, off int64, p []byte, opts readOpts, parts *pageParts) error {
+	if served, err := o.st.readFromCopy(id, off, p, opts); served {
 		if err == nil {
 			parts.addOwn(p)
 		}
 		return err
 	}
-	return s.slicePages(id, hint, off, p, opts, parts)
+	return o.slicePages(id, hint, off, p, opts, parts)
 }
 
 // readFromCopy reads content bytes [off, off+len(p)) of object id from the materialized copy,
@@ -204,9 +204,9 @@ func (s *Store) readFromCopy(id ID, off int64, p []byte, opts readOpts) (served 
 
 // slicePages adds the parts of the cached pages of object id that hold content bytes
 // [off, off+len(p)), building the pages that are not cached.
-func (s *Store) slicePages(id ID, hint objHint, off int64, p []byte, opts readOpts, parts *pageParts) error {
+func (o *objectStore) slicePages(id ID, hint objHint, off int64, p []byte, opts readOpts, parts *pageParts) error {
 	for len(p) > 0 {
-		pg, err := s.page(id, hint, off/pageSize, opts)
+		pg, err := o.page(id, hint, off/pageSize, opts)
 		if err != nil {
 			return err
 		}
@@ -224,30 +224,30 @@ func (s *Store) slicePages(id ID, hint objHint, off int64, p []byte, opts readOp
 
 // page returns page number pg of object id's content, reconstructing it if needed. The caller
 // holds a reference to it and must release it.
-func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) (*cachedPage, error) {
+func (o *objectStore) page(id ID, hint objHint, pg int64, opts readOpts) (*cachedPage, error) {
 	cache := opts.pages
 	if cache == nil {
-		cache = s.pages
+		cache = o.pages
 	}
 	key := pageKey{id, pg}
 	p, ok := cache.get(key)
 	if opts.pages == nil {
-		hit(&s.stats.pageHits, &s.stats.pageMisses, ok) // the shared cache only
+		hit(&o.stats.pageHits, &o.stats.pageMisses, ok) // the shared cache only
 	}
 	if ok {
 		return p, nil
 	}
 	if opts.pages != nil {
 		// A private cache (verify, export): one reader, nobody to wait for.
-		return s.buildCachedPage(id, hint, pg, opts, cache)
+		return o.buildCachedPage(id, hint, pg, opts, cache)
 	}
 	// Reads of one page from several requests at once (the kernel's read-ahead beside the
 	// reader's own read) build it once, into the cache, and each takes its reference there.
-	_, err, _ := s.pageFlight.Do(flightKey(id, pg), func() (any, error) {
+	_, err, _ := o.pageFlight.Do(flightKey(id, pg), func() (any, error) {
 		if cache.has(key) {
 			return nil, nil
 		}
-		p, err := s.buildCachedPage(id, hint, pg, opts, cache)
+		p, err := o.buildCachedPage(id, hint, pg, opts, cache)
 		if err != nil {
 			return nil, err
 		}
@@ -262,16 +262,16 @@ func (s *Store) page(id ID, hint objHint, pg int64, opts readOpts) (*cachedPage,
 	}
 	// Pushed out already by other readers' pages (or larger than the cache): build one for
 	// this caller.
-	return s.buildCachedPage(id, hint, pg, opts, cache)
+	return o.buildCachedPage(id, hint, pg, opts, cache)
 }
 
 // buildCachedPage builds a page and adds it to cache; the caller holds a reference.
-func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, *cachedPage]) (*cachedPage, error) {
+func (o *objectStore) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, *cachedPage]) (*cachedPage, error) {
 	reloaded := false
 	for attempt := 0; ; attempt++ {
 		// A stale plan (GC re-anchored an object under us, or a cached page to start from
 		// was pushed out) is retried with fresh headers.
-		p, err := s.buildPage(id, hint, pg, opts, cache, attempt < 2)
+		p, err := o.buildPage(id, hint, pg, opts, cache, attempt < 2)
 		if errors.Is(err, errStale) && attempt < 2 {
 			continue
 		}
@@ -282,17 +282,17 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 		}
 		if isDamage(err) && !reloaded {
 			// What this process cached of the chain may predate another process's gc
-			// (reload.go): once more from the files.
+			// (read_reload.go): once more from the files.
 			reloaded = true
-			n := s.forgetObjects(id, hint)
-			s.log.Info("read failed with what was cached of its objects; reading them again", "object", id, "objects", n, "err", err)
+			n := o.forgetObjects(id, hint)
+			o.log.Info("read failed with what was cached of its objects; reading them again", "object", id, "objects", n, "err", err)
 			continue
 		}
 		if err != nil {
 			if reloaded && isVerdictDamage(err) {
-				s.log.Warn("read failed again from the files: damage", "object", id, "err", err)
+				o.log.Warn("read failed again from the files: damage", "object", id, "err", err)
 			} else if reloaded && isDamage(err) {
-				s.log.Warn("read failed again from the files (an I/O error: no verdict of damage)", "object", id, "err", err)
+				o.log.Warn("read failed again from the files (an I/O error: no verdict of damage)", "object", id, "err", err)
 			}
 			return nil, err
 		}
@@ -302,13 +302,13 @@ func (s *Store) buildCachedPage(id ID, hint objHint, pg int64, opts readOpts, ca
 }
 
 // buildPage reconstructs a page; the caller holds the one reference to it.
-func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, *cachedPage], allowStale bool) (*cachedPage, error) {
+func (o *objectStore) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *lru[pageKey, *cachedPage], allowStale bool) (*cachedPage, error) {
 	var view *matView
 	if !opts.noMaterialized {
-		view = s.mat.view()
+		view = o.st.mat.view()
 		defer view.release()
 	}
-	m, err := s.meta(id)
+	m, err := o.meta(id)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +316,7 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 	if off >= m.ContentLen {
 		return nil, objectError(id, fmt.Errorf("page %d past the content end: %w", pg, ErrCorrupt))
 	}
-	w := planWalker{s: s, view: view, pg: pg}
+	w := planWalker{s: o, view: view, pg: pg}
 	if allowStale {
 		// The last attempt does not start from another cached page: it might be pushed
 		// out again before it is copied.
@@ -326,7 +326,7 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 	if err != nil {
 		if allowStale {
 			// Cached metas may predate a GC that re-anchored part of the chain.
-			s.forgetChain(chain)
+			o.forgetChain(chain)
 			return nil, errStale
 		}
 		return nil, err
@@ -339,21 +339,21 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 		if !allowStale || !errors.Is(err, fs.ErrNotExist) || isCopyError(err) {
 			return false
 		}
-		s.forgetMeta(id)
-		s.forgetMeta(p.start)
+		o.forgetMeta(id)
+		o.forgetMeta(p.start)
 		for _, st := range p.steps {
-			s.forgetMeta(st.obj)
+			o.forgetMeta(st.obj)
 		}
 		return true
 	}
-	if err := s.checkStepLengths(id, p, m.ContentLen); err != nil {
+	if err := o.checkStepLengths(id, p, m.ContentLen); err != nil {
 		if stale(err) {
 			return nil, errStale
 		}
 		return nil, err
 	}
-	page := s.bufs.newPage(min(pageSize, m.ContentLen-off))
-	if err := s.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
+	page := o.bufs.newPage(min(pageSize, m.ContentLen-off))
+	if err := o.fillPage(page, p, opts, view, cache, off, pg, m.Width); err != nil {
 		page.release()
 		if stale(err) {
 			return nil, errStale
@@ -368,17 +368,17 @@ func (s *Store) buildPage(id ID, hint objHint, pg int64, opts readOpts, cache *l
 // every delta the plan applies, each loaded with its object's CRC checked (loadDelta caches
 // them for applySteps). A length that disagrees is damage (ErrCorrupt), found before a read
 // of the start object is sized by it.
-func (s *Store) checkStepLengths(id ID, p plan, contentLen int64) error {
+func (o *objectStore) checkStepLengths(id ID, p plan, contentLen int64) error {
 	for _, st := range p.steps {
-		d, err := s.loadDelta(st.obj)
+		d, err := o.loadDelta(st.obj)
 		if errors.Is(err, errStale) {
-			s.forgetMeta(st.obj)
+			o.forgetMeta(st.obj)
 		}
 		if err != nil {
 			return err
 		}
 		if d.hdr.ContentLen != contentLen {
-			s.forgetMeta(id)
+			o.forgetMeta(id)
 			return objectError(id, fmt.Errorf("read as %d content bytes, delta %s (checked) has %d: %w",
 				contentLen, st.obj, d.hdr.ContentLen, ErrCorrupt))
 		}
@@ -388,7 +388,7 @@ func (s *Store) checkStepLengths(id ID, p plan, contentLen int64) error {
 
 // fillPage writes into page.b the page at content offset off (page number pg) of the object
 // plan p reconstructs. A page read from the copy with O_DIRECT moves within its buffer.
-func (s *Store) fillPage(page *cachedPage, p plan, opts readOpts, view *matView, cache *lru[pageKey, *cachedPage], off, pg int64, width int) error {
+func (o *objectStore) fillPage(page *cachedPage, p plan, opts readOpts, view *matView, cache *lru[pageKey, *cachedPage], off, pg int64, width int) error {
 	buf := page.b
 	switch {
 	case p.fromCache:
@@ -414,26 +414,26 @@ func (s *Store) fillPage(page *cachedPage, p plan, opts readOpts, view *matView,
 			view.willNeed(p.start, off+int64(len(buf)), copyReadAheadBytes)
 		}
 	default:
-		if err := s.readFullRange(p.start, off, buf); err != nil {
+		if err := o.readFullRange(p.start, off, buf); err != nil {
 			if errors.Is(err, errStale) {
-				s.forgetMeta(p.start)
+				o.forgetMeta(p.start)
 			}
 			return err
 		}
 	}
-	return s.applySteps(p.steps, buf, off/int64(width))
+	return o.applySteps(p.steps, buf, off/int64(width))
 }
 
 // forgetChain drops the metas of objects a failed walk passed.
-func (s *Store) forgetChain(chain []ID) {
+func (o *objectStore) forgetChain(chain []ID) {
 	for _, id := range chain {
-		s.forgetMeta(id)
+		o.forgetMeta(id)
 	}
 }
 
 // readFullRange reads content bytes [off, off+len(dst)) of full object id.
-func (s *Store) readFullRange(id ID, off int64, dst []byte) error {
-	info, err := s.objectInfoOf(id)
+func (o *objectStore) readFullRange(id ID, off int64, dst []byte) error {
+	info, err := o.objectInfoOf(id)
 	if err != nil {
 		return err
 	}
@@ -455,14 +455,14 @@ func (s *Store) readFullRange(id ID, off int64, dst []byte) error {
 			return objectError(id, fmt.Errorf("chunk %d holds no content byte at %d: %w", i, off, ErrCorrupt))
 		}
 		if in == 0 && int64(len(dst)) >= clen {
-			if err := s.readChunk(id, int(i), dst[:clen]); err != nil {
+			if err := o.readChunk(id, int(i), dst[:clen]); err != nil {
 				return err
 			}
 			dst, off = dst[clen:], off+clen
 			continue
 		}
 		tmp := make([]byte, clen)
-		if err := s.readChunk(id, int(i), tmp); err != nil {
+		if err := o.readChunk(id, int(i), tmp); err != nil {
 			return err
 		}
 		n := copy(dst, tmp[in:])

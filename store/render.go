@@ -73,7 +73,7 @@ type renders struct {
 }
 
 func newRenders(s *Store) *renders {
-	return &renders{st: s, log: s.log, stats: &s.stats, bufs: s.bufs, fileXXH3: newLRU[ID, [16]byte](1 << 20)}
+	return &renders{st: s, log: s.log, stats: &s.stats, bufs: s.objects.buffers(), fileXXH3: newLRU[ID, [16]byte](1 << 20)}
 }
 
 // CacheDir is this process's cache directory (index, materialized copy, renders).

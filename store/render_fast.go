@@ -116,7 +116,7 @@ func (r *renders) planFastTensors(ff *fastFile, plan *delta.PatchPlan, opts delt
 		}
 		ft := fastTensor{t: t, id: mt.ID, plan: -1}
 		if mt.ID != bt.ID && t.ByteLen() > 0 {
-			d, err := r.st.loadDelta(mt.ID)
+			d, err := r.st.objects.loadDelta(mt.ID)
 			if errors.Is(err, errStale) {
 				return nil, fmt.Errorf("%w: tensor %s of %s is a whole copy without a delta section", errNoFastPatch, t.Name, ff.f.Path)
 			}
@@ -370,7 +370,7 @@ func (p *fastPass) chunkChanges(ft fastTensor, first int64, c, b []byte, pw *del
 	lo, hi := d.parsed.BlockRange(first, n)
 	p.idx, p.vals = p.idx[:0], p.vals[:0]
 	for blk := lo; blk <= hi; blk++ {
-		cb, err := p.r.st.decodedBlock(ft.id, d, blk)
+		cb, err := p.r.st.objects.decodedBlock(ft.id, d, blk)
 		if err != nil {
 			return err
 		}

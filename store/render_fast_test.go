@@ -45,7 +45,7 @@ func TestFastPatchMatchesReference(t *testing.T) {
 		trees[k]["notes.txt"] = fmt.Appendf(nil, "step %d\n", k/2) // changes every other version
 	}
 	s, root := newStore(t, Options{})
-	s.contextChain = 3
+	s.objects.contextChain = 3
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}
@@ -135,7 +135,7 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 	var victim ID
 	for i := range ver.m.Files {
 		for _, tn := range ver.m.Files[i].Tensors {
-			if m, err := s.meta(tn.ID); err == nil && m.Kind == kindDelta && victim == (ID{}) {
+			if m, err := s.objects.meta(tn.ID); err == nil && m.Kind == kindDelta && victim == (ID{}) {
 				victim = tn.ID
 			}
 		}

@@ -252,8 +252,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		}
 		rep.QuarantinedObjects = append(rep.QuarantinedObjects, id)
 		rep.Moved = append(rep.Moved, dst)
-		s.forgetMeta(id)
-		s.crcChecked.Delete(id)
+		s.objects.forgetObject(id)
 		s.log.Info("repair: object quarantined", "object", id, "to", dst)
 	}
 	if len(rep.Moved) == 0 && len(rep.Mended)+len(rep.Reanchored) == 0 {
@@ -265,9 +264,8 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 	for _, v := range rep.Quarantined {
 		s.versions.forget(v)
 	}
-	s.objInfos.clear()
-	s.deltas.clear()
-	s.pages.clear()
+	s.objects.dropHeaders()
+	s.objects.dropPages()
 	if err := s.versions.loadVersions(); err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}

@@ -75,7 +75,7 @@ func deltaObjectOf(t *testing.T, s *Store, v uint64) ID {
 		t.Fatal(err)
 	}
 	id := ver.files["model.safetensors"].Tensors[0].ID
-	if m, err := s.meta(id); err != nil || m.Kind != kindDelta {
+	if m, err := s.objects.meta(id); err != nil || m.Kind != kindDelta {
 		t.Fatalf("tensor of version %d: object %s is not a delta object (%v)", v, id, err)
 	}
 	return id
@@ -149,10 +149,10 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 			fb := &faultBackend{localBackend: s.be.Backend.(*localBackend), fails: map[ID]int{}, errno: tc.errno}
 			s.be.Backend = fb
 			t.Cleanup(func() { s.be.Backend = fb.localBackend })
-			s.objInfos.clear()
-			s.deltas.clear()
-			s.crcChecked.Clear()
-			s.pages.clear()
+			s.objects.objInfos.clear()
+			s.objects.deltas.clear()
+			s.objects.crcChecked.Clear()
+			s.objects.pages.clear()
 
 			exact := map[uint64]bool{}
 			for v := uint64(1); v <= 6; v++ {
@@ -229,10 +229,10 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				fb.mu.Lock()
 				clear(fb.fails)
 				fb.mu.Unlock()
-				s.objInfos.clear()
-				s.deltas.clear()
-				s.crcChecked.Clear()
-				s.pages.clear()
+				s.objects.objInfos.clear()
+				s.objects.deltas.clear()
+				s.objects.crcChecked.Clear()
+				s.objects.pages.clear()
 				for v := uint64(1); v <= 6; v++ {
 					if !readsExactly(s, v, want[v]) {
 						t.Errorf("version %d does not read exactly after the I/O errors", v)

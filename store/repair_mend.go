@@ -211,7 +211,7 @@ func (r *repairer) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]boo
 		for i := range ver.m.Files {
 			f := &ver.m.Files[i]
 			for _, sg := range s.newVersionFile(ver, f, readOpts{}).segs {
-				if oi, err := s.objectInfoOf(sg.id); err == nil && oi.hdr.DeltaLen != 0 && !oi.hdr.Base.IsZero() {
+				if oi, err := s.objects.objectInfoOf(sg.id); err == nil && oi.hdr.DeltaLen != 0 && !oi.hdr.Base.IsZero() {
 					coded[oi.hdr.Base] = true // also by the damaged versions' objects
 				}
 				if !damagedVer[info.Number] && !planned[sg.id] && !badObj[sg.id] && r.chainRunsThrough(sg.id, unmended) {
@@ -245,7 +245,7 @@ func (r *repairer) planKeepReadersOf(plan *repairPlan, damagedVer map[uint64]boo
 // the objects of set are gone: no section of its chain of contexts belongs to one of them.
 func (r *repairer) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
 	s := r.s
-	d, err := s.loadDelta(id)
+	d, err := s.objects.loadDelta(id)
 	for range maxContextRead {
 		if err != nil {
 			return false
@@ -256,7 +256,7 @@ func (r *repairer) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
 		if set[d.hdr.Base] {
 			return false
 		}
-		d, err = s.loadDelta(d.hdr.Base)
+		d, err = s.objects.loadDelta(d.hdr.Base)
 	}
 	return false
 }
@@ -264,7 +264,7 @@ func (r *repairer) chainOfContextsAvoids(id ID, set map[ID]bool) bool {
 // chainRunsThrough reports whether object id's chain of bases holds one of set.
 func (r *repairer) chainRunsThrough(id ID, set map[ID]bool) bool {
 	s := r.s
-	info, err := s.objectInfoOf(id)
+	info, err := s.objects.objectInfoOf(id)
 	for range maxContextRead {
 		if err != nil || info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
 			return false
@@ -272,7 +272,7 @@ func (r *repairer) chainRunsThrough(id ID, set map[ID]bool) bool {
 		if set[info.hdr.Base] {
 			return true
 		}
-		info, err = s.objectInfoOf(info.hdr.Base)
+		info, err = s.objects.objectInfoOf(info.hdr.Base)
 	}
 	return false
 }
@@ -282,7 +282,7 @@ func (r *repairer) chainRunsThrough(id ID, set map[ID]bool) bool {
 // rewrites tells whether it reads.)
 func (r *repairer) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
 	s := r.s
-	info, err := s.objectInfoOf(id)
+	info, err := s.objects.objectInfoOf(id)
 	through := false
 	for range maxContextRead {
 		if err != nil {
@@ -297,7 +297,7 @@ func (r *repairer) readsOnceMended(id ID, mended, unmended map[ID]bool) bool {
 			return false
 		}
 		through = through || mended[base]
-		info, err = s.objectInfoOf(base)
+		info, err = s.objects.objectInfoOf(base)
 	}
 	return false
 }
@@ -363,7 +363,7 @@ func (r *repairer) sourceOf(ver *version, f *manifestFile, sg segment) (string, 
 func (r *repairer) readSource(m rewrite, p []byte, off int64) error {
 	s := r.s
 	if m.viaRead {
-		return s.readObject(m.id, m.seg.hint, off, p, readOpts{})
+		return s.objects.readObject(m.id, m.seg.hint, off, p, readOpts{})
 	}
 	if view := s.mat.view(); view != nil {
 		if view.holds(m.id) {
@@ -411,7 +411,7 @@ func (r *repairer) fileReadsExactly(ver *version, f *manifestFile, fromSources b
 			if fromSource {
 				err = r.readSource(m, buf[:n], off)
 			} else {
-				err = s.readObject(sg.id, sg.hint, off, buf[:n], readOpts{})
+				err = s.objects.readObject(sg.id, sg.hint, off, buf[:n], readOpts{})
 			}
 			if err != nil {
 				return false
@@ -463,7 +463,7 @@ func (r *repairer) rewriteWhole(m rewrite) error {
 			return err
 		}
 		if enc != nil {
-			if err := s.readObject(base, baseHint, off, bbuf[:n], readOpts{}); err != nil {
+			if err := s.objects.readObject(base, baseHint, off, bbuf[:n], readOpts{}); err != nil {
 				s.log.Warn("repair: object written again without its link: its base does not read", "object", m.id, "base", base, "err", err)
 				enc = nil
 			} else if _, err := enc.AddDiff(off/int64(width), bbuf[:n], buf[:n]); err != nil {
@@ -479,7 +479,7 @@ func (r *repairer) rewriteWhole(m rewrite) error {
 		// section as it is: the reads that rebuild older versions back from the
 		// materialized copy go through it, and the sections coded against it keep their
 		// context. Its file is intact (loadDelta checks its CRC-32C and its context).
-		if d, err := s.loadDelta(m.id); err == nil {
+		if d, err := s.objects.loadDelta(m.id); err == nil {
 			link, base = d.body, d.hdr.Base
 		}
 	}
@@ -499,9 +499,6 @@ func (r *repairer) rewriteWhole(m rewrite) error {
 	if err := fw.put(m.id); err != nil {
 		return err
 	}
-	s.forgetMeta(m.id)
-	s.crcChecked.Delete(m.id)
-	s.objInfos.remove(m.id)
-	s.deltas.remove(m.id)
+	s.objects.forgetObject(m.id)
 	return nil
 }

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/weightfs/weightfs/delta"
 )
 
@@ -84,9 +82,6 @@ type Store struct {
 
 	collector *collector // gc, its sweeps, retention and the holds of open files (gc.go)
 	maxChain  int
-	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
-	// new one is written (maxContextChain; 0 writes version 1 only: tests, context.go).
-	contextChain int
 	// format is the store's format version as its format file said at Open (2 once a writer
 	// upgraded it there): Verify reports the file when objects hold sections it does not
 	// allow (verify_format.go).
@@ -97,20 +92,7 @@ type Store struct {
 	closed   bool
 	versions *versionList // sealed versions, damage, parsed manifests, Refresh and Poll (version_list.go)
 
-	objInfos    *lru[ID, *objectInfo]
-	deltas      *lru[ID, *deltaObject]
-	pages       *lru[pageKey, *cachedPage]
-	blocks      *lru[blockKey, *cachedBlock] // decoded delta blocks (readblocks.go, block.go)
-	ra          *readAhead                   // background builds of the pages a sequential reader needs next
-	pageFlight  singleflight.Group
-	blockFlight singleflight.Group
-	metaMu      sync.Mutex
-	metas       map[ID]objMeta // in front of the index's objects bucket
-	dirtyMetas  map[ID]objMeta // not yet written to the index
-
-	crcChecked   sync.Map // ID -> true: the object's CRC was verified by this process
-	chunkScratch sync.Pool
-	bufs         *recycler // free lists and buffer pools of the read path (recycle.go)
+	objects *objectStore // metas, object reads and their caches (object_store.go)
 
 	// writeMu serializes what changes the set of versions or objects: Seal, GC,
 	// RebuildIndex, the clean-up at open.
@@ -273,8 +255,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 func newBareStore(path string, opts Options) *Store {
 	s := &Store{
 		root: path, opts: opts, log: newLogger(opts.Logger), readOnly: opts.ReadOnly, be: &backendCaps{},
-		maxChain: opts.MaxChain, contextChain: maxContextChain,
-		metas: map[ID]objMeta{}, hook: opts.Failpoint,
+		maxChain: opts.MaxChain, hook: opts.Failpoint,
 	}
 	s.ingest = newIngester(s, opts.Diff)
 	if s.maxChain <= 0 {
@@ -285,16 +266,7 @@ func newBareStore(path string, opts Options) *Store {
 		cacheBytes = DefaultCacheBytes
 	}
 	s.versions = newVersionList(s)
-	s.objInfos = newLRU[ID, *objectInfo](16 << 20)
-	s.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
-	s.blocks = newBlockCache(cacheBytes / 8)
-	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
-	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
-	// memory the daemon touches for the first time while it fills (kernel page faults).
-	s.pages = newPageCache(cacheBytes / 8)
-	s.ra = newReadAhead()
-	s.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
-	s.bufs = newRecycler()
+	s.objects = newObjectStore(s, cacheBytes)
 	s.pins = &pinSet{be: s.be, log: s.log}
 	s.gcRecord = &gcRecordKeeper{be: s.be, log: s.log}
 	s.publisher = &groupPublisher{root: path, be: s.be, log: s.log, st: s}
@@ -421,14 +393,14 @@ func (s *Store) shutdown() error {
 	if s.files != nil {
 		s.files.close() // first: its rebuilds read ahead
 	}
-	if s.ra != nil {
-		s.ra.wait()
+	if s.objects != nil {
+		s.objects.wait()
 	}
 	if s.mat != nil {
 		s.mat.close()
 	}
 	if s.ix != nil {
-		s.flushMetas()
+		s.objects.flushMetas()
 		if s.lock != nil && s.ingest.clean() {
 			// Clean shutdown of the writer: no sweep needed at the next open.
 			s.ix.setFlag(keyDirty, false)

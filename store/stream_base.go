@@ -98,7 +98,7 @@ func (r *baseReader) readAfter(view *matView, id ID, off, n int64, next nextRead
 // readAhead starts reading the chunk at off (up to n bytes, within the object) into the
 // buffer not in use; false: off is past the object's end (or its size is unknown).
 func (r *baseReader) readAhead(view *matView, id ID, off, n int64) bool {
-	m, err := r.in.st.meta(id)
+	m, err := r.in.st.objects.meta(id)
 	if err != nil || off >= m.ContentLen {
 		return false
 	}

@@ -57,7 +57,7 @@ type tensorState struct {
 	base    ID
 	hasBase bool
 	enc     *delta.DeltaEncoder // nil: no base, or too many changes for a delta
-	ctx     *writeContext       // what enc codes against (nil: version 1; context.go)
+	ctx     *writeContext       // what enc codes against (nil: version 1; object_delta_context.go)
 	body    []byte              // the encoder's output once it has finished
 	fw      *objStream          // the whole copy, when one is being written
 	check   *streamBaseCheck    // checks the base bytes read (stream_check.go)
@@ -157,14 +157,14 @@ func (st *FileStream) startTensor(i int) error {
 	wholeCopy := !ts.hasBase
 	if ts.hasBase {
 		ts.enc = delta.NewDeltaEncoder(ts.width, ts.float, ts.elems)
-		ts.ctx = st.s.writeContextOf(ts.base)
+		ts.ctx = st.s.objects.writeContextOf(ts.base)
 		ts.enc.SetContext(ts.ctx.fn())
 		ts.check = newStreamBaseCheck(st.s.mat, ts.base)
 		// A full chain, or deltas that will be as large as a whole copy with a delta like
 		// the ones before, make this tensor an anchor if it changed: the whole copy is then
 		// written as the bytes pass rather than in a second pass at the end (a guess: the
 		// policy at the end decides, as in the batch path).
-		bm, err := st.s.meta(ts.base)
+		bm, err := st.s.objects.meta(ts.base)
 		wholeCopy = err == nil && bm.Kind == kindDelta &&
 			(bm.Depth+1 > st.s.maxChain || bm.ChainBytes+bm.ChainBytes/int64(bm.Depth) >= ts.size)
 	}
@@ -367,7 +367,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 			return err
 		}
 		w.noteCreated(id, stored)
-		s.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, ContentLen: ts.size, FileSize: stored})
+		s.objects.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, ContentLen: ts.size, FileSize: stored})
 		return nil
 	}
 	if !ts.check.matches() {
@@ -380,7 +380,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		ts.fw.abort()
 		return nil
 	}
-	bm, err := s.meta(ts.base)
+	bm, err := s.objects.meta(ts.base)
 	baseBroken := false
 	if err != nil {
 		if !isDamage(err) {
@@ -416,7 +416,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		}
 		ts.fw.abort()
 		w.noteCreated(id, int64(len(file)))
-		s.putMeta(id, objMeta{Kind: kindDelta, Width: ts.width, Base: ts.base, ContentLen: ts.size,
+		s.objects.putMeta(id, objMeta{Kind: kindDelta, Width: ts.width, Base: ts.base, ContentLen: ts.size,
 			FileSize: int64(len(file)), DeltaLen: int64(len(body)), Depth: depth, ChainBytes: chainBytes})
 		return nil
 	}
@@ -445,7 +445,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		base = ID{}
 	}
 	w.noteCreated(id, stored)
-	s.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, Base: base, ContentLen: ts.size, FileSize: stored, DeltaLen: int64(len(link))})
+	s.objects.putMeta(id, objMeta{Kind: kindFull, Width: ts.width, Base: base, ContentLen: ts.size, FileSize: stored, DeltaLen: int64(len(link))})
 	return nil
 }
 
@@ -462,7 +462,7 @@ func (st *FileStream) finishBlob() error {
 			return err
 		}
 		w.noteCreated(id, stored)
-		s.putMeta(id, objMeta{Kind: kindFull, Width: 1, ContentLen: blob.received, FileSize: stored})
+		s.objects.putMeta(id, objMeta{Kind: kindFull, Width: 1, ContentLen: blob.received, FileSize: stored})
 	}
 	st.wk.entry.Kind, st.wk.entry.ID = kindBlob, id
 	st.wk.entry.Header, st.wk.entry.HeaderLen, st.wk.entry.Tensors = ID{}, 0, nil

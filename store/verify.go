@@ -102,9 +102,8 @@ func (c *checker) verify(progress func(done, total int64)) (VerifyReport, error)
 	var rep VerifyReport
 	prog := &verifyProgress{fn: progress}
 	// Everything is re-read from the backend.
-	s.objInfos.clear()
-	s.deltas.clear()
-	s.crcChecked.Clear()
+	s.objects.dropHeaders()
+	s.objects.dropCRCs()
 
 	ids, bad, sections2, err := c.checkObjects(&rep, prog)
 	if err != nil {
@@ -236,7 +235,7 @@ func (c *checker) verifyUnnamed(rep *VerifyReport, ids []ID, checked, bad map[ID
 		if checked[id] || bad[id] || c.baseChainBroken(id, bad) {
 			continue
 		}
-		m, err := s.meta(id)
+		m, err := s.objects.meta(id)
 		if err == nil {
 			var got ID
 			got, err = c.hashObject(id, objHint{}, m.ContentLen, opts)
@@ -331,7 +330,7 @@ func isIOError(err error) bool {
 func (c *checker) baseChainBroken(id ID, bad map[ID]bool) bool {
 	s := c.st
 	// (Headers alone: meta walks the whole chain and fails where it is broken.)
-	info, err := s.objectInfoOf(id)
+	info, err := s.objects.objectInfoOf(id)
 	for range maxContextRead {
 		if err != nil || info.hdr.DeltaLen == 0 || info.hdr.Base.IsZero() {
 			return false
@@ -340,7 +339,7 @@ func (c *checker) baseChainBroken(id ID, bad map[ID]bool) bool {
 		if bad[base] {
 			return true
 		}
-		if info, err = s.objectInfoOf(base); err != nil {
+		if info, err = s.objects.objectInfoOf(base); err != nil {
 			return isVerdictDamage(err) // a base missing or failing its check
 		}
 	}
@@ -359,15 +358,15 @@ func (c *checker) deltasBasedOutside(ver *version) []Damage {
 		f := &ver.m.Files[i]
 		for j := range f.Tensors {
 			id := f.Tensors[j].ID
-			m, err := s.meta(id)
+			m, err := s.objects.meta(id)
 			if err != nil || m.Kind != kindDelta {
 				continue // damage of the object itself is reported with the object
 			}
 			// What this process remembers of the object may predate a gc (another
 			// process's, or a writer's retention) that rewrote it whole in place: the
 			// verdict is taken from the object's header as it is now.
-			s.forgetMeta(id)
-			if m, err = s.meta(id); err != nil || m.Kind != kindDelta {
+			s.objects.forgetMeta(id)
+			if m, err = s.objects.meta(id); err != nil || m.Kind != kindDelta {
 				continue
 			}
 			out = append(out, Damage{Version: p, Object: m.Base,
@@ -383,7 +382,7 @@ func (c *checker) deltasBasedOutside(ver *version) []Damage {
 // fails its checks is not counted).
 func (c *checker) checkObject(id ID) (int, error) {
 	s := c.st
-	f, info, err := s.openObject(id)
+	f, info, err := s.objects.openObject(id)
 	if err != nil {
 		return 0, err
 	}
@@ -391,11 +390,11 @@ func (c *checker) checkObject(id ID) (int, error) {
 	if err := checkCRC(f); err != nil {
 		return 0, err
 	}
-	s.crcChecked.Store(id, true)
+	s.objects.noteCRC(id)
 	if !info.hdr.hasDelta() {
 		return 0, nil
 	}
-	d, err := s.loadDelta(id)
+	d, err := s.objects.loadDelta(id)
 	if err != nil {
 		return 0, err
 	}
@@ -423,7 +422,7 @@ func (c *checker) verifyFile(ver *version, f *manifestFile, opts readOpts, check
 		buf := make([]byte, min(size, pageSize))
 		for off := int64(0); off < size; {
 			n := min(int64(len(buf)), size-off)
-			if err := s.readObject(sg.id, sg.hint, off, buf[:n], opts); err != nil {
+			if err := s.objects.readObject(sg.id, sg.hint, off, buf[:n], opts); err != nil {
 				return done, err
 			}
 			objHash.Write(buf[:n])

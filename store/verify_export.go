@@ -157,7 +157,7 @@ func (c *checker) hashObject(id ID, hint objHint, size int64, opts readOpts) (ID
 	buf := make([]byte, min(size, ingestChunk))
 	for off := int64(0); off < size; {
 		n := min(int64(len(buf)), size-off)
-		if err := s.readObject(id, hint, off, buf[:n], opts); err != nil {
+		if err := s.objects.readObject(id, hint, off, buf[:n], opts); err != nil {
 			return ID{}, err
 		}
 		h.Write(buf[:n])

@@ -105,8 +105,8 @@ func (c *checker) lostManifest(ver *version) lostPrevious {
 		f := &ver.m.Files[i]
 		for j := range f.Tensors {
 			id := f.Tensors[j].ID
-			s.forgetMeta(id) // as the object is now (another process's gc may have rewritten it)
-			m, err := s.meta(id)
+			s.objects.forgetMeta(id) // as the object is now (another process's gc may have rewritten it)
+			m, err := s.objects.meta(id)
 			if err != nil || m.DeltaLen == 0 {
 				continue // damage of the object itself is reported with the object
 			}

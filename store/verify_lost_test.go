@@ -32,7 +32,7 @@ func anchorStoreNumbered(t *testing.T, numbers ...uint64) (*Store, string, map[u
 		}
 		links := 0
 		for _, tn := range ver.files["model.safetensors"].Tensors {
-			m, err := s.meta(tn.ID)
+			m, err := s.objects.meta(tn.ID)
 			if err != nil {
 				t.Fatal(err)
 			}

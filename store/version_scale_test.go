@@ -125,17 +125,17 @@ func TestMetasInMemoryAreBounded(t *testing.T) {
 	const n = maxMetas + maxMetas/4
 	id := func(i int) ID { return ID{byte(i), byte(i >> 8), byte(i >> 16), 7} }
 	for i := range n {
-		s.putMeta(id(i), objMeta{Kind: kindFull, Width: 2, ContentLen: int64(i)})
+		s.objects.putMeta(id(i), objMeta{Kind: kindFull, Width: 2, ContentLen: int64(i)})
 	}
-	s.metaMu.Lock()
-	held := len(s.metas)
-	s.metaMu.Unlock()
+	s.objects.metaMu.Lock()
+	held := len(s.objects.metas)
+	s.objects.metaMu.Unlock()
 	if held >= maxMetas {
 		t.Errorf("%d metas held in memory after %d were put, want fewer than %d", held, n, maxMetas)
 	}
-	s.flushMetas()
+	s.objects.flushMetas()
 	for i := 0; i < n; i += 97 {
-		if m, ok := s.cachedMeta(id(i)); !ok || m.ContentLen != int64(i) {
+		if m, ok := s.objects.cachedMeta(id(i)); !ok || m.ContentLen != int64(i) {
 			t.Fatalf("meta %d: %+v %v", i, m, ok)
 		}
 	}

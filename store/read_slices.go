@@ -31,7 +31,7 @@ func (f *versionFile) ReadSlices(p []byte, off int64) ([][]byte, func(), int, er
 	}
 	var parts pageParts
 	n, err := f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
-		return f.s.sliceObject(sg.id, sg.hint, objOff, dst, f.opts, &parts)
+		return f.s.objects.sliceObject(sg.id, sg.hint, objOff, dst, f.opts, &parts)
 	})
 	if err != nil && err != io.EOF {
 		parts.release()

@@ -39,8 +39,8 @@ func readFull(r io.ReaderAt, b []byte, off int64) error {
 
 // openObject opens id, reads and checks its header (which must name id) and, for a full
 // object, its chunk table.
-func (s *Store) openObject(id ID) (ObjectFile, *objectInfo, error) {
-	f, err := s.be.OpenObject(id)
+func (o *objectStore) openObject(id ID) (ObjectFile, *objectInfo, error) {
+	f, err := o.st.be.OpenObject(id)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("object %s is missing: %w (%w)", id, ErrCorrupt, err)
@@ -55,7 +55,7 @@ func (s *Store) openObject(id ID) (ObjectFile, *objectInfo, error) {
 		f.Close()
 		return nil, nil, objectError(id, err)
 	}
-	s.objInfos.add(id, info, int64(64+8*len(info.table.offsets)))
+	o.objInfos.add(id, info, int64(64+8*len(info.table.offsets)))
 	return f, info, nil
 }
 
@@ -93,11 +93,11 @@ func readObjectInfo(f ObjectFile) (*objectInfo, error) {
 }
 
 // objectInfoOf returns the cached header of id, reading it if needed.
-func (s *Store) objectInfoOf(id ID) (*objectInfo, error) {
-	if info, ok := s.objInfos.get(id); ok {
+func (o *objectStore) objectInfoOf(id ID) (*objectInfo, error) {
+	if info, ok := o.objInfos.get(id); ok {
 		return info, nil
 	}
-	f, info, err := s.openObject(id)
+	f, info, err := o.openObject(id)
 	if err != nil {
 		return nil, err
 	}
@@ -134,20 +134,20 @@ func checkCRC(f ObjectFile) error {
 
 // ensureCRC checks the CRC of object id once per process (random-access reads of a full
 // object then trust the file plus each frame's own checksum).
-func (s *Store) ensureCRC(id ID, f ObjectFile) error {
-	if _, ok := s.crcChecked.Load(id); ok {
+func (o *objectStore) ensureCRC(id ID, f ObjectFile) error {
+	if _, ok := o.crcChecked.Load(id); ok {
 		return nil
 	}
 	if err := checkCRC(f); err != nil {
 		return objectError(id, err)
 	}
-	s.crcChecked.Store(id, true)
+	o.crcChecked.Store(id, true)
 	return nil
 }
 
 // readChunk decompresses chunk i of full object id into dst (exactly the chunk's length).
-func (s *Store) readChunk(id ID, i int, dst []byte) error {
-	f, info, err := s.openObject(id)
+func (o *objectStore) readChunk(id ID, i int, dst []byte) error {
+	f, info, err := o.openObject(id)
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (s *Store) readChunk(id ID, i int, dst []byte) error {
 	if info.hdr.Kind != kindFull {
 		return errStale
 	}
-	if err := s.ensureCRC(id, f); err != nil {
+	if err := o.ensureCRC(id, f); err != nil {
 		return err
 	}
 	if i < 0 || i >= info.table.count() || int64(len(dst)) != info.table.chunkLen(i, info.hdr.ContentLen) {
@@ -165,9 +165,9 @@ func (s *Store) readChunk(id ID, i int, dst []byte) error {
 	if err := readFull(f, frame, info.table.offsets[i]); err != nil {
 		return objectError(id, fmt.Errorf("read chunk %d: %w", i, err))
 	}
-	scratch := s.chunkScratch.Get().(*[]byte)
-	defer s.chunkScratch.Put(scratch)
-	*scratch, err = s.codec.decompressChunk(dst, frame, *scratch, info.hdr.Width)
+	scratch := o.chunkScratch.Get().(*[]byte)
+	defer o.chunkScratch.Put(scratch)
+	*scratch, err = o.st.codec.decompressChunk(dst, frame, *scratch, info.hdr.Width)
 	if err != nil {
 		return objectError(id, fmt.Errorf("chunk %d: %w", i, err))
 	}
@@ -181,11 +181,11 @@ type deltaObject struct {
 	info   delta.DeltaInfo
 	parsed *delta.Delta // body's framing, checked, with its blocks located
 	// chain counts the version-2 sections from this one down its context chain (this one,
-	// its base's, ...): 0 for a version-1 section (context.go).
+	// its base's, ...): 0 for a version-1 section (object_delta_context.go).
 	chain int
 	// context returns block b of the decoded delta section of hdr.Base, the context of a
 	// version-2 section, holding a reference to it (nil for a version-1 section); path holds
-	// the sections whose decodes wait on it, this one last (context.go).
+	// the sections whose decodes wait on it, this one last (object_delta_context.go).
 	context func(b int64, path []ID) (*cachedBlock, error)
 }
 
@@ -193,16 +193,16 @@ type deltaObject struct {
 // after checking the object file's CRC, validated against the header. A delta object is read
 // whole; of a full object only the link is kept (its CRC check streams). Bodies are cached.
 // A version-2 section is returned only when its context (the delta section of its base) loads
-// too, and its chain of contexts is at most maxContextRead long: else ErrCorrupt (context.go).
-func (s *Store) loadDelta(id ID) (*deltaObject, error) { return s.loadDeltaAt(id, nil) }
+// too, and its chain of contexts is at most maxContextRead long: else ErrCorrupt (object_delta_context.go).
+func (o *objectStore) loadDelta(id ID) (*deltaObject, error) { return o.loadDeltaAt(id, nil) }
 
 // loadDeltaAt is loadDelta for a section of a chain of contexts being loaded: path holds the
 // sections whose loads led to it, each the context of the one before.
-func (s *Store) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
-	if d, ok := s.deltas.get(id); ok {
+func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
+	if d, ok := o.deltas.get(id); ok {
 		return d, nil
 	}
-	f, info, err := s.openObject(id)
+	f, info, err := o.openObject(id)
 	if err != nil {
 		return nil, err
 	}
@@ -221,10 +221,10 @@ func (s *Store) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 		if crc := crc32c(file[:len(file)-objectTrailerLen]); crc != stored {
 			return nil, objectError(id, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, stored, ErrCorrupt))
 		}
-		s.crcChecked.Store(id, true)
+		o.crcChecked.Store(id, true)
 		body = file[hdr.deltaOffset() : hdr.deltaOffset()+hdr.DeltaLen]
 	} else {
-		if err := s.ensureCRC(id, f); err != nil {
+		if err := o.ensureCRC(id, f); err != nil {
 			return nil, err
 		}
 		body = make([]byte, hdr.DeltaLen)
@@ -243,16 +243,16 @@ func (s *Store) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 	}
 	d := &deltaObject{hdr: hdr, body: body, info: di, parsed: dd}
 	if dd.NeedsContext() {
-		if err := s.attachContext(id, d, path); err != nil {
+		if err := o.attachContext(id, d, path); err != nil {
 			return nil, err
 		}
 	}
-	s.deltas.add(id, d, int64(len(body))+256)
+	o.deltas.add(id, d, int64(len(body))+256)
 	if d.context != nil {
 		// Walked again now that d is cached: of two loads of a cycle's sections that ran
 		// at once, each before the other was cached, the later to be cached sees it.
-		if err := s.contextCycle(hdr.Base, append(path[:len(path):len(path)], id)); err != nil {
-			s.deltas.remove(id)
+		if err := o.contextCycle(hdr.Base, append(path[:len(path):len(path)], id)); err != nil {
+			o.deltas.remove(id)
 			return nil, objectError(id, err)
 		}
 	}

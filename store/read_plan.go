@@ -26,7 +26,7 @@ type planStep struct {
 
 // planWalker plans the reconstruction of one page.
 type planWalker struct {
-	s     *Store
+	s     *objectStore
 	view  *matView
 	cache *lru[pageKey, *cachedPage] // nil: do not start from cached pages
 	pg    int64
@@ -98,7 +98,7 @@ func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 	var latest *version
 	if w.view != nil {
 		latest = w.view.ver
-	} else if ver, err := w.s.versions.latestVersion(); err == nil && ver != nil {
+	} else if ver, err := w.s.st.versions.latestVersion(); err == nil && ver != nil {
 		latest = ver
 	}
 	if latest == nil {
@@ -113,7 +113,7 @@ func (w *planWalker) backward(id ID, hint objHint, limit int) (plan, bool) {
 	bestAt := -1
 	for cur := d0; cur != id; {
 		m, err := w.s.meta(cur)
-		if err != nil || m.DeltaLen == 0 || len(path) > 4*w.s.maxChain+limit {
+		if err != nil || m.DeltaLen == 0 || len(path) > 4*w.s.st.maxChain+limit {
 			return plan{}, false
 		}
 		if p, ok := w.whole(cur, m); ok {

@@ -12,7 +12,7 @@ import (
 // Deltas applied block by block for reads. A page of a tensor is a part of a delta block
 // (1 MiB of bf16 is half of a 2^20-element block), so rebuilding pages in order would decode
 // every block of every delta on the way more than once; decoded blocks are cached instead
-// (Store.blocks), and concurrent builds of the same page wait for one another (Store.page).
+// (objectStore.blocks), and concurrent builds of the same page wait for one another (objectStore.page).
 
 // blockKey names one block of the delta section of one object.
 type blockKey struct {
@@ -22,7 +22,7 @@ type blockKey struct {
 
 // applySteps applies the delta sections of the steps' objects, in order, to buf, which holds
 // content elements [first, first+len(buf)/width) of the object the first step starts from.
-func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
+func (o *objectStore) applySteps(steps []planStep, buf []byte, first int64) error {
 	var blocks []delta.BlockStep
 	var held []*cachedBlock
 	defer func() {
@@ -31,9 +31,9 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 		}
 	}()
 	for _, st := range steps {
-		d, err := s.loadDelta(st.obj)
+		d, err := o.loadDelta(st.obj)
 		if errors.Is(err, errStale) {
-			s.forgetMeta(st.obj)
+			o.forgetMeta(st.obj)
 		}
 		if err != nil {
 			return err
@@ -46,7 +46,7 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 		}
 		lo, hi := d.parsed.BlockRange(first, n)
 		for b := lo; b <= hi; b++ {
-			cb, err := s.decodedBlock(st.obj, d, b)
+			cb, err := o.decodedBlock(st.obj, d, b)
 			if err != nil {
 				return err
 			}
@@ -62,31 +62,31 @@ func (s *Store) applySteps(steps []planStep, buf []byte, first int64) error {
 
 // decodedBlock returns block b of the loaded delta d of object id, decoding it if needed. The
 // caller holds a reference to it and must release it.
-func (s *Store) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
-	return s.decodedBlockOn(id, d, b, nil)
+func (o *objectStore) decodedBlock(id ID, d *deltaObject, b int64) (*cachedBlock, error) {
+	return o.decodedBlockOn(id, d, b, nil)
 }
 
 // decodedBlockOn is decodedBlock for a decode that the decodes of the sections in path wait
 // on (each needing the next one's block b as its context): a block of a section on path is a
-// cycle of contexts (context.go), damage, refused before it could wait on its own decode.
-func (s *Store) decodedBlockOn(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
+// cycle of contexts (object_delta_context.go), damage, refused before it could wait on its own decode.
+func (o *objectStore) decodedBlockOn(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
 	if slices.Contains(path, id) || len(path) > maxContextRead {
 		return nil, errContextCycle(id, b, path)
 	}
 	key := blockKey{id, b}
-	if cb, ok := s.blocks.get(key); ok {
+	if cb, ok := o.blocks.get(key); ok {
 		return cb, nil
 	}
 	var built *cachedBlock // the decoding caller's, with its reference
-	_, err, _ := s.blockFlight.Do(flightKey(id, b), func() (any, error) {
-		if s.blocks.has(key) {
+	_, err, _ := o.blockFlight.Do(flightKey(id, b), func() (any, error) {
+		if o.blocks.has(key) {
 			return nil, nil
 		}
-		cb, err := s.bufs.decodeBlock(id, d, b, path)
+		cb, err := o.bufs.decodeBlock(id, d, b, path)
 		if err != nil {
 			return nil, err
 		}
-		s.blocks.add(key, cb, cb.db.MemoryBytes())
+		o.blocks.add(key, cb, cb.db.MemoryBytes())
 		built = cb
 		return nil, nil
 	})
@@ -98,10 +98,10 @@ func (s *Store) decodedBlockOn(id ID, d *deltaObject, b int64, path []ID) (*cach
 	}
 	// Decoded by another caller: take a reference in the cache, or, if it was pushed out
 	// already (a small cache), decode one of our own.
-	if cb, ok := s.blocks.get(key); ok {
+	if cb, ok := o.blocks.get(key); ok {
 		return cb, nil
 	}
-	return s.bufs.decodeBlock(id, d, b, path)
+	return o.bufs.decodeBlock(id, d, b, path)
 }
 
 // flightKey is the singleflight key of (object, number): a page or a block.

@@ -9,10 +9,10 @@ import (
 
 // cachedBlock is a decoded delta block held by the block cache and by the page builds
 // applying it. Its buffers are decoded into again once nobody holds it, like the pages'
-// (page.go): a read ten deltas behind decodes ~5 bytes per change, 120 MB per 481 MiB, and
+// (read_page_cache.go): a read ten deltas behind decodes ~5 bytes per change, 120 MB per 481 MiB, and
 // fresh memory for each block cost page faults and clearing.
 //
-// Its references are those of counted (recycle.go), the first one decodeBlock's.
+// Its references are those of counted (read_recycle.go), the first one decodeBlock's.
 type cachedBlock struct {
 	db   *delta.DecodedBlock
 	refs atomic.Int32
@@ -22,7 +22,7 @@ type cachedBlock struct {
 // decodeBlock decodes block b of delta d (of object id) into a recycled block; the caller
 // holds the one reference. A version-2 section decodes against block b of its context, the
 // decoded section of its base, taken from the block cache (decoded first if need be) and
-// held only while this block decodes (context.go); path holds the sections whose decodes wait
+// held only while this block decodes (object_delta_context.go); path holds the sections whose decodes wait
 // on this one.
 func (r *recycler) decodeBlock(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
 	r.decoded.Add(1)

@@ -49,12 +49,12 @@ func BenchmarkKeptStoreRead(b *testing.B) {
 			name string
 			v    uint64
 		}{{"old", latest - behind}, {"latest", latest}} {
-			d0, c0 := r.bufs.decoded.Load(), processCPU()
+			d0, c0 := r.objects.bufs.decoded.Load(), processCPU()
 			bytes[c.name] += readVersionSlices(b, r, c.v)
-			r.ra.wait()
+			r.objects.ra.wait()
 			cpu[c.name] += processCPU() - c0
 			if c.name == "old" {
-				decoded += r.bufs.decoded.Load() - d0
+				decoded += r.objects.bufs.decoded.Load() - d0
 			}
 		}
 		if err := r.Close(); err != nil {

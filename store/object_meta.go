@@ -4,8 +4,8 @@ import "fmt"
 
 // meta returns what planning and the anchor policy need of object id: from memory, else the
 // index, else the object's header (computing chain depth from its base's meta).
-func (s *Store) meta(id ID) (objMeta, error) {
-	if m, ok := s.cachedMeta(id); ok {
+func (o *objectStore) meta(id ID) (objMeta, error) {
+	if m, ok := o.cachedMeta(id); ok {
 		return m, nil
 	}
 	type link struct {
@@ -16,11 +16,11 @@ func (s *Store) meta(id ID) (objMeta, error) {
 	var base objMeta
 	cur := id
 	for {
-		if m, ok := s.cachedMeta(cur); ok {
+		if m, ok := o.cachedMeta(cur); ok {
 			base = m
 			break
 		}
-		info, err := s.objectInfoOf(cur)
+		info, err := o.objectInfoOf(cur)
 		if err != nil {
 			if len(chain) > 0 {
 				return objMeta{}, fmt.Errorf("base of object %s: %w", chain[len(chain)-1].id, err)
@@ -30,7 +30,7 @@ func (s *Store) meta(id ID) (objMeta, error) {
 		h := info.hdr
 		m := objMeta{Kind: h.Kind, Width: h.Width, Base: h.Base, ContentLen: h.ContentLen, FileSize: h.fileSize(), DeltaLen: h.DeltaLen}
 		if h.Kind == kindFull {
-			s.putMeta(cur, m)
+			o.putMeta(cur, m)
 			base = m
 			break
 		}
@@ -47,7 +47,7 @@ func (s *Store) meta(id ID) (objMeta, error) {
 		if base.Kind == kindFull {
 			m.Depth, m.ChainBytes = 1, m.DeltaLen
 		}
-		s.putMeta(chain[i].id, m)
+		o.putMeta(chain[i].id, m)
 		base = m
 	}
 	return base, nil
@@ -56,19 +56,19 @@ func (s *Store) meta(id ID) (objMeta, error) {
 // maxWalk bounds every walk along base links (a damaged store could hold a cycle).
 const maxWalk = 1 << 16
 
-func (s *Store) cachedMeta(id ID) (objMeta, bool) {
-	s.metaMu.Lock()
-	m, ok := s.metas[id]
-	s.metaMu.Unlock()
+func (o *objectStore) cachedMeta(id ID) (objMeta, bool) {
+	o.metaMu.Lock()
+	m, ok := o.metas[id]
+	o.metaMu.Unlock()
 	if ok {
 		return m, true
 	}
-	if m, ok = s.ix.object(id); ok {
-		s.metaMu.Lock()
-		s.metas[id] = m
-		n := len(s.metas)
-		s.metaMu.Unlock()
-		s.trimMetas(n)
+	if m, ok = o.st.ix.object(id); ok {
+		o.metaMu.Lock()
+		o.metas[id] = m
+		n := len(o.metas)
+		o.metaMu.Unlock()
+		o.trimMetas(n)
 	}
 	return m, ok
 }
@@ -80,56 +80,56 @@ func (s *Store) cachedMeta(id ID) (objMeta, bool) {
 const maxMetas = 1 << 17
 
 // trimMetas drops the metas in memory when there are n >= maxMetas of them.
-func (s *Store) trimMetas(n int) {
+func (o *objectStore) trimMetas(n int) {
 	if n < maxMetas {
 		return
 	}
-	s.flushMetas()
-	s.metaMu.Lock()
-	if len(s.metas) >= maxMetas {
-		clear(s.metas)
+	o.flushMetas()
+	o.metaMu.Lock()
+	if len(o.metas) >= maxMetas {
+		clear(o.metas)
 		// Any written since the flush stay until the next one.
-		for id, m := range s.dirtyMetas {
-			s.metas[id] = m
+		for id, m := range o.dirtyMetas {
+			o.metas[id] = m
 		}
 	}
-	s.metaMu.Unlock()
+	o.metaMu.Unlock()
 }
 
 // putMeta records a meta in memory; flushMetas writes the new ones to the index in one
 // transaction (the index is derived, so losing unflushed entries costs only a re-read).
-func (s *Store) putMeta(id ID, m objMeta) {
-	s.metaMu.Lock()
-	s.metas[id] = m
-	if s.dirtyMetas == nil {
-		s.dirtyMetas = map[ID]objMeta{}
+func (o *objectStore) putMeta(id ID, m objMeta) {
+	o.metaMu.Lock()
+	o.metas[id] = m
+	if o.dirtyMetas == nil {
+		o.dirtyMetas = map[ID]objMeta{}
 	}
-	s.dirtyMetas[id] = m
-	n, all := len(s.dirtyMetas), len(s.metas)
-	s.metaMu.Unlock()
+	o.dirtyMetas[id] = m
+	n, all := len(o.dirtyMetas), len(o.metas)
+	o.metaMu.Unlock()
 	if n >= 4096 {
-		s.flushMetas()
+		o.flushMetas()
 	}
-	s.trimMetas(all)
+	o.trimMetas(all)
 }
 
 // forgetMeta drops what is known of id (its representation changed).
-func (s *Store) forgetMeta(id ID) {
-	s.metaMu.Lock()
-	delete(s.metas, id)
-	delete(s.dirtyMetas, id)
-	s.metaMu.Unlock()
-	s.objInfos.remove(id)
-	s.deltas.remove(id)
-	s.ix.deleteObjects([]ID{id})
+func (o *objectStore) forgetMeta(id ID) {
+	o.metaMu.Lock()
+	delete(o.metas, id)
+	delete(o.dirtyMetas, id)
+	o.metaMu.Unlock()
+	o.objInfos.remove(id)
+	o.deltas.remove(id)
+	o.st.ix.deleteObjects([]ID{id})
 }
 
-func (s *Store) flushMetas() {
-	s.metaMu.Lock()
-	dirty := s.dirtyMetas
-	s.dirtyMetas = nil
-	s.metaMu.Unlock()
-	if err := s.ix.putObjects(dirty); err != nil {
-		s.log.Warn("index: not updated", "err", err)
+func (o *objectStore) flushMetas() {
+	o.metaMu.Lock()
+	dirty := o.dirtyMetas
+	o.dirtyMetas = nil
+	o.metaMu.Unlock()
+	if err := o.st.ix.putObjects(dirty); err != nil {
+		o.log.Warn("index: not updated", "err", err)
 	}
 }

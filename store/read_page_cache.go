@@ -10,7 +10,7 @@ import (
 // once nobody holds them: a version read end to end would otherwise take a MiB of fresh memory
 // for every MiB served, which the runtime clears and the kernel faults in 4 KiB at a time.
 //
-// Its references are those of counted (recycle.go), the first one newPage's.
+// Its references are those of counted (read_recycle.go), the first one newPage's.
 type cachedPage struct {
 	b []byte // the page's bytes: within raw, or a buffer of their own for short pages
 	// raw is the recycled buffer b lies in: directAlign-aligned and pageBufferLen long, so

@@ -22,10 +22,10 @@ func TestBlockReferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Store{blocks: newBlockCache(1), bufs: newRecycler()} // too small for any block: each is pushed out at once
+	s := &Store{objects: &objectStore{blocks: newBlockCache(1), bufs: newRecycler()}} // too small for any block: each is pushed out at once
 	d := &deltaObject{body: body, info: parsed.Info(), parsed: parsed}
 	var id ID
-	held, err := s.decodedBlock(id, d, 0)
+	held, err := s.objects.decodedBlock(id, d, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestBlockReferences(t *testing.T) {
 		t.Fatalf("a block pushed out of the cache at once: %d references, want the caller's 1", got)
 	}
 	for b := int64(1); b <= 2; b++ {
-		cb, err := s.decodedBlock(id, d, b)
+		cb, err := s.objects.decodedBlock(id, d, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,14 +44,14 @@ func TestBlockReferences(t *testing.T) {
 	}
 	want := held.db.Changes()
 	held.release()
-	free := &s.bufs.blocks
+	free := &s.objects.bufs.blocks
 	free.mu.Lock()
 	recycled := len(free.items) > 0 && free.items[len(free.items)-1] == held.db
 	free.mu.Unlock()
 	if !recycled {
 		t.Fatal("a released block was not kept for reuse")
 	}
-	again, err := s.decodedBlock(id, d, 0)
+	again, err := s.objects.decodedBlock(id, d, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 // codec"). A version-2 body is coded against the decoded delta that led to its base: the delta
 // section of the object's base object (the base's body when the base is a delta object, its
 // link when it is a full object with one). Block b of the section decodes with block b of that
-// context, which the block cache (readblocks.go) holds like any other decoded block, so a
+// context, which the block cache (read_blocks.go) holds like any other decoded block, so a
 // replay that walks a chain decodes each context once; the context may itself be version 2,
 // and its context is decoded in turn: the chain of contexts. Writers bound it
 // (maxContextChain); readers refuse one longer than maxContextRead as damage.
@@ -35,16 +35,16 @@ const (
 // cycle of bases, which only forged or damaged files make: the CRC-32C is no MAC), through
 // the files or through sections cached before the files changed, or that is longer than
 // maxContextRead, is ErrCorrupt here, before any decode could wait on itself.
-func (s *Store) attachContext(id ID, d *deltaObject, path []ID) error {
+func (o *objectStore) attachContext(id ID, d *deltaObject, path []ID) error {
 	base := d.hdr.Base
 	path = append(path[:len(path):len(path)], id)
 	if len(path) > maxContextRead {
 		return objectError(id, fmt.Errorf("chain of delta contexts longer than %d: %w", maxContextRead, ErrCorrupt))
 	}
-	if err := s.contextCycle(base, path); err != nil {
+	if err := o.contextCycle(base, path); err != nil {
 		return objectError(id, err)
 	}
-	bd, err := s.loadDeltaAt(base, path)
+	bd, err := o.loadDeltaAt(base, path)
 	if err != nil {
 		return contextError(id, base, err)
 	}
@@ -53,14 +53,14 @@ func (s *Store) attachContext(id ID, d *deltaObject, path []ID) error {
 			bd.info.Elements, bd.info.Width, d.info.Elements, d.info.Width, ErrCorrupt))
 	}
 	d.chain = bd.chain + 1
-	d.context = func(b int64, path []ID) (*cachedBlock, error) { return s.contextBlock(id, base, b, path) }
+	d.context = func(b int64, path []ID) (*cachedBlock, error) { return o.contextBlock(id, base, b, path) }
 	return nil
 }
 
 // contextCycle walks the chain of contexts from base as far as the sections cached now know
 // it, and fails with ErrCorrupt when it comes back to a section on path or runs longer than
 // maxContextRead (a section not cached ends the walk: its own load walks on from it).
-func (s *Store) contextCycle(base ID, path []ID) error {
+func (o *objectStore) contextCycle(base ID, path []ID) error {
 	cur := base
 	for n := len(path); ; n++ {
 		if slices.Contains(path, cur) {
@@ -69,7 +69,7 @@ func (s *Store) contextCycle(base ID, path []ID) error {
 		if n >= maxContextRead {
 			return fmt.Errorf("chain of delta contexts longer than %d: %w", maxContextRead, ErrCorrupt)
 		}
-		d, ok := s.deltas.get(cur)
+		d, ok := o.deltas.get(cur)
 		if !ok || d.context == nil {
 			return nil
 		}
@@ -86,8 +86,8 @@ func errContextCycle(id ID, b int64, path []ID) error {
 // contextBlock returns block b of the decoded delta section of base, the context of object
 // id's section, with a reference the caller releases; path holds the sections whose decodes
 // wait on this one (id last).
-func (s *Store) contextBlock(id, base ID, b int64, path []ID) (*cachedBlock, error) {
-	cb, err := s.sectionBlock(base, nil, b, path)
+func (o *objectStore) contextBlock(id, base ID, b int64, path []ID) (*cachedBlock, error) {
+	cb, err := o.sectionBlock(base, nil, b, path)
 	if err != nil {
 		return nil, contextError(id, base, err)
 	}
@@ -99,23 +99,23 @@ func (s *Store) contextBlock(id, base ID, b int64, path []ID) (*cachedBlock, err
 // whose decodes wait on this one (nil: none). A section loaded before gc rewrote the object
 // (whose own context gc dropped; the rewritten section decodes to the same changes) is
 // dropped and loaded again once.
-func (s *Store) sectionBlock(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
+func (o *objectStore) sectionBlock(id ID, d *deltaObject, b int64, path []ID) (*cachedBlock, error) {
 	var err error
 	for try := 0; try < 2; try++ {
 		if d == nil {
-			d, err = s.loadDelta(id)
+			d, err = o.loadDelta(id)
 		}
 		if err == nil {
 			var cb *cachedBlock
-			if cb, err = s.decodedBlockOn(id, d, b, path); err == nil {
+			if cb, err = o.decodedBlockOn(id, d, b, path); err == nil {
 				return cb, nil
 			}
 		}
 		if !isContextDamage(err) {
 			break
 		}
-		s.deltas.remove(id)
-		s.objInfos.remove(id)
+		o.deltas.remove(id)
+		o.objInfos.remove(id)
 		d = nil
 	}
 	return nil, err
@@ -204,7 +204,7 @@ func (d *deltaObject) apply(id ID, dst []byte, first int64, dir delta.Direction)
 // new object's base, decoded block by block through the block cache. It is used by one
 // goroutine at a time and holds at most one block, the one the encoder asked for last.
 type writeContext struct {
-	s    *Store
+	s    *objectStore
 	base ID
 	d    *deltaObject
 	last *cachedBlock
@@ -214,23 +214,23 @@ type writeContext struct {
 // is to be version 1: the base has no delta section, its chain of contexts already holds
 // maxContextChain version-2 sections, or its section cannot be loaded (then the reads of the
 // base fail too, and the new section must not depend on it; logged).
-func (s *Store) writeContextOf(base ID) *writeContext {
-	if s.contextChain <= 0 {
+func (o *objectStore) writeContextOf(base ID) *writeContext {
+	if o.contextChain <= 0 {
 		return nil
 	}
-	m, err := s.meta(base)
+	m, err := o.meta(base)
 	if err != nil || m.DeltaLen == 0 {
 		return nil
 	}
-	d, err := s.loadDelta(base)
+	d, err := o.loadDelta(base)
 	if err != nil {
-		s.log.Warn("delta written without context: the base's delta section does not load", "base", base, "err", err)
+		o.log.Warn("delta written without context: the base's delta section does not load", "base", base, "err", err)
 		return nil
 	}
-	if d.chain >= s.contextChain {
+	if d.chain >= o.contextChain {
 		return nil
 	}
-	return &writeContext{s: s, base: base, d: d}
+	return &writeContext{s: o, base: base, d: d}
 }
 
 // fn is the ContextFunc to give the encoder (nil for a nil context: version 1).
@@ -289,7 +289,7 @@ func (s *Store) upgradeFormat(o Opening) error {
 		return nil
 	}
 	if s.readOnly || o.UpgradeFormat == nil {
-		s.contextChain = 0
+		s.objects.contextChain = 0
 		return nil
 	}
 	if err := o.UpgradeFormat(encodeFormatVersion(2)); err != nil {

@@ -52,7 +52,7 @@ func BenchmarkContextChain(b *testing.B) {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
 			for range b.N {
 				s, root := newStore(b, Options{Logger: logtest.New(func(string, ...any) {})})
-				s.contextChain = k
+				s.objects.contextChain = k
 				var ingest float64
 				for i, files := range trees {
 					dir := writeTree(b, b.TempDir(), files)
@@ -72,7 +72,7 @@ func BenchmarkContextChain(b *testing.B) {
 					}
 					for i := range ver.m.Files {
 						for _, tn := range ver.m.Files[i].Tensors {
-							if mt, err := s.meta(tn.ID); err == nil && mt.Kind == kindDelta && mt.Base == tn.Base {
+							if mt, err := s.objects.meta(tn.ID); err == nil && mt.Kind == kindDelta && mt.Base == tn.Base {
 								bytes += mt.DeltaLen
 								changed += tn.Changed
 							}
@@ -84,11 +84,11 @@ func BenchmarkContextChain(b *testing.B) {
 				// CPU seconds per GB read, and delta blocks decoded per block of the version's
 				// deltas (the decodes a read needs beyond its own deltas are contexts).
 				read := func(r *Store, v uint64) (float64, float64) {
-					start, decoded := cpuSeconds(), r.bufs.decoded.Load()
+					start, decoded := cpuSeconds(), r.objects.bufs.decoded.Load()
 					for p := range trees[v-1] {
 						mustEqualBytes(b, p, readWhole(b, r, v, p), trees[v-1][p])
 					}
-					return (cpuSeconds() - start) / (float64(logical) / 1e9), float64(r.bufs.decoded.Load() - decoded)
+					return (cpuSeconds() - start) / (float64(logical) / 1e9), float64(r.objects.bufs.decoded.Load() - decoded)
 				}
 				r := openStore(b, root, Options{ReadOnly: true, CacheDir: b.TempDir(), FileCopyBytes: -1, Logger: quiet})
 				newest, newestBlocks := read(r, versions)

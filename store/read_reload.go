@@ -13,39 +13,39 @@ package store
 // those of the latest version's object at hint's place (a backward plan's path), as far as
 // the caches know them: nothing is read from the files, and a cycle of bases ends the walk.
 // It returns how many objects it dropped.
-func (s *Store) forgetObjects(id ID, hint objHint) int {
+func (o *objectStore) forgetObjects(id ID, hint objHint) int {
 	drop := map[ID]bool{}
-	s.cachedChain(id, drop)
+	o.cachedChain(id, drop)
 	if hint.path != "" {
-		if latest, err := s.versions.latestVersion(); err == nil && latest != nil {
+		if latest, err := o.st.versions.latestVersion(); err == nil && latest != nil {
 			if d0, ok := latest.objectAt(hint); ok {
-				s.cachedChain(d0, drop)
+				o.cachedChain(d0, drop)
 			}
 		}
 	}
-	for o := range drop {
-		s.forgetMeta(o)
-		s.crcChecked.Delete(o)
+	for x := range drop {
+		o.forgetMeta(x)
+		o.crcChecked.Delete(x)
 	}
-	s.blocks.removeIf(func(k blockKey) bool { return drop[k.id] })
-	s.pages.removeIf(func(k pageKey) bool { return drop[k.id] })
+	o.blocks.removeIf(func(k blockKey) bool { return drop[k.id] })
+	o.pages.removeIf(func(k pageKey) bool { return drop[k.id] })
 	return len(drop)
 }
 
 // cachedChain adds id and its bases, as the cached metas, headers and sections name them, to
 // seen (a base the caches do not know ends the walk; so does one already seen). Where the
 // caches disagree on a base, both are followed.
-func (s *Store) cachedChain(id ID, seen map[ID]bool) {
+func (o *objectStore) cachedChain(id ID, seen map[ID]bool) {
 	for cur := id; !cur.IsZero() && !seen[cur] && len(seen) < maxWalk; {
 		seen[cur] = true
 		var bases []ID
-		if m, ok := s.cachedMeta(cur); ok {
+		if m, ok := o.cachedMeta(cur); ok {
 			bases = append(bases, m.Base)
 		}
-		if info, ok := s.objInfos.get(cur); ok {
+		if info, ok := o.objInfos.get(cur); ok {
 			bases = append(bases, info.hdr.Base)
 		}
-		if d, ok := s.deltas.get(cur); ok {
+		if d, ok := o.deltas.get(cur); ok {
 			bases = append(bases, d.hdr.Base)
 		}
 		cur = ID{}
@@ -55,7 +55,7 @@ func (s *Store) cachedChain(id ID, seen map[ID]bool) {
 			case cur.IsZero():
 				cur = b
 			default:
-				s.cachedChain(b, seen)
+				o.cachedChain(b, seen)
 			}
 		}
 	}

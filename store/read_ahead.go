@@ -38,7 +38,7 @@ func (r *readAhead) wait() { r.wg.Wait() }
 // far, the pages after it are built in the background. Near, not exactly at: the kernel sends
 // a sequential reader's file as 128 KiB requests, several at once, served in any order.
 func (f *versionFile) noteRead(off, end int64) {
-	if f.opts.pages != nil || f.s.ra == nil {
+	if f.opts.pages != nil || f.s.objects.ra == nil {
 		return // a private cache (verify, export): no read-ahead
 	}
 	prev := f.lastEnd.Load()
@@ -61,8 +61,8 @@ const sequentialSlack = pageSize
 // prefetch starts background builds of the pages under file bytes [from, to) that are neither
 // cached nor held by the materialized copy.
 func (f *versionFile) prefetch(from, to int64) {
-	s := f.s
-	view := s.mat.view()
+	o := f.s.objects
+	view := f.s.mat.view()
 	type job struct {
 		sg segment
 		pg int64
@@ -90,7 +90,7 @@ func (f *versionFile) prefetch(from, to int64) {
 		first := (max(from, sg.start) - sg.start) / pageSize
 		last := (min(to, sg.end) - 1 - sg.start) / pageSize
 		for pg := first; pg <= last; pg++ {
-			if !s.pages.has(pageKey{sg.id, pg}) {
+			if !o.pages.has(pageKey{sg.id, pg}) {
 				jobs = append(jobs, job{sg, pg})
 			}
 		}
@@ -98,20 +98,20 @@ func (f *versionFile) prefetch(from, to int64) {
 	view.release() // before any build: a build takes its own hold
 	for _, j := range jobs {
 		key := pageKey{j.sg.id, j.pg}
-		if _, busy := s.ra.building.LoadOrStore(key, true); busy {
+		if _, busy := o.ra.building.LoadOrStore(key, true); busy {
 			continue
 		}
 		select {
-		case s.ra.tokens <- struct{}{}:
+		case o.ra.tokens <- struct{}{}:
 		default:
-			s.ra.building.Delete(key)
+			o.ra.building.Delete(key)
 			return // every builder is busy: the reader will build what it needs
 		}
-		s.ra.wg.Add(1)
+		o.ra.wg.Add(1)
 		go func() {
-			defer func() { s.ra.building.Delete(key); <-s.ra.tokens; s.ra.wg.Done() }()
+			defer func() { o.ra.building.Delete(key); <-o.ra.tokens; o.ra.wg.Done() }()
 			// An error is the reader's to see when it gets there.
-			if p, err := s.page(j.sg.id, j.sg.hint, j.pg, readOpts{}); err == nil {
+			if p, err := o.page(j.sg.id, j.sg.hint, j.pg, readOpts{}); err == nil {
 				p.release()
 			}
 		}()

@@ -24,7 +24,7 @@ func (st sectionStats) perChanged(v int) float64 {
 
 // versionSections checks the body version of every delta object of version v: version 2
 // exactly when its base has a delta section whose chain of contexts holds fewer than
-// s.contextChain version-2 sections, and returns what they stored.
+// s.objects.contextChain version-2 sections, and returns what they stored.
 func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 	t.Helper()
 	ver, err := s.versions.loadVersion(v)
@@ -36,28 +36,28 @@ func versionSections(t *testing.T, s *Store, v uint64) sectionStats {
 		f := &ver.m.Files[i]
 		for j := range f.Tensors {
 			tn := &f.Tensors[j]
-			m, err := s.meta(tn.ID)
+			m, err := s.objects.meta(tn.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if m.Kind != kindDelta || tn.Base != m.Base {
 				continue // a whole copy, or an object an earlier version stored
 			}
-			d, err := s.loadDelta(tn.ID)
+			d, err := s.objects.loadDelta(tn.ID)
 			if err != nil {
 				t.Fatalf("version %d: %s: %v", v, tn.Name, err)
 			}
 			want := 1
-			bm, err := s.meta(m.Base)
+			bm, err := s.objects.meta(m.Base)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if bm.DeltaLen > 0 {
-				bd, err := s.loadDelta(m.Base)
+				bd, err := s.objects.loadDelta(m.Base)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if bd.chain < s.contextChain {
+				if bd.chain < s.objects.contextChain {
 					want = 2
 				}
 			}
@@ -101,9 +101,9 @@ func readsBackFrom(t *testing.T, s *Store, trees []map[string][]byte, from uint6
 func TestContextSeries(t *testing.T) {
 	trees := testfiles.ShardedSeries(t, 7, 20)
 	s, _ := newStore(t, Options{})
-	s.contextChain = 3 // so that the series reaches the bound: v1, then 3 of v2, then v1, ...
+	s.objects.contextChain = 3 // so that the series reaches the bound: v1, then 3 of v2, then v1, ...
 	plain, _ := newStore(t, Options{})
-	plain.contextChain = 0
+	plain.objects.contextChain = 0
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 		commitTree(t, plain, uint64(k+1), files)
@@ -196,7 +196,7 @@ func TestContextGC(t *testing.T) {
 		{
 			t.Run(fmt.Sprintf("chain %d keep %d", maxChain, keep), func(t *testing.T) {
 				s, _ := newStore(t, Options{MaxChain: maxChain})
-				s.contextChain = 16 // chains of contexts longer than the series
+				s.objects.contextChain = 16 // chains of contexts longer than the series
 				for k, files := range trees[:8] {
 					commitTree(t, s, uint64(k+1), files)
 				}
@@ -211,7 +211,7 @@ func TestContextGC(t *testing.T) {
 				}
 				anchors := 0 // whole copies whose version-2 link loses its context
 				for id := range kept {
-					if m, err := s.meta(id); err == nil && m.Kind == kindFull && m.DeltaLen > 0 && !kept[m.Base] {
+					if m, err := s.objects.meta(id); err == nil && m.Kind == kindFull && m.DeltaLen > 0 && !kept[m.Base] {
 						if v2, err := s.collector.sectionIsV2(id); err == nil && v2 {
 							anchors++
 						}
@@ -223,14 +223,14 @@ func TestContextGC(t *testing.T) {
 				}
 				linksV1, v2 := 0, 0
 				for id := range kept {
-					m, err := s.meta(id)
+					m, err := s.objects.meta(id)
 					if err != nil {
 						t.Fatal(err)
 					}
 					if m.DeltaLen == 0 {
 						continue
 					}
-					d, err := s.loadDelta(id)
+					d, err := s.objects.loadDelta(id)
 					if err != nil {
 						t.Fatalf("kept object %s: %v", id, err)
 					}
@@ -280,7 +280,7 @@ func TestContextDamage(t *testing.T) {
 	}
 	var chain []ID // v5's object, v4's, v3's
 	for id := f.Tensors[0].ID; len(chain) < 3; {
-		d, err := s.loadDelta(id)
+		d, err := s.objects.loadDelta(id)
 		if err != nil || d.info.Version != 2 {
 			t.Fatalf("object %s of %s: section %v, %v: want version 2", id, f.Path, d, err)
 		}
@@ -375,7 +375,7 @@ func TestContextDamage(t *testing.T) {
 func TestContextGCOtherProcess(t *testing.T) {
 	trees := testfiles.ShardedSeries(t, 6, 23)
 	s, root := newStore(t, Options{})
-	s.contextChain = 16
+	s.objects.contextChain = 16
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}
@@ -389,7 +389,7 @@ func TestContextGCOtherProcess(t *testing.T) {
 	var bases []ID
 	for i := range ver4.m.Files {
 		for _, tn := range ver4.m.Files[i].Tensors {
-			if d, err := r.loadDelta(tn.ID); err == nil && d.info.Version == 2 {
+			if d, err := r.objects.loadDelta(tn.ID); err == nil && d.info.Version == 2 {
 				loaded++
 				bases = append(bases, d.hdr.Base)
 			}
@@ -408,12 +408,12 @@ func TestContextGCOtherProcess(t *testing.T) {
 	// anyway, with or without contexts), and the sections of version 3 it loaded as contexts
 	// (gone from the store now); its sections of version 4 stay, version 2 against them.
 	for _, id := range bases {
-		r.deltas.remove(id)
+		r.objects.deltas.remove(id)
 	}
-	r.objInfos.clear()
-	r.metaMu.Lock()
-	clear(r.metas)
-	r.metaMu.Unlock()
+	r.objects.objInfos.clear()
+	r.objects.metaMu.Lock()
+	clear(r.objects.metas)
+	r.objects.metaMu.Unlock()
 	if err := r.ix.clearObjects(); err != nil {
 		t.Fatal(err)
 	}
@@ -440,13 +440,13 @@ func TestForwardCachesContexts(t *testing.T) {
 	blocks := 0
 	for i := range ver.m.Files {
 		for _, tn := range ver.m.Files[i].Tensors {
-			m, err := s.meta(tn.ID)
+			m, err := s.objects.meta(tn.ID)
 			if err != nil || m.Kind != kindDelta || tn.Base != m.Base {
 				continue
 			}
 			for b := int64(0); b*(1<<20) < m.ContentLen/int64(m.Width); b++ {
 				blocks++
-				if !s.blocks.has(blockKey{tn.ID, b}) {
+				if !s.objects.blocks.has(blockKey{tn.ID, b}) {
 					t.Errorf("%s %s: block %d of its delta is not in the block cache after the copy moved to version 3", ver.m.Files[i].Path, tn.Name, b)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 	"github.com/weightfs/weightfs/delta"
 )
 
-// Recycling of the read path's big buffers (pages: page.go; decoded blocks: block.go). A
+// Recycling of the read path's big buffers (pages: read_page_cache.go; decoded blocks: read_block_cache.go). A
 // version read end to end would otherwise take fresh memory for every MiB served, which the
 // runtime clears and the kernel faults in 4 KiB at a time.
 
@@ -22,7 +22,7 @@ type recycler struct {
 	// blocks holds decoded delta blocks nobody holds any more, for decoding into. A full
 	// cache gives one back for each block it takes.
 	blocks freeList[*delta.DecodedBlock]
-	// decoded counts the delta blocks decoded (block.go), contexts included: what a read
+	// decoded counts the delta blocks decoded (read_block_cache.go), contexts included: what a read
 	// costs besides its pages, for tests and benchmarks.
 	decoded atomic.Int64
 	// edges are the buffers a checked read of the copy reads the rest of its first and last
