@@ -48,7 +48,7 @@ type VersionStore interface {
 	// file holds its version. A store without gc returns a release that does nothing.
 	Hold(v uint64) (release func(), err error)
 
-	// The patches/ and deltas/ views (views.go; store/render.go and store/slime.go).
+	// The patches/ and deltas/ views (views.go; store/render.go and store/render_slime.go).
 
 	// RendersViews reports whether the store renders the views. When false the views are
 	// empty and the other methods of this group are never called (they may fail with

@@ -3,7 +3,7 @@ package fs
 import "github.com/weightfs/weightfs/store"
 
 // What the patches/ and deltas/ views need of a store (VersionStore's view methods): the
-// decisions and renders of store.Store (see store/render.go and store/slime.go).
+// decisions and renders of store.Store (see store/render.go and store/render_slime.go).
 
 // RendersViews: a store renders both views.
 func (b storeVersions) RendersViews() bool { return true }

@@ -64,7 +64,7 @@ func BenchmarkCopyRead(b *testing.B) {
 	}
 }
 
-// BenchmarkVouch is the first read of a file not vouched for (vouch.go): the whole file read
+// BenchmarkVouch is the first read of a file not vouched for (verify_vouch.go): the whole file read
 // through the read path and hashed. Version 1 is rebuilt backward from the copy.
 func BenchmarkVouch(b *testing.B) {
 	s, size := benchStore(b)

@@ -145,7 +145,7 @@ type checks struct {
 	sums    map[contentKey]*fileSums
 	nsums   int // crcs held in sums
 	vouched map[ID]bool
-	failed  map[ID]error // compositions found not to hash to their SHA-256 (vouch.go)
+	failed  map[ID]error // compositions found not to hash to their SHA-256 (verify_vouch.go)
 
 	flight singleflight.Group // first reads of one file vouch for it once
 }

@@ -35,7 +35,7 @@ var (
 	// it is refused, never read "best effort".
 	ErrUnsupportedVersion = errors.New("unsupported store format version")
 	// ErrPinUnsupported marks a pin asked of a store that cannot hold pin records (an S3
-	// store: pin.go).
+	// store: gc_pins.go).
 	ErrPinUnsupported = errors.New("this store cannot hold reader pins")
 	// ErrVersionRemoved marks a read of a version whose manifest gc has removed since the
 	// reader loaded it. It wraps ErrNoSuchVersion (not ErrCorrupt): nothing is damaged.
@@ -43,7 +43,7 @@ var (
 	// ErrEmptyVersion marks a version with no files: there is nothing to commit.
 	ErrEmptyVersion = errors.New("nothing to commit: the version is empty")
 	// errSeedBehind marks a seed whose writes the disk did not complete within the time the
-	// stream may wait for them (copyseed.go): the seed is given up, never the stream.
+	// stream may wait for them (copy_seed.go): the seed is given up, never the stream.
 	errSeedBehind = errors.New("the seed's disk did not keep up")
 	// ErrReadOnly marks a write operation on a store opened read-only.
 	ErrReadOnly = errors.New("store is open read-only")

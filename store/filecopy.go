@@ -18,7 +18,7 @@ import (
 
 // File copies: checked local copies of the files of older versions, in CACHE/files/
 // (docs/format.md §6). A file of a version that the materialized copy does not hold is
-// vouched for by one pass that rebuilds it whole from the objects and hashes it (vouch.go);
+// vouched for by one pass that rebuilds it whole from the objects and hashes it (verify_vouch.go);
 // without a copy, every read after that pass rebuilds the same bytes again, page by page. So
 // the pass also writes the bytes into a file of this cache and computes their sums (the
 // CRC-32C of each 64 KiB chunk, as the materialized copy's: copy_sums.go), and keeps the file

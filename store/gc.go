@@ -12,8 +12,8 @@ import (
 // versions' objects coded against dropped ones (gc_reanchor.go), deletes the manifests and
 // sweeps the objects nothing needs, each before its base (gc_sweep_order.go). It runs the
 // writer's retention after each seal (gc_retention.go) and keeps the versions of open files
-// from gc (gc_hold.go). The gc record and the pins it reads are the records' (gcrecord.go,
-// pin.go).
+// from gc (gc_hold.go). The gc record and the pins it reads are the records' (gc_record.go,
+// gc_pins.go).
 type collector struct {
 	// st is the store it collects: its backend, its index, and the methods of the parts it
 	// reads through (versions, objects, writers, groups).

@@ -19,9 +19,9 @@ import (
 //
 // In the writer's process a hold is a count that gc reads (gcPlan keeps held versions, as
 // pinned ones). A read-only process cannot be seen by the writer's gc: its first hold of a
-// version writes a pin record (pin.go), which the writer's gc reads, and its last release
+// version writes a pin record (gc_pins.go), which the writer's gc reads, and its last release
 // removes it. A pin written after gc read the pins would come too late, so gc reads them once
-// more after it has recorded what it drops (STORE/dropped, gcrecord.go) and keeps what they
+// more after it has recorded what it drops (STORE/dropped, gc_record.go) and keeps what they
 // name; and Hold, after writing its pin, refuses a version that the gc record names or whose
 // manifest is gone (ErrVersionRemoved: the open fails with ENOENT, before any byte is served).
 // Either gc sees the pin, or the reader sees the record. On a store that cannot hold pins (S3)
@@ -46,7 +46,7 @@ type holdEnv struct {
 	pin func(v uint64) (*Pin, error)
 	// removed says whether a gc dropped v: the gc record names it, or its manifest is gone.
 	removed func(v uint64) bool
-	// activePins is the set of versions named by a pin that has not expired at now (pin.go).
+	// activePins is the set of versions named by a pin that has not expired at now (gc_pins.go).
 	activePins func(now time.Time) (map[uint64]bool, error)
 }
 

@@ -57,7 +57,7 @@ type retainEnv struct {
 	stats *storeStats
 	// open says whether the store is still open (not Closed).
 	open func() bool
-	// held is the set of versions pinned (pin.go) or held by an open file of this process
+	// held is the set of versions pinned (gc_pins.go) or held by an open file of this process
 	// (gc_hold.go).
 	held func() (map[uint64]bool, error)
 	// retain starts the retention gc (collector.retainAfterSeal).
@@ -212,7 +212,7 @@ func (r *retainer) wait() {
 // (ErrCorrupt), into ErrVersionRemoved when v's manifest is gone and not in quarantine: gc
 // removed the version while this process served it (a reader without a pin, a pin that
 // expired, or a gc of an older program). That is not damage, and the error says what to do.
-// It is logged once per version. Where the gc record (gcrecord.go) says no gc dropped v, the
+// It is logged once per version. Where the gc record (gc_record.go) says no gc dropped v, the
 // version was lost some other way and err (damage, EIO) stands.
 func (c *collector) removedByGC(v uint64, err error) error {
 	if err == nil || !errors.Is(err, ErrCorrupt) {

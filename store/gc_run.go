@@ -12,7 +12,7 @@ type GCStats struct {
 	DroppedVersions int      // how many versions were dropped
 	Dropped         []uint64 // which
 	Kept            []uint64 // the versions kept, ascending
-	Pinned          []uint64 // kept only because a reader's pin or an open file holds them (pin.go, gc_hold.go)
+	Pinned          []uint64 // kept only because a reader's pin or an open file holds them (gc_pins.go, gc_hold.go)
 	Reanchored      int      // delta objects of kept versions rewritten as whole copies
 	// ReanchorBytes is what re-anchoring added to the store: the whole copies' sizes minus
 	// the deltas' they replace. A dry run cannot compress, so it gives an upper bound: the
@@ -73,7 +73,7 @@ type GCOptions struct {
 }
 
 // GCWith is GC with options. Besides the newest keepLast versions (and the milestones of
-// KeepEvery) it keeps every version named by a reader's unexpired pin (pin.go), every version
+// KeepEvery) it keeps every version named by a reader's unexpired pin (gc_pins.go), every version
 // a file of this process holds open (gc_hold.go) and every version an open Writer may take
 // delta bases from (the latest sealed when it opened, and all above), so that it can run in
 // the writer's process while the writer ingests. It re-anchors without the store's write
@@ -307,7 +307,7 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 		return st, err
 	}
 	// What gc drops is recorded before the first manifest goes, so that Verify tells these
-	// versions from lost ones, also when gc stops before its sweep (gcrecord.go).
+	// versions from lost ones, also when gc stops before its sweep (gc_record.go).
 	if err := c.st.gcRecord.recordDropped(st.Dropped); err != nil {
 		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
 	}

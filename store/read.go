@@ -24,7 +24,7 @@ type readOpts struct {
 	// pages replaces the store's page cache (verify keeps its own, so that nothing it
 	// checks comes from pages built before or from the materialized copy).
 	pages *lru[pageKey, *cachedPage]
-	// vouch checks the file's composition before its first byte is served (vouch.go); the
+	// vouch checks the file's composition before its first byte is served (verify_vouch.go); the
 	// readers that hash the whole file themselves (export, verify, the copy's rebuild) do
 	// not ask for it.
 	vouch bool
@@ -53,9 +53,9 @@ type versionFile struct {
 	opts readOpts
 	// lastEnd is the furthest any read has reached: reads near it are sequential (read_ahead.go).
 	lastEnd atomic.Int64
-	// vouched: the file's composition was checked (vouch.go).
+	// vouched: the file's composition was checked (verify_vouch.go).
 	vouched atomic.Bool
-	// whole: whether the materialized copy holds the file whole (copyread_file.go).
+	// whole: whether the materialized copy holds the file whole (copy_read_file.go).
 	whole atomic.Pointer[wholeCopy]
 }
 

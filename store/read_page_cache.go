@@ -22,7 +22,7 @@ type cachedPage struct {
 }
 
 // pageBufferLen is the length of a recycled buffer: a page plus a chunk of the copy's sums
-// before and after it (a read of the copy checks the whole chunks under it: copyread.go).
+// before and after it (a read of the copy checks the whole chunks under it: copy_read.go).
 const pageBufferLen = pageSize + copySlack
 
 // minRecycledLen is the shortest page that gets a whole recycled buffer: a tensor's last page

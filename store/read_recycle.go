@@ -26,7 +26,7 @@ type recycler struct {
 	// costs besides its pages, for tests and benchmarks.
 	decoded atomic.Int64
 	// edges are the buffers a checked read of the copy reads the rest of its first and last
-	// chunks into (copyread.go): *[]byte of 2*sumChunk.
+	// chunks into (copy_read.go): *[]byte of 2*sumChunk.
 	edges sync.Pool
 	// renderReads hold the whole chunks under reads of a render that do not start and end
 	// on them (render_sums.go): *[]byte, grown as needed.

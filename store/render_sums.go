@@ -12,7 +12,7 @@ import (
 )
 
 // Every byte served from a render is checked (docs/format.md Part III §5). A render's files
-// have sums like the materialized copy's (copysums.go): the CRC-32C of each sumChunk, computed
+// have sums like the materialized copy's (copy_sums.go): the CRC-32C of each sumChunk, computed
 // from the bytes as they are rendered (shards and the index as they are written; a patch,
 // which is written out of order, by one pass over the file just written and synced, before
 // it is installed) and kept beside the render under the same key: a delta's render.json

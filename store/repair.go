@@ -34,7 +34,7 @@ import (
 // (upgradeFormat), so Verify does not find it again.
 //
 // A version whose manifest is lost (Verify's "manifest lost") has nothing to move: it is
-// recorded as gone in the gc record (gcrecord.go), and the next gc removes the objects only
+// recorded as gone in the gc record (gc_record.go), and the next gc removes the objects only
 // it named (but those later versions' links decode against: liveSetWhole). What was moved or recorded is reported and logged, never silent. Versions that named a quarantined one
 // as their previous version stay what they were: their objects do not depend on the
 // manifest, and Verify checked each of them on its own (if it needs a damaged object it is
@@ -78,7 +78,7 @@ type RepairReport struct {
 	QuarantinedObjects []ID     // objects moved aside
 	Moved              []string // where each went, for the report
 	// Lost lists the versions whose manifest is lost (nothing to move): they are recorded as
-	// gone in the gc record (gcrecord.go), so that a following Verify passes.
+	// gone in the gc record (gc_record.go), so that a following Verify passes.
 	Lost []uint64
 	// Mended lists the damaged objects written again from an intact source; Reanchored the
 	// sound objects that could not be read through their damaged bases, stored whole from an

@@ -129,7 +129,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				bad = deltaObjectOf(t, s, 6)
 			}
 			if tc.copied {
-				// The pass of a first read of version 3 (vouch.go) hashes the file and keeps
+				// The pass of a first read of version 3 (verify_vouch.go) hashes the file and keeps
 				// the checked copy.
 				ver, err := s.versions.sealedVersion(3)
 				if err != nil {

@@ -54,7 +54,7 @@ type VerifyReport struct {
 // object's SHA-256 and each file's SHA-256, then reconstructs the objects no version names.
 // A version that a later version names as its previous, but whose manifest is gone, is
 // damage (a lost manifest) when the gc record covers it and does not list it as dropped
-// (gcrecord.go, verify_gone.go); one the record does not cover is damage when that later
+// (gc_record.go, verify_gone.go); one the record does not cover is damage when that later
 // version has a delta against an object no version names (gc would have stored it whole),
 // and the report's Notes say that this is all Verify could tell. A format file of format 1
 // over objects holding version-2 delta sections is damage of that file (verify_format.go). It

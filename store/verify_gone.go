@@ -7,7 +7,7 @@ import (
 
 // What Verify makes of a version that a later version names as its previous but whose
 // manifest is gone (docs/format.md Part I §8; docs/design.md, "Telling a dropped version
-// from a lost one"): gc dropped it when the gc record (gcrecord.go) says so; its manifest is
+// from a lost one"): gc dropped it when the gc record (gc_record.go) says so; its manifest is
 // lost when the record covers it (it is above the record's Since) and does not list it;
 // otherwise (gone before the record, or no usable record) the deltas of the version after
 // it decide, as before the record (deltasBasedOutside), and the report's notes say that

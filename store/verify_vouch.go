@@ -7,7 +7,7 @@ import "fmt"
 // only the file's SHA-256 ties the objects to their places: a manifest with two objects of
 // one shape swapped (CRC recomputed) would otherwise be served as written. So a file read
 // through OpenFile is vouched for before its first byte is served: its composition (the
-// objects in order, and the SHA-256: composition in copysums.go) must have been seen to hash
+// objects in order, and the SHA-256: composition in copy_sums.go) must have been seen to hash
 // to that SHA-256, by this process or one that recorded it in the same cache directory's
 // index. The first read of a file not vouched for reads the whole file once (through the
 // same read path) and hashes it, writing it into a checked copy (filecopy.go) that serves the
