@@ -328,7 +328,7 @@ func (b *bench) figTensors(ctx context.Context) ([]Row, error) {
 		case "objects":
 			scale, u = 1, " objects"
 		}
-		return fmt.Sprintf("tensor ratio %.2fx; per tensor %.2f%s at %d, %.2f%s at %d", tr, s*scale/float64(small.Tensors), u, small.Tensors, l*scale/float64(large.Tensors), u, large.Tensors)
+		return fmt.Sprintf("tensor ratio %.2fx; per tensor %.3g%s at %d, %.3g%s at %d", tr, s*scale/float64(small.Tensors), u, small.Tensors, l*scale/float64(large.Tensors), u, large.Tensors)
 	}
 	row := func(name, unit string, s, l float64) Row {
 		return Row{Figure: "11", Name: name, Measured: l, Unit: unit, Baseline: s, BaselineName: base, Goal: goal,
