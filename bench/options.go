@@ -11,14 +11,16 @@ import (
 )
 
 // figureNames are the figures of docs/benchmarks.md a run can select, in the order they run. "ingest" covers
-// figures 2 (throughput) and 3 (seal latency); "sync" is figure 9 (end-to-end sync time).
-var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group"}
+// figures 2 (throughput) and 3 (seal latency); "sync" is figure 9 (end-to-end sync time);
+// "tensors" is figure 11 (100,000 tensors against 10,000: issue 29 item 5).
+var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group", "tensors"}
 
 // figureAliases maps the issue's figure numbers and other spellings to names.
 var figureAliases = map[string]string{
 	"1": "delta", "2": "ingest", "3": "ingest", "4": "reads", "5": "memory", "6": "apply",
 	"7": "history", "8": "kernel", "seal": "ingest", "read": "reads", "diff": "kernel",
 	"size": "delta", "mem": "memory", "9": "sync", "e2e": "sync", "10": "group", "ranks": "group",
+	"11": "tensors", "tensor": "tensors", "count": "tensors",
 }
 
 // parseOnly parses -only: a comma-separated list of figure names or numbers ("" or "all":
@@ -35,7 +37,7 @@ func parseOnly(s string) ([]string, error) {
 			name = alias
 		}
 		if !slices.Contains(figureNames, name) {
-			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-10)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
+			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-11)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
 		}
 		want[name] = true
 	}
@@ -72,7 +74,7 @@ const usageText = `usage: go run ./bench [flags]
        bench fetch DIR URL...                 (figure 9's baseline copy over HTTP)
 
 Measures the figures of docs/benchmarks.md (delta size, ingest and seal, reads, memory, apply,
-history, diff kernel, end-to-end sync), each against a baseline measured in the same run, prints a table and writes
+history, diff kernel, end-to-end sync, tensor count), each against a baseline measured in the same run, prints a table and writes
 JSON. Root is needed for cold-cache reads (drop_caches) and direct FUSE mounts.
 
 flags:
@@ -86,7 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, usageText)
 		fl.PrintDefaults()
 	}
-	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-9)")
+	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-11)")
 	fl.StringVar(&o.Out, "out", "", "write the results as JSON to this file")
 	fl.StringVar(&o.Markdown, "md", "", "also write the table as Markdown to this file")
 	fl.BoolVar(&o.Quick, "quick", false, "scale every size down for a check in a minute or two (not the issue's figures)")
@@ -171,6 +173,8 @@ func (s sizes) diskNeed(figure string) int64 {
 		return 10 * s.IngestBytes
 	case "group":
 		return 10 * groupBytes(s)
+	case "tensors":
+		return 1 * giB
 	}
 	return 0
 }

@@ -24,7 +24,8 @@ func TestParseOnly(t *testing.T) {
 		{"9", []string{"sync"}, false},
 		{"9,e2e,1", []string{"delta", "sync"}, false},
 		{"10", []string{"group"}, false},
-		{"11", nil, true},
+		{"11", []string{"tensors"}, false},
+		{"12", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseOnly(tc.in)
