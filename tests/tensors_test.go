@@ -14,7 +14,7 @@ import (
 // TestManyTensors is issue 29 item 5 end to end with the real programs, at a size that runs in
 // well under a minute: a DeepSeek-V3-shaped checkpoint (gen's `--experts 256 --deepseek`:
 // `model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight` in fp8 with their float32
-// `weight_scale_inv`, 8 shards) of ~11,000 tiny tensors, versions 1 and 2 (one RL step apart)
+// `weight_scale_inv`, 8 shards) of ~3,200 tiny tensors, versions 1 and 2 (one RL step apart)
 // committed with `weightfs commit`; a read-only mount lists version 2 (`ls -l`: every file
 // with its source's size) and serves every file of both versions with its source's SHA-256;
 // `weightfs log` lists both with their files and bytes; `weightfs verify` exits 0; `weightfs
