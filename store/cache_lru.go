@@ -24,6 +24,9 @@ type lru[K comparable, V any] struct {
 	// versions: one a reader uses must not be parsed again on every call however large it
 	// is). Unset, such a value is not kept.
 	keepOversized bool
+	// floor is how many of the most recently used values are kept whatever they cost (0 and
+	// 1 keep only the newest; the parsed versions keep versionCacheFloor).
+	floor int
 }
 
 type lruEntry[K comparable, V any] struct {
@@ -34,6 +37,13 @@ type lruEntry[K comparable, V any] struct {
 
 func newLRU[K comparable, V any](limit int64) *lru[K, V] {
 	return &lru[K, V]{limit: limit, order: list.New(), items: map[K]*list.Element{}}
+}
+
+// len is how many values are cached.
+func (c *lru[K, V]) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
 }
 
 func (c *lru[K, V]) get(k K) (V, bool) {
@@ -86,7 +96,7 @@ func (c *lru[K, V]) add(k K, v V, cost int64) {
 		c.items[k] = c.order.PushFront(&lruEntry[K, V]{key: k, val: v, cost: cost})
 		c.used += cost
 	}
-	for c.used > c.limit && c.order.Len() > 1 {
+	for c.used > c.limit && c.order.Len() > max(1, c.floor) {
 		e := c.order.Back()
 		old := e.Value.(*lruEntry[K, V])
 		c.order.Remove(e)

@@ -15,7 +15,7 @@ import (
 // versionCache holds parsed versions (manifests with their lookups), bounded by their
 // estimated memory. A parsed version costs about 300 bytes a tensor, so a store of many
 // versions of 10^6 tensors must not keep them all: the bound holds a few versions of a
-// usual model, and the one version in use when it alone exceeds the bound. Each version is
+// usual model, and the last versionCacheFloor versions used whatever they cost. Each version is
 // parsed once however many goroutines ask for it at once (a mount's readers of a version just
 // evicted), and the version list never parses a manifest (versionSummary).
 type versionCache struct {
@@ -25,12 +25,20 @@ type versionCache struct {
 	decoded atomic.Int64 // tensors parsed from manifests (tests: what listing and reading cost)
 }
 
-// versionCacheBytes bounds the parsed versions a Store keeps.
+// versionCacheBytes bounds the parsed versions a Store keeps, above versionCacheFloor.
 const versionCacheBytes = 64 << 20
+
+// versionCacheFloor is how many of the most recently used parsed versions are kept whatever
+// they cost: a patch reads two versions at once and a read-only mount's poller the newest
+// beside the one its readers use, so a bound that held one large version alone made them
+// parse a manifest of 100,000 tensors again at every turn (docs/benchmarks.md, "Tensor
+// count").
+const versionCacheFloor = 3
 
 func newVersionCache(limit int64) *versionCache {
 	c := &versionCache{lru: newLRU[uint64, *version](limit)}
 	c.keepOversized = true
+	c.floor = versionCacheFloor
 	return c
 }
 
