@@ -39,6 +39,9 @@ type ingester struct {
 	diff delta.DiffBackend // never nil: the CPU backend unless Options.Diff names another
 
 	workers chan struct{} // one token per concurrent tensor job
+	// baseBufs are the base readers' O_DIRECT buffers given back after a tensor, for the
+	// next (stream_base.go).
+	baseBufs freeList[[]byte]
 	// saidWhole: path -> true: logged that this non-safetensors file is stored whole.
 	saidWhole sync.Map
 	// hashInOnePass: a file's and its tensors' SHA-256 in one pass (sha256x2) where the CPU
@@ -63,7 +66,8 @@ func newIngester(st *Store, diff delta.DiffBackend) *ingester {
 	}
 	return &ingester{st: st, diff: diff, workers: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
 		hashInOnePass: sha256x2.Accelerated(), manifestLimit: maxManifestLen, now: time.Now,
-		pending: map[ID]int{}, open: map[uint64]*Writer{}}
+		pending: map[ID]int{}, open: map[uint64]*Writer{},
+		baseBufs: freeList[[]byte]{max: 2*max(1, runtime.GOMAXPROCS(0)) + 2}}
 }
 
 // openWriters returns the Writers open now (Close aborts them).
@@ -369,7 +373,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	hb := newBaseCheck(s.mat, baseID)
 	cur := make([]byte, min(size, ingestChunk))
 	base := baseReader{in: w.in} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
-	defer base.wait()
+	defer base.release()
 	var ch delta.Changes
 	var crc uint32 // of the new bytes: the next version checks them with it (ingest_basecheck.go)
 	for off := int64(0); off < size; off += ingestChunk {

@@ -124,18 +124,38 @@ func (r *baseReader) readAhead(view *matView, id ID, off, n int64) bool {
 	return true
 }
 
+// baseBufferLen is the size of the base readers' buffers that the ingester keeps for reuse:
+// a chunk and the slack of a checked read, which every read of a base fits.
+const baseBufferLen = ingestChunk + copySlack
+
 // buf returns buffer i, large enough for n bytes read with O_DIRECT; no read may be under way
-// into it. Buffers grow in powers of two up to a chunk: a batch ingest has a reader per
-// tensor, and most tensors are small.
+// into it. It comes from the ingester's free list (a batch ingest has a reader per tensor, and
+// most tensors are small: fresh buffers for each made a commit of 100,000 tensors allocate
+// tens of GB), or is made when the list is empty.
 func (r *baseReader) buf(i int, n int64) []byte {
-	if need := int(n) + copySlack; len(r.bufs[i]) < need {
-		size := 64 << 10
-		for size < need {
-			size *= 2
-		}
-		r.bufs[i] = alignedBuffer(max(min(size, ingestChunk+copySlack), need))
+	need := int(n) + copySlack
+	if len(r.bufs[i]) >= need {
+		return r.bufs[i]
 	}
+	if need <= baseBufferLen {
+		if b, ok := r.in.baseBufs.get(); ok {
+			r.bufs[i] = b
+			return b
+		}
+	}
+	r.bufs[i] = alignedBuffer(max(baseBufferLen, need))
 	return r.bufs[i]
+}
+
+// release waits for a read in the background and gives the buffers back to the ingester.
+func (r *baseReader) release() {
+	r.wait()
+	for i, b := range r.bufs {
+		if len(b) == baseBufferLen {
+			r.in.baseBufs.put(b)
+		}
+		r.bufs[i] = nil
+	}
 }
 
 // wait lets a read in the background finish (the worker's buffers are free again).
