@@ -3,11 +3,8 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"maps"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -71,6 +68,7 @@ func (r Rank) String() string {
 type rankState struct {
 	Rank
 	recs Records
+	log  *slog.Logger
 
 	mu  sync.Mutex
 	own map[string]bool // the paths the rank owns: its materialized copy holds these
@@ -152,34 +150,7 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)
 	}
-	g := &rankState{Rank: r, recs: recs, bases: map[uint64]uint64{}, ownFile: filepath.Join(s.cacheDir, ownedFileName)}
-	// The files an earlier run owned: the copy it left holds them, and the first part of
-	// this run takes it up as it is, rather than rebuilding it file by file as the files
-	// are owned again.
-	// It is a cache: damaged or unreadable, it is reported and dropped, and the copy is
-	// rebuilt for the files this run writes.
-	data, err := os.ReadFile(g.ownFile)
-	if err == nil {
-		var paths []string
-		if err = json.Unmarshal(data, &paths); err == nil {
-			for _, p := range paths {
-				if err = checkPath(p); err != nil {
-					break
-				}
-			}
-		}
-		if err == nil {
-			g.own = map[string]bool{}
-			for _, p := range paths {
-				g.own[p] = true
-			}
-		}
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.log.Warn("writer group: the list of owned files is damaged; ignored, the copy is rebuilt for the files this rank writes",
-			"file", g.ownFile, "err", err)
-		os.Remove(g.ownFile)
-	}
+	g := newRankState(r, recs, s.cacheDir, s.log)
 	s.group = g
 	return s, nil
 }
@@ -188,27 +159,12 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 // an array of strings), kept across runs.
 const ownedFileName = "group-owned.json"
 
-// saveOwned writes the list of owned paths (a failure costs a rebuild of the copy at the
-// next run, nothing else). g.mu is held.
-func (g *rankState) saveOwned(s *Store) {
-	paths := slices.Sorted(maps.Keys(g.own))
-	data, _ := json.Marshal(paths)
-	tmp := g.ownFile + ".tmp"
-	err := os.WriteFile(tmp, data, 0o600)
-	if err == nil {
-		err = os.Rename(tmp, g.ownFile)
-	}
-	if err != nil {
-		s.log.Warn("writer group: the list of owned files not kept", "err", err)
-	}
-}
-
 // RankOf says which rank of which group s was opened as (ok false: not a rank).
 func (s *Store) RankOf() (Rank, bool) {
 	if s.group == nil {
 		return Rank{}, false
 	}
-	return s.group.Rank, true
+	return s.group.member(), true
 }
 
 // NewPart begins this rank's part of version v, owning the files own (more may be added
@@ -226,31 +182,28 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 		return nil, fmt.Errorf("new part of version %d: %w", v, err)
 	}
 	if err := s.versions.checkAbove(v); err != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+		return nil, fmt.Errorf("%s: %w", g.member(), err)
 	}
 	// A refused number is not written again: the rank learns it now, not after its part.
-	if ref, err := readRefusal(g.recs, g.Group, v); err != nil {
-		return nil, fmt.Errorf("%s: new part of version %d: %w", g.Rank, v, err)
+	if ref, err := g.refusal(v); err != nil {
+		return nil, fmt.Errorf("%s: new part of version %d: %w", g.member(), v, err)
 	} else if ref != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, ref.err())
+		return nil, fmt.Errorf("%s: %w", g.member(), ref.err())
 	}
 	base, _ := s.Latest()
-	marker, err := encodePart(&partRecord{Group: g.Group, Version: v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base,
-		Writer: writerName(), Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}})
+	marker, err := encodePart(g.newPart(v, base))
 	if err != nil {
 		return nil, err
 	}
 	// The marker comes before any object: a sweep that runs from here on spares them.
-	if err := g.recs.PutRecord(RecordGroup, recordName(g.Group, v, g.Rank.Rank, recordOpen), marker); err != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+	if err := g.putRecord(g.recordName(v, recordOpen), marker); err != nil {
+		return nil, fmt.Errorf("%s: %w", g.member(), err)
 	}
 	w, err := s.NewVersion(v)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+		return nil, fmt.Errorf("%s: %w", g.member(), err)
 	}
-	g.mu.Lock()
-	g.bases[v] = base
-	g.mu.Unlock()
+	g.setBase(v, base)
 	if err := w.Own(own...); err != nil {
 		w.Abort()
 		return nil, err
@@ -274,22 +227,7 @@ func (w *Writer) Own(paths ...string) error {
 			return err
 		}
 	}
-	g.mu.Lock()
-	grew := false
-	if g.own == nil {
-		g.own, grew = map[string]bool{}, true
-	}
-	for _, p := range paths {
-		if !g.own[p] {
-			g.own[p], grew = true, true
-		}
-	}
-	if grew {
-		g.scopedOf, g.scoped = nil, nil
-		g.saveOwned(w.s)
-	}
-	g.mu.Unlock()
-	if grew {
+	if g.addOwned(paths) {
 		// A copy of the same version with other files: taken up again from the index's
 		// record if it holds every owned file, else rebuilt.
 		w.s.mat.invalidate()
@@ -383,17 +321,14 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	if err := w.checkLive(); err != nil {
 		return PartInfo{}, err
 	}
-	g.mu.Lock()
-	base := g.bases[w.v]
-	own := maps.Clone(g.own)
-	g.mu.Unlock()
-	rec := &partRecord{Group: g.Group, Version: w.v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base, Writer: writerName(),
-		Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}}
+	base := g.baseOf(w.v)
+	own := g.ownedPaths()
+	rec := g.newPart(w.v, base)
 	w.mu.Lock()
 	for p, f := range w.files {
 		if !own[p] {
 			w.mu.Unlock()
-			return PartInfo{}, fmt.Errorf("%s: file %s of version %d was not owned (Writer.Own) before it was written: %w", g.Rank, p, w.v, ErrBadPath)
+			return PartInfo{}, fmt.Errorf("%s: file %s of version %d was not owned (Writer.Own) before it was written: %w", g.member(), p, w.v, ErrBadPath)
 		}
 		rec.Files = append(rec.Files, *f)
 	}
@@ -402,7 +337,7 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	}
 	refs := map[ID]bool{}
 	(&manifest{Files: rec.Files}).roots(refs)
-	info := PartInfo{Rank: g.Rank, Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
+	info := PartInfo{Rank: g.member(), Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
 	for i := range rec.Files {
 		info.Hashes[rec.Files[i].Path] = rec.Files[i].SHA256
 	}
@@ -417,10 +352,10 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	slices.SortFunc(rec.Files, func(a, b manifestFile) int { return cmp.Compare(a.Path, b.Path) })
 	slices.SortFunc(rec.Dirs, func(a, b manifestDir) int { return cmp.Compare(a.Path, b.Path) })
 	slices.SortFunc(rec.Objects, func(a, b partObject) int { return cmp.Compare(a.ID.String(), b.ID.String()) })
-	name := recordName(g.Group, w.v, g.Rank.Rank, recordPart)
+	name := g.recordName(w.v, recordPart)
 	key, _ := parseRecordName(name)
 	if err := rec.check(key); err != nil {
-		return PartInfo{}, fmt.Errorf("%s: part of version %d: %w", g.Rank, w.v, err)
+		return PartInfo{}, fmt.Errorf("%s: part of version %d: %w", g.member(), w.v, err)
 	}
 	data, err := encodePart(rec)
 	if err != nil {
@@ -430,24 +365,22 @@ func (w *Writer) SealPart() (PartInfo, error) {
 		return PartInfo{}, err
 	}
 	if err := s.be.SyncObjects(); err != nil {
-		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
+		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.member(), w.v, err)
 	}
 	// The other groups writing this number now (before the record: once it is there, they
 	// are noted): named if one publishes it without this rank (group_holds.go).
 	g.noteOtherGroups(w.v)
-	if err := g.recs.PutRecord(RecordGroup, name, data); err != nil {
-		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
+	if err := g.putRecord(name, data); err != nil {
+		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.member(), w.v, err)
 	}
 	// The part is sealed from here on.
 	if err := s.failpoint("part-written"); err != nil {
 		return info, err
 	}
-	if err := g.recs.DeleteRecord(RecordGroup, recordName(g.Group, w.v, g.Rank.Rank, recordOpen)); err != nil {
+	if err := g.deleteRecord(g.recordName(w.v, recordOpen)); err != nil {
 		s.log.Warn("writer group: open marker not removed (the part supersedes it)", "err", err)
 	}
-	g.mu.Lock()
-	delete(g.bases, w.v)
-	g.mu.Unlock()
+	g.forgetBase(w.v)
 	g.rememberPart(w.v, rec)
 	w.finish(&manifest{Files: rec.Files})
 	return info, nil
