@@ -64,6 +64,14 @@ func (r Rank) String() string {
 	return fmt.Sprintf("rank %d of %d of group %s", r.Rank, r.Ranks, r.Group)
 }
 
+// writerGroups is a Store's side of writer groups: the publisher's, which the writer uses
+// (group_publish.go), and, for a Store opened with OpenRank, the rank's state (nil for every
+// other Store).
+type writerGroups struct {
+	publisher *groupPublisher
+	rank      *rankState
+}
+
 // rankState is what a rank's Store knows of its group (nil for every other Store).
 type rankState struct {
 	Rank
@@ -150,8 +158,8 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)
 	}
-	g := newRankState(r, recs, s.cacheDir, s.log)
-	s.group = g
+	g := newRankState(r, recs, s.cache.dir, s.log)
+	s.groups.rank = g
 	return s, nil
 }
 
@@ -161,17 +169,17 @@ const ownedFileName = "group-owned.json"
 
 // RankOf says which rank of which group s was opened as (ok false: not a rank).
 func (s *Store) RankOf() (Rank, bool) {
-	if s.group == nil {
+	if s.groups.rank == nil {
 		return Rank{}, false
 	}
-	return s.group.member(), true
+	return s.groups.rank.member(), true
 }
 
 // NewPart begins this rank's part of version v, owning the files own (more may be added
 // with Writer.Own before they are written). It refreshes the list of versions: the latest
 // sealed one is the part's base, and v must be above it.
 func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
-	g := s.group
+	g := s.groups.rank
 	if g == nil {
 		return nil, fmt.Errorf("new part of version %d: this store is not open as a rank (OpenRank): %w", v, ErrGroupRank)
 	}
@@ -218,7 +226,7 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 // an earlier run holds it already (files being diffed meanwhile may be stored whole: own
 // every file before writing). SealPart refuses a file the rank never owned.
 func (w *Writer) Own(paths ...string) error {
-	g := w.s.group
+	g := w.s.groups.rank
 	if g == nil {
 		return fmt.Errorf("own: version %d is not a rank's part: %w", w.v, ErrGroupRank)
 	}
@@ -309,7 +317,7 @@ type PartInfo struct {
 // appears once the writer publishes every rank's part (PublishGroup). The Writer ends; on
 // an error it stays usable (fix the cause and call SealPart again) or Abort it.
 func (w *Writer) SealPart() (PartInfo, error) {
-	s, g := w.s, w.s.group
+	s, g := w.s, w.s.groups.rank
 	if g == nil {
 		return PartInfo{}, fmt.Errorf("seal part of version %d: this store is not open as a rank: %w", w.v, ErrGroupRank)
 	}

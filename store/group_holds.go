@@ -30,7 +30,7 @@ import (
 // instead, and when ctx ends with ctx's error and what the version's records say (which
 // ranks sealed, which are writing, which have not begun).
 func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration) (VersionInfo, error) {
-	g := s.group
+	g := s.groups.rank
 	if g == nil {
 		return VersionInfo{}, fmt.Errorf("wait for version %d: this store is not open as a rank: %w", v, ErrGroupRank)
 	}

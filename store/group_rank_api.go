@@ -15,14 +15,6 @@ import (
 // rank is, its records, the bases of its parts and the files it owns. Only these methods
 // and those of group_holds.go read rankState's fields.
 
-// writerGroups is a Store's side of writer groups: the publisher's, which the writer uses
-// (group_publish.go), and a rank's own state, for a Store opened with OpenRank (nil for every
-// other Store).
-type writerGroups struct {
-	publisher *groupPublisher
-	rank      *rankState
-}
-
 // newRankState is the state of rank r, whose group records are recs and whose cache
 // directory is cacheDir, with the files an earlier run owned (loadOwned).
 func newRankState(r Rank, recs Records, cacheDir string, log *slog.Logger) *rankState {
