@@ -10,6 +10,14 @@ import (
 	"syscall"
 )
 
+// cacheDirState is a Store's cache directory: where it is (Options.CacheDir, STORE/cache
+// for a local writer, or a directory of this process's own for a reader: setupCacheDir), and
+// whether it is this process's own, removed at Close.
+type cacheDirState struct {
+	dir string
+	own bool // a per-process reader cache, removed at Close
+}
+
 // cacheMkdirAll is os.MkdirAll for a directory inside this process's cache directory that a
 // cache needs (the render cache's render/, render/patches, ...). A cache is rebuilt from the
 // store, so what stands where one of its directories should be (a file, left by anything) is
@@ -20,11 +28,11 @@ func (s *Store) cacheMkdirAll(dir string) error {
 	if err == nil || !(errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist)) {
 		return err
 	}
-	rel, rerr := filepath.Rel(s.cacheDir, dir)
+	rel, rerr := filepath.Rel(s.cache.dir, dir)
 	if rerr != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return err
 	}
-	p := s.cacheDir
+	p := s.cache.dir
 	for _, el := range strings.Split(rel, string(filepath.Separator)) {
 		p = filepath.Join(p, el)
 		st, lerr := os.Lstat(p)

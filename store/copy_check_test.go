@@ -80,7 +80,7 @@ func TestCopyDamageIsNeverServed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 			commitAll(t, w, versions)
-			cacheDir := w.cacheDir
+			cacheDir := w.cache.dir
 			opts := Options{}
 			if tc.readOnly {
 				closeStore(t, w)
@@ -129,7 +129,7 @@ func TestCopyDamagedWhileOpen(t *testing.T) {
 	}
 	checkAllVersions(t, "before the damage", s, versions[:3])
 	s.objects.pages.clear()
-	flipCopyByte(t, s.cacheDir, "model.safetensors", 1_000_000)
+	flipCopyByte(t, s.cache.dir, "model.safetensors", 1_000_000)
 	checkAllVersions(t, "after the damage", s, versions[:3])
 	if !log.has("chunk") {
 		t.Errorf("the damaged chunk is not logged; log:\n%s", log.String())

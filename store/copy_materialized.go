@@ -181,7 +181,7 @@ func (m *materialized) ensureThen(target *version, publish func()) error {
 // ensureLatestLocked is ensure for a caller that holds ensureMu.
 func (m *materialized) ensureLatestLocked() error {
 	target, err := m.s.versions.latestVersion()
-	target = m.s.group.scope(target) // a rank's copy holds its own files (group.go)
+	target = m.s.groups.rank.scope(target) // a rank's copy holds its own files (group.go)
 	if err != nil {
 		m.drop()
 		m.s.log.Warn("materialized copy: the latest version cannot be read; reads replay from the objects", "err", err)
@@ -251,7 +251,7 @@ func (m *materialized) loadState() *version {
 	if err != nil {
 		return nil
 	}
-	ver = m.s.group.scope(ver)
+	ver = m.s.groups.rank.scope(ver)
 	for i := range ver.m.Files {
 		f := &ver.m.Files[i]
 		info, err := statIn(m.dir, f.Path)

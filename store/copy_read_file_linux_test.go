@@ -132,7 +132,7 @@ func TestWholeCopyDamageAfterCheck(t *testing.T) {
 		if got := readAllAt(t, f, int64(len(want))); !bytes.Equal(got, want) {
 			t.Fatal("the first read differs")
 		}
-		flipCopyByte(t, s.cacheDir, "model.safetensors", off)
+		flipCopyByte(t, s.cache.dir, "model.safetensors", off)
 		if evict {
 			evictCopy(t, s.mat)
 		}

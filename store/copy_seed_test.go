@@ -41,7 +41,7 @@ func TestForwardAdoptsSeeds(t *testing.T) {
 		for p, b := range files {
 			mustEqualBytes(t, fmt.Sprintf("v%d: the copy of %s", v, p), readMaterialized(t, s, p), b)
 		}
-		if left, _ := os.ReadDir(filepath.Join(s.cacheDir, "seed")); len(left) != 0 {
+		if left, _ := os.ReadDir(filepath.Join(s.cache.dir, "seed")); len(left) != 0 {
 			t.Errorf("v%d: %d seed files left behind", v, len(left))
 		}
 	}
@@ -73,13 +73,13 @@ func TestDamagedSeedIsNotServed(t *testing.T) {
 		damaged = true
 		var big string
 		var size int64
-		entries, err := os.ReadDir(filepath.Join(s.cacheDir, "seed"))
+		entries, err := os.ReadDir(filepath.Join(s.cache.dir, "seed"))
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
 			if info, err := e.Info(); err == nil && info.Size() > size {
-				big, size = filepath.Join(s.cacheDir, "seed", e.Name()), info.Size()
+				big, size = filepath.Join(s.cache.dir, "seed", e.Name()), info.Size()
 			}
 		}
 		if want := int64(len(versions[1]["model.safetensors"])); size != want {

@@ -34,7 +34,7 @@ func TestCrashMidStreamWithSeeds(t *testing.T) {
 				data := versions[1][p]
 				streamWrites(t, rng, st, data[:len(data)*2/3])
 			}
-			seedDir := filepath.Join(s.cacheDir, "seed")
+			seedDir := filepath.Join(s.cache.dir, "seed")
 			if left, _ := os.ReadDir(seedDir); len(left) == 0 {
 				t.Log("no seed file while the streams write (none was started)")
 			}

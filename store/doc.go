@@ -33,7 +33,7 @@
 // (GC, GCWith) or after every seal (Options.Retention, gc_retention.go), beside open Writers. A Store is safe for concurrent use
 // by many goroutines; Close it after every other call has returned.
 //
-// A writer group lets several processes write one version (group.go; docs/format.md Part I
+// A writer group lets several processes write one version (group.go, the rank's state asked through group_rank_api.go; docs/format.md Part I
 // §9): each rank (OpenRank: no writer's lock, a lock of its rank) stores the objects of its
 // own files and seals a part record (NewPart, Writer.SealPart); the writer checks every
 // part's files against their SHA-256 and publishes the parts as one manifest (PublishGroup),

@@ -213,7 +213,7 @@ func TestCrashPoints(t *testing.T) {
 }
 
 func readMaterialized(t *testing.T, s *Store, p string) []byte {
-	b, err := os.ReadFile(filepath.Join(s.cacheDir, "materialized", p))
+	b, err := os.ReadFile(filepath.Join(s.cache.dir, "materialized", p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestDamagedMaterializedCopyIsRebuilt(t *testing.T) {
 	s, _ := newStore(t, Options{})
 	versions := modelVersions(t, 4, 22)
 	commitTree(t, s, 1, versions[0])
-	mat := filepath.Join(s.cacheDir, "materialized", "model.safetensors")
+	mat := filepath.Join(s.cache.dir, "materialized", "model.safetensors")
 	for i, damage := range []func(){
 		func() { os.Remove(mat) },
 		func() { os.Truncate(mat, 100) },

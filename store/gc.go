@@ -155,7 +155,7 @@ func (c *collector) sweepLocked() (deleted int, freed int64, err error) { return
 // sweepWithin is sweepLocked; while a writer group's rank is writing, it deletes only objects
 // in within (those of the versions a gc drops), or nothing when within is nil.
 func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, err error) {
-	c.st.publisher.cleanStale()
+	c.st.groups.publisher.cleanStale()
 	victims, err := c.sweepVictims(nil, nil, within)
 	if err != nil {
 		return 0, 0, err
@@ -246,7 +246,7 @@ func (c *collector) sweepVictims(without map[uint64]bool, whole, within map[ID]b
 		}
 		roots[id] = true
 	}
-	writing, err := c.st.publisher.roots(roots) // parts not yet published (group_publish.go)
+	writing, err := c.st.groups.publisher.roots(roots) // parts not yet published (group_publish.go)
 	if err != nil {
 		return nil, err
 	}

@@ -278,7 +278,7 @@ func (c *collector) estimateGC(st GCStats, jobs []reanchorJob, drop []VersionInf
 		st.ReanchorWritten += written
 		st.estAdded += written - size
 	}
-	victims, err := c.sweepVictims(dropSet, whole, c.st.publisher.droppedObjects(drop))
+	victims, err := c.sweepVictims(dropSet, whole, c.st.groups.publisher.droppedObjects(drop))
 	if errors.Is(err, errUnreadableManifests) {
 		return st, nil // the real gc deletes no object either
 	}
@@ -360,7 +360,7 @@ func (c *collector) keptLate(st GCStats, drop, late []VersionInfo) GCStats {
 // index, and sweeps the objects nothing needs any more (while a writer group's rank writes,
 // only objects of drop: sweepWithin). Caller holds writeMu.
 func (c *collector) deleteDropped(st GCStats, drop []VersionInfo) (GCStats, error) {
-	within := c.st.publisher.droppedObjects(drop)
+	within := c.st.groups.publisher.droppedObjects(drop)
 	var dropped []uint64
 	for _, info := range drop {
 		if err := c.st.be.DeleteManifest(info.Number); err != nil {

@@ -3,11 +3,8 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"maps"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -67,10 +64,19 @@ func (r Rank) String() string {
 	return fmt.Sprintf("rank %d of %d of group %s", r.Rank, r.Ranks, r.Group)
 }
 
+// writerGroups is a Store's side of writer groups: the publisher's, which the writer uses
+// (group_publish.go), and, for a Store opened with OpenRank, the rank's state (nil for every
+// other Store).
+type writerGroups struct {
+	publisher *groupPublisher
+	rank      *rankState
+}
+
 // rankState is what a rank's Store knows of its group (nil for every other Store).
 type rankState struct {
 	Rank
 	recs Records
+	log  *slog.Logger
 
 	mu  sync.Mutex
 	own map[string]bool // the paths the rank owns: its materialized copy holds these
@@ -152,35 +158,8 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open store %s as %s: %w", o.Root, r, ErrGroupUnsupported)
 	}
-	g := &rankState{Rank: r, recs: recs, bases: map[uint64]uint64{}, ownFile: filepath.Join(s.cacheDir, ownedFileName)}
-	// The files an earlier run owned: the copy it left holds them, and the first part of
-	// this run takes it up as it is, rather than rebuilding it file by file as the files
-	// are owned again.
-	// It is a cache: damaged or unreadable, it is reported and dropped, and the copy is
-	// rebuilt for the files this run writes.
-	data, err := os.ReadFile(g.ownFile)
-	if err == nil {
-		var paths []string
-		if err = json.Unmarshal(data, &paths); err == nil {
-			for _, p := range paths {
-				if err = checkPath(p); err != nil {
-					break
-				}
-			}
-		}
-		if err == nil {
-			g.own = map[string]bool{}
-			for _, p := range paths {
-				g.own[p] = true
-			}
-		}
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.log.Warn("writer group: the list of owned files is damaged; ignored, the copy is rebuilt for the files this rank writes",
-			"file", g.ownFile, "err", err)
-		os.Remove(g.ownFile)
-	}
-	s.group = g
+	g := newRankState(r, recs, s.cache.dir, s.log)
+	s.groups.rank = g
 	return s, nil
 }
 
@@ -188,34 +167,19 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 // an array of strings), kept across runs.
 const ownedFileName = "group-owned.json"
 
-// saveOwned writes the list of owned paths (a failure costs a rebuild of the copy at the
-// next run, nothing else). g.mu is held.
-func (g *rankState) saveOwned(s *Store) {
-	paths := slices.Sorted(maps.Keys(g.own))
-	data, _ := json.Marshal(paths)
-	tmp := g.ownFile + ".tmp"
-	err := os.WriteFile(tmp, data, 0o600)
-	if err == nil {
-		err = os.Rename(tmp, g.ownFile)
-	}
-	if err != nil {
-		s.log.Warn("writer group: the list of owned files not kept", "err", err)
-	}
-}
-
 // RankOf says which rank of which group s was opened as (ok false: not a rank).
 func (s *Store) RankOf() (Rank, bool) {
-	if s.group == nil {
+	if s.groups.rank == nil {
 		return Rank{}, false
 	}
-	return s.group.Rank, true
+	return s.groups.rank.member(), true
 }
 
 // NewPart begins this rank's part of version v, owning the files own (more may be added
 // with Writer.Own before they are written). It refreshes the list of versions: the latest
 // sealed one is the part's base, and v must be above it.
 func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
-	g := s.group
+	g := s.groups.rank
 	if g == nil {
 		return nil, fmt.Errorf("new part of version %d: this store is not open as a rank (OpenRank): %w", v, ErrGroupRank)
 	}
@@ -226,31 +190,28 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 		return nil, fmt.Errorf("new part of version %d: %w", v, err)
 	}
 	if err := s.versions.checkAbove(v); err != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+		return nil, fmt.Errorf("%s: %w", g.member(), err)
 	}
 	// A refused number is not written again: the rank learns it now, not after its part.
-	if ref, err := readRefusal(g.recs, g.Group, v); err != nil {
-		return nil, fmt.Errorf("%s: new part of version %d: %w", g.Rank, v, err)
+	if ref, err := g.refusal(v); err != nil {
+		return nil, fmt.Errorf("%s: new part of version %d: %w", g.member(), v, err)
 	} else if ref != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, ref.err())
+		return nil, fmt.Errorf("%s: %w", g.member(), ref.err())
 	}
 	base, _ := s.Latest()
-	marker, err := encodePart(&partRecord{Group: g.Group, Version: v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base,
-		Writer: writerName(), Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}})
+	marker, err := encodePart(g.newPart(v, base))
 	if err != nil {
 		return nil, err
 	}
 	// The marker comes before any object: a sweep that runs from here on spares them.
-	if err := g.recs.PutRecord(RecordGroup, recordName(g.Group, v, g.Rank.Rank, recordOpen), marker); err != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+	if err := g.putRecord(g.recordName(v, recordOpen), marker); err != nil {
+		return nil, fmt.Errorf("%s: %w", g.member(), err)
 	}
 	w, err := s.NewVersion(v)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", g.Rank, err)
+		return nil, fmt.Errorf("%s: %w", g.member(), err)
 	}
-	g.mu.Lock()
-	g.bases[v] = base
-	g.mu.Unlock()
+	g.setBase(v, base)
 	if err := w.Own(own...); err != nil {
 		w.Abort()
 		return nil, err
@@ -265,7 +226,7 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 // an earlier run holds it already (files being diffed meanwhile may be stored whole: own
 // every file before writing). SealPart refuses a file the rank never owned.
 func (w *Writer) Own(paths ...string) error {
-	g := w.s.group
+	g := w.s.groups.rank
 	if g == nil {
 		return fmt.Errorf("own: version %d is not a rank's part: %w", w.v, ErrGroupRank)
 	}
@@ -274,22 +235,7 @@ func (w *Writer) Own(paths ...string) error {
 			return err
 		}
 	}
-	g.mu.Lock()
-	grew := false
-	if g.own == nil {
-		g.own, grew = map[string]bool{}, true
-	}
-	for _, p := range paths {
-		if !g.own[p] {
-			g.own[p], grew = true, true
-		}
-	}
-	if grew {
-		g.scopedOf, g.scoped = nil, nil
-		g.saveOwned(w.s)
-	}
-	g.mu.Unlock()
-	if grew {
+	if g.addOwned(paths) {
 		// A copy of the same version with other files: taken up again from the index's
 		// record if it holds every owned file, else rebuilt.
 		w.s.mat.invalidate()
@@ -371,7 +317,7 @@ type PartInfo struct {
 // appears once the writer publishes every rank's part (PublishGroup). The Writer ends; on
 // an error it stays usable (fix the cause and call SealPart again) or Abort it.
 func (w *Writer) SealPart() (PartInfo, error) {
-	s, g := w.s, w.s.group
+	s, g := w.s, w.s.groups.rank
 	if g == nil {
 		return PartInfo{}, fmt.Errorf("seal part of version %d: this store is not open as a rank: %w", w.v, ErrGroupRank)
 	}
@@ -383,17 +329,14 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	if err := w.checkLive(); err != nil {
 		return PartInfo{}, err
 	}
-	g.mu.Lock()
-	base := g.bases[w.v]
-	own := maps.Clone(g.own)
-	g.mu.Unlock()
-	rec := &partRecord{Group: g.Group, Version: w.v, Rank: g.Rank.Rank, Ranks: g.Ranks, Base: base, Writer: writerName(),
-		Dirs: []manifestDir{}, Files: []manifestFile{}, Objects: []partObject{}}
+	base := g.baseOf(w.v)
+	own := g.ownedPaths()
+	rec := g.newPart(w.v, base)
 	w.mu.Lock()
 	for p, f := range w.files {
 		if !own[p] {
 			w.mu.Unlock()
-			return PartInfo{}, fmt.Errorf("%s: file %s of version %d was not owned (Writer.Own) before it was written: %w", g.Rank, p, w.v, ErrBadPath)
+			return PartInfo{}, fmt.Errorf("%s: file %s of version %d was not owned (Writer.Own) before it was written: %w", g.member(), p, w.v, ErrBadPath)
 		}
 		rec.Files = append(rec.Files, *f)
 	}
@@ -402,7 +345,7 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	}
 	refs := map[ID]bool{}
 	(&manifest{Files: rec.Files}).roots(refs)
-	info := PartInfo{Rank: g.Rank, Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
+	info := PartInfo{Rank: g.member(), Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
 	for i := range rec.Files {
 		info.Hashes[rec.Files[i].Path] = rec.Files[i].SHA256
 	}
@@ -417,10 +360,10 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	slices.SortFunc(rec.Files, func(a, b manifestFile) int { return cmp.Compare(a.Path, b.Path) })
 	slices.SortFunc(rec.Dirs, func(a, b manifestDir) int { return cmp.Compare(a.Path, b.Path) })
 	slices.SortFunc(rec.Objects, func(a, b partObject) int { return cmp.Compare(a.ID.String(), b.ID.String()) })
-	name := recordName(g.Group, w.v, g.Rank.Rank, recordPart)
+	name := g.recordName(w.v, recordPart)
 	key, _ := parseRecordName(name)
 	if err := rec.check(key); err != nil {
-		return PartInfo{}, fmt.Errorf("%s: part of version %d: %w", g.Rank, w.v, err)
+		return PartInfo{}, fmt.Errorf("%s: part of version %d: %w", g.member(), w.v, err)
 	}
 	data, err := encodePart(rec)
 	if err != nil {
@@ -430,24 +373,22 @@ func (w *Writer) SealPart() (PartInfo, error) {
 		return PartInfo{}, err
 	}
 	if err := s.be.SyncObjects(); err != nil {
-		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
+		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.member(), w.v, err)
 	}
 	// The other groups writing this number now (before the record: once it is there, they
 	// are noted): named if one publishes it without this rank (group_holds.go).
 	g.noteOtherGroups(w.v)
-	if err := g.recs.PutRecord(RecordGroup, name, data); err != nil {
-		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.Rank, w.v, err)
+	if err := g.putRecord(name, data); err != nil {
+		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.member(), w.v, err)
 	}
 	// The part is sealed from here on.
 	if err := s.failpoint("part-written"); err != nil {
 		return info, err
 	}
-	if err := g.recs.DeleteRecord(RecordGroup, recordName(g.Group, w.v, g.Rank.Rank, recordOpen)); err != nil {
+	if err := g.deleteRecord(g.recordName(w.v, recordOpen)); err != nil {
 		s.log.Warn("writer group: open marker not removed (the part supersedes it)", "err", err)
 	}
-	g.mu.Lock()
-	delete(g.bases, w.v)
-	g.mu.Unlock()
+	g.forgetBase(w.v)
 	g.rememberPart(w.v, rec)
 	w.finish(&manifest{Files: rec.Files})
 	return info, nil

@@ -365,7 +365,7 @@ func TestGroupRankRestartKeepsItsCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cache := gs.ranks[2].cacheDir
+	cache := gs.ranks[2].cache.dir
 	if err := gs.ranks[2].Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -376,8 +376,8 @@ func TestGroupRankRestartKeepsItsCopy(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	gs.ranks[2] = s
 	shard := "model-00003-of-00004.safetensors"
-	if !s.group.own[shard] || len(s.group.own) != 1 {
-		t.Fatalf("the restarted rank owns %v, want %s", s.group.own, shard)
+	if !s.groups.rank.own[shard] || len(s.groups.rank.own) != 1 {
+		t.Fatalf("the restarted rank owns %v, want %s", s.groups.rank.own, shard)
 	}
 	files := series[2]
 	w, err := s.NewPart(3) // owns nothing new
@@ -437,7 +437,7 @@ func TestGroupDamagedOwnedList(t *testing.T) {
 	if _, err := gs.pub.PublishGroup("g", 1, 4); err != nil {
 		t.Fatal(err)
 	}
-	cache := gs.ranks[2].cacheDir
+	cache := gs.ranks[2].cache.dir
 	if err := gs.ranks[2].Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -451,8 +451,8 @@ func TestGroupDamagedOwnedList(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	gs.ranks[2] = s
-	if !log.has("list of owned files") || len(s.group.own) != 0 {
-		t.Fatalf("a damaged list of owned files: owns %v; log:\n%s", s.group.own, &log)
+	if !log.has("list of owned files") || len(s.groups.rank.own) != 0 {
+		t.Fatalf("a damaged list of owned files: owns %v; log:\n%s", s.groups.rank.own, &log)
 	}
 	files := series[1]
 	shard := "model-00003-of-00004.safetensors"

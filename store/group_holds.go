@@ -30,7 +30,7 @@ import (
 // instead, and when ctx ends with ctx's error and what the version's records say (which
 // ranks sealed, which are writing, which have not begun).
 func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration) (VersionInfo, error) {
-	g := s.group
+	g := s.groups.rank
 	if g == nil {
 		return VersionInfo{}, fmt.Errorf("wait for version %d: this store is not open as a rank: %w", v, ErrGroupRank)
 	}
@@ -49,7 +49,7 @@ func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration)
 			// The number is sealed; it must hold this rank's part (group_holds.go).
 			ver, err := s.versions.loadVersion(v)
 			if err != nil {
-				return VersionInfo{}, fmt.Errorf("%s: version %d appeared, but its manifest cannot be read to check that it holds this rank's part: %w", g.Rank, v, err)
+				return VersionInfo{}, fmt.Errorf("%s: version %d appeared, but its manifest cannot be read to check that it holds this rank's part: %w", g.member(), v, err)
 			}
 			if err := g.checkHolds(ver); err != nil {
 				return VersionInfo{}, err
@@ -58,12 +58,12 @@ func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration)
 			return info, nil
 		}
 		if latest, ok := s.Latest(); ok && latest > v {
-			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.Rank, v, latest, ErrGroupMismatch)
+			return VersionInfo{}, fmt.Errorf("%s: version %d: the group published version %d above it instead: %w", g.member(), v, latest, ErrGroupMismatch)
 		}
 		// An unreadable refusal is asked again at the next poll (S3 may be away).
-		if ref, err := readRefusal(g.recs, g.Group, v); err == nil && ref != nil {
+		if ref, err := g.refusal(v); err == nil && ref != nil {
 			g.forget(v)
-			return VersionInfo{}, fmt.Errorf("%s: %w", g.Rank, ref.err())
+			return VersionInfo{}, fmt.Errorf("%s: %w", g.member(), ref.err())
 		}
 		// Whoever writes version v meanwhile: named if it publishes v without this rank (a
 		// listing of every group's records, at most once a second).
@@ -73,7 +73,7 @@ func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration)
 		}
 		select {
 		case <-ctx.Done():
-			return VersionInfo{}, fmt.Errorf("%s: version %d not published yet (%s): %w", g.Rank, v, partsState(g.recs, g.Group, v, g.Ranks), ctx.Err())
+			return VersionInfo{}, fmt.Errorf("%s: version %d not published yet (%s): %w", g.member(), v, g.partsState(v), ctx.Err())
 		case <-time.After(poll):
 		}
 	}

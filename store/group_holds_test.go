@@ -48,9 +48,9 @@ func TestGroupWrongGroupNotDone(t *testing.T) {
 					t.Fatalf("the mistyped rank's wait ended before run7 published: %v", err)
 				default:
 				}
-				wrong.group.mu.Lock()
-				seen = wrong.group.others[1]["run7"]
-				wrong.group.mu.Unlock()
+				wrong.groups.rank.mu.Lock()
+				seen = wrong.groups.rank.others[1]["run7"]
+				wrong.groups.rank.mu.Unlock()
 			}
 			if _, err := gs.pub.PublishGroup("run7", 1, 2); err != nil {
 				t.Fatal(err)
@@ -100,7 +100,7 @@ func TestGroupPublishRefusesForgedPart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			gs := newGroupStore(t, "g", 2)
 			gs.writeParts(t, 1, files)
-			gr, _ := gs.pub.publisher.records()
+			gr, _ := gs.pub.groups.publisher.records()
 			read := func(r int) *partRecord {
 				name := recordName("g", 1, r, recordPart)
 				k, _ := parseRecordName(name)

@@ -153,7 +153,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
 	}
-	if s.readOnly || s.group != nil {
+	if s.readOnly || s.groups.rank != nil {
 		return VersionInfo{}, fmt.Errorf("publish version %d of group %s: only the store's writer publishes: %w", v, group, ErrGroupRank)
 	}
 	if err := (Rank{Group: group, Ranks: ranks}).check(); err != nil {
@@ -162,7 +162,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if err := checkVersionNumber(v); err != nil {
 		return VersionInfo{}, fmt.Errorf("publish: %w", err)
 	}
-	gr, err := s.publisher.records()
+	gr, err := s.groups.publisher.records()
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -175,7 +175,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 		return VersionInfo{}, fmt.Errorf("publish: %w", ref.err())
 	}
 	latest, _ := s.Latest()
-	parts, err := s.publisher.collectParts(gr, group, v, ranks, latest)
+	parts, err := s.groups.publisher.collectParts(gr, group, v, ranks, latest)
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -206,7 +206,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 		return VersionInfo{}, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
 	}
 	ok = true
-	s.publisher.clean(gr, group, v)
+	s.groups.publisher.clean(gr, group, v)
 	s.log.Info("writer group: version published", "group", group, "version", v, "ranks", ranks)
 	return info, nil
 }
@@ -254,7 +254,7 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 		(&manifest{Files: p.Files}).roots(refs)
 		for id := range refs {
 			w.hold(id)
-			if !w.s.ingest.exists(id) && !w.s.publisher.existsElsewhere(id) {
+			if !w.s.ingest.exists(id) && !w.s.groups.publisher.existsElsewhere(id) {
 				return refusal(RefusedDamaged, []int{p.Rank}, fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt))
 			}
 		}
@@ -302,7 +302,7 @@ func (s *Store) PublishGroupWait(ctx context.Context, group string, v uint64, ra
 // once: a refused version is passed over afterwards, its late records deleted); an error
 // (the records cannot be read, a seal fails) ends it.
 func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, refused []error, err error) {
-	gr, err := s.publisher.records()
+	gr, err := s.groups.publisher.records()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -329,7 +329,7 @@ func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, 
 		}
 	}
 	for v := range late {
-		if err := s.publisher.dropVersionRecords(gr, group, v); err != nil {
+		if err := s.groups.publisher.dropVersionRecords(gr, group, v); err != nil {
 			s.log.Warn("writer group: records of a refused version not deleted", "group", group, "version", v, "err", err)
 		}
 	}
@@ -348,7 +348,7 @@ func (s *Store) PublishReady(group string, ranks int) (published []VersionInfo, 
 				if isRefused[rv] {
 					continue
 				}
-				if rerr := s.publisher.refuseVersion(gr, group, ranks, rv, ref.kind, ref.ranks, err.Error()); rerr != nil {
+				if rerr := s.groups.publisher.refuseVersion(gr, group, ranks, rv, ref.kind, ref.ranks, err.Error()); rerr != nil {
 					return published, refused, rerr
 				}
 				isRefused[rv] = true
@@ -372,10 +372,10 @@ func (s *Store) AbortGroupVersion(group string, v uint64) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	if s.readOnly || s.group != nil {
+	if s.readOnly || s.groups.rank != nil {
 		return fmt.Errorf("abort version %d of group %s: only the store's writer aborts: %w", v, group, ErrGroupRank)
 	}
-	gr, err := s.publisher.records()
+	gr, err := s.groups.publisher.records()
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func TestGroupRefusal(t *testing.T) {
 					t.Fatalf("refusal %q does not say %q", refused[0], s)
 				}
 			}
-			gr, _ := gs.pub.publisher.records()
+			gr, _ := gs.pub.groups.publisher.records()
 			for _, v := range c.refuse {
 				ref, err := readRefusal(gr, "g", v)
 				if err != nil || ref == nil {
@@ -98,7 +98,7 @@ func TestGroupRefusal(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.Abort()
-			gs.pub.publisher.refuseVersion(gr, "g", 2, c.next+10, RefusedAborted, nil, "test")
+			gs.pub.groups.publisher.refuseVersion(gr, "g", 2, c.next+10, RefusedAborted, nil, "test")
 			if err := gr.PutRecord(RecordGroup, recordName("g", c.next+10, 0, recordOpen), []byte("late")); err != nil {
 				t.Fatal(err)
 			}

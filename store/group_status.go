@@ -38,7 +38,7 @@ func (s *Store) GroupStatus(group string) ([]GroupVersionStatus, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	gr, err := s.publisher.records()
+	gr, err := s.groups.publisher.records()
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (s *Store) GroupStatus(group string) ([]GroupVersionStatus, error) {
 // a publish that runs at the same moment may still publish v whole (then the record is
 // merely cleaned with the others).
 func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string) error {
-	if s.group != nil {
+	if s.groups.rank != nil {
 		return fmt.Errorf("cancel version %d of group %s: a rank does not: %w", v, group, ErrGroupRank)
 	}
 	sts, err := s.GroupStatus(group)
@@ -154,7 +154,7 @@ func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string
 			blamed = append(blamed, r)
 		}
 	}
-	gr, err := s.publisher.records()
+	gr, err := s.groups.publisher.records()
 	if err != nil {
 		return err
 	}
@@ -162,5 +162,5 @@ func (s *Store) CancelGroupVersion(group string, v uint64, ranks int, why string
 	if why != "" {
 		reason += " (" + why + ")"
 	}
-	return s.publisher.refuseVersion(gr, group, ranks, v, RefusedAborted, blamed, reason)
+	return s.groups.publisher.refuseVersion(gr, group, ranks, v, RefusedAborted, blamed, reason)
 }

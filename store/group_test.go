@@ -206,7 +206,7 @@ func TestGroupStoresWhatOneWriterStores(t *testing.T) {
 	// Each rank's copy holds its own files only: it never read another rank's.
 	for r, s := range gs.ranks {
 		var held []string
-		filepath.WalkDir(filepath.Join(s.cacheDir, "materialized"), func(p string, d fs.DirEntry, err error) error {
+		filepath.WalkDir(filepath.Join(s.cache.dir, "materialized"), func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
 				held = append(held, filepath.Base(p))
 			}
@@ -240,7 +240,7 @@ func TestGroupStoresWhatOneWriterStores(t *testing.T) {
 
 func groupRecordNames(t *testing.T, s *Store) []string {
 	t.Helper()
-	gr, err := s.publisher.records()
+	gr, err := s.groups.publisher.records()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func writeOK(t *testing.T, s *Store, v uint64, files map[string][]byte, mine fun
 func openRankAs(t *testing.T, gs *groupStore, r Rank) *Store {
 	t.Helper()
 	for i, s := range gs.ranks {
-		if s.group.Rank.Rank == r.Rank {
+		if s.groups.rank.Rank.Rank == r.Rank {
 			s.Close()
 			gs.ranks[i] = openRank(t, gs.root, r)
 			return gs.ranks[i]
@@ -382,7 +382,7 @@ func damageRecord(t *testing.T, root, name string, damage func([]byte)) {
 
 func readPart(t *testing.T, s *Store, name string) *partRecord {
 	t.Helper()
-	gr, _ := s.publisher.records()
+	gr, _ := s.groups.publisher.records()
 	b, err := gr.GetRecord(RecordGroup, name)
 	if err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ func (s *Store) NewVersion(v uint64) (*Writer, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if s.readOnly && s.group == nil { // a rank writes parts (group.go)
+	if s.readOnly && s.groups.rank == nil { // a rank writes parts (group.go)
 		return nil, fmt.Errorf("new version %d: %w", v, ErrReadOnly)
 	}
 	if v == 0 {
@@ -214,7 +214,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
 	}
-	if s.group != nil {
+	if s.groups.rank != nil {
 		return VersionInfo{}, fmt.Errorf("seal version %d: a rank seals its part (SealPart); the writer publishes: %w", w.v, ErrGroupRank)
 	}
 	sealStart := time.Now()

@@ -110,7 +110,7 @@ func TestLongPathsRoundTrip(t *testing.T) {
 	check("version 2", s, 2, v2, src2)
 	check("version 1 after version 2", s, 1, v1, src1)
 	// The materialized copy holds version 2, its deepest file among them.
-	copyDir := filepath.Join(s.cacheDir, "materialized")
+	copyDir := filepath.Join(s.cache.dir, "materialized")
 	if st, err := statIn(copyDir, deepST); err != nil || st.Size() != int64(len(v2[deepST])) {
 		t.Fatalf("the materialized copy's %d-byte path: %v", len(deepST), err)
 	}

@@ -77,7 +77,7 @@ func newRenders(s *Store) *renders {
 }
 
 // CacheDir is this process's cache directory (index, materialized copy, renders).
-func (s *Store) CacheDir() string { return s.cacheDir }
+func (s *Store) CacheDir() string { return s.cache.dir }
 
 func (r *renders) renderDir(parts ...string) string {
 	return filepath.Join(append([]string{r.st.CacheDir(), "render"}, parts...)...)

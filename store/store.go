@@ -72,13 +72,12 @@ type Store struct {
 	pins     *pinSet         // readers' pins (gc_pins.go)
 	gcRecord *gcRecordKeeper // the gc record (gc_record.go)
 
-	publisher *groupPublisher // the publisher's side of writer groups (group_publish.go)
+	groups writerGroups // writer groups: the publisher's side (group_publish.go) and a rank's (group.go)
 
-	codec    *codec
-	lock     io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
-	ix       *index
-	cacheDir string
-	ownCache bool // a per-process reader cache, removed at Close
+	codec *codec
+	lock  io.Closer // the writer's lock (lock.go, or store/s3's lease); nil for a reader
+	ix    *index
+	cache cacheDirState // the cache directory, and whether it is this process's own (cache_dir.go)
 
 	collector *collector // gc, its sweeps, retention and the holds of open files (gc.go)
 	maxChain  int
@@ -100,7 +99,6 @@ type Store struct {
 	ingest  *ingester // open Writers, what they hold from gc, the diff backend (ingest.go)
 	mat     *materialized
 	files   *fileCopies // checked copies of files of older versions (filecopy.go)
-	group   *rankState  // a rank of a writer group (OpenRank, group.go); nil otherwise
 	renders *renders    // the render cache: patches and slime deltas (render.go)
 	checker *checker    // Verify, Repair, Export and the vouching of files (verify.go)
 
@@ -228,7 +226,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 	if err := s.setupCacheDir(); err != nil {
 		return nil, err
 	}
-	be, err := o.NewBackend(s.cacheDir)
+	be, err := o.NewBackend(s.cache.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +237,7 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	owner, err := ownerOf(o, s.cacheDir)
+	owner, err := ownerOf(o, s.cache.dir)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", o.Root, err)
 	}
@@ -269,7 +267,7 @@ func newBareStore(path string, opts Options) *Store {
 	s.objects = newObjectStore(s, cacheBytes)
 	s.pins = &pinSet{be: s.be, log: s.log}
 	s.gcRecord = &gcRecordKeeper{be: s.be, log: s.log}
-	s.publisher = &groupPublisher{root: path, be: s.be, log: s.log, st: s}
+	s.groups.publisher = &groupPublisher{root: path, be: s.be, log: s.log, st: s}
 	// After the parts above: the collector's holds and retainer take their methods.
 	s.renders = newRenders(s)
 	s.collector = newCollector(s)
@@ -285,17 +283,17 @@ func (s *Store) finishOpen(owner indexOwner) error {
 	if s.codec, err = newCodec(); err != nil {
 		return err
 	}
-	indexPath := filepath.Join(s.cacheDir, "index.db")
+	indexPath := filepath.Join(s.cache.dir, "index.db")
 	_, statErr := os.Stat(indexPath)
 	if s.ix, err = openIndex(indexPath, owner, s.log); err != nil {
 		return err
 	}
-	s.mat = newMaterialized(s, filepath.Join(s.cacheDir, "materialized"))
+	s.mat = newMaterialized(s, filepath.Join(s.cache.dir, "materialized"))
 	fileCopyBytes := s.opts.FileCopyBytes
 	if fileCopyBytes == 0 {
 		fileCopyBytes = DefaultFileCopyBytes
 	}
-	s.files = newFileCopies(s, filepath.Join(s.cacheDir, "files"), fileCopyBytes)
+	s.files = newFileCopies(s, filepath.Join(s.cache.dir, "files"), fileCopyBytes)
 	if err := s.versions.loadVersions(); err != nil {
 		return err
 	}
@@ -326,15 +324,15 @@ func (s *Store) finishOpen(owner indexOwner) error {
 }
 
 func (s *Store) setupCacheDir() error {
-	s.cacheDir = s.opts.CacheDir
+	s.cache.dir = s.opts.CacheDir
 	switch {
-	case s.cacheDir != "":
-		if err := os.MkdirAll(s.cacheDir, cacheDirPerm); err != nil {
+	case s.cache.dir != "":
+		if err := os.MkdirAll(s.cache.dir, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 	case !s.readOnly:
-		s.cacheDir = filepath.Join(s.root, "cache")
-		if err := os.MkdirAll(s.cacheDir, cacheDirPerm); err != nil {
+		s.cache.dir = filepath.Join(s.root, "cache")
+		if err := os.MkdirAll(s.cache.dir, cacheDirPerm); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 	default:
@@ -347,10 +345,10 @@ func (s *Store) setupCacheDir() error {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
 		removeDeadReaderCaches(base)
-		if s.cacheDir, err = os.MkdirTemp(base, fmt.Sprintf("reader-%d-*", os.Getpid())); err != nil {
+		if s.cache.dir, err = os.MkdirTemp(base, fmt.Sprintf("reader-%d-*", os.Getpid())); err != nil {
 			return fmt.Errorf("create cache directory: %w", err)
 		}
-		s.ownCache = true
+		s.cache.own = true
 	}
 	return nil
 }
@@ -415,8 +413,8 @@ func (s *Store) shutdown() error {
 	if s.be.Backend != nil {
 		errs = append(errs, s.be.Close())
 	}
-	if s.ownCache {
-		errs = append(errs, os.RemoveAll(s.cacheDir))
+	if s.cache.own {
+		errs = append(errs, os.RemoveAll(s.cache.dir))
 	}
 	if s.lock != nil {
 		errs = append(errs, s.lock.Close())
@@ -446,7 +444,7 @@ func (s *Store) Backend() Backend { return s.be.given }
 // StagingDir is where a read-write mount keeps the bytes of open versions: CACHE/staging, on
 // the cache directory's disk (STORE/cache/staging for a local writer with the default
 // cache). A store in S3 has no local directory of its own, so this is the one place for it.
-func (s *Store) StagingDir() (string, error) { return filepath.Join(s.cacheDir, "staging"), nil }
+func (s *Store) StagingDir() (string, error) { return filepath.Join(s.cache.dir, "staging"), nil }
 
 // VersionInfo summarises one sealed version.
 type VersionInfo struct {

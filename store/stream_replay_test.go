@@ -409,7 +409,7 @@ func damageCopy(t *testing.T, s *Store, v uint64, p string) ID {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mat := filepath.Join(s.cacheDir, "materialized", p)
+	mat := filepath.Join(s.cache.dir, "materialized", p)
 	b, err := os.ReadFile(mat)
 	if err != nil {
 		t.Fatal(err)

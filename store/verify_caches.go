@@ -44,9 +44,9 @@ func (c CacheCheck) String() string {
 // verifyCaches checks every node-local cache Verify can see.
 func (c *checker) verifyCaches() []CacheCheck {
 	s := c.st
-	dirs := []string{s.cacheDir}
+	dirs := []string{s.cache.dir}
 	if s.be.localDir != "" {
-		if w := filepath.Join(s.root, "cache"); w != s.cacheDir {
+		if w := filepath.Join(s.root, "cache"); w != s.cache.dir {
 			dirs = append(dirs, w)
 		}
 	}
