@@ -284,26 +284,18 @@ func (c *collector) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop,
 // bases come from the materialized copy, which holds the latest version sealed when the
 // writer opened, or one before it while it is brought forward, or a later one.
 func (c *collector) writerFloor() uint64 {
-	var floor uint64
-	c.st.ingest.pendMu.Lock()
-	for _, w := range c.st.ingest.open {
-		if w.floor != 0 && (floor == 0 || w.floor < floor) {
-			floor = w.floor
-		}
-	}
-	c.st.ingest.pendMu.Unlock()
+	floor := c.st.ingest.lowestFloor()
 	if floor == 0 {
 		return 0
 	}
 	// Without waiting: a change of the copy may be under way (then keep everything, this
 	// time; the next gc will drop what this one kept).
-	m := c.st.mat
-	if !m.mu.TryRLock() {
+	held, ok := c.st.mat.heldVersionNoWait()
+	if !ok {
 		return 1
 	}
-	defer m.mu.RUnlock()
-	if m.ver != nil {
-		floor = min(floor, m.ver.m.Version)
+	if held != 0 {
+		floor = min(floor, held)
 	}
 	return floor
 }
