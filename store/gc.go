@@ -20,18 +20,22 @@ type collector struct {
 	st  *Store
 	log *slog.Logger
 
-	gcMu  sync.Mutex // one gc at a time; it takes the store's writeMu only to drop and sweep
-	ret   retainer   // the background gc of Options.Retention (gc_retention.go)
-	holds holds      // the versions of open files, kept from gc (gc_hold.go)
+	gcMu     sync.Mutex      // one gc at a time; it takes the store's writeMu only to drop and sweep
+	ret      retainer        // the background gc of Options.Retention (gc_retention.go)
+	holds    holds           // the versions of open files, kept from gc (gc_hold.go)
+	pins     *pinSet         // readers' pins (gc_pins.go)
+	gcRecord *gcRecordKeeper // the gc record (gc_record.go)
 	// removedLogged: versions whose removal by gc a read has met and logged (gc_retention.go).
 	removedLogged sync.Map
 }
 
-// newCollector is the collector of store s (newBareStore).
+// newCollector is the collector of store s (newBareStore). The pins and the gc record come
+// first: the holds take their methods, and the retainer the holds'.
 func newCollector(s *Store) *collector {
-	c := &collector{st: s, log: s.log}
-	c.holds.env = newHoldEnv(s)
-	c.ret.env = newRetainEnv(c)
+	pins := &pinSet{be: s.be, log: s.log}
+	rec := &gcRecordKeeper{be: s.be, log: s.log}
+	c := &collector{st: s, log: s.log, pins: pins, gcRecord: rec, holds: holds{env: newHoldEnv(s, pins, rec)}}
+	c.ret.env = c.retainEnv()
 	return c
 }
 
