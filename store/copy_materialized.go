@@ -415,3 +415,16 @@ func (m *materialized) writeTemp(ver *version, f *manifestFile, opts readOpts) (
 	}
 	return tmp, nil
 }
+
+// heldVersionNoWait is the number of the version the copy holds (0: none), without waiting
+// for its lock: ok is false while a change of the copy holds it.
+func (m *materialized) heldVersionNoWait() (v uint64, ok bool) {
+	if !m.mu.TryRLock() {
+		return 0, false
+	}
+	defer m.mu.RUnlock()
+	if m.ver != nil {
+		v = m.ver.m.Version
+	}
+	return v, true
+}

@@ -20,18 +20,22 @@ type collector struct {
 	st  *Store
 	log *slog.Logger
 
-	gcMu  sync.Mutex // one gc at a time; it takes the store's writeMu only to drop and sweep
-	ret   retainer   // the background gc of Options.Retention (gc_retention.go)
-	holds holds      // the versions of open files, kept from gc (gc_hold.go)
+	gcMu     sync.Mutex      // one gc at a time; it takes the store's writeMu only to drop and sweep
+	ret      retainer        // the background gc of Options.Retention (gc_retention.go)
+	holds    holds           // the versions of open files, kept from gc (gc_hold.go)
+	pins     *pinSet         // readers' pins (gc_pins.go)
+	gcRecord *gcRecordKeeper // the gc record (gc_record.go)
 	// removedLogged: versions whose removal by gc a read has met and logged (gc_retention.go).
 	removedLogged sync.Map
 }
 
-// newCollector is the collector of store s (newBareStore).
+// newCollector is the collector of store s (newBareStore). The pins and the gc record come
+// first: the holds take their methods, and the retainer the holds'.
 func newCollector(s *Store) *collector {
-	c := &collector{st: s, log: s.log}
-	c.holds.env = newHoldEnv(s)
-	c.ret.env = newRetainEnv(c)
+	pins := &pinSet{be: s.be, log: s.log}
+	rec := &gcRecordKeeper{be: s.be, log: s.log}
+	c := &collector{st: s, log: s.log, pins: pins, gcRecord: rec, holds: holds{env: newHoldEnv(s, pins, rec)}}
+	c.ret.env = c.retainEnv()
 	return c
 }
 
@@ -125,15 +129,6 @@ func (c *collector) liveSetWhole(roots, whole map[ID]bool) (map[ID]bool, error) 
 	return live, nil
 }
 
-// pendingRoots returns the objects open writers hold.
-func (c *collector) pendingRoots(into map[ID]bool) {
-	c.st.ingest.pendMu.Lock()
-	defer c.st.ingest.pendMu.Unlock()
-	for id := range c.st.ingest.pending {
-		into[id] = true
-	}
-}
-
 // sweep deletes the objects that no sealed manifest and no open writer needs. On any doubt
 // (an unreadable manifest or object header) it deletes nothing and says why in the log.
 func (c *collector) sweep() error {
@@ -163,12 +158,7 @@ func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, e
 	var gone []ID
 	for _, v := range c.sweepOrder(victims) {
 		// An open writer may have taken hold of it since the roots were listed.
-		c.st.ingest.pendMu.Lock()
-		held := c.st.ingest.pending[v.id] > 0
-		if !held {
-			err = c.st.be.DeleteObject(v.id)
-		}
-		c.st.ingest.pendMu.Unlock()
+		held, err := c.st.ingest.unlessHeld(v.id, func() error { return c.st.be.DeleteObject(v.id) })
 		if err != nil {
 			return deleted, freed, err
 		}
@@ -184,11 +174,7 @@ func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, e
 	for _, id := range gone {
 		c.st.objects.forgetObject(id)
 	}
-	c.st.ingest.pendMu.Lock()
-	c.st.ingest.leftovers = false
-	clearFlag := len(c.st.ingest.open) == 0
-	c.st.ingest.pendMu.Unlock()
-	if clearFlag {
+	if c.st.ingest.swept() {
 		if err := c.st.ix.setFlag(keyDirty, false); err != nil {
 			c.log.Warn("index: not updated", "err", err)
 		}
@@ -237,7 +223,7 @@ func (c *collector) sweepVictims(without map[uint64]bool, whole, within map[ID]b
 	// before it writes): there is nothing to walk, and it is no victim (the sweep checks
 	// the holds again before it deletes).
 	pending := map[ID]bool{}
-	c.pendingRoots(pending)
+	c.st.ingest.pendingRoots(pending)
 	for id := range pending {
 		if _, err := c.st.be.StatObject(id); errors.Is(err, fs.ErrNotExist) {
 			continue

@@ -50,8 +50,8 @@ type holdEnv struct {
 	activePins func(now time.Time) (map[uint64]bool, error)
 }
 
-// newHoldEnv is what store s gives its holds.
-func newHoldEnv(s *Store) holdEnv {
+// newHoldEnv is what store s, its pins and its gc record give its holds.
+func newHoldEnv(s *Store, pins *pinSet, rec *gcRecordKeeper) holdEnv {
 	return holdEnv{
 		log:      s.log,
 		readOnly: s.readOnly,
@@ -61,13 +61,13 @@ func newHoldEnv(s *Store) holdEnv {
 		},
 		pin: s.Pin,
 		removed: func(v uint64) bool {
-			if r, state, _ := s.gcRecord.read(); state == gcRecordOK && r.dropped(v) {
+			if r, state, _ := rec.read(); state == gcRecordOK && r.dropped(v) {
 				return true
 			}
 			numbers, err := s.be.ListManifests()
 			return err == nil && !slices.Contains(numbers, v)
 		},
-		activePins: s.pins.active,
+		activePins: pins.active,
 	}
 }
 
@@ -78,8 +78,11 @@ func (s *Store) Hold(v uint64) (release func(), err error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	return s.collector.holds.hold(v)
+	return s.collector.hold(v)
 }
+
+// hold is Hold, once the store is known to be open.
+func (c *collector) hold(v uint64) (release func(), err error) { return c.holds.hold(v) }
 
 // hold is Hold, once the store is known to be open.
 func (h *holds) hold(v uint64) (release func(), err error) {

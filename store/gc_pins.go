@@ -80,8 +80,11 @@ func (s *Store) Pin(v uint64) (*Pin, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	return s.pins.pin(v)
+	return s.collector.pin(v)
 }
+
+// pin is Pin, once the store is known to be open.
+func (c *collector) pin(v uint64) (*Pin, error) { return c.pins.pin(v) }
 
 // pinSet is the store's readers' pins: the RecordPin records of its backend.
 type pinSet struct {
@@ -205,7 +208,10 @@ func (ps *pinSet) list() ([]PinInfo, error) {
 }
 
 // Pins lists the store's pin records (none on an S3 store).
-func (s *Store) Pins() ([]PinInfo, error) { return s.pins.list() }
+func (s *Store) Pins() ([]PinInfo, error) { return s.collector.pinList() }
+
+// pinList is Pins.
+func (c *collector) pinList() ([]PinInfo, error) { return c.pins.list() }
 
 // active is the set of versions named by a pin that has not expired at now.
 func (ps *pinSet) active(now time.Time) (map[uint64]bool, error) {

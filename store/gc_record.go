@@ -179,6 +179,16 @@ type gcRecordKeeper struct {
 	log *slog.Logger
 }
 
+// ensureGCRecord is the writer's at open (gcRecordKeeper.ensure).
+func (c *collector) ensureGCRecord() { c.gcRecord.ensure() }
+
+// readGCRecord reads and checks the store's gc record (Verify).
+func (c *collector) readGCRecord() (gcRecord, gcRecordState, error) { return c.gcRecord.read() }
+
+// recordLost records versions whose manifests repair found lost as gone, as gc records what
+// it drops.
+func (c *collector) recordLost(lost []uint64) error { return c.gcRecord.recordDropped(lost) }
+
 // put replaces the record by r, durably.
 func (k *gcRecordKeeper) put(r gcRecord) error {
 	return k.be.records.PutRecord(RecordGC, GCRecordName, encodeGCRecord(r))

@@ -64,15 +64,15 @@ type retainEnv struct {
 	retain func()
 }
 
-// newRetainEnv is what collector c gives its retainer.
-func newRetainEnv(c *collector) retainEnv {
+// retainEnv is what collector c gives its retainer.
+func (c *collector) retainEnv() retainEnv {
 	s := c.st
 	return retainEnv{
 		log:   c.log,
 		stats: &s.stats,
 		open:  func() bool { return s.checkOpen() == nil },
 		held: func() (map[uint64]bool, error) {
-			held, err := s.pins.active(time.Now())
+			held, err := c.pins.active(time.Now())
 			if err == nil {
 				c.holds.heldVersions(held)
 			}
@@ -229,7 +229,7 @@ func (c *collector) removedByGC(v uint64, err error) error {
 	}
 	// The gc record holds every version gc dropped since it was made: a version above its
 	// Since that it does not hold went some other way, which is damage.
-	if r, state, _ := c.st.gcRecord.read(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
+	if r, state, _ := c.gcRecord.read(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
 		return fmt.Errorf("version %d: its manifest is gone, and no gc dropped it: %w", v, err)
 	}
 	if _, logged := c.removedLogged.LoadOrStore(v, true); !logged {
@@ -249,7 +249,7 @@ func (c *collector) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 			st.DeletedBytes += v.size
 		}
 	} else {
-		c.st.gcRecord.trim()
+		c.gcRecord.trim()
 		st.DeletedObjects, st.DeletedBytes, err = c.sweepLocked()
 	}
 	if errors.Is(err, errUnreadableManifests) {
@@ -284,26 +284,18 @@ func (c *collector) gcPlan(keepLast, keepEvery int, pins map[uint64]bool) (drop,
 // bases come from the materialized copy, which holds the latest version sealed when the
 // writer opened, or one before it while it is brought forward, or a later one.
 func (c *collector) writerFloor() uint64 {
-	var floor uint64
-	c.st.ingest.pendMu.Lock()
-	for _, w := range c.st.ingest.open {
-		if w.floor != 0 && (floor == 0 || w.floor < floor) {
-			floor = w.floor
-		}
-	}
-	c.st.ingest.pendMu.Unlock()
+	floor := c.st.ingest.lowestFloor()
 	if floor == 0 {
 		return 0
 	}
 	// Without waiting: a change of the copy may be under way (then keep everything, this
 	// time; the next gc will drop what this one kept).
-	m := c.st.mat
-	if !m.mu.TryRLock() {
+	held, ok := c.st.mat.heldVersionNoWait()
+	if !ok {
 		return 1
 	}
-	defer m.mu.RUnlock()
-	if m.ver != nil {
-		floor = min(floor, m.ver.m.Version)
+	if held != 0 {
+		floor = min(floor, held)
 	}
 	return floor
 }

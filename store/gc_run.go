@@ -141,7 +141,7 @@ func (c *collector) gc(keepLast int, opts GCOptions) (GCStats, error) {
 // pins that readers hold now and the versions of this process's open files (gc_hold.go), with
 // the stats that say so.
 func (c *collector) plan(keepLast, keepEvery int) (st GCStats, drop, keep []VersionInfo, err error) {
-	pins, err := c.st.pins.active(time.Now())
+	pins, err := c.pins.active(time.Now())
 	if err != nil {
 		return st, nil, nil, fmt.Errorf("gc: %w", err)
 	}
@@ -308,7 +308,7 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 	}
 	// What gc drops is recorded before the first manifest goes, so that Verify tells these
 	// versions from lost ones, also when gc stops before its sweep (gc_record.go).
-	if err := c.st.gcRecord.recordDropped(st.Dropped); err != nil {
+	if err := c.gcRecord.recordDropped(st.Dropped); err != nil {
 		return st, fmt.Errorf("gc: record the versions it drops: %w", err)
 	}
 	if err := c.st.failpoint("gc-recorded"); err != nil {
@@ -319,7 +319,7 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 	drop, late, err := c.holds.beginDrop(drop)
 	defer c.holds.endDrop()
 	if err != nil {
-		c.st.gcRecord.trim()
+		c.gcRecord.trim()
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if len(late) > 0 {
@@ -331,9 +331,9 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 	// Chain depths changed; they refill from object headers.
 	c.st.objects.forgetAllMetas()
 	if len(late) > 0 {
-		c.st.gcRecord.trim() // the record holds the versions kept late: not dropped
+		c.gcRecord.trim() // the record holds the versions kept late: not dropped
 	}
-	c.st.pins.removeExpired(time.Now())
+	c.pins.removeExpired(time.Now())
 	c.log.Info("gc: dropped versions", "dropped", st.Dropped, "reanchored", st.Reanchored, "deleted_objects", st.DeletedObjects, "deleted_bytes", st.DeletedBytes)
 	return st, nil
 }

@@ -89,6 +89,50 @@ func (in *ingester) clean() bool {
 	return len(in.pending) == 0 && len(in.open) == 0 && !in.leftovers
 }
 
+// pendingRoots adds the objects open writers hold to into (gc's roots).
+func (in *ingester) pendingRoots(into map[ID]bool) {
+	in.pendMu.Lock()
+	defer in.pendMu.Unlock()
+	for id := range in.pending {
+		into[id] = true
+	}
+}
+
+// unlessHeld calls del unless an open writer holds object id, under the lock a writer takes
+// to hold an object, so that no writer takes hold of it in between. held says that it did not
+// call del.
+func (in *ingester) unlessHeld(id ID, del func() error) (held bool, err error) {
+	in.pendMu.Lock()
+	defer in.pendMu.Unlock()
+	if in.pending[id] > 0 {
+		return true, nil
+	}
+	return false, del()
+}
+
+// swept notes that a sweep removed the objects finished writers left, and says whether no
+// writer is open (then no object of this process's writers is left to sweep).
+func (in *ingester) swept() (noneOpen bool) {
+	in.pendMu.Lock()
+	defer in.pendMu.Unlock()
+	in.leftovers = false
+	return len(in.open) == 0
+}
+
+// lowestFloor is the lowest of the open writers' floors, the versions they may take delta
+// bases from (0: none open, or none has one).
+func (in *ingester) lowestFloor() uint64 {
+	in.pendMu.Lock()
+	defer in.pendMu.Unlock()
+	var floor uint64
+	for _, w := range in.open {
+		if w.floor != 0 && (floor == 0 || w.floor < floor) {
+			floor = w.floor
+		}
+	}
+	return floor
+}
+
 // readBase reads bytes [off, off+len(p)) of object id through the store's read path: the
 // one way ingest reads objects other than from the materialized copy (a base the copy does
 // not hold, or holds damaged; a stream's result read back: stream_replay.go).

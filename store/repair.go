@@ -231,7 +231,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		// A lost manifest leaves nothing to move: the loss is recorded, as gc records what it
 		// drops; the next gc removes the objects only it named (but the contexts of later
 		// versions' links: gc.go).
-		if err := s.gcRecord.recordDropped(plan.lost); err != nil {
+		if err := s.collector.recordLost(plan.lost); err != nil {
 			return fmt.Errorf("repair: record the lost versions %v: %w", plan.lost, err)
 		}
 		s.log.Info("repair: lost manifests recorded as gone in the gc record", "versions", plan.lost)

@@ -68,9 +68,7 @@ type Store struct {
 	opts     Options
 	log      *slog.Logger // Options.Logger, or one that discards
 	readOnly bool
-	be       *backendCaps    // the backend and its optional parts, asserted at open (backend.go)
-	pins     *pinSet         // readers' pins (gc_pins.go)
-	gcRecord *gcRecordKeeper // the gc record (gc_record.go)
+	be       *backendCaps // the backend and its optional parts, asserted at open (backend.go)
 
 	groups writerGroups // writer groups: the publisher's side (group_publish.go) and a rank's (group.go)
 
@@ -265,8 +263,6 @@ func newBareStore(path string, opts Options) *Store {
 	}
 	s.versions = newVersionList(s)
 	s.objects = newObjectStore(s, cacheBytes)
-	s.pins = &pinSet{be: s.be, log: s.log}
-	s.gcRecord = &gcRecordKeeper{be: s.be, log: s.log}
 	s.groups.publisher = &groupPublisher{root: path, be: s.be, log: s.log, st: s}
 	// After the parts above: the collector's holds and retainer take their methods.
 	s.renders = newRenders(s)
@@ -298,7 +294,7 @@ func (s *Store) finishOpen(owner indexOwner) error {
 		return err
 	}
 	if !s.readOnly {
-		s.gcRecord.ensure()
+		s.collector.ensureGCRecord()
 	}
 	if !s.readOnly && (statErr != nil || s.ix.flag(keyDirty)) {
 		// A writer died between writing objects and sealing them (or the index, which

@@ -73,7 +73,7 @@ func (g *goneVersions) report(rep *VerifyReport, named map[ID]bool) {
 // record only tells gc's drops from losses, and without it Verify judges as before it).
 func (c *checker) verifyGCRecord(rep *VerifyReport) (rec gcRecord, ok bool) {
 	s := c.st
-	rec, state, err := s.gcRecord.read()
+	rec, state, err := s.collector.readGCRecord()
 	if state == gcRecordBad {
 		what, then := "unreadable", ""
 		switch {
