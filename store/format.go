@@ -37,12 +37,9 @@ const FormatFileName = formatFileName
 // FormatFile returns the bytes of the format file of a new store.
 func FormatFile() []byte { return encodeFormatFile() }
 
-// CheckFormatFile checks the bytes of a store's format file: ErrNotAStore, ErrCorrupt or
-// ErrUnsupportedVersion when they are not this program's store.
-func CheckFormatFile(b []byte) error { return checkFormatFile(b) }
-
-// FormatVersion checks the bytes of a store's format file as CheckFormatFile does and returns
-// the store's format version (for Opening.Format).
+// FormatVersion checks the bytes of a store's format file (ErrNotAStore, ErrCorrupt or
+// ErrUnsupportedVersion when they are not this program's store) and returns the store's
+// format version (for Opening.Format).
 func FormatVersion(b []byte) (uint32, error) {
 	if err := checkFormatFile(b); err != nil {
 		return 0, err

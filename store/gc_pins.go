@@ -207,12 +207,6 @@ func (ps *pinSet) list() ([]PinInfo, error) {
 	return out, nil
 }
 
-// Pins lists the store's pin records (none on an S3 store).
-func (s *Store) Pins() ([]PinInfo, error) { return s.collector.pinList() }
-
-// pinList is Pins.
-func (c *collector) pinList() ([]PinInfo, error) { return c.pins.list() }
-
 // active is the set of versions named by a pin that has not expired at now.
 func (ps *pinSet) active(now time.Time) (map[uint64]bool, error) {
 	pins, err := ps.list()

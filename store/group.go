@@ -167,14 +167,6 @@ func OpenRankBackend(o Opening, r Rank, opts Options) (*Store, error) {
 // an array of strings), kept across runs.
 const ownedFileName = "group-owned.json"
 
-// RankOf says which rank of which group s was opened as (ok false: not a rank).
-func (s *Store) RankOf() (Rank, bool) {
-	if s.groups.rank == nil {
-		return Rank{}, false
-	}
-	return s.groups.rank.member(), true
-}
-
 // NewPart begins this rank's part of version v, owning the files own (more may be added
 // with Writer.Own before they are written). It refreshes the list of versions: the latest
 // sealed one is the part's base, and v must be above it.

@@ -430,9 +430,6 @@ func (s *Store) checkOpen() error {
 // Root is the store's path.
 func (s *Store) Root() string { return s.root }
 
-// ReadOnly reports whether the store was opened read-only.
-func (s *Store) ReadOnly() bool { return s.readOnly }
-
 // Backend is the backend the store keeps its bytes in, as it was given (its own
 // counters, such as store/s3's Stats, are asked of it).
 func (s *Store) Backend() Backend { return s.be.given }
