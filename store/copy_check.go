@@ -87,7 +87,7 @@ func (c *patchCheck) run(m *materialized, target *version) error {
 			i++
 		}
 		f := target.files[p]
-		if f == nil || m.chk.sumsOf(keyOf(f)) != nil {
+		if f == nil || m.contentChecks().sumsOf(keyOf(f)) != nil {
 			// Sums known (a writer's, from the bytes the trainer wrote): copySums takes them
 			// and reads check the patched bytes against them, as before.
 			continue
@@ -101,9 +101,9 @@ func (c *patchCheck) run(m *materialized, target *version) error {
 		sem <- struct{}{} // in path order: the file patched first is checked first
 		wg.Go(func() {
 			defer func() { <-sem }()
-			sums, err := c.hashFile(m.dir, f, make([]byte, 1<<20))
+			sums, err := c.hashFile(m.path(), f, make([]byte, 1<<20))
 			if err == nil {
-				m.chk.noteSums(keyOf(f), sums)
+				m.contentChecks().noteSums(keyOf(f), sums)
 			}
 			errs[i] = err
 		})

@@ -59,10 +59,11 @@ type matLoc struct {
 }
 
 func newMaterialized(s *Store, dir string) *materialized {
-	m := &materialized{s: s, dir: dir, files: map[string]*os.File{}, direct: map[string]*os.File{},
-		seeds: newSeeds(filepath.Join(filepath.Dir(dir), "seed")), chk: newChecks(s.ix)}
-	m.seeds.chk = m.chk
-	return m
+	chk := newChecks(s.ix)
+	sd := newSeeds(filepath.Join(filepath.Dir(dir), "seed"))
+	sd.chk = chk
+	return &materialized{s: s, dir: dir, files: map[string]*os.File{}, direct: map[string]*os.File{},
+		seeds: sd, chk: chk}
 }
 
 func (m *materialized) close() {

@@ -28,9 +28,7 @@ func (f *versionFile) copyWhole(v *matView) (string, bool) {
 		return w.path, w.whole
 	}
 	w := &wholeCopy{gen: v.gen, path: f.f.Path}
-	cf := v.ver.files[f.f.Path]
-	sums := v.m.sums[f.f.Path]
-	w.whole = cf != nil && sums != nil && sums.size == f.f.Size && composition(cf) == composition(f.f)
+	w.whole = v.holdsWhole(f.f)
 	f.whole.Store(w)
 	return w.path, w.whole
 }

@@ -29,7 +29,7 @@ func (w *Writer) checkPartFiles(group string, parts []*partRecord) error {
 		all = append(all, p.Files...)
 	}
 	ver := newVersion(&manifest{Version: w.v, Files: all})
-	chk := s.mat.chk
+	chk := s.mat.contentChecks()
 	var eg errgroup.Group
 	eg.SetLimit(max(1, min(4, runtime.GOMAXPROCS(0))))
 	for _, p := range parts {

@@ -213,7 +213,7 @@ func (w *Writer) ingestFile(p string, r io.ReaderAt, size int64, mode fs.FileMod
 			return nil, fmt.Errorf("%s: tensor %s was stored as %s but reads as %s: %w", p, t.Name, t.ID, sums[i+1], ErrSourceChanged)
 		}
 	}
-	w.s.mat.chk.noteSums(keyOf(entry), copySums.sums())
+	w.s.mat.contentChecks().noteSums(keyOf(entry), copySums.sums())
 	return entry, nil
 }
 
@@ -446,9 +446,9 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 		w.progressAdd(n)
 	}
 	h.Sum(id[:0])
-	s.mat.crcs.note(id, crc)
+	s.mat.noteBaseCRC(id, crc)
 	if !hb.matches(baseID) {
-		view.m.broken.Store(true)
+		view.m.markBroken()
 		return nil, id, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", baseID)
 	}
 	if enc != nil && changed > 0 {

@@ -60,7 +60,7 @@ type baseCheck struct {
 }
 
 func newBaseCheck(m *materialized, base ID) *baseCheck {
-	if crc, ok := m.crcs.get(base); ok {
+	if crc, ok := m.baseCRC(base); ok {
 		return &baseCheck{Hash: crc32.New(castagnoli), crc: crc, useCRC: true}
 	}
 	return &baseCheck{Hash: sha256.New()}

@@ -154,7 +154,7 @@ func (w *Writer) AddFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) 
 	}
 	w.noteFileStart()
 	entry, err := w.ingestFile(p, r, size, mode)
-	if err != nil && w.s.mat.broken.Load() {
+	if err != nil && w.s.mat.isBroken() {
 		// The materialized copy was damaged under us: rebuild it and try once more.
 		if err := w.s.mat.ensure(); err != nil {
 			return fmt.Errorf("add %s: %w", p, err)

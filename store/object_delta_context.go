@@ -289,7 +289,7 @@ func (s *Store) upgradeFormat(o Opening) error {
 		return nil
 	}
 	if s.readOnly || o.UpgradeFormat == nil {
-		s.objects.contextChain = 0
+		s.objects.writeVersion1Deltas()
 		return nil
 	}
 	if err := o.UpgradeFormat(encodeFormatVersion(2)); err != nil {

@@ -45,18 +45,18 @@ type objectStore struct {
 // newObjectStore returns the objects of store s, with cacheBytes of memory for what reads
 // keep (Options.CacheBytes).
 func newObjectStore(s *Store, cacheBytes int64) *objectStore {
-	o := &objectStore{st: s, log: s.log, stats: &s.stats, metas: map[ID]objMeta{}, contextChain: maxContextChain}
-	o.objInfos = newLRU[ID, *objectInfo](16 << 20)
-	o.deltas = newLRU[ID, *deltaObject](cacheBytes * 3 / 8)
-	o.chunkScratch.New = func() any { b := make([]byte, 0, fullChunkSize); return &b }
-	o.blocks = newBlockCache(cacheBytes / 8)
-	// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
-	// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
-	// memory the daemon touches for the first time while it fills (kernel page faults).
-	o.pages = newPageCache(cacheBytes / 8)
-	o.ra = newReadAhead()
-	o.bufs = newRecycler()
-	return o
+	return &objectStore{st: s, log: s.log, stats: &s.stats, metas: map[ID]objMeta{}, contextChain: maxContextChain,
+		objInfos:     newLRU[ID, *objectInfo](16 << 20),
+		deltas:       newLRU[ID, *deltaObject](cacheBytes * 3 / 8),
+		chunkScratch: sync.Pool{New: func() any { b := make([]byte, 0, fullChunkSize); return &b }},
+		blocks:       newBlockCache(cacheBytes / 8),
+		// Rebuilt pages need not stay long: the kernel keeps what it was sent (FOPEN_KEEP_CACHE),
+		// and the read-ahead builds only 8 MiB ahead of a reader. Every page of the cache is
+		// memory the daemon touches for the first time while it fills (kernel page faults).
+		pages: newPageCache(cacheBytes / 8),
+		ra:    newReadAhead(),
+		bufs:  newRecycler(),
+	}
 }
 
 // buffers is the read path's free lists and buffer pools, which the reads of the

@@ -38,7 +38,7 @@ func (r *readAhead) wait() { r.wg.Wait() }
 // far, the pages after it are built in the background. Near, not exactly at: the kernel sends
 // a sequential reader's file as 128 KiB requests, several at once, served in any order.
 func (f *versionFile) noteRead(off, end int64) {
-	if f.opts.pages != nil || f.s.objects.ra == nil {
+	if f.opts.pages != nil || !f.s.objects.readsAhead() {
 		return // a private cache (verify, export): no read-ahead
 	}
 	prev := f.lastEnd.Load()
@@ -90,31 +90,16 @@ func (f *versionFile) prefetch(from, to int64) {
 		first := (max(from, sg.start) - sg.start) / pageSize
 		last := (min(to, sg.end) - 1 - sg.start) / pageSize
 		for pg := first; pg <= last; pg++ {
-			if !o.pages.has(pageKey{sg.id, pg}) {
+			if !o.hasPage(sg.id, pg) {
 				jobs = append(jobs, job{sg, pg})
 			}
 		}
 	}
 	view.release() // before any build: a build takes its own hold
 	for _, j := range jobs {
-		key := pageKey{j.sg.id, j.pg}
-		if _, busy := o.ra.building.LoadOrStore(key, true); busy {
-			continue
-		}
-		select {
-		case o.ra.tokens <- struct{}{}:
-		default:
-			o.ra.building.Delete(key)
+		if !o.buildAhead(j.sg.id, j.sg.hint, j.pg) {
 			return // every builder is busy: the reader will build what it needs
 		}
-		o.ra.wg.Add(1)
-		go func() {
-			defer func() { o.ra.building.Delete(key); <-o.ra.tokens; o.ra.wg.Done() }()
-			// An error is the reader's to see when it gets there.
-			if p, err := o.page(j.sg.id, j.sg.hint, j.pg, readOpts{}); err == nil {
-				p.release()
-			}
-		}()
 	}
 }
 

@@ -82,8 +82,8 @@ func (rf RenderedFile) ReadAt(f io.ReaderAt, p []byte, off int64) (int, error) {
 	if lo != off || hi != end {
 		// The usual read (page-aligned, a multiple of 64 KiB, or up to the end) is checked
 		// in place; others read the whole chunks under them into a pooled buffer.
-		pb := c.r.bufs.renderReads.Get().(*[]byte)
-		defer c.r.bufs.renderReads.Put(pb)
+		pb := c.r.chunkBuffer()
+		defer c.r.putChunkBuffer(pb)
 		if int64(cap(*pb)) < hi-lo {
 			*pb = make([]byte, hi-lo)
 		}
@@ -117,8 +117,7 @@ func (c *renderCheck) damaged(f io.ReaderAt, p string, why error) error {
 	}
 	// Not once per check: a handle may be given this check again for the render made in the
 	// place of a dropped one (the same key, so the same sums), and that one can be damaged too.
-	c.r.log.Warn("cached render is damaged: dropped, it is rendered again from the store", "render", p, "err", why)
-	c.r.dropRender(c.drop, c.extra)
+	c.r.dropDamaged(p, why, c.drop, c.extra)
 	return fmt.Errorf("rendered %s: %v: %w", p, why, ErrDamagedRender)
 }
 

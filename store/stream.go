@@ -142,7 +142,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	st.fin.init(st)
 	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
 	// this version, which takes them instead of being brought forward (copy_seed.go).
-	seed, err := w.s.mat.seeds.create()
+	seed, err := w.s.mat.createSeed()
 	if err != nil {
 		seed = nil // no seed: the copy is brought forward in place
 	}
@@ -395,7 +395,7 @@ func (st *FileStream) Close() error {
 	}
 	st.wk.entry.Size = st.size
 	st.wk.entry.SHA256 = st.hs.fileSum()
-	if st.hs.seed.finish(st.s.mat.seeds, &st.wk.entry, st.size, st.w.v) {
+	if st.hs.seed.finish(st.s.mat.seedFiles(), &st.wk.entry, st.size, st.w.v) {
 		st.s.log.Info("the seed of the materialized copy was given up: the cache disk did not keep up; the copy's file is brought forward in place after the seal",
 			"file", st.hint, "waited", st.hs.seed.waited.Round(time.Millisecond))
 	}

@@ -371,7 +371,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		return nil
 	}
 	if !ts.check.matches() {
-		s.mat.broken.Store(true)
+		s.mat.markBroken()
 		return fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", ts.base)
 	}
 	t.ID, t.Base, t.Changed = id, ts.base, ts.changed

@@ -73,22 +73,16 @@ func (c *checker) verifyCaches() []CacheCheck {
 func (c *checker) verifyOwnCopy() CacheCheck {
 	s := c.st
 	m := s.mat
-	cc := CacheCheck{Name: "materialized copy", Path: m.dir}
-	m.ensureMu.Lock()
-	m.mu.RLock()
-	ver := m.ver
-	m.mu.RUnlock()
+	cc := CacheCheck{Name: "materialized copy", Path: m.path()}
+	ver, exists, err := m.checkOwnFiles()
 	if ver == nil {
-		m.ensureMu.Unlock()
-		if _, err := os.Stat(m.dir); err != nil {
+		if !exists {
 			return CacheCheck{}
 		}
 		cc.Note = "holds no version now (reads replay from the objects)"
 		return cc
 	}
 	cc.Checked = true
-	err := checkCopyFiles(m.dir, ver)
-	m.ensureMu.Unlock()
 	if err != nil && !isVerdictDamage(err) {
 		// An I/O error is no verdict: the copy stays (a repair may need it as a source).
 		cc.Note = fmt.Sprintf("version %d: not checked (an error of the check, not damage): %v", ver.m.Version, err)

@@ -32,7 +32,7 @@ func (f *versionFile) vouch() error {
 func (c *checker) vouchFile(ver *version, f *manifestFile) error {
 	s := c.st
 	comp := composition(f)
-	chk := s.mat.chk
+	chk := s.mat.contentChecks()
 	if chk.isVouched(comp) {
 		return nil
 	}

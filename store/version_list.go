@@ -220,8 +220,8 @@ func (s *Store) Refresh() error {
 		return err
 	}
 	vl := s.versions
-	vl.refreshMu.Lock()
-	defer vl.refreshMu.Unlock()
+	unlock := vl.lockRefresh()
+	defer unlock()
 	before := vl.sealedNumbers()
 	l, err := vl.scanVersions()
 	if err != nil {

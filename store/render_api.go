@@ -1,0 +1,18 @@
+package store
+
+// What the files and checks of renders ask of the renders. Their fields are their own
+// (render.go): a rendered file's reads and its checks call these.
+
+// chunkBuffer is a pooled buffer for the whole chunks under a read of a render that does not
+// start and end on chunks (RenderedFile.ReadAt); give it back with putChunkBuffer.
+func (r *renders) chunkBuffer() *[]byte { return r.bufs.renderReads.Get().(*[]byte) }
+
+// putChunkBuffer gives back a buffer of chunkBuffer.
+func (r *renders) putChunkBuffer(pb *[]byte) { r.bufs.renderReads.Put(pb) }
+
+// dropDamaged logs that the render at p (a file of render drop) is damaged, for the reason
+// why, and drops the render, with extra (dropRender).
+func (r *renders) dropDamaged(p string, why error, drop, extra string) {
+	r.log.Warn("cached render is damaged: dropped, it is rendered again from the store", "render", p, "err", why)
+	r.dropRender(drop, extra)
+}
