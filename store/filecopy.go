@@ -115,8 +115,10 @@ func (fc *fileCopies) close() {
 }
 
 // FileCopyUsage reports the disk used by the copies of old files and how many there are.
-func (s *Store) FileCopyUsage() (bytes int64, files int) {
-	fc := s.files
+func (s *Store) FileCopyUsage() (bytes int64, files int) { return s.files.usage() }
+
+// usage is the disk the copies use and how many there are.
+func (fc *fileCopies) usage() (bytes int64, files int) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	return fc.used, fc.order.Len()
