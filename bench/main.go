@@ -1,10 +1,11 @@
 // Command bench is weightfs's benchmark harness (`make bench`, docs/benchmarks.md): it measures delta size,
 // ingest throughput, CPU and seal latency through the mount, cold reads, daemon memory, patch
 // apply, history growth, the diff kernel, the end-to-end sync time from a trainer's mount
-// to a reader's over a shaped link, and the costs at 100,000 tensors, each against a baseline
+// to a reader's over a shaped link, the costs at 100,000 tensors, and the hashes that could
+// name objects (BLAKE3 against SHA-256), each against a baseline
 // measured in the same run (go-fuse's loopback file system mounted with weightfs's options,
 // the local disk, TRL's and slime's delta formats, copy(), a copy of the whole checkpoint over
-// the same link, the same costs at 10,000 tensors), and prints
+// the same link, the same costs at 10,000 tensors, today's two SHA-256 streams), and prints
 // where each figure stands against its goal. It measures whatever the code does; it never
 // asserts on timing.
 //
@@ -187,6 +188,8 @@ func (b *bench) runFigure(ctx context.Context, fig string) {
 		rows, err = b.figGroup(ctx)
 	case "tensors":
 		rows, err = b.figTensors(ctx)
+	case "hash":
+		rows, err = b.figHash(ctx)
 	default:
 		err = fmt.Errorf("no figure %q", fig)
 	}

@@ -12,8 +12,9 @@ import (
 
 // figureNames are the figures of docs/benchmarks.md a run can select, in the order they run. "ingest" covers
 // figures 2 (throughput) and 3 (seal latency); "sync" is figure 9 (end-to-end sync time);
-// "tensors" is figure 11 (100,000 tensors against 10,000: issue 29 item 5).
-var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group", "tensors"}
+// "tensors" is figure 11 (100,000 tensors against 10,000: issue 29 item 5); "hash" is figure
+// 12 (BLAKE3 against today's two SHA-256 streams: issue 30).
+var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group", "tensors", "hash"}
 
 // figureAliases maps the issue's figure numbers and other spellings to names.
 var figureAliases = map[string]string{
@@ -21,6 +22,7 @@ var figureAliases = map[string]string{
 	"7": "history", "8": "kernel", "seal": "ingest", "read": "reads", "diff": "kernel",
 	"size": "delta", "mem": "memory", "9": "sync", "e2e": "sync", "10": "group", "ranks": "group",
 	"11": "tensors", "tensor": "tensors", "count": "tensors",
+	"12": "hash", "blake3": "hash",
 }
 
 // parseOnly parses -only: a comma-separated list of figure names or numbers ("" or "all":
@@ -74,7 +76,7 @@ const usageText = `usage: go run ./bench [flags]
        bench fetch DIR URL...                 (figure 9's baseline copy over HTTP)
 
 Measures the figures of docs/benchmarks.md (delta size, ingest and seal, reads, memory, apply,
-history, diff kernel, end-to-end sync, tensor count), each against a baseline measured in the same run, prints a table and writes
+history, diff kernel, end-to-end sync, tensor count, hashes), each against a baseline measured in the same run, prints a table and writes
 JSON. Root is needed for cold-cache reads (drop_caches) and direct FUSE mounts.
 
 flags:
@@ -88,7 +90,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, usageText)
 		fl.PrintDefaults()
 	}
-	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-11)")
+	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-12)")
 	fl.StringVar(&o.Out, "out", "", "write the results as JSON to this file")
 	fl.StringVar(&o.Markdown, "md", "", "also write the table as Markdown to this file")
 	fl.BoolVar(&o.Quick, "quick", false, "scale every size down for a check in a minute or two (not the issue's figures)")

@@ -25,7 +25,8 @@ func TestParseOnly(t *testing.T) {
 		{"9,e2e,1", []string{"delta", "sync"}, false},
 		{"10", []string{"group"}, false},
 		{"11", []string{"tensors"}, false},
-		{"12", nil, true},
+		{"12", []string{"hash"}, false},
+		{"13", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseOnly(tc.in)
