@@ -322,36 +322,10 @@ func (w *Writer) SealPart() (PartInfo, error) {
 		return PartInfo{}, err
 	}
 	base := g.baseOf(w.v)
-	own := g.ownedPaths()
-	rec := g.newPart(w.v, base)
-	w.mu.Lock()
-	for p, f := range w.files {
-		if !own[p] {
-			w.mu.Unlock()
-			return PartInfo{}, fmt.Errorf("%s: file %s of version %d was not owned (Writer.Own) before it was written: %w", g.member(), p, w.v, ErrBadPath)
-		}
-		rec.Files = append(rec.Files, *f)
+	rec, info, err := w.partRecord(g, base)
+	if err != nil {
+		return PartInfo{}, err
 	}
-	for p, mode := range w.dirs {
-		rec.Dirs = append(rec.Dirs, manifestDir{Path: p, Mode: mode})
-	}
-	refs := map[ID]bool{}
-	(&manifest{Files: rec.Files}).roots(refs)
-	info := PartInfo{Rank: g.member(), Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
-	for i := range rec.Files {
-		info.Hashes[rec.Files[i].Path] = rec.Files[i].SHA256
-	}
-	for id, size := range w.created {
-		if refs[id] {
-			rec.Objects = append(rec.Objects, partObject{id, size})
-			info.NewObjects++
-			info.ObjectBytes += size
-		}
-	}
-	w.mu.Unlock()
-	slices.SortFunc(rec.Files, func(a, b manifestFile) int { return cmp.Compare(a.Path, b.Path) })
-	slices.SortFunc(rec.Dirs, func(a, b manifestDir) int { return cmp.Compare(a.Path, b.Path) })
-	slices.SortFunc(rec.Objects, func(a, b partObject) int { return cmp.Compare(a.ID.String(), b.ID.String()) })
 	name := g.recordName(w.v, recordPart)
 	key, _ := parseRecordName(name)
 	if err := rec.check(key); err != nil {
@@ -384,6 +358,43 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	g.rememberPart(w.v, rec)
 	w.finish(&manifest{Files: rec.Files})
 	return info, nil
+}
+
+// partRecord is the part record of w's files, directories and the new objects they name,
+// sorted as the record's check wants them, and what SealPart reports of it: a file written
+// without being owned is refused (ErrBadPath).
+func (w *Writer) partRecord(g *rankState, base uint64) (*partRecord, PartInfo, error) {
+	own := g.ownedPaths()
+	rec := g.newPart(w.v, base)
+	w.mu.Lock()
+	for p, f := range w.files {
+		if !own[p] {
+			w.mu.Unlock()
+			return nil, PartInfo{}, fmt.Errorf("%s: file %s of version %d was not owned (Writer.Own) before it was written: %w", g.member(), p, w.v, ErrBadPath)
+		}
+		rec.Files = append(rec.Files, *f)
+	}
+	for p, mode := range w.dirs {
+		rec.Dirs = append(rec.Dirs, manifestDir{Path: p, Mode: mode})
+	}
+	refs := map[ID]bool{}
+	(&manifest{Files: rec.Files}).roots(refs)
+	info := PartInfo{Rank: g.member(), Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
+	for i := range rec.Files {
+		info.Hashes[rec.Files[i].Path] = rec.Files[i].SHA256
+	}
+	for id, size := range w.created {
+		if refs[id] {
+			rec.Objects = append(rec.Objects, partObject{id, size})
+			info.NewObjects++
+			info.ObjectBytes += size
+		}
+	}
+	w.mu.Unlock()
+	slices.SortFunc(rec.Files, func(a, b manifestFile) int { return cmp.Compare(a.Path, b.Path) })
+	slices.SortFunc(rec.Dirs, func(a, b manifestDir) int { return cmp.Compare(a.Path, b.Path) })
+	slices.SortFunc(rec.Objects, func(a, b partObject) int { return cmp.Compare(a.ID.String(), b.ID.String()) })
+	return rec, info, nil
 }
 
 // writerName names this process for people: "host pid N".
