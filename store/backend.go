@@ -129,6 +129,7 @@ type backendCaps struct {
 	// (cache_policy.go).
 	Backend
 	given      Backend       // the backend as opened (Store.Backend)
+	policy     *cachePolicy  // the object cache's policy around given; nil: no RemoteCache
 	quarantine quarantiner   // nil: nothing can be moved aside (Repair refuses)
 	records    Records       // nil: no gc record, no writer groups, no pins
 	hinter     VersionHinter // nil: Poll lists every time
@@ -142,7 +143,8 @@ type backendCaps struct {
 func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logger) {
 	*b = backendCaps{Backend: be, given: be}
 	if rc, ok := be.(RemoteCache); ok {
-		b.Backend = newCachePolicy(be, rc, prefetch, root, log)
+		b.policy = newCachePolicy(be, rc, prefetch, root, log)
+		b.Backend = b.policy
 	}
 	// A backend of another package quarantines through the cache policy (Quarantiner); a
 	// policy around one that cannot leaves none.

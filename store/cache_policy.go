@@ -35,6 +35,7 @@ import (
 type cachePolicy struct {
 	Backend
 	rc       RemoteCache
+	q        Quarantiner // the wrapped backend's quarantine, asserted once; nil: none
 	prefetch bool
 	root     string
 	log      *slog.Logger
@@ -46,6 +47,7 @@ type cachePolicy struct {
 
 func newCachePolicy(be Backend, rc RemoteCache, prefetch bool, root string, log *slog.Logger) *cachePolicy {
 	p := &cachePolicy{Backend: be, rc: rc, prefetch: prefetch, root: root, log: log, seen: map[uint64]bool{}, fetched: map[uint64]bool{}}
+	p.q, _ = be.(Quarantiner)
 	for _, v := range rc.CachedVersions() {
 		p.seen[v] = true
 		p.fetched[v] = true
@@ -248,41 +250,40 @@ func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
 // has none lists nothing in quarantine, and Repair refuses it (canQuarantine).
 
 func (p *cachePolicy) canQuarantine() bool {
-	_, ok := p.Backend.(Quarantiner)
-	return ok
+	return p.q != nil
 }
 
 func (p *cachePolicy) quarantineManifest(v uint64) (string, error) {
-	if q, ok := p.Backend.(Quarantiner); ok {
-		return q.QuarantineManifest(v)
+	if p.q != nil {
+		return p.q.QuarantineManifest(v)
 	}
 	return "", fmt.Errorf("quarantine version %d: not supported for this store's backend", v)
 }
 
 func (p *cachePolicy) quarantineObject(id ID) (string, error) {
-	if q, ok := p.Backend.(Quarantiner); ok {
-		return q.QuarantineObject(id)
+	if p.q != nil {
+		return p.q.QuarantineObject(id)
 	}
 	return "", fmt.Errorf("quarantine object %s: not supported for this store's backend", id)
 }
 
 func (p *cachePolicy) listQuarantined() ([]uint64, error) {
-	if q, ok := p.Backend.(Quarantiner); ok {
-		return q.ListQuarantined()
+	if p.q != nil {
+		return p.q.ListQuarantined()
 	}
 	return nil, nil
 }
 
 func (p *cachePolicy) quarantineManifestPath(v uint64) string {
-	if q, ok := p.Backend.(Quarantiner); ok {
-		return q.QuarantineManifestPath(v)
+	if p.q != nil {
+		return p.q.QuarantineManifestPath(v)
 	}
 	return ""
 }
 
 func (p *cachePolicy) quarantineObjectPath(id ID) string {
-	if q, ok := p.Backend.(Quarantiner); ok {
-		return q.QuarantineObjectPath(id)
+	if p.q != nil {
+		return p.q.QuarantineObjectPath(id)
 	}
 	return ""
 }

@@ -164,8 +164,8 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 // forward needs no request. A failed fetch is returned: the list is then not published, and
 // the next Refresh tries again. Nothing for a store without such a backend.
 func (vl *versionList) fetchAhead(l versionScan) error {
-	p, ok := vl.st.be.Backend.(*cachePolicy)
-	if !ok {
+	p := vl.st.be.policy
+	if p == nil {
 		return nil
 	}
 	return p.prefetchListed(l.listed)
