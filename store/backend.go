@@ -84,6 +84,26 @@ type RemoteCache interface {
 	VersionsRemoved(vs []uint64)
 }
 
+// PackBackend is the optional part of a Backend that keeps packs (store format 3; the bytes
+// are package store/pack, docs/format.md Part I §3.5): files of many objects each, named by
+// the SHA-256 of their table. The store's pack layer (pack_*.go) writes objects into packs
+// and finds them through pack indexes (records of kind RecordIndex); the backend only keeps
+// the files. Packs are immutable, like objects.
+type PackBackend interface {
+	// PutPack makes the fully written temporary file tmp (from CreateTemp) the pack id and
+	// takes ownership of tmp. The pack is durable once SyncObjects returns.
+	PutPack(id ID, tmp *os.File) error
+	// OpenPack opens a pack for random access. A missing pack is an error wrapping
+	// fs.ErrNotExist.
+	OpenPack(id ID) (ObjectFile, error)
+	// StatPack returns the size of a pack (fs.ErrNotExist if there is none).
+	StatPack(id ID) (int64, error)
+	// ListPacks calls fn for every pack, in no particular order.
+	ListPacks(fn func(id ID, size int64) error) error
+	// DeletePack removes a pack; a missing one is not an error.
+	DeletePack(id ID) error
+}
+
 // Records is the optional part of a Backend that keeps small named records beside the
 // objects and manifests: the records both real backends keep (the local one and store/s3),
 // each kind in its own place of the store's layout (docs/format.md Part I §1):
@@ -91,6 +111,7 @@ type RemoteCache interface {
 //	RecordGC     STORE/dropped, PREFIX/dropped: the gc record (gc_record.go), one record named GCRecordName
 //	RecordGroup  STORE/groups/NAME, PREFIX/groups/NAME: a writer group's records (group.go)
 //	RecordPin    STORE/pins/NAME: readers' pins (gc_pins.go); store/s3 holds none
+//	RecordIndex  STORE/index/NAME, PREFIX/index/NAME: pack indexes (format 3, pack_*.go); immutable, durable on return
 //
 // A kind a backend does not keep is refused with an error wrapping errors.ErrUnsupported (a
 // store without the gc record, writer groups or pins goes on without them). A backend
@@ -119,6 +140,7 @@ const (
 	RecordGC    RecordKind = "gc"
 	RecordGroup RecordKind = "group"
 	RecordPin   RecordKind = "pin"
+	RecordIndex RecordKind = "index"
 )
 
 // backendCaps is the store's backend and the optional parts it has, asserted once, at open
