@@ -390,7 +390,9 @@ func (b *localBackend) recordFile(kind RecordKind, name string) (string, error) 
 		return b.recordPath(name), nil
 	case kind == RecordPin && valid && !strings.Contains(name, "/"):
 		return filepath.Join(b.root, pinDir, name), nil
-	case kind != RecordGC && kind != RecordGroup && kind != RecordPin:
+	case kind == RecordIndex && name != "":
+		return b.indexFile(name)
+	case kind != RecordGC && kind != RecordGroup && kind != RecordPin && kind != RecordIndex:
 		return "", fmt.Errorf("%s records: %w", kind, errors.ErrUnsupported)
 	}
 	return "", fmt.Errorf("%s record %q: not a record's name", kind, name)
@@ -419,6 +421,8 @@ func (b *localBackend) PutRecord(kind RecordKind, name string, data []byte) erro
 		err = b.putGroupRecord(p, data)
 	case RecordPin:
 		err = putPinFile(p, data)
+	case RecordIndex:
+		err = b.putIndexRecord(p, data)
 	default:
 		err = writeFileSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
 	}
@@ -489,6 +493,8 @@ func (b *localBackend) ListRecords(kind RecordKind) ([]string, error) {
 			}
 		}
 		return names, nil
+	case RecordIndex:
+		return b.listIndexRecords()
 	}
 	_, err := b.recordFile(kind, "")
 	return nil, err
@@ -507,6 +513,8 @@ func (b *localBackend) DeleteRecord(kind RecordKind, name string) error {
 			err = nil
 		} else if err == nil && kind == RecordGC {
 			err = syncDir(b.root)
+		} else if err == nil && kind == RecordIndex {
+			err = syncDir(filepath.Dir(p))
 		}
 	}
 	if err != nil {
