@@ -235,15 +235,11 @@ func (c *client) name(key string) string { return Scheme + c.loc.Bucket + "/" + 
 // its bytes in *counter, and returns them with the object's ETag.
 func (c *client) getBytes(ctx context.Context, key string, counter *int64) (data []byte, etag string, err error) {
 	err = c.retry(ctx, "GET "+c.name(key), func(ctx context.Context) error {
-		obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
+		obj, info, _, err := c.getOne(ctx, key, minio.GetObjectOptions{})
 		if err != nil {
 			return err
 		}
 		defer obj.Close()
-		info, err := obj.Stat()
-		if err != nil {
-			return err
-		}
 		if data, err = io.ReadAll(obj); err != nil {
 			return err
 		}
