@@ -69,6 +69,9 @@ type Backend struct {
 	listed   bool                    // writer: remote holds every object of the bucket
 	flights  map[store.ID]*fetchFlight
 	pflights map[store.ID]*fetchFlight // downloads of packs
+	// packWhole: a pack up to this size goes up by one PUT and comes down by one GET
+	// (packs.go); tests make it smaller.
+	packWhole int64
 
 	listMu sync.Mutex // one full object listing at a time
 
@@ -112,7 +115,7 @@ func newBackend(c *client, dir string, writer bool, lease *lease, log *slog.Logg
 		dl:      make(chan struct{}, c.set.concurrency),
 		queue:   make(chan *uploadJob, 2*c.set.concurrency),
 		pending: map[store.ID]*uploadJob{}, remote: map[store.ID]int64{}, flights: map[store.ID]*fetchFlight{},
-		packs: map[store.ID]*uploadJob{}, pflights: map[store.ID]*fetchFlight{},
+		packs: map[store.ID]*uploadJob{}, pflights: map[store.ID]*fetchFlight{}, packWhole: packWhole,
 	}
 	b.cond = sync.NewCond(&b.mu)
 	// Half-written downloads of a process that died.

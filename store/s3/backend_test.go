@@ -14,8 +14,8 @@ import (
 
 // TestS3BackendContract runs the backend contract suite against S3 on the test server: each
 // backend has its own cache directory, as each process has, and the writer holds the lease.
-// The part size is the smallest, so that the suite's pack of several MiB goes up in parts
-// and comes down by parallel ranged GETs.
+// The part size is the smallest and packs past 1 MiB are moved in parts, so that the suite's
+// pack of several MiB goes up in parts and comes down by parallel ranged GETs.
 func TestS3BackendContract(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
@@ -42,6 +42,7 @@ func TestS3BackendContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			b.packWhole = 1 << 20
 			return b
 		}
 	})

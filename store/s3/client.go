@@ -299,10 +299,15 @@ func (c *client) putBytes(ctx context.Context, key string, data []byte, cond put
 // putFile uploads size bytes of f as key: one PUT up to the part size, else a multipart
 // upload whose parts are read from f at their offsets and sent in parallel.
 func (c *client) putFile(ctx context.Context, key string, f *os.File, size int64) error {
+	return c.putFileParts(ctx, key, f, size, c.set.partSize)
+}
+
+// putFileParts is putFile with parts of part bytes.
+func (c *client) putFileParts(ctx context.Context, key string, f *os.File, size, part int64) error {
 	err := c.retry(ctx, "PUT "+c.name(key), func(ctx context.Context) error {
 		opts := minio.PutObjectOptions{
 			ContentType: "application/octet-stream",
-			PartSize:    uint64(c.set.partSize),
+			PartSize:    uint64(part),
 			NumThreads:  uint(min(4, c.set.concurrency)),
 		}
 		// A SectionReader is an io.ReaderAt as well: minio-go then reads the parts at their
@@ -313,7 +318,7 @@ func (c *client) putFile(ctx context.Context, key string, f *os.File, size int64
 	if err == nil {
 		c.stats.add(&c.stats.uploads, 1)
 		c.stats.add(&c.stats.uploadBytes, size)
-		if size > c.set.partSize {
+		if size > part {
 			c.stats.add(&c.stats.multipartUploads, 1)
 		}
 	}

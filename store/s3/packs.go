@@ -25,6 +25,11 @@ import (
 // objects) and serves it from there: a reader of a version fetches its packs in a few large
 // requests, and every later read of an object in them costs none.
 //
+// A pack is moved by one request each way up to packWhole bytes, whatever the part size: the
+// parallelism is across packs (Concurrency uploads, Concurrency downloads at a time), and a
+// version costs one request per pack. Only a larger pack (a large object in a pack of its
+// own) goes in parts.
+//
 // A pack in the cache is checked before a process first serves it, as an object is: its
 // table (pack.ReadTrailer: footer, CRC, order, tiling) must be the table of the pack's id,
 // and every record's CRC-32C must match its entry. One that fails is dropped and fetched
@@ -37,6 +42,10 @@ var (
 
 // packsDir is the packs' directory under the store's prefix.
 const packsDir = "packs/"
+
+// packWhole bounds the packs moved by one request: the store's pack layer finishes a pack
+// once it passed 64 MiB, with objects under 16 MiB in it, so its packs stay under 80 MiB.
+const packWhole = 96 << 20
 
 func (b *Backend) packKey(id store.ID) string { return b.c.loc.key(packsDir + id.String()) }
 
@@ -191,7 +200,7 @@ func (b *Backend) downloadPack(id store.ID) (*os.File, int64, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("fetch pack %s: %w", id, err)
 		}
-		size, err := b.downloadTo(b.ctx, key, f)
+		size, err := b.downloadFirst(b.ctx, key, f, max(b.c.set.partSize, b.packWhole))
 		if err == nil {
 			if err = checkPack(id, f, size, attempt == 0); err != nil {
 				err = fmt.Errorf("pack %s as downloaded from %s: %w", id, b.c.loc, err)

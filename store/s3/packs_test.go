@@ -114,20 +114,22 @@ func readPack(t *testing.T, b *Backend, id store.ID) []byte {
 }
 
 // TestS3PackRequests pins the requests a version in packs costs on S3, from the code: the
-// writer sends one PUT per pack (a pack past the part size: initiate, one PUT per part,
-// complete) and one PUT for the index, nothing for SyncObjects; a reader that catches up
-// sends one LIST of index/, one GET of the index, and per pack one GET (one more ranged GET
-// per further part). Reads of the packs and the index after that cost nothing.
+// writer sends one PUT per pack up to packWhole, whatever the part size (a larger pack:
+// initiate, one PUT per part, complete), and one PUT for the index, nothing for SyncObjects;
+// a reader that catches up sends one LIST of index/, one GET of the index, and per pack one
+// GET (a pack past packWhole: one more ranged GET per further part). Reads of the packs and
+// the index after that cost nothing. (packWhole is 7 MiB here, 96 MiB in use.)
 func TestS3PackRequests(t *testing.T) {
-	const part = MinPartSize // 5 MiB
+	const part, whole = MinPartSize, 7 << 20 // 5 MiB, 7 MiB
 	open := packTestStore(t, "packreq", Config{PartSize: part})
 	w := open(t, true, "")
+	w.packWhole = whole
 	rng := rand.New(rand.NewPCG(30, 1))
 	before := w.Stats().Requests
 	packs := []writtenPack{
 		writePack(t, w, rng, 1<<20, 300),                // 1 MiB: one PUT
-		writePack(t, w, rng, 1<<20, 1<<20, 500),         // 2 MiB: one PUT
-		writePack(t, w, rng, 3<<20, 3<<20, 1000, 70000), // 6 MiB, two parts: initiate, 2 PUTs, complete
+		writePack(t, w, rng, 3<<20, 3<<20, 500),         // 6 MiB, past the part size, within whole: one PUT
+		writePack(t, w, rng, 4<<20, 4<<20, 1000, 70000), // 8 MiB, past whole: initiate, 2 part PUTs, complete
 	}
 	if err := w.SyncObjects(); err != nil {
 		t.Fatal(err)
@@ -150,6 +152,7 @@ func TestS3PackRequests(t *testing.T) {
 	}
 
 	r := open(t, false, "")
+	r.packWhole = whole
 	before = r.Stats().Requests
 	names, err := r.ListRecords(store.RecordIndex)
 	if err != nil || len(names) != 1 || names[0] != name {
@@ -169,6 +172,7 @@ func TestS3PackRequests(t *testing.T) {
 		}
 	}
 	st = r.Stats()
+	// Packs: 1, 1, and the first 7 MiB then the last 1 MiB of the third.
 	if got, want := st.Requests-before, int64(1+1+(1+1+2)); got != want {
 		t.Errorf("the reader sent %d requests to list, get the index and open 3 packs, want %d", got, want)
 	}

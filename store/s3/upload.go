@@ -98,7 +98,11 @@ func (b *Backend) upload(job *uploadJob) error {
 		return fmt.Errorf("upload %s %s: %w", what, job.id, err)
 	}
 	defer f.Close()
-	if err := b.c.putFile(b.ctx, key, f, job.size); err != nil {
+	part := b.c.set.partSize
+	if job.pack && job.size <= b.packWhole {
+		part = b.packWhole // one PUT (packs.go)
+	}
+	if err := b.c.putFileParts(b.ctx, key, f, job.size, part); err != nil {
 		return fmt.Errorf("upload %s %s: %w", what, job.id, err)
 	}
 	if job.pack {
