@@ -9,10 +9,10 @@
 // What it owns: the client (minio-go, with this package's own retries with backoff, error
 // classes and traffic counters: client.go, get.go), credentials (the AWS chain: creds.go),
 // uploads in the background (upload.go) and downloads, ranged and parallel, each checked
-// against the object's CRC-32C before it is kept (fetch.go), the local disk cache of objects, packs,
-// manifests and pack indexes (objcache.go, backend.go, records_index.go) and its statistics (stats.go, Stats), and the
-// writer's lease, built on conditional PUTs alone (lease.go), which Open hands to the store
-// as its writer lock.
+// against the object's CRC-32C before it is kept (fetch.go), the local disk cache of objects,
+// packs, manifests and pack indexes (objcache.go, backend.go, records_index.go) and its
+// statistics (stats.go, Stats), and the writer's lease, built on conditional PUTs alone
+// (lease.go), which Open hands to the store as its writer lock.
 //
 // What it does not own: what to fetch ahead and when to empty the cache. The store, which
 // decodes manifests, decides that (store/cache_policy.go) and says it through
