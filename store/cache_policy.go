@@ -39,6 +39,10 @@ type cachePolicy struct {
 	prefetch bool
 	root     string
 	log      *slog.Logger
+	// packsOf splits objects into the packs that hold them and those that are loose (the
+	// store's pack layer sets it at wiring: setPacksOf); nil: every object is loose. With it,
+	// a new version's objects are fetched ahead as their packs (backend_packcache.go).
+	packsOf func(ids []ID) (packs []ID, loose []ID)
 
 	mu      sync.Mutex
 	seen    map[uint64]bool // versions of the last listing (noticeRemoved)
@@ -202,7 +206,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 		p.log.Info(fmt.Sprintf("%s: not prefetching %d objects (%d bytes of content) of v%d: more than half the object cache", p.root, len(ids), total, news[len(news)-1]))
 		return nil
 	}
-	if err := p.rc.Prefetch(ids); err != nil {
+	if err := p.prefetchObjects(ids); err != nil {
 		return fmt.Errorf("prefetch %d new objects: %w", len(ids), err)
 	}
 	return nil

@@ -1,6 +1,8 @@
 // Package backendtest is the contract suite of store.Backend: Run holds one kind of backend
 // to every promise the interface's comments make, so that the store may rely on them
-// whatever keeps its bytes. Every backend's tests run it: the local directory's in
+// whatever keeps its bytes, and the optional parts of store format 3 (store.PackBackend and
+// records of kind store.RecordIndex: pack.go) where a backend has them. Every backend's tests
+// run it: the local directory's in
 // store/backend_local_test.go, S3's (on the test server) in store/s3/backend_test.go. It is
 // test support only: nothing but tests imports it.
 //
@@ -51,6 +53,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"GCRecord", testGCRecord},
 		{"PinRecords", testPinRecords},
 		{"RecordKinds", testRecordKinds},
+		{"Packs", testPacks},
+		{"PackDelete", testPackDelete},
+		{"IndexRecords", testIndexRecords},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, opened(newStore(t))) })

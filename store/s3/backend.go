@@ -19,6 +19,8 @@ import (
 //
 //	PREFIX/weightfs-store        format file
 //	PREFIX/objects/ab/<64 hex>   objects
+//	PREFIX/packs/<64 hex>        packs (store format 3: many objects each; packs.go)
+//	PREFIX/index/NAME            pack indexes (records of kind store.RecordIndex; records.go)
 //	PREFIX/versions/v000043      manifests
 //	PREFIX/lock                  the writer's lease (lease.go)
 //	PREFIX/latest                the change hint (hint.go), rewritten at every seal
@@ -26,8 +28,11 @@ import (
 // and this process's local state in the store's cache directory:
 //
 //	CACHE/objects/ab/<64 hex>    objects fetched from S3 or uploaded to it (objcache.go: LRU)
+//	CACHE/objects/packs/<64 hex> packs fetched or uploaded (the same LRU and bound)
 //	CACHE/upload/<64 hex>        objects put but not yet uploaded (the store's Seal waits)
+//	CACHE/upload/pack-<64 hex>   packs put but not yet uploaded
 //	CACHE/manifests/v000043      manifests seen (immutable; dropped when gc removes them)
+//	CACHE/index/NAME             pack indexes seen (immutable; dropped when a listing lacks them)
 //	CACHE/tmp/                   files being written
 //	CACHE/s3-origin.json         which store the cache belongs to
 //	CACHE/s3-stats.json          the traffic counters (Stats)
@@ -58,10 +63,15 @@ type Backend struct {
 	cond     *sync.Cond // signalled when an upload ends
 	closed   bool
 	pending  map[store.ID]*uploadJob // put, not yet uploaded (or failed: retried at SyncObjects)
+	packs    map[store.ID]*uploadJob // packs put, not yet uploaded (packs.go)
 	inflight int                     // jobs queued or running
 	remote   map[store.ID]int64      // objects known to be in S3, with their sizes
 	listed   bool                    // writer: remote holds every object of the bucket
 	flights  map[store.ID]*fetchFlight
+	pflights map[store.ID]*fetchFlight // downloads of packs
+	// packWhole: a pack up to this size goes up by one PUT and comes down by one GET
+	// (packs.go); tests make it smaller.
+	packWhole int64
 
 	listMu sync.Mutex // one full object listing at a time
 
@@ -89,7 +99,7 @@ const (
 )
 
 func newBackend(c *client, dir string, writer bool, lease *lease, log *slog.Logger) (*Backend, error) {
-	for _, d := range []string{cacheUpload, cacheManifests, cacheTmp} {
+	for _, d := range []string{cacheUpload, cacheManifests, cacheTmp, cacheIndexes} {
 		if err := os.MkdirAll(filepath.Join(dir, d), dirPerm); err != nil {
 			return nil, fmt.Errorf("S3 cache: %w", err)
 		}
@@ -105,6 +115,7 @@ func newBackend(c *client, dir string, writer bool, lease *lease, log *slog.Logg
 		dl:      make(chan struct{}, c.set.concurrency),
 		queue:   make(chan *uploadJob, 2*c.set.concurrency),
 		pending: map[store.ID]*uploadJob{}, remote: map[store.ID]int64{}, flights: map[store.ID]*fetchFlight{},
+		packs: map[store.ID]*uploadJob{}, pflights: map[store.ID]*fetchFlight{}, packWhole: packWhole,
 	}
 	b.cond = sync.NewCond(&b.mu)
 	// Half-written downloads of a process that died.
@@ -456,7 +467,7 @@ func (b *Backend) DeleteManifest(v uint64) error {
 // sealed version (and may not be in S3), and temporary files.
 func (b *Backend) CleanTemp() error {
 	b.mu.Lock()
-	busy := len(b.pending) > 0
+	busy := len(b.pending)+len(b.packs) > 0
 	b.mu.Unlock()
 	if busy {
 		return nil

@@ -14,6 +14,8 @@ import (
 
 // TestS3BackendContract runs the backend contract suite against S3 on the test server: each
 // backend has its own cache directory, as each process has, and the writer holds the lease.
+// The part size is the smallest and packs past 1 MiB are moved in parts, so that the suite's
+// pack of several MiB goes up in parts and comes down by parallel ranged GETs.
 func TestS3BackendContract(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
@@ -25,7 +27,7 @@ func TestS3BackendContract(t *testing.T) {
 			t.Fatal(err)
 		}
 		return func(t *testing.T, writer bool) store.Backend {
-			c, err := setup(url, Config{RetryFor: 2 * time.Second}, logtest.New(t.Logf))
+			c, err := setup(url, Config{RetryFor: 2 * time.Second, PartSize: MinPartSize}, logtest.New(t.Logf))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,6 +42,7 @@ func TestS3BackendContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			b.packWhole = 1 << 20
 			return b
 		}
 	})

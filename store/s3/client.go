@@ -235,15 +235,11 @@ func (c *client) name(key string) string { return Scheme + c.loc.Bucket + "/" + 
 // its bytes in *counter, and returns them with the object's ETag.
 func (c *client) getBytes(ctx context.Context, key string, counter *int64) (data []byte, etag string, err error) {
 	err = c.retry(ctx, "GET "+c.name(key), func(ctx context.Context) error {
-		obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
+		obj, info, _, err := c.getOne(ctx, key, minio.GetObjectOptions{})
 		if err != nil {
 			return err
 		}
 		defer obj.Close()
-		info, err := obj.Stat()
-		if err != nil {
-			return err
-		}
 		if data, err = io.ReadAll(obj); err != nil {
 			return err
 		}
@@ -303,10 +299,15 @@ func (c *client) putBytes(ctx context.Context, key string, data []byte, cond put
 // putFile uploads size bytes of f as key: one PUT up to the part size, else a multipart
 // upload whose parts are read from f at their offsets and sent in parallel.
 func (c *client) putFile(ctx context.Context, key string, f *os.File, size int64) error {
+	return c.putFileParts(ctx, key, f, size, c.set.partSize)
+}
+
+// putFileParts is putFile with parts of part bytes.
+func (c *client) putFileParts(ctx context.Context, key string, f *os.File, size, part int64) error {
 	err := c.retry(ctx, "PUT "+c.name(key), func(ctx context.Context) error {
 		opts := minio.PutObjectOptions{
 			ContentType: "application/octet-stream",
-			PartSize:    uint64(c.set.partSize),
+			PartSize:    uint64(part),
 			NumThreads:  uint(min(4, c.set.concurrency)),
 		}
 		// A SectionReader is an io.ReaderAt as well: minio-go then reads the parts at their
@@ -317,7 +318,7 @@ func (c *client) putFile(ctx context.Context, key string, f *os.File, size int64
 	if err == nil {
 		c.stats.add(&c.stats.uploads, 1)
 		c.stats.add(&c.stats.uploadBytes, size)
-		if size > c.set.partSize {
+		if size > part {
 			c.stats.add(&c.stats.multipartUploads, 1)
 		}
 	}

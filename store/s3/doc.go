@@ -3,15 +3,16 @@
 // store.Backend and store.RemoteCache, and Open, Init, ShowLease and BreakLease open, create
 // and inspect a store at s3://bucket/prefix. store/location chooses between this package and
 // a local directory from a STORE argument; nothing in package store imports this one (nor
-// minio-go).
+// minio-go). It also keeps store format 3's packs and pack indexes (store.PackBackend, records
+// of kind store.RecordIndex, store.PackCache: packs.go, records_index.go).
 //
 // What it owns: the client (minio-go, with this package's own retries with backoff, error
 // classes and traffic counters: client.go, get.go), credentials (the AWS chain: creds.go),
 // uploads in the background (upload.go) and downloads, ranged and parallel, each checked
-// against the object's CRC-32C before it is kept (fetch.go), the local disk cache of objects
-// and manifests (objcache.go, backend.go) and its statistics (stats.go, Stats), and the
-// writer's lease, built on conditional PUTs alone (lease.go), which Open hands to the store
-// as its writer lock.
+// against the object's CRC-32C before it is kept (fetch.go), the local disk cache of objects,
+// packs, manifests and pack indexes (objcache.go, backend.go, records_index.go) and its
+// statistics (stats.go, Stats), and the writer's lease, built on conditional PUTs alone
+// (lease.go), which Open hands to the store as its writer lock.
 //
 // What it does not own: what to fetch ahead and when to empty the cache. The store, which
 // decodes manifests, decides that (store/cache_policy.go) and says it through

@@ -177,11 +177,16 @@ func (b *Backend) download(id store.ID) (*os.File, error) {
 // asks for the first part only; an object no larger than that is then complete after one
 // request, and the rest of a larger one is fetched in parallel (downloadParts).
 func (b *Backend) downloadTo(ctx context.Context, key string, f *os.File) (int64, error) {
+	return b.downloadFirst(ctx, key, f, b.c.set.partSize)
+}
+
+// downloadFirst is downloadTo with a first GET of first bytes (at least the part size).
+func (b *Backend) downloadFirst(ctx context.Context, key string, f *os.File, first int64) (int64, error) {
 	var total, got int64
 	var etag string
 	err := b.c.retry(ctx, "GET "+b.c.name(key), func(ctx context.Context) error {
 		var err error
-		total, etag, got, err = b.c.getFirst(ctx, key, b.c.set.partSize, localWriterAt{f})
+		total, etag, got, err = b.c.getFirst(ctx, key, first, localWriterAt{f})
 		return err
 	})
 	if err != nil {

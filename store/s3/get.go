@@ -58,17 +58,13 @@ func (c *client) getFirst(ctx context.Context, key string, n int64, dst io.Write
 	if err := opts.SetRange(0, n-1); err != nil {
 		return 0, "", 0, err
 	}
-	obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, opts)
+	obj, info, hdr, err := c.getOne(ctx, key, opts)
 	if err != nil {
 		return 0, "", 0, err
 	}
 	defer obj.Close()
-	info, err := obj.Stat()
-	if err != nil {
-		return 0, "", 0, err
-	}
 	total = info.Size
-	if cr := info.Headers.Get("Content-Range"); cr != "" {
+	if cr := hdr.Get("Content-Range"); cr != "" {
 		if total, err = parseContentRangeTotal(cr); err != nil {
 			return 0, "", 0, err
 		}
@@ -80,6 +76,13 @@ func (c *client) getFirst(ctx context.Context, key string, n int64, dst io.Write
 		return 0, "", 0, fmt.Errorf("read %d of %d bytes: %w", got, info.Size, io.ErrUnexpectedEOF)
 	}
 	return total, info.ETag, got, nil
+}
+
+// getOne sends one GET of the object at key and returns its body, what its headers say of it
+// and the headers. (minio-go's Client.GetObject asks with a HEAD first when the caller wants
+// the object's size before its bytes: two requests where one does.)
+func (c *client) getOne(ctx context.Context, key string, opts minio.GetObjectOptions) (io.ReadCloser, minio.ObjectInfo, http.Header, error) {
+	return minio.Core{Client: c.mc}.GetObject(ctx, c.loc.Bucket, key, opts)
 }
 
 // parseContentRangeTotal returns the complete length of "bytes FIRST-LAST/TOTAL".
@@ -105,15 +108,11 @@ func isInvalidRange(err error) bool {
 // getInto streams the whole object at key into dst from offset 0 (one attempt) and returns
 // its size.
 func (c *client) getInto(ctx context.Context, key string, dst io.WriterAt) (int64, error) {
-	obj, err := c.mc.GetObject(ctx, c.loc.Bucket, key, minio.GetObjectOptions{})
+	obj, info, _, err := c.getOne(ctx, key, minio.GetObjectOptions{})
 	if err != nil {
 		return 0, err
 	}
 	defer obj.Close()
-	info, err := obj.Stat()
-	if err != nil {
-		return 0, err
-	}
 	n, err := io.Copy(io.NewOffsetWriter(dst, 0), obj)
 	if err != nil {
 		return 0, err

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/pack"
 )
 
 // The small records (store.Records) of an S3 store are small objects, each written by one
@@ -15,7 +17,9 @@ import (
 //   - the gc record (store/gc_record.go; docs/format.md Part I §4.4), PREFIX/dropped, written
 //     by the writer alone, under its lease;
 //   - a writer group's records (group.go), PREFIX/groups/NAME/..., written by the ranks and
-//     the publisher.
+//     the publisher;
+//   - pack indexes (store format 3; records_index.go), PREFIX/index/NAME, immutable, written
+//     by the writer under its lease or by a rank of a writer group, cached on local disk.
 //
 // Readers' pins are not kept: a reader of an S3 store does not pin (store.ErrPinUnsupported).
 
@@ -30,6 +34,11 @@ func (b *Backend) recordKey(kind store.RecordKind, name string) (string, error) 
 		return "", fmt.Errorf("gc record %q: not a record's name", name)
 	case kind == store.RecordGroup:
 		return b.c.loc.key(groupsDir + name), nil
+	case kind == store.RecordIndex:
+		if _, ok := pack.ParseName(name); !ok {
+			return "", fmt.Errorf("index record %q: not a pack index's name", name)
+		}
+		return b.c.loc.key(indexDir + name), nil
 	}
 	return "", fmt.Errorf("%s records: %w", kind, errors.ErrUnsupported)
 }
@@ -60,6 +69,9 @@ func (b *Backend) PutRecord(kind store.RecordKind, name string, data []byte) err
 			return fmt.Errorf("write gc record: %w", err)
 		}
 	}
+	if kind == store.RecordIndex {
+		return b.putIndex(key, name, data)
+	}
 	if _, err := b.c.putBytes(b.ctx, key, data, putCond{}); err != nil {
 		return fmt.Errorf("write %s: %w", recordWhat(kind, name), err)
 	}
@@ -70,6 +82,9 @@ func (b *Backend) GetRecord(kind store.RecordKind, name string) ([]byte, error) 
 	key, err := b.recordKey(kind, name)
 	if err != nil {
 		return nil, err
+	}
+	if kind == store.RecordIndex {
+		return b.getIndex(key, name)
 	}
 	data, _, err := b.c.getBytes(b.ctx, key, nil)
 	if err != nil {
@@ -98,6 +113,8 @@ func (b *Backend) ListRecords(kind store.RecordKind) ([]string, error) {
 			return nil, fmt.Errorf("list group records: %w", err)
 		}
 		return names, nil
+	case store.RecordIndex:
+		return b.listIndexes()
 	}
 	_, err := b.recordKey(kind, "")
 	return nil, err
@@ -112,6 +129,12 @@ func (b *Backend) DeleteRecord(kind store.RecordKind, name string) error {
 		if err := b.fence(true); err != nil {
 			return fmt.Errorf("delete gc record: %w", err)
 		}
+	}
+	if kind == store.RecordIndex {
+		if err := b.fence(false); err != nil {
+			return fmt.Errorf("delete %s: %w", recordWhat(kind, name), err)
+		}
+		os.Remove(b.indexCachePath(name))
 	}
 	if err := b.c.remove(b.ctx, key); err != nil {
 		return fmt.Errorf("delete %s: %w", recordWhat(kind, name), err)

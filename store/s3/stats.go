@@ -31,6 +31,14 @@ type Stats struct {
 	ObjectUploads     int64 `json:"object_uploads"`
 	ObjectUploadBytes int64 `json:"object_upload_bytes"`
 
+	// Packs (store format 3, packs.go): PackUploads and PackUploadBytes count the packs among
+	// the uploads, PackDownloads the whole packs fetched into the cache (their bytes are in
+	// ObjectBytes), IndexDownloads the pack index records fetched (not served from the cache).
+	PackUploads     int64 `json:"pack_uploads"`
+	PackUploadBytes int64 `json:"pack_upload_bytes"`
+	PackDownloads   int64 `json:"pack_downloads"`
+	IndexDownloads  int64 `json:"index_downloads"`
+
 	Retries  int64 `json:"retries"`  // transient errors that were retried
 	Failures int64 `json:"failures"` // requests that still failed when the retry time ran out
 
@@ -68,6 +76,8 @@ type counters struct {
 	manifestDownloads, manifestBytes       int64
 	uploads, uploadBytes, multipartUploads int64
 	objectUploads, objectUploadBytes       int64
+	packUploads, packUploadBytes           int64
+	packDownloads, indexDownloads          int64
 	retries, failures                      int64
 	cacheHits                              int64
 	hintRequests, hintChanges              int64
@@ -90,6 +100,8 @@ func (c *counters) snapshot() Stats {
 		ManifestDownloads: c.manifestDownloads, ManifestBytes: c.manifestBytes,
 		Uploads: c.uploads, UploadBytes: c.uploadBytes, MultipartUploads: c.multipartUploads,
 		ObjectUploads: c.objectUploads, ObjectUploadBytes: c.objectUploadBytes,
+		PackUploads: c.packUploads, PackUploadBytes: c.packUploadBytes,
+		PackDownloads: c.packDownloads, IndexDownloads: c.indexDownloads,
 		Retries: c.retries, Failures: c.failures, CacheHits: c.cacheHits,
 		HintRequests: c.hintRequests, HintChanges: c.hintChanges,
 	}

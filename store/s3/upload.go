@@ -15,6 +15,7 @@ type uploadJob struct {
 	path string
 	size int64
 	err  error // the last attempt failed: SyncObjects queues it again
+	pack bool  // a pack (packs.go), not an object
 }
 
 // PutObject queues the finished temporary file tmp for upload as object id. It blocks while
@@ -88,13 +89,26 @@ func (b *Backend) uploadWorker() {
 }
 
 func (b *Backend) upload(job *uploadJob) error {
+	what, key := "object", b.objectKey(job.id)
+	if job.pack {
+		what, key = "pack", b.packKey(job.id)
+	}
 	f, err := os.Open(job.path)
 	if err != nil {
-		return fmt.Errorf("upload object %s: %w", job.id, err)
+		return fmt.Errorf("upload %s %s: %w", what, job.id, err)
 	}
 	defer f.Close()
-	if err := b.c.putFile(b.ctx, b.objectKey(job.id), f, job.size); err != nil {
-		return fmt.Errorf("upload object %s: %w", job.id, err)
+	part := b.c.set.partSize
+	if job.pack && job.size <= b.packWhole {
+		part = b.packWhole // one PUT (packs.go)
+	}
+	if err := b.c.putFileParts(b.ctx, key, f, job.size, part); err != nil {
+		return fmt.Errorf("upload %s %s: %w", what, job.id, err)
+	}
+	if job.pack {
+		b.c.stats.add(&b.c.stats.packUploads, 1)
+		b.c.stats.add(&b.c.stats.packUploadBytes, job.size)
+		return nil
 	}
 	b.c.stats.add(&b.c.stats.objectUploads, 1)
 	b.c.stats.add(&b.c.stats.objectUploadBytes, job.size)
@@ -110,6 +124,10 @@ func (b *Backend) finishJob(job *uploadJob, err error) {
 	defer b.cond.Broadcast()
 	if err != nil {
 		job.err = err
+		return
+	}
+	if job.pack {
+		b.packUploaded(job)
 		return
 	}
 	delete(b.pending, job.id)
@@ -129,7 +147,7 @@ func (b *Backend) writeStatsLocked() { b.c.stats.writeFile(b.dir, b.Stats()) }
 func (b *Backend) SyncObjects() error {
 	b.mu.Lock()
 	var again []*uploadJob
-	for _, j := range b.pending {
+	for _, j := range b.pendingJobs() {
 		if j.err != nil {
 			j.err = nil
 			b.inflight++
@@ -148,14 +166,14 @@ func (b *Backend) SyncObjects() error {
 		b.cond.Wait()
 	}
 	var errs []error
-	for _, j := range b.pending {
+	for _, j := range b.pendingJobs() {
 		if j.err != nil {
 			errs = append(errs, j.err)
 		}
 	}
 	switch {
 	case len(errs) > 0:
-		return fmt.Errorf("%d of the version's objects are not in S3 yet: %w", len(errs), errs[0])
+		return fmt.Errorf("%d of the version's objects or packs are not in S3 yet: %w", len(errs), errs[0])
 	case b.closed && b.inflight > 0:
 		return fmt.Errorf("sync objects: %w", store.ErrClosed)
 	}
