@@ -1,0 +1,502 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// A patch in (docs/format.md Part III §5, "Writing a patch in"). On a read-write mount a
+// trainer that diffs its own weights writes the one-file patch from the latest version
+// (Part III §2) into patches/, and the version is sealed from it at delta cost
+// (store.Store.CommitPatch): no full copy is written.
+//
+//	patches/weight_vNNNNNN.safetensors           written and closed: seals NNNNNN at close(2)
+//	patches/NAME.tmp, patches/.NAME              written, then renamed to weight_vNNNNNN.safetensors:
+//	                                             seals NNNNNN at rename(2) (os.replace)
+//	patches/weight_vNNNNNN.safetensors.rejected  why the last patch for NNNNNN was refused
+//
+// The bytes are staged in an unlinked file of the mount's staging directory (a crash leaves
+// nothing), and the seal runs at the close of a file named as a patch (the first close after
+// bytes were written: a close with nothing written, as a shell's redirection makes, does
+// nothing), or at the rename onto such a name. Its outcome is the errno of that close or
+// rename: 0 once the version is sealed; EINVAL for a patch that cannot make the next version
+// (store.ErrBadPatch: its base is not the latest version, a base identity or checksum fails,
+// a tensor the base lacks or of another dtype or shape, truncated, a position outside its
+// tensor; or a number not above the newest version), EIO for damage of the store. A refused
+// patch seals nothing, leaves the store as it was, and its name goes away (write it again);
+// the reason, naming the file and the tensor, is in the log and in the note
+// weight_vNNNNNN.safetensors.rejected beside it, which the writer reads without the daemon's
+// log, and which rm removes and a sealed patch of that version replaces. Once sealed, the name
+// is the version's patch as the store renders it (an open handle on the bytes written keeps
+// reading them). A read-only mount refuses every change (EROFS), as does a rank of a writer
+// group (EPERM: its publisher seals versions).
+
+// rejectedSuffix names the note of a refused patch.
+const rejectedSuffix = ".rejected"
+
+// isUploadName reports a name a patch may be written under before it is renamed into place.
+func isUploadName(name string) bool {
+	if _, ok := parsePatchName(name); ok {
+		return false
+	}
+	return strings.HasSuffix(name, ".tmp") || strings.HasPrefix(name, ".") && name != "." && name != ".."
+}
+
+// takesPatches says why this mount's patches/ takes no patch ("" when it does).
+func (p *patchesView) takesPatches() string {
+	switch {
+	case p.m.readOnly:
+		return "read-only mount"
+	case p.m.b.SealedElsewhere():
+		return "a rank of a writer group writes parts; its publisher seals versions"
+	case p.m.stagingRoot == "":
+		return "the mount has no staging directory"
+	}
+	return ""
+}
+
+func (p *patchesView) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	mode := uint32(0o555)
+	if p.takesPatches() == "" {
+		mode = 0o755
+	}
+	setDirAttr(mode, p.m.started, &out.Attr)
+	return 0
+}
+
+// lookupIn finds a patch being written or the note of a refused one.
+func (p *patchesView) lookupIn(ctx context.Context, name string, out *fuse.EntryOut) *gofs.Inode {
+	p.mu.Lock()
+	u := p.uploads[name]
+	note, isNote := p.notes[name]
+	p.mu.Unlock()
+	switch {
+	case u != nil:
+		u.fillAttr(&out.Attr)
+		out.SetEntryTimeout(0)
+		out.SetAttrTimeout(0)
+		if ch := p.GetChild(name); ch != nil && ch.Operations() == u {
+			return ch
+		}
+		return p.NewInode(ctx, u, gofs.StableAttr{Mode: syscall.S_IFREG})
+	case isNote:
+		n := &rejectedNote{m: p.m, where: p.where + "/" + name, note: note}
+		n.fillAttr(&out.Attr)
+		out.SetEntryTimeout(0)
+		out.SetAttrTimeout(0)
+		return p.NewInode(ctx, n, gofs.StableAttr{Mode: syscall.S_IFREG})
+	}
+	return nil
+}
+
+// listIn adds the patches being written and the notes to a listing.
+func (p *patchesView) listIn(list []fuse.DirEntry) []fuse.DirEntry {
+	p.mu.Lock()
+	for name := range p.uploads {
+		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+	}
+	for name := range p.notes {
+		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+	}
+	p.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	return list
+}
+
+func (p *patchesView) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if why := p.takesPatches(); why != "" {
+		return nil, nil, 0, p.m.refuse(p.m.modErrno(), "create %s/%s: %s: %s", p.where, name, why, viewsAreDerived)
+	}
+	if errno := p.checkUploadName("create", name); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	f, err := os.CreateTemp(p.m.stagingRoot, "patch-")
+	if err == nil {
+		err = os.Remove(f.Name()) // unlinked: a crash leaves nothing behind
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, 0, p.m.fail(err, "create %s/%s", p.where, name)
+	}
+	u := &patchUpload{p: p, name: name, file: f, handles: 1, attr: newNodeAttr(ctx, mode)}
+	p.mu.Lock()
+	if p.uploads[name] != nil {
+		p.mu.Unlock()
+		f.Close()
+		return nil, nil, 0, syscall.EEXIST
+	}
+	p.uploads[name] = u
+	p.mu.Unlock()
+	u.fillAttr(&out.Attr)
+	out.SetEntryTimeout(0)
+	out.SetAttrTimeout(0)
+	return p.NewInode(ctx, u, gofs.StableAttr{Mode: syscall.S_IFREG}), &openHandle{}, 0, 0
+}
+
+// checkUploadName refuses a name a patch cannot be written under.
+func (p *patchesView) checkUploadName(op, name string) syscall.Errno {
+	if isUploadName(name) {
+		return 0
+	}
+	v, ok := parsePatchName(name)
+	if !ok {
+		return p.m.refuse(syscall.EPERM, "%s %s/%s: patches/ takes weight_vNNNNNN.safetensors, or NAME.tmp renamed to it", op, p.where, name)
+	}
+	p.m.mu.Lock()
+	errno, reason := p.m.newNumberProblemLocked(v)
+	p.m.mu.Unlock()
+	if errno != 0 {
+		what := fmt.Sprintf("%s %s/%s: %s", op, p.where, name, reason)
+		errno = p.m.refuse(errno, "%s", what)
+		p.noteRejected(name, errno, what)
+	}
+	return errno
+}
+
+func (p *patchesView) Unlink(ctx context.Context, name string) syscall.Errno {
+	p.mu.Lock()
+	u := p.uploads[name]
+	_, isNote := p.notes[name]
+	delete(p.uploads, name)
+	delete(p.notes, name)
+	p.mu.Unlock()
+	switch {
+	case u != nil:
+		u.drop()
+		return 0
+	case isNote:
+		return 0
+	}
+	return p.refuse("unlink", name)
+}
+
+func (p *patchesView) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	p.mu.Lock()
+	u := p.uploads[name]
+	p.mu.Unlock()
+	if u == nil {
+		return p.refuse("rename", name)
+	}
+	if newParent.EmbeddedInode() != p.EmbeddedInode() {
+		return p.m.refuse(syscall.EXDEV, "rename %s/%s to %s: a patch stays in patches/", p.where, name, newName)
+	}
+	if flags&(gofs.RENAME_EXCHANGE|renameWhiteout) != 0 {
+		return p.m.refuse(syscall.EINVAL, "rename %s/%s <-> %s: exchange is not supported here", p.where, name, newName)
+	}
+	if name == newName {
+		return 0
+	}
+	if errno := p.checkUploadName("rename "+name+" to", newName); errno != 0 {
+		return errno
+	}
+	p.mu.Lock()
+	old := p.uploads[newName]
+	if old != nil && flags&renameNoReplace != 0 {
+		p.mu.Unlock()
+		return syscall.EEXIST
+	}
+	p.mu.Unlock()
+	if v, ok := parsePatchName(newName); ok {
+		if errno := p.commit(u, newName, v); errno != 0 {
+			return errno // the written file keeps its name
+		}
+		p.mu.Lock()
+		delete(p.uploads, name)
+		p.mu.Unlock()
+		u.drop()
+		// The kernel moves its entry of the written file to newName when we return: make
+		// it look newName up again, to find the sealed version's patch.
+		go p.NotifyEntry(newName)
+		return 0
+	}
+	p.mu.Lock()
+	delete(p.uploads, name)
+	p.uploads[newName] = u
+	p.mu.Unlock()
+	u.rename(newName)
+	if old != nil {
+		old.drop()
+	}
+	return 0
+}
+
+// commit seals version v from the bytes of u, written as name, or notes why not.
+func (p *patchesView) commit(u *patchUpload, name string, v uint64) syscall.Errno {
+	m := p.m
+	where := p.where + "/" + name
+	m.mu.Lock()
+	errno, reason := m.newNumberProblemLocked(v)
+	if errno == 0 {
+		m.reserved[v] = true
+	}
+	m.mu.Unlock()
+	if errno != 0 {
+		what := fmt.Sprintf("seal %s from %s: %s", VersionName(v), where, reason)
+		p.noteRejected(name, m.refuse(errno, "%s", what), what)
+		return errno
+	}
+	defer func() {
+		m.mu.Lock()
+		delete(m.reserved, v)
+		m.mu.Unlock()
+	}()
+	p.commitMu.Lock()
+	defer p.commitMu.Unlock()
+	start := time.Now()
+	f, size := u.staged()
+	if f == nil {
+		return syscall.EBADF
+	}
+	info, err := m.b.CommitPatch(f, size, v)
+	if err != nil {
+		what := fmt.Sprintf("seal %s from %s (nothing sealed; the store is as it was)", VersionName(v), where)
+		errno := m.fail(err, "%s", what)
+		p.noteRejected(name, errno, fmt.Sprintf("%s:\n%v", what, err))
+		return errno
+	}
+	p.mu.Lock()
+	delete(p.notes, name+rejectedSuffix)
+	p.mu.Unlock()
+	m.log.Info("sealed version from a patch", "version", info.Number, "file", where, "patch_bytes", size,
+		"files", info.Files, "bytes", info.LogicalBytes, "stored", info.StoredBytes, "took", time.Since(start).Round(time.Millisecond))
+	m.notifyEntry(VersionName(v))
+	m.notifyEntry(latestName)
+	return 0
+}
+
+// noteRejected leaves the reason a patch written as name was refused in name.rejected.
+func (p *patchesView) noteRejected(name string, errno syscall.Errno, reason string) {
+	note := fmt.Sprintf("%s\n\nrefused at %s with %s (%v); the daemon's log has the same line.\n",
+		reason, time.Now().UTC().Format(time.RFC3339), errnoName(errno), errno)
+	p.mu.Lock()
+	p.notes[name+rejectedSuffix] = note
+	p.mu.Unlock()
+	go p.NotifyEntry(name + rejectedSuffix)
+}
+
+// rejectedNote is the note of a refused patch, served from memory as it was when looked up.
+type rejectedNote struct {
+	gofs.Inode
+	m     *mountState
+	where string
+	note  string
+}
+
+func (n *rejectedNote) fillAttr(out *fuse.Attr) {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Size = uint64(len(n.note))
+	out.Nlink = 1
+	out.SetTimes(nil, &n.m.started, &n.m.started)
+}
+
+func (n *rejectedNote) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	out.SetTimeout(0)
+	return 0
+}
+
+func (n *rejectedNote) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&writeFlags != 0 {
+		return nil, 0, n.m.refuse(syscall.EPERM, "open %s for writing: the note of a refused patch is the mount's (rm removes it)", n.where)
+	}
+	return nil, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *rejectedNote) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off < 0 {
+		return nil, syscall.EINVAL
+	}
+	if off >= int64(len(n.note)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData([]byte(n.note[off:min(int64(len(n.note)), off+int64(len(dest)))])), 0
+}
+
+// patchUpload is a patch being written into patches/: its bytes in an unlinked staging file.
+type patchUpload struct {
+	gofs.Inode
+	p *patchesView
+
+	mu      sync.Mutex
+	name    string
+	file    *os.File // nil once dropped and no handle is left
+	size    int64
+	handles int
+	dirty   bool // written since the last seal attempt
+	dropped bool // sealed, refused or removed: no longer in patches/
+	attr    nodeAttr
+}
+
+func (u *patchUpload) fillAttr(out *fuse.Attr) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out.Mode = syscall.S_IFREG
+	u.attr.fill(out)
+	out.Size = uint64(u.size)
+	out.Nlink = 1
+}
+
+func (u *patchUpload) staged() (*os.File, int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.dirty = false
+	return u.file, u.size
+}
+
+func (u *patchUpload) rename(name string) {
+	u.mu.Lock()
+	u.name = name
+	u.mu.Unlock()
+}
+
+// drop takes the upload out of patches/; its file closes with its last handle.
+func (u *patchUpload) drop() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.dropped = true
+	if u.handles == 0 && u.file != nil {
+		u.file.Close()
+		u.file = nil
+	}
+}
+
+func (u *patchUpload) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	u.fillAttr(&out.Attr)
+	return 0
+}
+
+func (u *patchUpload) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	u.mu.Lock()
+	if sz, ok := in.GetSize(); ok {
+		if u.file == nil || u.dropped {
+			u.mu.Unlock()
+			return syscall.ESTALE
+		}
+		if err := u.file.Truncate(int64(sz)); err != nil {
+			u.mu.Unlock()
+			return u.p.m.fail(err, "truncate %s/%s", u.p.where, u.name)
+		}
+		u.size, u.dirty = int64(sz), true
+		u.attr.modified()
+	}
+	u.attr.apply(in)
+	u.mu.Unlock()
+	u.fillAttr(&out.Attr)
+	return 0
+}
+
+func (u *patchUpload) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.file == nil || u.dropped {
+		return nil, 0, syscall.ESTALE // the kernel looks the name up again
+	}
+	if flags&syscall.O_TRUNC != 0 && u.size != 0 {
+		if err := u.file.Truncate(0); err != nil {
+			return nil, 0, u.p.m.fail(err, "truncate %s/%s", u.p.where, u.name)
+		}
+		u.size, u.dirty = 0, true
+	}
+	u.handles++
+	return &openHandle{}, 0, 0
+}
+
+func (u *patchUpload) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	u.mu.Lock()
+	f, size := u.file, u.size
+	u.mu.Unlock()
+	if f == nil {
+		return nil, syscall.EBADF
+	}
+	if off < 0 {
+		return nil, syscall.EINVAL
+	}
+	if off >= size {
+		return fuse.ReadResultData(nil), 0
+	}
+	n, err := f.ReadAt(dest[:min(int64(len(dest)), size-off)], off)
+	if err != nil && n == 0 {
+		return nil, u.p.m.fail(err, "read %s/%s", u.p.where, u.name)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (u *patchUpload) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.file == nil {
+		return 0, syscall.EBADF
+	}
+	if u.dropped {
+		return 0, u.p.m.refuse(syscall.EPERM, "write %s/%s: the patch was sealed or refused already (write it again under its name)", u.p.where, u.name)
+	}
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	n, err := u.file.WriteAt(data, off)
+	if end := off + int64(n); end > u.size {
+		u.size = end
+	}
+	u.dirty = true
+	u.attr.modified()
+	if err != nil {
+		return uint32(n), u.p.m.fail(err, "write %s/%s at %d", u.p.where, u.name, off)
+	}
+	return uint32(n), 0
+}
+
+// Fsync succeeds: a patch is durable once its version is sealed.
+func (u *patchUpload) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
+
+// Flush is close(2): the bytes of a file named as a patch are sealed as its version now, and
+// the close returns the outcome.
+func (u *patchUpload) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	u.mu.Lock()
+	name, ready := u.name, u.dirty && u.size > 0 && !u.dropped
+	u.mu.Unlock()
+	v, isPatch := parsePatchName(name)
+	if !isPatch || !ready {
+		return 0
+	}
+	p := u.p
+	errno := p.commit(u, name, v)
+	p.mu.Lock()
+	if p.uploads[name] == u {
+		delete(p.uploads, name)
+	}
+	p.mu.Unlock()
+	u.drop()
+	p.RmChild(name)
+	// FLUSH holds no directory lock: the kernel forgets the entry before close(2) returns,
+	// and the next lookup finds the sealed version's patch (or nothing).
+	if e := p.NotifyEntry(name); e != 0 && e != syscall.ENOENT {
+		p.m.log.Warn("invalidate an entry in the kernel", "name", p.where+"/"+name, "err", e)
+	}
+	return errno
+}
+
+func (u *patchUpload) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.handles > 0 {
+		u.handles--
+	}
+	if u.handles == 0 && u.dropped && u.file != nil {
+		u.file.Close()
+		u.file = nil
+	}
+	return 0
+}
