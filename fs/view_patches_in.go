@@ -500,3 +500,47 @@ func (u *patchUpload) Release(ctx context.Context, fh gofs.FileHandle) syscall.E
 	}
 	return 0
 }
+
+func (u *patchUpload) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return u.p.m.statfs(out)
+}
+
+func (n *rejectedNote) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return n.m.statfs(out)
+}
+
+func (n *rejectedNote) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
+
+func (n *rejectedNote) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if changesAnything(in) {
+		return n.m.refuse(syscall.EPERM, "setattr %s: the note of a refused patch is the mount's (rm removes it)", n.where)
+	}
+	return n.Getattr(ctx, fh, out)
+}
+
+// The interfaces of the nodes of patches written in (as api_check.go lists the others').
+var (
+	_ = (gofs.NodeCreater)((*patchesView)(nil))
+	_ = (gofs.NodeUnlinker)((*patchesView)(nil))
+	_ = (gofs.NodeRenamer)((*patchesView)(nil))
+	_ = (gofs.NodeGetattrer)((*patchesView)(nil))
+
+	_ = (gofs.NodeStatfser)((*patchUpload)(nil))
+	_ = (gofs.NodeGetattrer)((*patchUpload)(nil))
+	_ = (gofs.NodeSetattrer)((*patchUpload)(nil))
+	_ = (gofs.NodeOpener)((*patchUpload)(nil))
+	_ = (gofs.NodeReader)((*patchUpload)(nil))
+	_ = (gofs.NodeWriter)((*patchUpload)(nil))
+	_ = (gofs.NodeFsyncer)((*patchUpload)(nil))
+	_ = (gofs.NodeFlusher)((*patchUpload)(nil))
+	_ = (gofs.NodeReleaser)((*patchUpload)(nil))
+
+	_ = (gofs.NodeStatfser)((*rejectedNote)(nil))
+	_ = (gofs.NodeGetattrer)((*rejectedNote)(nil))
+	_ = (gofs.NodeSetattrer)((*rejectedNote)(nil))
+	_ = (gofs.NodeOpener)((*rejectedNote)(nil))
+	_ = (gofs.NodeReader)((*rejectedNote)(nil))
+	_ = (gofs.NodeFsyncer)((*rejectedNote)(nil))
+)
