@@ -141,7 +141,9 @@ func (p *patchesView) Create(ctx context.Context, name string, flags uint32, mod
 	u.fillAttr(&out.Attr)
 	out.SetEntryTimeout(0)
 	out.SetAttrTimeout(0)
-	return p.NewInode(ctx, u, gofs.StableAttr{Mode: syscall.S_IFREG}), &openHandle{}, 0, 0
+	// Direct I/O where the kernel allows, as for the files of open versions (openFileFlags):
+	// the patch's bytes do not fill the FUSE file's page cache on their way in.
+	return p.NewInode(ctx, u, gofs.StableAttr{Mode: syscall.S_IFREG}), &openHandle{}, p.m.openFlags.Load(), 0
 }
 
 // checkUploadName refuses a name a patch cannot be written under.
@@ -409,7 +411,7 @@ func (u *patchUpload) Open(ctx context.Context, flags uint32) (gofs.FileHandle, 
 		u.size, u.dirty = 0, true
 	}
 	u.handles++
-	return &openHandle{}, 0, 0
+	return &openHandle{}, u.p.m.openFlags.Load(), 0
 }
 
 func (u *patchUpload) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

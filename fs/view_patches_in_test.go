@@ -96,6 +96,7 @@ func TestPatchIn(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "Invalid argument") {
 		t.Fatalf("cp of a patch from a base that is not the latest: %v: %s", err, out)
 	}
+	t.Logf("cp says: %s", out)
 	note, err := os.ReadFile(filepath.Join(patches, PatchName(3)+rejectedSuffix))
 	if err != nil || !strings.Contains(string(note), "base_version is 1, the latest version is 2") {
 		t.Fatalf("the note of the refused patch: %v: %s", err, note)
