@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"slices"
 	"testing"
@@ -240,5 +241,91 @@ func TestCommitPatchCrash(t *testing.T) {
 				mustEqualBytes(t, p, readWhole(t, s, 2, p), content)
 			}
 		})
+	}
+}
+
+// TestPatchedVersionsLikeAnyOther: versions that came in as patches are versions like the
+// rest: with store a's versions 2..5 given to store b as their patches, b verifies clean,
+// serves the same catch-up patches and slime deltas, and gc leaves both stores the same
+// versions with the same bytes.
+func TestPatchedVersionsLikeAnyOther(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 2))
+	a0, b0 := bf16Like(rng, 30_000), bf16Like(rng, 20_000)
+	var versions []map[string][]byte
+	for i := range 5 {
+		if i > 0 {
+			a0 = perturb(rng, a0, 2, 0.02)
+			if i%2 == 0 {
+				b0 = perturb(rng, b0, 2, 0.3)
+			}
+		}
+		versions = append(versions, map[string][]byte{
+			"model.safetensors": safetensorsFile(t, testTensor{"a", delta.DTypeBF16, []int64{30_000}, a0},
+				testTensor{"b", delta.DTypeBF16, []int64{20_000}, b0}),
+			"config.json": []byte(`{"model": "x"}`),
+		})
+	}
+	a, _ := newStore(t, Options{})
+	commitAll(t, a, versions)
+	b, _ := newStore(t, Options{})
+	commitTree(t, b, 1, versions[0])
+	for v := uint64(2); v <= 5; v++ {
+		var buf bytes.Buffer
+		if _, err := a.WritePatch(v, &writerAtBuffer{&buf}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.CommitPatch(bytes.NewReader(buf.Bytes()), int64(buf.Len()), v); err != nil {
+			t.Fatalf("patch to version %d: %v", v, err)
+		}
+	}
+	if rep, err := b.Verify(nil); err != nil || len(rep.Damaged) != 0 || rep.Versions != 5 {
+		t.Fatalf("verify of the store whose versions came as patches: %+v %v", rep, err)
+	}
+	catchup := func(s *Store, v, from uint64) []byte {
+		var buf bytes.Buffer
+		if _, err := s.WritePatchFrom(v, from, &writerAtBuffer{&buf}); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	mustEqualBytes(t, "catch-up patch 1 -> 5", catchup(b, 5, 1), catchup(a, 5, 1))
+	mustEqualBytes(t, "catch-up patch 3 -> 5", catchup(b, 5, 3), catchup(a, 5, 3))
+	_, fa, err := a.RenderSlime(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fb, err := b.RenderSlime(4)
+	if err != nil || len(fa) != len(fb) {
+		t.Fatalf("slime delta of version 4: %d files, %d wanted (%v)", len(fb), len(fa), err)
+	}
+	renderBytes := func(rf RenderedFile) []byte {
+		if rf.Data != nil {
+			return rf.Data
+		}
+		b, err := os.ReadFile(rf.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i := range fa {
+		if fa[i].Name != fb[i].Name {
+			t.Fatalf("slime delta of version 4: file %q, %q wanted", fb[i].Name, fa[i].Name)
+		}
+		mustEqualBytes(t, "slime delta file "+fa[i].Name, renderBytes(fb[i]), renderBytes(fa[i]))
+	}
+	for _, s := range []*Store{a, b} {
+		if _, err := s.GC(2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if va, vb := a.Versions(), b.Versions(); len(va) != 2 || len(vb) != 2 || va[0].Number != vb[0].Number {
+		t.Fatalf("after gc: %v and %v", vb, va)
+	}
+	for _, v := range []uint64{4, 5} {
+		mustEqualBytes(t, "version after gc", readWhole(t, b, v, "model.safetensors"), versions[v-1]["model.safetensors"])
+	}
+	if rep, err := b.Verify(nil); err != nil || len(rep.Damaged) != 0 {
+		t.Fatalf("verify after gc: %+v %v", rep, err)
 	}
 }
