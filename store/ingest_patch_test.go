@@ -28,9 +28,21 @@ func patchVersions(t testing.TB) (v1, v2 map[string][]byte) {
 			testTensor{"c", delta.DTypeBF16, []int64{20_000}, c})
 	}
 	other := safetensorsFile(t, testTensor{"o", delta.DTypeBF16, []int64{10_000}, o})
-	v1 = map[string][]byte{"model.safetensors": model(a, b, c), "sub/other.safetensors": other, "config.json": []byte(`{"step":1}`)}
+	// A file whose header changes in place (its metadata), patched by tensor with the new
+	// header (docs/format.md Part III §2, header_files).
+	stepped := func(step string, m []byte) []byte {
+		hdr, err := delta.EncodeHeader(map[string]string{"step": step}, []delta.Tensor{{Name: "m", DType: delta.DTypeBF16, Shape: []int64{5_000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(hdr, m...)
+	}
+	m := bf16Like(rng, 5_000)
+	v1 = map[string][]byte{"model.safetensors": model(a, b, c), "sub/other.safetensors": other, "config.json": []byte(`{"step":1}`),
+		"meta.safetensors": stepped("1", m)}
 	v2 = map[string][]byte{"model.safetensors": model(perturb(rng, a, 2, 0.01), b, perturb(rng, c, 2, 0.5)),
-		"sub/other.safetensors": other, "config.json": []byte(`{"step":2}`), "notes.txt": []byte("two\n")}
+		"sub/other.safetensors": other, "config.json": []byte(`{"step":2}`), "notes.txt": []byte("two\n"),
+		"meta.safetensors": stepped("2", perturb(rng, m, 2, 0.01))}
 	return v1, v2
 }
 
@@ -82,6 +94,13 @@ func TestCommitPatchEqualsIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqualBytes(t, "patch of the patched version", again.Bytes(), patch)
+	p, err := delta.OpenPatch(bytes.NewReader(patch), int64(len(patch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := p.File("meta.safetensors"); !ok || f.NewHeader == nil || f.Whole {
+		t.Fatalf("the test's patch does not change meta.safetensors's header in place: %+v", f)
+	}
 }
 
 func manifestOf(t testing.TB, s *Store, v uint64) *manifest {
