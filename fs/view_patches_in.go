@@ -215,8 +215,14 @@ func (p *patchesView) Rename(ctx context.Context, name string, newParent gofs.In
 		}
 		p.mu.Lock()
 		delete(p.uploads, name)
+		if p.uploads[newName] == old {
+			delete(p.uploads, newName) // replaced by the rename
+		}
 		p.mu.Unlock()
 		u.drop()
+		if old != nil {
+			old.drop()
+		}
 		// The kernel moves its entry of the written file to newName when we return: make
 		// it look newName up again, to find the sealed version's patch.
 		go p.NotifyEntry(newName)

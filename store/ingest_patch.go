@@ -206,7 +206,7 @@ func (w *Writer) addWholeFromPatch(p *delta.Patch, pf delta.PatchFile, bf *manif
 		return err
 	}
 	if sum, _ := w.fileSHA256(pf.Name); sum != ID(pf.ResultSHA256) {
-		return badPatch("file %s: the patch makes a file of SHA-256 %s, its result_sha256 is %x", pf.Name, sum, pf.ResultSHA256)
+		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", sum, pf.ResultSHA256)
 	}
 	return nil
 }
@@ -230,7 +230,7 @@ func (w *Writer) addPatchedFile(p *delta.Patch, pf delta.PatchFile, baseV uint64
 	if pf.NewHeader != nil {
 		nh, err := delta.ParseHeader(pf.NewHeader, bf.Size)
 		if err != nil || int64(len(pf.NewHeader)) != bf.HeaderLen || !samePlaces(hdr, nh) {
-			return badPatch("file %s: its new header does not keep the base's length and tensors in place (%v)", pf.Name, err)
+			return badPatch("its new header does not keep the base's length and tensors in place (%v)", err)
 		}
 		prefix, hdr = pf.NewHeader, nh
 	}
@@ -280,7 +280,7 @@ func (w *Writer) addPatchedFile(p *delta.Patch, pf delta.PatchFile, baseV uint64
 		}
 	}
 	if entry.SHA256 != ID(pf.ResultSHA256) {
-		return badPatch("file %s: the patch makes a file of SHA-256 %s, its result_sha256 is %x", pf.Name, entry.SHA256, pf.ResultSHA256)
+		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", entry.SHA256, pf.ResultSHA256)
 	}
 	w.s.mat.contentChecks().noteSums(keyOf(entry), copySums.sums())
 	return w.addEntry(entry)
