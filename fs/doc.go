@@ -10,7 +10,8 @@
 //
 //	MNT/latest            symlink to the newest sealed weight_vNNNNNN
 //	MNT/weight_vNNNNNN/   a sealed version, served from the store
-//	MNT/patches/          derived views of sealed versions (see views.go)
+//	MNT/patches/          derived views of sealed versions (see views.go); on a read-write
+//	                      mount a patch written here seals the next version (view_patches_in.go)
 //	MNT/deltas/
 //	MNT/weight_vNNNNNN/   an open version (read-write mount only, until sealed)
 //	MNT/anything-else/    a staging directory (read-write mount only)
@@ -112,7 +113,8 @@
 // # Errors at the boundary
 //
 // Every error that reaches the kernel is a syscall.Errno:
-//   - EPERM: a modification of a sealed version, of latest, patches/ or deltas/, or a kind of
+//   - EPERM: a modification of a sealed version, of latest, patches/ (but for a patch written
+//     in: view_patches_in.go) or deltas/, or a kind of
 //     file the store cannot hold (symlinks, hard links, devices); a file created at the root;
 //     a rename of a staging directory to a version number that is not above every sealed and
 //     open version, or to a version-like name that is not one (where mkdir answers EINVAL:
@@ -135,6 +137,11 @@
 //     other errnos from the store pass through unchanged, and the store's sentinels map to
 //     the nearest errno (ErrVersionNotAbove and ErrVersionOutOfRange EINVAL, ErrVersionBusy
 //     EEXIST, ErrNoSuchVersion and ErrNoSuchFile ENOENT, ErrReadOnly EROFS, ErrLocked EBUSY).
+//   - EINVAL at the close or rename of a patch written into patches/ that cannot make the
+//     next version (store.ErrBadPatch: its base is not the latest version, a base identity or
+//     checksum fails, a tensor the base lacks or of another dtype or shape, truncated, a
+//     position outside its tensor); nothing is sealed and the reason is in
+//     patches/weight_vNNNNNN.safetensors.rejected (view_patches_in.go).
 //   - ENODATA: a seal of a tree that holds no file (an open version with DONE alone).
 //   - ESTALE: an open of a file of an open version that was sealed meanwhile through a
 //     cached path; the kernel then looks the path up again and finds the sealed file.

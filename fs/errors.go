@@ -69,6 +69,7 @@ var storeErrnos = []struct {
 	{store.ErrNoSuchVersion, syscall.ENOENT},
 	{store.ErrNoSuchFile, syscall.ENOENT},
 	{store.ErrEmptyVersion, syscall.EINVAL},
+	{store.ErrBadPatch, syscall.EINVAL},
 	{store.ErrBadPath, syscall.EINVAL},
 	{store.ErrReadOnly, syscall.EROFS},
 	{store.ErrLocked, syscall.EBUSY},

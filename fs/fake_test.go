@@ -131,6 +131,11 @@ func (b *fakeStore) StagingDir() (string, error) { return "", nil }
 
 func (b *fakeStore) SealedElsewhere() bool { return false }
 
+// CommitPatch: the fake renders no views, so its patches/ takes no patch.
+func (b *fakeStore) CommitPatch(io.ReaderAt, int64, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, errNoRenders
+}
+
 // The fake renders no views: they are empty.
 func (b *fakeStore) RendersViews() bool { return false }
 

@@ -40,6 +40,12 @@ type rankVersions struct {
 // polls for them (pollMode).
 func (b rankVersions) SealedElsewhere() bool { return true }
 
+// CommitPatch: a rank writes its part of a version; its publisher seals versions, so a patch
+// has nowhere to go (patches/ refuses it on a rank's mount).
+func (b rankVersions) CommitPatch(io.ReaderAt, int64, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, fmt.Errorf("a rank of a writer group takes no patch: %w", errors.ErrUnsupported)
+}
+
 // rankPoll is how often a rank that sealed its part looks for the published version.
 const rankPoll = 50 * time.Millisecond
 

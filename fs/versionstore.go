@@ -79,6 +79,11 @@ type VersionStore interface {
 	// (so that a full disk shows up as ENOSPC of the store), or "" for a store without
 	// one: the mount then stages in a temporary directory.
 	StagingDir() (string, error)
+	// CommitPatch seals version v as the latest version with the one-file patch in r (size
+	// bytes) applied (store.Store.CommitPatch: a patch written into patches/ on a read-write
+	// mount, view_patches_in.go). A bad patch fails with store.ErrBadPatch; a store that
+	// cannot (a rank of a writer group) with errors.ErrUnsupported.
+	CommitPatch(r io.ReaderAt, size int64, v uint64) (store.VersionInfo, error)
 	// SealedElsewhere reports whether another process seals the versions this mount
 	// writes (a rank of a writer group: its group's publisher), so that the mount polls
 	// for them and its root follows them (pollMode).
@@ -135,6 +140,10 @@ func (b storeVersions) NewVersion(v uint64) (VersionWriter, error) {
 // StagingDir puts staging files on the store's disk: the store's own staging directory
 // (STORE/cache/staging for a local store; see store.Options.CacheDir).
 func (b storeVersions) StagingDir() (string, error) { return b.s.StagingDir() }
+
+func (b storeVersions) CommitPatch(r io.ReaderAt, size int64, v uint64) (store.VersionInfo, error) {
+	return b.s.CommitPatch(r, size, v)
+}
 
 // SealedElsewhere: the versions a mount of a whole store writes are its own.
 func (b storeVersions) SealedElsewhere() bool { return false }

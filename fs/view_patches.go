@@ -39,6 +39,12 @@ type patchesView struct {
 	pairs   map[[2]uint64]*sync.Mutex // one render of a catch-up patch at a time
 	renders map[uint64]patchRender    // what this mount has rendered
 	has     map[uint64]patchRender    // PatchBase decisions (rf unset)
+
+	// Patches written in (view_patches_in.go): files being written, the notes of refused
+	// ones, and one seal from a patch at a time.
+	uploads  map[string]*patchUpload
+	notes    map[string]string
+	commitMu sync.Mutex
 }
 
 // patchRender is a render (or a decision) made when the version before was base; a change
@@ -60,6 +66,8 @@ func newPatchesView(m *mountState, name string) viewNode {
 		pairs:   map[[2]uint64]*sync.Mutex{},
 		renders: map[uint64]patchRender{},
 		has:     map[uint64]patchRender{},
+		uploads: map[string]*patchUpload{},
+		notes:   map[string]string{},
 	}
 }
 
@@ -169,6 +177,9 @@ func isNoPatch(err error) bool {
 
 func (p *patchesView) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	p.m.patchesWanted(p) // a reader of patches is here: render new versions' ahead (poll.go)
+	if n := p.lookupIn(ctx, name, out); n != nil {
+		return n, 0 // a patch being written, or the note of a refused one
+	}
 	if v, from, ok := parseCatchupName(name); ok {
 		return p.lookupCatchup(ctx, name, v, from, out)
 	}
@@ -292,5 +303,5 @@ func (p *patchesView) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errn
 			list = append(list, fuse.DirEntry{Name: PatchName(vs[i].Number), Mode: syscall.S_IFREG})
 		}
 	}
-	return gofs.NewListDirStream(list), 0
+	return gofs.NewListDirStream(p.listIn(list)), 0
 }

@@ -9,7 +9,9 @@ import (
 )
 
 // Views are derived, read-only directories at the mount root, made from sealed versions on
-// every mount, read-write or read-only (docs/format.md Part III §5):
+// every mount, read-write or read-only (docs/format.md Part III §5); the one way in is a patch
+// written into patches/ on a read-write mount, which seals the next version from it
+// (view_patches_in.go):
 //
 //	patches/weight_vNNNNNN.safetensors   one-file sparse patch, previous version -> NNNNNN
 //	deltas/weight_vNNNNNN/               slime-compatible delta checkpoint (or a full one)

@@ -79,6 +79,12 @@
 // content is already stored. Nothing is visible until Seal writes the manifest. A crash at
 // any point leaves every sealed version intact and the interrupted one absent.
 //
+// CommitPatch seals the next version from a one-file patch against the latest version (what a
+// trainer writes into MNT/patches/): checked whole first (ErrBadPatch), then each changed file
+// is read as the base's bytes with the patch laid over them and stored by the same tensor path,
+// unchanged tensors and files by reference: the objects and manifest a full ingest of the same
+// bytes would store, and no full copy (ingest_patch.go).
+//
 // # Counts
 //
 // Stats counts what the store did since Open (seals and their bytes and files, versions a
@@ -96,7 +102,7 @@
 // refuse), ErrNoSuchVersion (and ErrVersionRemoved, a version gc removed while a reader
 // served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrLeaseNotRenewed, ErrNotAStore, ErrUnsupportedVersion,
 // ErrEmptyVersion, ErrReadOnly, the writer groups' ErrGroupIncomplete, ErrGroupConflict,
-// ErrGroupMismatch, ErrGroupRank and ErrGroupUnsupported (each naming the ranks), and the operating system's errors (a full disk wraps
+// ErrGroupMismatch, ErrGroupRank and ErrGroupUnsupported (each naming the ranks), ErrBadPatch (CommitPatch: a patch that cannot make the next version), and the operating system's errors (a full disk wraps
 // syscall.ENOSPC) as they come.
 //
 // # Damage

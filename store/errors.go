@@ -94,6 +94,11 @@ var (
 	ErrGroupRank = errors.New("writer group: not allowed here")
 	// ErrGroupUnsupported marks a store whose backend cannot hold a writer group's records.
 	ErrGroupUnsupported = errors.New("writer groups are not supported by this store's backend")
+	// ErrBadPatch marks a patch given to CommitPatch that cannot make the next version: its
+	// base is not the latest version, a base identity or checksum fails, it names a tensor
+	// the base lacks or gives another dtype or shape, it is truncated or malformed, or a
+	// position lies outside its tensor. Nothing is sealed (ingest_patch.go).
+	ErrBadPatch = errors.New("patch refused")
 )
 
 // errNoDirectIO marks a file system that refuses O_DIRECT: its files are read through the
