@@ -103,6 +103,16 @@ func (c *collector) repackPacks() error {
 	if !ok || rec == nil {
 		return nil
 	}
+	// A writer of this process, or a rank of a writer group, may have put packs it has not
+	// indexed yet, however long ago (a long ingest): no pack is an orphan while one writes.
+	if n := len(c.st.ingest.openWriters()); n > 0 {
+		c.log.Info("gc: packs no index names are kept: writers are open", "writers", n)
+		return nil
+	}
+	if writing, err := c.st.groups.publisher.roots(map[ID]bool{}); writing != "" || err != nil {
+		c.log.Info("gc: packs no index names are kept: a writer group may be writing", "writing", writing, "err", err)
+		return nil
+	}
 	indexes, damaged, err := loadIndexes(rec)
 	if err != nil {
 		return fmt.Errorf("orphan packs: %w", err)
