@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -575,4 +576,55 @@ func TestGCRepacks(t *testing.T) {
 		t.Fatalf("gc: repack called %d times, %d packs left; want 3 and the orphan removed", spy.calls, len(r.packsOnDisk()))
 	}
 	s.be.Backend = spy.Backend
+}
+
+// TestRewritePacksRandom: random packs of overlapping objects (a later copy of an object
+// differs from an earlier one, so serving the wrong one shows), random objects dropped: after
+// the rewrite every kept object is served by the record the last index gave it, each once,
+// and no dropped one is indexed.
+func TestRewritePacksRandom(t *testing.T) {
+	defer func(n int64) { repackTarget = n }(repackTarget)
+	repackTarget = 700
+	for seed := range 25 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		r := newRepackRig(t)
+		for x := range 2 + rng.IntN(3) {
+			var packs []pack.IndexedPack
+			for range 1 + rng.IntN(2) {
+				var ns []int
+				for range 1 + rng.IntN(5) {
+					ns = append(ns, 1+rng.IntN(12))
+				}
+				packs = append(packs, r.putPack(x+len(packs)*10, ns...))
+			}
+			r.putIndex(packs...)
+		}
+		var dead []int
+		for n := 1; n <= 12; n++ {
+			if rng.IntN(3) == 0 {
+				dead = append(dead, n)
+			}
+		}
+		if _, err := rewritePacks(r.env, r.indexes(), keepAllBut(dead...)); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		want := r.kept(dead...)
+		r.checkReachable(fmt.Sprintf("seed %d", seed), want)
+		seen := map[ID]int{}
+		for _, x := range r.indexes() {
+			for _, p := range x.Packs {
+				for _, e := range p.Entries {
+					seen[ID(e.ID)]++
+				}
+			}
+		}
+		if len(seen) != len(want) {
+			t.Errorf("seed %d: %d objects indexed, want the %d kept", seed, len(seen), len(want))
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Errorf("seed %d: object %s indexed %d times", seed, id, n)
+			}
+		}
+	}
 }
