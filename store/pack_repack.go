@@ -45,6 +45,8 @@ const repackCopyBuf = 1 << 20
 type packPlan struct {
 	pack.IndexedPack
 	live []pack.Entry // its records kept: keep accepts the id and this pack serves it
+	last int          // its last place among the packs the indexes name, in their order
+	kept bool         // left as it is although it holds dead records (it cannot be read)
 }
 
 // rewritePacks is gc's rewrite of the packs that indexes name (in loadIndexes' order: an id in
@@ -87,6 +89,7 @@ func rewritePacks(env packEnv, indexes []namedIndex, keep func(ID) bool) (newInd
 		default:
 			if reason := packUnreadable(env, p); reason != nil {
 				env.log.Warn("gc: pack left as it is, its objects dropped stay in it", "pack", ID(p.ID), "err", reason)
+				p.kept = true
 				untouched = append(untouched, p)
 				continue
 			}
@@ -111,20 +114,29 @@ func rewritePacks(env packEnv, indexes []namedIndex, keep func(ID) bool) (newInd
 		}
 	}
 
-	// 2. One index of every live pack, durable.
+	// 2. One index of every live pack, durable. Packs left as they are with dead records
+	// come first, in the order that made them serve what they serve: where one of their
+	// dead records shares an id with a live one, the later pack in the index serves it.
 	live := make([]pack.IndexedPack, 0, len(untouched)+len(written))
 	named := map[pack.ID]bool{}
+	var sound []pack.IndexedPack
+	slices.SortFunc(untouched, func(a, b *packPlan) int { return cmp.Compare(a.last, b.last) })
 	for _, p := range untouched {
-		live = append(live, p.IndexedPack)
+		if p.kept {
+			live = append(live, p.IndexedPack)
+		} else {
+			sound = append(sound, p.IndexedPack)
+		}
 		named[p.ID] = true
 	}
 	for _, np := range written {
 		if !named[np.ID] {
-			live = append(live, np)
+			sound = append(sound, np)
 			named[np.ID] = true
 		}
 	}
-	slices.SortFunc(live, func(a, b pack.IndexedPack) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	slices.SortFunc(sound, func(a, b pack.IndexedPack) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	live = append(live, sound...)
 	if len(live) > 0 {
 		seq := env.nextSeq()
 		if top := ordered[len(ordered)-1].Seq; seq <= top {
@@ -172,12 +184,15 @@ func planPacks(ordered []namedIndex, keep func(ID) bool) (map[pack.ID]*packPlan,
 	plans := map[pack.ID]*packPlan{}
 	var order []pack.ID
 	server := map[ID]pack.ID{} // which pack serves each id: the last to name it
+	place := 0
 	for _, x := range ordered {
 		for _, p := range x.Packs {
 			if _, ok := plans[p.ID]; !ok {
 				plans[p.ID] = &packPlan{IndexedPack: p}
 				order = append(order, p.ID)
 			}
+			plans[p.ID].last = place
+			place++
 			for _, e := range p.Entries {
 				server[ID(e.ID)] = p.ID
 			}

@@ -628,3 +628,35 @@ func TestRewritePacksRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestRewritePacksUnreadable: a pack to rewrite that is not the size its index gives is left
+// as it is and named again, and where it holds a shadowed copy of an object the pack that
+// served the object still serves it (whatever the order of the two packs' ids).
+func TestRewritePacksUnreadable(t *testing.T) {
+	for k := range 6 {
+		n := 1 + 4*k
+		r := newRepackRig(t)
+		a := r.putPack(0, n, n+1, n+2)
+		r.putIndex(a)
+		r.putIndex(r.putPack(1, n, n+3)) // shadows a's copy of n
+		p := r.be.packPath(ID(a.ID))
+		if err := os.Chmod(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte{0}); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if _, err := rewritePacks(r.env, r.indexes(), keepAllBut(n+1)); err != nil {
+			t.Fatal(err)
+		}
+		if !r.packsOnDisk()[ID(a.ID)] || !strings.Contains(r.logBuf.String(), "pack="+ID(a.ID).String()) {
+			t.Fatalf("objects %d..: the pack of the wrong size was not left as it is, and logged", n)
+		}
+		r.checkReachable(fmt.Sprintf("objects %d..", n), r.kept(n+1))
+	}
+}
