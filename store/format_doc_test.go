@@ -101,7 +101,7 @@ func TestDocObjectExample(t *testing.T) {
 	}
 	whole, diff := objectFile(v1), objectFile(v2)
 
-	section := docFormatSection(t, "#### 3.4 Worked example", "### 4. Manifests")
+	section := docFormatSection(t, "#### 3.4 Worked example", "#### 3.5 Packs")
 	prose := strings.Join(strings.Fields(section), " ") // the sentences, whatever their line breaks
 	for _, want := range []string{
 		"stored whole, is a " + strconv.Itoa(len(whole)) + "-byte file",

@@ -251,6 +251,9 @@ func (c *collector) gcSweepOnly(st GCStats, dryRun bool) (GCStats, error) {
 	} else {
 		c.gcRecord.trim()
 		st.DeletedObjects, st.DeletedBytes, err = c.sweepLocked()
+		if err == nil {
+			err = c.repackPacks() // packs that held what the sweep deleted (pack_repack_gc.go)
+		}
 	}
 	if errors.Is(err, errUnreadableManifests) {
 		c.log.Warn("gc: no object deleted", "err", err)

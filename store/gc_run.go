@@ -334,6 +334,9 @@ func (c *collector) dropVersions(st GCStats, drop []VersionInfo) (GCStats, error
 		c.gcRecord.trim() // the record holds the versions kept late: not dropped
 	}
 	c.pins.removeExpired(time.Now())
+	if err := c.repackPacks(); err != nil { // packs that held what the sweep deleted (pack_repack_gc.go)
+		return st, fmt.Errorf("gc: %w", err)
+	}
 	c.log.Info("gc: dropped versions", "dropped", st.Dropped, "reanchored", st.Reanchored, "deleted_objects", st.DeletedObjects, "deleted_bytes", st.DeletedBytes)
 	return st, nil
 }
