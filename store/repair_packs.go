@@ -1,0 +1,430 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"github.com/weightfs/weightfs/store/pack"
+)
+
+// Repair of packs and pack indexes (weightfs verify --repair; the rules of repair.go). The
+// packs' own tables are the truth, the indexes a copy of them (docs/format.md Part I §8):
+//
+//   - a pack with an intact table that no intact index names (its index lost, damaged, or
+//     never written by a writer that stopped) is named by ONE new index record, written
+//     from the packs' tables, durable before anything is moved;
+//   - then each damaged index record (it does not decode) is moved into quarantine/index/NAME:
+//     no read path uses it, and its packs are named again by the new index;
+//   - a pack whose table is damaged but that an intact index names has its table written
+//     again from the index (the same bytes: a pack's name is the SHA-256 of its table), when
+//     its file has the size the index says; otherwise it is left, reported, and its records
+//     still read through the index;
+//   - a pack whose table is damaged and that no intact index names serves nothing: it is
+//     moved into quarantine/packs/<id>;
+//   - a damaged record (it fails its CRC-32C or names another object) has its bytes copied
+//     into quarantine/objects/<id>; the pack is left as it is and keeps being reported, until
+//     gc rewrites it without that record (rewritePacks, the repack helper's). The objects
+//     part of repair (repair.go) meanwhile mends or quarantines the object as a loose one.
+//
+// An I/O error anywhere (no verdict) stops it before it changes anything.
+
+// packQuarantiner is a backend that can move pack files and index records aside and keep a
+// damaged record's bytes (the local one: backend_local_pack_quarantine.go).
+type packQuarantiner interface {
+	quarantineIndex(name string) (string, error)
+	quarantineIndexPath(name string) string
+	quarantinePack(id ID) (string, error)
+	quarantinePackPath(id ID) string
+	// keepQuarantinedObject writes data as quarantine/objects/<id> (an object's record that
+	// stays in its pack).
+	keepQuarantinedObject(id ID, data []byte) (string, error)
+}
+
+// packRepairPlan is what a repair of packs does: what checkPacks found, in actions.
+type packRepairPlan struct {
+	orphans    []pack.IndexedPack // intact packs no intact index names (or one replaced): a new index names them
+	badIndexes []string           // damaged index records, or ones naming a missing pack: moved aside after the new index
+	badPacks   []ID               // damaged tables no intact index names: moved aside
+	tables     []mendTable        // damaged tables an intact index holds: written again
+	badRecords []PackDamage       // damaged records: bytes copied aside, pack left
+}
+
+// mendTable is a pack whose table is written again from the copy an index holds.
+type mendTable struct {
+	id   ID
+	size int64
+	ents []pack.Entry
+}
+
+// empty reports whether the plan does nothing.
+func (p packRepairPlan) empty() bool {
+	return len(p.orphans)+len(p.badIndexes)+len(p.badPacks)+len(p.tables)+len(p.badRecords) == 0
+}
+
+// planPackRepair checks the packs (checkPacks) and plans their repair; an I/O error of the
+// check is returned, and nothing is planned.
+func planPackRepair(env packEnv) (packRepairPlan, packReport, error) {
+	var plan packRepairPlan
+	rep, err := checkPacks(env)
+	if err != nil {
+		return plan, rep, err
+	}
+	if len(rep.Unreadable) > 0 {
+		return plan, rep, fmt.Errorf("repair of packs: nothing changed: %s could not be checked: %w", rep.Unreadable[0].what(), rep.Unreadable[0].Err)
+	}
+	good, err := checkIndexes(env.records, &packReport{})
+	if err != nil {
+		return plan, rep, err
+	}
+	sizes := map[ID]int64{}
+	entries := map[ID][]pack.Entry{}
+	for _, x := range good {
+		for _, p := range x.Packs {
+			sizes[p.ID], entries[p.ID] = p.Size, p.Entries
+		}
+	}
+	for _, id := range rep.Orphans {
+		ip, err := readPackTable(env.packs, id)
+		if err != nil {
+			return plan, rep, fmt.Errorf("repair of packs: nothing changed: %w", err)
+		}
+		plan.orphans = append(plan.orphans, ip)
+	}
+	missing := map[string]map[ID]bool{} // index -> the packs it names that are missing
+	for _, d := range rep.Damaged {
+		switch {
+		case !d.Object.IsZero():
+			plan.badRecords = append(plan.badRecords, d)
+		case d.Pack.IsZero():
+			plan.badIndexes = append(plan.badIndexes, d.Index)
+		case d.Index == "":
+			plan.badPacks = append(plan.badPacks, d.Pack)
+		default:
+			// A pack an intact index names, missing, cut, or with a damaged table: the
+			// table is mended where the file has the size the index says; an index naming
+			// a missing pack is replaced by one that names its other packs.
+			st, err := env.packs.StatPack(d.Pack)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				if missing[d.Index] == nil {
+					missing[d.Index] = map[ID]bool{}
+				}
+				missing[d.Index][d.Pack] = true
+			case err == nil && st == sizes[d.Pack] && !slices.ContainsFunc(plan.tables, func(m mendTable) bool { return m.id == d.Pack }):
+				plan.tables = append(plan.tables, mendTable{id: d.Pack, size: st, ents: entries[d.Pack]})
+			}
+		}
+	}
+	for _, x := range good {
+		gone := missing[x.Name]
+		if gone == nil {
+			continue
+		}
+		for _, p := range x.Packs {
+			if !gone[p.ID] && !slices.ContainsFunc(plan.orphans, func(o pack.IndexedPack) bool { return o.ID == p.ID }) {
+				plan.orphans = append(plan.orphans, p)
+			}
+		}
+		plan.badIndexes = append(plan.badIndexes, x.Name)
+	}
+	return plan, rep, nil
+}
+
+// readPackTable reads the table of pack id (which must be intact) as an index holds it.
+func readPackTable(packs PackBackend, id ID) (pack.IndexedPack, error) {
+	f, err := packs.OpenPack(id)
+	if err != nil {
+		return pack.IndexedPack{}, err
+	}
+	defer f.Close()
+	ents, got, err := pack.ReadTrailer(f, f.Size())
+	if err == nil && got != id {
+		err = fmt.Errorf("pack %s holds the table of pack %s: %w", id, ID(got), ErrCorrupt)
+	}
+	if err != nil {
+		return pack.IndexedPack{}, packError(err)
+	}
+	return pack.IndexedPack{ID: id, Size: f.Size(), Entries: ents}, nil
+}
+
+// rebuildIndexes writes one new pack index record naming every pack with an intact table
+// that no intact index names, from the packs' own tables, and then moves the damaged index
+// records into quarantine (when the backend can; else they stay, and are reported). It
+// returns the names of the index records written (none when every pack is named).
+func rebuildIndexes(env packEnv) ([]string, error) {
+	plan, _, err := planPackRepair(env)
+	if err != nil {
+		return nil, err
+	}
+	name, err := writeRebuiltIndex(env, plan.orphans)
+	if err != nil || name == "" {
+		return nil, err
+	}
+	if q, ok := env.be.(packQuarantiner); ok {
+		for _, bad := range plan.badIndexes {
+			if _, err := q.quarantineIndex(bad); err != nil {
+				return []string{name}, err
+			}
+		}
+	}
+	return []string{name}, nil
+}
+
+// writeRebuiltIndex writes the index record of packs (none: nothing) and returns its name.
+func writeRebuiltIndex(env packEnv, packs []pack.IndexedPack) (string, error) {
+	if len(packs) == 0 {
+		return "", nil
+	}
+	x := pack.Index{Seq: env.nextSeq(), Packs: packs}
+	b := x.Encode()
+	name := pack.Name(x.Seq, b)
+	if err := env.records.PutRecord(RecordIndex, name, b); err != nil {
+		return "", fmt.Errorf("repair: write pack index %s: %w", name, err)
+	}
+	if env.log != nil {
+		ids := make([]string, len(packs))
+		for i, p := range packs {
+			ids[i] = ID(p.ID).String()
+		}
+		env.log.Info("repair: pack index written from the packs' own tables", "index", name, "packs", strings.Join(ids, ","))
+	}
+	return name, nil
+}
+
+// mendPackTable writes pack m.id again: its records as they are, then the table its index
+// holds, which is the pack's own (the pack's name is the SHA-256 of it).
+func mendPackTable(env packEnv, m mendTable) error {
+	if len(m.ents) == 0 {
+		return fmt.Errorf("pack %s: no table to write", m.id)
+	}
+	t := pack.Trailer(slices.Clone(m.ents))
+	if ID(pack.IDOfTrailer(t)) != m.id {
+		return fmt.Errorf("pack %s: the index's table is another pack's: %w", m.id, ErrCorrupt)
+	}
+	f, err := env.packs.OpenPack(m.id)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	recs := m.size - int64(len(t))
+	tmp, err := env.be.CreateTemp()
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(tmp, io.NewSectionReader(f, 0, recs)); err != nil {
+		env.be.RemoveTemp(tmp)
+		return fmt.Errorf("pack %s: copy its records: %w", m.id, err)
+	}
+	if _, err := tmp.Write(t); err != nil {
+		env.be.RemoveTemp(tmp)
+		return fmt.Errorf("pack %s: write its table: %w", m.id, err)
+	}
+	if err := env.packs.PutPack(m.id, tmp); err != nil {
+		return err
+	}
+	return env.be.SyncObjects()
+}
+
+// recordBytes reads the record of object id in pack p (entry from its index or table).
+func recordBytes(env packEnv, d PackDamage, ents []pack.Entry) ([]byte, error) {
+	e, ok := pack.Find(ents, d.Object)
+	if !ok {
+		return nil, fmt.Errorf("%s: not in the pack's table: %w", d.what(), fs.ErrNotExist)
+	}
+	f, err := env.packs.OpenPack(d.Pack)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if e.Offset < 0 || e.Length < 0 || e.Offset > f.Size()-e.Length {
+		return nil, fmt.Errorf("%s: record outside the pack: %w", d.what(), ErrCorrupt)
+	}
+	b := make([]byte, e.Length)
+	if err := readFull(f, b, e.Offset); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// packEntries are the entries of every pack: from the newest intact index naming it, else
+// from its own table where that is intact.
+func packEntries(env packEnv) (map[ID][]pack.Entry, error) {
+	out := map[ID][]pack.Entry{}
+	good, err := checkIndexes(env.records, &packReport{})
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range good {
+		for _, p := range x.Packs {
+			out[p.ID] = p.Entries
+		}
+	}
+	err = env.packs.ListPacks(func(id ID, _ int64) error {
+		if _, ok := out[id]; !ok {
+			if ip, err := readPackTable(env.packs, id); err == nil {
+				out[id] = ip.Entries
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// repairPacks carries out the repair of packs for Repair (or, for a dry run, says what it
+// would do): the index first, then the moves. It adds to rep what it wrote and moved; the
+// error says what stays damaged (a damaged record left in its pack) or what failed.
+func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
+	env := r.c.packEnv()
+	if env.packs == nil {
+		return nil
+	}
+	plan, found, err := planPackRepair(env)
+	rep.Packs = found
+	if err != nil || plan.empty() {
+		return err
+	}
+	q, _ := env.be.(packQuarantiner)
+	defer r.packsChanged()
+	if dryRun {
+		for _, p := range plan.orphans {
+			rep.PackIndexes = append(rep.PackIndexes, "(new) for pack "+ID(p.ID).String())
+		}
+		for _, m := range plan.tables {
+			rep.MendedPacks = append(rep.MendedPacks, m.id)
+		}
+		if q != nil {
+			for _, n := range plan.badIndexes {
+				rep.Moved = append(rep.Moved, q.quarantineIndexPath(n))
+			}
+			for _, id := range plan.badPacks {
+				rep.Moved = append(rep.Moved, q.quarantinePackPath(id))
+			}
+		}
+		return nil
+	}
+	name, err := writeRebuiltIndex(env, plan.orphans)
+	if err != nil {
+		return err
+	}
+	if name != "" {
+		rep.PackIndexes = append(rep.PackIndexes, name)
+	}
+	for _, m := range plan.tables {
+		if err := mendPackTable(env, m); err != nil {
+			return fmt.Errorf("repair: pack %s: write its table again: %w", m.id, err)
+		}
+		rep.MendedPacks = append(rep.MendedPacks, m.id)
+		r.s.log.Info("repair: pack table written again from its index", "pack", m.id)
+	}
+	if q == nil {
+		if len(plan.badIndexes)+len(plan.badPacks)+len(plan.badRecords) > 0 {
+			return fmt.Errorf("repair: this store's backend moves no pack or pack index aside: %d damaged index records, %d damaged packs and %d damaged records stay", len(plan.badIndexes), len(plan.badPacks), len(plan.badRecords))
+		}
+		return nil
+	}
+	for _, n := range plan.badIndexes {
+		dst, err := q.quarantineIndex(n)
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		rep.Moved = append(rep.Moved, dst)
+		r.s.log.Info("repair: pack index quarantined", "index", n, "to", dst)
+	}
+	for _, id := range plan.badPacks {
+		dst, err := q.quarantinePack(id)
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		rep.Moved = append(rep.Moved, dst)
+		r.s.log.Info("repair: pack with a damaged table that no index names quarantined", "pack", id, "to", dst)
+	}
+	return r.keepDamagedRecords(env, q, plan.badRecords, rep)
+}
+
+// keepDamagedRecords copies the bytes of each damaged record into quarantine/objects/<id>
+// and leaves its pack: the pack is rewritten without it by gc (rewritePacks), not here. The
+// error names what stays damaged.
+func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []PackDamage, rep *RepairReport) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	ents, err := packEntries(env)
+	if err != nil {
+		return fmt.Errorf("repair: %w", err)
+	}
+	var left []string
+	for _, d := range bad {
+		b, err := recordBytes(env, d, ents[d.Pack])
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		dst, err := q.keepQuarantinedObject(d.Object, b)
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		rep.KeptRecords = append(rep.KeptRecords, dst)
+		left = append(left, d.what())
+		r.s.log.Warn("repair: damaged record's bytes copied into quarantine; its pack is left as it is until gc rewrites it", "object", d.Object, "pack", d.Pack, "to", dst)
+	}
+	return fmt.Errorf("repair: %d damaged records stay in their packs (their bytes copied into quarantine; gc rewrites the packs without them): %s: %w",
+		len(left), strings.Join(left, "; "), ErrCorrupt)
+}
+
+
+// packsChanged tells the store's pack layer that index records and packs changed under it
+// (it reads the indexes again), and drops what the objects part holds of objects' headers.
+func (r *repairer) packsChanged() {
+	if l, ok := r.s.be.Backend.(interface{ reload() error }); ok {
+		if err := l.reload(); err != nil {
+			r.s.log.Warn("repair: pack indexes not read again", "err", err)
+		}
+	}
+	r.s.objects.dropHeaders()
+}
+
+// packsLeft is Repair's error for the damage of packs that the repair leaves (a damaged
+// record stays in its pack until gc rewrites it; a pack missing that its index names is
+// found by Verify's check of the versions): nil after a dry run, or when there is none.
+func (rep *RepairReport) packsLeft() error {
+	if rep.DryRun || len(rep.Verify.Packs.Damaged) == 0 {
+		return nil
+	}
+	lines := make([]string, len(rep.Verify.Packs.Damaged))
+	for i, d := range rep.Verify.Packs.Damaged {
+		lines[i] = d.String()
+	}
+	return fmt.Errorf("repair: %d damaged in packs stay (a damaged record is left in its pack, its bytes copied into quarantine, until gc rewrites the pack without it): %s: %w",
+		len(lines), strings.Join(lines, "; "), ErrCorrupt)
+}
+
+// quarantineObject moves object id aside (repair.go's applyQuarantine): a loose object's file
+// is moved, a packed object's record is copied (its pack is left to gc, which rewrites it
+// without the record once no version names it).
+func (r *repairer) quarantineObject(q quarantiner, id ID) (string, error) {
+	env := r.c.packEnv()
+	pq, ok := env.be.(packQuarantiner)
+	if env.packs == nil || !ok {
+		return q.quarantineObject(id)
+	}
+	if _, err := env.be.StatObject(id); !errors.Is(err, fs.ErrNotExist) {
+		return q.quarantineObject(id)
+	}
+	ents, err := packEntries(env)
+	if err != nil {
+		return "", err
+	}
+	for p, es := range ents {
+		if _, ok := pack.Find(es, id); ok {
+			b, err := recordBytes(env, PackDamage{Pack: p, Object: id}, es)
+			if err != nil {
+				return "", err
+			}
+			return pq.keepQuarantinedObject(id, b)
+		}
+	}
+	return q.quarantineObject(id)
+}
