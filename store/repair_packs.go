@@ -374,7 +374,6 @@ func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []Pack
 		len(left), strings.Join(left, "; "), ErrCorrupt)
 }
 
-
 // packsChanged tells the store's pack layer that index records and packs changed under it
 // (it reads the indexes again), and drops what the objects part holds of objects' headers.
 func (r *repairer) packsChanged() {
