@@ -146,7 +146,7 @@ func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error
 		return rep, err
 	}
 	if len(rep.Verify.Damaged) == 0 {
-		return rep, rep.packsLeft()
+		return rep, r.packsLeft(&rep)
 	}
 	plan, err := r.planRepair(rep.Verify)
 	if err != nil {
@@ -200,7 +200,7 @@ func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error
 	if err := r.applyQuarantine(q, plan, &rep); err != nil {
 		return rep, err
 	}
-	return rep, rep.packsLeft()
+	return rep, r.packsLeft(&rep)
 }
 
 // addRewrites counts the objects written again: a damaged one mended, a sound one re-anchored.

@@ -152,26 +152,43 @@ func readPackTable(packs PackBackend, id ID) (pack.IndexedPack, error) {
 }
 
 // rebuildIndexes writes one new pack index record naming every pack with an intact table
-// that no intact index names, from the packs' own tables, and then moves the damaged index
-// records into quarantine (when the backend can; else they stay, and are reported). It
-// returns the names of the index records written (none when every pack is named).
+// that no intact index names (and the other packs of an index that names a missing pack),
+// from the packs' own tables, and then moves the damaged index records (and those naming a
+// missing pack) into quarantine when the backend can (else they stay). It returns the names
+// of the index records written (none when every pack is named).
 func rebuildIndexes(env packEnv) ([]string, error) {
 	plan, _, err := planPackRepair(env)
 	if err != nil {
 		return nil, err
 	}
-	name, err := writeRebuiltIndex(env, plan.orphans)
-	if err != nil || name == "" {
+	q, _ := env.be.(packQuarantiner)
+	name, _, err := applyIndexRebuild(env, plan, q)
+	if name == "" {
 		return nil, err
 	}
-	if q, ok := env.be.(packQuarantiner); ok {
-		for _, bad := range plan.badIndexes {
-			if _, err := q.quarantineIndex(bad); err != nil {
-				return []string{name}, err
-			}
+	return []string{name}, err
+}
+
+// applyIndexRebuild carries out the index part of plan: the new index first, durable, then
+// the index records it replaces moved aside (q nil: left). It returns the new index's name
+// ("" for none) and where it moved each.
+func applyIndexRebuild(env packEnv, plan packRepairPlan, q packQuarantiner) (string, []string, error) {
+	name, err := writeRebuiltIndex(env, plan.orphans)
+	if err != nil || q == nil {
+		return name, nil, err
+	}
+	var moved []string
+	for _, bad := range plan.badIndexes {
+		dst, err := q.quarantineIndex(bad)
+		if err != nil {
+			return name, moved, fmt.Errorf("repair: %w", err)
+		}
+		moved = append(moved, dst)
+		if env.log != nil {
+			env.log.Info("repair: pack index quarantined", "index", bad, "to", dst)
 		}
 	}
-	return []string{name}, nil
+	return name, moved, nil
 }
 
 // writeRebuiltIndex writes the index record of packs (none: nothing) and returns its name.
@@ -306,12 +323,13 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 		}
 		return nil
 	}
-	name, err := writeRebuiltIndex(env, plan.orphans)
-	if err != nil {
-		return err
-	}
+	name, moved, err := applyIndexRebuild(env, plan, q)
 	if name != "" {
 		rep.PackIndexes = append(rep.PackIndexes, name)
+	}
+	rep.Moved = append(rep.Moved, moved...)
+	if err != nil {
+		return err
 	}
 	for _, m := range plan.tables {
 		if err := mendPackTable(env, m); err != nil {
@@ -322,17 +340,9 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 	}
 	if q == nil {
 		if len(plan.badIndexes)+len(plan.badPacks)+len(plan.badRecords) > 0 {
-			return fmt.Errorf("repair: this store's backend moves no pack or pack index aside: %d damaged index records, %d damaged packs and %d damaged records stay", len(plan.badIndexes), len(plan.badPacks), len(plan.badRecords))
+			r.s.log.Warn("repair: this store's backend moves no pack or pack index aside: the damaged ones stay, and are reported", "indexes", len(plan.badIndexes), "packs", len(plan.badPacks), "records", len(plan.badRecords))
 		}
 		return nil
-	}
-	for _, n := range plan.badIndexes {
-		dst, err := q.quarantineIndex(n)
-		if err != nil {
-			return fmt.Errorf("repair: %w", err)
-		}
-		rep.Moved = append(rep.Moved, dst)
-		r.s.log.Info("repair: pack index quarantined", "index", n, "to", dst)
 	}
 	for _, id := range plan.badPacks {
 		dst, err := q.quarantinePack(id)
@@ -346,8 +356,8 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 }
 
 // keepDamagedRecords copies the bytes of each damaged record into quarantine/objects/<id>
-// and leaves its pack: the pack is rewritten without it by gc (rewritePacks), not here. The
-// error names what stays damaged.
+// and leaves its pack: the pack is rewritten without it by gc (rewritePacks), not here; what
+// stays is said at the end of the repair (packsLeft).
 func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []PackDamage, rep *RepairReport) error {
 	if len(bad) == 0 {
 		return nil
@@ -356,7 +366,6 @@ func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []Pack
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
-	var left []string
 	for _, d := range bad {
 		b, err := recordBytes(env, d, ents[d.Pack])
 		if err != nil {
@@ -367,11 +376,9 @@ func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []Pack
 			return fmt.Errorf("repair: %w", err)
 		}
 		rep.KeptRecords = append(rep.KeptRecords, dst)
-		left = append(left, d.what())
 		r.s.log.Warn("repair: damaged record's bytes copied into quarantine; its pack is left as it is until gc rewrites it", "object", d.Object, "pack", d.Pack, "to", dst)
 	}
-	return fmt.Errorf("repair: %d damaged records stay in their packs (their bytes copied into quarantine; gc rewrites the packs without them): %s: %w",
-		len(left), strings.Join(left, "; "), ErrCorrupt)
+	return nil
 }
 
 // packsChanged tells the store's pack layer that index records and packs changed under it
@@ -386,14 +393,24 @@ func (r *repairer) packsChanged() {
 }
 
 // packsLeft is Repair's error for the damage of packs that the repair leaves (a damaged
-// record stays in its pack until gc rewrites it; a pack missing that its index names is
-// found by Verify's check of the versions): nil after a dry run, or when there is none.
-func (rep *RepairReport) packsLeft() error {
+// record that no other pack serves stays in its pack until gc rewrites it; a pack cut short
+// that its index names): it checks the packs again, after the object part mended what it
+// could (a mended object is served by a new pack). nil after a dry run, when the first
+// check found no damage of packs, or when none is left.
+func (r *repairer) packsLeft(rep *RepairReport) error {
 	if rep.DryRun || len(rep.Verify.Packs.Damaged) == 0 {
 		return nil
 	}
-	lines := make([]string, len(rep.Verify.Packs.Damaged))
-	for i, d := range rep.Verify.Packs.Damaged {
+	after, err := checkPacks(r.c.packEnv())
+	if err != nil {
+		return fmt.Errorf("repair: check the packs after the repair: %w", err)
+	}
+	rep.Verify.Notes = append(rep.Verify.Notes, fmt.Sprintf("after the repair, the check of packs found %d damaged", len(after.Damaged)))
+	if len(after.Damaged) == 0 {
+		return nil
+	}
+	lines := make([]string, len(after.Damaged))
+	for i, d := range after.Damaged {
 		lines[i] = d.String()
 	}
 	return fmt.Errorf("repair: %d damaged in packs stay (a damaged record is left in its pack, its bytes copied into quarantine, until gc rewrites the pack without it): %s: %w",

@@ -385,3 +385,29 @@ func TestRepairPacks(t *testing.T) {
 		})
 	}
 }
+
+// rebuildIndexes on its own (the function the pack layer's helpers share): a lost index is
+// written again from its pack's table, and names exactly what the lost one named; with every
+// pack named it writes nothing.
+func TestRebuildIndexes(t *testing.T) {
+	f := newPackedFixture(t)
+	env := f.s.checker.packEnv()
+	if names, err := rebuildIndexes(env); err != nil || len(names) != 0 {
+		t.Fatalf("every pack named: wrote %v, %v; want nothing", names, err)
+	}
+	rewriteFile(t, f.indexPath(0), nil)
+	names, err := rebuildIndexes(env)
+	if err != nil || len(names) != 1 {
+		t.Fatalf("rebuildIndexes: %v, %v; want one index", names, err)
+	}
+	x, err := loadIndex(f.lb, names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, _ := pack.ParseName(names[0]); seq != 3 || len(x.Packs) != 1 || x.Packs[0].ID != f.packs[0] || !slices.Equal(x.Packs[0].Entries, f.entries[0]) {
+		t.Errorf("index %s: %+v; want sequence 3 naming pack %s with its %d entries", names[0], x.Index, f.packs[0], len(f.entries[0]))
+	}
+	if rep := f.check(t); len(rep.Damaged)+len(rep.Orphans) != 0 {
+		t.Errorf("after rebuildIndexes: %+v", rep)
+	}
+}
