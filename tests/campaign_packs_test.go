@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,4 +168,123 @@ func campaignPackedHeaders(t *testing.T, storeDir string) map[string][]byte {
 		f.Close()
 	}
 	return out
+}
+
+// campaignPackByHand writes every loose object of the store also into one pack
+// (STORE/packs/<2 hex>/<64 hex>) named by one index record (STORE/index/NAME, sequence 1),
+// with package pack alone: a store of packs as `weightfs verify` sees one, before the pack
+// layer writes them (the loose objects stay and serve the reads). It returns the pack's path,
+// the index's path and the pack's entries.
+func campaignPackByHand(t *testing.T, storeDir string) (string, string, []pack.Entry) {
+	t.Helper()
+	tmp, err := os.CreateTemp(t.TempDir(), "pack-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tmp.Close()
+	w := pack.NewWriter(tmp)
+	for _, p := range kindObject.files(storeDir) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id pack.ID
+		if n, err := hex.Decode(id[:], []byte(filepath.Base(p))); err != nil || n != len(id) {
+			t.Fatalf("object %s: %v", p, err)
+		}
+		if err := w.Add(id, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pid, size, ents, err := w.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("%x", pid)
+	packPath := filepath.Join(storeDir, "packs", name[:2], name)
+	if err := os.MkdirAll(filepath.Dir(packPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := campaignCopyFile(tmp.Name(), packPath, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	x := pack.Index{Seq: 1, Packs: []pack.IndexedPack{{ID: pid, Size: size, Entries: ents}}}
+	enc := x.Encode()
+	indexPath := filepath.Join(storeDir, "index", pack.Name(1, enc))
+	if err := os.MkdirAll(filepath.Dir(indexPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(indexPath, enc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return packPath, indexPath, ents
+}
+
+// TestVerifyNamesPacksCLI: `weightfs verify` on a store with a pack and its index (written by
+// hand) names a damaged record with its object and pack, a damaged table with its pack and
+// index, and a lost index's pack as named by no index; `verify --repair` writes the lost index
+// again from the pack's table, and verify passes afterwards.
+func TestVerifyNamesPacksCLI(t *testing.T) {
+	storeDir, _ := smallStore(t, 20_000, 2)
+	packPath, indexPath, ents := campaignPackByHand(t, storeDir)
+	packID := filepath.Base(packPath)
+	r := mustCLI(t, "verify", storeDir)
+	if !strings.Contains(r.stdout, "1 packs") {
+		t.Errorf("verify of an intact pack: %s", r.stdout)
+	}
+	pristine, err := os.ReadFile(packPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(b []byte) {
+		t.Helper()
+		os.Chmod(packPath, 0o600)
+		if err := os.WriteFile(packPath, b, 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A record: the object and its pack.
+	b := slices.Clone(pristine)
+	b[ents[0].Offset+ents[0].Length/2] ^= 0x10
+	put(b)
+	r = runCLI(t, "verify", storeDir)
+	want := fmt.Sprintf("DAMAGED object %x in pack %s (pack index %s): ", ents[0].ID, packID, filepath.Base(indexPath))
+	if r.code != 1 || !strings.Contains(r.stdout, want) {
+		t.Errorf("a damaged record: exit %d, want 1 and a line %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+
+	// Its table: the pack and its index; repair writes it again from the index.
+	b = slices.Clone(pristine)
+	b[len(b)-pack.FooterLen-3] ^= 0x10
+	put(b)
+	r = runCLI(t, "verify", storeDir)
+	want = fmt.Sprintf("DAMAGED pack %s (pack index %s): table: ", packID, filepath.Base(indexPath))
+	if r.code != 1 || !strings.Contains(r.stdout, want) {
+		t.Errorf("a damaged table: exit %d, want 1 and a line %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "verify", "--repair", storeDir)
+	if !strings.Contains(r.stdout, "MENDED pack "+packID) {
+		t.Errorf("repair of a damaged table: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got, _ := os.ReadFile(packPath); !slices.Equal(got, pristine) {
+		t.Errorf("the pack after its table was written again differs from its pristine bytes")
+	}
+
+	// A lost index: its pack is named by none (a note, and the repair indexes it again).
+	if err := os.Remove(indexPath); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, "verify", storeDir)
+	if r.code != 0 || !strings.Contains(r.stdout, "note: pack "+packID+": no intact pack index names it") {
+		t.Errorf("a lost index: exit %d, want 0 and a note naming pack %s:\n%s%s", r.code, packID, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "verify", "--repair", storeDir)
+	if !strings.Contains(r.stdout, "REBUILT pack index ") {
+		t.Errorf("repair of a lost index: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = mustCLI(t, "verify", storeDir)
+	if strings.Contains(r.stdout, "note: pack") {
+		t.Errorf("after the repair the pack is still named by no index:\n%s", r.stdout)
+	}
 }
