@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 
@@ -50,6 +51,7 @@ type packRepairPlan struct {
 	badIndexes []string           // damaged index records, or ones naming a missing pack: moved aside after the new index
 	badPacks   []ID               // damaged tables no intact index names: moved aside
 	tables     []mendTable        // damaged tables an intact index holds: written again
+	misplaced  []misplacedPack    // a pack's intact bytes at another pack's name: put back
 	badRecords []PackDamage       // damaged records: bytes copied aside, pack left
 }
 
@@ -60,9 +62,13 @@ type mendTable struct {
 	ents []pack.Entry
 }
 
+// misplacedPack is the file of pack at that holds the intact bytes of pack as (two packs'
+// files swapped, one copied over another), whose own file is not intact.
+type misplacedPack struct{ at, as ID }
+
 // empty reports whether the plan does nothing.
 func (p packRepairPlan) empty() bool {
-	return len(p.orphans)+len(p.badIndexes)+len(p.badPacks)+len(p.tables)+len(p.badRecords) == 0
+	return len(p.orphans)+len(p.badIndexes)+len(p.badPacks)+len(p.tables)+len(p.misplaced)+len(p.badRecords) == 0
 }
 
 // planPackRepair checks the packs (checkPacks) and plans their repair; an I/O error of the
@@ -95,6 +101,7 @@ func planPackRepair(env packEnv) (packRepairPlan, packReport, error) {
 		plan.orphans = append(plan.orphans, ip)
 	}
 	missing := map[string]map[ID]bool{} // index -> the packs it names that are missing
+	planned := map[ID]bool{}            // packs whose file is looked at once
 	for _, d := range rep.Damaged {
 		switch {
 		case !d.Object.IsZero():
@@ -114,11 +121,20 @@ func planPackRepair(env packEnv) (packRepairPlan, packReport, error) {
 					missing[d.Index] = map[ID]bool{}
 				}
 				missing[d.Index][d.Pack] = true
-			case err == nil && st == sizes[d.Pack] && !slices.ContainsFunc(plan.tables, func(m mendTable) bool { return m.id == d.Pack }):
-				plan.tables = append(plan.tables, mendTable{id: d.Pack, size: st, ents: entries[d.Pack]})
+			case err == nil && !planned[d.Pack]:
+				planned[d.Pack] = true
+				if as, ok := misplacedAs(env.packs, d.Pack, sizes); ok {
+					plan.misplaced = append(plan.misplaced, misplacedPack{at: d.Pack, as: as})
+				} else if st == sizes[d.Pack] && recordsIntact(env.packs, d.Pack, entries[d.Pack]) {
+					plan.tables = append(plan.tables, mendTable{id: d.Pack, size: st, ents: entries[d.Pack]})
+				}
 			}
 		}
 	}
+	// The records of a pack whose bytes are put back are checked again afterwards.
+	plan.badRecords = slices.DeleteFunc(plan.badRecords, func(d PackDamage) bool {
+		return slices.ContainsFunc(plan.misplaced, func(m misplacedPack) bool { return m.as == d.Pack })
+	})
 	for _, x := range good {
 		gone := missing[x.Name]
 		if gone == nil {
@@ -132,6 +148,87 @@ func planPackRepair(env packEnv) (packRepairPlan, packReport, error) {
 		plan.badIndexes = append(plan.badIndexes, x.Name)
 	}
 	return plan, rep, nil
+}
+
+// misplacedAs reports whether the file of pack at holds the intact bytes of another pack
+// that an intact index names with that size, and whose own file is not intact: a swap, or a
+// copy over it.
+func misplacedAs(packs PackBackend, at ID, sizes map[ID]int64) (ID, bool) {
+	f, err := packs.OpenPack(at)
+	if err != nil {
+		return ID{}, false
+	}
+	defer f.Close()
+	ents, got, err := pack.ReadTrailer(f, f.Size())
+	as := ID(got)
+	if err != nil || as == at || sizes[as] != f.Size() {
+		return ID{}, false
+	}
+	for _, e := range ents {
+		if checkRecord(f, e) != nil {
+			return ID{}, false
+		}
+	}
+	if _, err := readPackTable(packs, as); err == nil {
+		return ID{}, false // its own file is intact: this one is a stray copy
+	}
+	return as, true
+}
+
+// recordsIntact reports whether every record of pack id passes its checks against ents.
+func recordsIntact(packs PackBackend, id ID, ents []pack.Entry) bool {
+	f, err := packs.OpenPack(id)
+	if err != nil || len(ents) == 0 {
+		return false
+	}
+	defer f.Close()
+	for _, e := range ents {
+		if checkRecord(f, e) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// putBack copies each misplaced file to a temporary file first (a swap moves both ways), then
+// puts each copy as the pack it holds.
+func putBack(env packEnv, ms []misplacedPack) ([]ID, error) {
+	tmps := make([]*os.File, 0, len(ms))
+	defer func() {
+		for _, t := range tmps {
+			if t != nil {
+				env.be.RemoveTemp(t)
+			}
+		}
+	}()
+	for _, m := range ms {
+		f, err := env.packs.OpenPack(m.at)
+		if err != nil {
+			return nil, err
+		}
+		tmp, err := env.be.CreateTemp()
+		if err == nil {
+			tmps = append(tmps, tmp)
+			_, err = io.Copy(tmp, io.NewSectionReader(f, 0, f.Size()))
+		}
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("copy the file of pack %s: %w", m.at, err)
+		}
+	}
+	var done []ID
+	for i, m := range ms {
+		tmp := tmps[i]
+		tmps[i] = nil // PutPack owns it
+		if err := env.packs.PutPack(m.as, tmp); err != nil {
+			return done, err
+		}
+		done = append(done, m.as)
+		if env.log != nil {
+			env.log.Info("repair: a pack's intact bytes found at another pack's name, put back", "pack", m.as, "found at", m.at)
+		}
+	}
+	return done, env.be.SyncObjects()
 }
 
 // readPackTable reads the table of pack id (which must be intact) as an index holds it.
@@ -313,6 +410,9 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 		for _, m := range plan.tables {
 			rep.MendedPacks = append(rep.MendedPacks, m.id)
 		}
+		for _, m := range plan.misplaced {
+			rep.MendedPacks = append(rep.MendedPacks, m.as)
+		}
 		if q != nil {
 			for _, n := range plan.badIndexes {
 				rep.Moved = append(rep.Moved, q.quarantineIndexPath(n))
@@ -330,6 +430,11 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 	rep.Moved = append(rep.Moved, moved...)
 	if err != nil {
 		return err
+	}
+	back, err := putBack(env, plan.misplaced)
+	rep.MendedPacks = append(rep.MendedPacks, back...)
+	if err != nil {
+		return fmt.Errorf("repair: put a pack's bytes back: %w", err)
 	}
 	for _, m := range plan.tables {
 		if err := mendPackTable(env, m); err != nil {

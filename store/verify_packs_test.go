@@ -302,26 +302,34 @@ func TestRepairPacks(t *testing.T) {
 		damage  func(t *testing.T, f *packedFixture)
 		indexes int  // index records written
 		moved   int  // files moved into quarantine
-		mended  bool // pack 0's table written again
+		mended  int  // packs written again (pack 0 among them: its pristine bytes)
 		left    bool // damage stays (a record in its pack)
 	}{
 		{"index flip", func(t *testing.T, f *packedFixture) {
 			rewriteFile(t, f.indexPath(0), flipAt(func(n int) int { return n - 3 }))
-		}, 1, 1, false, false},
-		{"index delete", func(t *testing.T, f *packedFixture) { rewriteFile(t, f.indexPath(1), nil) }, 1, 0, false, false},
-		{"indexes swapped", func(t *testing.T, f *packedFixture) { swapFiles(t, f.indexPath(0), f.indexPath(1)) }, 1, 2, false, false},
+		}, 1, 1, 0, false},
+		{"index delete", func(t *testing.T, f *packedFixture) { rewriteFile(t, f.indexPath(1), nil) }, 1, 0, 0, false},
+		{"indexes swapped", func(t *testing.T, f *packedFixture) { swapFiles(t, f.indexPath(0), f.indexPath(1)) }, 1, 2, 0, false},
+		{"packs swapped", func(t *testing.T, f *packedFixture) { swapFiles(t, f.packPath(0), f.packPath(1)) }, 0, 0, 2, false},
+		{"pack copied over another", func(t *testing.T, f *packedFixture) {
+			b, err := os.ReadFile(f.packPath(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rewriteFile(t, f.packPath(0), func([]byte) []byte { return b })
+		}, 0, 0, 0, true},
 		{"table flip", func(t *testing.T, f *packedFixture) {
 			rewriteFile(t, f.packPath(0), flipAt(func(n int) int { return n - pack.FooterLen - 1 }))
-		}, 0, 0, true, false},
-		{"pack delete", func(t *testing.T, f *packedFixture) { rewriteFile(t, f.packPath(0), nil) }, 0, 1, false, false},
+		}, 0, 0, 1, false},
+		{"pack delete", func(t *testing.T, f *packedFixture) { rewriteFile(t, f.packPath(0), nil) }, 0, 1, 0, false},
 		{"orphan with a damaged table", func(t *testing.T, f *packedFixture) {
 			rewriteFile(t, f.indexPath(0), nil)
 			rewriteFile(t, f.packPath(0), func(b []byte) []byte { return b[:len(b)-5] })
-		}, 0, 1, false, false},
+		}, 0, 1, 0, false},
 		{"record flip", func(t *testing.T, f *packedFixture) {
 			e := f.entries[1][0]
 			rewriteFile(t, f.packPath(1), flipAt(func(int) int { return int(e.Offset + 100) }))
-		}, 0, 0, false, true},
+		}, 0, 0, 0, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,7 +355,7 @@ func TestRepairPacks(t *testing.T) {
 			} else if err != nil {
 				t.Fatalf("repair: %v", err)
 			}
-			if len(rep.PackIndexes) != tc.indexes || len(rep.Moved) != tc.moved || (len(rep.MendedPacks) == 1) != tc.mended {
+			if len(rep.PackIndexes) != tc.indexes || len(rep.Moved) != tc.moved || len(rep.MendedPacks) != tc.mended {
 				t.Errorf("repair wrote indexes %v, moved %v, mended packs %v; want %d, %d, %v", rep.PackIndexes, rep.Moved, rep.MendedPacks, tc.indexes, tc.moved, tc.mended)
 			}
 			for _, m := range rep.Moved {
@@ -358,20 +366,25 @@ func TestRepairPacks(t *testing.T) {
 					t.Errorf("the repair moved %s, which the dry run (%v) did not name", m, dry.Moved)
 				}
 			}
-			if tc.mended {
+			if tc.mended > 0 {
 				if got, _ := os.ReadFile(f.packPath(0)); !bytes.Equal(got, pristine) {
 					t.Errorf("pack 0 after its table was written again: %d bytes, not its pristine %d", len(got), len(pristine))
 				}
 			}
 			after := f.check(t)
 			if tc.left {
+				if len(rep.KeptRecords) == 0 || len(after.Damaged) == 0 {
+					t.Errorf("after the repair: kept %v, damaged %v; want the records copied aside and still reported", rep.KeptRecords, after.Damaged)
+				}
+				for _, q := range rep.KeptRecords {
+					if _, err := os.Stat(q); err != nil {
+						t.Errorf("kept record: %v", err)
+					}
+				}
 				e := f.entries[1][0]
 				q := filepath.Join(f.lb.root, "quarantine", "objects", ID(e.ID).String())
-				if b, err := os.ReadFile(q); err != nil || int64(len(b)) != e.Length {
+				if b, err := os.ReadFile(q); tc.name == "record flip" && (err != nil || int64(len(b)) != e.Length) {
 					t.Errorf("quarantine of the damaged record: %d bytes, %v; want %d", len(b), err, e.Length)
-				}
-				if len(after.Damaged) != 1 {
-					t.Errorf("after the repair: %v; want the record still reported", after.Damaged)
 				}
 				expectDamage(f.s)
 				return

@@ -378,7 +378,7 @@ func cmdVerify(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "%sREBUILT pack index %s from the packs' own tables\n", would, n)
 		}
 		for _, id := range rr.MendedPacks {
-			fmt.Fprintf(e.stdout, "%sMENDED pack %s: its table written again from its index\n", would, id)
+			fmt.Fprintf(e.stdout, "%sMENDED pack %s: written again from intact bytes (its table from its index, or its file found at another pack's name)\n", would, id)
 		}
 		for _, q := range rr.KeptRecords {
 			fmt.Fprintf(e.stdout, "KEPT damaged record in its pack (gc rewrites the pack without it); its bytes copied to %s\n", q)
