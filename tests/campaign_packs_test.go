@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -177,6 +178,9 @@ func campaignPackedHeaders(t *testing.T, storeDir string) map[string][]byte {
 // the index's path and the pack's entries.
 func campaignPackByHand(t *testing.T, storeDir string) (string, string, []pack.Entry) {
 	t.Helper()
+	if packs := kindPack.files(storeDir); len(packs) > 0 {
+		return campaignFirstPack(t, storeDir, packs[0])
+	}
 	tmp, err := os.CreateTemp(t.TempDir(), "pack-")
 	if err != nil {
 		t.Fatal(err)
@@ -220,16 +224,40 @@ func campaignPackByHand(t *testing.T, storeDir string) (string, string, []pack.E
 	return packPath, indexPath, ents
 }
 
+// campaignFirstPack is campaignPackByHand for a store whose commits wrote packs: the pack p,
+// the index that names it, and its entries.
+func campaignFirstPack(t *testing.T, storeDir, p string) (string, string, []pack.Entry) {
+	t.Helper()
+	for _, ip := range kindPackIndex.files(storeDir) {
+		b, err := os.ReadFile(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := pack.DecodeIndex(b)
+		if err != nil {
+			t.Fatalf("index %s: %v", ip, err)
+		}
+		for _, xp := range x.Packs {
+			if fmt.Sprintf("%x", xp.ID) == filepath.Base(p) {
+				return p, ip, xp.Entries
+			}
+		}
+	}
+	t.Fatalf("pack %s: no index names it", p)
+	return "", "", nil
+}
+
 // TestVerifyNamesPacksCLI: `weightfs verify` on a store with a pack and its index (written by
 // hand) names a damaged record with its object and pack, a damaged table with its pack and
 // index, and a lost index's pack as named by no index; `verify --repair` writes the lost index
 // again from the pack's table, and verify passes afterwards.
 func TestVerifyNamesPacksCLI(t *testing.T) {
 	storeDir, _ := smallStore(t, 20_000, 2)
+	layer := len(kindPack.files(storeDir)) > 0 // the commits wrote packs: no loose copy serves
 	packPath, indexPath, ents := campaignPackByHand(t, storeDir)
 	packID := filepath.Base(packPath)
 	r := mustCLI(t, "verify", storeDir)
-	if !strings.Contains(r.stdout, "1 packs") {
+	if !regexp.MustCompile(`objects, [0-9]+ packs \([0-9]+ records\) and [0-9]+ pack indexes: no damage`).MatchString(r.stdout) {
 		t.Errorf("verify of an intact pack: %s", r.stdout)
 	}
 	pristine, err := os.ReadFile(packPath)
@@ -276,7 +304,9 @@ func TestVerifyNamesPacksCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runCLI(t, "verify", storeDir)
-	if r.code != 0 || !strings.Contains(r.stdout, "note: pack "+packID+": no intact pack index names it") {
+	// (Where the pack is the only copy of its objects, the versions that need them are
+	// damaged too.)
+	if (r.code != 0 && !layer) || !strings.Contains(r.stdout, "note: pack "+packID+": no intact pack index names it") {
 		t.Errorf("a lost index: exit %d, want 0 and a note naming pack %s:\n%s%s", r.code, packID, r.stdout, r.stderr)
 	}
 	r = runCLI(t, "verify", "--repair", storeDir)
