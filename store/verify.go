@@ -64,7 +64,7 @@ type VerifyReport struct {
 // reports every damaged object and version; the error (wrapping ErrCorrupt) is non-nil if
 // there is any. Then it checks the node-local caches it can see (CacheCheck), which never
 // count as damage of the store. progress (nil: none) gets the bytes done of the total to read: every
-// object file, then every file of every version.
+// object file, then every file of every version, then the packs (verify_packs.go).
 func (s *Store) Verify(progress func(done, total int64)) (VerifyReport, error) {
 	if err := s.checkOpen(); err != nil {
 		return VerifyReport{}, err
@@ -119,7 +119,7 @@ func (c *checker) verify(progress func(done, total int64)) (VerifyReport, error)
 		return rep, err
 	}
 	c.verifyUnnamed(&rep, ids, checked, bad, opts)
-	if err := c.verifyPacks(&rep); err != nil {
+	if err := c.verifyPacks(&rep, prog); err != nil {
 		return rep, err
 	}
 	if d, ok := c.checkFormatFile(sections2); !ok {

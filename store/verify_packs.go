@@ -295,16 +295,23 @@ func (c *checker) packEnv() packEnv {
 }
 
 // verifyPacks adds checkPacks' findings to rep: the damage to rep.Packs, what could not be
-// checked to rep.Unreadable as well (Repair then acts on nothing).
-func (c *checker) verifyPacks(rep *VerifyReport) error {
+// checked to rep.Unreadable as well (Repair then acts on nothing). The packs' bytes count in
+// prog's total, done when the check ends.
+func (c *checker) verifyPacks(rep *VerifyReport, prog *verifyProgress) error {
 	env := c.packEnv()
 	if env.packs == nil {
 		return nil
 	}
+	var total int64
+	if err := env.packs.ListPacks(func(_ ID, size int64) error { total += size; return nil }); err != nil {
+		return err
+	}
+	prog.total += total
 	pr, err := checkPacks(env)
 	if err != nil {
 		return err
 	}
+	prog.add(total)
 	for _, d := range pr.Unreadable {
 		rep.Unreadable = append(rep.Unreadable, Damage{Path: d.what(), Err: d.Err})
 	}
