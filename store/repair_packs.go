@@ -164,8 +164,9 @@ func misplacedAs(packs PackBackend, at ID, sizes map[ID]int64) (ID, bool) {
 	if err != nil || as == at || sizes[as] != f.Size() {
 		return ID{}, false
 	}
+	buf := make([]byte, 1<<20)
 	for _, e := range ents {
-		if checkRecord(f, e) != nil {
+		if checkRecord(f, e, buf) != nil {
 			return ID{}, false
 		}
 	}
@@ -182,8 +183,9 @@ func recordsIntact(packs PackBackend, id ID, ents []pack.Entry) bool {
 		return false
 	}
 	defer f.Close()
+	buf := make([]byte, 1<<20)
 	for _, e := range ents {
-		if checkRecord(f, e) != nil {
+		if checkRecord(f, e, buf) != nil {
 			return false
 		}
 	}

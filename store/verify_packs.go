@@ -1,8 +1,10 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -224,9 +226,10 @@ func checkPack(packs PackBackend, id ID, s *packSeen, serving map[ID]ID, rep *pa
 		rep.Orphans = append(rep.Orphans, id)
 		rep.Notes = append(rep.Notes, fmt.Sprintf("pack %s: no intact pack index names it (a writer that stopped before writing its index, or an index lost or damaged): verify --repair indexes it, gc removes it after an hour", id))
 	}
+	buf := make([]byte, 1<<20)
 	for _, e := range s.entries {
 		rep.Records++
-		err := checkRecord(f, e)
+		err := checkRecord(f, e, buf)
 		if err == nil {
 			continue
 		}
@@ -239,21 +242,36 @@ func checkPack(packs PackBackend, id ID, s *packSeen, serving map[ID]ID, rep *pa
 }
 
 // checkRecord checks the record of entry e in pack f: it lies inside the pack, its CRC-32C
-// matches its own trailer and the entry's, and its header names the entry's object.
-func checkRecord(f ObjectFile, e pack.Entry) error {
+// matches its own trailer and the entry's, and its header names the entry's object. buf (nil:
+// one is made) is the buffer the CRC reads through: one for all the records of a pack, not one
+// per record (100,000 tensors make 100,000 records).
+func checkRecord(f ObjectFile, e pack.Entry, buf []byte) error {
 	if e.Offset < 0 || e.Length < objectTrailerLen || e.Offset > f.Size()-e.Length {
 		return fmt.Errorf("record at %d+%d outside the pack's %d bytes: %w", e.Offset, e.Length, f.Size(), ErrCorrupt)
 	}
 	r := packRecord{io.NewSectionReader(f, e.Offset, e.Length)}
-	if err := checkCRC(r); err != nil {
-		return err
+	body := e.Length - objectTrailerLen
+	if len(buf) == 0 {
+		buf = make([]byte, min(body, 1<<20))
+	}
+	var crc uint32
+	for off := int64(0); off < body; {
+		n := min(int64(len(buf)), body-off)
+		if err := readFull(r, buf[:n], off); err != nil {
+			return fmt.Errorf("read object for its checksum: %w", err)
+		}
+		crc = crc32.Update(crc, castagnoli, buf[:n])
+		off += n
 	}
 	var trailer [objectTrailerLen]byte
-	if err := readFull(r, trailer[:], e.Length-objectTrailerLen); err != nil {
-		return err
+	if err := readFull(r, trailer[:], body); err != nil {
+		return fmt.Errorf("read object checksum: %w", err)
 	}
-	if crc := leUint32(trailer[:]); crc != e.CRC {
-		return fmt.Errorf("record's CRC-32C %08x, its pack entry says %08x: %w", crc, e.CRC, ErrCorrupt)
+	if want := binary.LittleEndian.Uint32(trailer[:]); crc != want {
+		return fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, want, ErrCorrupt)
+	}
+	if stored := binary.LittleEndian.Uint32(trailer[:]); stored != e.CRC {
+		return fmt.Errorf("record's CRC-32C %08x, its pack entry says %08x: %w", stored, e.CRC, ErrCorrupt)
 	}
 	info, err := readObjectInfo(r)
 	if err == nil && info.hdr.ID != e.ID {
@@ -266,10 +284,6 @@ func checkRecord(f ObjectFile, e pack.Entry) error {
 type packRecord struct{ *io.SectionReader }
 
 func (packRecord) Close() error { return nil }
-
-func leUint32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-}
 
 // packEnv is the environment of the functions over packs for this store: nothing (packs
 // nil) when its backend keeps no packs or no records. The next sequence number is one above
