@@ -87,6 +87,14 @@ type RepairReport struct {
 	// Kept lists the damaged versions that are not moved because a read path serves them
 	// exactly (the materialized copy, a file copy) although their objects do not.
 	Kept []uint64
+	// Packs is what the check of packs and pack indexes found before the repair of packs
+	// (repair_packs.go) acted; PackIndexes the index records it wrote from the packs' own
+	// tables, MendedPacks the packs whose damaged table it wrote again from their index, and
+	// KeptRecords where it copied the bytes of the damaged records it left in their packs.
+	Packs       PackReport
+	PackIndexes []string
+	MendedPacks []ID
+	KeptRecords []string
 }
 
 // RepairOptions are Repair's choices.
@@ -128,12 +136,17 @@ func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error
 	s := c.st
 	rep := RepairReport{DryRun: opts.DryRun}
 	r := &repairer{c: c, s: s}
+	// Packs first: an index written again from the packs' own tables makes their objects
+	// found again before Verify judges the versions that need them.
+	if err := r.repairPacks(opts.DryRun, &rep); err != nil {
+		return rep, err
+	}
 	var err error
 	if rep.Verify, err = r.verifyForRepair(opts.Progress); err != nil {
 		return rep, err
 	}
 	if len(rep.Verify.Damaged) == 0 {
-		return rep, nil
+		return rep, r.packsLeft(&rep)
 	}
 	plan, err := r.planRepair(rep.Verify)
 	if err != nil {
@@ -184,7 +197,10 @@ func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error
 		rep.addRewrites(plan.rewrites)
 	}
 	rep.Kept = plan.kept
-	return rep, r.applyQuarantine(q, plan, &rep)
+	if err := r.applyQuarantine(q, plan, &rep); err != nil {
+		return rep, err
+	}
+	return rep, r.packsLeft(&rep)
 }
 
 // addRewrites counts the objects written again: a damaged one mended, a sound one re-anchored.
@@ -246,7 +262,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		s.log.Info("repair: version quarantined", "version", v, "to", dst)
 	}
 	for _, id := range plan.objects {
-		dst, err := q.quarantineObject(id)
+		dst, err := r.quarantineObject(q, id)
 		if err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}

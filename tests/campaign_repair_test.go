@@ -71,6 +71,9 @@ func (tr *campaignTrial) checkRepair() {
 		}
 		os.RemoveAll(exp)
 	}
+	if tr.campaignIsPackKind() {
+		tr.checkRepairPacks(out)
+	}
 	if tr.kind.name == "object" || tr.kind.name == "manifest" {
 		if v := tr.runCLI("verify", tr.storeDir); v.code != 0 {
 			tr.fail("repair", "not consistent after repair", "verify after verify --repair: exit %d:\n\t\t%s\n\trepair said:\n\t\t%s", v.code, campaignTail(v.stdout+v.stderr, 1500), campaignTail(out, 1500))

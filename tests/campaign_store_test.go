@@ -196,10 +196,17 @@ func campaignReadViews(t *testing.T, mnt string) map[string]string {
 func campaignObjectUses(t *testing.T, storeDir string) map[string]campaignObject {
 	t.Helper()
 	uses := map[string]campaignObject{}
+	heads := campaignPackedHeaders(t, storeDir) // a store of packs (format 3): its records
 	for _, p := range kindObject.files(storeDir) {
 		data, err := os.ReadFile(p)
 		if err != nil || len(data) < 96 {
 			t.Fatalf("object %s: %v (%d bytes)", p, err, len(data))
+		}
+		heads[filepath.Base(p)] = data[:96]
+	}
+	for id, data := range heads {
+		if len(data) < 96 {
+			t.Fatalf("object %s: a record of %d bytes", id, len(data))
 		}
 		rep := "full"
 		switch {
@@ -208,7 +215,7 @@ func campaignObjectUses(t *testing.T, storeDir string) map[string]campaignObject
 		case !bytes.Equal(data[48:80], make([]byte, 32)):
 			rep = "anchor"
 		}
-		uses[filepath.Base(p)] = campaignObject{rep: rep, versions: map[int]string{}}
+		uses[id] = campaignObject{rep: rep, versions: map[int]string{}}
 	}
 	for _, p := range kindManifest.files(storeDir) {
 		m := campaignReadManifest(t, p)

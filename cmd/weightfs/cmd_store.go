@@ -341,9 +341,19 @@ func cmdVerify(e *env, args []string) error {
 		rep, err = st.Verify(p.update)
 	}
 	p.done()
+	// Packs and pack indexes (format 3): what the check found before the repair of packs
+	// acted (a repair's Verify runs after it), and its notes among the others.
+	packs := rep.Packs
+	if *repair {
+		packs = rr.Packs
+	}
+	rep.Notes = append(rep.Notes, packs.Notes...)
 	switch {
 	case !*asJSON:
 		for _, d := range rep.Damaged {
+			fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
+		}
+		for _, d := range packs.Damaged {
 			fmt.Fprintf(e.stdout, "DAMAGED %s\n", d)
 		}
 		// An error of the check (EIO, EMFILE, EACCES, ...) is no verdict: not DAMAGED, and
@@ -364,16 +374,26 @@ func cmdVerify(e *env, args []string) error {
 		for _, v := range rr.Kept {
 			fmt.Fprintf(e.stdout, "KEPT version %d: damaged objects, but a read path serves it exactly\n", v)
 		}
+		for _, n := range rr.PackIndexes {
+			fmt.Fprintf(e.stdout, "%sREBUILT pack index %s from the packs' own tables\n", would, n)
+		}
+		for _, id := range rr.MendedPacks {
+			fmt.Fprintf(e.stdout, "%sMENDED pack %s: written again from intact bytes (its table from its index, or its file found at another pack's name)\n", would, id)
+		}
+		for _, q := range rr.KeptRecords {
+			fmt.Fprintf(e.stdout, "KEPT damaged record in its pack (gc rewrites the pack without it); its bytes copied to %s\n", q)
+		}
 		for _, m := range moved {
 			fmt.Fprintf(e.stdout, "%sQUARANTINED %s\n", would, m)
 		}
 		for _, v := range lost {
 			fmt.Fprintf(e.stdout, "%sLOST version %d: its manifest is lost (nothing to move), recorded as gone in %s\n", would, v, store.GCRecordName)
 		}
-	case err == nil || len(rep.Damaged) > 0 || len(rep.Unreadable) > 0:
+	case err == nil || len(rep.Damaged) > 0 || len(rep.Unreadable) > 0 || len(packs.Damaged) > 0:
 		// (An error without a finding, such as a store that cannot be read, has no report.)
-		out := verifyJSON{OK: len(rep.Damaged) == 0 && len(rep.Unreadable) == 0, Versions: rep.Versions, Objects: rep.Objects, Bytes: rep.Bytes,
+		out := verifyJSON{OK: len(rep.Damaged) == 0 && len(rep.Unreadable) == 0 && len(packs.Damaged) == 0, Versions: rep.Versions, Objects: rep.Objects, Bytes: rep.Bytes,
 			Damaged: []damageJSON{}, Quarantined: nonNil(moved), Lost: lost, Notes: rep.Notes, DryRun: rr.DryRun}
+		addPacksJSON(&out, packs, rr)
 		for _, d := range rep.Damaged {
 			out.Damaged = append(out.Damaged, newDamageJSON(d))
 		}
@@ -410,20 +430,58 @@ func cmdVerify(e *env, args []string) error {
 		printCaches()
 		return err
 	}
-	if len(rep.Damaged) > 0 {
+	if n := len(rep.Damaged) + len(packs.Damaged); n > 0 {
 		// Repaired, and said so; the exit status still tells a script that there was damage.
 		printCaches()
 		if rr.DryRun {
-			return fmt.Errorf("verified %d versions, %d objects: %d damaged; --dry-run: nothing changed (the lines above say what verify --repair would do)", rep.Versions, rep.Objects, len(rep.Damaged))
+			return fmt.Errorf("verified %d versions, %d objects%s: %d damaged; --dry-run: nothing changed (the lines above say what verify --repair would do)", rep.Versions, rep.Objects, packsChecked(packs), n)
 		}
-		return fmt.Errorf("verified %d versions, %d objects: %d damaged: %d objects mended, %d re-anchored, %d versions and %d objects moved into quarantine; the store is consistent again",
-			rep.Versions, rep.Objects, len(rep.Damaged), len(rr.Mended), len(rr.Reanchored), len(rr.Quarantined), len(rr.QuarantinedObjects))
+		return fmt.Errorf("verified %d versions, %d objects%s: %d damaged: %d objects mended, %d re-anchored, %d versions and %d objects moved into quarantine%s; the store is consistent again",
+			rep.Versions, rep.Objects, packsChecked(packs), n, len(rr.Mended), len(rr.Reanchored), len(rr.Quarantined), len(rr.QuarantinedObjects), packsRepaired(rr))
 	}
 	if !*asJSON {
-		fmt.Fprintf(e.stdout, "verified %d versions, %d objects: no damage\n", rep.Versions, rep.Objects)
+		fmt.Fprintf(e.stdout, "verified %d versions, %d objects%s: no damage\n", rep.Versions, rep.Objects, packsChecked(packs))
 	}
 	printCaches()
 	return st.Close()
+}
+
+// packsChecked is what verify checked of packs, for its result line ("" without packs).
+func packsChecked(p store.PackReport) string {
+	if p.Packs+p.Indexes == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d packs (%d records) and %d pack indexes", p.Packs, p.Records, p.Indexes)
+}
+
+// packsRepaired is what the repair of packs did, for the result line ("" for nothing).
+func packsRepaired(rr store.RepairReport) string {
+	if len(rr.PackIndexes)+len(rr.MendedPacks) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d pack indexes written from the packs' tables, %d pack tables written again", len(rr.PackIndexes), len(rr.MendedPacks))
+}
+
+// addPacksJSON adds what verify found of packs, and what the repair did to them, to out.
+func addPacksJSON(out *verifyJSON, p store.PackReport, rr store.RepairReport) {
+	for _, d := range p.Damaged {
+		j := packDamageJSON{Index: d.Index, Error: d.Err.Error(), Text: d.String()}
+		if d.Pack != (store.ID{}) {
+			j.Pack = d.Pack.String()
+		}
+		if d.Object != (store.ID{}) {
+			j.Object = d.Object.String()
+		}
+		out.PackDamaged = append(out.PackDamaged, j)
+	}
+	for _, id := range p.Orphans {
+		out.OrphanPacks = append(out.OrphanPacks, id.String())
+	}
+	out.PackIndexes = rr.PackIndexes
+	for _, id := range rr.MendedPacks {
+		out.MendedPacks = append(out.MendedPacks, id.String())
+	}
+	out.KeptRecords = rr.KeptRecords
 }
 
 // gcOutcome says what gc did to the store's size, freed bytes (negative: it grew). A dry

@@ -106,6 +106,25 @@ type verifyJSON struct {
 	Caches []cacheJSON `json:"caches"`
 	// Notes say what verify could not tell (store.VerifyReport.Notes): never damage.
 	Notes []string `json:"notes,omitempty"`
+	// PackDamaged are the damaged packs, pack indexes and records of packs (format 3);
+	// OrphanPacks the packs no intact index names (not damage: --repair indexes them).
+	PackDamaged []packDamageJSON `json:"pack_damaged,omitempty"`
+	OrphanPacks []string         `json:"orphan_packs,omitempty"`
+	// PackIndexes, MendedPacks and KeptRecords say what --repair did to packs: the index
+	// records it wrote from the packs' own tables, the packs whose table it wrote again, and
+	// where it copied the damaged records it left in their packs.
+	PackIndexes []string `json:"pack_indexes_written,omitempty"`
+	MendedPacks []string `json:"mended_packs,omitempty"`
+	KeptRecords []string `json:"kept_records,omitempty"`
+}
+
+// packDamageJSON is one damaged pack, pack index or record of a pack.
+type packDamageJSON struct {
+	Index  string `json:"index,omitempty"`
+	Pack   string `json:"pack,omitempty"`
+	Object string `json:"object,omitempty"`
+	Error  string `json:"error"`
+	Text   string `json:"text"` // the line the text output prints after DAMAGED
 }
 
 type cacheJSON struct {
