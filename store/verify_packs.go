@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
-	"log/slog"
 	"slices"
 	"strings"
 
@@ -20,19 +19,6 @@ import (
 // as objects (through the layer); these checks add what only the files show: an index that
 // does not decode, a pack that is missing, cut, or holds another pack's bytes, a pack's table
 // that is damaged, and packs no index names.
-
-// packEnv is what the functions over packs work with: the backend, its packs and records,
-// a logger, and the sequence number the next index record takes.
-//
-// (The same definition as the repack helper's, pack_repack.go; whichever lands second drops
-// its copy.)
-type packEnv struct {
-	be      Backend
-	packs   PackBackend
-	records Records
-	log     *slog.Logger
-	nextSeq func() uint64
-}
 
 // PackDamage is one damaged pack, pack index or record of a pack that Verify found.
 type PackDamage struct {
