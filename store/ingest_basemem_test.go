@@ -204,4 +204,3 @@ func sealStreamedOrBatch(t *testing.T, s *Store, v uint64, files map[string][]by
 		t.Fatal(err)
 	}
 }
-
