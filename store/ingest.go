@@ -369,6 +369,7 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 		body, id, changed, crc, err = w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), nil, keep)
 	}
 	view.release()
+	w.in.mem.release(mem)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,11 @@ var errMemBase = errors.New("the base in memory does not match its check")
 type memTensor struct {
 	b   []byte
 	crc uint32 // CRC-32C of b, computed as b was taken in
+	// refs counts the diffs reading b (base, release); gone: the entry left the memory by
+	// use (used). Its buffer is taken in again by a tensor of the next version once both say
+	// so (baseMemory.free), never while a diff may read it. (baseMemory.mu)
+	refs int
+	gone bool
 }
 
 // baseMemory is the writer's base in memory: the tensors of version ver (the latest sealed
@@ -58,6 +63,13 @@ type baseMemory struct {
 	uses     map[ID]int // tensors of ver with that identity not yet diffed against
 	held     int64      // bytes of byID
 	saidOver bool       // logged that a version exceeded the budget
+	// free holds the buffers of entries that left by use and that no diff reads, by length:
+	// the next version's tensors are taken into them, so that the process does not allocate
+	// a version's bytes at every version (Go's collector would let the heap grow to about
+	// twice them between collections). At most the budget; emptied at install.
+	free      map[int][][]byte
+	freeBytes int64
+	reused    atomic.Int64 // bytes taken in into a free buffer (tests)
 
 	served atomic.Int64 // base bytes diffs read from memory since Open
 	// tamper, when set (tests), is applied to an entry as a lookup returns it.
@@ -100,7 +112,40 @@ func (c *memCapture) buffer(size int64) []byte {
 		c.overflowLocked()
 		return nil
 	}
+	if b := c.mem.takeFree(size); b != nil {
+		return b
+	}
 	return make([]byte, size)
+}
+
+// takeFree returns a free buffer of size bytes, or nil. Every byte of it is written before
+// it is kept (memCapture.add takes only a tensor's bytes read whole).
+func (m *baseMemory) takeFree(size int64) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	list := m.free[int(size)]
+	if len(list) == 0 {
+		return nil
+	}
+	b := list[len(list)-1]
+	m.free[int(size)] = list[:len(list)-1]
+	m.freeBytes -= size
+	m.reused.Add(size)
+	return b
+}
+
+// recycleLocked gives e's buffer to the free list, if it fits the budget.
+func (m *baseMemory) recycleLocked(e *memTensor) {
+	n := len(e.b)
+	if m.freeBytes+int64(n) > m.budget {
+		return
+	}
+	if m.free == nil {
+		m.free = map[int][][]byte{}
+	}
+	m.free[n] = append(m.free[n], e.b)
+	m.freeBytes += int64(n)
+	e.b = nil
 }
 
 // add keeps b, the content of object id (its bytes hashed to id), with crc its CRC-32C.
@@ -171,12 +216,15 @@ func (m *baseMemory) install(c *memCapture, man *manifest) {
 		c.mu.Unlock()
 	}
 	m.mu.Lock()
+	// Entries of the version before that were not used (and buffers not taken in again) are
+	// left to the collector: never marked gone, they are never recycled.
 	m.ver, m.byID, m.uses, m.held = man.Version, byID, uses, held
+	m.free, m.freeBytes = nil, 0
 	m.mu.Unlock()
 }
 
 // base returns the content of object id, a tensor of version ver of size bytes, when the
-// memory holds exactly that; else nil.
+// memory holds exactly that; else nil. The caller releases it when it no longer reads it.
 func (m *baseMemory) base(ver uint64, id ID, size int64) *memTensor {
 	if m == nil || m.budget <= 0 || ver == 0 || size <= 0 {
 		return nil
@@ -185,6 +233,8 @@ func (m *baseMemory) base(ver uint64, id ID, size int64) *memTensor {
 	e := m.byID[id]
 	if m.ver != ver || e == nil || int64(len(e.b)) != size {
 		e = nil
+	} else {
+		e.refs++
 	}
 	tamper := m.tamper
 	m.mu.Unlock()
@@ -206,16 +256,34 @@ func (m *baseMemory) used(ver uint64, id ID) {
 		return
 	}
 	if m.uses[id]--; m.uses[id] <= 0 {
-		m.held -= int64(len(m.byID[id].b))
+		e := m.byID[id]
+		m.held -= int64(len(e.b))
 		delete(m.byID, id)
 		delete(m.uses, id)
+		e.gone = true
+		if e.refs == 0 {
+			m.recycleLocked(e)
+		}
+	}
+}
+
+// release says that a diff no longer reads e (from base; nil: none).
+func (m *baseMemory) release(e *memTensor) {
+	if e == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.refs--; e.refs == 0 && e.gone {
+		m.recycleLocked(e)
 	}
 }
 
 // drop forgets every entry: one failed its check.
 func (m *baseMemory) drop(why string, id ID) {
 	m.mu.Lock()
-	m.ver, m.byID, m.uses, m.held = 0, nil, nil, 0
+	m.ver, m.byID, m.uses, m.held = 0, nil, nil, 0 // none is marked gone: none is recycled
+	m.free, m.freeBytes = nil, 0
 	m.mu.Unlock()
 	m.log.Warn("the base in memory failed its check: dropped, bases are read from the materialized copy", "object", id.String(), "why", why)
 }
@@ -272,6 +340,8 @@ func (st *FileStream) keptTensor(ts *tensorState) {
 	if ts.hasBase {
 		if ts.mem != nil {
 			st.w.in.mem.note(ts.size)
+			st.w.in.mem.release(ts.mem)
+			ts.mem = nil
 		}
 		st.w.in.mem.used(st.basis.m.Version, ts.base)
 	}

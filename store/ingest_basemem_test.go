@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ func TestBaseMemoryStoresTheSameObjects(t *testing.T) {
 			var lines logLines
 			plain, mem := memStores(t, 64<<20, &lines)
 			rng := rand.New(rand.NewPCG(7, 8))
-			versions := streamSeries(t, 5, 2)
+			versions := streamSeries(t, 4, 2)
 			for i, files := range versions {
 				v := uint64(i + 1)
 				before := mem.BaseMemory().Served
@@ -202,5 +203,67 @@ func sealStreamedOrBatch(t *testing.T, s *Store, v uint64, files map[string][]by
 	}
 	if _, err := w.Seal(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBaseMemoryRecyclesOnlyUnreadBuffers: the buffer of an entry is taken in again by the
+// next version only once every tensor that diffs against it was stored (used) and no diff
+// reads it (release), in either order; an entry dropped or replaced is never recycled.
+func TestBaseMemoryRecyclesOnlyUnreadBuffers(t *testing.T) {
+	m := newBaseMemory(1<<20, logtest.New(func(string, ...any) {}))
+	mk := func(ver uint64, ids ...ID) {
+		c := m.newCapture()
+		man := &manifest{Version: ver, Files: []manifestFile{{Path: "f", Kind: kindSafetensors}}}
+		for i, id := range ids {
+			b := c.buffer(100)
+			b[0] = byte(i)
+			c.add(id, b, crc32.Checksum(b, castagnoli))
+			man.Files[0].Tensors = append(man.Files[0].Tensors, manifestTensor{Name: fmt.Sprint(i), ID: id, Begin: int64(100 * i), End: int64(100*i + 100)})
+		}
+		m.install(c, man)
+	}
+	a, b := ID{1}, ID{2}
+	mk(1, a, b, a) // a twice: two tensors diff against it
+	if e := m.base(2, a, 100); e != nil {
+		t.Fatal("served an entry of version 1 as version 2's")
+	}
+	if e := m.base(1, a, 99); e != nil {
+		t.Fatal("served an entry of another size")
+	}
+	if e := m.base(1, ID{3}, 100); e != nil {
+		t.Fatal("served an identity it does not hold")
+	}
+	ea := m.base(1, a, 100)
+	eb := m.base(1, b, 100)
+	if ea == nil || eb == nil {
+		t.Fatal("entries of version 1 not served")
+	}
+	bufA := &ea.b[0]
+	m.used(1, a) // one of a's two tensors
+	m.used(1, b) // b is gone, but still read
+	if m.freeBytes != 0 {
+		t.Fatalf("a buffer still read was freed (%d bytes)", m.freeBytes)
+	}
+	m.release(eb)
+	if m.freeBytes != 100 {
+		t.Fatalf("b's buffer not freed once neither used nor read: %d bytes free", m.freeBytes)
+	}
+	m.release(ea)
+	m.used(1, a)
+	if m.freeBytes != 200 || m.stats().Bytes != 0 {
+		t.Fatalf("after every use: %d bytes free, %d held; want 200 and 0", m.freeBytes, m.stats().Bytes)
+	}
+	c := m.newCapture()
+	if got := c.buffer(100); &got[0] != bufA || m.reused.Load() != 100 {
+		t.Fatal("a free buffer of the size was not taken")
+	}
+	// A dropped memory recycles nothing, even once its readers are done.
+	mk(2, a)
+	e := m.base(2, a, 100)
+	m.drop("test", a)
+	m.used(2, a)
+	m.release(e)
+	if m.freeBytes != 0 {
+		t.Fatalf("a dropped entry was recycled (%d bytes free)", m.freeBytes)
 	}
 }
