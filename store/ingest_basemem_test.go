@@ -267,3 +267,44 @@ func TestBaseMemoryRecyclesOnlyUnreadBuffers(t *testing.T) {
 		t.Fatalf("a dropped entry was recycled (%d bytes free)", m.freeBytes)
 	}
 }
+
+// TestBaseMemoryOfARank: a rank keeps the tensors of the part it sealed, and diffs its next
+// part against them once the version is published; the group stores what one writer stores.
+func TestBaseMemoryOfARank(t *testing.T) {
+	series := groupSeries(t, 3)
+	single, singleRoot := newStore(t, Options{})
+	fixedClock(single)
+	commitAll(t, single, series)
+	pub, root := newStore(t, Options{})
+	fixedClock(pub)
+	var ranks []*Store
+	for r := range 2 {
+		s, err := OpenRank(root, Rank{Group: "g", Rank: r, Ranks: 2}, Options{CacheDir: t.TempDir(), BaseMemory: 64 << 20, Logger: logtest.New(t.Logf)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		ranks = append(ranks, s)
+	}
+	for i, files := range series {
+		v := uint64(i + 1)
+		for r, s := range ranks {
+			if _, err := writePart(s, v, files, func(n string) bool { return shardOwner(n, 2) == r }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := pub.PublishGroup("g", v, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r, s := range ranks {
+		if st := s.BaseMemory(); st.Served == 0 || st.Version != 3 {
+			t.Errorf("rank %d: the base in memory %+v: served nothing, or not of version 3", r, st)
+		}
+	}
+	want, n := storedDigest(t, singleRoot)
+	got, m := storedDigest(t, root)
+	if got != want || n != m {
+		t.Fatalf("the group stored %d objects and manifests hashing to %s; one writer %d hashing to %s", m, got, n, want)
+	}
+}
