@@ -71,7 +71,8 @@ type baseMemory struct {
 	freeBytes int64
 	reused    atomic.Int64 // bytes taken in into a free buffer (tests)
 
-	served atomic.Int64 // base bytes diffs read from memory since Open
+	served   atomic.Int64 // base bytes diffs read from memory since Open
+	fromCopy atomic.Int64 // base bytes diffs read from the materialized copy since Open
 	// tamper, when set (tests), is applied to an entry as a lookup returns it.
 	tamper func(id ID, b []byte)
 }
@@ -291,18 +292,24 @@ func (m *baseMemory) drop(why string, id ID) {
 // note counts n base bytes read from memory.
 func (m *baseMemory) note(n int64) { m.served.Add(n) }
 
+// noteCopy counts n base bytes read from the materialized copy (stream_base.go).
+func (m *baseMemory) noteCopy(n int64) { m.fromCopy.Add(n) }
+
 // BaseMemoryStats says what the base in memory holds and did (Store.BaseMemory).
 type BaseMemoryStats struct {
 	Budget  int64  // Options.BaseMemory (0: off)
 	Version uint64 // the version it holds (0: none)
 	Bytes   int64  // the bytes it holds
 	Served  int64  // base bytes diffs read from it since Open
+	// FromCopy is the base bytes diffs read from the materialized copy since Open (with or
+	// without the memory; a base read again counts again).
+	FromCopy int64
 }
 
 func (m *baseMemory) stats() BaseMemoryStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load()}
+	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load()}
 }
 
 // BaseMemory reports the writer's base in memory (Options.BaseMemory).

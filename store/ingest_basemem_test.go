@@ -66,6 +66,13 @@ func TestBaseMemoryStoresTheSameObjects(t *testing.T) {
 				if got := st.Served - before; got != want {
 					t.Errorf("v%d: %d base bytes served from memory, want %d (every base)", v, got, want)
 				}
+				// The batch path read no base from the copy. (A stream may: the stream of
+				// short.safetensors diffs its tensors against model.safetensors' too, by name,
+				// until it turns out not to be safetensors, and finds those entries used up by
+				// model.safetensors' stream: it reads the copy.)
+				if got := st.FromCopy; got != 0 && !streamed {
+					t.Errorf("v%d: %d base bytes read from the copy, want none", v, got)
+				}
 				if v > 1 && want == 0 {
 					t.Fatalf("v%d: no tensor had a base: the series tests nothing", v)
 				}
@@ -113,6 +120,9 @@ func TestBaseMemoryOfAnotherVersionIsNotUsed(t *testing.T) {
 	sealBoth(t, plain, mem, 3, versions[2], false, nil)
 	if got := mem.BaseMemory().Served; got != before {
 		t.Errorf("%d base bytes served from memory of another version", got-before)
+	}
+	if mem.BaseMemory().FromCopy == 0 {
+		t.Error("no base byte read from the copy")
 	}
 }
 
