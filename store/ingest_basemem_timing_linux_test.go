@@ -90,6 +90,9 @@ func ingestDir(t *testing.T, s *Store, v uint64, dir string, streamed bool) int6
 	if err != nil {
 		t.Fatal(err)
 	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real // WalkDir does not follow a link it starts at
+	}
 	var total int64
 	buf := make([]byte, 4<<20)
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
