@@ -76,8 +76,10 @@
 // the same objects and manifests; tests compare them. Each file is parsed as safetensors; each tensor is diffed against the same
 // tensor of the latest version (from the materialized copy) and stored as a delta, a whole
 // copy (an anchor, which bounds how many deltas a read replays), or not at all when its
-// content is already stored. Nothing is visible until Seal writes the manifest. A crash at
-// any point leaves every sealed version intact and the interrupted one absent.
+// content is already stored. With Options.BaseMemory the writer keeps the tensors of the
+// version it sealed in memory, and the next version's diffs read their bases from there
+// instead of the copy, checked by a CRC-32C taken with them (ingest_basemem.go). Nothing is
+// visible until Seal writes the manifest. A crash at any point leaves every sealed version intact and the interrupted one absent.
 //
 // CommitPatch seals the next version from a one-file patch against the latest version (what a
 // trainer writes into MNT/patches/): checked whole first (ErrBadPatch), then each changed file

@@ -356,6 +356,9 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	}
 	g.forgetBase(w.v)
 	g.rememberPart(w.v, rec)
+	// The part's tensors are the bases of the rank's next part once the version is published
+	// (ingest_basemem.go: served only for that version, by identity).
+	w.in.mem.install(w.mem, &manifest{Version: w.v, Files: rec.Files})
 	w.finish(&manifest{Files: rec.Files})
 	return info, nil
 }

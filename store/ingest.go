@@ -53,6 +53,9 @@ type ingester struct {
 	// now is the clock of manifests' creation times (time.Now; a test that pins the stored
 	// bytes fixes it).
 	now func() time.Time
+	// mem is the latest version's tensors in memory, the next version's bases
+	// (Options.BaseMemory: ingest_basemem.go).
+	mem *baseMemory
 
 	pendMu    sync.Mutex
 	pending   map[ID]int         // objects written by open Writers, not yet in a manifest
@@ -67,7 +70,8 @@ func newIngester(st *Store, diff delta.DiffBackend) *ingester {
 	return &ingester{st: st, diff: diff, workers: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
 		hashInOnePass: sha256x2.Accelerated(), manifestLimit: maxManifestLen, now: time.Now,
 		pending: map[ID]int{}, open: map[uint64]*Writer{},
-		baseBufs: freeList[[]byte]{max: 2*max(1, runtime.GOMAXPROCS(0)) + 2}}
+		baseBufs: freeList[[]byte]{max: 2*max(1, runtime.GOMAXPROCS(0)) + 2},
+		mem:      newBaseMemory(st.opts.BaseMemory, st.log)}
 }
 
 // openWriters returns the Writers open now (Close aborts them).
@@ -331,7 +335,10 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 	width := t.DType.Size()
 	size := t.End - t.Begin
 	elems := size / int64(width)
-	src := io.NewSectionReader(r, dataStart+t.Begin, size)
+	var src io.ReaderAt = io.NewSectionReader(r, dataStart+t.Begin, size)
+	// The tensor's bytes are kept for the next version's diff when the memory takes them
+	// (ingest_basemem.go): read into keep as they are hashed.
+	keep := w.mem.buffer(size)
 
 	view := s.mat.view()
 	var base tensorRef
@@ -342,17 +349,44 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 	if !haveBase {
 		view.release()
 		t.Changed = elems
+		if keep != nil {
+			src = captureReader{r: src, buf: keep}
+		}
 		id, err := w.storeWhole(src, 0, size, width)
 		t.ID = id
 		w.progressAdd(size)
+		if err == nil {
+			w.mem.add(id, keep, crc32.Checksum(keep, castagnoli))
+		}
 		return err
 	}
 	// The copy stays at this version until the diff is done (seals wait for us).
-	body, id, changed, err := w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat())
+	baseVer := view.ver.m.Version
+	mem := w.in.mem.base(baseVer, base.tensor.ID, size)
+	body, id, changed, crc, err := w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), mem, keep)
+	if errors.Is(err, errMemBase) {
+		// The base in memory failed its check (it is dropped): diffed again from the copy.
+		body, id, changed, crc, err = w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), nil, keep)
+	}
 	view.release()
+	w.in.mem.release(mem)
 	if err != nil {
 		return err
 	}
+	if err := w.storeDiffed(t, src, base, body, id, changed); err != nil {
+		return err
+	}
+	w.mem.add(id, keep, crc)
+	w.in.mem.used(baseVer, base.tensor.ID)
+	return nil
+}
+
+// storeDiffed stores a tensor diffed against base (id, body and changed from diffTensor):
+// nothing when it is the base or already stored, a delta object, or an anchor.
+func (w *Writer) storeDiffed(t *manifestTensor, src io.ReaderAt, base tensorRef, body []byte, id ID, changed int64) error {
+	s := w.s
+	width := t.DType.Size()
+	size := t.End - t.Begin
 	t.ID, t.Base, t.Changed = id, base.tensor.ID, changed
 	if id == base.tensor.ID {
 		w.hold(id)
@@ -401,8 +435,11 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 // diffTensor reads the new tensor from src and its base from the materialized copy in
 // chunks, hashing the new bytes and encoding the changed elements. body is nil when more than
 // an eighth of the elements changed (a whole copy is then about as small) or the encoded
-// changes could exceed maxDeltaMemory.
-func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int64, width int, float bool) (body []byte, id ID, changed int64, err error) {
+// changes could exceed maxDeltaMemory. mem, when not nil, is the base's content in memory,
+// read instead of the copy (errMemBase: it failed its check, and the memory is dropped);
+// keep, when not nil, receives the new bytes (the next version's base in memory). crc is the
+// CRC-32C of the new bytes.
+func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int64, width int, float bool, mem *memTensor, keep []byte) (body []byte, id ID, changed int64, crc uint32, err error) {
 	s := w.s
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
@@ -413,29 +450,42 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	h := sha256.New()
 	// The base bytes are checked too: a delta computed against a damaged copy would be a
 	// wrong object, forever. With the CRC of the base's content when it is known, as the
-	// streaming path does (ingest_basecheck.go), else with SHA-256.
+	// streaming path does (ingest_basecheck.go), else with SHA-256; bytes from memory with
+	// the CRC taken with them (ingest_basemem.go).
 	hb := newBaseCheck(s.mat, baseID)
-	cur := make([]byte, min(size, ingestChunk))
+	if mem != nil {
+		hb = memBaseCheck(mem)
+	}
+	var cur []byte
+	if keep == nil {
+		cur = make([]byte, min(size, ingestChunk))
+	}
 	base := baseReader{in: w.in} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
 	defer base.release()
 	var ch delta.Changes
-	var crc uint32 // of the new bytes: the next version checks them with it (ingest_basecheck.go)
 	for off := int64(0); off < size; off += ingestChunk {
 		n := min(ingestChunk, size-off)
-		c := cur[:n]
-		if err := readAtFull(src, c, off); err != nil {
-			return nil, id, 0, err
+		var c []byte
+		if keep != nil {
+			c = keep[off : off+n]
+		} else {
+			c = cur[:n]
 		}
-		b, err := base.read(view, baseID, off, n, nextRead{})
-		if err != nil {
-			return nil, id, 0, err
+		if err := readAtFull(src, c, off); err != nil {
+			return nil, id, 0, 0, err
+		}
+		var b []byte
+		if mem != nil {
+			b = mem.b[off : off+n]
+		} else if b, err = base.read(view, baseID, off, n, nextRead{}); err != nil {
+			return nil, id, 0, 0, err
 		}
 		h.Write(c)
 		crc = crc32.Update(crc, castagnoli, c)
 		hb.Write(b)
 		found, err := w.in.diffInto(enc, b, c, off/int64(width), width, &ch)
 		if err != nil {
-			return nil, id, 0, err
+			return nil, id, 0, 0, err
 		}
 		changed += found
 		if changed > elems/8 || changed*int64(width+2) > maxDeltaMemory {
@@ -448,15 +498,23 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	h.Sum(id[:0])
 	s.mat.noteBaseCRC(id, crc)
 	if !hb.matches(baseID) {
+		if mem != nil {
+			w.in.mem.drop("a diff's base bytes from memory do not match their CRC-32C", baseID)
+			w.progressAdd(-size)
+			return nil, id, 0, 0, fmt.Errorf("base object %s in memory: %w", baseID, errMemBase)
+		}
 		view.m.markBroken()
-		return nil, id, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", baseID)
+		return nil, id, 0, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", baseID)
+	}
+	if mem != nil {
+		w.in.mem.note(size)
 	}
 	if enc != nil && changed > 0 {
 		if body, err = enc.Finish(); err != nil {
-			return nil, id, 0, fmt.Errorf("encode delta: %w", err)
+			return nil, id, 0, 0, fmt.Errorf("encode delta: %w", err)
 		}
 	}
-	return body, id, changed, nil
+	return body, id, changed, crc, nil
 }
 
 // diffInto diffs the chunk cur against its base bytes, elements [first, ...) of the tensor,

@@ -43,6 +43,9 @@ type Writer struct {
 	started  time.Time
 	streamed map[string]bool
 
+	// mem takes in the version's tensors for the base in memory (nil: off; ingest_basemem.go).
+	mem *memCapture
+
 	progress   func(done, total int64)
 	progressMu sync.Mutex
 	total      int64
@@ -85,7 +88,8 @@ func (in *ingester) newWriter(v, floor uint64) (*Writer, error) {
 		}
 	}
 	w := &Writer{s: in.st, in: in, v: v, files: map[string]*manifestFile{}, dirs: map[string]uint32{},
-		created: map[ID]int64{}, held: map[ID]bool{}, streams: map[*FileStream]struct{}{}, floor: floor}
+		created: map[ID]int64{}, held: map[ID]bool{}, streams: map[*FileStream]struct{}{}, floor: floor,
+		mem: in.mem.newCapture()}
 	in.open[v] = w
 	return w, nil
 }
@@ -249,6 +253,7 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	}
 	info := summarize(m)
 	s.versions.addSealed(m, len(data), info)
+	w.in.mem.install(w.mem, m) // the next version's bases (ingest_basemem.go)
 	if err := s.ix.updateVersions([]VersionInfo{info}, nil); err != nil {
 		s.log.Warn("index: not updated", "err", err)
 	}

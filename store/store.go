@@ -45,6 +45,14 @@ type Options struct {
 	// versions that reads make in the cache directory (0: DefaultFileCopyBytes; negative:
 	// none, every read of an older version replays: filecopy.go).
 	FileCopyBytes int64
+	// BaseMemory (0: off) bounds the memory in which the writer keeps the tensors of the
+	// latest version it sealed, so that the next version's diffs read their bases from memory
+	// rather than from the materialized copy on disk: a version whose tensors' bytes exceed
+	// it is not kept (ingest_basemem.go). While a version is written the process holds about
+	// this much more (the tensors of the latest version are dropped as they are used, the new
+	// version's taken in), and Go's collector may let the heap grow to about twice it between
+	// collections. The mount's default is DefaultBaseMemory.
+	BaseMemory int64
 	// Retention (zero: none) runs gc in the background after every seal (gc_retention.go).
 	Retention Retention
 	// Observer (nil: none) is told of seals and of versions a reader finds (stats.go).

@@ -49,6 +49,9 @@ func (r *baseReader) read(view *matView, id ID, off, n int64, next nextRead) ([]
 // they came from the objects: the copy failed its check).
 func (r *baseReader) readChecked(view *matView, id ID, off, n int64, next nextRead) (b []byte, checked bool, err error) {
 	b, err = r.readCopy(view, id, off, n, next)
+	if err == nil {
+		r.in.mem.noteCopy(n) // counted for the base in memory's figures (ingest_basemem.go)
+	}
 	if isCopyError(err) {
 		// The copy failed its check (it is marked broken and rebuilt): the base's bytes come
 		// from the objects. This goroutine holds a view, so the read must take none, nor

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"hash/crc32"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -63,6 +64,13 @@ type tensorState struct {
 	check   *streamBaseCheck    // checks the base bytes read (stream_check.go)
 	changed int64
 	done    int64 // bytes processed
+	// mem is the base's content in memory, read instead of the copy (nil: none); keep takes in
+	// the tensor's bytes, [0, kept), with their CRC-32C, for the next version's (nil: not
+	// kept; ingest_basemem.go).
+	mem     *memTensor
+	keep    []byte
+	kept    int64
+	keepCRC uint32
 }
 
 func (st *FileStream) runWorker() {
@@ -160,6 +168,9 @@ func (st *FileStream) startTensor(i int) error {
 		ts.ctx = st.s.objects.writeContextOf(ts.base)
 		ts.enc.SetContext(ts.ctx.fn())
 		ts.check = newStreamBaseCheck(st.s.mat, ts.base)
+		if ts.mem = st.w.in.mem.base(st.basis.m.Version, ts.base, ts.size); ts.mem != nil {
+			ts.check.hb = memBaseCheck(ts.mem) // every byte is hashed: none is checked by the copy
+		}
 		// A full chain, or deltas that will be as large as a whole copy with a delta like
 		// the ones before, make this tensor an anchor if it changed: the whole copy is then
 		// written as the bytes pass rather than in a second pass at the end (a guess: the
@@ -175,6 +186,7 @@ func (st *FileStream) startTensor(i int) error {
 		}
 		ts.fw = fw
 	}
+	ts.keep = st.w.mem.buffer(ts.size)
 	wk.ts = ts
 	return nil
 }
@@ -183,6 +195,11 @@ func (st *FileStream) startTensor(i int) error {
 // against the base's bytes and fed to the encoder; into the whole copy, if one is written.
 // Only a failed read of the base leaves the bytes unconsumed.
 func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (bool, error) {
+	if ts.keep != nil && off == ts.kept {
+		copy(ts.keep[off:], data)
+		ts.keepCRC = crc32.Update(ts.keepCRC, castagnoli, data)
+		ts.kept += int64(len(data))
+	}
 	if !ts.hasBase {
 		ts.done += int64(len(data))
 		return true, ts.fw.write(data)
@@ -246,6 +263,9 @@ type baseSource struct {
 // path (the copy moved on meanwhile). next is what the worker will read after the tensor.
 // checked says the bytes were checked by the copy's sums (stream_check.go).
 func (src *baseSource) read(st *FileStream, ts *tensorState, off, n int64, next nextRead) (b []byte, checked bool, err error) {
+	if ts.mem != nil {
+		return ts.mem.b[off : off+n], false, nil // checked by ts.check (ingest_basemem.go)
+	}
 	if src.copy.in == nil {
 		src.copy.in = st.w.in
 	}
@@ -308,6 +328,7 @@ type byteSink interface{ write([]byte) error }
 func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink, src *baseSource) error {
 	end := ts.done
 	again := ts.check.again()
+	var scratch []byte
 	for off := int64(0); off < end; off += streamChunkSize {
 		b, checked, err := src.read(st, ts, off, min(streamChunkSize, end-off), nextRead{})
 		if err != nil {
@@ -317,6 +338,10 @@ func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink, src *baseSour
 			return err
 		}
 		if ts.body != nil {
+			if ts.mem != nil {
+				b = append(scratch[:0], b...) // the memory's bytes are shared: never changed
+				scratch = b
+			}
 			if err := ts.ctx.apply(ts.body, b, off/int64(ts.width), delta.Forward); err != nil {
 				return fmt.Errorf("apply own delta: %w", err)
 			}
@@ -352,8 +377,13 @@ func (st *FileStream) rebuildTensor(ts *tensorState, dst byteSink, src *baseSour
 
 // finishTensor decides how the tensor is stored, exactly as Writer.ingestTensor does. The
 // finisher runs it (stream_finish.go); src is its own reader of bases.
-func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
+func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) (err error) {
 	w, s, t := st.w, st.s, ts.t
+	defer func() {
+		if err == nil {
+			st.keptTensor(ts)
+		}
+	}()
 	id := st.hs.tensorSumOf(ts.idx)
 	if !ts.hasBase {
 		t.ID, t.Changed = id, ts.elems
@@ -371,6 +401,12 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) error {
 		return nil
 	}
 	if !ts.check.matches() {
+		if ts.mem != nil {
+			// Not the copy: the memory failed its check (the file goes on through the
+			// batch path, which reads the copy).
+			w.in.mem.drop("a stream's base bytes from memory do not match their CRC-32C", ts.base)
+			return fmt.Errorf("base object %s in memory: %w", ts.base, errMemBase)
+		}
 		s.mat.markBroken()
 		return fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", ts.base)
 	}

@@ -25,11 +25,12 @@ func cmdMount(e *env, args []string) error {
 	fs.DurationVar(&mf.poll, "poll", 0, "with --read-only: how often to look for newly sealed versions (default 500ms; 250ms for s3:// stores, where each look is a conditional GET of a 32-byte object and versions are listed only when it changed) (-o poll=DURATION)")
 	fs.BoolVar(&mf.allowOther, "allow-other", false, "let every user of the machine use the mount (-o allow_other; always with default_permissions: the kernel checks the files' modes; as a user other than root it needs user_allow_other in /etc/fuse.conf)")
 	fs.BoolVar(&mf.allowNonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them (-o allow_non_empty)")
-	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, keep_exact, metrics_addr=HOST:PORT, file_copies=SIZE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
+	fs.Var(&opts, "o", "mount options, comma-separated, as in fstab: ro, allow_other, default_permissions, allow_non_empty, version=N, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, keep_exact, metrics_addr=HOST:PORT, file_copies=SIZE, base_memory=SIZE, debug, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE; fstab's defaults, noauto, nofail, _netdev, user, rw and x-* are accepted and ignored")
 	sf := addStoreFlags(fs, false)
 	fs.BoolVar(&mf.debug, "debug", false, "log at debug level and trace every FUSE request (-o debug)")
 	retentionFlags(fs, &mf)
 	fs.StringVar(&mf.fileCopies, "file-copies", "", "with --read-only: disk for the checked copies of older versions' files that reads make in the cache directory, e.g. 4G (default 16G; 0: none, every read of an older version replays its deltas) (-o file_copies=SIZE)")
+	fs.StringVar(&mf.baseMemory, "base-memory", "", "read-write: memory in which the writer keeps the latest version's tensors, so that the next version's diffs read their bases from memory rather than from disk, e.g. 16G; a version larger than it is not kept (default: a sixteenth of the node's RAM, at most 8G; 0: off) (-o base_memory=SIZE)")
 	gf := addGroupFlags(fs)
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", metricsAddrUsage+" (-o metrics_addr=HOST:PORT)")
 	pos, err := parse(e, fs, args, 2, 2)
@@ -95,6 +96,9 @@ func cmdMount(e *env, args []string) error {
 	sopts.Observer = mx.storeObserver()
 	sopts.Failpoint = failpointFromEnv(e.log)
 	if sopts.FileCopyBytes, err = fileCopyBytes(mf.fileCopies); err != nil {
+		return err
+	}
+	if sopts.BaseMemory, err = baseMemoryBytes(mf.baseMemory, mf.readOnly, memTotal()); err != nil {
 		return err
 	}
 	if sopts.Retention, err = retentionPolicy(mf.readOnly, mf.keepLast, mf.keepEvery, mf.keepExact); err != nil {

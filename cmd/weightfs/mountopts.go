@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -26,6 +27,8 @@ type mountFlags struct {
 	metricsAddr string
 	// fileCopies bounds a reader's checked copies of older versions' files (--file-copies).
 	fileCopies string
+	// baseMemory bounds the writer's base in memory (--base-memory).
+	baseMemory string
 }
 
 // optList is a repeatable -o flag: each value is a comma-separated option string.
@@ -84,7 +87,7 @@ func applyMountOptions(mf *mountFlags, s string) error {
 			}
 			mf.poll = d
 		default:
-			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, keep_exact, metrics_addr=HOST:PORT, file_copies=SIZE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
+			return fmt.Errorf("-o %s: unknown mount option (known: ro, allow_other, default_permissions, allow_non_empty, debug, version=N|latest, cache_dir=DIR, poll=DURATION, log_level=LEVEL, log_format=text|json, log_file=FILE, keep_last=N, keep_every=K, keep_exact, metrics_addr=HOST:PORT, file_copies=SIZE, base_memory=SIZE, s3_endpoint=URL, s3_region=NAME, s3_path_style, s3_cache_size=SIZE, and fstab's defaults, noauto, nofail, _netdev, user, rw, x-*)", opt)
 		}
 	}
 	return nil
@@ -97,6 +100,7 @@ func (mf *mountFlags) stringOption(key string) *string {
 		"log_level": &mf.logLevel, "log_format": &mf.logFormat, "log_file": &mf.logFile,
 		"s3_endpoint": &mf.s3Endpoint, "s3_region": &mf.s3Region, "s3_cache_size": &mf.s3CacheSize,
 		"file_copies":  &mf.fileCopies,
+		"base_memory":  &mf.baseMemory,
 		"metrics_addr": &mf.metricsAddr,
 	}[key]
 }
@@ -143,4 +147,55 @@ func fileCopyBytes(v string) (int64, error) {
 		return 0, fmt.Errorf("--file-copies: %w (0: none)", err)
 	}
 	return n, nil
+}
+
+// baseMemoryBytes is store.Options.BaseMemory for --base-memory: "" the default
+// (defaultBaseMemory of memTotal, the node's RAM), "0" off, else a size. A read-only mount
+// writes no version: off.
+func baseMemoryBytes(v string, readOnly bool, memTotal int64) (int64, error) {
+	if readOnly {
+		return 0, nil
+	}
+	switch strings.TrimSpace(v) {
+	case "":
+		return defaultBaseMemory(memTotal), nil
+	case "0":
+		return 0, nil
+	}
+	n, err := parseSize(v)
+	if err != nil {
+		return 0, fmt.Errorf("--base-memory: %w (0: off)", err)
+	}
+	return n, nil
+}
+
+// defaultBaseMemory is the base in memory a writer keeps unless told: a sixteenth of the
+// node's RAM, at most 8 GiB (none when the RAM is not known). The trainer needs the node's
+// memory, and the process may hold up to about twice the budget while a version is written
+// (the previous version's tensors until they are used, the new one's as they come, and what
+// Go's collector has not yet returned): so at most an eighth of the RAM. 8 GiB keeps a model
+// of 4B parameters in bf16; larger ones name their budget (docs/operations.md).
+func defaultBaseMemory(memTotal int64) int64 {
+	return min(memTotal/16, 8<<30)
+}
+
+// memTotal is the node's RAM (MemTotal of /proc/meminfo), 0 when it cannot be read.
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil || kb < 0 {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -1,0 +1,355 @@
+package store
+
+import (
+	"errors"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+)
+
+// The base in memory (docs/design.md, "The base in memory"; Options.BaseMemory). Every
+// version after the first diffs each tensor against the same tensor of the latest version,
+// and read those bases from the materialized copy: the trainer's disk moved the previous
+// version's bytes in (the base) for every byte it saved. The writer sees every byte of the
+// version it ingests (the streaming worker, the batch path's reads of the source), so it
+// keeps them, per tensor, in memory when the version's tensors fit Options.BaseMemory; the
+// next version's diffs read their bases from there.
+//
+// What guards the bytes served:
+//   - Identity. Entries are keyed by the object identity the bytes hashed to at ingest and
+//     are installed at the seal only for the tensors the sealed manifest names with that
+//     identity and size. A lookup names the base version (the one the diff's base tensor
+//     comes from) and the base tensor's identity in that version's manifest: an entry of
+//     another version, another identity or another size is never served.
+//   - Content. An entry carries the CRC-32C of its bytes, computed as they were taken in
+//     (from the bytes the object's SHA-256 was computed from). The diff hashes the base bytes
+//     it used and compares them with that CRC before anything is stored (the batch path's
+//     baseCheck, the stream's streamBaseCheck): an entry damaged in memory (a flipped bit, a
+//     bug) fails that check, the whole memory is dropped and the tensor is diffed again from
+//     the materialized copy (batch), or the stream fails and the file goes on through the
+//     batch path (the mount's fallback), which reads the copy. Nothing damaged is stored.
+//
+// Budget: a version whose tensors' bytes exceed it is kept not at all (whole version or
+// nothing, logged once at info). The entries of the latest version are dropped as the next
+// version's tensors that diff against them are stored, so while a version is written the
+// memory holds about one version's bytes (plus the tensors in flight), not two.
+
+// errMemBase says that base bytes served from memory failed their check (the memory is
+// dropped; the caller diffs again from the materialized copy).
+var errMemBase = errors.New("the base in memory does not match its check")
+
+// memTensor is one tensor's bytes in memory.
+type memTensor struct {
+	b   []byte
+	crc uint32 // CRC-32C of b, computed as b was taken in
+	// refs counts the diffs reading b (base, release); gone: the entry left the memory by
+	// use (used). Its buffer is taken in again by a tensor of the next version once both say
+	// so (baseMemory.free), never while a diff may read it. (baseMemory.mu)
+	refs int
+	gone bool
+}
+
+// baseMemory is the writer's base in memory: the tensors of version ver (the latest sealed
+// version this process wrote), by identity. Safe for concurrent use.
+type baseMemory struct {
+	budget int64 // Options.BaseMemory; <= 0: off
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	ver      uint64 // the version the entries are of; 0: none
+	byID     map[ID]*memTensor
+	uses     map[ID]int // tensors of ver with that identity not yet diffed against
+	held     int64      // bytes of byID
+	saidOver bool       // logged that a version exceeded the budget
+	// free holds the buffers of entries that left by use and that no diff reads, by length:
+	// the next version's tensors are taken into them, so that the process does not allocate
+	// a version's bytes at every version (Go's collector would let the heap grow to about
+	// twice them between collections). At most the budget; emptied at install.
+	free      map[int][][]byte
+	freeBytes int64
+	reused    atomic.Int64 // bytes taken in into a free buffer (tests)
+
+	served   atomic.Int64 // base bytes diffs read from memory since Open
+	fromCopy atomic.Int64 // base bytes diffs read from the materialized copy since Open
+	// tamper, when set (tests), is applied to an entry as a lookup returns it.
+	tamper func(id ID, b []byte)
+}
+
+func newBaseMemory(budget int64, log *slog.Logger) *baseMemory {
+	return &baseMemory{budget: budget, log: log}
+}
+
+// memCapture is what one Writer took in of its version's tensors.
+type memCapture struct {
+	mem  *baseMemory
+	mu   sync.Mutex
+	byID map[ID]*memTensor
+	size int64
+	over bool // the version outgrew the budget: nothing is kept
+}
+
+// newCapture starts the capture of a Writer's tensors; nil when the memory is off.
+func (m *baseMemory) newCapture() *memCapture {
+	if m == nil || m.budget <= 0 {
+		return nil
+	}
+	return &memCapture{mem: m, byID: map[ID]*memTensor{}}
+}
+
+// buffer returns a buffer for the bytes of a tensor of size bytes about to be ingested, or
+// nil: not kept (the memory is off, the tensor is empty, or the version outgrew the budget).
+func (c *memCapture) buffer(size int64) []byte {
+	if c == nil || size <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over {
+		return nil
+	}
+	if c.size+size > c.mem.budget {
+		c.overflowLocked()
+		return nil
+	}
+	if b := c.mem.takeFree(size); b != nil {
+		return b
+	}
+	return make([]byte, size)
+}
+
+// takeFree returns a free buffer of size bytes, or nil. Every byte of it is written before
+// it is kept (memCapture.add takes only a tensor's bytes read whole).
+func (m *baseMemory) takeFree(size int64) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	list := m.free[int(size)]
+	if len(list) == 0 {
+		return nil
+	}
+	b := list[len(list)-1]
+	m.free[int(size)] = list[:len(list)-1]
+	m.freeBytes -= size
+	m.reused.Add(size)
+	return b
+}
+
+// recycleLocked gives e's buffer to the free list, if it fits the budget.
+func (m *baseMemory) recycleLocked(e *memTensor) {
+	n := len(e.b)
+	if m.freeBytes+int64(n) > m.budget {
+		return
+	}
+	if m.free == nil {
+		m.free = map[int][][]byte{}
+	}
+	m.free[n] = append(m.free[n], e.b)
+	m.freeBytes += int64(n)
+	e.b = nil
+}
+
+// add keeps b, the content of object id (its bytes hashed to id), with crc its CRC-32C.
+func (c *memCapture) add(id ID, b []byte, crc uint32) {
+	if c == nil || b == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over || c.byID[id] != nil {
+		return
+	}
+	if c.size+int64(len(b)) > c.mem.budget {
+		c.overflowLocked()
+		return
+	}
+	c.byID[id] = &memTensor{b: b, crc: crc}
+	c.size += int64(len(b))
+}
+
+func (c *memCapture) overflowLocked() {
+	c.over, c.byID, c.size = true, nil, 0
+	c.mem.sayOver()
+}
+
+func (m *baseMemory) sayOver() {
+	m.mu.Lock()
+	said := m.saidOver
+	m.saidOver = true
+	m.mu.Unlock()
+	if !said {
+		m.log.Info("the version's tensors exceed the base memory (-o base_memory): the next version reads its bases from disk", "budget", m.budget)
+	}
+}
+
+// install makes the tensors c took in the base in memory, as version man.Version (just
+// sealed): only those the manifest names with the identity and size they were taken in as.
+// c nil or over the budget: the memory holds nothing.
+func (m *baseMemory) install(c *memCapture, man *manifest) {
+	if m == nil || m.budget <= 0 {
+		return
+	}
+	byID, uses := map[ID]*memTensor{}, map[ID]int{}
+	var held int64
+	if c != nil {
+		c.mu.Lock()
+		if !c.over {
+			for i := range man.Files {
+				f := &man.Files[i]
+				if f.Kind != kindSafetensors {
+					continue
+				}
+				for j := range f.Tensors {
+					t := &f.Tensors[j]
+					e := c.byID[t.ID]
+					if e == nil || int64(len(e.b)) != t.End-t.Begin {
+						continue
+					}
+					if uses[t.ID] == 0 {
+						byID[t.ID] = e
+						held += int64(len(e.b))
+					}
+					uses[t.ID]++
+				}
+			}
+		}
+		c.byID, c.over = nil, true // taken: the Writer keeps nothing
+		c.mu.Unlock()
+	}
+	m.mu.Lock()
+	// Entries of the version before that were not used (and buffers not taken in again) are
+	// left to the collector: never marked gone, they are never recycled.
+	m.ver, m.byID, m.uses, m.held = man.Version, byID, uses, held
+	m.free, m.freeBytes = nil, 0
+	m.mu.Unlock()
+}
+
+// base returns the content of object id, a tensor of version ver of size bytes, when the
+// memory holds exactly that; else nil. The caller releases it when it no longer reads it.
+func (m *baseMemory) base(ver uint64, id ID, size int64) *memTensor {
+	if m == nil || m.budget <= 0 || ver == 0 || size <= 0 {
+		return nil
+	}
+	m.mu.Lock()
+	e := m.byID[id]
+	if m.ver != ver || e == nil || int64(len(e.b)) != size {
+		e = nil
+	} else {
+		e.refs++
+	}
+	tamper := m.tamper
+	m.mu.Unlock()
+	if e != nil && tamper != nil {
+		tamper(id, e.b)
+	}
+	return e
+}
+
+// used says that a tensor diffed against object id of version ver was stored: once every
+// tensor of ver with that identity was, the entry is dropped (readers of it keep its bytes).
+func (m *baseMemory) used(ver uint64, id ID) {
+	if m == nil || m.budget <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ver != ver || m.byID[id] == nil {
+		return
+	}
+	if m.uses[id]--; m.uses[id] <= 0 {
+		e := m.byID[id]
+		m.held -= int64(len(e.b))
+		delete(m.byID, id)
+		delete(m.uses, id)
+		e.gone = true
+		if e.refs == 0 {
+			m.recycleLocked(e)
+		}
+	}
+}
+
+// release says that a diff no longer reads e (from base; nil: none).
+func (m *baseMemory) release(e *memTensor) {
+	if e == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.refs--; e.refs == 0 && e.gone {
+		m.recycleLocked(e)
+	}
+}
+
+// drop forgets every entry: one failed its check.
+func (m *baseMemory) drop(why string, id ID) {
+	m.mu.Lock()
+	m.ver, m.byID, m.uses, m.held = 0, nil, nil, 0 // none is marked gone: none is recycled
+	m.free, m.freeBytes = nil, 0
+	m.mu.Unlock()
+	m.log.Warn("the base in memory failed its check: dropped, bases are read from the materialized copy", "object", id.String(), "why", why)
+}
+
+// note counts n base bytes read from memory.
+func (m *baseMemory) note(n int64) { m.served.Add(n) }
+
+// noteCopy counts n base bytes read from the materialized copy (stream_base.go).
+func (m *baseMemory) noteCopy(n int64) { m.fromCopy.Add(n) }
+
+// BaseMemoryStats says what the base in memory holds and did (Store.BaseMemory).
+type BaseMemoryStats struct {
+	Budget  int64  // Options.BaseMemory (0: off)
+	Version uint64 // the version it holds (0: none)
+	Bytes   int64  // the bytes it holds
+	Served  int64  // base bytes diffs read from it since Open
+	// FromCopy is the base bytes diffs read from the materialized copy since Open (with or
+	// without the memory; a base read again counts again).
+	FromCopy int64
+}
+
+func (m *baseMemory) stats() BaseMemoryStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load()}
+}
+
+// BaseMemory reports the writer's base in memory (Options.BaseMemory).
+func (s *Store) BaseMemory() BaseMemoryStats { return s.ingest.memory().stats() }
+
+// memory is the ingester's base in memory.
+func (in *ingester) memory() *baseMemory { return in.mem }
+
+// memBaseCheck is the check of base bytes served from e: their CRC-32C against e's.
+func memBaseCheck(e *memTensor) *baseCheck {
+	return &baseCheck{Hash: crc32.New(castagnoli), crc: e.crc, useCRC: true}
+}
+
+// captureReader reads r and copies every byte read, at its offset, into buf (a tensor's
+// bytes taken in as the batch path reads them).
+type captureReader struct {
+	r   io.ReaderAt
+	buf []byte
+}
+
+func (c captureReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	if off >= 0 && off < int64(len(c.buf)) {
+		copy(c.buf[off:], p[:n])
+	}
+	return n, err
+}
+
+// keptTensor notes a tensor the stream stored: its bytes, all taken in, are kept for the next
+// version, and the base it was diffed against is used.
+func (st *FileStream) keptTensor(ts *tensorState) {
+	if ts.keep != nil && ts.kept == ts.size {
+		st.w.mem.add(ts.t.ID, ts.keep, ts.keepCRC)
+	}
+	if ts.hasBase {
+		if ts.mem != nil {
+			st.w.in.mem.note(ts.size)
+			st.w.in.mem.release(ts.mem)
+			ts.mem = nil
+		}
+		st.w.in.mem.used(st.basis.m.Version, ts.base)
+	}
+}
