@@ -82,7 +82,8 @@ const usageText = `usage: go run ./bench [flags]
        bench fetch DIR URL...                 (figure 9's baseline copy over HTTP)
 
 Measures the figures of docs/benchmarks.md (delta size, ingest and seal, reads, memory, apply,
-history, diff kernel, end-to-end sync, tensor count, hashes), each against a baseline measured in the same run, prints a table and writes
+history, diff kernel, end-to-end sync, tensor count, hashes, a MoE checkpoint's costs per
+version), each against a baseline measured in the same run, prints a table and writes
 JSON. Root is needed for cold-cache reads (drop_caches) and direct FUSE mounts.
 
 flags:
