@@ -167,10 +167,8 @@ func writeFileSyncedCounting(path, tmpDir string, data []byte, mode fs.FileMode,
 	return syncDirCounting(filepath.Dir(path), n)
 }
 
-// syncDir fsyncs a directory so that renames and creations in it are durable.
-func syncDir(dir string) error { return syncDirCounting(dir, nil) }
-
-// syncDirCounting is syncDir adding its fsync to n (nil: uncounted): Stats.Fsyncs.
+// syncDirCounting fsyncs a directory so that renames and creations in it are durable, and
+// adds the fsync to n (nil: uncounted): Stats.Fsyncs. The local backend calls it as fsyncDir.
 func syncDirCounting(dir string, n *atomic.Int64) error {
 	d, err := os.Open(dir)
 	if err != nil {
