@@ -124,6 +124,7 @@ type moeS3 struct {
 	Objects    int      // object files the version added in the bucket
 	Packs      int      // pack files
 	Skipped    string   // why S3 was not measured ("": it was)
+	Failed     string   // the error that stopped its measurement ("": none)
 }
 
 // ReaderRequests is the reader's catch-up requests, its polls of the change hint left out.
@@ -239,6 +240,10 @@ func moeRows(m, d *moeCase) []Row {
 	}
 	if m.S3.Skipped != "" {
 		return append(rows, Row{Figure: fig, Name: "  S3: requests per version, seal -> a read-only mount shows it", Status: StatusSkip, Note: m.S3.Skipped})
+	}
+	if m.S3.Failed != "" || d.S3.Failed != "" {
+		return append(rows, Row{Figure: fig, Name: "  S3: requests per version, seal -> a read-only mount shows it", Status: StatusError,
+			Note: joinNote(joinNote("", d.S3.Failed), m.S3.Failed)})
 	}
 	for _, c := range []*moeCase{m, d} {
 		s := c.S3
