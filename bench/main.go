@@ -1,8 +1,9 @@
 // Command bench is weightfs's benchmark harness (`make bench`, docs/benchmarks.md): it measures delta size,
 // ingest throughput, CPU and seal latency through the mount, cold reads, daemon memory, patch
 // apply, history growth, the diff kernel, the end-to-end sync time from a trainer's mount
-// to a reader's over a shaped link, the costs at 100,000 tensors, and the hashes that could
-// name objects (BLAKE3 against SHA-256), each against a baseline
+// to a reader's over a shaped link, the costs at 100,000 tensors, the hashes that could
+// name objects (BLAKE3 against SHA-256), and what a version of a mixture-of-experts
+// checkpoint costs (fsyncs, S3 requests) against a dense one, each against a baseline
 // measured in the same run (go-fuse's loopback file system mounted with weightfs's options,
 // the local disk, TRL's and slime's delta formats, copy(), a copy of the whole checkpoint over
 // the same link, the same costs at 10,000 tensors, today's two SHA-256 streams), and prints
@@ -82,6 +83,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	b := &bench{opts: opts, sz: sizesFor(opts.Quick), log: stderr, runs: map[string]*modelRun{}}
+	if opts.MoETensors > 0 {
+		b.sz.MoETensors, b.sz.MoEBytes = opts.MoETensors, moeBytesFor(opts.MoETensors)
+	}
 	b.clean = newCleaner(stderr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -190,6 +194,8 @@ func (b *bench) runFigure(ctx context.Context, fig string) {
 		rows, err = b.figTensors(ctx)
 	case "hash":
 		rows, err = b.figHash(ctx)
+	case "moe":
+		rows, err = b.figMoE(ctx)
 	default:
 		err = fmt.Errorf("no figure %q", fig)
 	}

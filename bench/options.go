@@ -13,8 +13,10 @@ import (
 // figureNames are the figures of docs/benchmarks.md a run can select, in the order they run. "ingest" covers
 // figures 2 (throughput) and 3 (seal latency); "sync" is figure 9 (end-to-end sync time);
 // "tensors" is figure 11 (100,000 tensors against 10,000: issue 29 item 5); "hash" is figure
-// 12 (BLAKE3 against today's two SHA-256 streams: issue 30).
-var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group", "tensors", "hash"}
+// 12 (BLAKE3 against today's two SHA-256 streams: issue 30); "moe" is figure 13 (a
+// mixture-of-experts checkpoint against a dense one of the same bytes: issue 29's costs per
+// version).
+var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group", "tensors", "hash", "moe"}
 
 // figureAliases maps the issue's figure numbers and other spellings to names.
 var figureAliases = map[string]string{
@@ -23,6 +25,7 @@ var figureAliases = map[string]string{
 	"size": "delta", "mem": "memory", "9": "sync", "e2e": "sync", "10": "group", "ranks": "group",
 	"11": "tensors", "tensor": "tensors", "count": "tensors",
 	"12": "hash", "blake3": "hash",
+	"13": "moe", "experts": "moe", "mixture": "moe",
 }
 
 // parseOnly parses -only: a comma-separated list of figure names or numbers ("" or "all":
@@ -39,7 +42,7 @@ func parseOnly(s string) ([]string, error) {
 			name = alias
 		}
 		if !slices.Contains(figureNames, name) {
-			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-11)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
+			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-13)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
 		}
 		want[name] = true
 	}
@@ -66,6 +69,9 @@ type options struct {
 	Force     bool
 	// ProfileDir receives a CPU profile of every weightfs daemon the run starts.
 	ProfileDir string
+	// MoETensors (0: the issue's 20,000, or -quick's) sets figure moe's tensor count; its
+	// bytes follow at the issue's ratio (1 GB for 20,000 tensors).
+	MoETensors int
 }
 
 var errHelp = errors.New("help requested")
@@ -76,7 +82,8 @@ const usageText = `usage: go run ./bench [flags]
        bench fetch DIR URL...                 (figure 9's baseline copy over HTTP)
 
 Measures the figures of docs/benchmarks.md (delta size, ingest and seal, reads, memory, apply,
-history, diff kernel, end-to-end sync, tensor count, hashes), each against a baseline measured in the same run, prints a table and writes
+history, diff kernel, end-to-end sync, tensor count, hashes, a MoE checkpoint's costs per
+version), each against a baseline measured in the same run, prints a table and writes
 JSON. Root is needed for cold-cache reads (drop_caches) and direct FUSE mounts.
 
 flags:
@@ -90,7 +97,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, usageText)
 		fl.PrintDefaults()
 	}
-	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-12)")
+	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-13)")
 	fl.StringVar(&o.Out, "out", "", "write the results as JSON to this file")
 	fl.StringVar(&o.Markdown, "md", "", "also write the table as Markdown to this file")
 	fl.BoolVar(&o.Quick, "quick", false, "scale every size down for a check in a minute or two (not the issue's figures)")
@@ -100,6 +107,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fl.IntVar(&o.ReadReps, "read-reps", 3, "cold-cache reads of each case (the median is reported)")
 	fl.IntVar(&o.WriteSize, "write-size", 4<<20, "bytes per write(2) of the checkpoint writer (at least 1 MiB)")
 	fl.BoolVar(&o.Force, "force", false, "run even if the work directory seems too small")
+	fl.IntVar(&o.MoETensors, "moe-tensors", 0, "tensors of figure moe's MoE checkpoint (0: 20,000 with 1 GB, as issue 29 asks; -quick: 2,500); its bytes scale with it")
 	fl.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of every weightfs daemon to this directory (go tool pprof bin/weightfs FILE)")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -121,6 +129,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-write-size %d: at least 1 MiB (the issue measures large sequential writes)", o.WriteSize)
 	case o.WriteSize > 256<<20:
 		return o, fmt.Errorf("-write-size %d: at most 256 MiB", o.WriteSize)
+	case o.MoETensors < 0 || (o.MoETensors > 0 && o.MoETensors < moeMinTensors):
+		return o, fmt.Errorf("-moe-tensors %d: at least %d (0: the default)", o.MoETensors, moeMinTensors)
 	}
 	return o, nil
 }
@@ -140,6 +150,8 @@ type sizes struct {
 	HistoryBytes    int64   // figure 7: one checkpoint of the history
 	HistoryVersions int
 	KernelBytes     int64 // figure 8: bytes diffed per pass
+	MoETensors      int   // figure moe: tensors of the MoE checkpoint (the dense one has the same bytes)
+	MoEBytes        int64 // figure moe: bytes of either checkpoint, at least
 }
 
 func sizesFor(quick bool) sizes {
@@ -148,12 +160,14 @@ func sizesFor(quick bool) sizes {
 			DeltaMinBytes: 40 * miB, ReadVersions: 2*readsBehind + 1,
 			IngestBytes: 192 * miB, MemoryBytes: []int64{64 * miB, 192 * miB, 384 * miB},
 			ApplyBytes: 96 * miB, HistoryBytes: 6 * miB, HistoryVersions: 100, KernelBytes: 64 * miB,
+			MoETensors: 2_500, MoEBytes: moeBytesFor(2_500),
 		}
 	}
 	return sizes{
 		DeltaMinBytes: 500_000_000, ReadVersions: 2*readsBehind + 1,
 		IngestBytes: 2 * giB, MemoryBytes: []int64{1 * giB, 2 * giB, 4 * giB},
 		ApplyBytes: 1 * giB, HistoryBytes: 100_000_000, HistoryVersions: 100, KernelBytes: 256 * miB,
+		MoETensors: 20_000, MoEBytes: moeBytesFor(20_000),
 	}
 }
 
@@ -177,6 +191,8 @@ func (s sizes) diskNeed(figure string) int64 {
 		return 10 * groupBytes(s)
 	case "tensors":
 		return 1 * giB
+	case "moe":
+		return 8 * s.MoEBytes
 	}
 	return 0
 }

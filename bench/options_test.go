@@ -26,7 +26,8 @@ func TestParseOnly(t *testing.T) {
 		{"10", []string{"group"}, false},
 		{"11", []string{"tensors"}, false},
 		{"12", []string{"hash"}, false},
-		{"13", nil, true},
+		{"13", []string{"moe"}, false},
+		{"14", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseOnly(tc.in)

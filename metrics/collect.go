@@ -67,9 +67,11 @@ func (m *Metrics) AddStore(src StoreSource, s3 func() (S3Stats, bool)) {
 		retDefer = desc("retention_deferred_total", "Retention runs that kept versions for now: dropping them would have re-anchored more bytes than it frees.")
 		retWrite = desc("retention_written_bytes_total", "Bytes of whole copies the writer's retention wrote re-anchoring kept deltas (its cost).")
 		retFreed = desc("retention_freed_bytes", "Bytes the writer's retention freed since the daemon started: deleted less what re-anchoring added (negative: the store grew).")
+		fsyncs   = desc("fsyncs_total", "Fsyncs of files and directories in the store made by this process (a local store: objects, their directories, manifests, records; 0 in S3).")
+		ixWrites = desc("index_writes_total", "Read-write transactions of the node-local index (bbolt fsyncs its file twice in each).")
 	)
 	m.reg.MustRegister(&scrapeCollector{
-		descs: []*prometheus.Desc{sealed, logical, stored, files, seen, versions, latest, cache, retDrop, retDefer, retWrite, retFreed},
+		descs: []*prometheus.Desc{sealed, logical, stored, files, seen, versions, latest, cache, retDrop, retDefer, retWrite, retFreed, fsyncs, ixWrites},
 		collect: func(ch chan<- prometheus.Metric) {
 			st := src.Stats()
 			counter(ch, sealed, st.VersionsSealed)
@@ -82,6 +84,8 @@ func (m *Metrics) AddStore(src StoreSource, s3 func() (S3Stats, bool)) {
 			counter(ch, retDefer, st.RetentionDeferred)
 			counter(ch, retWrite, st.RetentionWrittenBytes)
 			gauge(ch, retFreed, float64(st.RetentionFreedBytes))
+			counter(ch, fsyncs, st.Fsyncs)
+			counter(ch, ixWrites, st.IndexWrites)
 			vs := src.Versions()
 			gauge(ch, versions, float64(len(vs)))
 			top := uint64(0)

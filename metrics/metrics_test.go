@@ -27,7 +27,7 @@ func allSources(t *testing.T) *Metrics {
 	m := New()
 	m.AddStore(fakeStore{store.Stats{VersionsSealed: 2, SealedLogicalBytes: 100, SealedStoredBytes: 7,
 		FilesStreamed: 3, FilesStaged: 1, VersionsSeen: 4, CopyHits: 5, CopyMisses: 6, PageHits: 8,
-		PageMisses: 9, RenderHits: 10, RenderMisses: 11}},
+		PageMisses: 9, RenderHits: 10, RenderMisses: 11, Fsyncs: 15, IndexWrites: 16}},
 		func() (S3Stats, bool) { return S3Stats{Requests: 12, CacheHits: 13, Downloads: 14}, true })
 	m.AddMount(func() fs.Stats {
 		return fs.Stats{ReadRequests: [fs.BehindBuckets]int64{1, 2, 3, 4}, ReadBytes: [fs.BehindBuckets]int64{10, 20, 30, 40},
@@ -94,6 +94,8 @@ weightfs_fuse_errors_total{errno="EROFS"} 1
 		`weightfs_latest_version 7`,
 		`weightfs_versions 2`,
 		`weightfs_sealed_stored_bytes_total 7`,
+		`weightfs_fsyncs_total 15`,
+		`weightfs_index_writes_total 16`,
 		`weightfs_seal_duration_seconds_count 1`,
 		`weightfs_version_visibility_lag_seconds_count 1`,
 		`weightfs_follow_bytes_total{how="patch"} 50`,

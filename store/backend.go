@@ -157,6 +157,19 @@ type backendCaps struct {
 	hinter     VersionHinter // nil: Poll lists every time
 	remoteStat RemoteStat    // nil: StatObject asks the storage itself
 	localDir   string        // the store's local directory; "" for a store elsewhere (S3)
+	fsyncer    fsyncCounter  // nil: the backend counts no fsyncs (Stats.Fsyncs is 0)
+}
+
+// fsyncCounter is the optional part of a Backend that counts the fsyncs it made (the local
+// backend): Stats.Fsyncs.
+type fsyncCounter interface{ Fsyncs() int64 }
+
+// fsyncs is how many fsyncs the backend made, as far as it counts them.
+func (b *backendCaps) fsyncs() int64 {
+	if b == nil || b.fsyncer == nil {
+		return 0
+	}
+	return b.fsyncer.Fsyncs()
 }
 
 // use asserts be's optional parts. A backend with a local cache of a remote store goes
@@ -178,6 +191,7 @@ func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logg
 	b.records, _ = be.(Records)
 	b.hinter, _ = be.(VersionHinter)
 	b.remoteStat, _ = be.(RemoteStat)
+	b.fsyncer, _ = be.(fsyncCounter)
 	if l, ok := be.(localDirBackend); ok {
 		b.localDir = l.localDir()
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -24,6 +25,21 @@ type localBackend struct {
 
 	mu        sync.Mutex
 	dirtyDirs map[string]bool // object directories with renames not yet fsynced
+
+	// fsyncs counts every fsync of a file or directory this backend made (Fsyncs).
+	fsyncs atomic.Int64
+}
+
+// Fsyncs is how many fsyncs of files and directories of the store the backend made since
+// it was opened (objects, their directories, manifests, records): Stats.Fsyncs.
+func (b *localBackend) Fsyncs() int64 { return b.fsyncs.Load() }
+
+// fsyncDir is syncDir, counted.
+func (b *localBackend) fsyncDir(dir string) error { return syncDirCounting(dir, &b.fsyncs) }
+
+// writeSynced is writeFileSynced, counted.
+func (b *localBackend) writeSynced(path, tmpDir string, data []byte, mode fs.FileMode) error {
+	return writeFileSyncedCounting(path, tmpDir, data, mode, &b.fsyncs)
 }
 
 func newLocalBackend(root string, modes storeModes) *localBackend {
@@ -97,7 +113,9 @@ func (b *localBackend) PutObject(id ID, tmp *os.File) error {
 			b.RemoveTemp(tmp)
 		}
 	}()
-	if err := tmp.Sync(); err != nil {
+	err := tmp.Sync()
+	countFsync(&b.fsyncs)
+	if err != nil {
 		return fmt.Errorf("sync object %s: %w", id, err)
 	}
 	// Objects are never written in place: read-only files guard against accidents.
@@ -139,7 +157,7 @@ func (b *localBackend) SyncObjects() error {
 	// Sub-directories first, then objects/ itself (which gained the new sub-directories).
 	slices.SortFunc(dirs, func(x, y string) int { return len(y) - len(x) })
 	for _, d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := b.fsyncDir(d); err != nil {
 			return err
 		}
 		b.mu.Lock()
@@ -239,7 +257,7 @@ func (b *localBackend) DeleteObject(id ID) error {
 }
 
 func (b *localBackend) PutManifest(v uint64, data []byte) error {
-	if err := writeFileSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data, b.modes.file); err != nil {
+	if err := b.writeSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data, b.modes.file); err != nil {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
 	return nil
@@ -272,7 +290,7 @@ func (b *localBackend) DeleteManifest(v uint64) error {
 	if err := os.Remove(b.manifestPath(v)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete manifest of version %d: %w", v, err)
 	}
-	return syncDir(filepath.Join(b.root, "versions"))
+	return b.fsyncDir(filepath.Join(b.root, "versions"))
 }
 
 func (b *localBackend) CleanTemp() error {
@@ -287,7 +305,7 @@ func (b *localBackend) CleanTemp() error {
 		if err := mkdirMode(dir, b.modes.dir); err != nil {
 			return fmt.Errorf("clean temporary files: %w", err)
 		}
-		return syncDir(b.root)
+		return b.fsyncDir(b.root)
 	}
 	if err != nil {
 		return fmt.Errorf("clean temporary files: %w", err)
@@ -318,10 +336,10 @@ func (b *localBackend) moveAside(src, dstDir, name string) (string, error) {
 	if err := os.Rename(src, dst); err != nil {
 		return "", err
 	}
-	if err := syncDir(dstDir); err != nil {
+	if err := b.fsyncDir(dstDir); err != nil {
 		return "", err
 	}
-	return dst, syncDir(filepath.Dir(src))
+	return dst, b.fsyncDir(filepath.Dir(src))
 }
 
 func (b *localBackend) quarantineManifest(v uint64) (string, error) {
@@ -424,7 +442,7 @@ func (b *localBackend) PutRecord(kind RecordKind, name string, data []byte) erro
 	case RecordIndex:
 		err = b.putIndexRecord(p, data)
 	default:
-		err = writeFileSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
+		err = b.writeSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", recordWhat(kind, name), err)
@@ -512,9 +530,9 @@ func (b *localBackend) DeleteRecord(kind RecordKind, name string) error {
 		if err = os.Remove(p); errors.Is(err, fs.ErrNotExist) {
 			err = nil
 		} else if err == nil && kind == RecordGC {
-			err = syncDir(b.root)
+			err = b.fsyncDir(b.root)
 		} else if err == nil && kind == RecordIndex {
-			err = syncDir(filepath.Dir(p))
+			err = b.fsyncDir(filepath.Dir(p))
 		}
 	}
 	if err != nil {

@@ -35,7 +35,9 @@ func (b *localBackend) PutPack(id ID, tmp *os.File) error {
 			b.RemoveTemp(tmp)
 		}
 	}()
-	if err := tmp.Sync(); err != nil {
+	err := tmp.Sync()
+	countFsync(&b.fsyncs)
+	if err != nil {
 		return fmt.Errorf("sync pack %s: %w", id, err)
 	}
 	if err := tmp.Chmod(b.modes.object); err != nil {
@@ -160,11 +162,11 @@ func (b *localBackend) putIndexRecord(p string, data []byte) error {
 		if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
-		if err := syncDir(b.root); err != nil {
+		if err := b.fsyncDir(b.root); err != nil {
 			return err
 		}
 	}
-	return writeFileSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
+	return b.writeSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
 }
 
 func (b *localBackend) listIndexRecords() ([]string, error) {

@@ -90,9 +90,10 @@
 // # Counts
 //
 // Stats counts what the store did since Open (seals and their bytes and files, versions a
-// reader found, hits and misses of the caches reads use), where it is done; Options.Observer
-// hears of each seal and each version found as they happen (stats.go). The metrics package
-// exports them; this package knows nothing of Prometheus.
+// reader found, hits and misses of the caches reads use, the fsyncs of the local backend and
+// the index's writes), where it is done; Options.Observer hears of each seal and each
+// version found as they happen (stats.go). The metrics package exports them; this package
+// knows nothing of Prometheus.
 //
 // # Errors
 //

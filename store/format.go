@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 )
 
 // The store's format file, STORE/weightfs-store, is 16 bytes:
@@ -127,6 +128,12 @@ func initStore(path string, shared bool) error {
 // and fsyncs path's directory: afterwards path holds data (with permission bits mode) or
 // (after a crash) its old content.
 func writeFileSynced(path, tmpDir string, data []byte, mode fs.FileMode) error {
+	return writeFileSyncedCounting(path, tmpDir, data, mode, nil)
+}
+
+// writeFileSyncedCounting is writeFileSynced adding its fsyncs (two) to n (nil: uncounted):
+// Stats.Fsyncs.
+func writeFileSyncedCounting(path, tmpDir string, data []byte, mode fs.FileMode, n *atomic.Int64) error {
 	f, err := os.CreateTemp(tmpDir, "put-*")
 	if err != nil {
 		return err
@@ -145,7 +152,9 @@ func writeFileSynced(path, tmpDir string, data []byte, mode fs.FileMode) error {
 	if _, err := f.Write(data); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	err = f.Sync()
+	countFsync(n)
+	if err != nil {
 		return err
 	}
 	if err := f.Close(); err != nil {
@@ -155,16 +164,18 @@ func writeFileSynced(path, tmpDir string, data []byte, mode fs.FileMode) error {
 		return err
 	}
 	ok = true
-	return syncDir(filepath.Dir(path))
+	return syncDirCounting(filepath.Dir(path), n)
 }
 
-// syncDir fsyncs a directory so that renames and creations in it are durable.
-func syncDir(dir string) error {
+// syncDirCounting fsyncs a directory so that renames and creations in it are durable, and
+// adds the fsync to n (nil: uncounted): Stats.Fsyncs. The local backend calls it as fsyncDir.
+func syncDirCounting(dir string, n *atomic.Int64) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	err = d.Sync()
+	countFsync(n)
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
@@ -172,4 +183,11 @@ func syncDir(dir string) error {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// countFsync adds one fsync made (whether or not it succeeded) to n, if n is not nil.
+func countFsync(n *atomic.Int64) {
+	if n != nil {
+		n.Add(1)
+	}
 }

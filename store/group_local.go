@@ -42,7 +42,7 @@ func (b *localBackend) mkdirAllModes(dir string) error {
 	if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(dir))
+	return b.fsyncDir(filepath.Dir(dir))
 }
 
 // putGroupRecord replaces the group record in file p (PutRecord).
@@ -56,7 +56,7 @@ func (b *localBackend) putGroupRecord(p string, data []byte) error {
 		}
 		// The temporary file sits beside the record (no other process's clean-up of tmp/
 		// can take it away) and is not a record's name.
-		if err = writeFileSynced(p, filepath.Dir(p), data, b.modes.file); !errors.Is(err, fs.ErrNotExist) {
+		if err = b.writeSynced(p, filepath.Dir(p), data, b.modes.file); !errors.Is(err, fs.ErrNotExist) {
 			break
 		}
 	}
@@ -107,13 +107,13 @@ func (b *localBackend) deleteGroupRecord(p string) error {
 		return err
 	}
 	dir := filepath.Dir(p)
-	if err := syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := b.fsyncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	// An emptied version directory goes too (a rank may be creating a record in it: then
 	// the removal fails, harmlessly).
 	if os.Remove(dir) == nil {
-		syncDir(filepath.Dir(dir))
+		b.fsyncDir(filepath.Dir(dir))
 	}
 	return nil
 }

@@ -41,6 +41,15 @@ type index struct {
 	closed  bool
 
 	recreated atomic.Int64 // times the index was found damaged and recreated (tests)
+	writes    atomic.Int64 // read-write transactions committed (Stats.IndexWrites)
+}
+
+// writeCount is how many read-write transactions the index committed (0 for no index).
+func (ix *index) writeCount() int64 {
+	if ix == nil {
+		return 0
+	}
+	return ix.writes.Load()
 }
 
 // indexFormat 2: every value ends in a CRC-32C (index_records.go). An index of another
@@ -295,6 +304,9 @@ func (ix *index) run(write bool, fn func(tx *bolt.Tx) error) error {
 			}
 			return db.View(fn)
 		})
+		if err == nil && write {
+			ix.writes.Add(1)
+		}
 		if err == nil || !errors.Is(markDamaged(err), errIndexDamaged) {
 			return err
 		}

@@ -47,6 +47,16 @@ type Stats struct {
 	RetentionDroppedVersions         int64
 	RetentionWrittenBytes            int64
 	RetentionFreedBytes              int64
+
+	// Fsyncs counts the fsyncs of files and directories in the store that its backend made
+	// (the local backend: each object file, the object directories that gained entries, each
+	// manifest and its directory, the records and theirs; 0 on a backend that counts none,
+	// S3). IndexWrites counts the read-write transactions of the node-local index (in the
+	// cache directory, the store's cache/ for a writer by default); bbolt fsyncs the index
+	// file twice in each (its pages, then its meta page), more when the file grows. What a
+	// version costs in fsyncs is their sum's growth over its seal: `make bench` figure moe.
+	Fsyncs      int64
+	IndexWrites int64
 }
 
 // Observer is told of the events of a Store whose timing matters (Options.Observer). Calls
@@ -89,6 +99,7 @@ func (s *Store) Stats() Stats {
 		RetentionRuns: c.retentionRuns.Load(), RetentionDeferred: c.retentionDeferred.Load(),
 		RetentionDroppedVersions: c.retentionDropped.Load(),
 		RetentionWrittenBytes:    c.retentionWritten.Load(), RetentionFreedBytes: c.retentionFreed.Load(),
+		Fsyncs: s.be.fsyncs(), IndexWrites: s.ix.writeCount(),
 	}
 }
 

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/weightfs/weightfs/store/s3"
+)
+
+func TestMoEHelpers(t *testing.T) {
+	body := "# HELP weightfs_fsyncs_total x\n# TYPE weightfs_fsyncs_total counter\nweightfs_fsyncs_total 1234\nweightfs_fsyncs_total_other 9\nweightfs_index_writes_total 5\n"
+	if v, ok := metricValue(body, "weightfs_fsyncs_total"); !ok || v != 1234 {
+		t.Errorf("weightfs_fsyncs_total = %v, %v; want 1234", v, ok)
+	}
+	if v, ok := metricValue(body, "weightfs_index_writes_total"); !ok || v != 5 {
+		t.Errorf("weightfs_index_writes_total = %v, %v; want 5", v, ok)
+	}
+	if _, ok := metricValue(body, "weightfs_index"); ok {
+		t.Error("a prefix of a series' name matched")
+	}
+	if got := moeRequestGoal(128 << 20); got != 18 {
+		t.Errorf("goal for 128 MiB added: %v requests, want 18", got)
+	}
+	if got := moeBytesFor(20_000); got != 1_000_000_000 {
+		t.Errorf("bytes for 20,000 tensors: %d, want 1 GB", got)
+	}
+	d := s3Delta(s3.Stats{Requests: 10, HintRequests: 4, ObjectUploadBytes: 100}, s3.Stats{Requests: 25, HintRequests: 6, ObjectUploadBytes: 300})
+	if d.Requests != 15 || d.HintRequests != 2 || d.ObjectUploadBytes != 200 {
+		t.Errorf("s3Delta = %+v", d)
+	}
+	if got := (moeS3{Reader: d}).ReaderRequests(); got != 13 {
+		t.Errorf("reader requests without hint polls: %d, want 13", got)
+	}
+	if got := (moeLocal{Fsyncs: 7, IndexWrites: 3}).Syncs(); got != 13 {
+		t.Errorf("Syncs = %d, want 7 + 2x3", got)
+	}
+}
+
+// TestMoEConfigs: the quick sizes give a MoE of at least the tensors and bytes asked, and a
+// dense model of the same bytes in at most 500 tensors.
+func TestMoEConfigs(t *testing.T) {
+	m, n, err := moeConfig(2_500, moeBytesFor(2_500), deltaHighLR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 2_500 || 2*m.ParamCount() < moeBytesFor(2_500) || m.Shards != moeShards || m.MoE.Experts != moeExperts {
+		t.Errorf("MoE config %+v: %d tensors, %d bytes", m, n, 2*m.ParamCount())
+	}
+	d, dn, err := moeDenseConfig(2*m.ParamCount(), deltaHighLR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dn > moeDenseMaxTensors || 2*d.ParamCount() < 2*m.ParamCount() {
+		t.Errorf("dense config %+v: %d tensors, %d bytes", d, dn, 2*d.ParamCount())
+	}
+}
