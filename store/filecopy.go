@@ -66,7 +66,8 @@ type fileCopies struct {
 	// stop is set by close: a rebuild in the background stops at its next read.
 	stop atomic.Bool
 
-	flight singleflight.Group // rebuilds of one content, one at a time
+	flight  singleflight.Group // rebuilds of one content, one at a time
+	writing sync.Map           // contentKey -> true: a rebuild of it is under way
 	bg     sync.WaitGroup     // rebuilds in the background
 }
 
@@ -301,9 +302,34 @@ func (fc *fileCopies) readAt(c *fileCopy, ver *version, f *manifestFile, p []byt
 	return err
 }
 
-// rebuild writes the copy of file f of ver again (one pass, as the vouch's).
+// copyLater writes the copy of file f of ver in the background (rebuild), unless it has one,
+// gets none (too small or too large, the cache off, damaged too often) or is being written:
+// called by a checked read that is served from the objects (versionFile.copyLater).
+func (fc *fileCopies) copyLater(ver *version, f *manifestFile) {
+	k := keyOf(f)
+	fc.mu.Lock()
+	skip := fc.closed || fc.limit <= 0 || k.size < minCopiedFile || k.size > fc.limit || fc.damaged[k] >= maxCopyDamage || fc.entries[k] != nil
+	if !skip {
+		fc.bg.Add(1)
+	}
+	fc.mu.Unlock()
+	if skip {
+		return
+	}
+	go func() {
+		defer fc.bg.Done()
+		fc.rebuild(ver, f)
+	}()
+}
+
+// rebuild writes the copy of file f of ver (one pass over the whole file, hashed against its
+// SHA-256).
 func (fc *fileCopies) rebuild(ver *version, f *manifestFile) {
 	k := keyOf(f)
+	if _, busy := fc.writing.LoadOrStore(k, true); busy {
+		return // written by a pass under way
+	}
+	defer fc.writing.Delete(k)
 	fc.flight.Do(string(sumsKey(k)), func() (any, error) {
 		if c := fc.get(k); c != nil {
 			c.release()
@@ -416,11 +442,21 @@ func pipePass(vf *versionFile, size int64, h io.Writer, w *copyWriter, stop *ato
 	return err
 }
 
+// copyLater asks, once per open file, for the file's copy to be written in the background: a
+// checked read (readOpts.check) served from the objects calls it. The reads do not wait for
+// the copy; the ones after it is written are served from it.
+func (f *versionFile) copyLater() {
+	if !f.opts.check || f.s.files == nil || f.copyAsked.Swap(true) {
+		return
+	}
+	f.s.files.copyLater(f.ver, f.f)
+}
+
 // readCopy serves a read of f from its file copy, if it has one: ok is false when it has none
 // or the copy failed its check (dropped and logged: the caller reads from the objects). Only
-// files vouched for read copies (readOpts.vouch: OpenFile's).
+// checked reads use copies (readOpts.check: OpenFile's).
 func (f *versionFile) readCopy(p []byte, off int64) (n int, ok bool, err error) {
-	if !f.opts.vouch || f.s.files == nil || off < 0 || off >= f.f.Size {
+	if !(f.opts.check || f.opts.vouch) || f.s.files == nil || off < 0 || off >= f.f.Size {
 		return 0, false, nil
 	}
 	c := f.s.files.get(keyOf(f.f))
