@@ -68,7 +68,7 @@ type fileCopies struct {
 
 	flight  singleflight.Group // rebuilds of one content, one at a time
 	writing sync.Map           // contentKey -> true: a rebuild of it is under way
-	bg     sync.WaitGroup     // rebuilds in the background
+	bg      sync.WaitGroup     // rebuilds in the background
 }
 
 // fileCopy is one checked copy, held by the cache and by the reads using it.
