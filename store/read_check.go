@@ -48,12 +48,12 @@ func (c *checker) checkTensor(id ID, hint objHint) error {
 		}
 		m, err := c.st.objects.meta(id)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", describeObject(hint), err)
 		}
 		// A length that is not the object's fails the hash (or the read past its end).
 		got, err := c.hashRebuilt(id, hint, m.ContentLen)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", describeObject(hint), err)
 		}
 		if got != id {
 			what := describeObject(hint)
