@@ -46,7 +46,7 @@ func BenchmarkCopyRead(b *testing.B) {
 					b.Fatal(err)
 				}
 				buf := make([]byte, n)
-				f.ReadAt(buf, 0) // the first read vouches for the file where that is needed
+				f.ReadAt(buf, 0) // the first read checks its tensor where that is needed
 				b.SetBytes(int64(n))
 				b.ResetTimer()
 				off := int64(0)
@@ -64,7 +64,7 @@ func BenchmarkCopyRead(b *testing.B) {
 	}
 }
 
-// BenchmarkVouch is the first read of a file not vouched for (verify_vouch.go): the whole file read
+// BenchmarkVouch is the reference's (verify_vouch.go) first read of a file not vouched for: the whole file read
 // through the read path and hashed. Version 1 is rebuilt backward from the copy.
 func BenchmarkVouch(b *testing.B) {
 	s, size := benchStore(b)

@@ -211,44 +211,95 @@ func twinVersions(t *testing.T, n int) []map[string][]byte {
 	return out
 }
 
-// TestForgedManifestIsNotServed swaps the ids of two tensors of one shape in a manifest
-// (CRC recomputed): reads of that file fail with ErrCorrupt instead of returning the other
-// tensor's bytes, on a writer and on readers with and without a copy.
-func TestForgedManifestIsNotServed(t *testing.T) {
+// TestSwappedObjectsAreNotServed: two tensors of one shape whose object files were swapped
+// on disk (the file named for a's object holds b's, and the other way round) are not served:
+// reads of that file fail with ErrCorrupt instead of returning the other tensor's bytes, on a
+// writer and on readers with and without a copy, and the version's other files still read.
+// So is a version whose manifest is another version's (copied over it): its reads fail, and
+// never return the other version's bytes.
+//
+// A manifest whose tensor ids were swapped and its CRC recomputed is outside the threat model
+// (docs/design.md, "What the checks guard against"): forging it takes write access to the store
+// and recomputing its checksums, which only a secret key would catch. Such a manifest names
+// two sound objects, each checked against its own id, and is served as it says.
+func TestSwappedObjectsAreNotServed(t *testing.T) {
 	versions := twinVersions(t, 3)
-	for _, forged := range []uint64{2, 3} {
+	for _, damaged := range []uint64{2, 3} {
 		for _, opts := range []Options{{}, {ReadOnly: true}, {ReadOnly: true, Materialize: true}} {
-			t.Run(fmt.Sprintf("v%d ro=%v mat=%v", forged, opts.ReadOnly, opts.Materialize), func(t *testing.T) {
+			t.Run(fmt.Sprintf("v%d ro=%v mat=%v", damaged, opts.ReadOnly, opts.Materialize), func(t *testing.T) {
 				w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 				commitAll(t, w, versions)
+				ver, err := w.versions.sealedVersion(damaged)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ts := ver.files["twins.safetensors"].Tensors
+				pa, pb := w.be.Backend.(*localBackend).objectPath(ts[0].ID), w.be.Backend.(*localBackend).objectPath(ts[1].ID)
 				closeStore(t, w)
-				forgeManifest(t, root, forged, func(m *manifest) {
-					ts := m.Files[slicesIndex(m.Files, "twins.safetensors")].Tensors
-					ts[0].ID, ts[1].ID = ts[1].ID, ts[0].ID
-				})
+				a, err := os.ReadFile(pa)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(pb)
+				if err != nil {
+					t.Fatal(err)
+				}
+				os.Chmod(pa, 0o600)
+				os.Chmod(pb, 0o600)
+				if os.WriteFile(pa, b, 0o444) != nil || os.WriteFile(pb, a, 0o444) != nil {
+					t.Fatal("swap the object files")
+				}
 				opts.Logger = logtest.New(func(string, ...any) {})
 				s := openStore(t, root, opts)
 				expectDamage(s)
-				f, err := s.OpenFile(forged, "twins.safetensors")
+				f, err := s.OpenFile(damaged, "twins.safetensors")
 				if err != nil {
 					t.Fatal(err)
 				}
 				got := make([]byte, f.Size())
 				n, err := f.ReadAt(got, 0)
-				if err == nil && string(got[:n]) != string(versions[forged-1]["twins.safetensors"]) {
-					t.Fatalf("a forged manifest served wrong bytes")
+				if err == nil && string(got[:n]) != string(versions[damaged-1]["twins.safetensors"]) {
+					t.Fatalf("swapped object files served wrong bytes")
 				}
 				if err == nil {
-					return // the copy served the bytes the file's SHA-256 vouches for
+					return // the copy served the bytes checked when it was made
 				}
 				if !errors.Is(err, ErrCorrupt) {
-					t.Fatalf("read under a forged manifest: %v, want ErrCorrupt", err)
+					t.Fatalf("read over swapped object files: %v, want ErrCorrupt", err)
 				}
 				// The other files of the version still read.
-				mustEqualBytes(t, "config.json", readWhole(t, s, forged, "config.json"), versions[forged-1]["config.json"])
+				mustEqualBytes(t, "config.json", readWhole(t, s, damaged, "config.json"), versions[damaged-1]["config.json"])
 			})
 		}
 	}
+	t.Run("manifest of another version", func(t *testing.T) {
+		w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
+		commitAll(t, w, versions)
+		closeStore(t, w)
+		p2 := filepath.Join(root, "versions", fmt.Sprintf("v%06d", 2))
+		b3, err := os.ReadFile(filepath.Join(root, "versions", fmt.Sprintf("v%06d", 3)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p2, 0o644)
+		if err := os.WriteFile(p2, b3, 0o444); err != nil {
+			t.Fatal(err)
+		}
+		s := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(string, ...any) {})})
+		expectDamage(s)
+		f, err := s.OpenFile(2, "twins.safetensors")
+		if err == nil {
+			got := make([]byte, f.Size())
+			_, err = f.ReadAt(got, 0)
+			if err == nil {
+				t.Fatalf("version 2 read through version 3's manifest")
+			}
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("version 2 under version 3's manifest: %v, want ErrCorrupt", err)
+		}
+		mustEqualBytes(t, "v3", readWhole(t, s, 3, "twins.safetensors"), versions[2]["twins.safetensors"])
+	})
 }
 
 func slicesIndex(files []manifestFile, p string) int {

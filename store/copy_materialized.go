@@ -69,6 +69,7 @@ func newMaterialized(s *Store, dir string) *materialized {
 func (m *materialized) close() {
 	m.closed.Store(true)
 	m.bg.Wait()
+	m.chk.saveCheckedObjects() // read_check.go: the objects checked since the last save
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closeFilesLocked()

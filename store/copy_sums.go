@@ -145,7 +145,11 @@ type checks struct {
 	sums    map[contentKey]*fileSums
 	nsums   int // crcs held in sums
 	vouched map[ID]bool
-	failed  map[ID]error // compositions found not to hash to their SHA-256 (verify_vouch.go)
+	failed  map[ID]error // compositions and objects found not to hash to their SHA-256 (verify_vouch.go, read_check.go)
+	// checked are the objects whose rebuilt content hashed to their identity (read_check.go);
+	// unsaved are those of them not yet recorded in the index.
+	checked map[ID]bool
+	unsaved []ID
 
 	flight singleflight.Group // first reads of one file vouch for it once
 }
@@ -163,7 +167,7 @@ var (
 )
 
 func newChecks(ix *index) *checks {
-	return &checks{ix: ix, sums: map[contentKey]*fileSums{}, vouched: map[ID]bool{}, failed: map[ID]error{}}
+	return &checks{ix: ix, sums: map[contentKey]*fileSums{}, vouched: map[ID]bool{}, failed: map[ID]error{}, checked: map[ID]bool{}}
 }
 
 // db runs fn in a transaction of the index (index.run: a damaged index is recreated and
@@ -271,6 +275,72 @@ func (c *checks) isVouched(id ID) bool {
 	})
 	if ok {
 		c.vouch(false, id)
+	}
+	return ok
+}
+
+// checkedKey is the index key (bucket vouched) recording that object id was checked: "o" and
+// the id, 33 bytes, where a composition's key is its 32 bytes.
+func checkedKey(id ID) []byte { return append([]byte{'o'}, id[:]...) }
+
+// saveChecked is how many objects checked are recorded in the index in one transaction: a
+// transaction per tensor would cost an fsync per tensor read. The ones not yet saved when the
+// process ends are hashed again by the next one.
+const saveChecked = 64
+
+// noteCheckedObject records that object id's rebuilt content hashed to id (read_check.go).
+func (c *checks) noteCheckedObject(id ID) {
+	c.mu.Lock()
+	if len(c.checked) >= maxVouched {
+		c.checked = map[ID]bool{}
+	}
+	c.checked[id] = true
+	c.unsaved = append(c.unsaved, id)
+	full := len(c.unsaved) >= saveChecked
+	c.mu.Unlock()
+	if full {
+		c.saveCheckedObjects()
+	}
+}
+
+// saveCheckedObjects records in the index the objects checked since the last save (also at
+// Close, by the materialized copy's close).
+func (c *checks) saveCheckedObjects() {
+	c.mu.Lock()
+	save := c.unsaved
+	c.unsaved = nil
+	c.mu.Unlock()
+	if len(save) == 0 {
+		return
+	}
+	c.db(true, func(tx *bolt.Tx) error {
+		for _, id := range save {
+			if err := put(tx, bucketVouched, checkedKey(id), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// checkedObject reports whether object id was checked, by this process or (recorded in the
+// index) an earlier one.
+func (c *checks) checkedObject(id ID) bool {
+	c.mu.Lock()
+	ok := c.checked[id]
+	c.mu.Unlock()
+	if ok {
+		return true
+	}
+	c.db(false, func(tx *bolt.Tx) error {
+		v, err := get(tx, bucketVouched, checkedKey(id))
+		ok = v != nil && err == nil
+		return err
+	})
+	if ok {
+		c.mu.Lock()
+		c.checked[id] = true
+		c.mu.Unlock()
 	}
 	return ok
 }

@@ -58,11 +58,17 @@
 // checked cache: every read of it is checked against CRC-32C sums of its files' content
 // (copy_sums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.
-// A file read through OpenFile is first vouched for: its objects, in the manifest's order,
-// must hash to the manifest's SHA-256 (verify_vouch.go); the pass that checks a file of an older
-// version also writes a checked copy of it into the cache directory (a file copy), which serves the reads
-// after it (bounded by Options.FileCopyBytes, checked on every read like the materialized
-// copy: filecopy.go). The index is derived: a damaged one (an
+// Every byte a file read through OpenFile serves is checked per tensor (read_check.go): bytes
+// rebuilt from the objects only once the tensor's whole content, as the read path rebuilds it,
+// hashed to its identity (the SHA-256 the manifest binds to the tensor's file, name and
+// offsets), once per process and recorded in the index; a mismatch fails the reads of that
+// tensor with ErrCorrupt, never wrong bytes. No read waits for a pass over a whole file. The
+// checks guard against damage, bugs and mistakes, not against one who can write the store and
+// recompute its checksums (docs/design.md, "What the checks guard against"). A file of an older
+// version opened and read from the objects a second time has a checked copy of it written into
+// the cache directory in the background (a file copy), which serves the reads after it
+// (bounded by Options.FileCopyBytes, checked on every read like the materialized copy:
+// filecopy.go). The index is derived: a damaged one (an
 // error or a panic of bbolt, in any goroutine, or a record failing its CRC) is recreated and
 // logged; it costs re-reading manifests and object headers, never a failed read or a dead
 // process (index.go). It records its store, and one of another store (a cache directory

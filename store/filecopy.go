@@ -17,23 +17,24 @@ import (
 )
 
 // File copies: checked local copies of the files of older versions, in CACHE/files/
-// (docs/format.md §6). A file of a version that the materialized copy does not hold is
-// vouched for by one pass that rebuilds it whole from the objects and hashes it (verify_vouch.go);
-// without a copy, every read after that pass rebuilds the same bytes again, page by page. So
-// the pass also writes the bytes into a file of this cache and computes their sums (the
-// CRC-32C of each 64 KiB chunk, as the materialized copy's: copy_sums.go), and keeps the file
-// only if the SHA-256 of the same bytes is the manifest's. Reads of the file are then checked
-// preads of it (preadChecked: every chunk under a read is checked on every read), not replays.
+// (docs/format.md §6). A file of a version that the materialized copy does not hold is read
+// by rebuilding its pages from the objects, each tensor checked once (read_check.go); without a
+// copy, every read of it after the page cache let go rebuilds the same bytes again. So when a
+// file is opened and read from the objects a second time (copyLater: a file read once, as a
+// fresh reader of an old version reads it, gets none), one pass in the background rebuilds it
+// whole, writes the bytes into a file of this cache, computes their sums (the CRC-32C of each
+// 64 KiB chunk, as the materialized copy's: copy_sums.go) and keeps the file only if the
+// SHA-256 of the same bytes is the manifest's. Reads of the file are then checked preads of it
+// (preadChecked: every chunk under a read is checked on every read), not replays.
 //
 // It is a cache. A chunk that fails its check, or a read that fails, is logged, the copy is
 // dropped and the read served from the objects, and the copy is written again in the
 // background by the same pass. Its disk use is bounded (Options.FileCopyBytes): the least
 // recently read copies are removed to make room before a new one is written, and a file larger
 // than the bound is not copied (its reads replay). Copies are named by the content they hold
-// (SHA-256 and size), so files of several versions with equal content share one; they are used
-// only for a file whose composition was vouched for, so a manifest that is not vouched for
-// never reads one. Copies live as long as the process: Open removes the directory (the
-// copies' sums are kept in memory only), and the vouched compositions in the index stay.
+// (SHA-256 and size), so files of several versions with equal content share one. Copies live
+// as long as the process: Open removes the directory (the copies' sums are kept in memory
+// only).
 
 // DefaultFileCopyBytes bounds the disk used by the copies of old files (Options.FileCopyBytes).
 const DefaultFileCopyBytes = 16 << 30
@@ -44,6 +45,9 @@ const minCopiedFile = pageSize
 
 // maxFileCopies bounds how many copies are kept at once (each holds an open descriptor).
 const maxFileCopies = 256
+
+// maxReadOnce bounds the contents remembered as read once (fileCopies.readOnce).
+const maxReadOnce = 4096
 
 // maxCopyDamage is how many copies of one content may fail a read before it gets no more.
 const maxCopyDamage = 2
@@ -63,11 +67,14 @@ type fileCopies struct {
 	// content gets no copy again in this process (a disk that keeps damaging them would
 	// otherwise cost a whole pass per read).
 	damaged map[contentKey]int
+	// readOnce are the contents that one open file read from the objects (copyLater).
+	readOnce map[contentKey]bool
 	// stop is set by close: a rebuild in the background stops at its next read.
 	stop atomic.Bool
 
-	flight singleflight.Group // rebuilds of one content, one at a time
-	bg     sync.WaitGroup     // rebuilds in the background
+	flight  singleflight.Group // rebuilds of one content, one at a time
+	writing sync.Map           // contentKey -> true: a rebuild of it is under way
+	bg      sync.WaitGroup     // rebuilds in the background
 }
 
 // fileCopy is one checked copy, held by the cache and by the reads using it.
@@ -87,7 +94,7 @@ func (c *fileCopy) release() {
 
 // newFileCopies sets up the copies in dir, removing whatever an earlier process left there.
 func newFileCopies(s *Store, dir string, limit int64) *fileCopies {
-	fc := &fileCopies{s: s, dir: dir, limit: limit, entries: map[contentKey]*list.Element{}, order: list.New(), damaged: map[contentKey]int{}}
+	fc := &fileCopies{s: s, dir: dir, limit: limit, entries: map[contentKey]*list.Element{}, order: list.New(), damaged: map[contentKey]int{}, readOnce: map[contentKey]bool{}}
 	if err := os.RemoveAll(dir); err != nil {
 		s.log.Warn(fmt.Sprintf("file copies: remove %s: %v; old versions are read without copies", dir, err))
 		fc.limit = 0
@@ -301,9 +308,44 @@ func (fc *fileCopies) readAt(c *fileCopy, ver *version, f *manifestFile, p []byt
 	return err
 }
 
-// rebuild writes the copy of file f of ver again (one pass, as the vouch's).
+// copyLater is called by a checked read of file f of ver that is served from the objects
+// (versionFile.copyLater, once per open file). The first open of a content that asks gets no
+// copy: a file read once, as a fresh reader of an old version reads it, would pay a second
+// rebuild, a second hash and a write for nothing. From the second on, the copy is written in
+// the background (rebuild), unless the file has one, gets none (too small or too large, the
+// cache off, damaged too often) or is being written.
+func (fc *fileCopies) copyLater(ver *version, f *manifestFile) {
+	k := keyOf(f)
+	fc.mu.Lock()
+	skip := fc.closed || fc.limit <= 0 || k.size < minCopiedFile || k.size > fc.limit || fc.damaged[k] >= maxCopyDamage || fc.entries[k] != nil
+	if !skip && !fc.readOnce[k] {
+		if len(fc.readOnce) >= maxReadOnce {
+			clear(fc.readOnce)
+		}
+		fc.readOnce[k] = true
+		skip = true
+	}
+	if !skip {
+		fc.bg.Add(1)
+	}
+	fc.mu.Unlock()
+	if skip {
+		return
+	}
+	go func() {
+		defer fc.bg.Done()
+		fc.rebuild(ver, f)
+	}()
+}
+
+// rebuild writes the copy of file f of ver (one pass over the whole file, hashed against its
+// SHA-256).
 func (fc *fileCopies) rebuild(ver *version, f *manifestFile) {
 	k := keyOf(f)
+	if _, busy := fc.writing.LoadOrStore(k, true); busy {
+		return // written by a pass under way
+	}
+	defer fc.writing.Delete(k)
 	fc.flight.Do(string(sumsKey(k)), func() (any, error) {
 		if c := fc.get(k); c != nil {
 			c.release()
@@ -416,11 +458,21 @@ func pipePass(vf *versionFile, size int64, h io.Writer, w *copyWriter, stop *ato
 	return err
 }
 
+// copyLater asks, once per open file, for the file's copy to be written in the background: a
+// checked read (readOpts.check) served from the objects calls it. The reads do not wait for
+// the copy; the ones after it is written are served from it.
+func (f *versionFile) copyLater() {
+	if !f.opts.check || f.s.files == nil || f.copyAsked.Swap(true) {
+		return
+	}
+	f.s.files.copyLater(f.ver, f.f)
+}
+
 // readCopy serves a read of f from its file copy, if it has one: ok is false when it has none
 // or the copy failed its check (dropped and logged: the caller reads from the objects). Only
-// files vouched for read copies (readOpts.vouch: OpenFile's).
+// checked reads use copies (readOpts.check: OpenFile's).
 func (f *versionFile) readCopy(p []byte, off int64) (n int, ok bool, err error) {
-	if !f.opts.vouch || f.s.files == nil || off < 0 || off >= f.f.Size {
+	if !(f.opts.check || f.opts.vouch) || f.s.files == nil || off < 0 || off >= f.f.Size {
 		return 0, false, nil
 	}
 	c := f.s.files.get(keyOf(f.f))

@@ -55,9 +55,10 @@ func copiesDiskUse(t *testing.T, s *Store) (logical, allocated int64) {
 }
 
 // TestOldFileReadFromCheckedCopy reads a file of a version three deltas behind the latest on
-// a fresh reader: its bytes hash like the export's, the vouch pass left one private copy of it
-// (0600 in a 0700 directory, named by its content), and a second read is served from the copy,
-// so it builds no page.
+// a fresh reader: its bytes hash like the export's, and its first read leaves no copy; the
+// second read has one written behind it (filecopy.go: one private copy, 0600 in a 0700
+// directory, named by its content), and a third read is served from the copy, so it builds no
+// page.
 func TestOldFileReadFromCheckedCopy(t *testing.T) {
 	versions := modelVersions(t, 4, 71)
 	w, root := newStore(t, Options{})
@@ -70,6 +71,13 @@ func TestOldFileReadFromCheckedCopy(t *testing.T) {
 	if h := fmt.Sprintf("%x", sha256.Sum256(got)); h != want["model.safetensors"] {
 		t.Fatalf("model.safetensors of v1 hashes to %s, the export to %s", h, want["model.safetensors"])
 	}
+	r.files.bg.Wait()
+	if names := fileCopyNames(t, r); len(names) != 0 {
+		t.Fatalf("file copies %v after the file's first read, want none", names)
+	}
+	// The second open file that reads it from the objects has the copy written behind it.
+	mustEqualBytes(t, "second read", readWhole(t, r, 1, "model.safetensors"), got)
+	r.files.bg.Wait()
 	names := fileCopyNames(t, r)
 	if len(names) != 1 || names[0] != fmt.Sprintf("%s-%d", want["model.safetensors"], len(got)) {
 		t.Fatalf("file copies %v, want one named by model.safetensors' content\n%s", names, &log)
@@ -90,7 +98,7 @@ func TestOldFileReadFromCheckedCopy(t *testing.T) {
 	r.objects.pages.clear()
 	r.objects.blocks.clear()
 	again := readWhole(t, r, 1, "model.safetensors")
-	mustEqualBytes(t, "second read", again, got)
+	mustEqualBytes(t, "read from the copy", again, got)
 	if r.objects.pages.used != 0 || r.objects.blocks.used != 0 {
 		t.Fatalf("a read of a copied file built pages (%d bytes) or blocks (%d bytes)", r.objects.pages.used, r.objects.blocks.used)
 	}
@@ -109,6 +117,8 @@ func TestDamagedFileCopyIsNotServed(t *testing.T) {
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, Logger: logtest.New(log.logf)})
 	want := versions[0]["model.safetensors"]
 	mustEqualBytes(t, "first read", readWhole(t, r, 1, "model.safetensors"), want)
+	mustEqualBytes(t, "second read", readWhole(t, r, 1, "model.safetensors"), want) // the copy written behind it
+	r.files.bg.Wait()
 	names := fileCopyNames(t, r)
 	if len(names) != 1 {
 		t.Fatalf("file copies %v, want one", names)
@@ -168,10 +178,12 @@ func TestDamagedFileCopyIsNotServed(t *testing.T) {
 	}
 }
 
-// TestForgedManifestGetsNoCopy swaps two tensors of one shape in the manifest of a file large
-// enough to be copied: reads fail with ErrCorrupt and no copy is kept, also after a reader
-// has a copy of the true file of another version.
-func TestForgedManifestGetsNoCopy(t *testing.T) {
+// TestDamagedFileGetsNoCopy flips a byte of the object of one tensor of a file large enough
+// to be copied: reads of it fail with ErrCorrupt, the background pass that would copy the file
+// keeps no copy, also after a reader has a copy of the sound file of another version. (A
+// manifest with two tensors' ids swapped and its CRC recomputed, which this test forged
+// before, is outside the threat model: docs/design.md, "What the checks guard against".)
+func TestDamagedFileGetsNoCopy(t *testing.T) {
 	var versions []map[string][]byte
 	for i := 0; i < 3; i++ {
 		a := make([]byte, 2*400_000)
@@ -185,14 +197,19 @@ func TestForgedManifestGetsNoCopy(t *testing.T) {
 	}
 	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	commitAll(t, w, versions)
+	ver, err := w.versions.sealedVersion(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipByte(t, w.be.Backend.(*localBackend).objectPath(ver.files["twins.safetensors"].Tensors[0].ID))
+	expectDamage(w)
 	closeStore(t, w)
-	forgeManifest(t, root, 1, func(m *manifest) {
-		ts := m.Files[slicesIndex(m.Files, "twins.safetensors")].Tensors
-		ts[0].ID, ts[1].ID = ts[1].ID, ts[0].ID
-	})
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, Logger: logtest.New(func(string, ...any) {})})
 	expectDamage(r)
-	mustEqualBytes(t, "v2", readWhole(t, r, 2, "twins.safetensors"), versions[1]["twins.safetensors"])
+	for range 2 { // the second read has the copy written behind it
+		mustEqualBytes(t, "v2", readWhole(t, r, 2, "twins.safetensors"), versions[1]["twins.safetensors"])
+	}
+	r.files.bg.Wait()
 	if _, n := r.FileCopyUsage(); n != 1 {
 		t.Fatalf("%d copies after reading v2, want 1", n)
 	}
@@ -201,13 +218,19 @@ func TestForgedManifestGetsNoCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make([]byte, f.Size())
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 3; i++ {
+		if i > 0 {
+			if f, err = r.OpenFile(1, "twins.safetensors"); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if _, err := f.ReadAt(got, 0); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("read %d under a forged manifest: %v, want ErrCorrupt", i, err)
+			t.Fatalf("read %d of a damaged file: %v, want ErrCorrupt", i, err)
 		}
 	}
+	r.files.bg.Wait()
 	if _, n := r.FileCopyUsage(); n != 1 || len(fileCopyNames(t, r)) != 1 {
-		t.Fatalf("%d copies (%v) after the forged file's reads, want v2's alone", n, fileCopyNames(t, r))
+		t.Fatalf("%d copies (%v) after the damaged file's reads, want v2's alone", n, fileCopyNames(t, r))
 	}
 }
 

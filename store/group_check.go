@@ -12,8 +12,9 @@ import (
 // The publisher's check of the parts' files: a part record names each file's objects and its
 // SHA-256, and a rank's seal computed both from the same bytes, but nothing in the record
 // ties them together (a damaged or forged record whose CRC was recomputed, a rank's bug). A
-// version published from such a part would fail every read of that file (verify_vouch.go) once it is
-// the store's truth. So before publishing, every file of every part is read whole through the
+// version published from such a part would serve other bytes than its ranks wrote (reads check
+// each tensor against its own identity, read_check.go, not the file's SHA-256) once it is the
+// store's truth. So before publishing, every file of every part is read whole through the
 // read path (each object checked as on any read) and hashed, as vouching does; a file whose
 // composition (copy_sums.go) was vouched for already, by this process or in its index, is not
 // read again: a file unchanged since the last version costs nothing.

@@ -329,9 +329,17 @@ func TestContextDamage(t *testing.T) {
 					continue
 				}
 				// (A missing object's error also wraps the system's ENOENT; ErrCorrupt makes it
-				// EIO at the mount whatever else it wraps: fs/errors.go.)
-				if !errors.Is(err, ErrCorrupt) || n != 0 {
-					t.Errorf("version %d %s: read %d bytes, %v: want none and ErrCorrupt", v, f.Path, n, err)
+				// EIO at the mount whatever else it wraps: fs/errors.go.) Reads are checked per
+				// tensor (read_check.go): the bytes before the damaged tensor are served, exact,
+				// and none of it.
+				ver, verr := r.versions.sealedVersion(v)
+				if verr != nil {
+					t.Fatal(verr)
+				}
+				vf := ver.files[f.Path]
+				start := int(vf.HeaderLen + vf.Tensors[0].Begin)
+				if !errors.Is(err, ErrCorrupt) || n > start || string(b[:n]) != string(trees[v-1][f.Path][:n]) {
+					t.Errorf("version %d %s: read %d bytes, %v: want at most the %d before the damaged tensor and ErrCorrupt", v, f.Path, n, err, start)
 				}
 			}
 			rep, err := r.Verify(nil)

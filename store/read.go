@@ -24,9 +24,14 @@ type readOpts struct {
 	// pages replaces the store's page cache (verify keeps its own, so that nothing it
 	// checks comes from pages built before or from the materialized copy).
 	pages *lru[pageKey, *cachedPage]
-	// vouch checks the file's composition before its first byte is served (verify_vouch.go); the
-	// readers that hash the whole file themselves (export, verify, the copy's rebuild) do
-	// not ask for it.
+	// check serves an object's bytes rebuilt from the objects only once its whole content was
+	// hashed and found equal to its identity (read_check.go): OpenFile's reads, and the
+	// renders'. The readers that hash what they read themselves (export, verify, the copies'
+	// passes) do not ask for it.
+	check bool
+	// vouch is the reference that check replaced: the whole file is read and hashed against
+	// the manifest's SHA-256 before its first byte is served (verify_vouch.go). Only tests ask
+	// for it, to compare the two.
 	vouch bool
 }
 
@@ -57,6 +62,8 @@ type versionFile struct {
 	vouched atomic.Bool
 	// whole: whether the materialized copy holds the file whole (copy_read_file.go).
 	whole atomic.Pointer[wholeCopy]
+	// copyAsked: a read from the objects asked for the file's copy (filecopy.go).
+	copyAsked atomic.Bool
 }
 
 var _ File = (*versionFile)(nil)
@@ -71,7 +78,7 @@ func (s *Store) OpenFile(v uint64, path string) (File, error) {
 	if f == nil {
 		return nil, fmt.Errorf("%s in version %d: %w", path, v, ErrNoSuchFile)
 	}
-	return s.newVersionFile(ver, f, readOpts{vouch: true}), nil
+	return s.newVersionFile(ver, f, readOpts{check: true}), nil
 }
 
 func (s *Store) newVersionFile(ver *version, f *manifestFile, opts readOpts) *versionFile {
@@ -106,6 +113,7 @@ func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 	if n, ok, err := f.readCopy(p, off); ok {
 		return n, err
 	}
+	f.copyLater()
 	return f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
 		return f.s.objects.readObject(sg.id, sg.hint, objOff, dst, f.opts)
 	})
@@ -158,6 +166,9 @@ func (o *objectStore) readObject(id ID, hint objHint, off int64, p []byte, opts 
 	if served, err := o.st.readFromCopy(id, off, p, opts); served {
 		return err
 	}
+	if err := o.checkFirst(id, hint, opts); err != nil {
+		return err
+	}
 	var parts pageParts
 	err := o.slicePages(id, hint, off, p, opts, &parts)
 	parts.gather(p)
@@ -174,7 +185,19 @@ func (o *objectStore) sliceObject(id ID, hint objHint, off int64, p []byte, opts
 		}
 		return err
 	}
+	if err := o.checkFirst(id, hint, opts); err != nil {
+		return err
+	}
 	return o.slicePages(id, hint, off, p, opts, parts)
+}
+
+// checkFirst checks object id's content (read_check.go) before a read with opts.check serves
+// bytes of it rebuilt from the objects.
+func (o *objectStore) checkFirst(id ID, hint objHint, opts readOpts) error {
+	if !opts.check {
+		return nil
+	}
+	return o.st.checker.checkTensor(id, hint)
 }
 
 // readFromCopy reads content bytes [off, off+len(p)) of object id from the materialized copy,

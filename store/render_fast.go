@@ -57,7 +57,7 @@ func (r *renders) planFastPatch(base, cur *version, opts delta.PatchBuildOptions
 	var files []*fastFile
 	for i := range cur.m.Files {
 		f := &cur.m.Files[i]
-		src := r.st.newVersionFile(cur, f, readOpts{vouch: true})
+		src := r.st.newVersionFile(cur, f, readOpts{check: true})
 		h, herr := delta.ReadHeader(src, f.Size)
 		if herr == nil {
 			for _, t := range h.Tensors {
@@ -72,7 +72,7 @@ func (r *renders) planFastPatch(base, cur *version, opts delta.PatchBuildOptions
 		pf := delta.PatchFile{Name: f.Path, HasXXH3: true, ResultSHA256: f.SHA256}
 		if bf != nil {
 			pf.BaseSHA256 = bf.SHA256
-			ff.bsrc = r.st.newVersionFile(base, bf, readOpts{vouch: true})
+			ff.bsrc = r.st.newVersionFile(base, bf, readOpts{check: true})
 		}
 		switch {
 		case herr != nil:

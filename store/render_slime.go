@@ -424,10 +424,9 @@ func writeShard(p string, sh delta.SlimeShard, frames *os.File) (*fileSums, erro
 // bytes), so a bad read is an error (ErrCorrupt), never a wrong delta.
 func (r *renders) slimeTensorDiff(base, cur *version, c slimeChange, bufBase, bufCur []byte) (positions []uint32, newBytes []byte, checksum string, err error) {
 	size := c.cur.End - c.cur.Begin
-	// Vouched for (verify_vouch.go): each tensor's SHA-256 below checks its object, not that the
-	// object belongs at that place of the file.
-	rb := r.st.newVersionFile(base, c.baseFile, readOpts{vouch: true})
-	rc := r.st.newVersionFile(cur, c.curFile, readOpts{vouch: true})
+	// Checked per tensor (read_check.go); the SHA-256 below hashes the bytes the diff was made of.
+	rb := r.st.newVersionFile(base, c.baseFile, readOpts{check: true})
+	rc := r.st.newVersionFile(cur, c.curFile, readOpts{check: true})
 	offBase, offCur := c.baseFile.HeaderLen+c.base.Begin, c.curFile.HeaderLen+c.cur.Begin
 	hb, hc, xh := sha256.New(), sha256.New(), delta.NewSlimeHasher()
 	for off := int64(0); off < size; off += slimeChunk {

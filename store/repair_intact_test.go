@@ -129,8 +129,8 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				bad = deltaObjectOf(t, s, 6)
 			}
 			if tc.copied {
-				// The pass of a first read of version 3 (verify_vouch.go) hashes the file and keeps
-				// the checked copy.
+				// The pass that copies a file of version 3 (filecopy.go) hashes it and keeps the
+				// checked copy.
 				ver, err := s.versions.sealedVersion(3)
 				if err != nil {
 					t.Fatal(err)

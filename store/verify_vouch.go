@@ -2,18 +2,21 @@ package store
 
 import "fmt"
 
-// A manifest says which objects make each file, in order, and the SHA-256 of the whole file.
-// Each object is checked on read (its CRC-32C, and its content is named by its SHA-256), but
-// only the file's SHA-256 ties the objects to their places: a manifest with two objects of
-// one shape swapped (CRC recomputed) would otherwise be served as written. So a file read
-// through OpenFile is vouched for before its first byte is served: its composition (the
-// objects in order, and the SHA-256: composition in copy_sums.go) must have been seen to hash
-// to that SHA-256, by this process or one that recorded it in the same cache directory's
-// index. The first read of a file not vouched for reads the whole file once (through the
-// same read path) and hashes it, writing it into a checked copy (filecopy.go) that serves the
-// reads that follow; a mismatch fails every read of the file with ErrCorrupt. Files are vouched for without that
-// pass when the copy of the latest version is built or checked (copySums), and when a stream
-// of this process computed the objects and the SHA-256 from the same bytes (seedWriter).
+// The whole-file vouch: the reference that the per-tensor checks (read_check.go) replaced on
+// OpenFile's reads (issue 30), kept for the tests that compare the two (readOpts.vouch). A
+// manifest says which objects make each file, in order, and the SHA-256 of the whole file; a
+// file read with readOpts.vouch is vouched for before its first byte is served: its
+// composition (the objects in order, and the SHA-256: composition in copy_sums.go) must have
+// been seen to hash to that SHA-256, by this process or one that recorded it in the same cache
+// directory's index. The first read of a file not vouched for reads the whole file once
+// (through the same read path) and hashes it, writing it into a checked copy (filecopy.go); a
+// mismatch fails every read of the file with ErrCorrupt. Unlike the per-tensor checks it also
+// refuses a manifest whose objects were swapped and its CRC recomputed, which is outside the
+// threat model (docs/design.md, "What the checks guard against"), at the price of a pass over
+// the whole file before the first byte. Compositions are still vouched for when the copy of
+// the latest version is built or checked (copySums), when a stream of this process computed
+// the objects and the SHA-256 from the same bytes (seedWriter), and by writer groups'
+// publishers (group_check.go).
 
 // vouch checks f's composition once (see above).
 func (f *versionFile) vouch() error {

@@ -13,8 +13,8 @@ import (
 // read-only map) along each read path: the latest, served from the materialized copy one
 // checked read per request (store/copy_read_file.go), after a byte of the copy's file was changed
 // under the running daemon (the copy was checked when it was built; the change is caught on
-// read and the bytes come from the objects), and an older version, vouched for by one pass that
-// hashes it while another goroutine writes its file copy.
+// read and the bytes come from the objects), and an older version, rebuilt from the objects,
+// each tensor hashed against its identity before its first byte is served (store/read_check.go).
 func TestReadPathsThroughMount(t *testing.T) {
 	skipWithoutFUSE(t)
 	work := t.TempDir()

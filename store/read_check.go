@@ -1,0 +1,112 @@
+package store
+
+import (
+	"crypto/sha256"
+	"fmt"
+)
+
+// Per-tensor checks (docs/design.md, "What the checks guard against"). A manifest names each
+// tensor's object, and an object's identity is the SHA-256 of its content: the raw bytes of
+// the tensor (or of the file's header, or of a whole blob). The manifest itself is checked (its
+// CRC-32C, the version it names) and binds each identity to its file, name and offsets. So a
+// read of a file through OpenFile serves the bytes of an object rebuilt from the store's
+// objects (a whole object's chunks, a chain of deltas replayed onto a whole copy) only once
+// the object's whole content, rebuilt by the same read path, has been hashed and found equal to
+// its identity: per tensor, never per file, so no read waits for a pass over a whole file.
+//
+// The codec keeps no digest of a part of a tensor, so the first read of any byte of a tensor
+// hashes the whole tensor (its pages are built ahead by the read-ahead's builders and then
+// served from the page cache). An object checked once is remembered (checks.checkedObject: in
+// memory, and in the index of the cache directory, bucket vouched, so a restarted reader does
+// not hash it again); one that does not hash to its identity fails every read of it with
+// ErrCorrupt naming the file, the tensor and the object, never wrong bytes. Bytes served from
+// the materialized copy or a file copy are not hashed again: those caches hold bytes checked
+// when they were written, and every read of them checks their CRC-32C sums.
+//
+// What this does not guard against is one who can write the store and recompute its
+// checksums (a manifest whose tensor identities were swapped, its CRC recomputed): that needs
+// a secret key. The whole-file check of today's reference (readOpts.vouch, verify_vouch.go)
+// is kept for the tests that compare the two.
+
+// checkAhead is how many pages of an object being checked are built ahead of its hash.
+const checkAhead = 8
+
+// checkTensor returns nil once the content of object id, as the read path rebuilds it, hashes
+// to id. hint names the file and tensor for the error and for the read path's backward walk.
+// Concurrent first reads hash an object once.
+func (c *checker) checkTensor(id ID, hint objHint) error {
+	chk := c.st.mat.contentChecks()
+	if chk.checkedObject(id) {
+		return nil
+	}
+	if err := chk.failedVouch(id); err != nil {
+		return err
+	}
+	_, err, _ := chk.flight.Do("object:"+string(id[:]), func() (any, error) {
+		if chk.checkedObject(id) {
+			return nil, nil
+		}
+		m, err := c.st.objects.meta(id)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", describeObject(hint), err)
+		}
+		// A length that is not the object's fails the hash (or the read past its end).
+		got, err := c.hashRebuilt(id, hint, m.ContentLen)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", describeObject(hint), err)
+		}
+		if got != id {
+			what := describeObject(hint)
+			c.st.log.Warn(fmt.Sprintf("%s: its object %s rebuilds to content that hashes to %s: every read of it fails (damage; run weightfs verify)", what, id, got))
+			err := fmt.Errorf("%s: object %s rebuilds to content that hashes to %s: %w", what, id, got, ErrCorrupt)
+			chk.noteFailedVouch(id, err)
+			return nil, err
+		}
+		chk.noteCheckedObject(id)
+		return nil, nil
+	})
+	return err
+}
+
+// describeObject names where an object sits: a tensor of a file, a file's header, or a file.
+func describeObject(hint objHint) string {
+	switch {
+	case hint.header:
+		return fmt.Sprintf("the header of %s", hint.path)
+	case hint.tensor != "":
+		return fmt.Sprintf("tensor %s of %s", hint.tensor, hint.path)
+	default:
+		return hint.path
+	}
+}
+
+// hashRebuilt hashes content bytes [0, size) of object id, page by page through the shared
+// page cache (the pages stay there for the reads that follow), with the pages ahead of the
+// hash built by the read-ahead's builders.
+func (c *checker) hashRebuilt(id ID, hint objHint, size int64) (ID, error) {
+	o := c.st.objects
+	h := sha256.New()
+	pages := (size + pageSize - 1) / pageSize
+	ahead := int64(1) // the first page is built by the loop itself
+	for pg := int64(0); pg < pages; pg++ {
+		for ; o.readsAhead() && ahead < pages && ahead <= pg+checkAhead; ahead++ {
+			if !o.hasPage(id, ahead) && !o.buildAhead(id, hint, ahead) {
+				break // every builder is busy: built here when the hash gets there
+			}
+		}
+		p, err := o.page(id, hint, pg, readOpts{})
+		if err != nil {
+			return ID{}, err
+		}
+		if want := min(pageSize, size-pg*pageSize); int64(len(p.b)) != want {
+			n := len(p.b)
+			p.release()
+			return ID{}, objectError(id, fmt.Errorf("page %d of %d bytes, want %d: %w", pg, n, want, ErrCorrupt))
+		}
+		h.Write(p.b)
+		p.release()
+	}
+	var got ID
+	h.Sum(got[:0])
+	return got, nil
+}
