@@ -157,6 +157,10 @@ type backendCaps struct {
 	hinter     VersionHinter // nil: Poll lists every time
 	remoteStat RemoteStat    // nil: StatObject asks the storage itself
 	localDir   string        // the store's local directory; "" for a store elsewhere (S3)
+	// packs is the pack layer (pack_layer.go), which Backend is when set: nil when the
+	// backend keeps no packs (no PackBackend or no Records) or the store writes loose
+	// objects (Options.looseObjects).
+	packs *packedObjects
 }
 
 // use asserts be's optional parts. A backend with a local cache of a remote store goes
@@ -181,6 +185,23 @@ func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logg
 	if l, ok := be.(localDirBackend); ok {
 		b.localDir = l.localDir()
 	}
+}
+
+// usePacks puts the pack layer in front of the store's backend when the backend keeps packs
+// and records (store format 3): every call of the store on its objects then goes through it.
+// loose keeps the format-2 layout (a test's knob): no layer.
+func (b *backendCaps) usePacks(loose bool, log *slog.Logger) error {
+	pb, ok := b.given.(PackBackend)
+	if !ok || b.records == nil || loose {
+		return nil
+	}
+	p, err := newPackedObjects(b.Backend, pb, b.records, log)
+	if err != nil {
+		return err
+	}
+	b.packs = p
+	b.Backend = p
+	return nil
 }
 
 // CheckObject verifies a whole object file against its CRC-32C trailer (docs/format.md):

@@ -54,6 +54,10 @@ type Options struct {
 	// died (a daemon's hook may instead end the process there: cmd/weightfs's
 	// WEIGHTFS_FAILPOINT).
 	Failpoint func(point string) error
+
+	// looseObjects (tests: openLoose) keeps the layout of store format 2: objects are loose
+	// files, no packs are written, and a writer leaves the format file as it is.
+	looseObjects bool
 }
 
 // Defaults of Options.
@@ -229,6 +233,9 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.be.use(be, s.readOnly && opts.Materialize, s.root, s.log)
+	if err := s.be.usePacks(opts.looseObjects, s.log); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", o.Root, err)
+	}
 	if !s.readOnly {
 		// Nothing is being written now: leftovers are from a process that died.
 		if err := s.be.CleanTemp(); err != nil {
