@@ -69,13 +69,13 @@ type packedObjects struct {
 	// mu guards the location map and what it is built from.
 	mu      sync.RWMutex
 	loc     map[ID]packedLoc
-	packIDs []ID          // pack number -> pack id
-	packNo  map[ID]int32  // pack id -> pack number
-	loaded  []namedIndex  // the indexes the map was built from, in loadIndexes' order
+	packIDs []ID         // pack number -> pack id
+	packNo  map[ID]int32 // pack id -> pack number
+	loaded  []namedIndex // the indexes the map was built from, in loadIndexes' order
 	named   map[string]bool
-	dead    map[ID]bool   // packed objects deleted (DeleteObject), until repack
-	topSeq  uint64        // highest sequence number seen in an index name
-	reloads int           // reloads done (tests)
+	dead    map[ID]bool // packed objects deleted (DeleteObject), until repack
+	topSeq  uint64      // highest sequence number seen in an index name
+	reloads int         // reloads done (tests)
 
 	files *packFiles // open packs for reads
 }
