@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 )
 
 // Backend is where a store keeps its bytes, and all the store asks of it: the local
@@ -202,6 +203,40 @@ func (b *backendCaps) usePacks(loose bool, log *slog.Logger) error {
 	b.packs = p
 	b.Backend = p
 	return nil
+}
+
+// unsealedIndexes are the pack indexes this process wrote that no manifest (or part record)
+// it wrote names yet (none without packs).
+func (b *backendCaps) unsealedIndexes() ([]string, error) {
+	if b.packs == nil {
+		return nil, nil
+	}
+	return b.packs.syncIndexes()
+}
+
+// loadIndexes has the pack layer load the pack indexes names (other processes wrote them).
+func (b *backendCaps) loadIndexes(names []string) error {
+	if b.packs == nil {
+		return nil
+	}
+	return b.packs.loadNamed(names)
+}
+
+// sealedIndexes says that names are now in a durable manifest or part record.
+func (b *backendCaps) sealedIndexes(names []string) {
+	if b.packs != nil && len(names) > 0 {
+		b.packs.sealedIndexes(names)
+	}
+}
+
+// mergeIndexNames is the sorted union of lists of pack index names.
+func mergeIndexNames(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.SortFunc(out, compareIndexNames)
+	return slices.Compact(out)
 }
 
 // CheckObject verifies a whole object file against its CRC-32C trailer (docs/format.md):

@@ -146,7 +146,7 @@ func FuzzReadObjectInfo(f *testing.F) {
 			f.Fatal(err)
 		}
 		fw.put(id)
-		file, err := os.ReadFile(s.be.Backend.(*localBackend).objectPath(id))
+		file, err := storedObject(s, id)
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -248,6 +248,20 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 			return refusal(RefusedConflict, []int{rf, rd}, fmt.Errorf("publish version %d of group %s: %s is a file of rank %d and a directory of rank %d: %w", w.v, group, d, rf, rd, ErrGroupConflict))
 		}
 	}
+	// The ranks' pack indexes: loaded (their objects are found in their packs) and named in
+	// the manifest.
+	var indexes []string
+	for _, p := range parts {
+		indexes = append(indexes, p.Indexes...)
+	}
+	if len(indexes) > 0 {
+		if err := w.s.be.loadIndexes(indexes); err != nil {
+			return fmt.Errorf("publish version %d of group %s: %w", w.v, group, err)
+		}
+		w.mu.Lock()
+		w.indexes = mergeIndexNames(indexes)
+		w.mu.Unlock()
+	}
 	// Every object a part names must be stored (held first: a sweep spares what is held).
 	for _, p := range parts {
 		refs := map[ID]bool{}

@@ -419,10 +419,10 @@ func TestVerifyOfAReaderAfterGC(t *testing.T) {
 // dropped it (the gc record does not hold it), is damage: ErrCorrupt (EIO), never
 // ErrVersionRemoved (ENOENT), and no log line blames gc.
 func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	commitModel(t, s, 4)
 	log := &logLines{t: t}
-	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
+	r := openLoose(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
 	f, err := r.OpenFile(2, "model.safetensors")
 	if err != nil {
 		t.Fatal(err)
