@@ -227,14 +227,15 @@ func TestDecodeManifestRefusesBadInput(t *testing.T) {
 	flip := append([]byte(nil), good...)
 	flip[40] ^= 0x20
 	v3 := append([]byte(nil), good...)
-	v3[4] = manifestLongPaths + 1 // the first manifest format version no reader knows
+	v3[4] = manifestIndexes + 1 // the first manifest format version no reader knows
 	for _, tc := range []struct {
 		name string
 		b    []byte
 		want error
 	}{
 		{"magic", []byte("XXXX" + string(good[4:])), ErrCorrupt},
-		{"version 3", v3, ErrUnsupportedVersion},
+		{"version 4", v3, ErrUnsupportedVersion},
+		{"bad index name", reencode(func(m *manifest) { m.Indexes = []string{"../x"} }), ErrCorrupt},
 		{"flipped byte", flip, ErrCorrupt},
 		{"truncated", good[:len(good)-1], ErrCorrupt},
 		{"absolute path", reencode(func(m *manifest) { m.Files[0].Path = "/etc/passwd" }), ErrCorrupt},

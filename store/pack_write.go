@@ -203,7 +203,11 @@ func packLayerOf(be Backend) *packedObjects {
 	case *packedObjects:
 		return b
 	case *backendCaps:
-		return b.packs
+		// The layer only while it is what the store calls (a test may put a backend of its
+		// own in front: then its PutObject is called).
+		if p, ok := b.Backend.(*packedObjects); ok {
+			return p
+		}
 	}
 	return nil
 }
