@@ -94,12 +94,44 @@ func newPackedObjects(be Backend, packs PackBackend, records Records, log *slog.
 	return p, nil
 }
 
-// reload re-reads every index of the store (another process sealed, or gc consolidated) and
-// rebuilds the location map; the packs this process wrote and has not indexed yet stay in it.
+// reload re-reads the list of the store's indexes (another process sealed, or gc
+// consolidated) and rebuilds the location map from them; the packs this process wrote and has
+// not indexed yet stay in it. Indexes are immutable: one already loaded is not read again.
 func (p *packedObjects) reload() error {
-	good, bad, err := loadIndexes(p.records)
+	names, err := p.records.ListRecords(RecordIndex)
+	if errors.Is(err, errors.ErrUnsupported) {
+		names, err = nil, nil
+	}
 	if err != nil {
 		return fmt.Errorf("load pack indexes: %w", err)
+	}
+	slices.SortFunc(names, compareIndexNames)
+	p.mu.RLock()
+	have := make(map[string]namedIndex, len(p.loaded))
+	for _, x := range p.loaded {
+		have[x.Name] = x
+	}
+	p.mu.RUnlock()
+	var good []namedIndex
+	var bad []damagedIndex
+	for _, name := range names {
+		if _, ok := pack.ParseName(name); !ok {
+			continue
+		}
+		if x, ok := have[name]; ok {
+			good = append(good, x)
+			continue
+		}
+		x, err := loadIndex(p.records, name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupportedVersion):
+			bad = append(bad, damagedIndex{Name: name, Err: err})
+		case err != nil:
+			return fmt.Errorf("load pack indexes: %w", err)
+		default:
+			good = append(good, x)
+		}
 	}
 	for _, d := range bad {
 		p.log.Warn("pack index damaged: its packs are found by verify --repair", "index", d.Name, "err", d.Err)
