@@ -88,8 +88,16 @@ func newPackedObjects(be Backend, packs PackBackend, records Records, log *slog.
 	p := &packedObjects{Backend: be, packs: packs, records: records, log: log,
 		loc: map[ID]packedLoc{}, packNo: map[ID]int32{}, named: map[string]bool{}, dead: map[ID]bool{}}
 	p.files = newPackFiles(packs, packFilesOpen)
-	if err := p.reload(); err != nil {
-		return nil, err
+	good, bad, err := loadIndexes(records)
+	if err != nil {
+		return nil, fmt.Errorf("load pack indexes: %w", err)
+	}
+	for _, d := range bad {
+		log.Warn("pack index damaged: its packs are found by verify --repair", "index", d.Name, "err", d.Err)
+	}
+	p.rebuildLocked(good)
+	for _, d := range bad {
+		p.noteSeqLocked(d.Name)
 	}
 	return p, nil
 }
@@ -371,6 +379,8 @@ func (p *packedObjects) DeleteObject(id ID) error {
 
 // repack rewrites the packs that hold dead records without them (gc: rewritePacks, the
 // repack part), then reloads the indexes.
+//
+//lint:ignore U1000 the collector calls it at the end of gc (the repack helper's hook)
 func (p *packedObjects) repack() error {
 	if err := p.SyncObjects(); err != nil {
 		return err

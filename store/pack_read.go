@@ -165,19 +165,6 @@ func (c *packFiles) release(pf *packFile) {
 	}
 }
 
-// drop closes a pack (it was found damaged or gone: the next read opens it anew).
-func (c *packFiles) drop(id ID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if pf, ok := c.open[id]; ok {
-		delete(c.open, id)
-		pf.evicted = true
-		if pf.refs == 0 {
-			pf.f.Close()
-		}
-	}
-}
-
 func (c *packFiles) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
