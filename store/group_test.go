@@ -407,7 +407,6 @@ func groupSeries(t *testing.T, versions int) []map[string][]byte {
 	return testfiles.ShardedSeries(t, versions, 19)
 }
 
-
 // objectsDigest hashes every object's stored bytes (loose or in a pack) and every manifest
 // (without the pack indexes it names, which differ between writers) of the store at root,
 // read through a reader.
