@@ -222,6 +222,14 @@ func (b *backendCaps) loadIndexes(names []string) error {
 	return b.packs.loadNamed(names)
 }
 
+// reloadIndexes has the pack layer read every pack index of the store again.
+func (b *backendCaps) reloadIndexes() error {
+	if b.packs == nil {
+		return nil
+	}
+	return b.packs.reload()
+}
+
 // sealedIndexes says that names are now in a durable manifest or part record.
 func (b *backendCaps) sealedIndexes(names []string) {
 	if b.packs != nil && len(names) > 0 {

@@ -263,11 +263,20 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 		w.mu.Unlock()
 	}
 	// Every object a part names must be stored (held first: a sweep spares what is held).
+	// One in a pack of an index no part names now (a part of a version refused or
+	// published before) is looked for again after every index is read once.
+	reloaded := false
 	for _, p := range parts {
 		refs := map[ID]bool{}
 		(&manifest{Files: p.Files}).roots(refs)
 		for id := range refs {
 			w.hold(id)
+			if !reloaded && !w.s.ingest.exists(id) {
+				reloaded = true
+				if err := w.s.be.reloadIndexes(); err != nil {
+					return fmt.Errorf("publish version %d of group %s: %w", w.v, group, err)
+				}
+			}
 			if !w.s.ingest.exists(id) && !w.s.groups.publisher.existsElsewhere(id) {
 				return refusal(RefusedDamaged, []int{p.Rank}, fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt))
 			}
