@@ -320,3 +320,41 @@ func TestPacksMissingPack(t *testing.T) {
 		t.Fatalf("read of a file whose pack is gone: %v", err)
 	}
 }
+
+// TestPackFilesEviction: with fewer packs kept open than are read, every section stays
+// readable until it is closed (a pack is closed only once no section reads it).
+func TestPackFilesEviction(t *testing.T) {
+	s, _ := newStore(t, Options{})
+	for i, files := range moeVersions(t, 3, 5) {
+		commitTree(t, s, uint64(i+1), files)
+	}
+	c := newPackFiles(s.be.packs.packs, 1)
+	defer c.close()
+	var open []ObjectFile
+	packs := map[ID]bool{}
+	err := s.be.ListObjects(func(id ID, _ int64) error {
+		loc, ok := s.be.packs.locate(id)
+		if !ok {
+			return fmt.Errorf("object %s not packed", id)
+		}
+		packs[loc.Pack] = true
+		f, err := c.section(id, loc)
+		if err != nil {
+			return err
+		}
+		open = append(open, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(packs) < 3 {
+		t.Fatalf("%d packs", len(packs))
+	}
+	for _, f := range open {
+		if err := checkCRC(f); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+}

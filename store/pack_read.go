@@ -118,13 +118,14 @@ func (c *packFiles) section(id ID, loc packLocation) (ObjectFile, error) {
 		if other, ok := c.open[loc.Pack]; ok {
 			f.Close() // opened twice meanwhile
 			pf = other
+			pf.refs++
+			pf.used = c.clock
 		} else {
-			pf = &packFile{f: f}
+			// Held and newest before the eviction looks: it never closes the pack it opens.
+			pf = &packFile{f: f, refs: 1, used: c.clock}
 			c.open[loc.Pack] = pf
 			c.evictLocked()
 		}
-		pf.refs++
-		pf.used = c.clock
 		c.mu.Unlock()
 	}
 	if loc.Offset+loc.Length > pf.f.Size() {
