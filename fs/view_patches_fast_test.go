@@ -13,6 +13,7 @@ import (
 // TestPatchFromDamagedDeltaIsEIO: the one-step patch is made from the delta objects; with
 // them damaged on disk, reading the patch through a read-only mount is EIO, never a wrong patch.
 func TestPatchFromDamagedDeltaIsEIO(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	st := viewStore(t)
 	root := st.Root()
 	st.Close()

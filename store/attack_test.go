@@ -44,7 +44,7 @@ func TestObjectNotARegularFileIsCorrupt(t *testing.T) {
 			s, root, victim := twoVersionsAndAVictim(t, 9, 1)
 			tc.attack(t, s.be.Backend.(*localBackend).objectPath(victim))
 
-			r := openStore(t, root, Options{ReadOnly: true})
+			r := openLoose(t, root, Options{ReadOnly: true})
 			expectDamage(r)
 			f, err := r.OpenFile(2, "model.safetensors")
 			if err == nil {
@@ -83,12 +83,12 @@ func copyFileForTest(t *testing.T, src, dst string) {
 // a version whose content the copy does not hold. Every version must read right, a new
 // version must seal and read right, and Verify must find nothing wrong with the store.
 func TestIndexFromAnEarlierVersion(t *testing.T) {
-	s, root := newStore(t, Options{MaxChain: 3})
+	s, root := newLooseStore(t, Options{MaxChain: 3})
 	versions := modelVersions(t, 5, 23)
 	want := map[uint64]map[string][]byte{}
 	readerCache := t.TempDir()
 	reader := func() *Store {
-		return openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: readerCache})
+		return openLoose(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: readerCache})
 	}
 	for v := uint64(1); v <= 2; v++ {
 		commitTree(t, s, v, versions[v-1])
@@ -102,7 +102,7 @@ func TestIndexFromAnEarlierVersion(t *testing.T) {
 	copyFileForTest(t, writerIndex, saved+"/writer.db")
 	copyFileForTest(t, readerIndex, saved+"/reader.db")
 
-	s = openStore(t, root, Options{MaxChain: 3})
+	s = openLoose(t, root, Options{MaxChain: 3})
 	for v := uint64(3); v <= 4; v++ {
 		commitTree(t, s, v, versions[v-1])
 		want[v] = versions[v-1]
@@ -134,7 +134,7 @@ func TestIndexFromAnEarlierVersion(t *testing.T) {
 	r := reader()
 	check("reader with an older index", r)
 	closeStore(t, r)
-	s = openStore(t, root, Options{MaxChain: 3})
+	s = openLoose(t, root, Options{MaxChain: 3})
 	check("writer with an older index", s)
 	commitTree(t, s, 5, versions[4])
 	want[5] = versions[4]
@@ -155,7 +155,7 @@ func TestWriterOpensWithDamagedScratchDirs(t *testing.T) {
 		{"cache a file", "cache"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, root := newStore(t, Options{})
+			s, root := newLooseStore(t, Options{})
 			versions := modelVersions(t, 3, 31)
 			for v := uint64(1); v <= 2; v++ {
 				commitTree(t, s, v, versions[v-1])
@@ -171,7 +171,7 @@ func TestWriterOpensWithDamagedScratchDirs(t *testing.T) {
 				}
 			}
 			logs := &logLines{t: t}
-			s, err := Open(root, Options{Logger: logtest.New(logs.logf)})
+			s, err := Open(root, loose(Options{Logger: logtest.New(logs.logf)}))
 			if err != nil {
 				t.Fatalf("open for writing: %v", err)
 			}
@@ -199,7 +199,7 @@ func TestRenderCacheDirNotADirectory(t *testing.T) {
 	for _, sub := range []string{"", "patches", "deltas", "tmp"} {
 		t.Run("render/"+sub, func(t *testing.T) {
 			logs := &logLines{t: t}
-			s, _ := newStore(t, Options{Logger: logtest.New(logs.logf)})
+			s, _ := newLooseStore(t, Options{Logger: logtest.New(logs.logf)})
 			direct := twoSlimeVersions(t, s, 5, 7)
 			p := s.renders.renderDir(sub)
 			if err := os.RemoveAll(p); err != nil {
@@ -254,7 +254,7 @@ func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
 	}
 
 	fifo(s.be.Backend.(*localBackend).objectPath(victim))
-	r := openStore(t, root, Options{ReadOnly: true})
+	r := openLoose(t, root, Options{ReadOnly: true})
 	expectDamage(r)
 	err := within("read", func() error {
 		f, err := r.OpenFile(2, "model.safetensors")
@@ -276,7 +276,7 @@ func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
 
 	fifo(filepath.Join(root, formatFileName))
 	err = within("open", func() error {
-		s, err := Open(root, Options{ReadOnly: true})
+		s, err := Open(root, loose(Options{ReadOnly: true}))
 		if err == nil {
 			s.Close()
 		}
@@ -292,7 +292,7 @@ func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
 // writer comes, which hung the mount's readdir of deltas/. Each render must come back, the
 // damaged one dropped and rendered again, as for any other damage of the render cache.
 func TestFIFOInTheRenderCacheNeverHangs(t *testing.T) {
-	s, _ := newStore(t, Options{})
+	s, _ := newLooseStore(t, Options{})
 	direct := twoSlimeVersions(t, s, 5, 9)
 	within := func(what string, fn func() error) {
 		t.Helper()
@@ -349,7 +349,7 @@ func TestFIFOInTheRenderCacheNeverHangs(t *testing.T) {
 // and reading a FIFO blocks until a writer comes. gc must stop with an error naming the file,
 // as for any record it cannot read.
 func TestFIFOPinNeverHangsGC(t *testing.T) {
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	versions := modelVersions(t, 3, 43)
 	commitAll(t, s, versions)
 	p := filepath.Join(root, "pins", "0123456789abcdef0123456789abcdef.json")
@@ -375,7 +375,7 @@ func TestFIFOPinNeverHangsGC(t *testing.T) {
 // it; victim is the object of tensor i of version 2's model.safetensors, for an attack.
 func twoVersionsAndAVictim(t *testing.T, seed uint64, i int) (s *Store, root string, victim ID) {
 	t.Helper()
-	s, root = newStore(t, Options{})
+	s, root = newLooseStore(t, Options{})
 	commitAll(t, s, modelVersions(t, 2, seed))
 	ver, _ := s.versions.sealedVersion(2)
 	victim = ver.files["model.safetensors"].Tensors[i].ID

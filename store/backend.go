@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 )
 
 // Backend is where a store keeps its bytes, and all the store asks of it: the local
@@ -158,6 +159,10 @@ type backendCaps struct {
 	remoteStat RemoteStat    // nil: StatObject asks the storage itself
 	localDir   string        // the store's local directory; "" for a store elsewhere (S3)
 	fsyncer    fsyncCounter  // nil: the backend counts no fsyncs (Stats.Fsyncs is 0)
+	// packs is the pack layer (pack_layer.go), which Backend is when set: nil when the
+	// backend keeps no packs (no PackBackend or no Records) or the store writes loose
+	// objects (Options.looseObjects).
+	packs *packedObjects
 }
 
 // fsyncCounter is the optional part of a Backend that counts the fsyncs it made (the local
@@ -195,6 +200,68 @@ func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logg
 	if l, ok := be.(localDirBackend); ok {
 		b.localDir = l.localDir()
 	}
+}
+
+// usePacks puts the pack layer in front of the store's backend when the backend keeps packs
+// and records (store format 3): every call of the store on its objects then goes through it.
+// loose keeps the format-2 layout (a test's knob): no layer.
+func (b *backendCaps) usePacks(loose bool, log *slog.Logger) error {
+	pb, ok := b.given.(PackBackend)
+	if !ok || b.records == nil || loose {
+		return nil
+	}
+	p, err := newPackedObjects(b.Backend, pb, b.records, log)
+	if err != nil {
+		return err
+	}
+	b.packs = p
+	b.Backend = p
+	if b.policy != nil {
+		b.policy.setPacksOf(p.packsOf)
+	}
+	return nil
+}
+
+// unsealedIndexes are the pack indexes this process wrote that no manifest (or part record)
+// it wrote names yet (none without packs).
+func (b *backendCaps) unsealedIndexes() ([]string, error) {
+	if b.packs == nil {
+		return nil, nil
+	}
+	return b.packs.syncIndexes()
+}
+
+// loadIndexes has the pack layer load the pack indexes names (other processes wrote them).
+func (b *backendCaps) loadIndexes(names []string) error {
+	if b.packs == nil {
+		return nil
+	}
+	return b.packs.loadNamed(names)
+}
+
+// reloadIndexes has the pack layer read every pack index of the store again.
+func (b *backendCaps) reloadIndexes() error {
+	if b.packs == nil {
+		return nil
+	}
+	return b.packs.reload()
+}
+
+// sealedIndexes says that names are now in a durable manifest or part record.
+func (b *backendCaps) sealedIndexes(names []string) {
+	if b.packs != nil && len(names) > 0 {
+		b.packs.sealedIndexes(names)
+	}
+}
+
+// mergeIndexNames is the sorted union of lists of pack index names.
+func mergeIndexNames(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.SortFunc(out, compareIndexNames)
+	return slices.Compact(out)
 }
 
 // CheckObject verifies a whole object file against its CRC-32C trailer (docs/format.md):

@@ -53,3 +53,39 @@ func (p *cachePolicy) prefetchObjects(ids []ID) error {
 	}
 	return nil
 }
+
+// packsOf is the cache policy's locator (setPacksOf): the distinct packs that hold ids, and
+// the ids no pack holds (loose objects of a store of format 1 or 2). An id not located is
+// looked for once more after the indexes are read again (a version sealed by another
+// process whose index the layer has not read yet), so that it is not fetched as a loose
+// object that does not exist.
+func (p *packedObjects) packsOf(ids []ID) (packs []ID, loose []ID) {
+	seen := map[ID]bool{}
+	var missing []ID
+	for _, id := range ids {
+		if l, ok := p.locate(id); ok {
+			if !seen[l.Pack] {
+				seen[l.Pack] = true
+				packs = append(packs, l.Pack)
+			}
+			continue
+		}
+		missing = append(missing, id)
+	}
+	if len(missing) > 0 {
+		if err := p.reload(); err != nil {
+			p.log.Warn("pack indexes could not be read again to fetch a version ahead", "err", err)
+		}
+	}
+	for _, id := range missing {
+		if l, ok := p.locate(id); ok {
+			if !seen[l.Pack] {
+				seen[l.Pack] = true
+				packs = append(packs, l.Pack)
+			}
+			continue
+		}
+		loose = append(loose, id)
+	}
+	return packs, loose
+}

@@ -69,7 +69,7 @@ func TestBaseCycle(t *testing.T) {
 		for _, cached := range []bool{false, true} {
 			t.Run(fmt.Sprintf("cycle%d-cached%v", n, cached), func(t *testing.T) {
 				trees := testfiles.ShardedSeries(t, 6, 41)
-				s, root := newStore(t, Options{})
+				s, root := newLooseStore(t, Options{})
 				s.objects.contextChain = 16
 				for k, files := range trees {
 					commitTree(t, s, uint64(k+1), files)
@@ -77,7 +77,7 @@ func TestBaseCycle(t *testing.T) {
 				chain, file := v2Chain(t, s, 6, n)
 				var r *Store
 				if cached {
-					r = openStore(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
+					r = openLoose(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
 					readWhole(t, r, 6, file)
 					// Its pages and blocks, and the sections but the first of the chain, are
 					// pushed out by other reads; its headers and metas stay.
@@ -89,7 +89,7 @@ func TestBaseCycle(t *testing.T) {
 				}
 				forgeBase(t, root, chain[n-1], chain[0]) // the last of the chain's base is its first
 				if !cached {
-					r = openStore(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
+					r = openLoose(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
 				}
 				expectDamage(s)
 				expectDamage(r)

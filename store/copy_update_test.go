@@ -107,7 +107,7 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 // store that keeps a materialized copy still opens, reads of the damaged file fail with
 // ErrCorrupt, and the other files read exactly.
 func TestReaderOpensOverDamagedVersion(t *testing.T) {
-	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
+	w, root := newLooseStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 	files := map[string][]byte{"a": []byte("the damaged file"), "b": []byte("the good file")}
 	commitTree(t, w, 1, files)
 	closeStore(t, w)
@@ -127,7 +127,7 @@ func TestReaderOpensOverDamagedVersion(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir(), Logger: logtest.New(func(string, ...any) {})})
+	r := openLoose(t, root, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir(), Logger: logtest.New(func(string, ...any) {})})
 	expectDamage(r)
 	f, err := r.OpenFile(1, "a")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // once made a read loop run without progress. The deadline is a liveness check, generous
 // enough for a loaded machine, not a speed assertion.
 func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
-	s, root := newStore(t, Options{MaxChain: 4})
+	s, root := newLooseStore(t, Options{MaxChain: 4})
 	versions := modelVersions(t, 3, 5)
 	want := map[uint64]map[string]string{}
 	for i, files := range versions {
@@ -51,7 +51,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 			damaged[pos] ^= mask
 			put(damaged)
 			for v := uint64(1); v <= uint64(len(versions)); v++ {
-				r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(func(string, ...any) {})})
+				r := openLoose(t, root, Options{ReadOnly: true, Logger: logtest.New(func(string, ...any) {})})
 				expectDamage(r)
 				out := filepath.Join(t.TempDir(), "out")
 				done := make(chan error, 1)

@@ -26,7 +26,7 @@ func allObjectFiles(t testing.TB, s *Store) []string {
 // TestFlippedByteInAnyObject flips one byte of every object in turn: Verify names the object,
 // and exports of the versions that need it fail naming it and write no wrong file.
 func TestFlippedByteInAnyObject(t *testing.T) {
-	s, root := newStore(t, Options{MaxChain: 2})
+	s, root := newLooseStore(t, Options{MaxChain: 2})
 	versions := modelVersions(t, 4, 4)
 	want := map[uint64]map[string]string{}
 	for i, files := range versions {
@@ -44,7 +44,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 	})
 	closeStore(t, s)
 	rng := rand.New(rand.NewPCG(17, 18))
-	for _, obj := range allObjectFiles(t, openStore(t, root, Options{ReadOnly: true})) {
+	for _, obj := range allObjectFiles(t, openLoose(t, root, Options{ReadOnly: true})) {
 		name := filepath.Base(obj)
 		orig, err := os.ReadFile(obj)
 		if err != nil {
@@ -59,7 +59,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 		}
 
 		// Each check runs in a fresh reader, as each CLI command would.
-		r := openStore(t, root, Options{ReadOnly: true})
+		r := openLoose(t, root, Options{ReadOnly: true})
 		expectDamage(r)
 		rep, err := r.Verify(nil)
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name) {
@@ -76,7 +76,7 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 		}
 		failed := 0
 		for v := uint64(1); v <= uint64(len(versions)); v++ {
-			r := openStore(t, root, Options{ReadOnly: true})
+			r := openLoose(t, root, Options{ReadOnly: true})
 			expectDamage(r)
 			out := filepath.Join(t.TempDir(), "out")
 			err := r.Export(v, out, nil)
@@ -102,14 +102,14 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := openStore(t, root, Options{ReadOnly: true})
+	r := openLoose(t, root, Options{ReadOnly: true})
 	if _, err := r.Verify(nil); err != nil {
 		t.Fatalf("verify after repair: %v", err)
 	}
 }
 
 func TestMissingObjectAndManifestDamage(t *testing.T) {
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	versions := modelVersions(t, 2, 5)
 	commitAll(t, s, versions)
 	closeStore(t, s)
@@ -119,7 +119,7 @@ func TestMissingObjectAndManifestDamage(t *testing.T) {
 	bad := append([]byte(nil), orig...)
 	bad[len(bad)/2] ^= 4
 	os.WriteFile(mpath, bad, 0o644)
-	r := openStore(t, root, Options{ReadOnly: true})
+	r := openLoose(t, root, Options{ReadOnly: true})
 	expectDamage(r)
 	if _, err := r.Verify(nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("verify with a damaged manifest: %v", err)
@@ -134,12 +134,12 @@ func TestMissingObjectAndManifestDamage(t *testing.T) {
 	os.WriteFile(mpath, orig, 0o644)
 
 	// A missing object.
-	r = openStore(t, root, Options{ReadOnly: true})
+	r = openLoose(t, root, Options{ReadOnly: true})
 	ver, _ := r.versions.sealedVersion(2)
 	victim := ver.files["model.safetensors"].Tensors[1].ID
 	closeStore(t, r)
 	os.Remove(r.be.Backend.(*localBackend).objectPath(victim))
-	r = openStore(t, root, Options{ReadOnly: true})
+	r = openLoose(t, root, Options{ReadOnly: true})
 	expectDamage(r)
 	if _, err := r.Verify(nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {
 		t.Fatalf("verify with a missing object: %v", err)

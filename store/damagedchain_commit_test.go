@@ -16,6 +16,7 @@ import (
 // checked materialized copy, and read back byte-exact from its objects. (It failed with "base:
 // base of object …: object … is missing" while computing the base's chain depth.)
 func TestCommitOnABaseWithABrokenChain(t *testing.T) {
+	t.Setenv(looseObjectsEnv, "1") // loose objects: it damages object files, or needs gc of packs (not yet)
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			trees := testfiles.ShardedSeries(t, 6, 7)

@@ -17,6 +17,13 @@
 // RemoteStat, Quarantiner) are asserted once, at open, into the store's backendCaps
 // (backend.go). The small records both real backends keep, the gc record, a writer group's
 // records and readers' pins, are one API, Records.
+// A backend that also keeps packs (PackBackend, store format 3) gets the pack layer in front
+// of it (packedObjects, pack_layer.go, pack_write.go, pack_read.go; backendCaps.usePacks):
+// the Backend every part calls, so objects, gc, verify and ingest keep calling PutObject,
+// OpenObject, ListObjects and DeleteObject, while the layer appends objects to packs, writes
+// one pack index (a record of kind RecordIndex) per SyncObjects, finds each packed object
+// through the indexes (package store/pack has the bytes), and serves the loose objects of
+// stores of format 1 and 2 from the backend as before.
 // This package imports no S3 client.
 //
 // # Processes and locking
@@ -92,6 +99,16 @@
 // is read as the base's bytes with the patch laid over them and stored by the same tensor path,
 // unchanged tensors and files by reference: the objects and manifest a full ingest of the same
 // bytes would store, and no full copy (ingest_patch.go).
+//
+// New objects go into packs (store format 3; docs/format.md Part I §1, §3.5): delta objects
+// and whole objects of up to 4 MiB of content are built in memory and appended to the
+// process's open pack (putObjectBytes), larger ones through a temporary file, which becomes
+// a pack of its own when it is 16 MiB or more. The seal finishes the open pack, makes the
+// packs durable, writes one pack index for them, and names it in the manifest (its field
+// indexes): a version costs one fsync per pack (about 64 MiB), the index, the manifest and
+// their directories, whatever its number of tensors. A reader's Refresh reads the indexes a
+// new version's manifest names before it shows the version; an object it finds in none makes
+// it read every index once more (gc may have consolidated them).
 //
 // # Counts
 //

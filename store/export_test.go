@@ -23,3 +23,13 @@ func NewLocalBackend(root string) (Backend, error) {
 // SetContextChain sets the most version-2 delta sections a chain of contexts may hold when s
 // writes a new one (0: s writes version-1 sections only), for tests outside the package.
 func SetContextChain(s *Store, n int) { s.objects.contextChain = n }
+
+// LooseObjects returns opts set to keep the layout of store format 2 (loose object files, no
+// packs), for tests outside the package that damage object files.
+func LooseObjects(opts Options) Options {
+	opts.looseObjects = true
+	return opts
+}
+
+// InitFormat2 makes an empty store of format 2 (for LooseObjects).
+func InitFormat2(path string) error { return initStoreFormat(path, false, 2) }

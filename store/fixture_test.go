@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -356,6 +357,13 @@ func checkFixtureStore(t *testing.T, name, root string, versions []map[string][]
 			}
 			mustEqualBytes(t, "v5 config.json", readWhole(t, s, 5, "config.json"), next["config.json"])
 			mustEqualBytes(t, "v5 model", readWhole(t, s, 5, "model.safetensors"), next["model.safetensors"])
+			// The writer upgraded the copy to format 3 and put the new version in packs.
+			if b, err := os.ReadFile(filepath.Join(root, formatFileName)); err != nil || !bytes.Equal(b, encodeFormatVersion(storeFormatVersion)) {
+				t.Fatalf("format file of the %s fixture after a writer's open: % x, %v", name, b, err)
+			}
+			if len(filesBelow(t, filepath.Join(root, packDir))) == 0 || len(filesBelow(t, filepath.Join(root, indexDir))) == 0 {
+				t.Fatalf("version 5 of the %s fixture is in no pack", name)
+			}
 		}
 		closeStore(t, s)
 	}

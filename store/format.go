@@ -20,13 +20,16 @@ import (
 // validation uses: an alien file is "not a store", a newer one "unsupported", a damaged one
 // "corrupt"). Format 2 is format 1 whose objects may hold version-2 delta sections (coded
 // against a context, object_delta_context.go): a program that reads only format 1 refuses such a store
-// rather than taking its sections for damage. This program reads both; it creates stores of
-// format 2, and a writer opening a store of format 1 rewrites its format file as format 2
-// before it writes anything (docs/format.md Part I §2).
+// rather than taking its sections for damage. Format 3 is format 2 whose objects may be in
+// packs, found through pack indexes (pack_layer.go), and whose manifests may name those
+// indexes. This program reads all three; it creates stores of format 3, and a writer opening
+// a store of format 1 or 2 rewrites its format file as format 3 before it writes anything
+// (docs/format.md Part I §2); the loose objects of the old format stay where they are and
+// readable, new ones go into packs.
 const (
 	formatFileName     = "weightfs-store"
 	formatMagic        = "WFSSTORE"
-	storeFormatVersion = 2 // what Init writes and writers upgrade to
+	storeFormatVersion = 3 // what Init writes and writers upgrade to
 	oldestFormat       = 1 // the oldest format this program reads
 	formatFileLen      = 16
 )
@@ -89,6 +92,12 @@ func InitShared(path string) error { return initStore(path, true) }
 func Init(path string) error { return initStore(path, false) }
 
 func initStore(path string, shared bool) error {
+	return initStoreFormat(path, shared, storeFormatVersion)
+}
+
+// initStoreFormat is Init writing a format file of format version v (tests make stores of
+// format 2 with it: openLoose).
+func initStoreFormat(path string, shared bool, v uint32) error {
 	modes := modesFor(0o600)
 	if shared {
 		modes = modesFor(0o640)
@@ -118,7 +127,7 @@ func initStore(path string, shared bool) error {
 	}
 	// The format file comes last: a directory without it is not a store, so an interrupted
 	// Init is refused by Open rather than half-used.
-	if err := writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), encodeFormatFile(), modes.file); err != nil {
+	if err := writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), encodeFormatVersion(v), modes.file); err != nil {
 		return fmt.Errorf("init store %s: %w", path, err)
 	}
 	return nil

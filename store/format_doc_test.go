@@ -93,7 +93,7 @@ func TestDocObjectExample(t *testing.T) {
 	objectFile := func(content []byte) []byte {
 		t.Helper()
 		id := ID(sha256.Sum256(content))
-		b, err := os.ReadFile(s.be.Backend.(*localBackend).objectPath(id))
+		b, err := storedObject(s, id)
 		if err != nil {
 			t.Fatalf("object %s: %v", id, err)
 		}

@@ -52,7 +52,7 @@ func TestRepairFormatFileOlderThanObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := encodeFormatVersion(2); string(got) != string(want) {
+	if want := encodeFormatVersion(storeFormatVersion); string(got) != string(want) {
 		t.Fatalf("format file after repair % x, want % x", got, want)
 	}
 	if _, err := os.Stat(filepath.Join(root, "quarantine")); !errors.Is(err, os.ErrNotExist) {

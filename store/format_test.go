@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +19,15 @@ func TestFormatFile(t *testing.T) {
 	if len(good) != formatFileLen || string(good[:8]) != "WFSSTORE" {
 		t.Fatalf("format file %x", good)
 	}
-	if v, err := FormatVersion(good); v != 2 || err != nil {
-		t.Fatalf("a new store's format: %d, %v; want 2", v, err)
+	if v, err := FormatVersion(good); v != 3 || err != nil {
+		t.Fatalf("a new store's format: %d, %v; want 3", v, err)
+	}
+	// The worked examples of docs/format.md Part I §2.
+	for v, want := range map[uint32]string{1: "5746535354 4f524501000000eee61f2a", 2: "5746535354 4f524502000000d76f3d48",
+		3: "5746535354 4f5245030000006fc57895"} {
+		if got := fmt.Sprintf("%x", encodeFormatVersion(v)); got != strings.ReplaceAll(want, " ", "") {
+			t.Errorf("format file of format %d: %s, want %s", v, got, want)
+		}
 	}
 	version := func(v uint32) []byte {
 		b := append([]byte(nil), good...)
@@ -26,7 +35,7 @@ func TestFormatFile(t *testing.T) {
 		binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
 		return b
 	}
-	older, newer, zero := version(1), version(3), version(0)
+	older, newer, zero := version(1), version(4), version(0)
 	flipped := append([]byte(nil), good...)
 	flipped[13] ^= 1
 	for _, tc := range []struct {
@@ -36,6 +45,7 @@ func TestFormatFile(t *testing.T) {
 	}{
 		{"good", good, nil},
 		{"format 1", older, nil},
+		{"format 2", version(2), nil},
 		{"format 0", zero, ErrUnsupportedVersion},
 		{"alien", []byte("hello world, not a store"), ErrNotAStore},
 		{"empty", nil, ErrNotAStore},
@@ -146,7 +156,7 @@ func FuzzReadObjectInfo(f *testing.F) {
 			f.Fatal(err)
 		}
 		fw.put(id)
-		file, err := os.ReadFile(s.be.Backend.(*localBackend).objectPath(id))
+		file, err := storedObject(s, id)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -217,14 +227,15 @@ func TestDecodeManifestRefusesBadInput(t *testing.T) {
 	flip := append([]byte(nil), good...)
 	flip[40] ^= 0x20
 	v3 := append([]byte(nil), good...)
-	v3[4] = manifestLongPaths + 1 // the first manifest format version no reader knows
+	v3[4] = manifestIndexes + 1 // the first manifest format version no reader knows
 	for _, tc := range []struct {
 		name string
 		b    []byte
 		want error
 	}{
 		{"magic", []byte("XXXX" + string(good[4:])), ErrCorrupt},
-		{"version 3", v3, ErrUnsupportedVersion},
+		{"version 4", v3, ErrUnsupportedVersion},
+		{"bad index name", reencode(func(m *manifest) { m.Indexes = []string{"../x"} }), ErrCorrupt},
 		{"flipped byte", flip, ErrCorrupt},
 		{"truncated", good[:len(good)-1], ErrCorrupt},
 		{"absolute path", reencode(func(m *manifest) { m.Files[0].Path = "/etc/passwd" }), ErrCorrupt},
@@ -305,9 +316,10 @@ func FuzzSmallParsers(f *testing.F) {
 	})
 }
 
-// TestFormatUpgrade: a writer opening a store of format 1 rewrites its format file as format 2
-// before it writes, and then writes version-2 delta sections; a reader of a format-1 store
-// changes nothing, and a program that reads only format 1 refuses the upgraded store.
+// TestFormatUpgrade: a writer opening a store of format 1 rewrites its format file as format 3
+// before it writes, and then writes version-2 delta sections (and packs); a reader of a
+// format-1 store changes nothing, and a program that reads only format 1 refuses the upgraded
+// store. A writer keeping loose objects (the test knob) upgrades it to format 2 only.
 func TestFormatUpgrade(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "s")
 	if err := Init(root); err != nil {
@@ -322,9 +334,17 @@ func TestFormatUpgrade(t *testing.T) {
 		t.Fatalf("a reader of a format-1 store: format file %x, context chain %d", b, r.objects.contextChain)
 	}
 	closeStore(t, r)
+	l := openLoose(t, root, Options{})
+	if b, _ := os.ReadFile(fmtPath); !bytes.Equal(b, encodeFormatVersion(2)) || l.objects.contextChain != maxContextChain {
+		t.Fatalf("a loose writer of a format-1 store: format file %x, context chain %d", b, l.objects.contextChain)
+	}
+	closeStore(t, l)
+	if err := os.WriteFile(fmtPath, encodeFormatVersion(1), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s := openStore(t, root, Options{})
 	b, _ := os.ReadFile(fmtPath)
-	if !bytes.Equal(b, encodeFormatVersion(2)) || s.objects.contextChain != maxContextChain {
+	if !bytes.Equal(b, encodeFormatVersion(3)) || s.objects.contextChain != maxContextChain {
 		t.Fatalf("a writer of a format-1 store: format file %x, context chain %d", b, s.objects.contextChain)
 	}
 	if fi, err := os.Stat(fmtPath); err != nil || fi.Mode().Perm() != 0o600 {

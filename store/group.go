@@ -331,15 +331,20 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	if err := rec.check(key); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: part of version %d: %w", g.member(), w.v, err)
 	}
-	data, err := encodePart(rec)
-	if err != nil {
-		return PartInfo{}, err
-	}
 	if err := s.failpoint("part-objects-written"); err != nil {
 		return PartInfo{}, err
 	}
 	if err := s.be.SyncObjects(); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.member(), w.v, err)
+	}
+	// The rank's pack indexes go into its part: the publisher loads them and names them in
+	// the manifest.
+	if rec.Indexes, err = s.be.unsealedIndexes(); err != nil {
+		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.member(), w.v, err)
+	}
+	data, err := encodePart(rec)
+	if err != nil {
+		return PartInfo{}, err
 	}
 	// The other groups writing this number now (before the record: once it is there, they
 	// are noted): named if one publishes it without this rank (group_holds.go).
@@ -348,6 +353,7 @@ func (w *Writer) SealPart() (PartInfo, error) {
 		return PartInfo{}, fmt.Errorf("%s: seal part of version %d: %w", g.member(), w.v, err)
 	}
 	// The part is sealed from here on.
+	s.be.sealedIndexes(rec.Indexes)
 	if err := s.failpoint("part-written"); err != nil {
 		return info, err
 	}

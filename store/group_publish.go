@@ -248,12 +248,35 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 			return refusal(RefusedConflict, []int{rf, rd}, fmt.Errorf("publish version %d of group %s: %s is a file of rank %d and a directory of rank %d: %w", w.v, group, d, rf, rd, ErrGroupConflict))
 		}
 	}
+	// The ranks' pack indexes: loaded (their objects are found in their packs) and named in
+	// the manifest.
+	var indexes []string
+	for _, p := range parts {
+		indexes = append(indexes, p.Indexes...)
+	}
+	if len(indexes) > 0 {
+		if err := w.s.be.loadIndexes(indexes); err != nil {
+			return fmt.Errorf("publish version %d of group %s: %w", w.v, group, err)
+		}
+		w.mu.Lock()
+		w.indexes = mergeIndexNames(indexes)
+		w.mu.Unlock()
+	}
 	// Every object a part names must be stored (held first: a sweep spares what is held).
+	// One in a pack of an index no part names now (a part of a version refused or
+	// published before) is looked for again after every index is read once.
+	reloaded := false
 	for _, p := range parts {
 		refs := map[ID]bool{}
 		(&manifest{Files: p.Files}).roots(refs)
 		for id := range refs {
 			w.hold(id)
+			if !reloaded && !w.s.ingest.exists(id) {
+				reloaded = true
+				if err := w.s.be.reloadIndexes(); err != nil {
+					return fmt.Errorf("publish version %d of group %s: %w", w.v, group, err)
+				}
+			}
 			if !w.s.ingest.exists(id) && !w.s.groups.publisher.existsElsewhere(id) {
 				return refusal(RefusedDamaged, []int{p.Rank}, fmt.Errorf("publish version %d of group %s: rank %d's part names object %s, which is not stored: %w", w.v, group, p.Rank, id, ErrCorrupt))
 			}

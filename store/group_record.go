@@ -69,6 +69,9 @@ type partRecord struct {
 	// Objects are the objects the rank stored for this part, with their stored sizes (the
 	// manifest's new_objects and new_object_bytes count them).
 	Objects []partObject `json:"objects"`
+	// Indexes are the pack indexes the rank wrote for its objects (store format 3): the
+	// publisher loads them, and names them in the version's manifest.
+	Indexes []string `json:"indexes,omitempty"`
 }
 
 type partObject struct {

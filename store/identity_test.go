@@ -48,7 +48,8 @@ func TestStoredBytesPinned(t *testing.T) {
 		{"local", local, local},
 		{"s3", url, srv.ObjectDir(bucket, prefix)},
 	} {
-		s, err := location.Open(c.path, location.Options{Options: store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)}})
+		// The pinned bytes are those of loose objects (store format 2's layout).
+		s, err := location.Open(c.path, location.Options{Options: store.LooseObjects(store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +155,7 @@ func TestStoredBytesOnlySectionsV2(t *testing.T) {
 		if err := store.Init(dirs[i]); err != nil {
 			t.Fatal(err)
 		}
-		s, err := store.Open(dirs[i], store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)})
+		s, err := store.Open(dirs[i], store.LooseObjects(store.Options{CacheDir: t.TempDir(), Logger: logtest.New(t.Logf)}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -415,7 +415,7 @@ func (w *Writer) storeDiffed(t *manifestTensor, src io.ReaderAt, base tensorRef,
 	}
 	if body != nil && depth <= s.maxChain && chainBytes < size {
 		file := encodeDeltaObject(id, width, size, base.tensor.ID, body)
-		if err := putBytesObject(s.be, id, file); err != nil {
+		if err := putObjectBytes(s.be, id, file); err != nil {
 			return err
 		}
 		w.noteCreated(id, int64(len(file)))

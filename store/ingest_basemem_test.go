@@ -312,8 +312,8 @@ func TestBaseMemoryOfARank(t *testing.T) {
 			t.Errorf("rank %d: the base in memory %+v: served nothing, or not of version 3", r, st)
 		}
 	}
-	want, n := storedDigest(t, singleRoot)
-	got, m := storedDigest(t, root)
+	want, n := objectsDigest(t, singleRoot)
+	got, m := objectsDigest(t, root)
 	if got != want || n != m {
 		t.Fatalf("the group stored %d objects and manifests hashing to %s; one writer %d hashing to %s", m, got, n, want)
 	}

@@ -35,6 +35,9 @@ type Writer struct {
 	// noMaterialize leaves the materialized copy where it is (a writer group's publisher,
 	// which diffs nothing: the copy is brought forward when a Writer next needs it).
 	noMaterialize bool
+	// indexes are pack indexes other processes wrote for this version (a writer group's
+	// ranks: takeParts), which its manifest names beside the seal's own.
+	indexes []string
 	// floor is the latest version sealed when the writer opened: gc keeps it and every
 	// later one while the writer is open, as its delta bases come from them (gc.go).
 	floor uint64
@@ -231,10 +234,6 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	data, err := encodeManifestChecked(m, w.in.manifestLimit)
-	if err != nil {
-		return VersionInfo{}, err
-	}
 	if err := s.failpoint("seal-objects-written"); err != nil {
 		return VersionInfo{}, err
 	}
@@ -244,9 +243,21 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.failpoint("seal-objects-synced"); err != nil {
 		return VersionInfo{}, err
 	}
+	// The pack indexes the objects' sync wrote (and those of a group's ranks) go into the
+	// manifest: a reader loads them before it reads the version.
+	own, err := s.be.unsealedIndexes()
+	if err != nil {
+		return VersionInfo{}, fmt.Errorf("seal version %d: %w", w.v, err)
+	}
+	m.Indexes = mergeIndexNames(w.indexes, own)
+	data, err := encodeManifestChecked(m, w.in.manifestLimit)
+	if err != nil {
+		return VersionInfo{}, err
+	}
 	if err := s.be.PutManifest(w.v, data); err != nil {
 		return VersionInfo{}, fmt.Errorf("seal version %d: %w", w.v, err)
 	}
+	s.be.sealedIndexes(own)
 	// The version exists from here on.
 	if err := s.failpoint("seal-manifest-written"); err != nil {
 		return VersionInfo{}, err

@@ -65,9 +65,9 @@ func TestPathLimits(t *testing.T) {
 		if got := binary.LittleEndian.Uint16(b[4:]); got != c.want {
 			t.Errorf("a manifest with a path of %d bytes: format version %d, want %d", c.n, got, c.want)
 		}
-		binary.LittleEndian.PutUint16(b[4:], 3)
+		binary.LittleEndian.PutUint16(b[4:], manifestIndexes+1)
 		if _, err := decodeManifest(b); !errors.Is(err, ErrUnsupportedVersion) {
-			t.Errorf("a manifest of format 3: %v", err)
+			t.Errorf("a manifest of format 4: %v", err)
 		}
 	}
 }
@@ -93,7 +93,7 @@ func TestLongPathsRoundTrip(t *testing.T) {
 		deepBlob:      []byte(`{"deep": 2}`),
 		"config.json": []byte("{}"),
 	}
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	_, src1 := commitTree(t, s, 1, v1)
 	if got, err := s.be.GetManifest(1); err != nil || binary.LittleEndian.Uint16(got[4:]) != manifestLongPaths {
 		t.Fatalf("manifest of version 1: %v, want format version %d", err, manifestLongPaths)
@@ -125,7 +125,7 @@ func TestLongPathsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Reopened: the copy is adopted (every file found at its path) and read.
-	s = openStore(t, root, Options{})
+	s = openLoose(t, root, Options{})
 	check("reopened, version 2", s, 2, v2, src2)
 	check("reopened, version 1", s, 1, v1, src1)
 }

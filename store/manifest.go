@@ -12,12 +12,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/store/pack"
 )
 
 // Manifest files, versions/vNNNNNN (docs/format.md (Part I) has them byte by byte):
 //
 //	0     4  magic "WFSM"
-//	4     2  manifest format version, u16 LE (1; 2 when a path is longer than 3072 bytes)
+//	4     2  manifest format version, u16 LE (1; 2 when a path is longer than 3072 bytes; 3
+//	         when it names pack indexes)
 //	6     2  zero
 //	8     8  JSON length L, u64 LE
 //	16    L  the manifest as JSON (manifest below)
@@ -33,6 +35,10 @@ const (
 	// quarantine it. Every other manifest is still written as format 1.
 	manifestLongPaths = 2
 	manifestV1PathLen = 3072
+	// manifestIndexes is the format version of a manifest naming the pack indexes its
+	// version's writers added (store format 3): a program that reads formats 1 and 2 refuses
+	// it rather than read a field it does not know. It may hold long paths too.
+	manifestIndexes = 3
 )
 
 // maxManifestLen bounds the JSON a reader accepts (a model with a million tensors stays far
@@ -80,6 +86,11 @@ type manifest struct {
 	Dirs     []manifestDir  `json:"dirs"`
 	Files    []manifestFile `json:"files"`
 	Stats    manifestStats  `json:"stats"`
+	// Indexes are the names of the pack indexes (records of kind RecordIndex) the version's
+	// writer, or each rank of its writer group, added: where a reader learns the locations
+	// of the objects the version added, in one read each. A hint, not the truth (gc may have
+	// consolidated them: a reader then reads every index).
+	Indexes []string `json:"indexes,omitempty"`
 }
 
 type manifestDir struct {
@@ -146,9 +157,13 @@ func encodeManifest(m *manifest) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(b, crc32c(b)), nil
 }
 
-// formatVersion is the format version m is written in: manifestLongPaths if it holds a path
-// longer than manifestV1PathLen, else manifestFormatVersion.
+// formatVersion is the format version m is written in: manifestIndexes if it names pack
+// indexes, manifestLongPaths if it holds a path longer than manifestV1PathLen, else
+// manifestFormatVersion.
 func (m *manifest) formatVersion() uint16 {
+	if len(m.Indexes) > 0 {
+		return manifestIndexes
+	}
 	for i := range m.Dirs {
 		if len(m.Dirs[i].Path) > manifestV1PathLen {
 			return manifestLongPaths
@@ -219,8 +234,8 @@ func manifestBody(b []byte) ([]byte, error) {
 	if len(b) < manifestHeadLen+4 {
 		return nil, fmt.Errorf("manifest of %d bytes is truncated: %w", len(b), ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != manifestFormatVersion && v != manifestLongPaths {
-		return nil, fmt.Errorf("manifest format version %d (this program reads %d and %d): %w", v, manifestFormatVersion, manifestLongPaths, ErrUnsupportedVersion)
+	if v := binary.LittleEndian.Uint16(b[4:]); v != manifestFormatVersion && v != manifestLongPaths && v != manifestIndexes {
+		return nil, fmt.Errorf("manifest format version %d (this program reads %d to %d): %w", v, manifestFormatVersion, manifestIndexes, ErrUnsupportedVersion)
 	}
 	n := binary.LittleEndian.Uint64(b[8:])
 	if n > maxManifestLen || uint64(len(b)) != manifestHeadLen+n+4 {
@@ -241,6 +256,11 @@ func (m *manifest) validate() error {
 	}
 	if m.Previous >= m.Version {
 		return fmt.Errorf("previous version %d is not below it", m.Previous)
+	}
+	for _, n := range m.Indexes {
+		if _, ok := pack.ParseName(n); !ok {
+			return fmt.Errorf("pack index name %q", n)
+		}
 	}
 	seen := map[string]bool{}
 	for _, d := range m.Dirs {

@@ -285,17 +285,37 @@ func (c *writeContext) apply(body, dst []byte, first int64, dir delta.Direction)
 // group: they write no format file).
 func (s *Store) upgradeFormat(o Opening) error {
 	s.format = max(o.Format, oldestFormat)
-	if o.Format >= 2 {
+	// What a writer upgrades to: format 3 (objects in packs), or format 2 where the store
+	// keeps loose objects (Options.looseObjects).
+	target := uint32(storeFormatVersion)
+	if s.opts.looseObjects {
+		target = 2
+	}
+	if s.format >= target {
 		return nil
 	}
 	if s.readOnly || o.UpgradeFormat == nil {
-		s.objects.writeVersion1Deltas()
+		if s.format < 2 {
+			s.objects.writeVersion1Deltas()
+		}
 		return nil
 	}
-	if err := o.UpgradeFormat(encodeFormatVersion(2)); err != nil {
-		return fmt.Errorf("open store %s: upgrade its format file to format 2: %w", o.Root, err)
+	if err := o.UpgradeFormat(encodeFormatVersion(target)); err != nil {
+		return fmt.Errorf("open store %s: upgrade its format file to format %d: %w", o.Root, target, err)
 	}
-	s.format = 2
-	s.log.Info("store format upgraded from 1 to 2 (version-2 delta sections); programs that read only format 1 refuse it now", "store", o.Root)
+	from := s.format
+	s.format = target
+	s.log.Info(fmt.Sprintf("store format upgraded from %d to %d (%s); programs that read only format %d refuse it now", from, target, formatNews(from, target), from), "store", o.Root)
 	return nil
+}
+
+// formatNews says what an upgrade of the store's format from one version to another allows.
+func formatNews(from, to uint32) string {
+	switch {
+	case from < 2 && to >= 3:
+		return "version-2 delta sections, objects in packs"
+	case to >= 3:
+		return "objects in packs"
+	}
+	return "version-2 delta sections"
 }

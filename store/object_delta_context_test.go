@@ -261,7 +261,7 @@ func TestContextGC(t *testing.T) {
 // and with the object restored nothing is lost.
 func TestContextDamage(t *testing.T) {
 	trees := testfiles.ShardedSeries(t, 5, 22)
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}
@@ -314,7 +314,7 @@ func TestContextDamage(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.damage()
-			r := openStore(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
+			r := openLoose(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})
 			expectDamage(r)
 			for v := uint64(1); v <= 5; v++ {
 				file, err := r.OpenFile(v, f.Path)
@@ -372,7 +372,7 @@ func TestContextDamage(t *testing.T) {
 			if err := os.WriteFile(path, orig, 0o444); err != nil {
 				t.Fatal(err)
 			}
-			readsBack(t, openStore(t, root, Options{ReadOnly: true}), trees)
+			readsBack(t, openLoose(t, root, Options{ReadOnly: true}), trees)
 		})
 	}
 }

@@ -52,8 +52,9 @@ func (o *objectStore) openObject(id ID) (ObjectFile, *objectInfo, error) {
 		err = fmt.Errorf("file holds object %s: %w", info.hdr.ID, ErrCorrupt)
 	}
 	if err != nil {
+		err = objectError(id, fmt.Errorf("%w%s", err, objectFileWhere(f)))
 		f.Close()
-		return nil, nil, objectError(id, err)
+		return nil, nil, err
 	}
 	o.objInfos.add(id, info, int64(64+8*len(info.table.offsets)))
 	return f, info, nil
@@ -127,7 +128,7 @@ func checkCRC(f ObjectFile) error {
 		return fmt.Errorf("read object checksum: %w", err)
 	}
 	if want := binary.LittleEndian.Uint32(trailer[:]); crc != want {
-		return fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, want, ErrCorrupt)
+		return fmt.Errorf("CRC-32C %08x, stored %08x%s: %w", crc, want, objectFileWhere(f), ErrCorrupt)
 	}
 	return nil
 }

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"hash"
 	"hash/crc32"
+	"io"
 	"os"
 )
 
-// fullWriter streams the content of a full object into a temporary file: 1 MiB chunks,
+// fullWriter streams the content of a full object into a temporary file (or, for a content
+// of at most fullInMemory bytes, a buffer that goes into the store's open pack without a
+// file of its own: putObjectBytes): 1 MiB chunks,
 // shuffled and compressed as they fill, hashed (SHA-256) as they come. The header and the
 // chunk table, which depend on the hash and the frame sizes, are written last at the front;
 // the CRC of the whole file is combined from the CRC of the front and of the streamed part,
@@ -16,7 +19,9 @@ import (
 type fullWriter struct {
 	be    Backend
 	codec *codec
-	f     *os.File
+	f     *os.File   // the temporary file; nil when the object is built in memory
+	mem   *memWriter // the object in memory; nil when it is built in f
+	out   io.WriterAt
 
 	width      int
 	contentLen int64
@@ -38,18 +43,39 @@ func newFullWriter(be Backend, c *codec, width int, contentLen int64) (*fullWrit
 	if contentLen < 0 || contentLen%int64(width) != 0 {
 		return nil, fmt.Errorf("full object of %d bytes at width %d", contentLen, width)
 	}
-	f, err := be.CreateTemp()
-	if err != nil {
-		return nil, err
-	}
 	n := chunkCount(contentLen, fullChunkSize)
-	return &fullWriter{
-		be: be, codec: c, f: f, width: width, contentLen: contentLen, sha: sha256.New(),
+	w := &fullWriter{
+		be: be, codec: c, width: width, contentLen: contentLen, sha: sha256.New(),
 		pending: make([]byte, 0, min(contentLen, fullChunkSize)),
 		scratch: make([]byte, min(contentLen, fullChunkSize)),
 		sizes:   make([]uint32, 0, n),
 		pos:     objectHeaderLen + chunkTableLen(n),
-	}, nil
+	}
+	if contentLen <= fullInMemory {
+		w.mem = &memWriter{}
+		w.out = w.mem
+		return w, nil
+	}
+	f, err := be.CreateTemp()
+	if err != nil {
+		return nil, err
+	}
+	w.f, w.out = f, f
+	return w, nil
+}
+
+// fullInMemory is the largest content fullWriter builds in memory: its object file is a few
+// MiB at most, and goes into the open pack without a temporary file.
+const fullInMemory = 4 << 20
+
+// memWriter is a file built in memory by writes at offsets.
+type memWriter struct{ b []byte }
+
+func (m *memWriter) WriteAt(p []byte, off int64) (int, error) {
+	if end := off + int64(len(p)); end > int64(len(m.b)) {
+		m.b = append(m.b, make([]byte, end-int64(len(m.b)))...)
+	}
+	return copy(m.b[off:], p), nil
 }
 
 // Write adds content bytes.
@@ -84,7 +110,7 @@ func (w *fullWriter) Write(p []byte) (int, error) {
 
 func (w *fullWriter) emit(chunk []byte) error {
 	w.frame = w.codec.compressChunk(w.frame[:0], chunk, w.scratch, w.width)
-	if _, err := w.f.WriteAt(w.frame, w.pos); err != nil {
+	if _, err := w.out.WriteAt(w.frame, w.pos); err != nil {
 		return fmt.Errorf("write object chunk: %w", err)
 	}
 	w.pos += int64(len(w.frame))
@@ -114,7 +140,7 @@ func (w *fullWriter) finish(want ID, base ID, link []byte) (ID, error) {
 		return id, fmt.Errorf("content changed while it was stored (sha256 %s, first read %s)", id, want)
 	}
 	if len(link) > 0 {
-		if _, err := w.f.WriteAt(link, w.pos); err != nil {
+		if _, err := w.out.WriteAt(link, w.pos); err != nil {
 			return id, fmt.Errorf("write object link: %w", err)
 		}
 		w.pos += int64(len(link))
@@ -129,13 +155,13 @@ func (w *fullWriter) finish(want ID, base ID, link []byte) (ID, error) {
 		FullLen: w.pos - objectHeaderLen - int64(len(link)), DeltaLen: int64(len(link)),
 	}
 	front := append(h.encode(), table...)
-	if _, err := w.f.WriteAt(front, 0); err != nil {
+	if _, err := w.out.WriteAt(front, 0); err != nil {
 		return id, fmt.Errorf("write object header: %w", err)
 	}
 	crc := crc32Combine(crc32c(front), w.streamCRC, w.streamLen)
 	var trailer [objectTrailerLen]byte
 	putUint32LE(trailer[:], crc)
-	if _, err := w.f.WriteAt(trailer[:], w.pos); err != nil {
+	if _, err := w.out.WriteAt(trailer[:], w.pos); err != nil {
 		return id, fmt.Errorf("write object checksum: %w", err)
 	}
 	return id, nil
@@ -146,6 +172,10 @@ func (w *fullWriter) size() int64 { return w.pos + objectTrailerLen }
 
 // put makes the finished file the object id.
 func (w *fullWriter) put(id ID) error {
+	if m := w.mem; m != nil {
+		w.mem = nil
+		return putObjectBytes(w.be, id, m.b)
+	}
 	f := w.f
 	w.f = nil
 	return w.be.PutObject(id, f)
@@ -153,6 +183,7 @@ func (w *fullWriter) put(id ID) error {
 
 // abort drops the temporary file (a no-op after put).
 func (w *fullWriter) abort() {
+	w.mem = nil
 	if w.f != nil {
 		w.be.RemoveTemp(w.f)
 		w.f = nil
@@ -168,19 +199,6 @@ func encodeDeltaObject(id ID, width int, contentLen int64, base ID, body []byte)
 	var trailer [objectTrailerLen]byte
 	putUint32LE(trailer[:], crc32c(b))
 	return append(b, trailer[:]...)
-}
-
-// putBytesObject writes a whole object file held in memory as object id.
-func putBytesObject(be Backend, id ID, file []byte) error {
-	f, err := be.CreateTemp()
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(file); err != nil {
-		be.RemoveTemp(f)
-		return fmt.Errorf("write object %s: %w", id, err)
-	}
-	return be.PutObject(id, f)
 }
 
 func putUint32LE(b []byte, v uint32) {

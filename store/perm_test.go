@@ -67,7 +67,7 @@ func checkModes(t *testing.T, root string, dir, file, obj fs.FileMode) {
 			want = fs.ModeDir | dir
 		case strings.HasPrefix(p, "cache/"):
 			want = 0o600
-		case strings.HasPrefix(p, "objects/"):
+		case strings.HasPrefix(p, "objects/"), strings.HasPrefix(p, "packs/"):
 			want = obj
 		}
 		if m != want {

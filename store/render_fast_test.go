@@ -124,7 +124,7 @@ func TestFastPatchFallsBack(t *testing.T) {
 // ErrCorrupt and leaves no render behind, never a wrong patch.
 func TestFastPatchDamagedDelta(t *testing.T) {
 	trees := testfiles.ShardedSeries(t, 3, 23)
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	for k, files := range trees {
 		commitTree(t, s, uint64(k+1), files)
 	}
@@ -162,7 +162,7 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 	}
 	closeStore(t, s)
 	cache := t.TempDir()
-	r := openStore(t, root, Options{ReadOnly: true, CacheDir: cache})
+	r := openLoose(t, root, Options{ReadOnly: true, CacheDir: cache})
 	expectDamage(r)
 	if rf, err := r.RenderPatch(3); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("RenderPatch with a damaged delta object = %+v, %v; want ErrCorrupt", rf, err)

@@ -111,7 +111,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 		{name: "EACCES always", errno: syscall.EACCES, fails: -1, ioError: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, root := newStore(t, Options{})
+			s, root := newLooseStore(t, Options{})
 			want := map[uint64]map[string][]byte{}
 			n := 4096
 			if tc.copied {
@@ -245,7 +245,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				t.Fatalf("verify after the repair: %v", err)
 			}
 			closeStore(t, s)
-			r := openStore(t, root, Options{ReadOnly: true})
+			r := openLoose(t, root, Options{ReadOnly: true})
 			for _, info := range r.Versions() {
 				if !readsExactly(r, info.Number, want[info.Number]) {
 					t.Errorf("a fresh reader: version %d listed and not read exactly", info.Number)

@@ -144,7 +144,7 @@ func TestDamagedManifestSkippedAndQuarantined(t *testing.T) {
 // as their previous stay readable where their own objects allow, and a damaged object is
 // moved aside so that the next commit of the same bytes stores them anew.
 func TestRepairQuarantinesDamagedObjects(t *testing.T) {
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	for step := byte(1); step <= 3; step++ {
 		commitTree(t, s, 0, stepFiles(t, step))
 	}
@@ -156,7 +156,7 @@ func TestRepairQuarantinesDamagedObjects(t *testing.T) {
 	flipByte(t, filepath.Join(root, "objects", bad.String()[:2], bad.String()))
 	expectDamage(s)
 	closeStore(t, s)
-	s = openStore(t, root, Options{})
+	s = openLoose(t, root, Options{})
 	rep, err := s.RepairWith(RepairOptions{})
 	if err != nil {
 		t.Fatalf("repair: %v", err)

@@ -220,7 +220,7 @@ func FuzzDecodePin(f *testing.F) {
 }
 
 func TestUsageTotalIsObjectFiles(t *testing.T) {
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	commitModel(t, s, 8)
 	if _, err := s.GC(3); err != nil {
 		t.Fatal(err)
@@ -252,7 +252,7 @@ func TestUsageTotalIsObjectFiles(t *testing.T) {
 func TestRetentionAfterSeal(t *testing.T) {
 	var mu sync.Mutex
 	var logs []string
-	s, root := newStore(t, Options{Retention: Retention{KeepLast: 3, KeepEvery: 5},
+	s, root := newLooseStore(t, Options{Retention: Retention{KeepLast: 3, KeepEvery: 5},
 		Logger: logtest.New(func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() })})
 	want := commitModel(t, s, 10)
 	s.collector.ret.idle()
@@ -328,10 +328,10 @@ func TestGCKeepsAnOpenWritersBases(t *testing.T) {
 // A reader without a pin that serves a version gc then removes gets ErrVersionRemoved (no
 // such version, a log line naming gc), never ErrCorrupt: nothing is damaged.
 func TestReadOfAVersionGCRemovedIsNotDamage(t *testing.T) {
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	want := commitModel(t, s, 4)
 	log := &logLines{t: t}
-	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
+	r := openLoose(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
 	f, err := r.OpenFile(2, "model.safetensors")
 	if err != nil {
 		t.Fatal(err)
@@ -419,10 +419,10 @@ func TestVerifyOfAReaderAfterGC(t *testing.T) {
 // dropped it (the gc record does not hold it), is damage: ErrCorrupt (EIO), never
 // ErrVersionRemoved (ENOENT), and no log line blames gc.
 func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
-	s, root := newStore(t, Options{})
+	s, root := newLooseStore(t, Options{})
 	commitModel(t, s, 4)
 	log := &logLines{t: t}
-	r := openStore(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
+	r := openLoose(t, root, Options{ReadOnly: true, Logger: logtest.New(log.logf)})
 	f, err := r.OpenFile(2, "model.safetensors")
 	if err != nil {
 		t.Fatal(err)

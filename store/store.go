@@ -62,7 +62,17 @@ type Options struct {
 	// died (a daemon's hook may instead end the process there: cmd/weightfs's
 	// WEIGHTFS_FAILPOINT).
 	Failpoint func(point string) error
+
+	// looseObjects (tests: openLoose; the environment variable WEIGHTFS_LOOSE_OBJECTS=1 for
+	// the tests of the weightfs command) keeps the layout of store format 2: objects are
+	// loose files, no packs are written, and a writer upgrades the format file to 2 at most.
+	looseObjects bool
 }
+
+// looseObjectsEnv, set to 1, makes every store this process opens keep loose objects
+// (Options.looseObjects): a knob for the tests that damage or read object files of the
+// format-2 layout through the weightfs command, not for users.
+const looseObjectsEnv = "WEIGHTFS_LOOSE_OBJECTS"
 
 // Defaults of Options.
 const (
@@ -203,6 +213,9 @@ type Opening struct {
 // caller has checked the store's format file (FormatVersion, o.Format); a writer upgrades a
 // store of format 1 (o.UpgradeFormat).
 func OpenBackend(o Opening, opts Options) (*Store, error) {
+	if os.Getenv(looseObjectsEnv) == "1" {
+		opts.looseObjects = true
+	}
 	s := newBareStore(o.Root, opts)
 	s.lock = o.Lock
 	ok := false
@@ -237,6 +250,9 @@ func OpenBackend(o Opening, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.be.use(be, s.readOnly && opts.Materialize, s.root, s.log)
+	if err := s.be.usePacks(opts.looseObjects, s.log); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", o.Root, err)
+	}
 	if !s.readOnly {
 		// Nothing is being written now: leftovers are from a process that died.
 		if err := s.be.CleanTemp(); err != nil {

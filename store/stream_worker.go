@@ -447,7 +447,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) (err error)
 		if err := s.failpoint("stream-object-put"); err != nil {
 			return err
 		}
-		if err := putBytesObject(s.be, id, file); err != nil {
+		if err := putObjectBytes(s.be, id, file); err != nil {
 			return err
 		}
 		ts.fw.abort()

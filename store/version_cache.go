@@ -90,21 +90,28 @@ func (vl *versionList) getManifest(v uint64) ([]byte, error) {
 // format, CRC) but decoded to the summary alone. Listing a store's versions (log, every
 // open) so holds one manifest's bytes at a time and parses no tensor.
 func (vl *versionList) versionSummary(v uint64) (VersionInfo, error) {
+	info, _, err := vl.versionSummaryIndexes(v)
+	return info, err
+}
+
+// versionSummaryIndexes is versionSummary that also returns the pack indexes the manifest
+// names (a reader loads them before it reads the version: version_list.go).
+func (vl *versionList) versionSummaryIndexes(v uint64) (VersionInfo, []string, error) {
 	if ver, ok := vl.manifests.get(v); ok {
-		return summarize(ver.m), nil
+		return summarize(ver.m), ver.m.Indexes, nil
 	}
 	data, err := vl.getManifest(v)
 	if err != nil {
-		return VersionInfo{}, err
+		return VersionInfo{}, nil, err
 	}
-	info, err := decodeManifestSummary(data)
+	info, indexes, err := decodeManifestSummaryIndexes(data)
 	if err != nil {
-		return VersionInfo{}, vl.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
+		return VersionInfo{}, nil, vl.noteDamaged(v, fmt.Errorf("manifest of version %d: %w", v, err))
 	}
 	if info.Number != v {
-		return VersionInfo{}, vl.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, info.Number, ErrCorrupt))
+		return VersionInfo{}, nil, vl.noteDamaged(v, fmt.Errorf("manifest of version %d names version %d: %w", v, info.Number, ErrCorrupt))
 	}
-	return info, nil
+	return info, indexes, nil
 }
 
 // manifestSummary is what the version list needs of a manifest. Its files are counted and
@@ -115,6 +122,7 @@ type manifestSummary struct {
 	Previous uint64        `json:"previous"`
 	Files    []skipped     `json:"files"`
 	Stats    manifestStats `json:"stats"`
+	Indexes  []string      `json:"indexes"`
 }
 
 type skipped struct{}
@@ -124,21 +132,28 @@ func (*skipped) UnmarshalJSON([]byte) error { return nil }
 // decodeManifestSummary is decodeManifest for the summary alone: the same checks of the
 // file, the summary's fields, no tensor.
 func decodeManifestSummary(b []byte) (VersionInfo, error) {
+	info, _, err := decodeManifestSummaryIndexes(b)
+	return info, err
+}
+
+// decodeManifestSummaryIndexes is decodeManifestSummary that also returns the names of the
+// pack indexes the manifest names.
+func decodeManifestSummaryIndexes(b []byte) (VersionInfo, []string, error) {
 	js, err := manifestBody(b)
 	if err != nil {
-		return VersionInfo{}, err
+		return VersionInfo{}, nil, err
 	}
 	var m manifestSummary
 	if err := json.Unmarshal(js, &m); err != nil {
-		return VersionInfo{}, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
+		return VersionInfo{}, nil, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
 	}
 	if m.Version == 0 || m.Previous >= m.Version {
-		return VersionInfo{}, fmt.Errorf("manifest of version %d, previous %d: %w", m.Version, m.Previous, ErrCorrupt)
+		return VersionInfo{}, nil, fmt.Errorf("manifest of version %d, previous %d: %w", m.Version, m.Previous, ErrCorrupt)
 	}
 	return VersionInfo{
 		Number: m.Version, Created: m.Created, Files: len(m.Files),
 		LogicalBytes: m.Stats.LogicalBytes, StoredBytes: m.Stats.NewObjectBytes,
 		ChangedElems: m.Stats.ChangedElems, TotalElems: m.Stats.TotalElems,
 		PreviousNumber: m.Previous,
-	}, nil
+	}, m.Indexes, nil
 }

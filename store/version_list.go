@@ -64,6 +64,9 @@ func (vl *versionList) loadVersions() error {
 	if err != nil {
 		return err
 	}
+	if err := vl.loadPackIndexes(l); err != nil {
+		return err
+	}
 	if err := vl.fetchAhead(l); err != nil {
 		return err
 	}
@@ -76,6 +79,9 @@ type versionScan struct {
 	infos   []VersionInfo
 	present map[uint64]bool // every manifest listed, readable or not
 	listed  []uint64        // the listing, ascending (what the remote cache's policy is told)
+	// indexes are the pack indexes the manifests read by the scan name: loaded
+	// (loadPackIndexes) before the versions are published.
+	indexes []string
 }
 
 // top is the newest version of the scan; ok is false when it has none.
@@ -111,6 +117,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 		return versionScan{}, fmt.Errorf("read index: %w", err)
 	}
 	var add []VersionInfo
+	var indexes []string
 	infos := make([]VersionInfo, 0, len(numbers))
 	present := map[uint64]bool{}
 	read := map[uint64]bool{}
@@ -123,7 +130,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 			infos = append(infos, info)
 			continue
 		}
-		info, err := vl.versionSummary(v)
+		info, names, err := vl.versionSummaryIndexes(v)
 		if err != nil {
 			if vl.damagedError(v) == nil {
 				// Not damage (an I/O error, a newer format): skipped this time, said each time.
@@ -132,6 +139,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 			continue
 		}
 		read[v] = true
+		indexes = append(indexes, names...)
 		infos = append(infos, info)
 		add = append(add, info)
 	}
@@ -155,7 +163,18 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 	if err := vl.st.ix.updateVersions(add, del); err != nil {
 		return versionScan{}, fmt.Errorf("update index: %w", err)
 	}
-	return versionScan{infos: infos, present: present, listed: numbers}, nil
+	return versionScan{infos: infos, present: present, listed: numbers, indexes: indexes}, nil
+}
+
+// loadPackIndexes has the pack layer load the pack indexes that the scan's new manifests
+// name, before they are published: a version is read only once the locations of its
+// objects are known (one read per index; a missing one makes the layer read them all).
+func (vl *versionList) loadPackIndexes(l versionScan) error {
+	p := vl.st.be.packs
+	if p == nil || len(l.indexes) == 0 {
+		return nil
+	}
+	return p.loadNamed(l.indexes)
 }
 
 // fetchAhead tells the remote cache's policy (cachePolicy: a backend with a local cache of a
@@ -225,6 +244,9 @@ func (s *Store) Refresh() error {
 	before := vl.sealedNumbers()
 	l, err := vl.scanVersions()
 	if err != nil {
+		return err
+	}
+	if err := vl.loadPackIndexes(l); err != nil {
 		return err
 	}
 	if err := vl.fetchAhead(l); err != nil {

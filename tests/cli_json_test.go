@@ -166,6 +166,7 @@ type gpusOut struct {
 // carry the numbers the text output prints (recomputed from them, row by row), on a clean
 // store and, for verify, on a damaged one.
 func TestCLIJSONLogDiffVerify(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	storeDir, _ := smallStore(t, 200_000, 3)
 
 	// log: one text row per version, the same numbers.

@@ -14,6 +14,7 @@ import (
 // context (docs/format.md Part I §5), and a read-only mount serves every version, its patch
 // and its slime delta from them, every byte as written.
 func TestMountContextSections(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	work, storeDir, rw, ro, rwMount := followMounts(t)
 	const n = 5
 	want := genSeries(t, work, 1_000_000, 41, n, func(v int, src string) { sealVersion(t, rw, v, src) })

@@ -118,6 +118,7 @@ func (f *eioFile) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadRes
 // says UNREADABLE, exits non-zero and prints no DAMAGED line; --repair (and its dry run)
 // moves nothing; a transient error is read again and the store is found sound.
 func TestVerifyRepairEIO(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	skipWithoutFUSE(t)
 	weightfsBin(t)
 	c := sharedCampaignStore(t)

@@ -16,6 +16,7 @@ import (
 // --diff gpu (the OpenCL kernel; PoCL on machines without a GPU) and compares the stores: the
 // same object files with the same bytes, and the same version contents.
 func TestCommitWithGPUDiffStoresSameObjects(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	m, err := gen.New(gen.ConfigForParams(2_000_000, 3e-6, 3))
 	if err != nil {
 		t.Fatal(err)

@@ -156,6 +156,7 @@ type metricsLog struct {
 // them; every counter is compared with the store's own numbers (`weightfs log --json`, the
 // files written, the bytes read).
 func TestMetricsIngestAndFollow(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	skipWithoutFUSE(t)
 	if _, cli := mountBinary(t); !cli {
 		t.Skip("cmd/weightfs does not build: --metrics-addr needs it")

@@ -13,6 +13,7 @@ import (
 // through a fresh read-only mount: each read fails with EIO or returns the exact bytes, never
 // wrong ones, and the damage is noticed.
 func TestMountCorruptObjectIsEIO(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	skipWithoutFUSE(t)
 	work := t.TempDir()
 	storeDir := filepath.Join(work, "store")

@@ -335,6 +335,7 @@ func treeSize(t *testing.T, dir string) int64 {
 // patch and the delta of v2 fail with EIO or hold exactly the bytes of an undamaged copy,
 // never wrong ones, and the damage is noticed.
 func TestDeltaViewsOfDamagedStore(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	skipWithoutFUSE(t)
 	work := t.TempDir()
 	storeDir, want := smallStore(t, 300_000, 2)
