@@ -40,6 +40,12 @@ func TestReadSlicesMatchesReadAt(t *testing.T) {
 
 	for _, c := range []struct{ cacheBytes, copyBytes int64 }{{0, -1}, {3 * pageSize, -1}, {0, 0}} {
 		r := openStore(t, root, Options{ReadOnly: true, Materialize: true, CacheBytes: c.cacheBytes, FileCopyBytes: c.copyBytes})
+		if c.copyBytes >= 0 {
+			// A file read from the objects by a second open file gets its copy (filecopy.go).
+			mustEqualBytes(t, "version 2, first read", readWhole(t, r, 2, "m.safetensors"), versions[1])
+			mustEqualBytes(t, "version 2, second read", readWhole(t, r, 2, "m.safetensors"), versions[1])
+			r.files.bg.Wait()
+		}
 		for _, v := range []uint64{2, 4} {
 			want := versions[v-1]
 			f, err := r.OpenFile(v, "m.safetensors")
