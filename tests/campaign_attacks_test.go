@@ -90,7 +90,7 @@ func campaignIsMoreAttack(attack string) bool {
 //   - dir: p is replaced by an empty directory
 //   - fifo: p is replaced by a FIFO (whose open for reading blocks until a writer comes)
 //   - file: the directory p is replaced by a file
-//   - future: the format file of format version 3 (none this program knows), with a right CRC
+//   - future: the format file of format version 4 (none this program knows), with a right CRC
 func campaignDamageMore(rng *rand.Rand, p string, files []string, other, attack string) (string, []string, error) {
 	st, err := os.Stat(p)
 	if err != nil {
@@ -200,7 +200,7 @@ func campaignDamageMore(rng *rand.Rand, p string, files []string, other, attack 
 		}
 		return fmt.Sprintf("replaced (%d bytes) by an empty directory", size), nil, os.Mkdir(p, 0o700)
 	case "future":
-		ver := uint32(3)
+		ver := uint32(4)
 		b := make([]byte, 16)
 		copy(b, "WFSSTORE")
 		binary.LittleEndian.PutUint32(b[8:], ver)
