@@ -204,16 +204,19 @@ func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logg
 
 // usePacks puts the pack layer in front of the store's backend when the backend keeps packs
 // and records (store format 3): every call of the store on its objects then goes through it.
-// loose keeps the format-2 layout (a test's knob): no layer.
+// loose (a test's knob) makes the layer write loose objects (the format-2 layout); it still
+// reads the packs a store has, so that a store with packs opened with the knob never takes
+// its packed objects for missing ones (and its repair never moves their versions aside).
 func (b *backendCaps) usePacks(loose bool, log *slog.Logger) error {
 	pb, ok := b.given.(PackBackend)
-	if !ok || b.records == nil || loose {
+	if !ok || b.records == nil {
 		return nil
 	}
 	p, err := newPackedObjects(b.Backend, pb, b.records, log)
 	if err != nil {
 		return err
 	}
+	p.loose = loose
 	b.packs = p
 	b.Backend = p
 	if b.policy != nil {

@@ -78,6 +78,9 @@ type packedObjects struct {
 	reloads int         // reloads done (tests)
 
 	files *packFiles // open packs for reads
+	// loose makes writes go to the wrapped backend as loose objects (Options.looseObjects, a
+	// test's knob); reads still find packed objects.
+	loose bool
 }
 
 var _ Backend = (*packedObjects)(nil)

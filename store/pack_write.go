@@ -32,6 +32,9 @@ func (o *openPack) abort(be Backend) { be.RemoveTemp(o.f) }
 // PutObject puts the object file tmp as object id: its bytes into the open pack when it is
 // small (tmp is removed), or tmp itself as a pack of its own.
 func (p *packedObjects) PutObject(id ID, tmp *os.File) error {
+	if p.loose {
+		return p.putLoose(id, tmp)
+	}
 	st, err := tmp.Stat()
 	if err != nil {
 		p.Backend.RemoveTemp(tmp)
@@ -52,6 +55,17 @@ func (p *packedObjects) PutObject(id ID, tmp *os.File) error {
 // putObjectBytes appends the object file held in memory to the open pack, with no temporary
 // file of its own.
 func (p *packedObjects) putObjectBytes(id ID, file []byte) error {
+	if p.loose {
+		f, err := p.Backend.CreateTemp()
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(file); err != nil {
+			p.Backend.RemoveTemp(f)
+			return fmt.Errorf("write object %s: %w", id, err)
+		}
+		return p.putLoose(id, f)
+	}
 	if len(file) < pack.MinRecordLen {
 		return fmt.Errorf("put object %s: a file of %d bytes, shorter than an object file", id, len(file))
 	}
@@ -214,3 +228,17 @@ func packLayerOf(be Backend) *packedObjects {
 
 // errNoPack says a pack an index names is not in the store.
 var errNoPack = errors.New("pack missing")
+
+// putLoose puts tmp as a loose object of the wrapped backend (the loose knob). The object is
+// no longer dead, and a packed copy of it is shadowed by the loose one only where the layer
+// looks loose objects up first: it does not, so the id is taken off the location map.
+func (p *packedObjects) putLoose(id ID, tmp *os.File) error {
+	if err := p.Backend.PutObject(id, tmp); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	delete(p.loc, id)
+	delete(p.dead, id)
+	p.mu.Unlock()
+	return nil
+}

@@ -143,10 +143,10 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				}
 			}
 			if tc.flip {
-				flipByte(t, s.be.Backend.(*localBackend).objectPath(bad))
+				flipByte(t, s.be.given.(*localBackend).objectPath(bad))
 				expectDamage(s)
 			}
-			fb := &faultBackend{localBackend: s.be.Backend.(*localBackend), fails: map[ID]int{}, errno: tc.errno}
+			fb := &faultBackend{localBackend: s.be.given.(*localBackend), fails: map[ID]int{}, errno: tc.errno}
 			s.be.Backend = fb
 			t.Cleanup(func() { s.be.Backend = fb.localBackend })
 			s.objects.objInfos.clear()

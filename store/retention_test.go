@@ -433,7 +433,7 @@ func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
 	}
 	expectDamage(s)
 	expectDamage(r)
-	lb := s.be.Backend.(*localBackend)
+	lb := s.be.given.(*localBackend)
 	for _, tn := range ver.files["model.safetensors"].Tensors {
 		if err := os.Remove(lb.objectPath(tn.ID)); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
