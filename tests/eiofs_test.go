@@ -9,8 +9,12 @@ import (
 	"syscall"
 	"testing"
 
+	iofs "io/fs"
+
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/pack"
 )
 
 // eioFS is a FUSE loopback of a directory whose reads of chosen files fail with EIO while
@@ -118,7 +122,6 @@ func (f *eioFile) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadRes
 // says UNREADABLE, exits non-zero and prints no DAMAGED line; --repair (and its dry run)
 // moves nothing; a transient error is read again and the store is found sound.
 func TestVerifyRepairEIO(t *testing.T) {
-	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it reads loose object files (store format 2's layout)
 	skipWithoutFUSE(t)
 	weightfsBin(t)
 	c := sharedCampaignStore(t)
@@ -133,7 +136,7 @@ func TestVerifyRepairEIO(t *testing.T) {
 		t.Fatal("no delta object in the campaign store")
 	}
 	under, storeDir, efs := eioStore(t, c)
-	rel := filepath.Join("store", "objects", id[:2], id)
+	rel := objectFileOf(t, under, id)
 	n := manifestCount(t, under)
 
 	efs.failReads(rel, -1)
@@ -186,6 +189,10 @@ func TestVerifyRepairEIOEveryKind(t *testing.T) {
 					root = filepath.Join(root, "cache")
 				}
 				files := kind.files(root)
+				if len(files) == 0 && kind.name == "object" {
+					// A store of format 3: its objects are records of packs.
+					files = packFilesBelow(filepath.Join(root, "packs"))
+				}
 				if len(files) == 0 {
 					t.Fatalf("no %s file under %s", kind.name, root)
 				}
@@ -248,4 +255,50 @@ func nothingMoved(t *testing.T, under string, manifests int, what string) {
 	if _, err := os.Stat(filepath.Join(under, "store", "quarantine")); !os.IsNotExist(err) {
 		t.Fatalf("quarantine/ after %s: %v", what, err)
 	}
+}
+
+// objectFileOf is the file (relative to under, the directory above the store) that holds
+// object id: its loose object file, or the pack an index of the store names for it (store
+// format 3).
+func objectFileOf(t *testing.T, under, id string) string {
+	t.Helper()
+	loose := filepath.Join("store", "objects", id[:2], id)
+	if _, err := os.Stat(filepath.Join(under, loose)); err == nil {
+		return loose
+	}
+	want, err := store.ParseID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := os.ReadDir(filepath.Join(under, "store", "index"))
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(under, "store", "index", n.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := pack.DecodeIndex(b)
+		if err != nil {
+			t.Fatalf("index %s: %v", n.Name(), err)
+		}
+		for _, p := range x.Packs {
+			if _, ok := pack.Find(p.Entries, want); ok {
+				h := store.ID(p.ID).String()
+				return filepath.Join("store", "packs", h[:2], h)
+			}
+		}
+	}
+	t.Fatalf("object %s is neither a loose object nor in a pack an index names", id[:12])
+	return ""
+}
+
+// packFilesBelow lists the pack files below dir.
+func packFilesBelow(dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(p string, d iofs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
 }

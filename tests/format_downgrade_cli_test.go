@@ -50,7 +50,7 @@ func TestCLIVerifyFormatFileOlderThanObjects(t *testing.T) {
 	}
 
 	rr := runCLI(t, "verify", "--repair", storeDir)
-	if rr.code != 0 || strings.Contains(rr.stdout, "QUARANTINED") || !strings.Contains(rr.stderr, "store format upgraded from 1 to 2") {
+	if rr.code != 0 || strings.Contains(rr.stdout, "QUARANTINED") || !strings.Contains(rr.stderr, "store format upgraded from 1 to 3") {
 		t.Fatalf("verify --repair: exit %d\nstdout: %s\nstderr: %s", rr.code, rr.stdout, rr.stderr)
 	}
 	if got, err := os.ReadFile(formatPath); err != nil || !bytes.Equal(got, store.FormatFile()) {
