@@ -18,6 +18,7 @@ import (
 // sections) where a context exists and version 1 where none does; a reader that replays every
 // read from the objects reads every version back byte-exact.
 func TestS3ContextSections(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // format 1 -> 2 and the sections of loose object files (store format 2's layout; 1 -> 3 and packs: store's TestPacksFormat2StoreTakesPacks)
 	srv, url := startInitialized(t)
 	c, err := setup(url, Config{}, nil)
 	if err != nil {

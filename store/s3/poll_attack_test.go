@@ -56,6 +56,7 @@ func mustReadOrCorrupt(t *testing.T, what string, s *store.Store, v uint64, file
 // used to fail with the 404 of the prefetch, "not found", and serve nothing) and reads the
 // same way.
 func TestS3PollManifestWithoutObjects(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it removes loose object files in the bucket (store format 2's layout)
 	srv, url := startInitialized(t)
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	w := openTestStore(t, url, store.Options{})
@@ -116,6 +117,7 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 // reads what needs a damaged object or manifest fail with ErrCorrupt (never other bytes,
 // never "not found"), the others read right, and Verify names the damage.
 func TestS3ZeroLengthObjects(t *testing.T) {
+	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it empties loose object files in the bucket (store format 2's layout)
 	srv, url := startInitialized(t)
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	want := s3Versions(t, url, 3)
