@@ -15,10 +15,10 @@ import (
 )
 
 // objectNames is the set of object file names in the bucket directory dir.
-func objectNames(t *testing.T, dir string) map[string]string {
+func objectNames(t *testing.T, dir, sub string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, p := range regularFiles(t, filepath.Join(dir, "objects")) {
+	for _, p := range regularFiles(t, filepath.Join(dir, sub)) {
 		out[filepath.Base(p)] = p
 	}
 	return out
@@ -54,9 +54,19 @@ func mustReadOrCorrupt(t *testing.T, what string, s *store.Store, v uint64, file
 // its version for ever) and serves no other bytes for that version: its reads fail with
 // ErrCorrupt; the other versions read right. A reader that opens the store then opens (it
 // used to fail with the 404 of the prefetch, "not found", and serve nothing) and reads the
-// same way.
+// same way. On store format 2's layout (loose objects: the new objects are removed) and on
+// format 3's (packs: the version's new pack is removed).
 func TestS3PollManifestWithoutObjects(t *testing.T) {
-	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it removes loose object files in the bucket (store format 2's layout)
+	t.Run("loose", func(t *testing.T) {
+		t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it removes loose object files in the bucket (store format 2's layout)
+		pollManifestWithoutObjects(t, "objects")
+	})
+	t.Run("packs", func(t *testing.T) { pollManifestWithoutObjects(t, "packs") })
+}
+
+// pollManifestWithoutObjects is TestS3PollManifestWithoutObjects; the files version 3 adds
+// under sub (objects or packs) in the bucket are removed.
+func pollManifestWithoutObjects(t *testing.T, sub string) {
 	srv, url := startInitialized(t)
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	w := openTestStore(t, url, store.Options{})
@@ -66,13 +76,13 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAllVersions(t, "before", r, want)
-	before := objectNames(t, dir)
+	before := objectNames(t, dir, sub)
 	m.step()
 	want3 := m.files(t)
 	commitTree(t, w, 3, want3)
 	w.Close()
 	removed := 0
-	for name, p := range objectNames(t, dir) {
+	for name, p := range objectNames(t, dir, sub) {
 		if _, ok := before[name]; !ok {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
