@@ -125,9 +125,19 @@ func pollManifestWithoutObjects(t *testing.T, sub string) {
 // TestS3ZeroLengthObjects: objects, a manifest and the gc record replaced in the bucket by
 // zero-length objects (PUT through S3, as a broken copy tool would): a fresh reader opens,
 // reads what needs a damaged object or manifest fail with ErrCorrupt (never other bytes,
-// never "not found"), the others read right, and Verify names the damage.
+// never "not found"), the others read right, and Verify names the damage. On store format
+// 2's layout (loose objects emptied) and on format 3's (packs emptied).
 func TestS3ZeroLengthObjects(t *testing.T) {
-	t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it empties loose object files in the bucket (store format 2's layout)
+	t.Run("loose", func(t *testing.T) {
+		t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it empties loose object files in the bucket (store format 2's layout)
+		zeroLengthObjects(t, "objects")
+	})
+	t.Run("packs", func(t *testing.T) { zeroLengthObjects(t, "packs") })
+}
+
+// zeroLengthObjects is TestS3ZeroLengthObjects; two of the files under sub (objects or packs)
+// in the bucket are emptied.
+func zeroLengthObjects(t *testing.T, sub string) {
 	srv, url := startInitialized(t)
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	want := s3Versions(t, url, 3)
@@ -142,7 +152,7 @@ func TestS3ZeroLengthObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	objs := regularFiles(t, filepath.Join(dir, "objects"))
+	objs := regularFiles(t, filepath.Join(dir, sub))
 	for _, p := range objs[:2] {
 		rel, _ := filepath.Rel(dir, p)
 		put(filepath.ToSlash(rel))
