@@ -92,6 +92,9 @@ func contextSections(t *testing.T, format uint32) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Version 2's deltas are against whole copies (version 1), versions 3 and 4's against
 	// version 2 and 3's deltas (version 2).
 	if sections[1] != 2 || sections[2] != 4 {
