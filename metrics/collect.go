@@ -105,9 +105,9 @@ func (m *Metrics) AddStore(src StoreSource, s3 func() (S3Stats, bool)) {
 				counter(ch, cache, c.misses, c.name, "miss")
 			}
 			if s, ok := s3(); ok {
-				// A miss of the object cache is a whole object fetched into it.
+				// A miss of the object cache is a whole object or pack fetched into it.
 				counter(ch, cache, s.CacheHits, "s3_object", "hit")
-				counter(ch, cache, s.Downloads, "s3_object", "miss")
+				counter(ch, cache, s.Downloads+s.Packs, "s3_object", "miss")
 			}
 		},
 	})

@@ -28,7 +28,7 @@ func allSources(t *testing.T) *Metrics {
 	m.AddStore(fakeStore{store.Stats{VersionsSealed: 2, SealedLogicalBytes: 100, SealedStoredBytes: 7,
 		FilesStreamed: 3, FilesStaged: 1, VersionsSeen: 4, CopyHits: 5, CopyMisses: 6, PageHits: 8,
 		PageMisses: 9, RenderHits: 10, RenderMisses: 11, Fsyncs: 15, IndexWrites: 16}},
-		func() (S3Stats, bool) { return S3Stats{Requests: 12, CacheHits: 13, Downloads: 14}, true })
+		func() (S3Stats, bool) { return S3Stats{Requests: 12, CacheHits: 13, Downloads: 14, Packs: 3}, true })
 	m.AddMount(func() fs.Stats {
 		return fs.Stats{ReadRequests: [fs.BehindBuckets]int64{1, 2, 3, 4}, ReadBytes: [fs.BehindBuckets]int64{10, 20, 30, 40},
 			Errors: map[syscall.Errno]int64{syscall.EIO: 2, syscall.EROFS: 1}}
@@ -71,7 +71,7 @@ weightfs_fuse_errors_total{errno="EROFS"} 1
 		want int
 	}{
 		{"weightfs_read_requests_total", 4}, {"weightfs_read_bytes_total", 4}, {"weightfs_cache_requests_total", 8},
-		{"weightfs_sealed_files_total", 2}, {"weightfs_s3_downloads_total", 2}, {"weightfs_follow_versions_applied_total", 2},
+		{"weightfs_sealed_files_total", 2}, {"weightfs_s3_downloads_total", 3}, {"weightfs_follow_versions_applied_total", 2},
 	} {
 		if n, err := testutil.GatherAndCount(m.Registry(), c.name); err != nil || n != c.want {
 			t.Errorf("%s: %d series (%v), want %d", c.name, n, err, c.want)
@@ -90,7 +90,8 @@ weightfs_fuse_errors_total{errno="EROFS"} 1
 	resp.Body.Close()
 	for _, line := range []string{
 		`weightfs_read_bytes_total{behind="10+"} 40`,
-		`weightfs_cache_requests_total{cache="s3_object",result="miss"} 14`,
+		`weightfs_cache_requests_total{cache="s3_object",result="miss"} 17`, // objects and packs downloaded
+		`weightfs_s3_downloads_total{kind="pack"} 3`,
 		`weightfs_latest_version 7`,
 		`weightfs_versions 2`,
 		`weightfs_sealed_stored_bytes_total 7`,

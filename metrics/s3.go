@@ -11,7 +11,8 @@ type S3Stats struct {
 	Uploads       int64 // objects, manifests and lease writes
 	UploadBytes   int64
 	Downloads     int64 // whole objects fetched into the local object cache
-	DownloadBytes int64 // object bytes fetched (whole and ranges)
+	Packs         int64 // whole packs fetched into it (store format 3)
+	DownloadBytes int64 // object and pack bytes fetched (whole and ranges)
 	Manifests     int64 // manifests fetched
 	ManifestBytes int64
 	Retries       int64 // transient errors that were retried
@@ -27,8 +28,8 @@ func (m *Metrics) addS3(stats func() (S3Stats, bool)) {
 		respBytes = desc("s3_response_bytes_total", "Bytes of every S3 response body (objects, manifests, listings, errors).")
 		uploads   = desc("s3_uploads_total", "Objects, manifests and lease records written to S3.")
 		upBytes   = desc("s3_upload_bytes_total", "Bytes written to S3.")
-		downloads = desc("s3_downloads_total", "Downloads from S3 by kind: object (a whole object fetched into the local object cache) or manifest.", "kind")
-		downBytes = desc("s3_download_bytes_total", "Bytes downloaded from S3 by kind: object (whole objects and ranges) or manifest.", "kind")
+		downloads = desc("s3_downloads_total", "Downloads from S3 by kind: object (a whole object fetched into the local object cache), pack (a whole pack fetched into it) or manifest.", "kind")
+		downBytes = desc("s3_download_bytes_total", "Bytes downloaded from S3 by kind: object (whole objects, packs and ranges) or manifest.", "kind")
 		retries   = desc("s3_retries_total", "S3 requests that failed with a transient error and were retried.")
 		failures  = desc("s3_failures_total", "S3 requests that still failed when their retry time ran out.")
 	)
@@ -44,6 +45,7 @@ func (m *Metrics) addS3(stats func() (S3Stats, bool)) {
 			counter(ch, uploads, st.Uploads)
 			counter(ch, upBytes, st.UploadBytes)
 			counter(ch, downloads, st.Downloads, "object")
+			counter(ch, downloads, st.Packs, "pack")
 			counter(ch, downloads, st.Manifests, "manifest")
 			counter(ch, downBytes, st.DownloadBytes, "object")
 			counter(ch, downBytes, st.ManifestBytes, "manifest")

@@ -80,7 +80,7 @@ func s3MetricsSource(st *store.Store) func() (metrics.S3Stats, bool) {
 		return metrics.S3Stats{
 			Requests: s.Requests, ResponseBytes: s.ResponseBytes,
 			Uploads: s.Uploads, UploadBytes: s.UploadBytes,
-			Downloads: s.ObjectDownloads, DownloadBytes: s.ObjectBytes,
+			Downloads: s.ObjectDownloads, Packs: s.PackDownloads, DownloadBytes: s.ObjectBytes,
 			Manifests: s.ManifestDownloads, ManifestBytes: s.ManifestBytes,
 			Retries: s.Retries, Failures: s.Failures, CacheHits: s.CacheHits,
 		}, true

@@ -104,55 +104,68 @@ func TestMetricsS3EqualStoreCounts(t *testing.T) {
 	}
 
 	// A reader does nothing in the background: between a gather and S3Stats nothing moves.
-	r, err := location.Open(url, location.Options{Options: store.Options{ReadOnly: true, CacheDir: t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for range 2 { // the second read of a.bin opens it from the object cache
-		for p, want := range files {
-			f, err := r.OpenFile(1, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([]byte, f.Size())
-			if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("read %s: %v", p, err)
-			}
-			f.Close()
+	// The first reader downloads what it reads (the version's pack, store format 3: one
+	// pack download, a miss of the object cache); a second reader on the same cache
+	// directory opens it from the object cache (a hit), downloading nothing.
+	cacheDir := t.TempDir()
+	for i, name := range []string{"first reader", "second reader"} {
+		r, err := location.Open(url, location.Options{Options: store.Options{ReadOnly: true, CacheDir: cacheDir}})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	rm := metrics.New()
-	rm.AddStore(r, s3MetricsSource(r))
-	if fams, err = rm.Registry().Gather(); err != nil {
-		t.Fatal(err)
-	}
-	st, ok := location.S3Stats(r)
-	if !ok || st.Requests <= 0 {
-		t.Fatalf("S3Stats: %+v, %v", st, ok)
-	}
-	for _, c := range []struct {
-		name   string
-		labels []string
-		want   int64
-	}{
-		{"weightfs_s3_requests_total", nil, st.Requests},
-		{"weightfs_s3_response_bytes_total", nil, st.ResponseBytes},
-		{"weightfs_s3_downloads_total", []string{"kind", "object"}, st.ObjectDownloads},
-		{"weightfs_s3_download_bytes_total", []string{"kind", "object"}, st.ObjectBytes},
-		{"weightfs_s3_downloads_total", []string{"kind", "manifest"}, st.ManifestDownloads},
-		{"weightfs_s3_download_bytes_total", []string{"kind", "manifest"}, st.ManifestBytes},
-		{"weightfs_s3_uploads_total", nil, st.Uploads},
-		{"weightfs_s3_retries_total", nil, st.Retries},
-		{"weightfs_s3_failures_total", nil, st.Failures},
-		{"weightfs_cache_requests_total", []string{"cache", "s3_object", "result", "hit"}, st.CacheHits},
-		{"weightfs_cache_requests_total", []string{"cache", "s3_object", "result", "miss"}, st.ObjectDownloads},
-	} {
-		if got := gathered(fams, c.name, c.labels...); got != float64(c.want) {
-			t.Errorf("reader: %s%v = %v, want %d (the store's count)", c.name, c.labels, got, c.want)
+		for range 2 {
+			for p, want := range files {
+				f, err := r.OpenFile(1, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, f.Size())
+				if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("%s: read %s: %v", name, p, err)
+				}
+				f.Close()
+			}
 		}
-	}
-	if st.ObjectDownloads <= 0 || st.CacheHits <= 0 {
-		t.Errorf("reader: %d objects downloaded, %d cache hits; want both", st.ObjectDownloads, st.CacheHits)
+		rm := metrics.New()
+		rm.AddStore(r, s3MetricsSource(r))
+		if fams, err = rm.Registry().Gather(); err != nil {
+			t.Fatal(err)
+		}
+		st, ok := location.S3Stats(r)
+		if !ok || st.Requests <= 0 {
+			t.Fatalf("S3Stats: %+v, %v", st, ok)
+		}
+		for _, c := range []struct {
+			name   string
+			labels []string
+			want   int64
+		}{
+			{"weightfs_s3_requests_total", nil, st.Requests},
+			{"weightfs_s3_response_bytes_total", nil, st.ResponseBytes},
+			{"weightfs_s3_downloads_total", []string{"kind", "object"}, st.ObjectDownloads},
+			{"weightfs_s3_downloads_total", []string{"kind", "pack"}, st.PackDownloads},
+			{"weightfs_s3_download_bytes_total", []string{"kind", "object"}, st.ObjectBytes},
+			{"weightfs_s3_downloads_total", []string{"kind", "manifest"}, st.ManifestDownloads},
+			{"weightfs_s3_download_bytes_total", []string{"kind", "manifest"}, st.ManifestBytes},
+			{"weightfs_s3_uploads_total", nil, st.Uploads},
+			{"weightfs_s3_retries_total", nil, st.Retries},
+			{"weightfs_s3_failures_total", nil, st.Failures},
+			{"weightfs_cache_requests_total", []string{"cache", "s3_object", "result", "hit"}, st.CacheHits},
+			{"weightfs_cache_requests_total", []string{"cache", "s3_object", "result", "miss"}, st.ObjectDownloads + st.PackDownloads},
+		} {
+			if got := gathered(fams, c.name, c.labels...); got != float64(c.want) {
+				t.Errorf("%s: %s%v = %v, want %d (the store's count)", name, c.name, c.labels, got, c.want)
+			}
+		}
+		downloads := st.ObjectDownloads + st.PackDownloads
+		if i == 0 && (downloads <= 0 || st.ObjectBytes <= 0) {
+			t.Errorf("%s: %d objects and %d packs downloaded (%d bytes); want some", name, st.ObjectDownloads, st.PackDownloads, st.ObjectBytes)
+		}
+		if i == 1 && (downloads != 0 || st.CacheHits <= 0) {
+			t.Errorf("%s: %d objects and %d packs downloaded, %d cache hits; want none downloaded, hits", name, st.ObjectDownloads, st.PackDownloads, st.CacheHits)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

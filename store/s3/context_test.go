@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -11,13 +12,25 @@ import (
 	"testing"
 
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/pack"
 )
 
-// TestS3ContextSections: a writer opening an S3 store of format 1 upgrades its format file to
-// format 2 first, then stores version-2 delta sections (coded against the previous version's
-// sections) where a context exists and version 1 where none does; a reader that replays every
-// read from the objects reads every version back byte-exact.
+// TestS3ContextSections: a writer opening an S3 store of format 1 upgrades its format file
+// first (to format 3, objects in packs; to format 2 with loose objects, store format 2's
+// layout, the test knob), then stores version-2 delta sections (coded against the previous
+// version's sections) where a context exists and version 1 where none does; a reader that
+// replays every read from the objects reads every version back byte-exact.
 func TestS3ContextSections(t *testing.T) {
+	t.Run("loose", func(t *testing.T) {
+		t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // format 1 -> 2, sections of loose object files (store format 2's layout)
+		contextSections(t, 2)
+	})
+	t.Run("packs", func(t *testing.T) { contextSections(t, 3) })
+}
+
+// contextSections is TestS3ContextSections; format is what the writer upgrades to (2: loose
+// objects, 3: packs).
+func contextSections(t *testing.T, format uint32) {
 	srv, url := startInitialized(t)
 	c, err := setup(url, Config{}, nil)
 	if err != nil {
@@ -33,8 +46,8 @@ func TestS3ContextSections(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := openTestStore(t, url, store.Options{})
-	if b, _, err := c.getBytes(ctx, key, nil); err != nil || string(b) != string(formatOf(2)) {
-		t.Fatalf("format file after a writer opened a format-1 store: %x, %v; want format 2", b, err)
+	if b, _, err := c.getBytes(ctx, key, nil); err != nil || string(b) != string(formatOf(format)) {
+		t.Fatalf("format file after a writer opened a format-1 store: %x, %v; want format %d", b, err, format)
 	}
 	m := newTestModel(3, 300_000, 5_000)
 	var want []map[string][]byte
@@ -47,17 +60,35 @@ func TestS3ContextSections(t *testing.T) {
 	}
 	// Delta sections in the bucket, by body version (docs/format.md Part I §3.1).
 	sections := map[byte]int{}
-	err = filepath.WalkDir(filepath.Join(srv.ObjectDir("weightfs-test", c.loc.Prefix), "objects"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil || len(b) < 96 || string(b[:4]) != "WFSO" {
-			return err
+	count := func(b []byte) { // one object file
+		if len(b) < 96 || string(b[:4]) != "WFSO" {
+			return
 		}
 		f, dl := binary.LittleEndian.Uint64(b[80:]), binary.LittleEndian.Uint64(b[88:])
 		if dl > 0 {
 			sections[b[96+f+4]]++
+		}
+	}
+	sub := map[uint32]string{2: "objects", 3: "packs"}[format]
+	err = filepath.WalkDir(filepath.Join(srv.ObjectDir("weightfs-test", c.loc.Prefix), sub), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if format == 2 {
+			count(b)
+			return nil
+		}
+		// A pack: its records are object files (docs/format.md Part I §3.5).
+		entries, _, err := pack.ReadTrailer(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", p, err)
+		}
+		for _, e := range entries {
+			count(b[e.Offset : e.Offset+e.Length])
 		}
 		return nil
 	})

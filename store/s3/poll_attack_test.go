@@ -15,10 +15,10 @@ import (
 )
 
 // objectNames is the set of object file names in the bucket directory dir.
-func objectNames(t *testing.T, dir string) map[string]string {
+func objectNames(t *testing.T, dir, sub string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, p := range regularFiles(t, filepath.Join(dir, "objects")) {
+	for _, p := range regularFiles(t, filepath.Join(dir, sub)) {
 		out[filepath.Base(p)] = p
 	}
 	return out
@@ -54,8 +54,19 @@ func mustReadOrCorrupt(t *testing.T, what string, s *store.Store, v uint64, file
 // its version for ever) and serves no other bytes for that version: its reads fail with
 // ErrCorrupt; the other versions read right. A reader that opens the store then opens (it
 // used to fail with the 404 of the prefetch, "not found", and serve nothing) and reads the
-// same way.
+// same way. On store format 2's layout (loose objects: the new objects are removed) and on
+// format 3's (packs: the version's new pack is removed).
 func TestS3PollManifestWithoutObjects(t *testing.T) {
+	t.Run("loose", func(t *testing.T) {
+		t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it removes loose object files in the bucket (store format 2's layout)
+		pollManifestWithoutObjects(t, "objects")
+	})
+	t.Run("packs", func(t *testing.T) { pollManifestWithoutObjects(t, "packs") })
+}
+
+// pollManifestWithoutObjects is TestS3PollManifestWithoutObjects; the files version 3 adds
+// under sub (objects or packs) in the bucket are removed.
+func pollManifestWithoutObjects(t *testing.T, sub string) {
 	srv, url := startInitialized(t)
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	w := openTestStore(t, url, store.Options{})
@@ -65,13 +76,13 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAllVersions(t, "before", r, want)
-	before := objectNames(t, dir)
+	before := objectNames(t, dir, sub)
 	m.step()
 	want3 := m.files(t)
 	commitTree(t, w, 3, want3)
 	w.Close()
 	removed := 0
-	for name, p := range objectNames(t, dir) {
+	for name, p := range objectNames(t, dir, sub) {
 		if _, ok := before[name]; !ok {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
@@ -114,8 +125,19 @@ func TestS3PollManifestWithoutObjects(t *testing.T) {
 // TestS3ZeroLengthObjects: objects, a manifest and the gc record replaced in the bucket by
 // zero-length objects (PUT through S3, as a broken copy tool would): a fresh reader opens,
 // reads what needs a damaged object or manifest fail with ErrCorrupt (never other bytes,
-// never "not found"), the others read right, and Verify names the damage.
+// never "not found"), the others read right, and Verify names the damage. On store format
+// 2's layout (loose objects emptied) and on format 3's (packs emptied).
 func TestS3ZeroLengthObjects(t *testing.T) {
+	t.Run("loose", func(t *testing.T) {
+		t.Setenv("WEIGHTFS_LOOSE_OBJECTS", "1") // it empties loose object files in the bucket (store format 2's layout)
+		zeroLengthObjects(t, "objects")
+	})
+	t.Run("packs", func(t *testing.T) { zeroLengthObjects(t, "packs") })
+}
+
+// zeroLengthObjects is TestS3ZeroLengthObjects; two of the files under sub (objects or packs)
+// in the bucket are emptied.
+func zeroLengthObjects(t *testing.T, sub string) {
 	srv, url := startInitialized(t)
 	dir := srv.ObjectDir("weightfs-test", strings.TrimPrefix(url, "s3://weightfs-test/"))
 	want := s3Versions(t, url, 3)
@@ -130,7 +152,7 @@ func TestS3ZeroLengthObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	objs := regularFiles(t, filepath.Join(dir, "objects"))
+	objs := regularFiles(t, filepath.Join(dir, sub))
 	for _, p := range objs[:2] {
 		rel, _ := filepath.Rel(dir, p)
 		put(filepath.ToSlash(rel))

@@ -15,6 +15,7 @@ import (
 	"github.com/weightfs/weightfs/internal/logtest"
 	"github.com/weightfs/weightfs/internal/s3test"
 	"github.com/weightfs/weightfs/store"
+	"github.com/weightfs/weightfs/store/pack"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -115,8 +116,8 @@ func storeStats(t testing.TB, s *store.Store) Stats {
 
 // TestS3StoreRoundTrip writes versions to a store in S3 and reads them back through a second
 // store handle with its own cache, as an inference node does: every byte must match, a second
-// writer is refused, and after the first version the reader downloads exactly the objects a
-// new version added and its manifest, nothing else.
+// writer is refused, and after the first version the reader downloads exactly the pack(s) a
+// new version added (its objects and the pack tables) and its manifest, nothing else.
 func TestS3StoreRoundTrip(t *testing.T) {
 	_, url := startInitialized(t)
 	if err := Init(url, Config{}, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
@@ -135,7 +136,9 @@ func TestS3StoreRoundTrip(t *testing.T) {
 			m.step()
 		}
 		want[v] = m.files(t)
+		wbefore := storeStats(t, w)
 		info, _ := commitTree(t, w, v, want[v])
+		wafter := storeStats(t, w)
 		before := storeStats(t, r)
 		if err := r.Refresh(); err != nil {
 			t.Fatalf("refresh after v%d: %v", v, err)
@@ -150,10 +153,18 @@ func TestS3StoreRoundTrip(t *testing.T) {
 		if v == 1 {
 			continue
 		}
+		// The version's objects are in the pack(s) its writer uploaded (store format 3): the
+		// reader downloads exactly those packs, the objects' bytes plus each pack's table
+		// (pack.EntryLen per object, pack.FooterLen per pack).
 		objects := after.ObjectBytes - before.ObjectBytes
-		if objects != info.StoredBytes || after.ManifestDownloads-before.ManifestDownloads != 1 {
-			t.Errorf("v%d: reader downloaded %d object bytes and %d manifests; the version stored %d bytes in new objects",
-				v, objects, after.ManifestDownloads-before.ManifestDownloads, info.StoredBytes)
+		packBytes, packs := wafter.PackUploadBytes-wbefore.PackUploadBytes, wafter.PackUploads-wbefore.PackUploads
+		table := packBytes - info.StoredBytes - packs*pack.FooterLen
+		if packs < 1 || table <= 0 || table%pack.EntryLen != 0 {
+			t.Errorf("v%d: the writer uploaded %d packs of %d bytes for %d bytes of new objects", v, packs, packBytes, info.StoredBytes)
+		}
+		if objects != packBytes || after.PackDownloads-before.PackDownloads != packs || after.ManifestDownloads-before.ManifestDownloads != 1 {
+			t.Errorf("v%d: reader downloaded %d object bytes (%d packs) and %d manifests; the version uploaded %d packs of %d bytes",
+				v, objects, after.PackDownloads-before.PackDownloads, after.ManifestDownloads-before.ManifestDownloads, packs, packBytes)
 		}
 		t.Logf("v%d: stored %d bytes; reader fetched %d object bytes + %d manifest bytes", v, info.StoredBytes, objects, after.ManifestBytes-before.ManifestBytes)
 	}
@@ -183,26 +194,32 @@ func TestS3StoreRoundTrip(t *testing.T) {
 	}
 }
 
-// TestS3MultipartAndParallelDownload stores an object larger than the part size: it goes up
-// in parts, comes down by parallel ranged reads, and the fast download gives the same bytes
-// as the reference one.
+// TestS3MultipartAndParallelDownload stores an object larger than the part size in a pack
+// larger than the one-request bound (packWhole, lowered here to the part size as
+// TestS3PackRequests does; 96 MiB in use): the pack goes up in parts, comes down by parallel
+// ranged reads, and the fast download gives the same bytes as the reference one.
 func TestS3MultipartAndParallelDownload(t *testing.T) {
 	_, url := startInitialized(t)
 	cfg := Config{PartSize: MinPartSize}
 	w := openTestStoreWith(t, url, cfg, store.Options{})
+	w.Backend().(*Backend).packWhole = MinPartSize // before anything is uploaded
 	rng := rand.New(rand.NewPCG(3, 4))
 	blob := randomBytes(rng, 2*MinPartSize+12345) // incompressible: the object is as large
 	commitTree(t, w, 1, map[string][]byte{"blob.bin": blob})
-	if st := storeStats(t, w); st.MultipartUploads != 1 {
-		t.Fatalf("multipart uploads: %d, want 1 (%+v)", st.MultipartUploads, st)
+	if st := storeStats(t, w); st.MultipartUploads != 1 || st.PackUploads < 1 {
+		t.Fatalf("multipart uploads: %d, want 1; pack uploads %d, want some (%+v)", st.MultipartUploads, st.PackUploads, st)
 	}
 	r := openTestStoreWith(t, url, cfg, store.Options{ReadOnly: true})
+	r.Backend().(*Backend).packWhole = MinPartSize
 	mustEqualBytes(t, "blob read through a fresh reader", readWhole(t, r, 1, "blob.bin"), blob)
+	if st := storeStats(t, r); st.PackDownloads < 1 {
+		t.Fatalf("pack downloads: %d, want some (%+v)", st.PackDownloads, st)
+	}
 
 	be := r.Backend().(*Backend)
 	var blobID store.ID
 	var blobSize int64
-	if err := be.ListObjects(func(id store.ID, size int64) error {
+	if err := be.ListPacks(func(id store.ID, size int64) error {
 		if size > blobSize {
 			blobID, blobSize = id, size
 		}
@@ -210,7 +227,7 @@ func TestS3MultipartAndParallelDownload(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	key := be.objectKey(blobID)
+	key := be.packKey(blobID)
 	fast, err := os.Create(filepath.Join(t.TempDir(), "fast"))
 	if err != nil {
 		t.Fatal(err)
