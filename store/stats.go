@@ -52,9 +52,9 @@ type Stats struct {
 	// (the local backend: each object file, the object directories that gained entries, each
 	// manifest and its directory, the records and theirs; 0 on a backend that counts none,
 	// S3). IndexWrites counts the read-write transactions of the node-local index (in the
-	// cache directory, the store's cache/ for a writer by default); bbolt fsyncs the index
-	// file twice in each (its pages, then its meta page), more when the file grows. What a
-	// version costs in fsyncs is their sum's growth over its seal: `make bench` figure moe.
+	// cache directory, the store's cache/ for a writer by default), which syncs nothing: it
+	// is a derived cache, opened with bbolt's NoSync (index.go). What a version costs in
+	// fsyncs is the growth of Fsyncs over its seal: `make bench` figure moe.
 	Fsyncs      int64
 	IndexWrites int64
 }
