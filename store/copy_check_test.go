@@ -227,7 +227,8 @@ func TestSwappedObjectsAreNotServed(t *testing.T) {
 	for _, damaged := range []uint64{2, 3} {
 		for _, opts := range []Options{{}, {ReadOnly: true}, {ReadOnly: true, Materialize: true}} {
 			t.Run(fmt.Sprintf("v%d ro=%v mat=%v", damaged, opts.ReadOnly, opts.Materialize), func(t *testing.T) {
-				w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
+				// Object files: the format-2 layout (packed records: TestSwappedPackRecordsAreNotServed).
+				w, root := newLooseStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
 				commitAll(t, w, versions)
 				ver, err := w.versions.sealedVersion(damaged)
 				if err != nil {
@@ -250,7 +251,7 @@ func TestSwappedObjectsAreNotServed(t *testing.T) {
 					t.Fatal("swap the object files")
 				}
 				opts.Logger = logtest.New(func(string, ...any) {})
-				s := openStore(t, root, opts)
+				s := openLoose(t, root, opts)
 				expectDamage(s)
 				f, err := s.OpenFile(damaged, "twins.safetensors")
 				if err != nil {

@@ -195,7 +195,7 @@ func TestDamagedFileGetsNoCopy(t *testing.T) {
 			testTensor{"a.weight", delta.DTypeBF16, []int64{400_000}, a},
 			testTensor{"b.weight", delta.DTypeBF16, []int64{400_000}, b})})
 	}
-	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
+	w, root := newLooseStore(t, Options{Logger: logtest.New(func(string, ...any) {})}) // it damages an object file
 	commitAll(t, w, versions)
 	ver, err := w.versions.sealedVersion(1)
 	if err != nil {
@@ -204,7 +204,7 @@ func TestDamagedFileGetsNoCopy(t *testing.T) {
 	flipByte(t, w.be.given.(*localBackend).objectPath(ver.files["twins.safetensors"].Tensors[0].ID))
 	expectDamage(w)
 	closeStore(t, w)
-	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, Logger: logtest.New(func(string, ...any) {})})
+	r := openLoose(t, root, Options{ReadOnly: true, Materialize: true, Logger: logtest.New(func(string, ...any) {})})
 	expectDamage(r)
 	for range 2 { // the second read has the copy written behind it
 		mustEqualBytes(t, "v2", readWhole(t, r, 2, "twins.safetensors"), versions[1]["twins.safetensors"])

@@ -42,7 +42,7 @@ func TestDocPackExample(t *testing.T) {
 	w := pack.NewWriter(f)
 	for _, content := range [][]byte{v1, v2} {
 		id := ID(sha256.Sum256(content))
-		rec, err := os.ReadFile(s.be.given.(*localBackend).objectPath(id))
+		rec, err := storedObject(s, id)
 		if err != nil {
 			t.Fatalf("object %s: %v", id, err)
 		}

@@ -530,7 +530,7 @@ func (r *repackSpy) repack() error { r.calls++; return nil }
 // TestGCRepacks: gc ends by the pack layer's repack and the orphan sweep; a damaged index
 // keeps every orphan.
 func TestGCRepacks(t *testing.T) {
-	s, _ := newStore(t, Options{})
+	s, _ := newLooseStore(t, Options{}) // the packs on disk are the rig's alone: it counts them
 	for i, files := range modelVersions(t, 3, 2) {
 		commitTree(t, s, uint64(i+1), files)
 	}

@@ -171,8 +171,12 @@ func TestWrongRebuildIsNotServed(t *testing.T) {
 func TestDamageFailsItsTensorOnly(t *testing.T) {
 	for _, tc := range []string{"flipped byte", "object file of another tensor"} {
 		t.Run(tc, func(t *testing.T) {
-			versions, root := committedVersions(t, 4, 83)
-			s := openStore(t, root, Options{ReadOnly: true, FileCopyBytes: -1})
+			// Object files: the format-2 layout.
+			versions := modelVersions(t, 4, 83)
+			w, root := newLooseStore(t, Options{})
+			commitAll(t, w, versions)
+			closeStore(t, w)
+			s := openLoose(t, root, Options{ReadOnly: true, FileCopyBytes: -1})
 			mlp, _ := tensorOf(t, s, 2, "model.layers.0.mlp.weight", versions[1])
 			emb, embBytes := tensorOf(t, s, 2, "model.embed_tokens.weight", versions[1])
 			mlpPath := s.be.given.(*localBackend).objectPath(mlp.ID)
@@ -191,7 +195,7 @@ func TestDamageFailsItsTensorOnly(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r := openStore(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: -1, Logger: logtest.New(func(string, ...any) {})})
+			r := openLoose(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: -1, Logger: logtest.New(func(string, ...any) {})})
 			expectDamage(r)
 			for i := 0; i < 2; i++ {
 				b, err := readTensor(r, 2, mlp)

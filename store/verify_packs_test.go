@@ -26,7 +26,9 @@ type packedFixture struct {
 
 func newPackedFixture(t *testing.T) *packedFixture {
 	t.Helper()
-	s, _ := newStore(t, Options{})
+	// Loose objects first (the format-2 layout), packed below by hand: the fixture knows
+	// exactly which objects each of its two packs and indexes holds.
+	s, _ := newLooseStore(t, Options{})
 	commitAll(t, s, []map[string][]byte{stepFiles(t, 1), stepFiles(t, 2), stepFiles(t, 3)})
 	lb := s.be.given.(*localBackend)
 	var ids []ID
