@@ -121,3 +121,20 @@ func (p *packedObjects) knownDamaged(name string) bool {
 	defer p.fbMu.Unlock()
 	return p.damagedIdx[name]
 }
+
+// servesLive says whether the layer serves a live (not deleted) object from pack id: gc's
+// orphan sweep keeps such a pack (a pack whose index was lost holds what versions need).
+func (p *packedObjects) servesLive(id ID) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, ok := p.packNo[id]
+	if !ok {
+		return false
+	}
+	for oid, l := range p.loc {
+		if l.pack == n && !p.dead[oid] {
+			return true
+		}
+	}
+	return false
+}

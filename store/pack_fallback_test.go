@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPacksIndexFallback: a store whose pack index is damaged (a flipped byte, a cut) or
@@ -71,5 +72,42 @@ func TestPacksIndexFallback(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGCKeepsPacksOfALostIndex: a pack whose index was lost, an hour old, holds objects the
+// versions need (read from its own table): gc's orphan sweep keeps it, and every version
+// still reads.
+func TestGCKeepsPacksOfALostIndex(t *testing.T) {
+	s, root := newStore(t, Options{})
+	want := map[uint64]map[string]string{}
+	for i, files := range moeVersions(t, 2, 20) {
+		v := uint64(i + 1)
+		_, dir := commitTree(t, s, v, files)
+		want[v] = treeHashes(t, dir)
+	}
+	if err := closeStore(t, s); err != nil {
+		t.Fatal(err)
+	}
+	indexes := filesBelow(t, filepath.Join(root, indexDir))
+	if err := os.Remove(filepath.Join(root, indexDir, indexes[0])); err != nil {
+		t.Fatal(err)
+	}
+	aged := time.Now().Add(-2 * time.Hour)
+	packs := filesBelow(t, filepath.Join(root, packDir))
+	for _, p := range packs {
+		if err := os.Chtimes(filepath.Join(root, packDir, p), aged, aged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = openStore(t, root, Options{})
+	if _, err := s.GC(5); err != nil {
+		t.Fatal(err)
+	}
+	if got := filesBelow(t, filepath.Join(root, packDir)); len(got) != len(packs) {
+		t.Fatalf("gc left packs %v of %v: it removed a pack of a lost index that holds live objects", got, packs)
+	}
+	for v, w := range want {
+		sameTree(t, fmt.Sprintf("export of v%d after gc", v), exportHashes(t, s, v), w)
 	}
 }
