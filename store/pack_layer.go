@@ -76,6 +76,15 @@ type packedObjects struct {
 	dead    map[ID]bool // packed objects deleted (DeleteObject), until repack
 	topSeq  uint64      // highest sequence number seen in an index name
 	reloads int         // reloads done (tests)
+	// fallback are the packs no intact index names, with their own tables
+	// (pack_fallback.go): laid under the indexes' entries at every rebuild.
+	fallback []pack.IndexedPack
+
+	// fbMu guards what the fallback remembers: tables read, packs and indexes logged.
+	fbMu       sync.Mutex
+	fbTables   map[ID]fallbackTable
+	fbLogged   map[ID]bool
+	damagedIdx map[string]bool
 
 	files *packFiles // open packs for reads
 	// loose makes writes go to the wrapped backend as loose objects (Options.looseObjects, a
@@ -89,15 +98,15 @@ var _ Backend = (*packedObjects)(nil)
 // records, and loads the store's indexes.
 func newPackedObjects(be Backend, packs PackBackend, records Records, log *slog.Logger) (*packedObjects, error) {
 	p := &packedObjects{Backend: be, packs: packs, records: records, log: log,
-		loc: map[ID]packedLoc{}, packNo: map[ID]int32{}, named: map[string]bool{}, dead: map[ID]bool{}}
+		loc: map[ID]packedLoc{}, packNo: map[ID]int32{}, named: map[string]bool{}, dead: map[ID]bool{},
+		fbTables: map[ID]fallbackTable{}, fbLogged: map[ID]bool{}, damagedIdx: map[string]bool{}}
 	p.files = newPackFiles(packs, packFilesOpen)
 	good, bad, err := loadIndexes(records)
 	if err != nil {
 		return nil, fmt.Errorf("load pack indexes: %w", err)
 	}
-	for _, d := range bad {
-		log.Warn("pack index damaged: its packs are found by verify --repair", "index", d.Name, "err", d.Err)
-	}
+	p.noteDamagedIndexes(bad)
+	p.fallback = p.uncoveredPacks(good)
 	p.rebuildLocked(good)
 	for _, d := range bad {
 		p.noteSeqLocked(d.Name)
@@ -144,12 +153,12 @@ func (p *packedObjects) reload() error {
 			good = append(good, x)
 		}
 	}
-	for _, d := range bad {
-		p.log.Warn("pack index damaged: its packs are found by verify --repair", "index", d.Name, "err", d.Err)
-	}
+	p.noteDamagedIndexes(bad)
+	fallback := p.uncoveredPacks(good)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloads++
+	p.fallback = fallback
 	p.rebuildLocked(good)
 	for _, d := range bad {
 		p.noteSeqLocked(d.Name)
@@ -157,14 +166,18 @@ func (p *packedObjects) reload() error {
 	return nil
 }
 
-// rebuildLocked makes the map anew from indexes (in loadIndexes' order), then lays over it
-// the packs of this process not yet indexed (and the open pack's records). p.mu is held.
+// rebuildLocked makes the map anew: the packs no intact index names (p.fallback, their own
+// tables: the lowest precedence), then indexes (in loadIndexes' order), then the packs of
+// this process not yet indexed (and the open pack's records). p.mu is held.
 func (p *packedObjects) rebuildLocked(indexes []namedIndex) {
 	p.loc = map[ID]packedLoc{}
 	p.packIDs = p.packIDs[:0]
 	p.packNo = map[ID]int32{}
 	p.named = map[string]bool{}
 	p.loaded = indexes
+	for _, ip := range p.fallback {
+		p.addPackLocked(ip, 0)
+	}
 	for _, x := range indexes {
 		p.addIndexLocked(x)
 	}
@@ -270,6 +283,8 @@ func (p *packedObjects) loadNamed(names []string) error {
 		}
 	}
 	p.mu.RUnlock()
+	// A damaged index found before: its packs are in the map from their own tables.
+	missing = slices.DeleteFunc(missing, p.knownDamaged)
 	if len(missing) == 0 {
 		return nil
 	}
@@ -277,6 +292,11 @@ func (p *packedObjects) loadNamed(names []string) error {
 	for _, n := range missing {
 		x, err := loadIndex(p.records, n)
 		if errors.Is(err, fs.ErrNotExist) {
+			return p.reload()
+		}
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupportedVersion) {
+			// Never a failure: reload logs it and reads the packs no intact index names
+			// from their own tables (pack_fallback.go).
 			return p.reload()
 		}
 		if err != nil {

@@ -30,6 +30,10 @@ type packEnv struct {
 	records Records
 	log     *slog.Logger
 	nextSeq func() uint64
+	// serves, when set, says whether the pack layer serves a live object from pack id (one no
+	// intact index names is read from its own table: pack_fallback.go); the orphan sweep
+	// keeps such a pack, whatever its age (its index was lost, its objects are not).
+	serves func(id ID) bool
 }
 
 // repackTarget is the size at which a pack being rewritten is finished and the next begun:

@@ -76,6 +76,10 @@ func sweepOrphanPacks(env packEnv, indexes []namedIndex, olderThan time.Duration
 		if err != nil {
 			return removed, fmt.Errorf("orphan packs: %w", err)
 		}
+		if env.serves != nil && env.serves(o.id) {
+			env.log.Warn("gc: a pack no intact index names is kept: it holds live objects (weightfs verify --repair indexes it)", "pack", o.id)
+			continue
+		}
 		if age := now.Sub(at); age < olderThan {
 			env.log.Info("gc: a pack no index names is kept: a writer may be about to index it", "pack", o.id, "age", age.Round(time.Second))
 			continue
@@ -124,6 +128,9 @@ func (c *collector) repackPacks() error {
 		return nil
 	}
 	env := packEnv{be: c.st.be.Backend, packs: packs, records: rec, log: c.log}
+	if l, ok := c.st.be.Backend.(interface{ servesLive(ID) bool }); ok {
+		env.serves = l.servesLive
+	}
 	_, err = sweepOrphanPacks(env, indexes, orphanPackAge)
 	return err
 }

@@ -267,7 +267,9 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 			return fmt.Errorf("repair: %w", err)
 		}
 		rep.QuarantinedObjects = append(rep.QuarantinedObjects, id)
-		rep.Moved = append(rep.Moved, dst)
+		if dst != "" { // "": a packed record cut off, nothing of it to copy
+			rep.Moved = append(rep.Moved, dst)
+		}
 		s.objects.forgetObject(id)
 		s.log.Info("repair: object quarantined", "object", id, "to", dst)
 	}

@@ -96,6 +96,15 @@ func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []Pack
 	}
 	for _, d := range bad {
 		b, err := recordBytes(env, d, ents[d.Pack])
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, fs.ErrNotExist) {
+			// A record cut off (a pack cut short) or gone with its pack: nothing of it to
+			// keep. The repair goes on: the object part mends what it can from intact
+			// copies (a new copy, in a new pack, serves the id), and packsLeft says what
+			// stays damaged.
+			rep.Verify.Notes = append(rep.Verify.Notes, fmt.Sprintf("%s: nothing of the record to copy into quarantine: %v", d.what(), err))
+			r.s.log.Warn("repair: damaged record not copied into quarantine: nothing of it can be read", "object", d.Object, "pack", d.Pack, "err", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}
@@ -147,7 +156,8 @@ func (r *repairer) packsLeft(rep *RepairReport) error {
 
 // quarantineObject moves object id aside (repair.go's applyQuarantine): a loose object's file
 // is moved, a packed object's record is copied (its pack is left to gc, which rewrites it
-// without the record once no version names it).
+// without the record once no version names it). A record cut off (its pack cut short) has
+// nothing to copy: "" and no error.
 func (r *repairer) quarantineObject(q quarantiner, id ID) (string, error) {
 	env := r.c.packEnv()
 	pq, ok := env.be.(packQuarantiner)
@@ -164,6 +174,11 @@ func (r *repairer) quarantineObject(q quarantiner, id ID) (string, error) {
 	for p, es := range ents {
 		if _, ok := pack.Find(es, id); ok {
 			b, err := recordBytes(env, PackDamage{Pack: p, Object: id}, es)
+			if errors.Is(err, ErrCorrupt) {
+				// Cut off: nothing of the record to keep ("": nothing moved).
+				r.s.log.Warn("repair: damaged record not copied into quarantine: nothing of it can be read", "object", id, "pack", p, "err", err)
+				return "", nil
+			}
 			if err != nil {
 				return "", err
 			}
