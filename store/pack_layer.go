@@ -405,7 +405,17 @@ func (p *packedObjects) DeleteObject(id ID) error {
 //
 //lint:ignore U1000 the collector calls it at the end of gc (the repack helper's hook)
 func (p *packedObjects) repack() error {
-	if err := p.SyncObjects(); err != nil {
+	// No write of this process runs beside the rewrite: a record put meanwhile (a writer
+	// storing again an object gc has just deleted) would be dropped with the dead records
+	// of its id (TestGCBesideReaderAndWriter).
+	p.wmu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			p.wmu.Unlock()
+		}
+	}()
+	if err := p.syncLocked(); err != nil {
 		return err
 	}
 	p.mu.RLock()
@@ -423,6 +433,8 @@ func (p *packedObjects) repack() error {
 	if _, err := rewritePacks(env, indexes, func(id ID) bool { return !dead[id] }); err != nil {
 		return err
 	}
+	p.wmu.Unlock() // reload reads the write state under wmu itself
+	locked = false
 	if err := p.reload(); err != nil {
 		return err
 	}

@@ -169,6 +169,11 @@ func (p *packedObjects) finishOpenLocked() error {
 func (p *packedObjects) SyncObjects() error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
+	return p.syncLocked()
+}
+
+// syncLocked is SyncObjects under wmu.
+func (p *packedObjects) syncLocked() error {
 	if err := p.finishOpenLocked(); err != nil {
 		return err
 	}
