@@ -318,8 +318,18 @@ func TestGroupRefusals(t *testing.T) {
 			if err := s.be.DeleteObject(rec.Files[0].Tensors[0].ID); err != nil {
 				t.Fatal(err)
 			}
-			// In packs: the rank's index is gone, so its objects are found nowhere.
+			// In packs: the rank's index and its packs are gone, so its objects are found
+			// nowhere (a pack without its index would still be read from its own table).
 			for _, n := range rec.Indexes {
+				x, err := loadIndex(s.be.records, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range x.Packs {
+					if err := s.be.given.(PackBackend).DeletePack(ID(p.ID)); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if err := s.be.records.DeleteRecord(RecordIndex, n); err != nil {
 					t.Fatal(err)
 				}

@@ -404,7 +404,7 @@ func (p *packedObjects) DeleteObject(id ID) error {
 // repack part), then reloads the indexes.
 //
 //lint:ignore U1000 the collector calls it at the end of gc (the repack helper's hook)
-func (p *packedObjects) repack() error {
+func (p *packedObjects) repack(mayDrop func(ID) bool) error {
 	// No write of this process runs beside the rewrite: a record put meanwhile (a writer
 	// storing again an object gc has just deleted) would be dropped with the dead records
 	// of its id (TestGCBesideReaderAndWriter).
@@ -430,7 +430,7 @@ func (p *packedObjects) repack() error {
 	}
 	p.mu.RUnlock()
 	env := packEnv{be: p.Backend, packs: p.packs, records: p.records, log: p.log, nextSeq: p.nextSeq}
-	if _, err := rewritePacks(env, indexes, func(id ID) bool { return !dead[id] }); err != nil {
+	if _, err := rewritePacks(env, indexes, func(id ID) bool { return !dead[id] || !mayDrop(id) }); err != nil {
 		return err
 	}
 	p.wmu.Unlock() // reload reads the write state under wmu itself
@@ -440,7 +440,9 @@ func (p *packedObjects) repack() error {
 	}
 	p.mu.Lock()
 	for id := range dead {
-		if _, ok := p.loc[id]; !ok {
+		// Gone from every pack, or live after all (a version sealed beside gc uses it: its
+		// record was kept, and a dead mark would hide it from every read).
+		if _, ok := p.loc[id]; !ok || !mayDrop(id) {
 			delete(p.dead, id)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 // packRepacker is the store's pack layer as the collector sees it: repack rewrites the packs
 // holding objects deleted since it last ran (rewritePacks). A backend without packs has none.
-type packRepacker interface{ repack() error }
+type packRepacker interface{ repack(mayDrop func(ID) bool) error }
 
 // packAger is the optional part of a PackBackend that tells when a pack was written (the
 // local backend: the file's modification time). Without it no orphan pack is removed: its
@@ -98,7 +98,14 @@ func sweepOrphanPacks(env packEnv, indexes []namedIndex, olderThan time.Duration
 // index names are swept.
 func (c *collector) repackPacks() error {
 	if r, ok := c.st.be.Backend.(packRepacker); ok {
-		if err := r.repack(); err != nil {
+		// A record is dropped only when its object is dead in the layer AND no kept version,
+		// open writer or writer group needs it now (the sweep's own victims, computed again
+		// here): a dead mark alone lost objects that versions sealed beside gc use.
+		live, err := c.liveNow()
+		if err != nil {
+			return fmt.Errorf("repack: %w", err)
+		}
+		if err := r.repack(func(id ID) bool { return live != nil && !live[id] }); err != nil {
 			return fmt.Errorf("repack: %w", err)
 		}
 	}
@@ -133,4 +140,29 @@ func (c *collector) repackPacks() error {
 	}
 	_, err = sweepOrphanPacks(env, indexes, orphanPackAge)
 	return err
+}
+
+// liveNow is every object a kept version, an open writer or a writer group's unpublished
+// part needs now, with the bases and contexts their chains walk (the sweep's live set,
+// computed again at the end of gc). nil: a group is writing or a manifest is unreadable, and
+// nothing may be dropped.
+func (c *collector) liveNow() (map[ID]bool, error) {
+	numbers, err := c.st.be.ListManifests()
+	if err != nil {
+		return nil, err
+	}
+	roots := map[ID]bool{}
+	for _, v := range numbers {
+		ver, err := c.st.versions.loadVersion(v)
+		if err != nil {
+			return nil, nil
+		}
+		ver.m.roots(roots)
+	}
+	c.st.ingest.pendingRoots(roots)
+	writing, err := c.st.groups.publisher.roots(roots)
+	if err != nil || writing != "" {
+		return nil, err
+	}
+	return c.liveSetWhole(roots, nil)
 }
