@@ -14,7 +14,9 @@ import (
 
 // packRepacker is the store's pack layer as the collector sees it: repack rewrites the packs
 // holding objects deleted since it last ran (rewritePacks). A backend without packs has none.
-type packRepacker interface{ repack(mayDrop func(ID) bool) error }
+type packRepacker interface {
+	repack(mayDrop func(ID) bool) error
+}
 
 // packAger is the optional part of a PackBackend that tells when a pack was written (the
 // local backend: the file's modification time). Without it no orphan pack is removed: its
