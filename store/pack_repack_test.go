@@ -525,7 +525,7 @@ type repackSpy struct {
 	calls int
 }
 
-func (r *repackSpy) repack() error { r.calls++; return nil }
+func (r *repackSpy) repack(func(ID) bool) error { r.calls++; return nil }
 
 // TestGCRepacks: gc ends by the pack layer's repack and the orphan sweep; a damaged index
 // keeps every orphan.
