@@ -35,7 +35,7 @@ func (s *Store) CommitPatch(r io.ReaderAt, size int64, v uint64) (VersionInfo, e
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
 	}
-	p, base, err := s.checkPatch(r, size, v)
+	p, base, err := s.ingest.checkPatch(r, size, v)
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -66,10 +66,11 @@ func patchInputError(err error) error {
 	return err
 }
 
-// checkPatch reads the patch and checks it against the latest version, all of it, before a
+// checkPatch (the ingest part's) reads the patch and checks it against the latest version, all of it, before a
 // writer opens: the format and every index (delta.OpenPatch, Patch.Verify), the versions,
 // every file's base identity, and every changed tensor against the base's header.
-func (s *Store) checkPatch(r io.ReaderAt, size int64, v uint64) (*delta.Patch, *version, error) {
+func (in *ingester) checkPatch(r io.ReaderAt, size int64, v uint64) (*delta.Patch, *version, error) {
+	s := in.st
 	p, err := delta.OpenPatch(r, size)
 	if err != nil {
 		return nil, nil, patchInputError(fmt.Errorf("read the patch: %w", err))
