@@ -18,15 +18,20 @@ import (
 const fixtureV2 = "testdata/v2"
 
 // writeFixtureV2 writes store/testdata/v2 with the current code.
-func writeFixtureV2(t *testing.T) {
-	if _, err := os.Stat(fixtureV2); err == nil {
+func writeFixtureV2(t *testing.T) { writeFixtureOfFormat(t, fixtureV2, 2) }
+
+// writeFixtureOfFormat writes dir, a fixture of store format version format, with the current
+// code: the fixtures' four versions, the store's own files only (format file, objects, packs,
+// indexes, manifests, the gc record). A released fixture is never rewritten: nothing happens
+// when dir exists.
+func writeFixtureOfFormat(t *testing.T, dir string, format uint32) {
+	if _, err := os.Stat(dir); err == nil {
 		return // released: never rewritten
 	}
-	if storeFormatVersion != 2 {
-		t.Fatalf("this program writes store format %d: write a fixture of that version beside v2, never over it", storeFormatVersion)
+	if storeFormatVersion != format {
+		t.Fatalf("this program writes store format %d: write a fixture of that version beside %s, never over it", storeFormatVersion, dir)
 	}
 	tmp := commitFixtureVersions(t)
-	// The store's files only: the format file, objects and manifests.
 	err := filepath.WalkDir(tmp, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -45,10 +50,10 @@ func writeFixtureV2(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := os.MkdirAll(filepath.Join(fixtureV2, filepath.Dir(rel)), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(rel)), 0o755); err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(fixtureV2, rel), b, 0o644)
+		return os.WriteFile(filepath.Join(dir, rel), b, 0o644)
 	})
 	if err != nil {
 		t.Fatal(err)

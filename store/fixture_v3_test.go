@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,41 +19,7 @@ import (
 const fixtureV3 = "testdata/v3"
 
 // writeFixtureV3 writes store/testdata/v3 with the current code.
-func writeFixtureV3(t *testing.T) {
-	if _, err := os.Stat(fixtureV3); err == nil {
-		return // released: never rewritten
-	}
-	if storeFormatVersion != 3 {
-		t.Fatalf("this program writes store format %d: write a fixture of that version beside v3, never over it", storeFormatVersion)
-	}
-	tmp := commitFixtureVersions(t)
-	err := filepath.WalkDir(tmp, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(tmp, p)
-		if e.IsDir() {
-			if rel == "cache" || rel == "tmp" || rel == "pins" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if rel == "lock" {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Join(fixtureV3, filepath.Dir(rel)), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(fixtureV3, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+func writeFixtureV3(t *testing.T) { writeFixtureOfFormat(t, fixtureV3, 3) }
 
 // TestFixtureV3 opens the format version 3 store, checks that its objects are records of
 // packs (no loose object) holding whole objects, deltas of body versions 1 and 2 and
