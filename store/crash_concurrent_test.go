@@ -133,3 +133,35 @@ func checkRead(f File, want []byte, what string, report func(error)) {
 		report(fmt.Errorf("%s: %d bytes read, not the version's", what, n))
 	}
 }
+
+// A reader sees another store's gc re-anchor the kept versions' objects, rewrite their packs
+// and consolidate the indexes: its Verify and its reads must see the store as it is now, not
+// its map of the packs (TestGCBesideReaderAndWriter met this at random).
+func TestReaderAfterGCElsewhere(t *testing.T) {
+	versions := modelVersions(t, 5, 29)
+	s, root := newStore(t, Options{})
+	for i := range versions {
+		commitTree(t, s, uint64(i+1), versions[i])
+	}
+	// The reader has loaded the indexes at open, and opened no pack yet (an open pack would
+	// still read after gc deletes it).
+	r := openStore(t, root, Options{ReadOnly: true})
+	st, err := s.GC(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Dropped) != 3 {
+		t.Fatalf("gc dropped versions %v, want 1, 2 and 3", st.Dropped)
+	}
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.Verify(nil); err != nil {
+		t.Fatalf("the reader's verify after gc elsewhere: %v (%d damaged)", err, len(rep.Damaged))
+	}
+	for v := uint64(4); v <= 5; v++ {
+		for p, want := range versions[v-1] {
+			mustEqualBytes(t, fmt.Sprintf("v%d %s after gc", v, p), readWhole(t, r, v, p), want)
+		}
+	}
+}

@@ -182,6 +182,23 @@ func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, e
 	return deleted, freed, nil
 }
 
+// pendingStored adds to roots the objects open writers hold that are stored. An object a
+// writer holds may not be written yet (it holds before it writes): there is nothing to walk,
+// and it is no victim (the sweep checks the holds again before it deletes).
+func (c *collector) pendingStored(roots map[ID]bool) error {
+	pending := map[ID]bool{}
+	c.st.ingest.pendingRoots(pending)
+	for id := range pending {
+		if _, err := c.st.be.StatObject(id); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		roots[id] = true
+	}
+	return nil
+}
+
 // victim is an object a sweep deletes.
 type victim struct {
 	id   ID
@@ -219,18 +236,8 @@ func (c *collector) sweepVictims(without map[uint64]bool, whole, within map[ID]b
 		// What they need is unknown: nothing is deleted until they are repaired.
 		return nil, fmt.Errorf("versions %v: %w (run weightfs verify --repair %s)", unreadable, errUnreadableManifests, c.st.root)
 	}
-	// Open writers' objects: an object a writer holds may not be written yet (it holds
-	// before it writes): there is nothing to walk, and it is no victim (the sweep checks
-	// the holds again before it deletes).
-	pending := map[ID]bool{}
-	c.st.ingest.pendingRoots(pending)
-	for id := range pending {
-		if _, err := c.st.be.StatObject(id); errors.Is(err, fs.ErrNotExist) {
-			continue
-		} else if err != nil {
-			return nil, err
-		}
-		roots[id] = true
+	if err := c.pendingStored(roots); err != nil {
+		return nil, err
 	}
 	writing, err := c.st.groups.publisher.roots(roots) // parts not yet published (group_publish.go)
 	if err != nil {

@@ -8,6 +8,8 @@ func (o *objectStore) meta(id ID) (objMeta, error) {
 	if m, ok := o.cachedMeta(id); ok {
 		return m, nil
 	}
+	epoch := o.fillEpoch()
+	var found []idMeta // cached at the end, unless gc forgot an object meanwhile
 	type link struct {
 		id ID
 		m  objMeta
@@ -30,7 +32,7 @@ func (o *objectStore) meta(id ID) (objMeta, error) {
 		h := info.hdr
 		m := objMeta{Kind: h.Kind, Width: h.Width, Base: h.Base, ContentLen: h.ContentLen, FileSize: h.fileSize(), DeltaLen: h.DeltaLen}
 		if h.Kind == kindFull {
-			o.putMeta(cur, m)
+			found = append(found, idMeta{cur, m})
 			base = m
 			break
 		}
@@ -47,10 +49,40 @@ func (o *objectStore) meta(id ID) (objMeta, error) {
 		if base.Kind == kindFull {
 			m.Depth, m.ChainBytes = 1, m.DeltaLen
 		}
-		o.putMeta(chain[i].id, m)
+		found = append(found, idMeta{chain[i].id, m})
 		base = m
 	}
+	o.putMetasIf(epoch, found)
 	return base, nil
+}
+
+type idMeta struct {
+	id ID
+	m  objMeta
+}
+
+// putMetasIf is putMeta of metas read from the objects since epoch, unless an object was
+// forgotten since (cacheFill).
+func (o *objectStore) putMetasIf(epoch uint64, metas []idMeta) {
+	var n, all int
+	if !o.cacheFill(epoch, func() {
+		o.metaMu.Lock()
+		defer o.metaMu.Unlock()
+		if o.dirtyMetas == nil {
+			o.dirtyMetas = map[ID]objMeta{}
+		}
+		for _, x := range metas {
+			o.metas[x.id] = x.m
+			o.dirtyMetas[x.id] = x.m
+		}
+		n, all = len(o.dirtyMetas), len(o.metas)
+	}) {
+		return
+	}
+	if n >= 4096 {
+		o.flushMetas()
+	}
+	o.trimMetas(all)
 }
 
 // maxWalk bounds every walk along base links (a damaged store could hold a cycle).
@@ -63,11 +95,15 @@ func (o *objectStore) cachedMeta(id ID) (objMeta, bool) {
 	if ok {
 		return m, true
 	}
+	epoch := o.fillEpoch()
 	if m, ok = o.st.ix.object(id); ok {
-		o.metaMu.Lock()
-		o.metas[id] = m
-		n := len(o.metas)
-		o.metaMu.Unlock()
+		n := 0
+		o.cacheFill(epoch, func() {
+			o.metaMu.Lock()
+			o.metas[id] = m
+			n = len(o.metas)
+			o.metaMu.Unlock()
+		})
 		o.trimMetas(n)
 	}
 	return m, ok
@@ -113,18 +149,48 @@ func (o *objectStore) putMeta(id ID, m objMeta) {
 	o.trimMetas(all)
 }
 
-// forgetMeta drops what is known of id (its representation changed).
+// forgetMeta drops what is known of id (its representation changed). Fills that began
+// before it are not cached (cacheFill), and a flush of metas under way ends first, so the
+// index keeps no old meta of id either.
 func (o *objectStore) forgetMeta(id ID) {
+	o.fillMu.Lock()
+	o.forgets++
 	o.metaMu.Lock()
 	delete(o.metas, id)
 	delete(o.dirtyMetas, id)
 	o.metaMu.Unlock()
 	o.objInfos.remove(id)
 	o.deltas.remove(id)
+	o.fillMu.Unlock()
 	o.st.ix.deleteObjects([]ID{id})
 }
 
+// fillEpoch is taken before an object is read for a cache: cacheFill caches what was read
+// only if no forgetMeta ran since (gc may have rewritten any object in between; a fill that
+// is not cached is read again next time).
+func (o *objectStore) fillEpoch() uint64 {
+	o.fillMu.RLock()
+	defer o.fillMu.RUnlock()
+	return o.forgets
+}
+
+// cacheFill runs add (which caches what was read since epoch) unless an object was forgotten
+// since epoch. It reports whether add ran.
+func (o *objectStore) cacheFill(epoch uint64, add func()) bool {
+	o.fillMu.RLock()
+	defer o.fillMu.RUnlock()
+	if o.forgets != epoch {
+		return false
+	}
+	add()
+	return true
+}
+
 func (o *objectStore) flushMetas() {
+	// Under fillMu: a forgetMeta beside it waits until these are in the index, then deletes
+	// its id from there.
+	o.fillMu.RLock()
+	defer o.fillMu.RUnlock()
 	o.metaMu.Lock()
 	dirty := o.dirtyMetas
 	o.dirtyMetas = nil

@@ -40,6 +40,7 @@ func readFull(r io.ReaderAt, b []byte, off int64) error {
 // openObject opens id, reads and checks its header (which must name id) and, for a full
 // object, its chunk table.
 func (o *objectStore) openObject(id ID) (ObjectFile, *objectInfo, error) {
+	epoch := o.fillEpoch()
 	f, err := o.st.be.OpenObject(id)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -56,7 +57,7 @@ func (o *objectStore) openObject(id ID) (ObjectFile, *objectInfo, error) {
 		f.Close()
 		return nil, nil, err
 	}
-	o.objInfos.add(id, info, int64(64+8*len(info.table.offsets)))
+	o.cacheFill(epoch, func() { o.objInfos.add(id, info, int64(64+8*len(info.table.offsets))) })
 	return f, info, nil
 }
 
@@ -203,6 +204,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 	if d, ok := o.deltas.get(id); ok {
 		return d, nil
 	}
+	epoch := o.fillEpoch()
 	f, info, err := o.openObject(id)
 	if err != nil {
 		return nil, err
@@ -248,7 +250,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 			return nil, err
 		}
 	}
-	o.deltas.add(id, d, int64(len(body))+256)
+	o.cacheFill(epoch, func() { o.deltas.add(id, d, int64(len(body))+256) })
 	if d.context != nil {
 		// Walked again now that d is cached: of two loads of a cycle's sections that ran
 		// at once, each before the other was cached, the later to be cached sees it.

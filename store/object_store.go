@@ -25,6 +25,13 @@ type objectStore struct {
 	metas      map[ID]objMeta // in front of the index's objects bucket
 	dirtyMetas map[ID]objMeta // not yet written to the index
 
+	// fillMu orders the fills of the caches of objects (metas, headers, delta sections, the
+	// index's metas) against forgetMeta: a fill that read an object before gc rewrote it
+	// (object_meta.go, cacheFill) must not land after the rewrite's forget, or the cache
+	// would keep the old representation (a delta whose base gc has deleted) for good.
+	fillMu  sync.RWMutex
+	forgets uint64 // forgetMeta calls so far, under fillMu
+
 	objInfos     *lru[ID, *objectInfo]  // headers and chunk tables (object_reader.go)
 	deltas       *lru[ID, *deltaObject] // loaded delta sections, with their contexts
 	crcChecked   sync.Map               // ID -> true: the object's CRC was verified by this process

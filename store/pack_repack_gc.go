@@ -161,7 +161,9 @@ func (c *collector) liveNow() (map[ID]bool, error) {
 		}
 		ver.m.roots(roots)
 	}
-	c.st.ingest.pendingRoots(roots)
+	if err := c.pendingStored(roots); err != nil {
+		return nil, err
+	}
 	writing, err := c.st.groups.publisher.roots(roots)
 	if err != nil || writing != "" {
 		return nil, err

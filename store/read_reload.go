@@ -12,8 +12,13 @@ package store
 // forgetObjects drops what this process cached of id, the objects down its chain of bases and
 // those of the latest version's object at hint's place (a backward plan's path), as far as
 // the caches know them: nothing is read from the files, and a cycle of bases ends the walk.
-// It returns how many objects it dropped.
+// The pack layer reads the store's pack indexes again: where each object is, is a cache of
+// them too (gc elsewhere may have put a re-anchored record in a new pack, and the old record
+// names a base that is gone). It returns how many objects it dropped.
 func (o *objectStore) forgetObjects(id ID, hint objHint) int {
+	if err := o.st.be.reloadIndexes(); err != nil {
+		o.log.Warn("pack indexes not read again", "err", err)
+	}
 	drop := map[ID]bool{}
 	o.cachedChain(id, drop)
 	if hint.path != "" {

@@ -105,6 +105,11 @@ func (c *checker) verify(progress func(done, total int64)) (VerifyReport, error)
 	var rep VerifyReport
 	prog := &verifyProgress{fn: progress}
 	// Everything is re-read from the backend.
+	// The pack layer's map too: another process's gc may have rewritten the packs and
+	// consolidated the indexes since they were read.
+	if err := s.be.reloadIndexes(); err != nil {
+		return rep, err
+	}
 	s.objects.dropHeaders()
 	s.objects.dropCRCs()
 
