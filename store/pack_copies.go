@@ -65,6 +65,7 @@ func (p *packedObjects) noteDamaged(id ID, loc packLocation, err error) bool {
 	_, known := p.badRecs[k]
 	if !known {
 		p.badRecs[k] = err
+		p.anyBad.Store(true)
 	}
 	_, packChecked := p.packChecked[loc.Pack]
 	p.packChecked[loc.Pack] = true
@@ -75,6 +76,7 @@ func (p *packedObjects) noteDamaged(id ID, loc packLocation, err error) bool {
 		if _, terr := readPackTable(p.packs, loc.Pack); terr != nil && errors.Is(terr, ErrCorrupt) {
 			p.dmgMu.Lock()
 			p.badPacks[loc.Pack] = terr
+			p.anyBad.Store(true)
 			p.dmgMu.Unlock()
 			p.log.Warn("pack damaged: its records are read from the other copies of their objects (weightfs verify --repair)", "pack", loc.Pack, "err", terr)
 		}
@@ -95,6 +97,9 @@ func (p *packedObjects) otherCopy(id ID, loc packLocation) bool {
 
 // knownBad says whether the record at l was found damaged, or its pack.
 func (p *packedObjects) knownBad(l packLocation) bool {
+	if !p.anyBad.Load() {
+		return false // an intact store's reads take no lock here
+	}
 	p.dmgMu.Lock()
 	defer p.dmgMu.Unlock()
 	if _, ok := p.badPacks[l.Pack]; ok {
@@ -198,6 +203,7 @@ func (p *packedObjects) forgetDamage() {
 	p.badPacks = map[ID]error{}
 	p.packChecked = map[ID]bool{}
 	p.fellBack = map[recKey]bool{}
+	p.anyBad.Store(false)
 	p.dmgMu.Unlock()
 	p.files.close()
 }

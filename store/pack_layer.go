@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/weightfs/weightfs/store/pack"
 )
@@ -93,6 +94,7 @@ type packedObjects struct {
 	badPacks    map[ID]error
 	packChecked map[ID]bool
 	fellBack    map[recKey]bool
+	anyBad      atomic.Bool // a record or pack is in badRecs or badPacks
 
 	files *packFiles // open packs for reads
 	// loose makes writes go to the wrapped backend as loose objects (Options.looseObjects, a
