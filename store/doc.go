@@ -23,7 +23,8 @@
 // OpenObject, ListObjects and DeleteObject, while the layer appends objects to packs, writes
 // one pack index (a record of kind RecordIndex) per SyncObjects, finds each packed object
 // through the indexes (package store/pack has the bytes), and serves the loose objects of
-// stores of format 1 and 2 from the backend as before.
+// stores of format 1 and 2 from the backend as before. A packed record that fails a read's
+// checks is passed over for the object's next intact copy (pack_copies.go).
 // This package imports no S3 client.
 //
 // # Processes and locking

@@ -39,26 +39,33 @@ func readFull(r io.ReaderAt, b []byte, off int64) error {
 
 // openObject opens id, reads and checks its header (which must name id) and, for a full
 // object, its chunk table.
+// A packed record that fails is opened again: the pack layer serves another copy of the
+// object when it has an intact one (pack_copies.go).
 func (o *objectStore) openObject(id ID) (ObjectFile, *objectInfo, error) {
-	epoch := o.fillEpoch()
-	f, err := o.st.be.OpenObject(id)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("object %s is missing: %w (%w)", id, ErrCorrupt, err)
+	for try := 0; ; try++ {
+		epoch := o.fillEpoch()
+		f, err := o.st.be.OpenObject(id)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, nil, fmt.Errorf("object %s is missing: %w (%w)", id, ErrCorrupt, err)
+			}
+			return nil, nil, err
 		}
-		return nil, nil, err
+		info, err := readObjectInfo(f)
+		if err == nil && info.hdr.ID != id {
+			err = fmt.Errorf("file holds object %s: %w", info.hdr.ID, ErrCorrupt)
+		}
+		if err != nil {
+			err = recordDamage(f, err)
+			f.Close()
+			if errors.Is(err, errOtherCopy) && try < maxCopyRetries {
+				continue
+			}
+			return nil, nil, objectError(id, err)
+		}
+		o.cacheFill(epoch, func() { o.objInfos.add(id, info, int64(64+8*len(info.table.offsets))) })
+		return f, info, nil
 	}
-	info, err := readObjectInfo(f)
-	if err == nil && info.hdr.ID != id {
-		err = fmt.Errorf("file holds object %s: %w", info.hdr.ID, ErrCorrupt)
-	}
-	if err != nil {
-		err = objectError(id, fmt.Errorf("%w%s", err, objectFileWhere(f)))
-		f.Close()
-		return nil, nil, err
-	}
-	o.cacheFill(epoch, func() { o.objInfos.add(id, info, int64(64+8*len(info.table.offsets))) })
-	return f, info, nil
 }
 
 func readObjectInfo(f ObjectFile) (*objectInfo, error) {
@@ -129,7 +136,7 @@ func checkCRC(f ObjectFile) error {
 		return fmt.Errorf("read object checksum: %w", err)
 	}
 	if want := binary.LittleEndian.Uint32(trailer[:]); crc != want {
-		return fmt.Errorf("CRC-32C %08x, stored %08x%s: %w", crc, want, objectFileWhere(f), ErrCorrupt)
+		return recordDamage(f, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, want, ErrCorrupt))
 	}
 	return nil
 }
@@ -147,6 +154,14 @@ func (o *objectStore) ensureCRC(id ID, f ObjectFile) error {
 	return nil
 }
 
+// forgetCopy drops what was read of id's file (header, delta section, CRC checked): a damaged
+// record of it failed, and another copy serves it now (pack_copies.go).
+func (o *objectStore) forgetCopy(id ID) {
+	o.objInfos.remove(id)
+	o.deltas.remove(id)
+	o.crcChecked.Delete(id)
+}
+
 // readChunk decompresses chunk i of full object id into dst (exactly the chunk's length).
 func (o *objectStore) readChunk(id ID, i int, dst []byte) error {
 	f, info, err := o.openObject(id)
@@ -158,6 +173,11 @@ func (o *objectStore) readChunk(id ID, i int, dst []byte) error {
 		return errStale
 	}
 	if err := o.ensureCRC(id, f); err != nil {
+		if errors.Is(err, errOtherCopy) {
+			// A damaged record: another copy serves the object now (pack_copies.go).
+			o.forgetCopy(id)
+			return o.readChunk(id, i, dst)
+		}
 		return err
 	}
 	if i < 0 || i >= info.table.count() || int64(len(dst)) != info.table.chunkLen(i, info.hdr.ContentLen) {
@@ -222,12 +242,22 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 		}
 		stored := binary.LittleEndian.Uint32(file[len(file)-objectTrailerLen:])
 		if crc := crc32c(file[:len(file)-objectTrailerLen]); crc != stored {
-			return nil, objectError(id, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, stored, ErrCorrupt))
+			err := recordDamage(f, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, stored, ErrCorrupt))
+			if errors.Is(err, errOtherCopy) {
+				// A damaged record: another copy serves the object now (pack_copies.go).
+				o.forgetCopy(id)
+				return o.loadDeltaAt(id, path)
+			}
+			return nil, objectError(id, err)
 		}
 		o.crcChecked.Store(id, true)
 		body = file[hdr.deltaOffset() : hdr.deltaOffset()+hdr.DeltaLen]
 	} else {
 		if err := o.ensureCRC(id, f); err != nil {
+			if errors.Is(err, errOtherCopy) {
+				o.forgetCopy(id)
+				return o.loadDeltaAt(id, path)
+			}
 			return nil, err
 		}
 		body = make([]byte, hdr.DeltaLen)

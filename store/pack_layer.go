@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/weightfs/weightfs/store/pack"
 )
@@ -86,6 +87,15 @@ type packedObjects struct {
 	fbLogged   map[ID]bool
 	damagedIdx map[string]bool
 
+	// dmgMu guards what reads found damaged (pack_copies.go): records and packs, the packs
+	// whose tables were checked against their names, the fallbacks logged.
+	dmgMu       sync.Mutex
+	badRecs     map[recKey]error
+	badPacks    map[ID]error
+	packChecked map[ID]bool
+	fellBack    map[recKey]bool
+	anyBad      atomic.Bool // a record or pack is in badRecs or badPacks
+
 	files *packFiles // open packs for reads
 	// loose makes writes go to the wrapped backend as loose objects (Options.looseObjects, a
 	// test's knob); reads still find packed objects.
@@ -99,8 +109,10 @@ var _ Backend = (*packedObjects)(nil)
 func newPackedObjects(be Backend, packs PackBackend, records Records, log *slog.Logger) (*packedObjects, error) {
 	p := &packedObjects{Backend: be, packs: packs, records: records, log: log,
 		loc: map[ID]packedLoc{}, packNo: map[ID]int32{}, named: map[string]bool{}, dead: map[ID]bool{},
-		fbTables: map[ID]fallbackTable{}, fbLogged: map[ID]bool{}, damagedIdx: map[string]bool{}}
+		fbTables: map[ID]fallbackTable{}, fbLogged: map[ID]bool{}, damagedIdx: map[string]bool{},
+		badRecs: map[recKey]error{}, badPacks: map[ID]error{}, packChecked: map[ID]bool{}, fellBack: map[recKey]bool{}}
 	p.files = newPackFiles(packs, packFilesOpen)
+	p.files.onDamage = p.noteDamaged
 	good, bad, err := loadIndexes(records)
 	if err != nil {
 		return nil, fmt.Errorf("load pack indexes: %w", err)

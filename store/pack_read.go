@@ -44,7 +44,15 @@ func (p *packedObjects) openObject(id ID) (ObjectFile, error) {
 	case ok && open:
 		return p.readOpen(id)
 	case ok:
-		return p.files.section(id, loc)
+		if p.knownBad(loc) {
+			// Found damaged before: another copy, if one is intact (pack_copies.go).
+			return p.openCopy(id, loc, nil)
+		}
+		f, err := p.files.section(id, loc)
+		if errors.Is(err, ErrCorrupt) && p.noteDamaged(id, loc, err) {
+			return p.openCopy(id, loc, err)
+		}
+		return f, err
 	case p.isDead(id):
 		return nil, fmt.Errorf("open object %s: %w", id, fs.ErrNotExist)
 	}
@@ -79,6 +87,9 @@ func (m heldObject) Close() error { return nil }
 type packFiles struct {
 	be  PackBackend
 	max int
+	// onDamage is told of a record that failed a reader's checks (the pack layer's
+	// noteDamaged): it says whether another copy of the object serves it.
+	onDamage func(id ID, loc packLocation, err error) bool
 
 	mu    sync.Mutex
 	open  map[ID]*packFile

@@ -121,6 +121,11 @@ func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []Pack
 // packsChanged tells the store's pack layer that index records and packs changed under it
 // (it reads the indexes again), and drops what the objects part holds of objects' headers.
 func (r *repairer) packsChanged() {
+	if l, ok := r.s.be.Backend.(interface{ forgetDamage() }); ok {
+		// A pack put back under its name is another file now: the pack layer opens it
+		// again, and judges its records again (pack_copies.go).
+		l.forgetDamage()
+	}
 	if l, ok := r.s.be.Backend.(interface{ reload() error }); ok {
 		if err := l.reload(); err != nil {
 			r.s.log.Warn("repair: pack indexes not read again", "err", err)

@@ -402,6 +402,11 @@ func (c *checker) checkObject(id ID) (int, error) {
 	}
 	defer f.Close()
 	if err := checkCRC(f); err != nil {
+		if errors.Is(err, errOtherCopy) {
+			// A damaged record (checkPacks reports it): the object's other copy is checked.
+			s.objects.forgetCopy(id)
+			return c.checkObject(id)
+		}
 		return 0, err
 	}
 	s.objects.noteCRC(id)
