@@ -44,6 +44,9 @@ type patchinRun struct {
 	DaemonCPUS      float64 `json:"daemon_cpu_s"`
 	DaemonCPUIdleS  float64 `json:"daemon_cpu_idle_s"`
 	CheckpointBytes int64   `json:"checkpoint_bytes"`
+	// Split is the patch save's steps: prepare_s (diff and hashes), write_s (the patch
+	// written and fsynced), seal_s (os.replace: the daemon checks and stores it).
+	Split map[string]float64 `json:"split"`
 }
 
 // pythonPackageDir finds python/ (the weightfs package's source) from the working directory up.
@@ -106,7 +109,9 @@ func (b *bench) figPatchIn(ctx context.Context) ([]Row, error) {
 	return []Row{
 		{Figure: "14", Name: "save of v2: PatchWriter through patches/ vs full save (first byte -> seal returns) (" + what + ")",
 			Measured: patch.WallS, Unit: "s", Baseline: full.WallS, BaselineName: "full save through the mount",
-			Goal: ratioAtMost(patchinWallGoal), Detail: detail},
+			Goal: ratioAtMost(patchinWallGoal), Detail: detail,
+			Note: fmt.Sprintf("writer: diff and hashes %.2f s, patch written %.2f s, os.replace (the daemon's seal) %.2f s",
+				patch.Split["prepare_s"], patch.Split["write_s"], patch.Split["seal_s"])},
 		{Figure: "14", Name: "  bytes the trainer writes (/proc/self/io wchar during the save)",
 			Measured: float64(patch.TrainerWchar), Unit: "B", Baseline: float64(full.TrainerWchar), BaselineName: "full save",
 			Goal: ratioAtMost(patchinBytesGoal), Note: fmt.Sprintf("patch %s, full %s", humanBytes(patch.BytesSaved), humanBytes(full.BytesSaved))},

@@ -94,8 +94,12 @@ def main():
     files2, state, extra2, _ = load(v2)
     assert files2 == files, "versions 1 and 2 have other files"
     t0, c0, w0, d0 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)
-    if mode == "patch":
-        n = writer.save(state, extra_files=extra2)
+    split = {}
+    if mode == "patch":  # writer.save, in its steps: diff and hash, write, seal
+        part = writer.prepare(state, extra_files=extra2)
+        split["prepare_s"] = time.perf_counter() - t0
+        n = weightfs.write_patch(mnt, [part], timings=split).size
+        writer.commit(part)
     else:
         n = full_save(mnt, 2, files, state, extra2, writer.metadata)
     t1, c1, w1, d1 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)
@@ -110,7 +114,7 @@ def main():
     size = sum(os.path.getsize(os.path.join(v2, f)) for f in os.listdir(v2))
     print(json.dumps({"mode": mode, "torch": torch is not None, "wall_s": t1 - t0, "trainer_cpu_s": c1 - c0,
                       "trainer_wchar": w1 - w0, "bytes_saved": n, "daemon_cpu_s": d1 - d0,
-                      "daemon_cpu_idle_s": last - d0, "checkpoint_bytes": size}))
+                      "daemon_cpu_idle_s": last - d0, "checkpoint_bytes": size, "split": split}))
 
 
 if __name__ == "__main__":

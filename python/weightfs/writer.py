@@ -33,6 +33,7 @@ failed). See docs/engines.md, "Trainers that already diff".
 import collections
 import hashlib
 import os
+import time
 
 import numpy as np
 
@@ -143,10 +144,11 @@ class Part:
         self._undo, self._apply, self._new_files, self._new_extra = [], [], {}, {}
 
 
-def write_patch(mnt, parts, version=None):
+def write_patch(mnt, parts, version=None, timings=None):
     """Merge the parts (one per writer of the group) into one patch and write it into
     MNT/patches/ (NAME.tmp, fsync, os.replace). Returns a :class:`Written`: its path, its size
-    and its SHA-256.
+    and its SHA-256. timings, a dict, gets the seconds of the write (to fsync's return) and of
+    the os.replace (the mount's seal) as "write_s" and "seal_s".
 
     Raises :class:`PatchRejected` with the mount's reason when the mount refuses it.
     """
@@ -160,6 +162,7 @@ def write_patch(mnt, parts, version=None):
     header, pieces = _patch_bytes(version, base, files, total)
     final = os.path.join(mnt, "patches", version_name(version) + ".safetensors")
     tmp = final + ".tmp"
+    began = time.perf_counter()
     size, sha = len(header), hashlib.sha256(header)
     with open(tmp, "wb", buffering=0) as f:
         f.write(header)
@@ -168,7 +171,7 @@ def write_patch(mnt, parts, version=None):
             sha.update(b)
             size += len(b)
         os.fsync(f.fileno())
-
+    written = time.perf_counter()
     try:
         os.replace(tmp, final)
     except OSError as e:
@@ -183,6 +186,8 @@ def write_patch(mnt, parts, version=None):
         except OSError:
             pass
         raise PatchRejected(e.errno, final, reason) from e
+    if timings is not None:
+        timings.update(write_s=written - began, seal_s=time.perf_counter() - written)
     return Written(final, size, sha.hexdigest())
 
 
