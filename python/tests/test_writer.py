@@ -263,6 +263,19 @@ class WriterTest(unittest.TestCase):
         self.assertFalse(os.path.exists(weightfs.version_dir(a.mnt, 12)))
         self.assertEqual(weightfs.latest(a.mnt), 11)
 
+        # A writer made from the mount's latest version (read through it) goes on with patches.
+        w2 = weightfs.PatchWriter.from_mount(a.mnt)
+        self.assertEqual(w2.version, 11)
+        state12 = next_state(rng, state, 3)
+        n = w2.save(as_torch(state12))
+        self.assertEqual((w2.version, weightfs.latest(a.mnt)), (12, 12))
+        self.assertLess(n, 20000)  # a patch, not the checkpoint
+        for fname, names in SHARDS.items():
+            with open(os.path.join(weightfs.version_dir(a.mnt, 12), fname), "rb") as f:
+                got = f.read()
+            header, laid = encode.safetensors_header([(n, DTYPES[state12[n][0]], state12[n][1]) for n in names], {"format": "pt"})
+            self.assertEqual(got, header + b"".join(state12[x][2].tobytes() for x, _, _, _, _ in laid), fname)
+
     def test_numpy_group(self):
         """Two writers, one shard each (a writer group of two ranks on one node), numpy arrays."""
         ranks = [None, None]

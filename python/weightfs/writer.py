@@ -259,6 +259,41 @@ class PatchWriter:
         self._files = {}  # name -> _File
         self._extra = {}  # name -> bytes of the other files (config.json, ...)
 
+    @classmethod
+    def from_mount(cls, mnt, version=None, **kwargs):
+        """A writer whose snapshot is the mount's latest sealed version (or version), read
+        through the mount: a restarted trainer, or one whose patch was refused because another
+        process sealed a version, goes on with patches instead of a full save. Every file of the
+        version is read once and hashed; the files' layout (which tensors each holds) is the
+        version's own, and files that are not safetensors are the extra files."""
+        from .safetensors import SafetensorsFile
+        from .versions import latest
+        version = latest(mnt) if version is None else version
+        d = version_dir(mnt, version)
+        files, tensors, extra = {}, {}, {}
+        for root, _, names in os.walk(d):
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                rel = os.path.relpath(path, d)
+                with open(path, "rb") as f:
+                    data = f.read()
+                if not name.endswith(".safetensors"):
+                    extra[rel] = data
+                    continue
+                st = SafetensorsFile(path)
+                buf = np.frombuffer(data, dtype=np.uint8)
+                ts = []
+                for t in st.tensors.values():  # data order
+                    raw = buf[st.data_start + t.begin:st.data_start + t.end].view(_NP_INT[t.dtype.width]).copy()
+                    ts.append(_Tensor(t.name, t.dtype, t.shape, raw))
+                h = _Hasher()
+                h.update(data)
+                tensors[rel] = _File(rel, data[:st.data_start], ts, *h.digests())
+                files[rel] = [t.name for t in ts]
+        w = cls(mnt, files=kwargs.pop("files", files), **kwargs)
+        w._files, w._extra, w.version = tensors, extra, version
+        return w
+
     # --- the layout of a state ---
 
     def _layout(self, state):
