@@ -317,7 +317,7 @@ class EncodeTest(unittest.TestCase):
 
     def test_worked_example(self):
         """docs/format.md Part III §2's worked example, written by write_patch's encoder."""
-        from weightfs.writer import _patch_bytes
+        from weightfs.patch_out import _patch_bytes
         f = {"name": "model.safetensors", "whole": None,
              "base_sha256": "255ac236ecd498c4133eb92e040adaa9839aa03b9bd525d2671da5e5963d8490",
              "base_xxh3": "a5e125f92ea14a6badca1f685f0d9042",

@@ -30,16 +30,16 @@ parts (a few MB: only the changes) are gathered to one rank, which calls
 failed). See docs/engines.md, "Trainers that already diff".
 """
 
-import collections
+import concurrent.futures
 import hashlib
 import os
-import time
 
 import numpy as np
 
 from . import encode
+from .patch_out import PatchRejected, Written, WriterError, write_patch
 from .safetensors import DTYPES
-from .versions import version_dir, version_name
+from .versions import version_dir
 
 __all__ = ["PatchWriter", "PatchRejected", "WriterError", "Part", "Written", "write_patch"]
 
@@ -53,19 +53,6 @@ _NP_INT = {1: np.dtype("u1"), 2: np.dtype("<i2"), 4: np.dtype("<i4"), 8: np.dtyp
 _NP_NAME = {np.dtype("bool"): "BOOL", np.dtype("u1"): "U8", np.dtype("i1"): "I8", np.dtype("<u2"): "U16",
             np.dtype("<i2"): "I16", np.dtype("<f2"): "F16", np.dtype("<u4"): "U32", np.dtype("<i4"): "I32",
             np.dtype("<f4"): "F32", np.dtype("<u8"): "U64", np.dtype("<i8"): "I64", np.dtype("<f8"): "F64"}
-
-
-class WriterError(Exception):
-    """The writer cannot write this state (a tensor missing from every file, an unknown dtype)."""
-
-
-class PatchRejected(WriterError, OSError):
-    """The mount refused the patch (EINVAL at os.replace). ``reason`` is the text of
-    ``MNT/patches/weight_vNNNNNN.safetensors.rejected``; nothing was sealed."""
-
-    def __init__(self, errno_, path, reason):
-        OSError.__init__(self, errno_, f"patch refused: {reason}" if reason else os.strerror(errno_), path)
-        self.reason = reason
 
 
 def _is_torch(x):
@@ -118,9 +105,6 @@ def _xxh3(b):
     return xxhash.xxh3_128_hexdigest(b) if xxhash else None
 
 
-Written = collections.namedtuple("Written", "path size sha256")
-
-
 class Part:
     """One writer's share of a version: what changed in its files, ready to be written.
 
@@ -144,98 +128,6 @@ class Part:
         self._undo, self._apply, self._new_files, self._new_extra = [], [], {}, {}
 
 
-def write_patch(mnt, parts, version=None, timings=None):
-    """Merge the parts (one per writer of the group) into one patch and write it into
-    MNT/patches/ (NAME.tmp, fsync, os.replace). Returns a :class:`Written`: its path, its size
-    and its SHA-256. timings, a dict, gets the seconds of the write (to fsync's return) and of
-    the os.replace (the mount's seal) as "write_s" and "seal_s".
-
-    Raises :class:`PatchRejected` with the mount's reason when the mount refuses it.
-    """
-    parts = list(parts)
-    version = parts[0].version if version is None else version
-    base = parts[0].base_version
-    if any(p.version != version or p.base_version != base for p in parts):
-        raise WriterError("the parts are not of one version and one base")
-    files = sorted((f for p in parts for f in p.files), key=lambda f: f["name"].encode("utf-8"))
-    total = sum(p.total_elements for p in parts)
-    header, pieces = _patch_bytes(version, base, files, total)
-    final = os.path.join(mnt, "patches", version_name(version) + ".safetensors")
-    tmp = final + ".tmp"
-    began = time.perf_counter()
-    size, sha = len(header), hashlib.sha256(header)
-    with open(tmp, "wb", buffering=0) as f:
-        f.write(header)
-        for b in pieces:
-            f.write(b)
-            sha.update(b)
-            size += len(b)
-        os.fsync(f.fileno())
-    written = time.perf_counter()
-    try:
-        os.replace(tmp, final)
-    except OSError as e:
-        reason = None
-        try:
-            with open(final + ".rejected") as r:
-                reason = r.read().strip()
-        except OSError:
-            pass
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise PatchRejected(e.errno, final, reason) from e
-    if timings is not None:
-        timings.update(write_s=written - began, seal_s=time.perf_counter() - written)
-    return Written(final, size, sha.hexdigest())
-
-
-def _patch_bytes(version, base, files, total):
-    """The patch's header and its data pieces (docs/format.md Part III §2)."""
-    meta = {"format": "sparse_weight_patch", "version": "1", "sparse": "True", "encoding": "raw",
-            "model_version": str(version), "base_version": str(base)}
-    names, entries, pieces, whole, changed = [], [], [], [], 0
-    for f in files:
-        n = f["name"]
-        if f["base_sha256"]:
-            meta["base_sha256:" + n] = f["base_sha256"]
-        meta["result_sha256:" + n] = f["result_sha256"]
-        if f["result_xxh3"]:
-            if f["base_sha256"]:
-                meta["base_xxh3:" + n] = f["base_xxh3"]
-            meta["result_xxh3:" + n] = f["result_xxh3"]
-        if f["whole"] is not None:
-            whole.append(n)
-            continue
-        params = {}
-        for t in f["tensors"]:
-            p = {"dtype": t["dtype"], "elements": t["elements"]}
-            if t["shape"] is not None:  # the optional shape extension: what the store's render writes
-                p["shape"] = list(t["shape"])
-            if t["xxh3"]:
-                p["xxh3"] = t["xxh3"]
-            params[t["name"]] = p
-            names.append(t["name"])
-            k = len(t["indices"])
-            changed += k
-            iw = t["indices"].dtype.itemsize
-            entries.append((t["name"] + ".indices", "I64" if iw == 8 else "I32", iw, k))
-            entries.append((t["name"] + ".values", t["dtype"], DTYPES[t["dtype"]].width, k))
-            pieces += [memoryview(t["indices"]).cast("B"), memoryview(t["values"]).cast("B")]
-        meta["params:" + n] = encode.go_json(params)
-    for f in files:
-        if f["whole"] is not None:
-            entries.append(("__file__:" + f["name"], "U8", 1, len(f["whole"])))
-            pieces.append(f["whole"])
-    meta.update({"num_changed_params": str(len(names)), "total_changed_elements": str(changed),
-                 "total_elements": str(total), "sparsity": encode.python_float(1 - changed / max(total, 1)),
-                 "changed_params": encode.go_json(names), "files": encode.go_json([f["name"] for f in files]),
-                 "whole_files": encode.go_json(whole)})
-    header, _ = encode.patch_header(meta, entries)
-    return header, pieces
-
-
 class PatchWriter:
     """Writes a trainer's versions into a read-write mount: the first whole, then patches.
 
@@ -244,16 +136,20 @@ class PatchWriter:
     ``{"format": "pt"}``, what save_pretrained writes; None: none). index: write
     ``model.safetensors.index.json`` with the first version, as save_pretrained does (default:
     when the writer has several files; False: never; in a writer group the rank that writes it
-    passes it in ``extra_files``, made by ``weightfs.encode.index_json(weight_map, total_size)``). dtypes: {name: safetensors dtype} for
+    passes it in ``extra_files``, made by ``weightfs.encode.index_json(weight_map, total_size)``).
+    dtypes: {name: safetensors dtype} for
     numpy arrays holding BF16 or F8 bits as integers. device_snapshot: keep a copy of the
     snapshot on the tensors' device too (when it fits: the diff then reads no host memory).
+    threads: how many files are diffed and hashed at once (default: as many as there are cores).
     """
 
-    def __init__(self, mnt, files=None, metadata={"format": "pt"}, index=None, dtypes=None, device_snapshot=False):
+    def __init__(self, mnt, files=None, metadata={"format": "pt"}, index=None, dtypes=None, device_snapshot=False,
+                 threads=None):
         self.mnt, self.metadata, self.dtypes = mnt, metadata, dict(dtypes or {})
         self.files = {k: list(v) for k, v in files.items()} if files else None
         self.index = index
         self.device_snapshot = device_snapshot
+        self.threads = threads  # files diffed and hashed at once (default: one per core)
         self.last_patch = None  # the Written of the last patch save wrote
         self.version = 0  # the last version written
         self._files = {}  # name -> _File
@@ -400,8 +296,12 @@ class PatchWriter:
         layout = self._layout(state)
         part = Part(version, self.version, [], 0)
         try:
-            for fname in sorted(layout):
-                self._prepare_file(part, fname, layout[fname], state)
+            for sub in self._prepare_files(layout, state, version):
+                part.files += sub.files
+                part.total_elements += sub.total_elements
+                part._undo += sub._undo
+                part._apply += sub._apply
+                part._new_files.update(sub._new_files)
             for name, b in sorted((extra_files or {}).items()):
                 b = bytes(b)
                 old = self._extra.get(name)
@@ -419,6 +319,45 @@ class PatchWriter:
             self.rollback(part)
             raise
         return part
+
+    def _prepare_files(self, layout, state, version):
+        """One Part per file, in file order, the files diffed and hashed by up to `threads`
+        threads at once (hashlib, xxhash, numpy and torch release the GIL on large buffers)."""
+        names = sorted(layout)
+
+        def one(fname):
+            sub = Part(version, self.version, [], 0)
+            try:
+                self._prepare_file(sub, fname, layout[fname], state)
+            except BaseException:
+                self.rollback(sub)
+                raise
+            return sub
+
+        workers = min(len(names), self.threads or os.cpu_count() or 1)
+        if workers <= 1:
+            subs = []
+            try:
+                for f in names:
+                    subs.append(one(f))
+            except BaseException:
+                for sub in subs:
+                    self.rollback(sub)
+                raise
+            return subs
+        with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+            futures = [ex.submit(one, f) for f in names]
+            subs, err = [], None
+            for fu in futures:
+                try:
+                    subs.append(fu.result())
+                except BaseException as e:
+                    err = err or e
+        if err is not None:
+            for sub in subs:
+                self.rollback(sub)
+            raise err
+        return subs
 
     def _prepare_file(self, part, fname, names, state):
         old = self._files.get(fname)
