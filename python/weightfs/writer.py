@@ -10,8 +10,9 @@ which seals version N on the read-write mount (Part III §5, "Writing a patch in
 patch's bytes cross into the mount.
 
 The snapshot lives in host memory (pinned when torch has CUDA, so the changed elements come
-back at full speed), and, with ``device_snapshot=True``, also on the tensors' device, where the
-diff then reads it without a host-to-device copy. The host copy is the result's bytes: the
+back at full speed), and, when it fits (``device_snapshot="auto"``, the default: the tensors on
+the GPU take at most a third of its free memory) or when asked (``True``), also on the
+tensors' device, where the diff then reads it without a host-to-device copy. The host copy is the result's bytes: the
 file SHA-256 and xxh3-128 every patch records are hashed from it, with each changed tensor's
 xxh3-128. A refused patch changes nothing here: the snapshot keeps the base.
 
@@ -139,16 +140,18 @@ class PatchWriter:
     passes it in ``extra_files``, made by ``weightfs.encode.index_json(weight_map, total_size)``).
     dtypes: {name: safetensors dtype} for
     numpy arrays holding BF16 or F8 bits as integers. device_snapshot: keep a copy of the
-    snapshot on the tensors' device too (when it fits: the diff then reads no host memory).
+    snapshot on the tensors' device too, so the diff reads no host memory: "auto" (when the
+    device tensors take at most a third of the GPU's free memory at the first save), True or False.
     threads: how many files are diffed and hashed at once (default: as many as there are cores).
     """
 
-    def __init__(self, mnt, files=None, metadata={"format": "pt"}, index=None, dtypes=None, device_snapshot=False,
+    def __init__(self, mnt, files=None, metadata={"format": "pt"}, index=None, dtypes=None, device_snapshot="auto",
                  threads=None):
         self.mnt, self.metadata, self.dtypes = mnt, metadata, dict(dtypes or {})
         self.files = {k: list(v) for k, v in files.items()} if files else None
         self.index = index
         self.device_snapshot = device_snapshot
+        self._on_device = False  # decided at the first save (_device_fits)
         self.threads = threads  # files diffed and hashed at once (default: one per core)
         self.last_patch = None  # the Written of the last patch save wrote
         self.version = 0  # the last version written
@@ -247,6 +250,7 @@ class PatchWriter:
         seal=False leaves DONE to another writer of the group (the last one to finish)."""
         version = self.version + 1 if version is None else version
         layout = self._layout(state)
+        self._on_device = self._device_fits(state)
         d = version_dir(self.mnt, version)
         os.makedirs(d, exist_ok=True)
         written, files = 0, {}
@@ -282,8 +286,21 @@ class PatchWriter:
         self._files, self._extra, self.version = files, {k: bytes(v) for k, v in extra.items()}, version
         return written
 
+    def _device_fits(self, state):
+        """Whether the snapshot goes on the device too: device_snapshot, or for "auto" whether
+        the state's device tensors take at most a third of the device's free memory (the copy,
+        and room for the diff's masks and indices)."""
+        if self.device_snapshot != "auto":
+            return bool(self.device_snapshot)
+        on = [x for x in state.values() if _is_torch(x) and x.device.type == "cuda"]
+        if not on:
+            return False
+        import torch
+        free, _ = torch.cuda.mem_get_info(on[0].device)
+        return 3 * sum(x.numel() * x.element_size() for x in on) <= free
+
     def _keep_on_device(self, t, x):
-        if self.device_snapshot and _is_torch(x) and x.device.type != "cpu":
+        if self._on_device and _is_torch(x) and x.device.type != "cpu":
             t.device = self._flat_int(x, t.dt).clone()
 
     def prepare(self, state, version=None, extra_files=None):
