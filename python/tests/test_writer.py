@@ -302,6 +302,39 @@ class WriterTest(unittest.TestCase):
         self.both_ways(save)
 
 
+class DiffPathsTest(unittest.TestCase):
+    """The torch diff (on CUDA when there is one, else the CPU) against the numpy diff, without a
+    mount (the first version goes into a plain directory): the same parts, byte for byte."""
+
+    def test_torch_against_numpy(self):
+        if torch is None:
+            self.skipTest("torch is not installed")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        rng = np.random.default_rng(3)
+        states = [first_state(rng)]
+        for v in range(2, 5):
+            states.append(next_state(rng, states[-1], v))
+        dtypes = {n: "BF16" for n, d in DT.items() if d == "BF16"}
+        for snap in (False, True):
+            root = tempfile.mkdtemp(dir=fixtures.tmpdir())
+            wt = weightfs.PatchWriter(os.path.join(root, "t"), files=SHARDS, device_snapshot=snap)
+            wn = weightfs.PatchWriter(os.path.join(root, "n"), files=SHARDS, dtypes=dtypes)
+            wt.save_whole({n: x.to(device) for n, x in as_torch(states[0]).items()})
+            wn.save_whole(as_numpy(states[0]))
+            for v, st in enumerate(states[1:], 2):
+                pt = wt.prepare({n: x.to(device) for n, x in as_torch(st).items()})
+                pn = wn.prepare(as_numpy(st))
+                self.assertEqual(pickle.dumps(pt.files), pickle.dumps(pn.files), f"v{v}, device_snapshot={snap}")
+                self.assertEqual(pt.total_elements, pn.total_elements)
+                wt.commit(pt)
+                wn.commit(pn)
+            # A rollback puts the snapshot back: preparing the last state again gives nothing.
+            p = wt.prepare({n: x.to(device) for n, x in as_torch(next_state(rng, states[-1], 5)).items()})
+            self.assertTrue(p.files)
+            wt.rollback(p)
+            self.assertEqual(wt.prepare({n: x.to(device) for n, x in as_torch(states[-1]).items()}).files, [])
+
+
 class EncodeTest(unittest.TestCase):
     def test_save_file_header(self):
         """The header safetensors' save_file writes for these tensors: sorted by dtype, widest
