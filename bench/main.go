@@ -196,6 +196,8 @@ func (b *bench) runFigure(ctx context.Context, fig string) {
 		rows, err = b.figHash(ctx)
 	case "moe":
 		rows, err = b.figMoE(ctx)
+	case "patchin":
+		rows, err = b.figPatchIn(ctx)
 	default:
 		err = fmt.Errorf("no figure %q", fig)
 	}

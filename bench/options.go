@@ -15,8 +15,9 @@ import (
 // "tensors" is figure 11 (100,000 tensors against 10,000: issue 29 item 5); "hash" is figure
 // 12 (BLAKE3 against today's two SHA-256 streams: issue 30); "moe" is figure 13 (a
 // mixture-of-experts checkpoint against a dense one of the same bytes: issue 29's costs per
-// version).
-var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group", "tensors", "hash", "moe"}
+// version); "patchin" is figure 14 (a version saved by the Python writer through patches/
+// against a full save: issue 31).
+var figureNames = []string{"kernel", "delta", "reads", "ingest", "memory", "apply", "history", "sync", "group", "tensors", "hash", "moe", "patchin"}
 
 // figureAliases maps the issue's figure numbers and other spellings to names.
 var figureAliases = map[string]string{
@@ -26,6 +27,7 @@ var figureAliases = map[string]string{
 	"11": "tensors", "tensor": "tensors", "count": "tensors",
 	"12": "hash", "blake3": "hash",
 	"13": "moe", "experts": "moe", "mixture": "moe",
+	"14": "patchin", "patch-in": "patchin", "writer": "patchin",
 }
 
 // parseOnly parses -only: a comma-separated list of figure names or numbers ("" or "all":
@@ -42,7 +44,7 @@ func parseOnly(s string) ([]string, error) {
 			name = alias
 		}
 		if !slices.Contains(figureNames, name) {
-			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-13)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
+			return nil, fmt.Errorf("-only: unknown figure %q (have %s, or the numbers 1-14)", strings.TrimSpace(part), strings.Join(figureNames, ", "))
 		}
 		want[name] = true
 	}
@@ -97,7 +99,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, usageText)
 		fl.PrintDefaults()
 	}
-	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-13)")
+	only := fl.String("only", "all", "figures to run, comma-separated: "+strings.Join(figureNames, ", ")+" (or 1-14)")
 	fl.StringVar(&o.Out, "out", "", "write the results as JSON to this file")
 	fl.StringVar(&o.Markdown, "md", "", "also write the table as Markdown to this file")
 	fl.BoolVar(&o.Quick, "quick", false, "scale every size down for a check in a minute or two (not the issue's figures)")
@@ -193,6 +195,8 @@ func (s sizes) diskNeed(figure string) int64 {
 		return 1 * giB
 	case "moe":
 		return 8 * s.MoEBytes
+	case "patchin":
+		return 6 * s.IngestBytes
 	}
 	return 0
 }

@@ -27,7 +27,8 @@ func TestParseOnly(t *testing.T) {
 		{"11", []string{"tensors"}, false},
 		{"12", []string{"hash"}, false},
 		{"13", []string{"moe"}, false},
-		{"14", nil, true},
+		{"14", []string{"patchin"}, false},
+		{"15", nil, true},
 	}
 	for _, tc := range tests {
 		got, err := parseOnly(tc.in)

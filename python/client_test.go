@@ -18,7 +18,9 @@ const python = "/usr/bin/python3"
 // setuptools) into a temporary directory, builds weightfs and weightfs-gen, and runs
 // `python3 -m unittest discover python/tests` against the installed package: patch round
 // trips on generated RL checkpoints (numpy and torch), refusals of damaged patches and of
-// mismatched tensors, per-tensor digests, and the vLLM conversion.
+// mismatched tensors, per-tensor digests, the vLLM conversion, and the trainer-side writer
+// (test_writer.py: 10 versions through patches/ of a real read-write mount against a full save
+// into another, which needs /dev/fuse; without it those tests skip).
 func TestPythonClient(t *testing.T) {
 	if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
 		t.Skipf("skipping: %s with numpy is not available (%v); install python3-numpy (make deps)", python, err)

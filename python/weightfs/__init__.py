@@ -13,6 +13,9 @@
   sharded coordinates).
 - :class:`Follower` follows a mount's latest version for an engine holding its weights in
   memory: one catch-up patch per update, a full update only when no patch can exist.
+- :class:`PatchWriter` is the trainer's side: it writes the first version whole into a
+  read-write mount and every later one as a patch into ``MNT/patches/``, diffing the
+  ``state_dict`` against the last version bytewise on the tensors' own device.
 - :mod:`weightfs.safetensors` reads safetensors strictly, without the safetensors package.
 
 numpy and xxhash (every apply is checked unless verify=False) are required; torch and vLLM are
@@ -23,6 +26,7 @@ from .patch import (ApplyError, ApplyResult, DigestMismatch, DigestUnavailable, 
                     PatchError, PatchTensor, UnsupportedPatch)
 from .follow import Follower, Update, catchup_patch_path
 from .safetensors import MalformedFile, SafetensorsFile, checkpoint_shapes, read_header
+from .writer import Part, PatchRejected, PatchWriter, WriterError, write_patch
 from .versions import latest, patch_path, version_dir, version_name
 
 __version__ = "0.1.0"
@@ -30,4 +34,5 @@ __version__ = "0.1.0"
 __all__ = ["Patch", "PatchTensor", "ApplyResult", "PatchError", "MalformedPatch", "UnsupportedPatch",
            "ApplyError", "DigestMismatch", "DigestUnavailable", "MalformedFile", "SafetensorsFile",
            "read_header", "checkpoint_shapes", "latest", "patch_path", "version_dir", "version_name",
-           "Follower", "Update", "catchup_patch_path"]
+           "Follower", "Update", "catchup_patch_path", "PatchWriter", "PatchRejected", "WriterError", "Part",
+           "write_patch"]

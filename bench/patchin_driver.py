@@ -1,0 +1,121 @@
+"""Figure 14's trainer (bench/fig_patchin.go): one process, one mount, one mode.
+
+    python3 patchin_driver.py MODE MNT DAEMON_PID SRC_V1 SRC_V2
+
+Loads version 1 (gen's files) as a state_dict (torch tensors when torch is installed, numpy
+arrays otherwise), writes it whole through the mount with weightfs.PatchWriter (not measured),
+loads version 2, then measures the save of version 2: MODE "patch" is the writer's save (diff
+against its snapshot, the patch into MNT/patches/, os.replace seals it); MODE "full" is a
+plain full save of the same weights (each file's save_file header and every tensor's bytes
+written in order into MNT/weight_v000002/, then DONE's close seals it). Prints one JSON object:
+wall seconds of the save (to the seal's return), this process's CPU seconds and the bytes it
+wrote (/proc/self/io wchar), the daemon's CPU seconds to the seal's return and until it is idle.
+"""
+
+import json
+import os
+import sys
+import time
+
+import weightfs
+from weightfs import encode
+from weightfs.safetensors import SafetensorsFile
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def daemon_cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        s = f.read()
+    rest = s[s.rindex(")") + 2:].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wchar():
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    return 0
+
+
+def load(src):
+    """(files {name: [tensors]}, state, other files {name: bytes}, dtypes for numpy)."""
+    files, state, extra, dtypes = {}, {}, {}, {}
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if not name.endswith(".safetensors"):
+            with open(path, "rb") as f:
+                extra[name] = f.read()
+            continue
+        st = SafetensorsFile(path)
+        files[name] = list(st.tensors)
+        if torch is not None:
+            state.update(st.torch_dict())
+        else:
+            state.update(st.numpy_dict())
+            dtypes.update({n: t.dtype.name for n, t in st.tensors.items() if t.dtype.numpy is None})
+    return files, state, extra, dtypes
+
+
+def full_save(mnt, v, files, state, extra, metadata):
+    """What save_pretrained does through the mount: every file whole, in save_file's layout."""
+    d = weightfs.version_dir(mnt, v)
+    os.makedirs(d)
+    w = weightfs.PatchWriter(mnt, files=files)
+    written = 0
+    for fname, names in sorted(files.items()):
+        header, laid = encode.safetensors_header([w._describe(n, state[n]) for n in names], metadata)
+        with open(os.path.join(d, fname), "wb", buffering=0) as f:
+            f.write(header)
+            for n, dt, _, _, _ in laid:
+                x = w._flat_int(state[n], dt)
+                b = memoryview((x.numpy() if torch is not None and isinstance(x, torch.Tensor) else x)).cast("B")
+                f.write(b)
+                written += len(b)
+            written += len(header)
+    for name, b in extra.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(b)
+        written += len(b)
+    open(os.path.join(d, "DONE"), "wb").close()
+    return written
+
+
+def main():
+    mode, mnt, pid, v1, v2 = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    files, state, extra, dtypes = load(v1)
+    writer = weightfs.PatchWriter(mnt, files=files, dtypes=dtypes, index=False)
+    writer.save(state, extra_files=extra)  # version 1, whole: sets the stage
+    del state
+    files2, state, extra2, _ = load(v2)
+    assert files2 == files, "versions 1 and 2 have other files"
+    t0, c0, w0, d0 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)
+    split = {}
+    if mode == "patch":  # writer.save, in its steps: diff and hash, write, seal
+        part = writer.prepare(state, extra_files=extra2)
+        split["prepare_s"] = time.perf_counter() - t0
+        n = weightfs.write_patch(mnt, [part], timings=split).size
+        writer.commit(part)
+    else:
+        n = full_save(mnt, 2, files, state, extra2, writer.metadata)
+    t1, c1, w1, d1 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)
+    # The daemon's CPU until it is idle (0.5 s without a clock tick), at most two minutes.
+    last, quiet = d1, time.perf_counter()
+    while time.perf_counter() - quiet < 0.5 and time.perf_counter() - t1 < 120:
+        time.sleep(0.1)
+        now = daemon_cpu(pid)
+        if now - last > 0.011:
+            last, quiet = now, time.perf_counter()
+    assert weightfs.latest(mnt) == 2, f"latest is {weightfs.latest(mnt)} after the save"
+    size = sum(os.path.getsize(os.path.join(v2, f)) for f in os.listdir(v2))
+    print(json.dumps({"mode": mode, "torch": torch is not None, "wall_s": t1 - t0, "trainer_cpu_s": c1 - c0,
+                      "trainer_wchar": w1 - w0, "bytes_saved": n, "daemon_cpu_s": d1 - d0,
+                      "daemon_cpu_idle_s": last - d0, "checkpoint_bytes": size, "split": split}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Bytes as weightfs and safetensors write them: headers, the patch's metadata, the index.
+
+Two header layouts, both padded with spaces to a multiple of 8 (docs/format.md Part III §1):
+
+- :func:`safetensors_header` is what safetensors' ``save_file`` (and so transformers'
+  ``save_pretrained``) writes: ``__metadata__`` first, then the tensors sorted by dtype,
+  widest first in safetensors' own order of dtypes, then by name, laid out in that order. A
+  metadata of one key (``{"format": "pt"}``, what ``save_pretrained`` gives) is written as
+  safetensors writes it; with several keys safetensors' order is a Rust ``HashMap``'s, so
+  ours (sorted) may differ from a given run of theirs.
+- :func:`patch_header` is ``delta.EncodeHeader`` of the patch (docs/format.md Part III §2):
+  ``__metadata__`` first with sorted keys, then the entries in the given order.
+
+Strings are JSON-escaped as Go's ``encoding/json`` without HTML escaping does (what the store
+writes); names and metadata of real checkpoints are plain ASCII, where every writer agrees.
+"""
+
+import json
+import struct
+
+__all__ = ["json_string", "safetensors_header", "patch_header", "index_json", "python_float"]
+
+# safetensors' Dtype enum order (safetensors/src/tensor.rs); save_file sorts widest (last) first.
+_ST_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32",
+             "F32", "F64", "I64", "U64"]
+_SHORT = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def json_string(s, go=True):
+    """s as a JSON string: Go's encoding (go=True: U+2028/U+2029 escaped too) or serde_json's."""
+    out = ['"']
+    for ch in s:
+        if ch in _SHORT:
+            out.append(_SHORT[ch])
+        elif ord(ch) < 0x20 or (go and ch in "\u2028\u2029"):
+            out.append("\\u%04x" % ord(ch))
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _meta(meta, go):
+    return '"__metadata__":{' + ",".join(json_string(k, go) + ":" + json_string(meta[k], go) for k in sorted(meta)) + "}"
+
+
+def _entry(name, dtype, shape, begin, end, go):
+    return (json_string(name, go) + ':{"dtype":"' + dtype + '","shape":[' + ",".join(str(int(d)) for d in shape)
+            + '],"data_offsets":[' + str(begin) + "," + str(end) + "]}")
+
+
+def _finish(parts):
+    js = ("{" + ",".join(parts) + "}").encode("utf-8")
+    js += b" " * (-len(js) % 8)
+    return struct.pack("<Q", len(js)) + js
+
+
+def safetensors_order(tensors):
+    """tensors (name, DType, shape) in the order save_file lays them out."""
+    return sorted(tensors, key=lambda t: (-_ST_ORDER.index(t[1].name), t[0]))
+
+
+def safetensors_header(tensors, metadata=None):
+    """(header bytes, [(name, DType, shape, begin, end)] in data order) of a file save_file writes.
+
+    tensors is [(name, DType, shape)] in any order.
+    """
+    parts = [] if metadata is None else [_meta(metadata, go=False)]
+    laid, off = [], 0
+    for name, dt, shape in safetensors_order(tensors):
+        n = 1
+        for d in shape:
+            n *= int(d)
+        laid.append((name, dt, tuple(int(d) for d in shape), off, off + n * dt.width))
+        parts.append(_entry(name, dt.name, shape, off, off + n * dt.width, go=False))
+        off += n * dt.width
+    return _finish(parts), laid
+
+
+def patch_header(meta, entries):
+    """delta.EncodeHeader(meta, entries): entries is [(name, dtype name, length)], 1-D, in data
+    order. Returns (header bytes, [(begin, end)])."""
+    parts = [_meta(meta, go=True)]
+    offs, off = [], 0
+    for name, dtype, width, n in entries:
+        parts.append(_entry(name, dtype, [n], off, off + n * width, go=True))
+        offs.append((off, off + n * width))
+        off += n * width
+    return _finish(parts), offs
+
+
+def go_json(v):
+    """v (lists, dicts, str, int) as Go's json.Marshal writes it: compact, map keys sorted."""
+    if isinstance(v, dict):
+        return "{" + ",".join(json_string(k) + ":" + go_json(v[k]) for k in sorted(v)) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(go_json(x) for x in v) + "]"
+    if isinstance(v, str):
+        return json_string(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(int(v))
+
+
+def python_float(v):
+    """str(float): what the patch's sparsity is written as (Go's pythonFloat agrees)."""
+    return str(float(v))
+
+
+def index_json(weight_map, total_size):
+    """model.safetensors.index.json as transformers' save_pretrained writes it."""
+    index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
+    return (json.dumps(index, indent=2, sort_keys=True) + "\n").encode("utf-8")

@@ -1,0 +1,129 @@
+"""The patch a writer writes: one file of docs/format.md Part III §2 from the parts of a version.
+
+:func:`write_patch` merges the parts (:class:`weightfs.writer.Part`, one per writer of a group)
+into one patch, in the store's own layout (the files by path; each file's changed tensors in
+data order, their ``.indices`` and ``.values``; the files carried whole after them;
+``__metadata__`` with sorted keys, compact JSON as Go writes it), writes it as
+``MNT/patches/weight_vNNNNNN.safetensors.tmp``, fsyncs it and ``os.replace``s it onto its name:
+the mount seals the version or refuses it with EINVAL, and then :class:`PatchRejected` carries
+the mount's reason (``.rejected``).
+"""
+
+import collections
+import hashlib
+import os
+import time
+
+from . import encode
+from .safetensors import DTYPES
+from .versions import version_name
+
+__all__ = ["WriterError", "PatchRejected", "Written", "write_patch"]
+
+
+class WriterError(Exception):
+    """The writer cannot write this state (a tensor missing from every file, an unknown dtype)."""
+
+
+class PatchRejected(WriterError, OSError):
+    """The mount refused the patch (EINVAL at os.replace). ``reason`` is the text of
+    ``MNT/patches/weight_vNNNNNN.safetensors.rejected``; nothing was sealed."""
+
+    def __init__(self, errno_, path, reason):
+        OSError.__init__(self, errno_, f"patch refused: {reason}" if reason else os.strerror(errno_), path)
+        self.reason = reason
+
+
+Written = collections.namedtuple("Written", "path size sha256")
+
+
+def write_patch(mnt, parts, version=None, timings=None):
+    """Merge the parts (one per writer of the group) into one patch and write it into
+    MNT/patches/ (NAME.tmp, fsync, os.replace). Returns a :class:`Written`: its path, its size
+    and its SHA-256. timings, a dict, gets the seconds of the write (to fsync's return) and of
+    the os.replace (the mount's seal) as "write_s" and "seal_s".
+
+    Raises :class:`PatchRejected` with the mount's reason when the mount refuses it.
+    """
+    parts = list(parts)
+    version = parts[0].version if version is None else version
+    base = parts[0].base_version
+    if any(p.version != version or p.base_version != base for p in parts):
+        raise WriterError("the parts are not of one version and one base")
+    files = sorted((f for p in parts for f in p.files), key=lambda f: f["name"].encode("utf-8"))
+    total = sum(p.total_elements for p in parts)
+    header, pieces = _patch_bytes(version, base, files, total)
+    final = os.path.join(mnt, "patches", version_name(version) + ".safetensors")
+    tmp = final + ".tmp"
+    began = time.perf_counter()
+    size, sha = len(header), hashlib.sha256(header)
+    with open(tmp, "wb", buffering=0) as f:
+        f.write(header)
+        for b in pieces:
+            f.write(b)
+            sha.update(b)
+            size += len(b)
+        os.fsync(f.fileno())
+    written = time.perf_counter()
+    try:
+        os.replace(tmp, final)
+    except OSError as e:
+        reason = None
+        try:
+            with open(final + ".rejected") as r:
+                reason = r.read().strip()
+        except OSError:
+            pass
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise PatchRejected(e.errno, final, reason) from e
+    if timings is not None:
+        timings.update(write_s=written - began, seal_s=time.perf_counter() - written)
+    return Written(final, size, sha.hexdigest())
+
+
+def _patch_bytes(version, base, files, total):
+    """The patch's header and its data pieces (docs/format.md Part III §2)."""
+    meta = {"format": "sparse_weight_patch", "version": "1", "sparse": "True", "encoding": "raw",
+            "model_version": str(version), "base_version": str(base)}
+    names, entries, pieces, whole, changed = [], [], [], [], 0
+    for f in files:
+        n = f["name"]
+        if f["base_sha256"]:
+            meta["base_sha256:" + n] = f["base_sha256"]
+        meta["result_sha256:" + n] = f["result_sha256"]
+        if f["result_xxh3"]:
+            if f["base_sha256"]:
+                meta["base_xxh3:" + n] = f["base_xxh3"]
+            meta["result_xxh3:" + n] = f["result_xxh3"]
+        if f["whole"] is not None:
+            whole.append(n)
+            continue
+        params = {}
+        for t in f["tensors"]:
+            p = {"dtype": t["dtype"], "elements": t["elements"]}
+            if t["shape"] is not None:  # the optional shape extension: what the store's render writes
+                p["shape"] = list(t["shape"])
+            if t["xxh3"]:
+                p["xxh3"] = t["xxh3"]
+            params[t["name"]] = p
+            names.append(t["name"])
+            k = len(t["indices"])
+            changed += k
+            iw = t["indices"].dtype.itemsize
+            entries.append((t["name"] + ".indices", "I64" if iw == 8 else "I32", iw, k))
+            entries.append((t["name"] + ".values", t["dtype"], DTYPES[t["dtype"]].width, k))
+            pieces += [memoryview(t["indices"]).cast("B"), memoryview(t["values"]).cast("B")]
+        meta["params:" + n] = encode.go_json(params)
+    for f in files:
+        if f["whole"] is not None:
+            entries.append(("__file__:" + f["name"], "U8", 1, len(f["whole"])))
+            pieces.append(f["whole"])
+    meta.update({"num_changed_params": str(len(names)), "total_changed_elements": str(changed),
+                 "total_elements": str(total), "sparsity": encode.python_float(1 - changed / max(total, 1)),
+                 "changed_params": encode.go_json(names), "files": encode.go_json([f["name"] for f in files]),
+                 "whole_files": encode.go_json(whole)})
+    header, _ = encode.patch_header(meta, entries)
+    return header, pieces
