@@ -241,16 +241,16 @@ func TestCommitSlimeDeltaRefusals(t *testing.T) {
 		want  string
 	}{
 		"another version's name": {send(delta.SlimeOverwrite, t2), 3, "its version is 000002, its directory says 3"},
-		"base not the latest": {slimeSend(t, 3, delta.SlimeXOR, t1, t2, [][]string{{"a"}}), 3, "base_version is 000002, the latest version is 1"},
-		"xxh3 mismatch": {with(send(delta.SlimeXOR, t2), delta.SlimeIndexName, nil), 2, ""}, // replaced below
+		"base not the latest":    {slimeSend(t, 3, delta.SlimeXOR, t1, t2, [][]string{{"a"}}), 3, "base_version is 000002, the latest version is 1"},
+		"xxh3 mismatch":          {with(send(delta.SlimeXOR, t2), delta.SlimeIndexName, nil), 2, ""}, // replaced below
 		"a tensor the base lacks": {slimeSend(t, 2, delta.SlimeOverwrite, map[string][]byte{"zz": t1["a"]}, map[string][]byte{"zz": t2["a"]}, [][]string{{"zz"}}), 2,
 			"tensor zz: version 1 has no such tensor"},
 		"another size (xor)": {slimeSend(t, 2, delta.SlimeXOR, map[string][]byte{"a": t1["a"][:100]}, map[string][]byte{"a": t2["a"][:100]}, [][]string{{"a"}}), 2,
 			"xor frame holds 100 bytes, the tensor has 80000"},
 		"positions outside the tensor": {slimeSend(t, 2, delta.SlimeOverwrite, map[string][]byte{"o": append(bytes.Clone(t1["o"]), 0, 0)},
 			map[string][]byte{"o": append(bytes.Clone(t1["o"]), 1, 1)}, [][]string{{"o"}}), 2, "not ascending within 20000 bytes"},
-		"truncated shard": {nil, 2, "shard model-00000-of-00001.safetensors"},
-		"missing shard":   {nil, 2, "the directory has no such file"},
+		"truncated shard":  {nil, 2, "shard model-00000-of-00001.safetensors"},
+		"missing shard":    {nil, 2, "the directory has no such file"},
 		"unknown encoding": {nil, 2, "delta_encoding"},
 	}
 	good := send(delta.SlimeOverwrite, t2)
