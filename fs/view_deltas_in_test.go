@@ -169,7 +169,7 @@ func TestSlimeDeltaIn(t *testing.T) {
 	tensors[2] = step(tensors[1], 7, 8000, 9)
 	checkpoint := func(ts map[string][]byte) map[string][]byte {
 		return map[string][]byte{
-			"model.safetensors": viewSafetensors(t, viewTensor{"w", []int64{4096}, ts["w"]}, viewTensor{"norm", []int64{32}, ts["norm"]}),
+			"model.safetensors":   viewSafetensors(t, viewTensor{"w", []int64{4096}, ts["w"]}, viewTensor{"norm", []int64{32}, ts["norm"]}),
 			"lm/head.safetensors": viewSafetensors(t, viewTensor{"head", []int64{1024}, ts["head"]}),
 			"config.json":         []byte(`{"step": 0}`),
 		}

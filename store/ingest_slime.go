@@ -58,6 +58,7 @@ func (s *Store) CommitSlimeDelta(index []byte, open SlimeShardOpener, v uint64) 
 // slimeTensorChange is one changed tensor of an incoming delta: its byte positions (from the
 // tensor's first byte, ascending) and the bytes to write (or XOR) there.
 type slimeTensorChange struct {
+	name      string
 	index     int // in the base file's tensors
 	begin     int64
 	end       int64 // data offsets, as in the header
@@ -86,7 +87,7 @@ func (in *ingester) checkSlime(index []byte, open SlimeShardOpener, v uint64) (*
 	}
 	latest, ok := s.Latest()
 	if !ok {
-		return nil, nil, badPatch("the store has no version to apply it to (write the first version whole)")
+		return nil, nil, badPatch("the store has no version to apply it to (write the first version whole, or give slime's seed checkpoint: CommitSlimeDeltaOnSeed)")
 	}
 	if idx.BaseVersion != latest {
 		return nil, nil, badPatch("its base_version is %06d, the latest version is %d", idx.BaseVersion, latest)
@@ -95,74 +96,90 @@ func (in *ingester) checkSlime(index []byte, open SlimeShardOpener, v uint64) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	// Where each tensor name lives in the base (the weight map names tensors, not files).
-	type place struct {
-		file string
-		i    int
-	}
-	places := map[string]place{}
-	dup := map[string]bool{}
+	places := slimePlaces{}
 	for i := range base.m.Files {
-		f := &base.m.Files[i]
-		if f.Kind != kindSafetensors {
-			continue
-		}
-		for j := range f.Tensors {
-			n := f.Tensors[j].Name
-			if _, seen := places[n]; seen {
-				dup[n] = true
+		if f := &base.m.Files[i]; f.Kind == kindSafetensors {
+			for j, t := range f.Tensors {
+				places.add(t.Name, slimePlace{file: f.Path, i: j, begin: t.Begin, end: t.End, what: fmt.Sprintf("%s%v", t.DType, t.Shape)})
 			}
-			places[n] = place{f.Path, j}
 		}
 	}
+	d, err := decodeSlime(idx, open, places, fmt.Sprintf("version %d", latest))
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, base, nil
+}
+
+// slimePlace is where a tensor of the base lives.
+type slimePlace struct {
+	file       string
+	i          int   // in the file's tensors
+	begin, end int64 // data offsets
+	what       string
+	dup        bool // the name is in two files: the weight map cannot name it
+}
+
+// slimePlaces finds the base's tensors by name (a delta's weight map names tensors, not files).
+type slimePlaces map[string]slimePlace
+
+func (p slimePlaces) add(name string, pl slimePlace) {
+	if _, seen := p[name]; seen {
+		pl.dup = true
+	}
+	p[name] = pl
+}
+
+// decodeSlime reads and checks every shard of the delta idx against the base's tensors
+// (baseName names the base in errors).
+func decodeSlime(idx *delta.SlimeIndex, open SlimeShardOpener, places slimePlaces, baseName string) (*slimeIn, error) {
 	d := &slimeIn{xor: idx.Encoding == delta.SlimeXOR, files: map[string][]*slimeTensorChange{}}
 	seen := map[string]bool{}
 	for _, shard := range idx.Shards {
 		r, size, err := open(shard)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, nil, badPatch("shard %s: the index names it, the directory has no such file", shard)
+				return nil, badPatch("shard %s: the index names it, the directory has no such file", shard)
 			}
-			return nil, nil, fmt.Errorf("open shard %s: %w", shard, err)
+			return nil, fmt.Errorf("open shard %s: %w", shard, err)
 		}
 		sr, err := delta.OpenSlimeShard(r, size)
 		if err != nil {
-			return nil, nil, patchInputError(fmt.Errorf("shard %s (%d bytes): %w", shard, size, err))
+			return nil, patchInputError(fmt.Errorf("shard %s (%d bytes): %w", shard, size, err))
 		}
 		for _, t := range sr.Header.Tensors {
 			if idx.WeightMap[t.Name] != shard {
-				return nil, nil, badPatch("shard %s holds tensor %s, which the index maps to %q", shard, t.Name, idx.WeightMap[t.Name])
+				return nil, badPatch("shard %s holds tensor %s, which the index maps to %q", shard, t.Name, idx.WeightMap[t.Name])
 			}
 			pl, ok := places[t.Name]
 			switch {
 			case !ok:
-				return nil, nil, badPatch("shard %s: tensor %s: version %d has no such tensor", shard, t.Name, latest)
-			case dup[t.Name]:
-				return nil, nil, badPatch("shard %s: tensor %s: version %d has it in two files", shard, t.Name, latest)
+				return nil, badPatch("shard %s: tensor %s: %s has no such tensor", shard, t.Name, baseName)
+			case pl.dup:
+				return nil, badPatch("shard %s: tensor %s: %s has it in two files", shard, t.Name, baseName)
 			}
-			bt := &base.files[pl.file].Tensors[pl.i]
 			frame, err := sr.Frame(t.Name)
 			if err != nil {
-				return nil, nil, patchInputError(fmt.Errorf("shard %s: %w: %w", shard, delta.ErrMalformed, err))
+				return nil, patchInputError(fmt.Errorf("shard %s: %w: %w", shard, delta.ErrMalformed, err))
 			}
-			pos, vals, err := delta.DecodeSlimeChanges(frame, bt.End-bt.Begin, idx.Encoding)
+			pos, vals, err := delta.DecodeSlimeChanges(frame, pl.end-pl.begin, idx.Encoding)
 			if err != nil {
-				return nil, nil, patchInputError(fmt.Errorf("shard %s: tensor %s (%s%v in %s): %w", shard, t.Name, bt.DType, bt.Shape, pl.file, err))
+				return nil, patchInputError(fmt.Errorf("shard %s: tensor %s (%s in %s): %w", shard, t.Name, pl.what, pl.file, err))
 			}
 			seen[t.Name] = true
-			d.files[pl.file] = append(d.files[pl.file], &slimeTensorChange{index: pl.i, begin: bt.Begin, end: bt.End,
+			d.files[pl.file] = append(d.files[pl.file], &slimeTensorChange{name: t.Name, index: pl.i, begin: pl.begin, end: pl.end,
 				positions: pos, values: vals, checksum: sr.Header.Metadata[t.Name], shard: shard})
 		}
 	}
 	for _, name := range sortedKeys(idx.WeightMap) {
 		if !seen[name] {
-			return nil, nil, badPatch("the index maps tensor %s to %s, which does not hold it", name, idx.WeightMap[name])
+			return nil, badPatch("the index maps tensor %s to %s, which does not hold it", name, idx.WeightMap[name])
 		}
 	}
 	for _, cs := range d.files {
 		sort.Slice(cs, func(i, j int) bool { return cs[i].index < cs[j].index })
 	}
-	return d, base, nil
+	return d, nil
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -297,4 +299,60 @@ func maps2(m map[string][]byte) map[string][]byte {
 		out[k] = v
 	}
 	return out
+}
+
+// TestCommitSlimeDeltaOnSeed: slime's first delta (base_version 000000) applied to the seed
+// checkpoint on disk seals the store's first version, equal to a full ingest of the same
+// files; a delta for another seed, a store that holds versions, or a base other than the seed
+// are refused, and nothing is sealed.
+func TestCommitSlimeDeltaOnSeed(t *testing.T) {
+	v1, v2, t1, t2 := slimeInVersions(t)
+	seed := t.TempDir()
+	for p, b := range v1 {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(seed, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(seed, p), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full, _ := newStore(t, Options{})
+	commitTree(t, full, 1, v2)
+	in := slimeSend(t, 1, delta.SlimeXOR, t1, t2, [][]string{{"a", "b"}, {"c", "o"}})
+
+	s, _ := newStore(t, Options{})
+	wrong := slimeSend(t, 1, delta.SlimeXOR, t2, t1, [][]string{{"a", "b", "c", "o"}}) // the delta back from v2
+	if _, err := s.CommitSlimeDeltaOnSeed(seed, wrong[delta.SlimeIndexName], slimeOpener(wrong), 1); !errors.Is(err, ErrBadPatch) ||
+		!strings.Contains(err.Error(), "xxh3-128 after the delta is") {
+		t.Fatalf("a delta for another seed: %v", err)
+	}
+	second := slimeSend(t, 2, delta.SlimeXOR, t1, t2, [][]string{{"a"}})
+	if _, err := s.CommitSlimeDeltaOnSeed(seed, second[delta.SlimeIndexName], slimeOpener(second), 2); !errors.Is(err, ErrBadPatch) ||
+		!strings.Contains(err.Error(), "not the seed 000000") {
+		t.Fatalf("a delta from version 1 on the seed: %v", err)
+	}
+	if _, err := s.CommitSlimeDelta(in[delta.SlimeIndexName], slimeOpener(in), 1); !errors.Is(err, ErrBadPatch) {
+		t.Fatalf("the first delta without its seed: %v", err)
+	}
+	if len(s.Versions()) != 0 {
+		t.Fatalf("versions %v after refusals", s.Versions())
+	}
+	info, err := s.CommitSlimeDeltaOnSeed(seed, in[delta.SlimeIndexName], slimeOpener(in), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := full.Version(1)
+	if info.Number != 1 || info.StoredBytes != want.StoredBytes || info.Files != want.Files {
+		t.Fatalf("sealed %+v, a full ingest sealed %+v", info, want)
+	}
+	if ma, mb := manifestOf(t, full, 1), manifestOf(t, s, 1); !reflect.DeepEqual(ma.Files, mb.Files) || !reflect.DeepEqual(ma.Dirs, mb.Dirs) {
+		t.Fatalf("manifest differs from the ingested one:\n%+v\n%+v", mb, ma)
+	}
+	for p, content := range v2 {
+		mustEqualBytes(t, p, readWhole(t, s, 1, p), content)
+	}
+	if _, err := s.CommitSlimeDeltaOnSeed(seed, in[delta.SlimeIndexName], slimeOpener(in), 1); !errors.Is(err, ErrBadPatch) ||
+		!strings.Contains(err.Error(), "holds versions already") {
+		t.Fatalf("the seed's delta again: %v", err)
+	}
 }
