@@ -141,6 +141,10 @@ func (b *fakeStore) CommitSlimeDelta([]byte, store.SlimeShardOpener, uint64) (st
 	return store.VersionInfo{}, errNoRenders
 }
 
+func (b *fakeStore) CommitSlimeDeltaOnSeed(string, []byte, store.SlimeShardOpener, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, errNoRenders
+}
+
 // The fake renders no views: they are empty.
 func (b *fakeStore) RendersViews() bool { return false }
 

@@ -51,6 +51,11 @@ func (b rankVersions) CommitSlimeDelta([]byte, store.SlimeShardOpener, uint64) (
 	return store.VersionInfo{}, fmt.Errorf("a rank of a writer group takes no delta: %w", errors.ErrUnsupported)
 }
 
+// CommitSlimeDeltaOnSeed: as CommitPatch, a rank's deltas/ takes no delta.
+func (b rankVersions) CommitSlimeDeltaOnSeed(string, []byte, store.SlimeShardOpener, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, fmt.Errorf("a rank of a writer group takes no delta: %w", errors.ErrUnsupported)
+}
+
 // rankPoll is how often a rank that sealed its part looks for the published version.
 const rankPoll = 50 * time.Millisecond
 

@@ -87,6 +87,9 @@ type VersionStore interface {
 	// CommitSlimeDelta seals version v from slime's delta checkpoint written into
 	// deltas/weight_vNNNNNN/ (store.Store.CommitSlimeDelta).
 	CommitSlimeDelta(index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error)
+	// CommitSlimeDeltaOnSeed seals version v, the store's first, from slime's first delta
+	// applied to its seed checkpoint in dir (store.Store.CommitSlimeDeltaOnSeed).
+	CommitSlimeDeltaOnSeed(dir string, index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error)
 	// SealedElsewhere reports whether another process seals the versions this mount
 	// writes (a rank of a writer group: its group's publisher), so that the mount polls
 	// for them and its root follows them (pollMode).
@@ -150,6 +153,10 @@ func (b storeVersions) CommitPatch(r io.ReaderAt, size int64, v uint64) (store.V
 
 func (b storeVersions) CommitSlimeDelta(index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error) {
 	return b.s.CommitSlimeDelta(index, open, v)
+}
+
+func (b storeVersions) CommitSlimeDeltaOnSeed(dir string, index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error) {
+	return b.s.CommitSlimeDeltaOnSeed(dir, index, open, v)
 }
 
 // SealedElsewhere: the versions a mount of a whole store writes are its own.

@@ -15,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/store"
 )
 
 // A slime delta checkpoint in (docs/format.md Part III §4, "Writing a delta in"). On a
@@ -201,7 +202,13 @@ func (d *deltasView) commit(u *deltaUpload, index []byte) syscall.Errno {
 		sent += size
 		return f, size, nil
 	}
-	info, err := m.b.CommitSlimeDelta(index, open, v)
+	var info store.VersionInfo
+	var err error
+	if _, has := m.latest(); !has && m.slimeSeed != "" {
+		info, err = m.b.CommitSlimeDeltaOnSeed(m.slimeSeed, index, open, v) // slime's first delta, on its seed
+	} else {
+		info, err = m.b.CommitSlimeDelta(index, open, v)
+	}
 	if err != nil {
 		what := fmt.Sprintf("seal %s from %s (nothing sealed; the store is as it was)", VersionName(v), where)
 		errno := m.fail(err, "%s", what)

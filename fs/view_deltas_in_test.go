@@ -126,10 +126,11 @@ func slimeSendVersion(t *testing.T, dir string, v uint64, encoding string, old, 
 	return atomicWrite(filepath.Join(vdir, delta.SlimeIndexName), index)
 }
 
-// TestSlimeDeltaIn: slime's disk sender pointed at MNT/deltas (its rmtree and makedirs at
-// the start of a run, then each version's directory, shards and index, with the same calls in
-// the same order) seals each version; the versions read back the checkpoint's bytes, and
-// their deltas/ are byte-identical to those of a store that ingested the checkpoints whole. A
+// TestSlimeDeltaIn: slime's disk sender pointed at MNT/deltas of an empty store mounted with
+// its seed (its rmtree and makedirs at the start of a run, then each version's directory,
+// shards and index, with the same calls in the same order) seals each version, the first on
+// the seed; the versions read back the checkpoint's bytes, and their deltas/ are
+// byte-identical to those of a store that ingested the checkpoints whole. A
 // delta from another base is refused at the index's rename with EINVAL, seals nothing, and
 // says why in weight_vNNNNNN.rejected.
 func TestSlimeDeltaIn(t *testing.T) {
@@ -154,7 +155,7 @@ func TestSlimeDeltaIn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tensors := []map[string][]byte{{"w": pattern(1, 8192), "norm": pattern(2, 64), "head": pattern(3, 2048)}}
+	seedTensors := map[string][]byte{"w": pattern(1, 8192), "norm": pattern(2, 64), "head": pattern(3, 2048)}
 	step := func(prev map[string][]byte, flips ...int) map[string][]byte {
 		next := map[string][]byte{}
 		for k, b := range prev {
@@ -165,8 +166,11 @@ func TestSlimeDeltaIn(t *testing.T) {
 		next["norm"][flips[2]%64] ^= 4
 		return next
 	}
-	tensors = append(tensors, step(tensors[0], 100, 5001, 3), step(tensors[0], 7, 8000, 9))
-	tensors[2] = step(tensors[1], 7, 8000, 9)
+	// tensors[0] is slime's seed (000000, its --hf-checkpoint); tensors[v] its version v.
+	tensors := []map[string][]byte{seedTensors}
+	for v := 1; v <= 3; v++ {
+		tensors = append(tensors, step(tensors[v-1], 100*v, 5001+v, 3*v))
+	}
 	checkpoint := func(ts map[string][]byte) map[string][]byte {
 		return map[string][]byte{
 			"model.safetensors":   viewSafetensors(t, viewTensor{"w", []int64{4096}, ts["w"]}, viewTensor{"norm", []int64{32}, ts["norm"]}),
@@ -175,12 +179,15 @@ func TestSlimeDeltaIn(t *testing.T) {
 		}
 	}
 	full := newStore()
-	for v, ts := range tensors {
-		commit(full, uint64(v+1), checkpoint(ts))
+	for v := 1; v <= 3; v++ {
+		commit(full, uint64(v), checkpoint(tensors[v]))
 	}
-	st := newStore()
-	commit(st, 1, checkpoint(tensors[0]))
-	mnt, _ := mountTest(t, FromStore(st), Options{})
+	seed := t.TempDir()
+	for p, b := range checkpoint(seedTensors) {
+		writeFile(t, filepath.Join(seed, p), b)
+	}
+	st := newStore() // empty: slime's first delta builds on the seed
+	mnt, _ := mountTest(t, FromStore(st), Options{SlimeSeed: seed})
 	deltas := filepath.Join(mnt, "deltas")
 
 	// The start of a run: rmtree(ignore_errors) and makedirs(exist_ok) of the delta dir.
@@ -189,18 +196,27 @@ func TestSlimeDeltaIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ranks := [][]string{{"w", "norm"}, {"head"}}
-	for i, encoding := range []string{delta.SlimeOverwrite, delta.SlimeXOR} {
-		v := uint64(i + 2)
-		if err := slimeSendVersion(t, deltas, v, encoding, tensors[i], tensors[i+1], ranks); err != nil {
+	for v, encoding := range []string{"", delta.SlimeOverwrite, delta.SlimeXOR, delta.SlimeXOR} {
+		if v == 0 {
+			continue
+		}
+		if err := slimeSendVersion(t, deltas, uint64(v), encoding, tensors[v-1], tensors[v], ranks); err != nil {
 			t.Fatalf("send version %d (%s): %v", v, encoding, err)
 		}
-		for p, b := range checkpoint(tensors[i+1]) {
-			got, err := os.ReadFile(filepath.Join(mnt, VersionName(v), p))
+		for p, b := range checkpoint(tensors[v]) {
+			got, err := os.ReadFile(filepath.Join(mnt, VersionName(uint64(v)), p))
 			if err != nil || !bytes.Equal(got, b) {
-				t.Fatalf("%s/%s after the delta: %v (%d bytes, want %d)", VersionName(v), p, err, len(got), len(b))
+				t.Fatalf("%s/%s after the delta: %v (%d bytes, want %d)", VersionName(uint64(v)), p, err, len(got), len(b))
 			}
 		}
-		_, want, err := full.RenderSlime(v)
+		if v == 1 {
+			// The store's first version: deltas/ serves it whole (slime's /pull_weights copies it).
+			if got := listDir(t, filepath.Join(deltas, VersionName(1))); got != "config.json model.safetensors" {
+				t.Fatalf("deltas/%s lists %q", VersionName(1), got)
+			}
+			continue
+		}
+		_, want, err := full.RenderSlime(uint64(v))
 		if err != nil || len(want) < 2 {
 			t.Fatalf("the fully ingested store's delta %d: %v %+v", v, err, want)
 		}
@@ -211,20 +227,20 @@ func TestSlimeDeltaIn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := os.ReadFile(filepath.Join(deltas, VersionName(v), f.Name))
+			got, err := os.ReadFile(filepath.Join(deltas, VersionName(uint64(v)), f.Name))
 			if err != nil || !bytes.Equal(got, wb) {
-				t.Fatalf("deltas/%s/%s: %v; differs from the fully ingested store's", VersionName(v), f.Name, err)
+				t.Fatalf("deltas/%s/%s: %v; differs from the fully ingested store's", VersionName(uint64(v)), f.Name, err)
 			}
 		}
 		sort.Strings(names)
-		if got := listDir(t, filepath.Join(deltas, VersionName(v))); got != strings.Join(names, " ") {
-			t.Fatalf("deltas/%s lists %q, want %q", VersionName(v), got, strings.Join(names, " "))
+		if got := listDir(t, filepath.Join(deltas, VersionName(uint64(v)))); got != strings.Join(names, " ") {
+			t.Fatalf("deltas/%s lists %q, want %q", VersionName(uint64(v)), got, strings.Join(names, " "))
 		}
 	}
 
 	// Version 4 diffed against version 2's weights: the xxh3 of the result fails at the
 	// index's rename; nothing is sealed and the note says why.
-	err := slimeSendVersion(t, deltas, 4, delta.SlimeXOR, tensors[1], step(tensors[1], 1, 2, 3), ranks)
+	err := slimeSendVersion(t, deltas, 4, delta.SlimeXOR, tensors[2], step(tensors[2], 1, 2, 3), ranks)
 	wantErrno(t, "rename the index of a delta from another base", err, syscall.EINVAL)
 	note, err := os.ReadFile(filepath.Join(deltas, VersionName(4)+rejectedSuffix))
 	if err != nil || !strings.Contains(string(note), "xxh3-128 after the delta is") {
