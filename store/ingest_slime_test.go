@@ -424,3 +424,46 @@ func TestSlimeVersionsLikeAnyOther(t *testing.T) {
 		t.Fatalf("verify after gc: %+v %v", rep, err)
 	}
 }
+
+// TestCommitSlimeDeltaCrash: a crash at any point of the seal from a slime delta leaves
+// either no version 2 or all of it, no unreferenced object after the reopen, and the delta
+// then commits.
+func TestCommitSlimeDeltaCrash(t *testing.T) {
+	v1, v2, t1, t2 := slimeInVersions(t)
+	in := slimeSend(t, 2, delta.SlimeXOR, t1, t2, [][]string{{"a", "b", "c", "o"}})
+	for _, point := range []string{"seal-objects-written", "seal-objects-synced", "seal-manifest-written"} {
+		t.Run(point, func(t *testing.T) {
+			s, root := newStore(t, Options{})
+			commitTree(t, s, 1, v1)
+			s.hook = func(p string) error {
+				if p == point {
+					return errInjected
+				}
+				return nil
+			}
+			if _, err := s.CommitSlimeDelta(in[delta.SlimeIndexName], slimeOpener(in), 2); !errors.Is(err, errInjected) {
+				t.Fatalf("commit with a failure at %s: %v", point, err)
+			}
+			crash(s)
+			s = openStore(t, root, Options{})
+			sealed := point == "seal-manifest-written"
+			if s.versions.isSealed(2) != sealed {
+				t.Fatalf("after a crash at %s: version 2 sealed %v", point, !sealed)
+			}
+			s.writeMu.Lock()
+			n, _, err := s.collector.sweepLocked()
+			s.writeMu.Unlock()
+			if err != nil || n != 0 {
+				t.Fatalf("after reopen, a sweep still finds %d unreferenced objects (%v)", n, err)
+			}
+			if !sealed {
+				if _, err := s.CommitSlimeDelta(in[delta.SlimeIndexName], slimeOpener(in), 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for p, content := range v2 {
+				mustEqualBytes(t, p, readWhole(t, s, 2, p), content)
+			}
+		})
+	}
+}
