@@ -21,6 +21,9 @@ type SlimeIndex struct {
 	BaseVersion uint64
 	WeightMap   map[string]string // tensor name -> shard file name
 	Shards      []string          // shard file names, in offset order
+	// Encoding is delta_encoding: SlimeOverwrite, or SlimeXOR in an index
+	// ParseSlimeIndexIn accepted.
+	Encoding string
 }
 
 var slimeShardPattern = regexp.MustCompile(`^model-(\d{5})-of-(\d{5})\.safetensors$`)
@@ -29,7 +32,9 @@ var slimeShardPattern = regexp.MustCompile(`^model-(\d{5})-of-(\d{5})\.safetenso
 // exactly the five metadata keys, all strings, with six-digit versions, base = version-1,
 // overwrite/zstd/xxh3-128; every shard name well formed, with one total, and every offset
 // below it used.
-func ParseSlimeIndex(data []byte) (*SlimeIndex, error) {
+func ParseSlimeIndex(data []byte) (*SlimeIndex, error) { return parseSlimeIndex(data, false) }
+
+func parseSlimeIndex(data []byte, xor bool) (*SlimeIndex, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
 		return nil, fmt.Errorf("%w: slime index: %v", ErrMalformed, err)
@@ -57,11 +62,14 @@ func ParseSlimeIndex(data []byte) (*SlimeIndex, error) {
 		if err != nil {
 			return nil, err
 		}
+		if key == "delta_encoding" && xor && s == SlimeXOR {
+			continue
+		}
 		if s != v {
 			return nil, fmt.Errorf("%w: slime index %s %q, want %q", ErrUnsupportedVersion, key, s, v)
 		}
 	}
-	idx := &SlimeIndex{}
+	idx := &SlimeIndex{Encoding: meta["delta_encoding"].(string)}
 	for key, dst := range map[string]*uint64{"version": &idx.Version, "base_version": &idx.BaseVersion} {
 		s, err := str(key)
 		if err != nil {

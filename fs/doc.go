@@ -12,7 +12,9 @@
 //	MNT/weight_vNNNNNN/   a sealed version, served from the store
 //	MNT/patches/          derived views of sealed versions (see views.go); on a read-write
 //	                      mount a patch written here seals the next version (view_patches_in.go)
-//	MNT/deltas/
+//	MNT/deltas/           slime's delta checkpoints of sealed versions (views.go); on a
+//	                      read-write mount slime's disk sender writes weight_vNNNNNN/ here,
+//	                      sealed when its index is renamed into place (view_deltas_in.go)
 //	MNT/weight_vNNNNNN/   an open version (read-write mount only, until sealed)
 //	MNT/anything-else/    a staging directory (read-write mount only)
 //
@@ -114,7 +116,7 @@
 //
 // Every error that reaches the kernel is a syscall.Errno:
 //   - EPERM: a modification of a sealed version, of latest, patches/ (but for a patch written
-//     in: view_patches_in.go) or deltas/, or a kind of
+//     in: view_patches_in.go) or deltas/ (but for a delta written in: view_deltas_in.go), or a kind of
 //     file the store cannot hold (symlinks, hard links, devices); a file created at the root;
 //     a rename of a staging directory to a version number that is not above every sealed and
 //     open version, or to a version-like name that is not one (where mkdir answers EINVAL:

@@ -136,6 +136,15 @@ func (b *fakeStore) CommitPatch(io.ReaderAt, int64, uint64) (store.VersionInfo, 
 	return store.VersionInfo{}, errNoRenders
 }
 
+// CommitSlimeDelta: the fake renders no views, so its deltas/ takes no delta.
+func (b *fakeStore) CommitSlimeDelta([]byte, store.SlimeShardOpener, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, errNoRenders
+}
+
+func (b *fakeStore) CommitSlimeDeltaOnSeed(string, []byte, store.SlimeShardOpener, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, errNoRenders
+}
+
 // The fake renders no views: they are empty.
 func (b *fakeStore) RendersViews() bool { return false }
 

@@ -46,6 +46,16 @@ func (b rankVersions) CommitPatch(io.ReaderAt, int64, uint64) (store.VersionInfo
 	return store.VersionInfo{}, fmt.Errorf("a rank of a writer group takes no patch: %w", errors.ErrUnsupported)
 }
 
+// CommitSlimeDelta: as CommitPatch, a rank's deltas/ takes no delta.
+func (b rankVersions) CommitSlimeDelta([]byte, store.SlimeShardOpener, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, fmt.Errorf("a rank of a writer group takes no delta: %w", errors.ErrUnsupported)
+}
+
+// CommitSlimeDeltaOnSeed: as CommitPatch, a rank's deltas/ takes no delta.
+func (b rankVersions) CommitSlimeDeltaOnSeed(string, []byte, store.SlimeShardOpener, uint64) (store.VersionInfo, error) {
+	return store.VersionInfo{}, fmt.Errorf("a rank of a writer group takes no delta: %w", errors.ErrUnsupported)
+}
+
 // rankPoll is how often a rank that sealed its part looks for the published version.
 const rankPoll = 50 * time.Millisecond
 

@@ -68,6 +68,10 @@ type Options struct {
 	// AllowNonEmpty mounts over a directory that holds files (hidden while mounted); without
 	// it such a mount point is refused (ErrMountpointNotEmpty).
 	AllowNonEmpty bool
+	// SlimeSeed is slime's seed checkpoint directory (its --hf-checkpoint, version 000000):
+	// on a read-write mount of a store that holds no version, slime's first delta written
+	// into deltas/weight_v000001/ is applied to it (store.Store.CommitSlimeDeltaOnSeed).
+	SlimeSeed string
 
 	// helperOnly skips mount(2) and mounts through fusermount3, as for an ordinary user
 	// (tests of that path run as root).
@@ -126,6 +130,7 @@ func MountVersionStore(b VersionStore, mountpoint string, opts Options) (*Server
 			if err := m.openStaging(opts.StagingDir); err != nil {
 				return nil, err
 			}
+			m.slimeSeed = opts.SlimeSeed
 		}
 		root = &rootNode{m: m}
 	}

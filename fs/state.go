@@ -34,6 +34,8 @@ type mountState struct {
 
 	// stagingRoot is this mount's directory of staging files ("" on a read-only mount).
 	stagingRoot string
+	// slimeSeed is Options.SlimeSeed (view_deltas_in.go).
+	slimeSeed string
 	// openFlags are the open flags of files of open versions (openFileFlags), set once the
 	// kernel has said what it supports.
 	openFlags atomic.Uint32

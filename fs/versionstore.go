@@ -84,6 +84,12 @@ type VersionStore interface {
 	// mount, view_patches_in.go). A bad patch fails with store.ErrBadPatch; a store that
 	// cannot (a rank of a writer group) with errors.ErrUnsupported.
 	CommitPatch(r io.ReaderAt, size int64, v uint64) (store.VersionInfo, error)
+	// CommitSlimeDelta seals version v from slime's delta checkpoint written into
+	// deltas/weight_vNNNNNN/ (store.Store.CommitSlimeDelta).
+	CommitSlimeDelta(index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error)
+	// CommitSlimeDeltaOnSeed seals version v, the store's first, from slime's first delta
+	// applied to its seed checkpoint in dir (store.Store.CommitSlimeDeltaOnSeed).
+	CommitSlimeDeltaOnSeed(dir string, index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error)
 	// SealedElsewhere reports whether another process seals the versions this mount
 	// writes (a rank of a writer group: its group's publisher), so that the mount polls
 	// for them and its root follows them (pollMode).
@@ -143,6 +149,14 @@ func (b storeVersions) StagingDir() (string, error) { return b.s.StagingDir() }
 
 func (b storeVersions) CommitPatch(r io.ReaderAt, size int64, v uint64) (store.VersionInfo, error) {
 	return b.s.CommitPatch(r, size, v)
+}
+
+func (b storeVersions) CommitSlimeDelta(index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error) {
+	return b.s.CommitSlimeDelta(index, open, v)
+}
+
+func (b storeVersions) CommitSlimeDeltaOnSeed(dir string, index []byte, open store.SlimeShardOpener, v uint64) (store.VersionInfo, error) {
+	return b.s.CommitSlimeDeltaOnSeed(dir, index, open, v)
 }
 
 // SealedElsewhere: the versions a mount of a whole store writes are its own.

@@ -25,16 +25,26 @@ import (
 type deltasView struct {
 	viewDir
 	src VersionStore
+
+	// Deltas written in (view_deltas_in.go): directories being written, the notes of
+	// refused ones, and one seal from a delta at a time.
+	inMu     sync.Mutex
+	uploads  map[string]*deltaUpload
+	notes    map[string]string
+	commitMu sync.Mutex
 }
 
 func newDeltasView(m *mountState, name string) viewNode {
 	if !m.b.RendersViews() {
 		return newEmptyView(m, name)
 	}
-	return &deltasView{viewDir: viewDir{m: m, where: name}, src: m.b}
+	return &deltasView{viewDir: viewDir{m: m, where: name}, src: m.b, uploads: map[string]*deltaUpload{}, notes: map[string]string{}}
 }
 
 func (d *deltasView) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n := d.lookupIn(ctx, name, out); n != nil {
+		return n, 0
+	}
 	v, isVersion, err := ParseVersionName(name)
 	if !isVersion || err != nil {
 		return nil, syscall.ENOENT
@@ -82,7 +92,7 @@ func (d *deltasView) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno
 	for _, info := range vs {
 		list = append(list, fuse.DirEntry{Name: VersionName(info.Number), Mode: syscall.S_IFDIR})
 	}
-	return gofs.NewListDirStream(list), 0
+	return gofs.NewListDirStream(d.listIn(list)), 0
 }
 
 // deltaDir is deltas/weight_vNNNNNN/.

@@ -99,7 +99,11 @@
 // trainer writes into MNT/patches/): checked whole first (ErrBadPatch), then each changed file
 // is read as the base's bytes with the patch laid over them and stored by the same tensor path,
 // unchanged tensors and files by reference: the objects and manifest a full ingest of the same
-// bytes would store, and no full copy (ingest_patch.go).
+// bytes would store, and no full copy (ingest_patch.go). CommitSlimeDelta does the same from
+// slime's delta checkpoint (overwrite or xor, what slime's sender writes into MNT/deltas/),
+// checking each changed tensor's xxh3-128 in the pass that hashes its file; slime's first
+// delta, from its seed 000000, is CommitSlimeDeltaOnSeed: applied to the seed checkpoint on
+// disk, it seals the store's first version (ingest_slime.go, ingest_slime_seed.go).
 //
 // New objects go into packs (store format 3; docs/format.md Part I §1, §3.5): delta objects
 // and whole objects of up to 4 MiB of content are built in memory and appended to the
@@ -129,7 +133,7 @@
 // refuse), ErrNoSuchVersion (and ErrVersionRemoved, a version gc removed while a reader
 // served it: not damage), ErrNoSuchFile, ErrPinUnsupported, ErrLocked, ErrLeaseNotRenewed, ErrNotAStore, ErrUnsupportedVersion,
 // ErrEmptyVersion, ErrReadOnly, the writer groups' ErrGroupIncomplete, ErrGroupConflict,
-// ErrGroupMismatch, ErrGroupRank and ErrGroupUnsupported (each naming the ranks), ErrBadPatch (CommitPatch: a patch that cannot make the next version), and the operating system's errors (a full disk wraps
+// ErrGroupMismatch, ErrGroupRank and ErrGroupUnsupported (each naming the ranks), ErrBadPatch (CommitPatch, CommitSlimeDelta: a patch or delta that cannot make the next version), and the operating system's errors (a full disk wraps
 // syscall.ENOSPC) as they come.
 //
 // # Damage

@@ -33,6 +33,7 @@ func cmdMount(e *env, args []string) error {
 	fs.StringVar(&mf.baseMemory, "base-memory", "", "read-write: memory in which the writer keeps the latest version's tensors, so that the next version's diffs read their bases from memory rather than from disk, e.g. 16G; a version larger than it is not kept (default: a sixteenth of the node's RAM, at most 8G; 0: off) (-o base_memory=SIZE)")
 	gf := addGroupFlags(fs)
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", metricsAddrUsage+" (-o metrics_addr=HOST:PORT)")
+	slimeSeed := fs.String("slime-seed", "", "read-write: slime's seed checkpoint (its --hf-checkpoint, version 000000), which slime's first delta written into deltas/weight_v000001/ builds on when the store holds no version yet")
 	pos, err := parse(e, fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -80,6 +81,11 @@ func cmdMount(e *env, args []string) error {
 	mountProcs()
 	mopts := wfs.Options{ReadOnly: mf.readOnly, Debug: mf.debug, Logger: e.log, PollInterval: mf.poll,
 		AllowOther: mf.allowOther, DefaultPermissions: mf.defaultPerms, AllowNonEmpty: mf.allowNonEmpty}
+	if *slimeSeed != "" {
+		if mopts.SlimeSeed, err = filepath.Abs(*slimeSeed); err != nil {
+			return err
+		}
+	}
 	if mnt, err := filepath.Abs(pos[1]); err == nil {
 		if err := wfs.CheckMountpoint(mnt, mopts); err != nil {
 			return err
