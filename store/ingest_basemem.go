@@ -75,6 +75,7 @@ type baseMemory struct {
 
 	served   atomic.Int64 // base bytes diffs read from memory since Open
 	fromCopy atomic.Int64 // base bytes diffs read from the materialized copy since Open
+	fromObjs atomic.Int64 // base bytes the batch path read through the objects (copy deferred)
 	// tamper, when set (tests), is applied to an entry as a lookup returns it.
 	tamper func(id ID, b []byte)
 }
@@ -323,12 +324,15 @@ type BaseMemoryStats struct {
 	// FromCopy is the base bytes diffs read from the materialized copy since Open (with or
 	// without the memory; a base read again counts again).
 	FromCopy int64
+	// FromObjects is the base bytes the batch path read through the store's read path while
+	// the copy was deferred (copy_defer.go) and the memory did not hold the base.
+	FromObjects int64
 }
 
 func (m *baseMemory) stats() BaseMemoryStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load()}
+	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load(), FromObjects: m.fromObjs.Load()}
 }
 
 // BaseMemory reports the writer's base in memory (Options.BaseMemory).
@@ -408,7 +412,11 @@ func (w *Writer) readBaseAt(r *baseReader, view *matView, id ID, off, n int64) (
 		return r.read(view, id, off, n, nextRead{})
 	}
 	b := r.buf(r.cur, n)[:n]
-	return b, w.in.readBase(id, objHint{}, off, b, readOpts{})
+	if err := w.in.readBase(id, objHint{}, off, b, readOpts{}); err != nil {
+		return nil, err
+	}
+	w.in.mem.fromObjs.Add(n)
+	return b, nil
 }
 
 // seedFile starts the seed of a stream that diffs against basis (copy_seed.go): none (nil,
