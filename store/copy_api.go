@@ -27,6 +27,13 @@ func (m *materialized) noteBaseCRC(id ID, crc uint32) { m.crcs.note(id, crc) }
 // receives it (copy_seed.go).
 func (m *materialized) createSeed() (*os.File, error) { return m.seeds.create() }
 
+// deferrable says whether the seal of version v may leave the copy where it is
+// (copy_defer.go): not when streams left seeds of v, whose bytes are on the disk already
+// (adopting them is a rename), nor when the copy is broken.
+func (m *materialized) deferrable(v uint64) bool {
+	return !m.broken.Load() && !m.seeds.holdsVersion(v)
+}
+
 // seedFiles is the copy's seeds, which a finished stream offers its seed to.
 func (m *materialized) seedFiles() *seeds { return m.seeds }
 

@@ -50,6 +50,11 @@ type materialized struct {
 	chk    *checks              // sums of content and compositions vouched for
 	sums   map[string]*fileSums // of each file of ver, by path (guarded by mu)
 	closed atomic.Bool          // close has begun: start no background rebuild
+
+	// deferred is the version a writer's seal left the copy behind (its bases are in
+	// memory), 0 when none; asked: a reader asked for it since (copy_defer.go).
+	deferred atomic.Uint64
+	asked    atomic.Bool
 }
 
 // matLoc is where an object's bytes sit in the copy.
@@ -195,9 +200,16 @@ func (m *materialized) ensureLatestLocked() error {
 // ensureTarget brings the copy to target (nil: nothing to do), dropping and logging a copy
 // that cannot be had; the caller holds ensureMu.
 func (m *materialized) ensureTarget(target *version) error {
+	m.asked.Store(true) // a read meanwhile need not ask for the copy (copy_defer.go)
 	err := m.ensureLocked(target)
-	if err == nil || errors.Is(err, errInjected) {
+	if errors.Is(err, errInjected) {
 		return err
+	}
+	if target != nil {
+		m.reached(target.m.Version) // copy_defer.go
+	}
+	if err == nil {
+		return nil
 	}
 	m.drop()
 	m.unbuildable = target.m.Version
@@ -222,6 +234,11 @@ func (m *materialized) ensureLocked(target *version) error {
 		m.unbuildable = 0
 	} else if cur == nil {
 		cur = m.loadState()
+		if cur != nil && target != nil && cur.m.Version < target.m.Version {
+			// A cache behind the latest version: a writer deferred it (copy_defer.go), or a
+			// run ended before it was brought forward. Said once, as caches are.
+			m.s.log.Info(fmt.Sprintf("materialized copy: it holds version %d, the latest is %d; bringing it forward", cur.m.Version, target.m.Version))
+		}
 	}
 	switch {
 	case target == nil:

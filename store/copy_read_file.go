@@ -39,6 +39,7 @@ func (f *versionFile) wholeFromCopy() (*matView, string) {
 	if f.opts.noMaterialized {
 		return nil, ""
 	}
+	f.s.mat.wanted(f.ver.m.Version) // a copy the writer deferred is written now (copy_defer.go)
 	v := f.s.mat.view()
 	if v == nil {
 		return nil, ""

@@ -88,6 +88,18 @@ func (sd *seeds) take(f *manifestFile, dir, rel string) bool {
 	return moveInto(p, dir, rel) == nil
 }
 
+// holdsVersion says whether a finished seed of version v is on offer.
+func (sd *seeds) holdsVersion(v uint64) bool {
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	for _, ref := range sd.byHash {
+		if ref.version == v {
+			return true
+		}
+	}
+	return false
+}
+
 // clearUpTo removes the finished seeds of versions up to v: no later update can adopt them
 // (a version sealed after the copy reached v is numbered above it).
 func (sd *seeds) clearUpTo(v uint64) {

@@ -62,7 +62,10 @@
 // plain files, in the cache directory) is the one thing that changes: after each seal it is
 // brought forward (in the background for the mount; a file that was streamed by renaming the
 // seed its stream wrote into place, copy_seed.go) under a lock that keeps reads off it while
-// it changes; reads of the newest version replay deltas until it is done. It is a
+// it changes; reads of the newest version replay deltas until it is done. A writer whose base
+// in memory holds the version it sealed (Options.BaseMemory) defers it: the copy stays at an
+// older version until a reader of the process reads the latest version or the next Open, and
+// only the deltas reach the disk at the seal (copy_defer.go). It is a
 // checked cache: every read of it is checked against CRC-32C sums of its files' content
 // (copy_sums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.
@@ -88,7 +91,7 @@
 // Writer.StreamFile/AddStream for files written in order (the streaming path: diffed as the
 // bytes arrive) or Writer.AddFile for staged files, AddDir, and Writer.Seal. Both paths store
 // the same objects and manifests; tests compare them. Each file is parsed as safetensors; each tensor is diffed against the same
-// tensor of the latest version (from the materialized copy) and stored as a delta, a whole
+// tensor of the latest version (from the materialized copy, or from memory) and stored as a delta, a whole
 // copy (an anchor, which bounds how many deltas a read replays), or not at all when its
 // content is already stored. With Options.BaseMemory the writer keeps the tensors of the
 // version it sealed in memory, and the next version's diffs read their bases from there

@@ -341,10 +341,12 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 	keep := w.mem.buffer(size)
 
 	view := s.mat.view()
-	var base tensorRef
-	haveBase := false
-	if view != nil {
-		base, haveBase = view.ver.findBase(path, t.Name, t.DType, t.Shape)
+	// The base is found in the copy's version, or in the latest version's bytes in memory
+	// while the copy is deferred (copy_defer.go; view may then be replaced or dropped).
+	basis, base, haveBase, mem, err := w.baseFor(&view, path, t, size)
+	if err != nil {
+		view.release()
+		return err
 	}
 	if !haveBase {
 		view.release()
@@ -361,8 +363,7 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 		return err
 	}
 	// The copy stays at this version until the diff is done (seals wait for us).
-	baseVer := view.ver.m.Version
-	mem := w.in.mem.base(baseVer, base.tensor.ID, size)
+	baseVer := basis.m.Version
 	body, id, changed, crc, err := w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), mem, keep)
 	if errors.Is(err, errMemBase) {
 		// The base in memory failed its check (it is dropped): diffed again from the copy.
@@ -477,7 +478,7 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 		var b []byte
 		if mem != nil {
 			b = mem.b[off : off+n]
-		} else if b, err = base.read(view, baseID, off, n, nextRead{}); err != nil {
+		} else if b, err = w.readBaseAt(&base, view, baseID, off, n); err != nil {
 			return nil, id, 0, 0, err
 		}
 		h.Write(c)
@@ -502,6 +503,9 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 			w.in.mem.drop("a diff's base bytes from memory do not match their CRC-32C", baseID)
 			w.progressAdd(-size)
 			return nil, id, 0, 0, fmt.Errorf("base object %s in memory: %w", baseID, errMemBase)
+		}
+		if view == nil { // read through the objects (readBaseAt), every byte checked there
+			return nil, id, 0, 0, fmt.Errorf("base object %s: its bytes do not match it: %w", baseID, ErrCorrupt)
 		}
 		view.m.markBroken()
 		return nil, id, 0, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", baseID)

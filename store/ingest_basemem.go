@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 )
@@ -59,6 +60,7 @@ type baseMemory struct {
 
 	mu       sync.Mutex
 	ver      uint64 // the version the entries are of; 0: none
+	whole    bool   // every tensor of ver was installed (holds: the copy may be deferred)
 	byID     map[ID]*memTensor
 	uses     map[ID]int // tensors of ver with that identity not yet diffed against
 	held     int64      // bytes of byID
@@ -73,6 +75,7 @@ type baseMemory struct {
 
 	served   atomic.Int64 // base bytes diffs read from memory since Open
 	fromCopy atomic.Int64 // base bytes diffs read from the materialized copy since Open
+	fromObjs atomic.Int64 // base bytes the batch path read through the objects (copy deferred)
 	// tamper, when set (tests), is applied to an entry as a lookup returns it.
 	tamper func(id ID, b []byte)
 }
@@ -191,9 +194,11 @@ func (m *baseMemory) install(c *memCapture, man *manifest) {
 	}
 	byID, uses := map[ID]*memTensor{}, map[ID]int{}
 	var held int64
+	whole := false
 	if c != nil {
 		c.mu.Lock()
 		if !c.over {
+			whole = true
 			for i := range man.Files {
 				f := &man.Files[i]
 				if f.Kind != kindSafetensors {
@@ -203,6 +208,7 @@ func (m *baseMemory) install(c *memCapture, man *manifest) {
 					t := &f.Tensors[j]
 					e := c.byID[t.ID]
 					if e == nil || int64(len(e.b)) != t.End-t.Begin {
+						whole = whole && t.End == t.Begin // an empty tensor is never kept
 						continue
 					}
 					if uses[t.ID] == 0 {
@@ -220,8 +226,21 @@ func (m *baseMemory) install(c *memCapture, man *manifest) {
 	// Entries of the version before that were not used (and buffers not taken in again) are
 	// left to the collector: never marked gone, they are never recycled.
 	m.ver, m.byID, m.uses, m.held = man.Version, byID, uses, held
+	m.whole = whole
 	m.free, m.freeBytes = nil, 0
 	m.mu.Unlock()
+}
+
+// holds says whether the memory was installed with every tensor of version v: the copy need
+// not be brought forward to v for the next version's diffs (copy_defer.go). Entries used
+// since, or a memory dropped, send a diff to the copy, which is then brought forward.
+func (m *baseMemory) holds(v uint64) bool {
+	if m == nil || m.budget <= 0 || v == 0 {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ver == v && m.whole
 }
 
 // base returns the content of object id, a tensor of version ver of size bytes, when the
@@ -284,6 +303,7 @@ func (m *baseMemory) release(e *memTensor) {
 func (m *baseMemory) drop(why string, id ID) {
 	m.mu.Lock()
 	m.ver, m.byID, m.uses, m.held = 0, nil, nil, 0 // none is marked gone: none is recycled
+	m.whole = false
 	m.free, m.freeBytes = nil, 0
 	m.mu.Unlock()
 	m.log.Warn("the base in memory failed its check: dropped, bases are read from the materialized copy", "object", id.String(), "why", why)
@@ -304,12 +324,15 @@ type BaseMemoryStats struct {
 	// FromCopy is the base bytes diffs read from the materialized copy since Open (with or
 	// without the memory; a base read again counts again).
 	FromCopy int64
+	// FromObjects is the base bytes the batch path read through the store's read path while
+	// the copy was deferred (copy_defer.go) and the memory did not hold the base.
+	FromObjects int64
 }
 
 func (m *baseMemory) stats() BaseMemoryStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load()}
+	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load(), FromObjects: m.fromObjs.Load()}
 }
 
 // BaseMemory reports the writer's base in memory (Options.BaseMemory).
@@ -352,4 +375,57 @@ func (st *FileStream) keptTensor(ts *tensorState) {
 		}
 		st.w.in.mem.used(st.basis.m.Version, ts.base)
 	}
+}
+
+// baseFor finds the base of tensor t (size bytes) of the file at path for the batch path:
+// in the version the copy holds (*view), or, while the copy is deferred (copy_defer.go), in
+// the latest version, whose tensors the memory holds. mem is the base's bytes in memory, if
+// held (release it). While the copy is deferred, *view is let go of (nil): the base is read
+// from memory, or, when the memory does not hold it (used by another diff of the same base,
+// dropped), through the read path (readBaseAt), and the copy stays where it is. basis is nil
+// (and ok false) when there is no base version.
+func (w *Writer) baseFor(view **matView, path string, t *manifestTensor, size int64) (basis *version, base tensorRef, ok bool, mem *memTensor, err error) {
+	s := w.s
+	if v := *view; v != nil {
+		basis = v.ver
+	}
+	if d := s.mat.deferredTo(); d != 0 && (basis == nil || basis.m.Version != d) {
+		if latest, lerr := s.versions.latestVersion(); lerr == nil && latest != nil && latest.m.Version == d {
+			(*view).release() // not read: a change of the copy must not wait for it
+			*view, basis = nil, latest
+		}
+	}
+	if basis == nil {
+		return nil, base, false, nil, nil
+	}
+	if base, ok = basis.findBase(path, t.Name, t.DType, t.Shape); ok {
+		mem = w.in.mem.base(basis.m.Version, base.tensor.ID, size)
+	}
+	return basis, base, ok, mem, nil
+}
+
+// readBaseAt reads bytes [off, off+n) (n <= ingestChunk) of base object id for a diff: from
+// the copy (view), or, with no view (the copy is deferred and the memory does not hold the
+// base: baseFor), through the store's read path, which checks every byte it serves.
+func (w *Writer) readBaseAt(r *baseReader, view *matView, id ID, off, n int64) ([]byte, error) {
+	if view != nil {
+		return r.read(view, id, off, n, nextRead{})
+	}
+	b := r.buf(r.cur, n)[:n]
+	if err := w.in.readBase(id, objHint{}, off, b, readOpts{}); err != nil {
+		return nil, err
+	}
+	w.in.mem.fromObjs.Add(n)
+	return b, nil
+}
+
+// seedFile starts the seed of a stream that diffs against basis (copy_seed.go): none (nil,
+// nil) when the base in memory holds basis, since the seal will then most likely defer the
+// copy (copy_defer.go) and the seed would be the whole file's bytes written for nothing. A
+// version that does not fit the memory after all brings the copy forward in place.
+func (w *Writer) seedFile(basis *version) (*os.File, error) {
+	if basis != nil && w.s.groups.rank == nil && w.in.mem.holds(basis.m.Version) {
+		return nil, nil
+	}
+	return w.s.mat.createSeed()
 }

@@ -156,7 +156,7 @@ func (w *Writer) AddFile(p string, r io.ReaderAt, size int64, mode fs.FileMode) 
 	if isDir {
 		return fmt.Errorf("add %s: a directory of that name exists: %w", p, ErrBadPath)
 	}
-	if err := w.s.mat.ensure(); err != nil {
+	if err := w.s.mat.ensureForWriter(); err != nil { // not while deferred (copy_defer.go)
 		return fmt.Errorf("add %s: %w", p, err)
 	}
 	w.noteFileStart()
@@ -276,6 +276,8 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	}
 	switch {
 	case w.noMaterialize:
+	case w.in.mem.holds(w.v) && s.mat.deferrable(w.v):
+		s.mat.deferTo(w.v) // the next diffs' bases are in memory (copy_defer.go)
 	case w.bgMaterialize:
 		s.mat.ensureInBackground()
 	default:

@@ -121,7 +121,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	if err := w.checkLive(); err != nil {
 		return nil, err
 	}
-	if err := w.s.mat.ensure(); err != nil {
+	if err := w.s.mat.ensureForWriter(); err != nil { // not while deferred (copy_defer.go)
 		return nil, fmt.Errorf("stream %s: %w", hint, err)
 	}
 	w.noteFileStart()
@@ -142,7 +142,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	st.fin.init(st)
 	// The hasher also sums the bytes for the copy's checks, and the bytes seed the copy of
 	// this version, which takes them instead of being brought forward (copy_seed.go).
-	seed, err := w.s.mat.createSeed()
+	seed, err := w.seedFile(basis) // none when the copy will be deferred (ingest_basemem.go)
 	if err != nil {
 		seed = nil // no seed: the copy is brought forward in place
 	}
