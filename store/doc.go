@@ -96,9 +96,13 @@
 //
 // CommitPatch seals the next version from a one-file patch against the latest version (what a
 // trainer writes into MNT/patches/): checked whole first (ErrBadPatch), then each changed file
-// is read as the base's bytes with the patch laid over them and stored by the same tensor path,
-// unchanged tensors and files by reference: the objects and manifest a full ingest of the same
-// bytes would store, and no full copy (ingest_patch.go).
+// is made in one pass (ingest_patch_fast.go): the base's bytes read once (from the base in
+// memory or the copy) with the patch's values laid over them, each changed tensor encoded
+// against its base by the ingest's encoder and stored by its rules, one sha256x2 pass for the
+// file's and the tensors' SHA-256; unchanged tensors and files by reference: the objects and
+// manifest a full ingest of the same bytes would store, and no full copy. The reference path
+// (ingest_patch.go: the base through OpenFile, the ingest's tensor job) makes what the fast
+// path cannot (the copy is not at the patch's base).
 //
 // New objects go into packs (store format 3; docs/format.md Part I §1, §3.5): delta objects
 // and whole objects of up to 4 MiB of content are built in memory and appended to the

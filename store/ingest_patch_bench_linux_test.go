@@ -3,6 +3,8 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -60,9 +62,10 @@ func BenchmarkCommitPatch(b *testing.B) {
 	for _, mem := range []int64{0, 1 << 30} {
 		b.Run(fmt.Sprintf("base_memory=%d", mem), func(b *testing.B) {
 			for range b.N {
-				full, _ := newStore(b, Options{BaseMemory: mem})
-				ref, _ := newStore(b, Options{BaseMemory: mem})
-				fast, _ := newStore(b, Options{BaseMemory: mem})
+				quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // the figures stay readable
+				full, _ := newStore(b, Options{BaseMemory: mem, Logger: quiet})
+				ref, _ := newStore(b, Options{BaseMemory: mem, Logger: quiet})
+				fast, _ := newStore(b, Options{BaseMemory: mem, Logger: quiet})
 				ref.ingest.patchReference = true
 				var patches [][]byte
 				var fullCPU, fullWall float64
