@@ -142,6 +142,9 @@ func (w *Writer) applyPatch(p *delta.Patch, base *version) (VersionInfo, error) 
 			if err := w.addEntry(w.unchangedEntry(bf)); err != nil {
 				return VersionInfo{}, err
 			}
+			for _, t := range bf.Tensors { // kept for the next version's diffs
+				w.carryUnchanged(base.m.Version, t.ID, t.End-t.Begin)
+			}
 		}
 	}
 	return w.Seal()

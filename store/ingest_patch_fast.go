@@ -211,7 +211,10 @@ func (w *Writer) passUnchangedTensor(fp *filePass, t delta.Tensor, bt *manifestT
 		}
 	}
 	defer w.releaseBase(b)
-	keep := w.mem.buffer(size)
+	var keep []byte
+	if b.mem == nil { // else the memory's entry is carried into the capture (below)
+		keep = w.mem.buffer(size)
+	}
 	_, knownCRC := w.s.mat.baseCRC(bt.ID)
 	var crc uint32
 	for off := int64(0); off < size; off += ingestChunk {
@@ -240,17 +243,31 @@ func (w *Writer) passUnchangedTensor(fp *filePass, t delta.Tensor, bt *manifestT
 		}
 		return fmt.Errorf("base object %s reads as %s: %w", bt.ID, got, ErrCorrupt)
 	}
-	if b.mem != nil {
-		w.in.mem.note(size)
-	}
 	if !knownCRC {
 		w.s.mat.noteBaseCRC(bt.ID, crc)
 	}
 	et.ID, et.Base, et.Changed = bt.ID, bt.ID, 0
 	w.hold(bt.ID)
+	if b.mem != nil {
+		w.in.mem.note(size)
+		w.releaseBase(b)
+		*b = tensorBase{} // released: the deferred release does nothing
+		w.carryUnchanged(fp.baseV, bt.ID, size)
+		return nil
+	}
 	w.mem.add(bt.ID, keep, crc)
 	w.in.mem.used(fp.baseV, bt.ID)
 	return nil
+}
+
+// carryUnchanged keeps a tensor of the new version that is its base's object, unchanged, for
+// the next version's diffs: the base in memory's entry moves into the writer's capture
+// (no copy). Where it cannot move (another tensor uses it too), the entry is used as a diff
+// would use it, and the tensor is not kept.
+func (w *Writer) carryUnchanged(baseV uint64, id ID, size int64) {
+	if !w.in.mem.carry(w.mem, baseV, id, size) {
+		w.in.mem.used(baseV, id)
+	}
 }
 
 // passChangedTensor makes a changed tensor's new bytes from its base and the patch, encodes

@@ -70,6 +70,23 @@ func TestCommitPatchFastEqualsReference(t *testing.T) {
 				for path, content := range versions[v-1] {
 					mustEqualBytes(t, path, readWhole(t, fast, v, path), content)
 				}
+				if mem > 0 {
+					// The base in memory holds every tensor of the version, the files the
+					// patch left alone too, for the next version's diffs.
+					want := map[ID]int64{}
+					for _, f := range mf.Files {
+						for _, x := range f.Tensors {
+							want[x.ID] = x.End - x.Begin
+						}
+					}
+					var bytes int64
+					for _, n := range want {
+						bytes += n
+					}
+					if got := fast.BaseMemory(); got.Version != v || got.Bytes != bytes {
+						t.Fatalf("version %d: the base in memory holds %d bytes of version %d, want %d of version %d", v, got.Bytes, got.Version, bytes, v)
+					}
+				}
 			}
 		})
 	}
