@@ -100,9 +100,13 @@
 //
 // CommitPatch seals the next version from a one-file patch against the latest version (what a
 // trainer writes into MNT/patches/): checked whole first (ErrBadPatch), then each changed file
-// is read as the base's bytes with the patch laid over them and stored by the same tensor path,
-// unchanged tensors and files by reference: the objects and manifest a full ingest of the same
-// bytes would store, and no full copy (ingest_patch.go). CommitSlimeDelta does the same from
+// is made in one pass (ingest_patch_fast.go): the base's bytes read once (from the base in
+// memory or the copy) with the patch's values laid over them, each changed tensor encoded
+// against its base by the ingest's encoder and stored by its rules, one sha256x2 pass for the
+// file's and the tensors' SHA-256; unchanged tensors and files by reference: the objects and
+// manifest a full ingest of the same bytes would store, and no full copy. The reference path
+// (ingest_patch.go: the base through OpenFile, the ingest's tensor job) makes what the fast
+// path cannot (the copy is not at the patch's base). CommitSlimeDelta does the same from
 // slime's delta checkpoint (overwrite or xor, what slime's sender writes into MNT/deltas/),
 // checking each changed tensor's xxh3-128 in the pass that hashes its file; slime's first
 // delta, from its seed 000000, is CommitSlimeDeltaOnSeed: applied to the seed checkpoint on

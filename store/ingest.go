@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weightfs/weightfs/delta"
@@ -47,6 +48,10 @@ type ingester struct {
 	// hashInOnePass: a file's and its tensors' SHA-256 in one pass (sha256x2) where the CPU
 	// has the SHA extensions; a field so that tests run both pipelines.
 	hashInOnePass bool
+	// patchReference makes CommitPatch take its reference path for every file (tests
+	// compare the fast path with it: ingest_patch_fast.go).
+	patchReference bool
+	patchFast      atomic.Int64 // files the fast path made (tests)
 	// manifestLimit is the manifest JSON length a seal accepts: maxManifestLen, the readers'
 	// bound; a field so that a test can reach the refusal with a small version.
 	manifestLimit uint64

@@ -429,3 +429,26 @@ func (w *Writer) seedFile(basis *version) (*os.File, error) {
 	}
 	return w.s.mat.createSeed()
 }
+
+// carry moves the entry of object id, a tensor of version ver of size bytes, into c: the
+// next version holds the same tensor and reads it from nowhere (a file or tensor a patch
+// leaves alone: ingest_patch_fast.go). Only an entry that one tensor of ver uses and no
+// diff reads moves, and it leaves the memory (never marked gone, its buffer is never
+// recycled: it is c's now); otherwise nothing happens, and the tensor is not kept.
+func (m *baseMemory) carry(c *memCapture, ver uint64, id ID, size int64) bool {
+	if m == nil || m.budget <= 0 || c == nil {
+		return false
+	}
+	m.mu.Lock()
+	e := m.byID[id]
+	if m.ver != ver || e == nil || int64(len(e.b)) != size || m.uses[id] != 1 || e.refs != 0 {
+		m.mu.Unlock()
+		return false
+	}
+	delete(m.byID, id)
+	delete(m.uses, id)
+	m.held -= size
+	m.mu.Unlock()
+	c.add(id, e.b, e.crc)
+	return true
+}

@@ -123,30 +123,27 @@ func (w *Writer) applyPatch(p *delta.Patch, base *version) (VersionInfo, error) 
 		}
 	}
 	changed := map[string]bool{}
+	var patched []delta.PatchFile
 	for _, pf := range p.Plan.Files {
 		changed[pf.Name] = true
-		bf := base.files[pf.Name]
-		var err error
-		if pf.Whole {
-			err = w.addWholeFromPatch(p, pf, bf)
-		} else {
-			err = w.addPatchedFile(p, pf, base.m.Version, bf)
-			if err != nil && w.s.mat.isBroken() {
-				// The materialized copy was damaged under us: rebuild it and try once more.
-				if err := w.s.mat.ensure(); err != nil {
-					return VersionInfo{}, err
-				}
-				err = w.addPatchedFile(p, pf, base.m.Version, bf)
-			}
+		if !pf.Whole {
+			patched = append(patched, pf)
+			continue
 		}
-		if err != nil {
+		if err := w.addWholeFromPatch(p, pf, base.files[pf.Name]); err != nil {
 			return VersionInfo{}, fmt.Errorf("file %s: %w", pf.Name, err)
 		}
+	}
+	if err := w.addPatchedFiles(p, patched, base); err != nil {
+		return VersionInfo{}, err
 	}
 	for i := range base.m.Files {
 		if bf := &base.m.Files[i]; !changed[bf.Path] {
 			if err := w.addEntry(w.unchangedEntry(bf)); err != nil {
 				return VersionInfo{}, err
+			}
+			for _, t := range bf.Tensors { // kept for the next version's diffs
+				w.carryUnchanged(base.m.Version, t.ID, t.End-t.Begin)
 			}
 		}
 	}
@@ -224,16 +221,9 @@ func (w *Writer) addPatchedFile(p *delta.Patch, pf delta.PatchFile, baseV uint64
 	if err := readAtFull(src, prefix, 0); err != nil {
 		return fmt.Errorf("read the base's header: %w", err)
 	}
-	hdr, err := delta.ParseHeader(prefix, bf.Size)
+	prefix, hdr, err := patchHeader(pf, bf, prefix)
 	if err != nil {
-		return fmt.Errorf("the base's header: %w: %w", ErrCorrupt, err)
-	}
-	if pf.NewHeader != nil {
-		nh, err := delta.ParseHeader(pf.NewHeader, bf.Size)
-		if err != nil || int64(len(pf.NewHeader)) != bf.HeaderLen || !samePlaces(hdr, nh) {
-			return badPatch("its new header does not keep the base's length and tensors in place (%v)", err)
-		}
-		prefix, hdr = pf.NewHeader, nh
+		return err
 	}
 	cp, err := p.NewChunkPatcher(pf.Name, hdr)
 	if err != nil {
