@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 
 	"github.com/weightfs/weightfs/delta"
