@@ -7,6 +7,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/internal/logtest"
@@ -72,6 +73,7 @@ func BenchmarkCommitMoE(b *testing.B) {
 		b.Run(fmt.Sprintf("%s-%d", c.name, len(ts)), func(b *testing.B) {
 			b.SetBytes(2 * c.cfg.ParamCount())
 			var fsyncs, writes int64
+			var cpu time.Duration
 			profile := os.Getenv("WEIGHTFS_BENCH_MOE_PROFILE")
 			for i := range b.N {
 				b.StopTimer()
@@ -91,11 +93,13 @@ func BenchmarkCommitMoE(b *testing.B) {
 					}
 					prof = f
 				}
+				cpu0 := processCPU()
 				b.StartTimer()
 				if _, err := s.Commit(srcs[1], CommitOptions{}); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
+				cpu += processCPU() - cpu0
 				if prof != nil {
 					pprof.StopCPUProfile()
 					prof.Close()
@@ -106,6 +110,7 @@ func BenchmarkCommitMoE(b *testing.B) {
 				s.Close()
 				b.StartTimer()
 			}
+			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 			b.ReportMetric(float64(fsyncs)/float64(b.N), "fsyncs/op")
 			b.ReportMetric(float64(writes)/float64(b.N), "indexwrites/op")
 		})

@@ -61,7 +61,10 @@ func (p *packedObjects) readOpen(id ID) (ObjectFile, error) {
 		return p.openObject(id)
 	}
 	b := make([]byte, loc.Length)
-	_, err := p.open.f.ReadAt(b, loc.Offset)
+	err := p.open.flush() // its record may still be in the buffer
+	if err == nil {
+		_, err = p.open.f.ReadAt(b, loc.Offset)
+	}
 	p.wmu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("open object %s: read the pack being written: %w", id, err)
