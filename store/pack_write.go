@@ -31,7 +31,9 @@ type openPack struct {
 // packWriteBuf is how many bytes of small records the open pack gathers before it writes them.
 const packWriteBuf = 1 << 20
 
-// flush writes the records gathered in buf to the pack's file.
+// flush writes the records gathered in buf to the pack's file. On an error they stay in
+// buf (served from there, written at the next flush): a failed write loses no record put
+// before it, as when every record was written on its own.
 func (o *openPack) flush() error {
 	if len(o.buf) == 0 {
 		return nil
@@ -41,6 +43,18 @@ func (o *openPack) flush() error {
 	}
 	o.buf = o.buf[:0]
 	return nil
+}
+
+// read returns the record of length bytes at off: from buf when it is there (records are
+// gathered whole), else from f.
+func (o *openPack) read(off, length int64) ([]byte, error) {
+	b := make([]byte, length)
+	if start := o.w.Offset() - int64(len(o.buf)); off >= start {
+		copy(b, o.buf[off-start:])
+		return b, nil
+	}
+	_, err := o.f.ReadAt(b, off)
+	return b, err
 }
 
 // write puts the record file, which starts at off (w.Offset(), not yet added), into the
