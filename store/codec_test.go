@@ -9,7 +9,7 @@ import (
 
 func TestCRC32Combine(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, tc := range []struct{ a, b int }{{0, 0}, {0, 5}, {5, 0}, {1, 1}, {96, 1 << 20}, {1000, 3}, {7, 12345}} {
+	for _, tc := range []struct{ a, b int }{{0, 0}, {0, 5}, {5, 0}, {1, 1}, {96, 1 << 20}, {1000, 3}, {7, 12345}, {3, 1<<16 + 1}, {64, 3<<20 + 77}} {
 		a, b := randomBytes(rng, tc.a), randomBytes(rng, tc.b)
 		want := crc32.Checksum(append(append([]byte(nil), a...), b...), castagnoli)
 		if got := crc32Combine(crc32c(a), crc32c(b), int64(len(b))); got != want {

@@ -219,6 +219,36 @@ func (v *matView) readFileInto(path string, raw []byte, abs, n int64) (b []byte,
 	return b, true, nil
 }
 
+// readCached reads bytes [off, off+len(p)) of object id from the copy into p with one pread
+// and without the copy's sums, when the page cache holds them (false: it does not, nothing
+// was read). Only for a caller that checks every byte it reads against the object's own
+// identity or CRC before anything computed from them is kept (a diff's baseCheck, which
+// falls back to the objects when they do not match): the sums would check the same bytes a
+// second time, and under a small tensor read and check up to two chunks of its neighbours
+// (three times the bytes for a 64 KiB expert; issue 29).
+func (v *matView) readCached(id ID, p []byte, off int64) (bool, error) {
+	loc, ok := v.m.locs[id]
+	if !ok {
+		return false, fmt.Errorf("materialized copy does not hold object %s", id)
+	}
+	abs, n := loc.off+off, int64(len(p))
+	sums := v.m.sums[loc.path]
+	if sums == nil || abs < 0 || abs+n > sums.size {
+		return false, v.m.failed(fmt.Errorf("%s: bytes [%d, %d) are not in the checked copy", loc.path, abs, abs+n))
+	}
+	f, err := v.m.file(loc.path)
+	if err != nil {
+		return false, err
+	}
+	if all, known := rangeCached(f, abs, n); !all && known {
+		return false, nil
+	}
+	if err := readFull(f, p, abs); err != nil {
+		return false, v.m.failed(fmt.Errorf("read %s: %w", loc.path, err))
+	}
+	return true, nil
+}
+
 // readAt reads bytes [off, off+len(p)) of object id from the copy.
 func (v *matView) readAt(id ID, p []byte, off int64) error {
 	loc, ok := v.m.locs[id]

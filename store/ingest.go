@@ -369,10 +369,15 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 	}
 	// The copy stays at this version until the diff is done (seals wait for us).
 	baseVer := basis.m.Version
-	body, id, changed, crc, err := w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), mem, keep)
+	body, id, changed, crc, err := w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), mem, keep, false)
 	if errors.Is(err, errMemBase) {
 		// The base in memory failed its check (it is dropped): diffed again from the copy.
-		body, id, changed, crc, err = w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), nil, keep)
+		body, id, changed, crc, err = w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), nil, keep, false)
+	}
+	if errors.Is(err, errCopyBase) {
+		// The copy's bytes failed the base's check (the copy is being rebuilt): diffed
+		// again from the objects.
+		body, id, changed, crc, err = w.diffTensor(src, view, base.tensor.ID, size, width, t.DType.IsFloat(), nil, keep, true)
 	}
 	view.release()
 	w.in.mem.release(mem)
@@ -444,8 +449,11 @@ func (w *Writer) storeDiffed(t *manifestTensor, src io.ReaderAt, base tensorRef,
 // changes could exceed maxDeltaMemory. mem, when not nil, is the base's content in memory,
 // read instead of the copy (errMemBase: it failed its check, and the memory is dropped);
 // keep, when not nil, receives the new bytes (the next version's base in memory). crc is the
-// CRC-32C of the new bytes.
-func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int64, width int, float bool, mem *memTensor, keep []byte) (body []byte, id ID, changed int64, crc uint32, err error) {
+// CRC-32C of the new bytes. The base's bytes from the copy are read without its sums where
+// the page cache holds them (baseReader.checksWhole: the base check covers them); when they
+// fail the base check the copy is marked broken and the error is errCopyBase: the caller
+// diffs again with fromObjects, which reads the base from the objects.
+func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int64, width int, float bool, mem *memTensor, keep []byte, fromObjects bool) (body []byte, id ID, changed int64, crc uint32, err error) {
 	s := w.s
 	elems := size / int64(width)
 	enc := delta.NewDeltaEncoder(width, float, elems)
@@ -466,7 +474,8 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	if keep == nil {
 		cur = make([]byte, min(size, ingestChunk))
 	}
-	base := baseReader{in: w.in} // reads a cold copy with O_DIRECT, and ahead (stream_base.go)
+	// Reads a cold copy with O_DIRECT, and ahead (stream_base.go).
+	base := baseReader{in: w.in, checksWhole: true, objects: fromObjects}
 	defer base.release()
 	var ch delta.Changes
 	for off := int64(0); off < size; off += ingestChunk {
@@ -509,11 +518,16 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 			w.progressAdd(-size)
 			return nil, id, 0, 0, fmt.Errorf("base object %s in memory: %w", baseID, errMemBase)
 		}
+		w.progressAdd(-size)
 		if view == nil { // read through the objects (readBaseAt), every byte checked there
 			return nil, id, 0, 0, fmt.Errorf("base object %s: its bytes do not match it: %w", baseID, ErrCorrupt)
 		}
-		view.m.markBroken()
-		return nil, id, 0, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", baseID)
+		if !fromObjects {
+			s.log.Warn(fmt.Sprintf("materialized copy: base object %s read from it does not match its identity or CRC-32C: not served; the tensor is diffed from the objects and the copy is rebuilt", baseID))
+			view.m.markBroken()
+			return nil, id, 0, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy): %w", baseID, errCopyBase)
+		}
+		return nil, id, 0, 0, fmt.Errorf("base object %s does not match its identity or CRC: %w", baseID, ErrCorrupt)
 	}
 	if mem != nil {
 		w.in.mem.note(size)
@@ -525,6 +539,10 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	}
 	return body, id, changed, crc, nil
 }
+
+// errCopyBase says that base bytes read from the materialized copy failed the base's check
+// (the copy is marked broken; the caller diffs again from the objects).
+var errCopyBase = errors.New("the materialized copy's base does not match its check")
 
 // diffInto diffs the chunk cur against its base bytes, elements [first, ...) of the tensor,
 // and adds the changes to enc unless it is nil; it returns how many elements changed. With

@@ -1,6 +1,9 @@
 package store
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"sync"
+)
 
 // castagnoli is the CRC-32C table; the standard library uses the SSE4.2 instruction for it.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -16,11 +19,27 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // SHA-256) is only known once the body has streamed to disk; combining lets the writer CRC the
 // body as it streams and never read it back. The method is the classic one of multiplying by
 // x^(8*lenB) modulo the polynomial with repeated squaring of a GF(2) operator matrix.
+//
+// The operators for 2^k zero bytes are squared once (zeroBytesOps) and applied for each bit
+// set in lenB: a stream writes an object per tensor, and squaring them again at every call
+// was a per-tensor cost of a mixture of experts' ingest (issue 29).
 func crc32Combine(crcA, crcB uint32, lenB int64) uint32 {
 	if lenB <= 0 {
 		return crcA
 	}
-	var even, odd [32]uint32
+	ops := zeroBytesOps()
+	for k := 0; lenB != 0; k, lenB = k+1, lenB>>1 {
+		if lenB&1 != 0 {
+			crcA = gf2Times(&ops[k], crcA)
+		}
+	}
+	return crcA ^ crcB
+}
+
+// zeroBytesOps returns the GF(2) operators that append 2^k zero bytes to a CRC-32C, k < 63.
+var zeroBytesOps = sync.OnceValue(func() *[63][32]uint32 {
+	var ops [63][32]uint32
+	var odd, even [32]uint32
 	// odd: the operator for one zero bit.
 	odd[0] = castagnoliReversed
 	row := uint32(1)
@@ -28,28 +47,14 @@ func crc32Combine(crcA, crcB uint32, lenB int64) uint32 {
 		odd[n] = row
 		row <<= 1
 	}
-	gf2Square(&even, &odd) // two zero bits
-	gf2Square(&odd, &even) // four zero bits
-	for {
-		gf2Square(&even, &odd) // first pass: one zero byte
-		if lenB&1 != 0 {
-			crcA = gf2Times(&even, crcA)
-		}
-		lenB >>= 1
-		if lenB == 0 {
-			break
-		}
-		gf2Square(&odd, &even)
-		if lenB&1 != 0 {
-			crcA = gf2Times(&odd, crcA)
-		}
-		lenB >>= 1
-		if lenB == 0 {
-			break
-		}
+	gf2Square(&even, &odd)   // two zero bits
+	gf2Square(&odd, &even)   // four zero bits
+	gf2Square(&ops[0], &odd) // one zero byte
+	for k := 1; k < len(ops); k++ {
+		gf2Square(&ops[k], &ops[k-1])
 	}
-	return crcA ^ crcB
-}
+	return &ops
+})
 
 func gf2Times(mat *[32]uint32, vec uint32) uint32 {
 	var sum uint32

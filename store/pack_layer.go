@@ -62,6 +62,7 @@ type packedObjects struct {
 	// wmu serializes writes: the open pack and the packs written since the last index.
 	wmu     sync.Mutex
 	open    *openPack
+	spare   []byte             // the write buffer of the last pack finished, for the next (openPack.buf)
 	written []pack.IndexedPack // finished packs not yet in an index
 	// unsealed are the names of the index records this process wrote that no manifest it
 	// sealed names yet (syncIndexes; the seal hands them to the manifest).

@@ -68,8 +68,7 @@ func (p *packedObjects) readOpen(id ID) (ObjectFile, error) {
 		p.wmu.Unlock()
 		return p.openObject(id)
 	}
-	b := make([]byte, loc.Length)
-	_, err := p.open.f.ReadAt(b, loc.Offset)
+	b, err := p.open.read(loc.Offset, loc.Length)
 	p.wmu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("open object %s: read the pack being written: %w", id, err)

@@ -18,11 +18,59 @@ import (
 // the packs put since the last one: a version costs one fsync per pack, the index, the
 // manifest and their directories (docs/format.md Part I §3.5).
 
-// openPack is the pack being written.
+// openPack is the pack being written. Records are gathered in buf and written to f a
+// packWriteBuf at a time: a version of a mixture of experts puts thousands of delta
+// objects of a few KiB, and a write(2) each was a per-tensor cost (issue 29).
 type openPack struct {
 	f    *os.File
 	w    *pack.Writer
 	ents []pack.Entry // in the order written (w sorts its own at Finish)
+	buf  []byte       // records not yet written to f, which start at file offset w.Offset()-len(buf)
+}
+
+// packWriteBuf is how many bytes of small records the open pack gathers before it writes them.
+const packWriteBuf = 1 << 20
+
+// flush writes the records gathered in buf to the pack's file. On an error they stay in
+// buf (served from there, written at the next flush): a failed write loses no record put
+// before it, as when every record was written on its own.
+func (o *openPack) flush() error {
+	if len(o.buf) == 0 {
+		return nil
+	}
+	if _, err := o.f.WriteAt(o.buf, o.w.Offset()-int64(len(o.buf))); err != nil {
+		return fmt.Errorf("write into pack: %w", err)
+	}
+	o.buf = o.buf[:0]
+	return nil
+}
+
+// read returns the record of length bytes at off: from buf when it is there (records are
+// gathered whole), else from f.
+func (o *openPack) read(off, length int64) ([]byte, error) {
+	b := make([]byte, length)
+	if start := o.w.Offset() - int64(len(o.buf)); off >= start {
+		copy(b, o.buf[off-start:])
+		return b, nil
+	}
+	_, err := o.f.ReadAt(b, off)
+	return b, err
+}
+
+// write puts the record file, which starts at off (w.Offset(), not yet added), into the
+// pack: into buf, or straight to f when it does not fit.
+func (o *openPack) write(file []byte, off int64) error {
+	if len(o.buf)+len(file) > packWriteBuf {
+		if err := o.flush(); err != nil {
+			return err
+		}
+	}
+	if len(file) >= packWriteBuf {
+		_, err := o.f.WriteAt(file, off)
+		return err
+	}
+	o.buf = append(o.buf, file...) // grows to packWriteBuf, then reused (packedObjects.spare)
+	return nil
 }
 
 func (o *openPack) entries() []pack.Entry { return o.ents }
@@ -83,11 +131,12 @@ func (p *packedObjects) putObjectBytes(id ID, file []byte) error {
 		if err != nil {
 			return err
 		}
-		p.open = &openPack{f: f, w: pack.NewWriter(f)}
+		p.open = &openPack{f: f, w: pack.NewWriter(f), buf: p.spare[:0]}
+		p.spare = nil
 	}
 	o := p.open
 	off := o.w.Offset()
-	if _, err := o.f.WriteAt(file, off); err != nil {
+	if err := o.write(file, off); err != nil {
 		return fmt.Errorf("put object %s: write into pack: %w", id, err)
 	}
 	e := pack.Entry{ID: id, Offset: off, Length: int64(len(file)), CRC: binary.LittleEndian.Uint32(file[len(file)-4:])}
@@ -141,7 +190,14 @@ func (p *packedObjects) finishOpenLocked() error {
 		return nil
 	}
 	p.open = nil
-	id, size, entries, err := o.w.Finish()
+	err := o.flush()
+	p.spare, o.buf = o.buf, nil
+	var id ID
+	var size int64
+	var entries []pack.Entry
+	if err == nil {
+		id, size, entries, err = o.w.Finish()
+	}
 	if err == nil {
 		err = p.packs.PutPack(id, o.f) // takes o.f, also on an error
 	} else {

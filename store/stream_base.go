@@ -1,5 +1,7 @@
 package store
 
+import "errors"
+
 // The bases a stream (or a batch ingest: Writer.diffTensor) diffs against are read from the
 // materialized copy as the bytes arrive.
 // After a restart, or whenever the kernel dropped it, the copy is cold, and reading it through
@@ -17,6 +19,11 @@ type baseReader struct {
 	bufs  [2][]byte // directAlign-aligned (buf), made when first used
 	cur   int       // the buffer the last bytes returned live in
 	ahead *baseRead // the read of the next chunk, into bufs[1-cur]
+	// checksWhole: the caller checks every base byte it reads against the base's identity
+	// or CRC (Writer.diffTensor's baseCheck), so bytes the page cache holds are read without
+	// the copy's sums (matView.readCached). objects: read from the objects, not the copy
+	// (the copy failed that check).
+	checksWhole, objects bool
 }
 
 // baseRead is a read of bytes [off, off+n) of object id from the copy in generation gen.
@@ -48,7 +55,11 @@ func (r *baseReader) read(view *matView, id ID, off, n int64, next nextRead) ([]
 // readChecked is read, and says whether the bytes were checked by the copy's sums (else
 // they came from the objects: the copy failed its check).
 func (r *baseReader) readChecked(view *matView, id ID, off, n int64, next nextRead) (b []byte, checked bool, err error) {
-	b, err = r.readCopy(view, id, off, n, next)
+	if r.objects {
+		err = &copyError{errors.New("the base is read from the objects")}
+	} else {
+		b, err = r.readCopy(view, id, off, n, next)
+	}
 	if err == nil {
 		r.in.mem.noteCopy(n) // counted for the base in memory's figures (ingest_basemem.go)
 	}
@@ -70,6 +81,12 @@ func (r *baseReader) readCopy(view *matView, id ID, off, n int64, next nextRead)
 		r.wait()
 		b := make([]byte, n)
 		return b, view.readAt(id, b, off)
+	}
+	if r.checksWhole && r.ahead == nil {
+		b := r.buf(r.cur, n)[:n]
+		if ok, err := view.readCached(id, b, off); ok || err != nil {
+			return b, err
+		}
 	}
 	if a := r.ahead; a != nil {
 		r.ahead = nil

@@ -1,0 +1,79 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// TestStatsFsyncsOfAManyTensorCommit pins issue 29's count on a local store of packs: a
+// commit of a version whose ~1,000 small tensors all changed (a mixture of experts after one
+// RL step) makes at most 8 + (packs written) fsyncs, and writes one pack index record. A
+// test of counts (Stats.Fsyncs, files under packs/ and index/), not of time.
+func TestStatsFsyncsOfAManyTensorCommit(t *testing.T) {
+	const files, perFile, elems = 4, 256, 512
+	rng := rand.New(rand.NewPCG(29, 2))
+	s, root := newStore(t, Options{})
+	ws := make([][]byte, files*perFile)
+	version := func(v uint64) map[string][]byte {
+		tree := map[string][]byte{"config.json": []byte(`{"experts": 128}`)}
+		for f := range files {
+			ts := make([]testTensor, perFile)
+			for i := range ts {
+				k := f*perFile + i
+				if v == 1 {
+					ws[k] = bf16Like(rng, elems)
+				} else {
+					ws[k] = perturb(rng, ws[k], 2, 0.02)
+				}
+				ts[i] = testTensor{fmt.Sprintf("model.layers.%d.mlp.experts.%d.up_proj.weight", f, i), delta.DTypeBF16, []int64{elems}, ws[k]}
+			}
+			tree[fmt.Sprintf("model-%05d-of-%05d.safetensors", f+1, files)] = safetensorsFile(t, ts...)
+		}
+		return tree
+	}
+	commitTree(t, s, 1, version(1))
+	packsBefore, indexesBefore := countFilesUnder(t, root, "packs"), countFilesUnder(t, root, "index")
+	before := s.Stats()
+	info, _ := commitTree(t, s, 2, version(2))
+	after := s.Stats()
+	packs := countFilesUnder(t, root, "packs") - packsBefore
+	indexes := countFilesUnder(t, root, "index") - indexesBefore
+	if info.ChangedElems == 0 {
+		t.Fatalf("version 2 changed no element")
+	}
+	if packs < 1 {
+		t.Fatalf("version 2 added %d packs, want its objects in at least one", packs)
+	}
+	if got, most := after.Fsyncs-before.Fsyncs, int64(8+packs); got > most {
+		t.Errorf("commit of %d changed tensors: %d fsyncs, want at most 8 + %d packs = %d", files*perFile, got, packs, most)
+	}
+	if indexes != 1 {
+		t.Errorf("commit of version 2 wrote %d pack index records, want 1", indexes)
+	}
+	t.Logf("version 2: %d fsyncs, %d packs, %d index writes of the node-local index", after.Fsyncs-before.Fsyncs, packs, after.IndexWrites-before.IndexWrites)
+}
+
+// countFilesUnder counts the regular files under root/dir (0 when there is no such directory).
+func countFilesUnder(t *testing.T, root, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(filepath.Join(root, dir), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return n
+}
