@@ -314,7 +314,7 @@ func (u *deltaUpload) Create(ctx context.Context, name string, flags uint32, mod
 		}
 		return nil, nil, 0, m.fail(err, "create %s", where)
 	}
-	f := &deltaFile{u: u, name: name, file: staged, handles: 1, attr: newNodeAttr(ctx, mode)}
+	f := newDeltaFile(ctx, u, name, staged, mode)
 	u.mu.Lock()
 	if u.dropped {
 		u.mu.Unlock()
@@ -381,7 +381,7 @@ func (u *deltaUpload) Rename(ctx context.Context, name string, newParent gofs.In
 
 // seal seals the version from the directory once its index is in place.
 func (u *deltaUpload) seal(index *deltaFile) syscall.Errno {
-	f, size := index.stagedFile()
+	f, size := index.staged()
 	if f == nil {
 		return syscall.EBADF
 	}

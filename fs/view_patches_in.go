@@ -128,7 +128,7 @@ func (p *patchesView) Create(ctx context.Context, name string, flags uint32, mod
 		}
 		return nil, nil, 0, p.m.fail(err, "create %s/%s", p.where, name)
 	}
-	u := &patchUpload{p: p, name: name, file: f, handles: 1, attr: newNodeAttr(ctx, mode)}
+	u := newPatchUpload(ctx, p, name, f, mode)
 	p.mu.Lock()
 	if p.uploads[name] != nil {
 		p.mu.Unlock()
