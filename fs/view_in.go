@@ -94,22 +94,13 @@ func (w writesIn) forget(name string) {
 // errno is not 0.
 func (w writesIn) reserve(name string, v uint64, where string) (release func(), errno syscall.Errno) {
 	m := w.v.m
-	m.mu.Lock()
-	errno, reason := m.newNumberProblemLocked(v)
-	if errno == 0 {
-		m.reserved[v] = true
-	}
-	m.mu.Unlock()
+	errno, reason := m.reserveNumber(v)
 	if errno != 0 {
 		what := fmt.Sprintf("seal %s from %s: %s", VersionName(v), where, reason)
 		w.note(name, m.refuse(errno, "%s", what), what)
 		return nil, errno
 	}
-	return func() {
-		m.mu.Lock()
-		delete(m.reserved, v)
-		m.mu.Unlock()
-	}, 0
+	return func() { m.releaseNumber(v) }, 0
 }
 
 // failed logs and notes err, why the store did not seal v from name, written at where.
