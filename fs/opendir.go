@@ -166,18 +166,45 @@ func (d *openDir) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 	return 0
 }
 
+// beginNew begins op (mkdir, create) of a new entry name: the tree is open, the name is free
+// and may be stored. done ends the operation; it is nil where errno is not 0.
+func (d *openDir) beginNew(op, name string) (done func(), errno syscall.Errno) {
+	done, errno = d.t.begin(op + " " + d.where(name))
+	if errno != 0 {
+		return nil, errno
+	}
+	if d.GetChild(name) != nil {
+		done()
+		return nil, syscall.EEXIST
+	}
+	if errno := d.checkNewName(op, name); errno != 0 {
+		done()
+		return nil, errno
+	}
+	return done, 0
+}
+
+// beginOn begins op (unlink, rmdir, rename) on the entry name, which exists in an open tree.
+// done ends the operation; it is nil where errno is not 0.
+func (d *openDir) beginOn(op, name string) (ch *gofs.Inode, done func(), errno syscall.Errno) {
+	done, errno = d.t.begin(op + " " + d.where(name))
+	if errno != 0 {
+		return nil, nil, errno
+	}
+	ch = d.GetChild(name)
+	if ch == nil {
+		done()
+		return nil, nil, syscall.ENOENT
+	}
+	return ch, done, 0
+}
+
 func (d *openDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	done, errno := d.t.begin("mkdir " + d.where(name))
+	done, errno := d.beginNew("mkdir", name)
 	if errno != 0 {
 		return nil, errno
 	}
 	defer done()
-	if d.GetChild(name) != nil {
-		return nil, syscall.EEXIST
-	}
-	if errno := d.checkNewName("mkdir", name); errno != 0 {
-		return nil, errno
-	}
 	child := newOpenDirFor(ctx, d.t, mode)
 	child.fillAttr(&out.Attr)
 	d.touch()
@@ -205,17 +232,11 @@ func (d *openDir) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 }
 
 func (d *openDir) newFile(ctx context.Context, name string, mode uint32, handles int, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	done, errno := d.t.begin("create " + d.where(name))
+	done, errno := d.beginNew("create", name)
 	if errno != 0 {
 		return nil, errno
 	}
 	defer done()
-	if d.GetChild(name) != nil {
-		return nil, syscall.EEXIST
-	}
-	if errno := d.checkNewName("create", name); errno != 0 {
-		return nil, errno
-	}
 	sf, err := d.t.newStagingFile()
 	if err != nil {
 		return nil, d.t.m.fail(err, "create %s", d.where(name))
@@ -229,15 +250,11 @@ func (d *openDir) newFile(ctx context.Context, name string, mode uint32, handles
 }
 
 func (d *openDir) Unlink(ctx context.Context, name string) syscall.Errno {
-	done, errno := d.t.begin("unlink " + d.where(name))
+	ch, done, errno := d.beginOn("unlink", name)
 	if errno != 0 {
 		return errno
 	}
 	defer done()
-	ch := d.GetChild(name)
-	if ch == nil {
-		return syscall.ENOENT
-	}
 	if _, ok := ch.Operations().(*refusedFile); ok {
 		d.t.refusal.Store(nil) // read, and removed: rm -rf of a refused version works
 		return 0
@@ -254,15 +271,11 @@ func (d *openDir) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (d *openDir) Rmdir(ctx context.Context, name string) syscall.Errno {
-	done, errno := d.t.begin("rmdir " + d.where(name))
+	ch, done, errno := d.beginOn("rmdir", name)
 	if errno != 0 {
 		return errno
 	}
 	defer done()
-	ch := d.GetChild(name)
-	if ch == nil {
-		return syscall.ENOENT
-	}
 	if _, ok := ch.Operations().(*openDir); !ok {
 		return syscall.ENOTDIR
 	}
@@ -282,15 +295,11 @@ func (d *openDir) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if flags&renameWhiteout != 0 {
 		return syscall.EINVAL
 	}
-	done, errno := d.t.begin("rename " + d.where(name))
+	src, done, errno := d.beginOn("rename", name)
 	if errno != 0 {
 		return errno
 	}
 	defer done()
-	src := d.GetChild(name)
-	if src == nil {
-		return syscall.ENOENT
-	}
 	if _, ok := src.Operations().(*refusedFile); ok {
 		return d.t.m.refuse(syscall.EPERM, "rename %s: the note of a refused seal is the mount's (rm removes it)", d.where(name))
 	}

@@ -136,16 +136,30 @@ func (r *rootNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	return 0
 }
 
-// sealByRename publishes staging tree t as version v. The kernel holds the root's lock until
-// we return, so the entry is invalidated afterwards, from another goroutine.
-func (r *rootNode) sealByRename(t *openTree, name string, v uint64, newName string) syscall.Errno {
-	m := r.m
+// reserveNumber reserves version v for a seal (of a staging tree, or from a patch or delta
+// written in: view_in.go), or says why v cannot be the next version: the errno and reason of
+// the refusal, with nothing reserved. releaseNumber ends the reservation.
+func (m *mountState) reserveNumber(v uint64) (syscall.Errno, string) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	errno, reason := m.newNumberProblemLocked(v)
 	if errno == 0 {
 		m.reserved[v] = true
 	}
+	return errno, reason
+}
+
+func (m *mountState) releaseNumber(v uint64) {
+	m.mu.Lock()
+	delete(m.reserved, v)
 	m.mu.Unlock()
+}
+
+// sealByRename publishes staging tree t as version v. The kernel holds the root's lock until
+// we return, so the entry is invalidated afterwards, from another goroutine.
+func (r *rootNode) sealByRename(t *openTree, name string, v uint64, newName string) syscall.Errno {
+	m := r.m
+	errno, reason := m.reserveNumber(v)
 	if errno != 0 {
 		what := fmt.Sprintf("rename %s to %s: %s", name, newName, reason)
 		errno = m.refuse(renameErrno(errno), "%s", what)
@@ -154,9 +168,7 @@ func (r *rootNode) sealByRename(t *openTree, name string, v uint64, newName stri
 	}
 	start := time.Now()
 	info, err := t.seal(v)
-	m.mu.Lock()
-	delete(m.reserved, v)
-	m.mu.Unlock()
+	m.releaseNumber(v)
 	if err != nil {
 		return renameErrno(m.refuseSeal(t, err, fmt.Sprintf("seal %s as %s (the directory stays as it was)", name, newName)))
 	}

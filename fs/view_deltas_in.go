@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -38,26 +37,11 @@ import (
 // renders it. rmdir of a directory being written drops it (as slime's rmtree of its delta
 // directory at the start of a run does); sealed versions stay.
 
-// takesDeltas says why this mount's deltas/ takes no delta ("" when it does).
-func (d *deltasView) takesDeltas() string {
-	switch {
-	case d.m.readOnly:
-		return "read-only mount"
-	case d.m.b.SealedElsewhere():
-		return "a rank of a writer group writes parts; its publisher seals versions"
-	case d.m.stagingRoot == "":
-		return "the mount has no staging directory"
-	}
-	return ""
-}
+// in is what deltas/ keeps of the deltas written in beside their directories (view_in.go).
+func (d *deltasView) in() writesIn { return writesIn{v: &d.viewDir, mu: &d.inMu, notes: d.notes} }
 
 func (d *deltasView) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	mode := uint32(0o555)
-	if d.takesDeltas() == "" {
-		mode = 0o755
-	}
-	setDirAttr(mode, d.m.started, &out.Attr)
-	return 0
+	return d.getattrIn(out)
 }
 
 // lookupIn finds a directory being written or the note of a refused delta.
@@ -76,31 +60,18 @@ func (d *deltasView) lookupIn(ctx context.Context, name string, out *fuse.EntryO
 		}
 		return d.NewInode(ctx, u, gofs.StableAttr{Mode: syscall.S_IFDIR})
 	case isNote:
-		n := &rejectedNote{m: d.m, where: d.where + "/" + name, note: note}
-		n.fillAttr(&out.Attr)
-		out.SetEntryTimeout(0)
-		out.SetAttrTimeout(0)
-		return d.NewInode(ctx, n, gofs.StableAttr{Mode: syscall.S_IFREG})
+		return d.in().noteNode(ctx, name, note, out)
 	}
 	return nil
 }
 
 // listIn adds the directories being written and the notes to a listing.
 func (d *deltasView) listIn(list []fuse.DirEntry) []fuse.DirEntry {
-	d.inMu.Lock()
-	for name := range d.uploads {
-		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR})
-	}
-	for name := range d.notes {
-		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
-	}
-	d.inMu.Unlock()
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return list
+	return listIn(d.in(), list, d.uploads, syscall.S_IFDIR)
 }
 
 func (d *deltasView) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if why := d.takesDeltas(); why != "" {
+	if why := d.takesWrites(); why != "" {
 		return nil, d.m.refuse(d.m.modErrno(), "mkdir %s/%s: %s: %s", d.where, name, why, viewsAreDerived)
 	}
 	v, isVersion, err := ParseVersionName(name)
@@ -152,7 +123,7 @@ func (d *deltasView) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // commit seals u's version from its files, or notes why not; u leaves deltas/ either way.
 func (d *deltasView) commit(u *deltaUpload, index []byte) syscall.Errno {
-	m, v := d.m, u.v
+	m, v, in := d.m, u.v, d.in()
 	where := d.where + "/" + u.name
 	d.inMu.Lock()
 	if d.uploads[u.name] == u {
@@ -166,30 +137,11 @@ func (d *deltasView) commit(u *deltaUpload, index []byte) syscall.Errno {
 			d.NotifyEntry(u.name)
 		}()
 	}()
-	note := func(errno syscall.Errno, reason string) {
-		text := fmt.Sprintf("%s\n\nrefused at %s with %s (%v); the daemon's log has the same line.\n",
-			reason, time.Now().UTC().Format(time.RFC3339), errnoName(errno), errno)
-		d.inMu.Lock()
-		d.notes[u.name+rejectedSuffix] = text
-		d.inMu.Unlock()
-		go d.NotifyEntry(u.name + rejectedSuffix)
-	}
-	m.mu.Lock()
-	errno, reason := m.newNumberProblemLocked(v)
-	if errno == 0 {
-		m.reserved[v] = true
-	}
-	m.mu.Unlock()
+	release, errno := in.reserve(u.name, v, where)
 	if errno != 0 {
-		what := fmt.Sprintf("seal %s from %s: %s", VersionName(v), where, reason)
-		note(m.refuse(errno, "%s", what), what)
 		return errno
 	}
-	defer func() {
-		m.mu.Lock()
-		delete(m.reserved, v)
-		m.mu.Unlock()
-	}()
+	defer release()
 	d.commitMu.Lock()
 	defer d.commitMu.Unlock()
 	start := time.Now()
@@ -210,14 +162,9 @@ func (d *deltasView) commit(u *deltaUpload, index []byte) syscall.Errno {
 		info, err = m.b.CommitSlimeDelta(index, open, v)
 	}
 	if err != nil {
-		what := fmt.Sprintf("seal %s from %s (nothing sealed; the store is as it was)", VersionName(v), where)
-		errno := m.fail(err, "%s", what)
-		note(errno, fmt.Sprintf("%s:\n%v", what, err))
-		return errno
+		return in.failed(u.name, v, where, err)
 	}
-	d.inMu.Lock()
-	delete(d.notes, u.name+rejectedSuffix)
-	d.inMu.Unlock()
+	in.forget(u.name)
 	m.log.Info("sealed version from a slime delta", "version", info.Number, "dir", where, "delta_bytes", sent+int64(len(index)),
 		"files", info.Files, "bytes", info.LogicalBytes, "stored", info.StoredBytes, "took", time.Since(start).Round(time.Millisecond))
 	m.notifyEntry(VersionName(v))
@@ -314,7 +261,7 @@ func (u *deltaUpload) Create(ctx context.Context, name string, flags uint32, mod
 		}
 		return nil, nil, 0, m.fail(err, "create %s", where)
 	}
-	f := &deltaFile{u: u, name: name, file: staged, handles: 1, attr: newNodeAttr(ctx, mode)}
+	f := newDeltaFile(ctx, u, name, staged, mode)
 	u.mu.Lock()
 	if u.dropped {
 		u.mu.Unlock()
@@ -381,7 +328,7 @@ func (u *deltaUpload) Rename(ctx context.Context, name string, newParent gofs.In
 
 // seal seals the version from the directory once its index is in place.
 func (u *deltaUpload) seal(index *deltaFile) syscall.Errno {
-	f, size := index.stagedFile()
+	f, size := index.staged()
 	if f == nil {
 		return syscall.EBADF
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -50,26 +49,11 @@ func isUploadName(name string) bool {
 	return strings.HasSuffix(name, ".tmp") || strings.HasPrefix(name, ".") && name != "." && name != ".."
 }
 
-// takesPatches says why this mount's patches/ takes no patch ("" when it does).
-func (p *patchesView) takesPatches() string {
-	switch {
-	case p.m.readOnly:
-		return "read-only mount"
-	case p.m.b.SealedElsewhere():
-		return "a rank of a writer group writes parts; its publisher seals versions"
-	case p.m.stagingRoot == "":
-		return "the mount has no staging directory"
-	}
-	return ""
-}
+// in is what patches/ keeps of the patches written in beside their uploads (view_in.go).
+func (p *patchesView) in() writesIn { return writesIn{v: &p.viewDir, mu: &p.mu, notes: p.notes} }
 
 func (p *patchesView) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	mode := uint32(0o555)
-	if p.takesPatches() == "" {
-		mode = 0o755
-	}
-	setDirAttr(mode, p.m.started, &out.Attr)
-	return 0
+	return p.getattrIn(out)
 }
 
 // lookupIn finds a patch being written or the note of a refused one.
@@ -88,31 +72,18 @@ func (p *patchesView) lookupIn(ctx context.Context, name string, out *fuse.Entry
 		}
 		return p.NewInode(ctx, u, gofs.StableAttr{Mode: syscall.S_IFREG})
 	case isNote:
-		n := &rejectedNote{m: p.m, where: p.where + "/" + name, note: note}
-		n.fillAttr(&out.Attr)
-		out.SetEntryTimeout(0)
-		out.SetAttrTimeout(0)
-		return p.NewInode(ctx, n, gofs.StableAttr{Mode: syscall.S_IFREG})
+		return p.in().noteNode(ctx, name, note, out)
 	}
 	return nil
 }
 
 // listIn adds the patches being written and the notes to a listing.
 func (p *patchesView) listIn(list []fuse.DirEntry) []fuse.DirEntry {
-	p.mu.Lock()
-	for name := range p.uploads {
-		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
-	}
-	for name := range p.notes {
-		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
-	}
-	p.mu.Unlock()
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return list
+	return listIn(p.in(), list, p.uploads, syscall.S_IFREG)
 }
 
 func (p *patchesView) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	if why := p.takesPatches(); why != "" {
+	if why := p.takesWrites(); why != "" {
 		return nil, nil, 0, p.m.refuse(p.m.modErrno(), "create %s/%s: %s: %s", p.where, name, why, viewsAreDerived)
 	}
 	if errno := p.checkUploadName("create", name); errno != 0 {
@@ -128,7 +99,7 @@ func (p *patchesView) Create(ctx context.Context, name string, flags uint32, mod
 		}
 		return nil, nil, 0, p.m.fail(err, "create %s/%s", p.where, name)
 	}
-	u := &patchUpload{p: p, name: name, file: f, handles: 1, attr: newNodeAttr(ctx, mode)}
+	u := newPatchUpload(ctx, p, name, f, mode)
 	p.mu.Lock()
 	if p.uploads[name] != nil {
 		p.mu.Unlock()
@@ -160,7 +131,7 @@ func (p *patchesView) checkUploadName(op, name string) syscall.Errno {
 	if errno != 0 {
 		what := fmt.Sprintf("%s %s/%s: %s", op, p.where, name, reason)
 		errno = p.m.refuse(errno, "%s", what)
-		p.noteRejected(name, errno, what)
+		p.in().note(name, errno, what)
 	}
 	return errno
 }
@@ -240,24 +211,13 @@ func (p *patchesView) Rename(ctx context.Context, name string, newParent gofs.In
 
 // commit seals version v from the bytes of u, written as name, or notes why not.
 func (p *patchesView) commit(u *patchUpload, name string, v uint64) syscall.Errno {
-	m := p.m
+	m, in := p.m, p.in()
 	where := p.where + "/" + name
-	m.mu.Lock()
-	errno, reason := m.newNumberProblemLocked(v)
-	if errno == 0 {
-		m.reserved[v] = true
-	}
-	m.mu.Unlock()
+	release, errno := in.reserve(name, v, where)
 	if errno != 0 {
-		what := fmt.Sprintf("seal %s from %s: %s", VersionName(v), where, reason)
-		p.noteRejected(name, m.refuse(errno, "%s", what), what)
 		return errno
 	}
-	defer func() {
-		m.mu.Lock()
-		delete(m.reserved, v)
-		m.mu.Unlock()
-	}()
+	defer release()
 	p.commitMu.Lock()
 	defer p.commitMu.Unlock()
 	start := time.Now()
@@ -267,29 +227,14 @@ func (p *patchesView) commit(u *patchUpload, name string, v uint64) syscall.Errn
 	}
 	info, err := m.b.CommitPatch(f, size, v)
 	if err != nil {
-		what := fmt.Sprintf("seal %s from %s (nothing sealed; the store is as it was)", VersionName(v), where)
-		errno := m.fail(err, "%s", what)
-		p.noteRejected(name, errno, fmt.Sprintf("%s:\n%v", what, err))
-		return errno
+		return in.failed(name, v, where, err)
 	}
-	p.mu.Lock()
-	delete(p.notes, name+rejectedSuffix)
-	p.mu.Unlock()
+	in.forget(name)
 	m.log.Info("sealed version from a patch", "version", info.Number, "file", where, "patch_bytes", size,
 		"files", info.Files, "bytes", info.LogicalBytes, "stored", info.StoredBytes, "took", time.Since(start).Round(time.Millisecond))
 	m.notifyEntry(VersionName(v))
 	m.notifyEntry(latestName)
 	return 0
-}
-
-// noteRejected leaves the reason a patch written as name was refused in name.rejected.
-func (p *patchesView) noteRejected(name string, errno syscall.Errno, reason string) {
-	note := fmt.Sprintf("%s\n\nrefused at %s with %s (%v); the daemon's log has the same line.\n",
-		reason, time.Now().UTC().Format(time.RFC3339), errnoName(errno), errno)
-	p.mu.Lock()
-	p.notes[name+rejectedSuffix] = note
-	p.mu.Unlock()
-	go p.NotifyEntry(name + rejectedSuffix)
 }
 
 // rejectedNote is the note of a refused patch, served from memory as it was when looked up.

@@ -107,38 +107,7 @@ func removeTempObject(f *os.File) {
 }
 
 func (b *localBackend) PutObject(id ID, tmp *os.File) error {
-	renamed := false
-	defer func() {
-		if !renamed {
-			b.RemoveTemp(tmp)
-		}
-	}()
-	err := tmp.Sync()
-	countFsync(&b.fsyncs)
-	if err != nil {
-		return fmt.Errorf("sync object %s: %w", id, err)
-	}
-	// Objects are never written in place: read-only files guard against accidents.
-	if err := tmp.Chmod(b.modes.object); err != nil {
-		return fmt.Errorf("put object %s: %w", id, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("put object %s: %w", id, err)
-	}
-	dst := b.objectPath(id)
-	dir := filepath.Dir(dst)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("put object %s: %w", id, err)
-		}
-		b.markDirty(filepath.Dir(dir))
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("put object %s: %w", id, err)
-	}
-	renamed = true
-	b.markDirty(dir)
-	return nil
+	return b.putFile("object", id, tmp, b.objectPath(id), false)
 }
 
 func (b *localBackend) markDirty(dir string) {
@@ -175,85 +144,19 @@ type localObject struct {
 func (o localObject) Size() int64 { return o.size }
 
 func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
-	p := b.objectPath(id)
-	// Anything but a regular file in an object's place is damage, and is looked at before it
-	// is opened: the open of a FIFO would block until a writer came (hanging every read of
-	// the object), the reads of a directory fail with EISDIR, which says nothing of the store.
-	if st, err := os.Stat(p); err == nil && !st.Mode().IsRegular() {
-		return nil, notAnObjectFile(id, st.Mode())
-	}
-	f, err := os.Open(p)
-	if errors.Is(err, syscall.ENOTDIR) {
-		// A file where its fan-out directory (or objects/) should be: the object is
-		// missing, and that is damage.
-		return nil, fmt.Errorf("open object %s: %w (%w)", id, ErrCorrupt, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open object %s: %w", id, err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open object %s: %w", id, err)
-	}
-	if !st.Mode().IsRegular() { // replaced since the look above
-		f.Close()
-		return nil, notAnObjectFile(id, st.Mode())
-	}
-	return localObject{f, st.Size()}, nil
-}
-
-func notAnObjectFile(id ID, mode fs.FileMode) error {
-	return fmt.Errorf("object %s is not a regular file (mode %v): %w", id, mode, ErrCorrupt)
+	return openRegularFile("object", id, b.objectPath(id))
 }
 
 func (b *localBackend) StatObject(id ID) (int64, error) {
-	st, err := os.Stat(b.objectPath(id))
-	if err != nil {
-		return 0, fmt.Errorf("stat object %s: %w", id, err)
-	}
-	return st.Size(), nil
+	return statFile("object", id, b.objectPath(id))
 }
 
 func (b *localBackend) ListObjects(fn func(id ID, size int64) error) error {
-	top := filepath.Join(b.root, "objects")
-	fans, err := os.ReadDir(top)
-	if err != nil {
-		return fmt.Errorf("list objects: %w", err)
-	}
-	for _, fan := range fans {
-		if !fan.IsDir() || len(fan.Name()) != 2 {
-			continue
-		}
-		entries, err := os.ReadDir(filepath.Join(top, fan.Name()))
-		if err != nil {
-			return fmt.Errorf("list objects: %w", err)
-		}
-		for _, e := range entries {
-			id, err := ParseID(e.Name())
-			if err != nil || !strings.HasPrefix(e.Name(), fan.Name()) || !e.Type().IsRegular() {
-				continue // not an object file; the layout has nothing else here
-			}
-			info, err := e.Info()
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // deleted meanwhile
-			}
-			if err != nil {
-				return fmt.Errorf("list objects: %w", err)
-			}
-			if err := fn(id, info.Size()); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return listFanOut(filepath.Join(b.root, "objects"), "objects", false, fn)
 }
 
 func (b *localBackend) DeleteObject(id ID) error {
-	if err := os.Remove(b.objectPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("delete object %s: %w", id, err)
-	}
-	return nil
+	return deleteFile("object", id, b.objectPath(id))
 }
 
 func (b *localBackend) PutManifest(v uint64, data []byte) error {

@@ -465,7 +465,7 @@ func packsRepaired(rr store.RepairReport) string {
 // addPacksJSON adds what verify found of packs, and what the repair did to them, to out.
 func addPacksJSON(out *verifyJSON, p store.PackReport, rr store.RepairReport) {
 	for _, d := range p.Damaged {
-		j := packDamageJSON{Index: d.Index, Error: d.Err.Error(), Text: d.String()}
+		j := packDamageJSON{Index: d.Index, findingJSON: findingJSON{Error: d.Err.Error(), Text: d.String()}}
 		if d.Pack != (store.ID{}) {
 			j.Pack = d.Pack.String()
 		}

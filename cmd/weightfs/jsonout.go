@@ -123,8 +123,14 @@ type packDamageJSON struct {
 	Index  string `json:"index,omitempty"`
 	Pack   string `json:"pack,omitempty"`
 	Object string `json:"object,omitempty"`
-	Error  string `json:"error"`
-	Text   string `json:"text"` // the line the text output prints after DAMAGED
+	findingJSON
+}
+
+// findingJSON ends each finding of verify (damageJSON, packDamageJSON): embedded last, its
+// fields are the object's last.
+type findingJSON struct {
+	Error string `json:"error"`
+	Text  string `json:"text"` // the line the text output prints after DAMAGED
 }
 
 type cacheJSON struct {
@@ -139,12 +145,11 @@ type damageJSON struct {
 	Version uint64 `json:"version,omitempty"`
 	Object  string `json:"object,omitempty"`
 	Path    string `json:"path,omitempty"`
-	Error   string `json:"error"`
-	Text    string `json:"text"` // the line the text output prints after DAMAGED
+	findingJSON
 }
 
 func newDamageJSON(d store.Damage) damageJSON {
-	j := damageJSON{Version: d.Version, Path: d.Path, Text: d.String()}
+	j := damageJSON{Version: d.Version, Path: d.Path, findingJSON: findingJSON{Text: d.String()}}
 	if d.Object != (store.ID{}) {
 		j.Object = d.Object.String()
 	}
@@ -170,10 +175,16 @@ type gpusJSON struct {
 	MemoryNeeded uint64 `json:"memory_needed"`
 }
 
+// libraryJSON begins the report of a GPU library (nvmlJSON, openCLJSON): embedded first, its
+// fields are the object's first.
+type libraryJSON struct {
+	Library string `json:"library"`
+	Loaded  bool   `json:"loaded"`
+	Reason  string `json:"reason"`
+}
+
 type nvmlJSON struct {
-	Library       string    `json:"library"`
-	Loaded        bool      `json:"loaded"`
-	Reason        string    `json:"reason"`
+	libraryJSON
 	DriverVersion string    `json:"driver_version"`
 	NVMLVersion   string    `json:"nvml_version"`
 	List          []gpuJSON `json:"gpus"`
@@ -188,16 +199,16 @@ type gpuJSON struct {
 	TotalMemory uint64 `json:"total_memory"`
 	FreeMemory  uint64 `json:"free_memory"`
 	// Utilization is null where the device does not report it.
-	Utilization *struct {
-		GPU    uint32 `json:"gpu"`
-		Memory uint32 `json:"memory"`
-	} `json:"utilization"`
+	Utilization *utilizationJSON `json:"utilization"`
+}
+
+type utilizationJSON struct {
+	GPU    uint32 `json:"gpu"`
+	Memory uint32 `json:"memory"`
 }
 
 type openCLJSON struct {
-	Library  string       `json:"library"`
-	Loaded   bool         `json:"loaded"`
-	Reason   string       `json:"reason"`
+	libraryJSON
 	Devices  []deviceJSON `json:"devices"`
 	Problems []string     `json:"problems"`
 }
@@ -219,20 +230,17 @@ func newGPUsJSON(r gpu.Report) gpusJSON {
 		ChunkBytes: r.ChunkBytes, MemoryNeeded: r.MemoryNeeded}
 	j.Auto.Backend, j.Auto.Device, j.Auto.Reason = r.Auto.Backend, r.Auto.Device, r.Auto.Reason
 	n := r.NVML
-	j.NVML = nvmlJSON{Library: n.Library, Loaded: n.Loaded, Reason: n.Reason, DriverVersion: n.DriverVersion,
+	j.NVML = nvmlJSON{libraryJSON: libraryJSON{n.Library, n.Loaded, n.Reason}, DriverVersion: n.DriverVersion,
 		NVMLVersion: n.NVMLVersion, List: []gpuJSON{}, Problems: nonNil(n.Problems)}
 	for _, g := range n.GPUs {
 		gj := gpuJSON{Index: g.Index, Name: g.Name, UUID: g.UUID, PCI: g.PCI.String(), TotalMemory: g.TotalMemory, FreeMemory: g.FreeMemory}
 		if g.UtilizationKnown {
-			gj.Utilization = &struct {
-				GPU    uint32 `json:"gpu"`
-				Memory uint32 `json:"memory"`
-			}{g.GPUUtilization, g.MemoryUtilization}
+			gj.Utilization = &utilizationJSON{g.GPUUtilization, g.MemoryUtilization}
 		}
 		j.NVML.List = append(j.NVML.List, gj)
 	}
 	c := r.OpenCL
-	j.OpenCL = openCLJSON{Library: c.Library, Loaded: c.Loaded, Reason: c.Reason, Devices: []deviceJSON{}, Problems: nonNil(c.Problems)}
+	j.OpenCL = openCLJSON{libraryJSON: libraryJSON{c.Library, c.Loaded, c.Reason}, Devices: []deviceJSON{}, Problems: nonNil(c.Problems)}
 	for _, d := range c.Devices {
 		dj := deviceJSON{Platform: d.Platform, Name: d.Name, Vendor: d.Vendor, Type: d.Type, Version: d.Version,
 			DriverVersion: d.DriverVersion, ComputeUnits: d.ComputeUnits, GlobalMemory: d.GlobalMemory}
