@@ -209,9 +209,31 @@ func (u *deltaUpload) drop() {
 	}
 }
 
+// Getattr of a directory whose delta was sealed or refused is ESTALE: the kernel may still
+// hold its entry for the rest of the jiffy in which the index's rename returned (an entry
+// timeout of 0 expires at the next tick), and stat(2) then looks the name up again, finding
+// the sealed version's delta or nothing.
 func (u *deltaUpload) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if u.isDropped() {
+		return syscall.ESTALE
+	}
 	setDirAttr(0o755, u.created, &out.Attr)
 	return 0
+}
+
+// Opendir is ESTALE once the delta is sealed or refused, as Getattr: open(2) looks the name
+// up again.
+func (u *deltaUpload) Opendir(ctx context.Context) syscall.Errno {
+	if u.isDropped() {
+		return syscall.ESTALE
+	}
+	return 0
+}
+
+func (u *deltaUpload) isDropped() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.dropped
 }
 
 func (u *deltaUpload) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
