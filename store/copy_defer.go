@@ -47,7 +47,8 @@ func (m *materialized) reached(v uint64) {
 
 // wanted is called by a read of a file of version v from the copy: when the copy was deferred
 // at v, it is brought forward now, in the background and once (ensureInBackground); the reads
-// meanwhile are served from the objects, checked as always.
+// meanwhile take v's tensors from the base in memory, each checked against its identity
+// (read_basemem.go), and the rest from the objects, checked as always.
 func (m *materialized) wanted(v uint64) {
 	d := m.deferred.Load()
 	if d == 0 || v != d || m.closed.Load() || !m.asked.CompareAndSwap(false, true) {

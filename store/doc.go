@@ -65,7 +65,9 @@
 // it changes; reads of the newest version replay deltas until it is done. A writer whose base
 // in memory holds the version it sealed (Options.BaseMemory) defers it: the copy stays at an
 // older version until a reader of the process reads the latest version or the next Open, and
-// only the deltas reach the disk at the seal (copy_defer.go). It is a
+// only the deltas reach the disk at the seal (copy_defer.go); meanwhile reads of the latest
+// version take its tensors from the memory, each hashed against its identity before its
+// first byte is served (read_basemem.go). It is a
 // checked cache: every read of it is checked against CRC-32C sums of its files' content
 // (copy_sums.go) and a mismatch is served from the objects and the copy rebuilt; a copy that
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.

@@ -50,6 +50,10 @@ type memTensor struct {
 	// so (baseMemory.free), never while a diff may read it. (baseMemory.mu)
 	refs int
 	gone bool
+	// verdict is the reads' check of b against the object's identity (read_basemem.go:
+	// memUnchecked, memGood, memBad); chk lets one first read hash it.
+	verdict atomic.Int32
+	chk     sync.Mutex
 }
 
 // baseMemory is the writer's base in memory: the tensors of version ver (the latest sealed
@@ -76,6 +80,8 @@ type baseMemory struct {
 	served   atomic.Int64 // base bytes diffs read from memory since Open
 	fromCopy atomic.Int64 // base bytes diffs read from the materialized copy since Open
 	fromObjs atomic.Int64 // base bytes the batch path read through the objects (copy deferred)
+	// readServed is the bytes reads of files took from the memory (read_basemem.go).
+	readServed atomic.Int64
 	// tamper, when set (tests), is applied to an entry as a lookup returns it.
 	tamper func(id ID, b []byte)
 }
@@ -327,12 +333,15 @@ type BaseMemoryStats struct {
 	// FromObjects is the base bytes the batch path read through the store's read path while
 	// the copy was deferred (copy_defer.go) and the memory did not hold the base.
 	FromObjects int64
+	// Read is the bytes reads of the latest version's files took from the memory while the
+	// copy was deferred (read_basemem.go), since Open.
+	Read int64
 }
 
 func (m *baseMemory) stats() BaseMemoryStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load(), FromObjects: m.fromObjs.Load()}
+	return BaseMemoryStats{Budget: max(m.budget, 0), Version: m.ver, Bytes: m.held, Served: m.served.Load(), FromCopy: m.fromCopy.Load(), FromObjects: m.fromObjs.Load(), Read: m.readServed.Load()}
 }
 
 // BaseMemory reports the writer's base in memory (Options.BaseMemory).

@@ -81,6 +81,7 @@ func TestBaseMemoryTiming(t *testing.T) {
 		s := stores[mode]
 		dropFromPageCache(t, s.mat.path())
 		r0, w0 := procIO(t)
+		m0 := s.BaseMemory()
 		cpu0 := cpuTime()
 		start := time.Now()
 		var total int64
@@ -101,8 +102,8 @@ func TestBaseMemoryTiming(t *testing.T) {
 		read := time.Since(start)
 		s.mat.bg.Wait()
 		r1, w1 := procIO(t)
-		t.Logf("read of v%d base_memory %-3s: %.2f GB in %.2f s, the copy ready after %.2f s; %.2f CPU-s; disk read %d MB, written %d MB",
-			last, mode, float64(total)/1e9, read.Seconds(), time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds(), (r1-r0)/1e6, (w1-w0)/1e6)
+		t.Logf("read of v%d base_memory %-3s: %.2f GB in %.2f s, the copy ready after %.2f s; %.2f CPU-s; disk read %d MB, written %d MB; from memory %d MB",
+			last, mode, float64(total)/1e9, read.Seconds(), time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds(), (r1-r0)/1e6, (w1-w0)/1e6, (s.BaseMemory().Read-m0.Read)/1e6)
 	}
 }
 

@@ -113,7 +113,9 @@ func (f *versionFile) ReadAt(p []byte, off int64) (int, error) {
 	if n, ok, err := f.readCopy(p, off); ok {
 		return n, err
 	}
-	f.copyLater()
+	if !f.s.memServes(f.ver.m.Version) {
+		f.copyLater()
+	}
 	return f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
 		return f.s.objects.readObject(sg.id, sg.hint, objOff, dst, f.opts)
 	})
@@ -166,6 +168,9 @@ func (o *objectStore) readObject(id ID, hint objHint, off int64, p []byte, opts 
 	if served, err := o.st.readFromCopy(id, off, p, opts); served {
 		return err
 	}
+	if o.st.readFromMemory(id, hint, off, p, opts) { // the copy deferred (read_basemem.go)
+		return nil
+	}
 	if err := o.checkFirst(id, hint, opts); err != nil {
 		return err
 	}
@@ -184,6 +189,10 @@ func (o *objectStore) sliceObject(id ID, hint objHint, off int64, p []byte, opts
 			parts.addOwn(p)
 		}
 		return err
+	}
+	if o.st.readFromMemory(id, hint, off, p, opts) { // the copy deferred (read_basemem.go)
+		parts.addOwn(p)
+		return nil
 	}
 	if err := o.checkFirst(id, hint, opts); err != nil {
 		return err

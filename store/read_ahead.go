@@ -87,6 +87,9 @@ func (f *versionFile) prefetch(from, to int64) {
 			}
 			continue
 		}
+		if f.s.memHolds(sg.id) {
+			continue // read from the base in memory (read_basemem.go)
+		}
 		first := (max(from, sg.start) - sg.start) / pageSize
 		last := (min(to, sg.end) - 1 - sg.start) / pageSize
 		for pg := first; pg <= last; pg++ {

@@ -29,7 +29,9 @@ func (f *versionFile) ReadSlices(p []byte, off int64) ([][]byte, func(), int, er
 	if n, ok, err := f.readCopy(p, off); ok {
 		return [][]byte{p[:n]}, func() {}, n, err
 	}
-	f.copyLater()
+	if !f.s.memServes(f.ver.m.Version) {
+		f.copyLater()
+	}
 	var parts pageParts
 	n, err := f.readSegments(p, off, func(sg segment, objOff int64, dst []byte) error {
 		return f.s.objects.sliceObject(sg.id, sg.hint, objOff, dst, f.opts, &parts)
