@@ -127,7 +127,16 @@ func TestMountDoneAfterDiskFull(t *testing.T) {
 	smallTmpfs(t, disk, 96<<20)
 	storeDir, cacheDir := filepath.Join(disk, "store"), filepath.Join(disk, "cache")
 	initStore(t, storeDir)
-	want := genCheckpoints(t, work, 2_000_000, 2)
+	// Version 2 is another model (another seed), not an RL step of version 1: every tensor
+	// is stored whole, so the save's writes reach the disk while cp runs. (An RL step's
+	// deltas are gathered in memory and written at the seal: its DONE fails instead,
+	// TestMountSaveDiskFull.)
+	want := genCheckpoints(t, work, 2_000_000, 1)
+	other := t.TempDir()
+	want[2] = genSeries(t, other, 2_000_000, 12, 1, nil)[1]
+	if err := os.Rename(srcDir(other, 1), srcDir(work, 2)); err != nil {
+		t.Fatal(err)
+	}
 	mnt := filepath.Join(work, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
