@@ -116,7 +116,8 @@
 //
 // New objects go into packs (store format 3; docs/format.md Part I §1, §3.5): delta objects
 // and whole objects of up to 4 MiB of content are built in memory and appended to the
-// process's open pack (putObjectBytes), larger ones through a temporary file, which becomes
+// process's open pack (putObjectBytes; the stream path's objStream too, and a whole-file
+// object that ends within its first chunk), larger ones through a temporary file, which becomes
 // a pack of its own when it is 16 MiB or more. The seal finishes the open pack, makes the
 // packs durable, writes one pack index for them, and names it in the manifest (its field
 // indexes): a version costs one fsync per pack (about 64 MiB), the index, the manifest and

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync/atomic"
 )
 
 // objStream writes a full object whose content arrives in order, for the streaming ingest
@@ -23,6 +24,12 @@ import (
 //     memory, and readAt returns every byte received so far, from the frames written and the
 //     bytes not yet compressed. A stream that must give up uses it to hand its bytes back.
 //
+// A small object (content known up front, at most streamMemObject bytes; or unknown and
+// ending within its first chunk) is built in memory and handed to the pack layer whole
+// (putObjectBytes, as the batch path does): no temporary file, no write and read back per
+// object, which for a checkpoint of thousands of small tensors (a mixture of experts) was
+// most of the stream path's per-tensor cost. The stored bytes are the same.
+//
 // Not safe for concurrent use.
 type objStream struct {
 	s     *Store
@@ -31,6 +38,8 @@ type objStream struct {
 	clen  int64 // the content length when known
 
 	f        *os.File // known: the object's temporary file; unknown: the spill file (lazily)
+	mem      []byte   // a small object's file in memory (instead of f): frames from frameOff
+	inMem    bool     // the object file is built in mem
 	frameOff int64    // file offset of the first frame in f
 	sizes    []uint32
 	starts   []int64 // file offset of every frame, for reads back
@@ -57,7 +66,13 @@ func newObjStream(s *Store, width int, contentLen int64, hashed bool) (*objStrea
 	if hashed {
 		o.sha = sha256.New()
 	}
-	if o.known {
+	if o.known && contentLen <= streamMemObject {
+		o.inMem = true
+		o.frameOff = objectHeaderLen + chunkTableLen(chunkCount(contentLen, fullChunkSize))
+		o.mem = make([]byte, o.frameOff, o.frameOff+contentLen/2)
+		o.pos = o.frameOff
+	} else if o.known {
+		objStreamTemps.Add(1)
 		f, err := s.be.CreateTemp()
 		if err != nil {
 			return nil, err
@@ -109,7 +124,8 @@ func (o *objStream) write(p []byte) error {
 
 // emit compresses one chunk and writes its frame; a failure is sticky.
 func (o *objStream) emit(chunk []byte) error {
-	if o.f == nil {
+	if o.f == nil && !o.inMem {
+		objStreamTemps.Add(1)
 		f, err := o.s.be.CreateTemp()
 		if err != nil {
 			o.err = err
@@ -121,7 +137,9 @@ func (o *objStream) emit(chunk []byte) error {
 		o.scratch = make([]byte, fullChunkSize)
 	}
 	o.frame = o.s.codec.compressChunk(o.frame[:0], chunk, o.scratch, o.width)
-	if _, err := o.f.WriteAt(o.frame, o.pos); err != nil {
+	if o.inMem {
+		o.mem = append(o.mem, o.frame...) // len(o.mem) == o.pos
+	} else if _, err := o.f.WriteAt(o.frame, o.pos); err != nil {
 		o.err = fmt.Errorf("write object chunk: %w", err)
 		return o.err
 	}
@@ -134,7 +152,7 @@ func (o *objStream) emit(chunk []byte) error {
 }
 
 // usable reports whether readAt can still read everything received (not after finish).
-func (o *objStream) usable() bool { return o.f != nil || len(o.sizes) == 0 }
+func (o *objStream) usable() bool { return o.f != nil || o.inMem || len(o.sizes) == 0 }
 
 // readAt reads content bytes [off, off+len(p)) of what was received so far.
 func (o *objStream) readAt(p []byte, off int64) error {
@@ -156,12 +174,18 @@ func (o *objStream) readAt(p []byte, off int64) error {
 		if chunk == nil {
 			chunk = make([]byte, fullChunkSize)
 		}
-		frame = append(frame[:0], make([]byte, o.sizes[i])...)
-		if err := readFull(o.f, frame, o.starts[i]); err != nil {
-			return fmt.Errorf("read back object chunk %d: %w", i, err)
+		var src []byte
+		if o.inMem {
+			src = o.mem[o.starts[i] : o.starts[i]+int64(o.sizes[i])] // in memory: no copy
+		} else {
+			frame = append(frame[:0], make([]byte, o.sizes[i])...)
+			if err := readFull(o.f, frame, o.starts[i]); err != nil {
+				return fmt.Errorf("read back object chunk %d: %w", i, err)
+			}
+			src = frame
 		}
 		var err error
-		if scratch, err = o.s.codec.decompressChunk(chunk, frame, scratch, o.width); err != nil {
+		if scratch, err = o.s.codec.decompressChunk(chunk, src, scratch, o.width); err != nil {
 			return fmt.Errorf("read back object chunk %d: %w", i, err)
 		}
 		n := copy(p, chunk[off-i*fullChunkSize:])
@@ -187,13 +211,10 @@ func (o *objStream) finish(id, base ID, link []byte) (int64, error) {
 		return 0, fmt.Errorf("full object: got %d content bytes, announced %d", o.received, o.clen)
 	}
 	if !o.known && o.f == nil {
-		// Nothing spilled: the content (one chunk at most) is written in place.
-		f, err := o.s.be.CreateTemp()
-		if err != nil {
-			return 0, err
-		}
-		o.f, o.known, o.clen = f, true, o.received
+		// Nothing spilled: the content (one chunk at most) is built in memory.
+		o.inMem, o.known, o.clen = true, true, o.received
 		o.frameOff = objectHeaderLen + chunkTableLen(chunkCount(o.received, fullChunkSize))
+		o.mem = make([]byte, o.frameOff, o.frameOff+o.received)
 		o.pos = o.frameOff
 	}
 	if len(o.pending) > 0 {
@@ -206,6 +227,9 @@ func (o *objStream) finish(id, base ID, link []byte) (int64, error) {
 		if _, err := o.copySpill(); err != nil {
 			return 0, err
 		}
+	}
+	if o.inMem {
+		return o.finishInMemory(id, base, link)
 	}
 	out := o.f
 	pos := o.frameOff + o.framesLen
@@ -239,10 +263,37 @@ func (o *objStream) finish(id, base ID, link []byte) (int64, error) {
 	return pos + objectTrailerLen, nil
 }
 
+// finishInMemory completes a small object built in memory: the same bytes finish writes into
+// a temporary file, handed to the pack layer whole.
+func (o *objStream) finishInMemory(id, base ID, link []byte) (int64, error) {
+	if len(link) == 0 {
+		base = ID{}
+	}
+	table := encodeChunkTable(fullChunkSize, o.sizes)
+	h := objectHeader{Kind: kindFull, Width: o.width, ID: id, ContentLen: o.received, Base: base,
+		FullLen: int64(len(table)) + o.framesLen, DeltaLen: int64(len(link))}
+	front := append(h.encode(), table...)
+	if int64(len(front)) != o.frameOff {
+		return 0, fmt.Errorf("object header of %d bytes, %d reserved", len(front), o.frameOff)
+	}
+	file := append(o.mem, link...)
+	copy(file, front)
+	streamCRC := crc32.Update(o.framesCRC, castagnoli, link)
+	var trailer [objectTrailerLen]byte
+	putUint32LE(trailer[:], crc32Combine(crc32c(front), streamCRC, o.framesLen+int64(len(link))))
+	file = append(file, trailer[:]...)
+	o.mem, o.inMem = nil, false
+	if err := putObjectBytes(o.s.be, id, file); err != nil {
+		return 0, err
+	}
+	return int64(len(file)), nil
+}
+
 // copySpill writes the frames of the spill file behind a header and chunk table in a new
 // temporary file (the kernel copies: copy_file_range), which becomes o.f; the spill file is
 // removed.
 func (o *objStream) copySpill() (*os.File, error) {
+	objStreamTemps.Add(1)
 	out, err := o.s.be.CreateTemp()
 	if err != nil {
 		return nil, err
@@ -271,11 +322,22 @@ func (o *objStream) copySpill() (*os.File, error) {
 
 // abort drops the temporary file (a no-op after finish).
 func (o *objStream) abort() {
+	if o != nil {
+		o.mem, o.inMem = nil, false
+	}
 	if o != nil && o.f != nil {
 		o.s.be.RemoveTemp(o.f)
 		o.f = nil
 	}
 }
+
+// streamMemObject bounds the content of an object a stream builds in memory rather than in a
+// temporary file. At most a few tensors of a stream are open at once (the worker's, the
+// finisher's queue), so the memory stays a few times this.
+var streamMemObject int64 = 4 << 20 // a var: a test sets 0 to take the file path
+
+// objStreamTemps counts the temporary files objStreams created (a test reads it).
+var objStreamTemps atomic.Int64
 
 // errStreamCopy is returned by reads of a stream's bytes that cannot be reconstructed.
 var errStreamCopy = errors.New("cannot reconstruct the bytes written so far")
