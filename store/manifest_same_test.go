@@ -110,21 +110,31 @@ func TestSameManifestComparesEveryField(t *testing.T) {
 // TestSealedManifestIsItsDecoding: the manifest a seal keeps in memory (for the copy's update
 // and the reads that follow) is the one its bytes decode to, by sameManifest: the seal's
 // round-trip check takes its short way for the manifests commit makes (a directory, a blob,
-// a safetensors file with a scalar and without tensors).
+// a safetensors file with a scalar and without tensors). The copy's update, brought forward
+// by the second seal, uses the versions in memory: no manifest is parsed again.
 func TestSealedManifestIsItsDecoding(t *testing.T) {
 	s, _ := newStore(t, Options{})
-	commitTree(t, s, 1, map[string][]byte{
-		"config.json": []byte(`{"a": 1}`),
-		"sub/model.safetensors": safetensorsFile(t,
-			testTensor{"w", delta.DTypeBF16, []int64{2, 4}, bytes.Repeat([]byte{1, 2}, 8)},
-			testTensor{"scale", delta.DTypeF32, []int64{}, []byte{0, 0, 128, 63}}),
-		"sub/empty.safetensors": safetensorsFile(t),
-	})
-	ver, err := s.versions.loadVersion(1)
+	tree := func(w byte) map[string][]byte {
+		return map[string][]byte{
+			"config.json": []byte(`{"a": 1}`),
+			"sub/model.safetensors": safetensorsFile(t,
+				testTensor{"w", delta.DTypeBF16, []int64{2, 4}, bytes.Repeat([]byte{1, w}, 8)},
+				testTensor{"scale", delta.DTypeF32, []int64{}, []byte{0, 0, 128, 63}}),
+			"sub/empty.safetensors": safetensorsFile(t),
+		}
+	}
+	commitAll(t, s, []map[string][]byte{tree(2), tree(3)})
+	if n := s.versions.manifests.decoded.Load(); n != 0 {
+		t.Errorf("two seals and the copy's update parsed %d tensors from manifests, want 0", n)
+	}
+	if got, _ := s.mat.heldVersionNoWait(); got != 2 {
+		t.Fatalf("the copy holds version %d, want 2", got)
+	}
+	ver, err := s.versions.loadVersion(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := s.be.GetManifest(1)
+	data, err := s.be.GetManifest(2)
 	if err != nil {
 		t.Fatal(err)
 	}
