@@ -180,8 +180,11 @@ func (m *manifest) formatVersion() uint16 {
 // encodeManifestChecked is encodeManifest for a seal: the bytes are read back with the
 // reader's own checks (decodeManifest) and must encode to themselves again, so that a
 // version is never sealed that readers would refuse (a manifest over maxManifestLen) or read
-// otherwise than it was written. It costs a decode and an encode of the manifest: ~0.1% of
-// a seal's work for a model of a few hundred tensors.
+// otherwise than it was written. What is read back is usually m itself (sameManifest, a
+// comparison of the values that never holds for values that encode otherwise), which then
+// encodes to the same bytes without a second encoding; otherwise it is encoded again and
+// compared byte by byte. It costs a decode of the manifest and a comparison: ~0.1% of a
+// seal's work for a model of a few hundred tensors, ~1% for one of 3,000 (docs/benchmarks.md).
 // limit is the length of JSON the seal accepts: maxManifestLen (ingester.manifestLimit, which a
 // test lowers to reach the refusal with a small version).
 func encodeManifestChecked(m *manifest, limit uint64) ([]byte, error) {
@@ -196,6 +199,9 @@ func encodeManifestChecked(m *manifest, limit uint64) ([]byte, error) {
 	back, err := decodeManifest(data)
 	if err != nil {
 		return nil, fmt.Errorf("version %d: its manifest would not read back: %w", m.Version, err)
+	}
+	if sameManifest(back, m) {
+		return data, nil
 	}
 	again, err := encodeManifest(back)
 	if err != nil || !bytes.Equal(again, data) {
