@@ -336,6 +336,26 @@ func samePlaces(a, b *delta.Header) bool {
 	return true
 }
 
+// readBaseUnder is the start of a ReadAt of a file of size bytes made from base with changes
+// laid over it (patchedFile, slimeFile): b cut at the end of the file (atEnd then io.EOF), and
+// the base's bytes read into it. An empty b with a nil error is a read at or past the end
+// (io.EOF in err).
+func readBaseUnder(base io.ReaderAt, size int64, b []byte, off int64) (_ []byte, atEnd, err error) {
+	if off < 0 {
+		return nil, nil, fmt.Errorf("read at %d: negative offset", off)
+	}
+	if off >= size {
+		return nil, nil, io.EOF
+	}
+	if rest := size - off; int64(len(b)) > rest {
+		b, atEnd = b[:rest], io.EOF
+	}
+	if err := readAtFull(base, b, off); err != nil {
+		return nil, nil, err
+	}
+	return b, atEnd, nil
+}
+
 // patchedFile reads a file of the new version: the base's bytes (through the store's checked
 // read path), the result's header over its first bytes, and the patch's changes over its
 // data. Cheapest read in order; one reader per goroutine (its patcher has a position).
@@ -347,17 +367,8 @@ type patchedFile struct {
 }
 
 func (f *patchedFile) ReadAt(b []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("read at %d: negative offset", off)
-	}
-	if off >= f.size {
-		return 0, io.EOF
-	}
-	var atEnd error
-	if rest := f.size - off; int64(len(b)) > rest {
-		b, atEnd = b[:rest], io.EOF
-	}
-	if err := readAtFull(f.base, b, off); err != nil {
+	b, atEnd, err := readBaseUnder(f.base, f.size, b, off)
+	if err != nil || len(b) == 0 {
 		return 0, err
 	}
 	hl := int64(len(f.prefix))

@@ -332,17 +332,8 @@ type slimeFile struct {
 }
 
 func (f *slimeFile) ReadAt(b []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("read at %d: negative offset", off)
-	}
-	if off >= f.size {
-		return 0, io.EOF
-	}
-	var atEnd error
-	if rest := f.size - off; int64(len(b)) > rest {
-		b, atEnd = b[:rest], io.EOF
-	}
-	if err := readAtFull(f.base, b, off); err != nil {
+	b, atEnd, err := readBaseUnder(f.base, f.size, b, off)
+	if err != nil || len(b) == 0 {
 		return 0, err
 	}
 	end := off + int64(len(b))
