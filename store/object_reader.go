@@ -114,28 +114,38 @@ func (o *objectStore) objectInfoOf(id ID) (*objectInfo, error) {
 	return info, nil
 }
 
+// objectFileCRC computes the CRC-32C of the first body bytes of an object file (all but its
+// trailer) through buf (nil: one is made), and reads the CRC-32C its trailer stores.
+func objectFileCRC(r io.ReaderAt, body int64, buf []byte) (crc, stored uint32, err error) {
+	if len(buf) == 0 {
+		buf = make([]byte, min(body, 1<<20))
+	}
+	for off := int64(0); off < body; {
+		n := min(int64(len(buf)), body-off)
+		if err := readFull(r, buf[:n], off); err != nil {
+			return 0, 0, fmt.Errorf("read object for its checksum: %w", err)
+		}
+		crc = crc32.Update(crc, castagnoli, buf[:n])
+		off += n
+	}
+	var trailer [objectTrailerLen]byte
+	if err := readFull(r, trailer[:], body); err != nil {
+		return 0, 0, fmt.Errorf("read object checksum: %w", err)
+	}
+	return crc, binary.LittleEndian.Uint32(trailer[:]), nil
+}
+
 // checkCRC verifies the CRC-32C of a whole object file.
 func checkCRC(f ObjectFile) error {
 	size := f.Size()
 	if size < objectTrailerLen {
 		return fmt.Errorf("object file of %d bytes: %w", size, ErrCorrupt)
 	}
-	body := size - objectTrailerLen
-	buf := make([]byte, min(body, 1<<20))
-	var crc uint32
-	for off := int64(0); off < body; {
-		n := min(int64(len(buf)), body-off)
-		if err := readFull(f, buf[:n], off); err != nil {
-			return fmt.Errorf("read object for its checksum: %w", err)
-		}
-		crc = crc32.Update(crc, castagnoli, buf[:n])
-		off += n
+	crc, want, err := objectFileCRC(f, size-objectTrailerLen, nil)
+	if err != nil {
+		return err
 	}
-	var trailer [objectTrailerLen]byte
-	if err := readFull(f, trailer[:], body); err != nil {
-		return fmt.Errorf("read object checksum: %w", err)
-	}
-	if want := binary.LittleEndian.Uint32(trailer[:]); crc != want {
+	if crc != want {
 		return recordDamage(f, fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, want, ErrCorrupt))
 	}
 	return nil

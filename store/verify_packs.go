@@ -1,10 +1,8 @@
 package store
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"slices"
@@ -236,27 +234,14 @@ func checkRecord(f ObjectFile, e pack.Entry, buf []byte) error {
 		return fmt.Errorf("record at %d+%d outside the pack's %d bytes: %w", e.Offset, e.Length, f.Size(), ErrCorrupt)
 	}
 	r := packRecord{io.NewSectionReader(f, e.Offset, e.Length)}
-	body := e.Length - objectTrailerLen
-	if len(buf) == 0 {
-		buf = make([]byte, min(body, 1<<20))
+	crc, stored, err := objectFileCRC(r, e.Length-objectTrailerLen, buf)
+	if err != nil {
+		return err
 	}
-	var crc uint32
-	for off := int64(0); off < body; {
-		n := min(int64(len(buf)), body-off)
-		if err := readFull(r, buf[:n], off); err != nil {
-			return fmt.Errorf("read object for its checksum: %w", err)
-		}
-		crc = crc32.Update(crc, castagnoli, buf[:n])
-		off += n
+	if crc != stored {
+		return fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, stored, ErrCorrupt)
 	}
-	var trailer [objectTrailerLen]byte
-	if err := readFull(r, trailer[:], body); err != nil {
-		return fmt.Errorf("read object checksum: %w", err)
-	}
-	if want := binary.LittleEndian.Uint32(trailer[:]); crc != want {
-		return fmt.Errorf("CRC-32C %08x, stored %08x: %w", crc, want, ErrCorrupt)
-	}
-	if stored := binary.LittleEndian.Uint32(trailer[:]); stored != e.CRC {
+	if stored != e.CRC {
 		return fmt.Errorf("record's CRC-32C %08x, its pack entry says %08x: %w", stored, e.CRC, ErrCorrupt)
 	}
 	info, err := readObjectInfo(r)
