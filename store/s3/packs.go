@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io/fs"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/weightfs/weightfs/store"
 	"github.com/weightfs/weightfs/store/pack"
@@ -327,38 +326,8 @@ func (b *Backend) IsPackCached(id store.ID) bool {
 // or damaged there is logged and skipped, as Prefetch skips such an object: reads that need
 // it fail as damaged, and the other versions stay readable.
 func (b *Backend) PrefetchPacks(ids []store.ID) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	next := make(chan store.ID)
-	for range min(len(ids), b.c.set.concurrency) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range next {
-				f, _, err := b.fetchPack(id)
-				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, store.ErrCorrupt) {
-					b.log.Warn("S3 prefetch: a pack is missing or damaged in the bucket; reads that need it fail as damaged",
-						"pack", id.String(), "err", err)
-					continue
-				}
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					continue
-				}
-				f.Close()
-			}
-		}()
-	}
-	for _, id := range ids {
-		next <- id
-	}
-	close(next)
-	wg.Wait()
-	if len(errs) > 0 {
-		return fmt.Errorf("%d of %d packs failed: %w", len(errs), len(ids), errs[0])
-	}
-	return nil
+	return b.prefetchEach(ids, "packs", "a pack", func(id store.ID) (io.Closer, error) {
+		f, _, err := b.fetchPack(id)
+		return f, err
+	})
 }

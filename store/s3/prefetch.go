@@ -3,6 +3,7 @@ package s3
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -63,8 +64,21 @@ func (b *Backend) VersionsRemoved(vs []uint64) {
 }
 
 // Prefetch downloads objects into the cache, Concurrency at a time (fetch takes a download
-// token), and returns the first error after all have ended.
+// token), and returns the first error after all have ended. An object missing from the
+// bucket or damaged there (fetch downloaded it twice) is damage of the versions that name it,
+// which no retry mends, so it is logged and skipped rather than failing the prefetch (that
+// fails the listing and would hold the reader at its version for ever, or fail its open).
+// Reads that need it fail with ErrCorrupt; the other versions stay readable.
 func (b *Backend) Prefetch(ids []store.ID) error {
+	return b.prefetchEach(ids, "objects", "an object a version names", func(id store.ID) (io.Closer, error) {
+		return b.fetch(id)
+	})
+}
+
+// prefetchEach runs fetch over ids, Concurrency at a time, closing what each returns; what is
+// missing or damaged in the bucket is logged (naming what, an object or a pack) and skipped,
+// any other error is counted and the first returned once all have ended.
+func (b *Backend) prefetchEach(ids []store.ID, kind, what string, fetch func(store.ID) (io.Closer, error)) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
@@ -74,15 +88,10 @@ func (b *Backend) Prefetch(ids []store.ID) error {
 		go func() {
 			defer wg.Done()
 			for id := range next {
-				f, err := b.fetch(id)
+				f, err := fetch(id)
 				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, store.ErrCorrupt) {
-					// Missing from the bucket or damaged there (fetch downloaded it twice):
-					// damage of the versions that name it, which no retry mends, so no reason
-					// to fail the prefetch (that fails the listing and would hold the reader
-					// at its version for ever, or fail its open). Reads that need it fail with
-					// ErrCorrupt; the other versions stay readable.
-					b.log.Warn("S3 prefetch: an object a version names is missing or damaged in the bucket; reads that need it fail as damaged",
-						"object", id.String(), "err", err)
+					b.log.Warn("S3 prefetch: "+what+" is missing or damaged in the bucket; reads that need it fail as damaged",
+						"id", id.String(), "err", err)
 					continue
 				}
 				if err != nil {
@@ -101,7 +110,7 @@ func (b *Backend) Prefetch(ids []store.ID) error {
 	close(next)
 	wg.Wait()
 	if len(errs) > 0 {
-		return fmt.Errorf("%d failed: %w", len(errs), errs[0])
+		return fmt.Errorf("%d of %d %s failed: %w", len(errs), len(ids), kind, errs[0])
 	}
 	return nil
 }
