@@ -276,3 +276,35 @@ func TestRetentionOfDeltaVersions(t *testing.T) {
 		t.Fatalf("retention dropped %d versions, want 5 (1, 2, 4, 3, 5)", st.RetentionDroppedVersions)
 	}
 }
+
+// TestSlimeDeltaKeepsUnchangedFilesInMemory: a version that came in as a slime delta leaves
+// the files the delta does not touch in the base in memory for the next version's diffs, as
+// a patch does (both seal through addUnchangedFiles): a slime delta that changes only
+// model.safetensors leaves sub/other.safetensors's tensor held in memory at the new version.
+func TestSlimeDeltaKeepsUnchangedFilesInMemory(t *testing.T) {
+	v1, _, t1, t2 := slimeInVersions(t)
+	s, _ := newStore(t, Options{BaseMemory: 64 << 20})
+	commitTree(t, s, 1, v1)
+	in := slimeSend(t, 2, delta.SlimeXOR, t1, t2, [][]string{{"a", "b", "c", "o"}})
+	if _, err := s.CommitSlimeDelta(in[delta.SlimeIndexName], slimeOpener(in), 2); err != nil {
+		t.Fatal(err)
+	}
+	m := manifestOf(t, s, 2)
+	var other *manifestFile
+	for i := range m.Files {
+		if m.Files[i].Path == "sub/other.safetensors" {
+			other = &m.Files[i]
+		}
+	}
+	if other == nil || len(other.Tensors) != 1 {
+		t.Fatalf("version 2 has no sub/other.safetensors of one tensor: %+v", m.Files)
+	}
+	o := other.Tensors[0]
+	e := s.ingest.memory().base(2, o.ID, o.End-o.Begin)
+	if e != nil {
+		s.ingest.memory().release(e)
+	}
+	if got := s.BaseMemory(); got.Version != 2 || e == nil {
+		t.Fatalf("after the slime delta the base in memory (%+v) does not hold tensor o of the unchanged sub/other.safetensors", got)
+	}
+}
