@@ -114,13 +114,8 @@ func (in *ingester) checkPatch(r io.ReaderAt, size int64, v uint64) (*delta.Patc
 
 // applyPatch adds every file of the new version to w and seals it.
 func (w *Writer) applyPatch(p *delta.Patch, base *version) (VersionInfo, error) {
-	if err := w.s.mat.ensure(); err != nil {
+	if err := w.startFrom(base); err != nil {
 		return VersionInfo{}, err
-	}
-	for _, d := range base.m.Dirs {
-		if err := w.AddDir(d.Path, fs.FileMode(d.Mode)); err != nil {
-			return VersionInfo{}, err
-		}
 	}
 	changed := map[string]bool{}
 	var patched []delta.PatchFile
@@ -137,17 +132,40 @@ func (w *Writer) applyPatch(p *delta.Patch, base *version) (VersionInfo, error) 
 	if err := w.addPatchedFiles(p, patched, base); err != nil {
 		return VersionInfo{}, err
 	}
+	if err := w.addUnchangedFiles(base, changed); err != nil {
+		return VersionInfo{}, err
+	}
+	return w.Seal()
+}
+
+// startFrom begins a version made from base and changes laid over it (a patch, a slime
+// delta): the materialized copy at base, and base's directories.
+func (w *Writer) startFrom(base *version) error {
+	if err := w.s.mat.ensure(); err != nil {
+		return err
+	}
+	for _, d := range base.m.Dirs {
+		if err := w.AddDir(d.Path, fs.FileMode(d.Mode)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addUnchangedFiles adds every file of base that changed does not name as it is, its
+// tensors kept for the next version's diffs.
+func (w *Writer) addUnchangedFiles(base *version, changed map[string]bool) error {
 	for i := range base.m.Files {
 		if bf := &base.m.Files[i]; !changed[bf.Path] {
 			if err := w.addEntry(w.unchangedEntry(bf)); err != nil {
-				return VersionInfo{}, err
+				return err
 			}
 			for _, t := range bf.Tensors { // kept for the next version's diffs
 				w.carryUnchanged(base.m.Version, t.ID, t.End-t.Begin)
 			}
 		}
 	}
-	return w.Seal()
+	return nil
 }
 
 // unchangedEntry is the entry a full ingest makes of a file equal to bf, the latest
@@ -236,25 +254,49 @@ func (w *Writer) addPatchedFile(p *delta.Patch, pf delta.PatchFile, baseV uint64
 	} else if entry.Header, err = w.storeWhole(bytes.NewReader(prefix), 0, entry.HeaderLen, 1); err != nil {
 		return fmt.Errorf("store header: %w", err)
 	}
-	w.noteFileStart()
+	var copySums sumWriter
+	err = w.storeOverlaid(entry, bf, overlaid{hdr: hdr, tee: &copySums,
+		open:    func() io.ReaderAt { return &patchedFile{base: src, prefix: prefix, size: bf.Size, cp: cp.Fork()} },
+		changes: func(_ int, t delta.Tensor) bool { return cp.Changes(t.Name) },
+	})
+	if err != nil {
+		return err
+	}
+	if entry.SHA256 != ID(pf.ResultSHA256) {
+		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", entry.SHA256, pf.ResultSHA256)
+	}
+	w.s.mat.contentChecks().noteSums(keyOf(entry), copySums.sums())
+	return w.addEntry(entry)
+}
 
-	// The whole file's SHA-256 and its pieces', in one pass beside the tensor jobs, as
-	// ingestFile does: each piece must be the object the entry names.
-	ends := []int64{hdr.DataStart()}
-	for _, t := range hdr.Tensors {
-		ends = append(ends, hdr.DataStart()+t.End)
+// overlaid is a safetensors file of the new version made of its base file's bytes with
+// changes laid over them (a patch's, a slime delta's).
+type overlaid struct {
+	hdr     *delta.Header                    // the new file's
+	open    func() io.ReaderAt               // the new file's bytes: one reader per goroutine
+	changes func(i int, t delta.Tensor) bool // whether the i-th tensor changes
+	tee     io.Writer                        // takes the new file's bytes in order (the copy's sums)
+}
+
+// storeOverlaid fills entry (the new file of base file bf, its header stored and held) with
+// f's tensors and SHA-256: the changed tensors stored by the ingest's tensor jobs from the
+// overlaid bytes, the others by reference to the base's objects, while one pass hashes the
+// file and its pieces, as ingestFile does: each piece must be the object the entry names.
+func (w *Writer) storeOverlaid(entry, bf *manifestFile, f overlaid) error {
+	w.noteFileStart()
+	ends := []int64{f.hdr.DataStart()}
+	for _, t := range f.hdr.Tensors {
+		ends = append(ends, f.hdr.DataStart()+t.End)
 	}
 	var sums []ID
-	var copySums sumWriter
 	var shaErr error
 	var shaDone sync.WaitGroup
 	shaDone.Add(1)
 	go func() {
 		defer shaDone.Done()
-		whole := &patchedFile{base: src, prefix: prefix, size: bf.Size, cp: cp.Fork()}
-		entry.SHA256, sums, shaErr = hashPieces(whole, ends, &copySums, w.in.hashInOnePass)
+		entry.SHA256, sums, shaErr = hashPieces(f.open(), ends, f.tee, w.in.hashInOnePass)
 	}()
-	err = w.patchTensors(entry, hdr, bf, src, prefix, cp)
+	err := w.overlaidTensors(entry, bf, f)
 	shaDone.Wait()
 	if err == nil {
 		err = shaErr
@@ -270,27 +312,24 @@ func (w *Writer) addPatchedFile(p *delta.Patch, pf delta.PatchFile, baseV uint64
 			return fmt.Errorf("tensor %s was stored as %s but reads as %s: %w", t.Name, t.ID, sums[i+1], ErrCorrupt)
 		}
 	}
-	if entry.SHA256 != ID(pf.ResultSHA256) {
-		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", entry.SHA256, pf.ResultSHA256)
-	}
-	w.s.mat.contentChecks().noteSums(keyOf(entry), copySums.sums())
-	return w.addEntry(entry)
+	return nil
 }
 
-// patchTensors fills entry's tensors: the changed ones stored by the ingest's tensor jobs
-// from the patched bytes, the others by reference to the base's objects.
-func (w *Writer) patchTensors(entry *manifestFile, hdr *delta.Header, bf *manifestFile, src io.ReaderAt, prefix []byte, cp *delta.ChunkPatcher) error {
-	entry.Tensors = make([]manifestTensor, len(hdr.Tensors))
-	errs := make([]error, len(hdr.Tensors))
+// overlaidTensors fills entry's tensors from f: the changed ones by the ingest's tensor jobs,
+// the others by reference to the base's objects. Every tensor of the header must be where
+// the base's manifest holds it (the changes keep the base's tensors in place).
+func (w *Writer) overlaidTensors(entry, bf *manifestFile, f overlaid) error {
+	entry.Tensors = make([]manifestTensor, len(f.hdr.Tensors))
+	errs := make([]error, len(f.hdr.Tensors))
 	var wg sync.WaitGroup
-	for i, t := range hdr.Tensors {
+	for i, t := range f.hdr.Tensors {
 		entry.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
-		if !cp.Changes(t.Name) {
-			bt := baseTensorAt(bf, i, t)
-			if bt == nil {
-				errs[i] = fmt.Errorf("tensor %s: the base's manifest does not hold it where its header does: %w", t.Name, ErrCorrupt)
-				continue
-			}
+		bt := baseTensorAt(bf, i, t)
+		if bt == nil {
+			errs[i] = fmt.Errorf("tensor %s: the base's manifest does not hold it where its header does: %w", t.Name, ErrCorrupt)
+			continue
+		}
+		if !f.changes(i, t) {
 			et := &entry.Tensors[i]
 			et.ID, et.Base, et.Changed = bt.ID, bt.ID, 0
 			w.hold(bt.ID)
@@ -300,8 +339,7 @@ func (w *Writer) patchTensors(entry *manifestFile, hdr *delta.Header, bf *manife
 		wg.Add(1)
 		go func() {
 			defer func() { <-w.in.workers; wg.Done() }()
-			r := &patchedFile{base: src, prefix: prefix, size: bf.Size, cp: cp.Fork()}
-			if errs[i] = w.ingestTensor(entry.Path, r, entry.HeaderLen, &entry.Tensors[i]); errs[i] != nil {
+			if errs[i] = w.ingestTensor(entry.Path, f.open(), entry.HeaderLen, &entry.Tensors[i]); errs[i] != nil {
 				errs[i] = fmt.Errorf("tensor %s: %w", t.Name, errs[i])
 			}
 		}()

@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"sort"
-	"sync"
 
 	"github.com/zeebo/xxh3"
 
@@ -191,25 +190,19 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
-// applySlime adds every file of the new version to w and seals it.
+// applySlime adds every file of the new version to w and seals it, as applyPatch does.
 func (w *Writer) applySlime(d *slimeIn, base *version) (VersionInfo, error) {
-	if err := w.s.mat.ensure(); err != nil {
+	if err := w.startFrom(base); err != nil {
 		return VersionInfo{}, err
 	}
-	for _, dir := range base.m.Dirs {
-		if err := w.AddDir(dir.Path, fs.FileMode(dir.Mode)); err != nil {
-			return VersionInfo{}, err
-		}
-	}
+	changed := map[string]bool{}
 	for i := range base.m.Files {
 		bf := &base.m.Files[i]
 		cs := d.files[bf.Path]
 		if len(cs) == 0 {
-			if err := w.addEntry(w.unchangedEntry(bf)); err != nil {
-				return VersionInfo{}, err
-			}
 			continue
 		}
+		changed[bf.Path] = true
 		err := w.addSlimeFile(bf, base.m.Version, cs, d.xor)
 		if err != nil && w.s.mat.isBroken() {
 			if err := w.s.mat.ensure(); err != nil {
@@ -221,10 +214,15 @@ func (w *Writer) applySlime(d *slimeIn, base *version) (VersionInfo, error) {
 			return VersionInfo{}, fmt.Errorf("file %s: %w", bf.Path, err)
 		}
 	}
+	if err := w.addUnchangedFiles(base, changed); err != nil {
+		return VersionInfo{}, err
+	}
 	return w.Seal()
 }
 
-// addSlimeFile ingests a safetensors file of the base (version baseV) with the changes cs.
+// addSlimeFile ingests a safetensors file of the base (version baseV) with the changes cs,
+// by the patch's reference path (storeOverlaid), checking each changed tensor's xxh3-128 in
+// the pass that hashes the file.
 func (w *Writer) addSlimeFile(bf *manifestFile, baseV uint64, cs []*slimeTensorChange, xor bool) error {
 	src, err := w.s.OpenFile(baseV, bf.Path)
 	if err != nil {
@@ -242,28 +240,15 @@ func (w *Writer) addSlimeFile(bf *manifestFile, baseV uint64, cs []*slimeTensorC
 	r := &slimeFile{base: src, size: bf.Size, dataStart: hdr.DataStart(), changes: cs, xor: xor}
 	entry := &manifestFile{Path: bf.Path, Mode: bf.Mode, Size: bf.Size, Kind: kindSafetensors, HeaderLen: bf.HeaderLen, Header: bf.Header}
 	w.hold(entry.Header)
-	w.noteFileStart()
-
-	// One pass hashes the file, its pieces and each changed tensor's xxh3-128, beside the
-	// tensor jobs (as addPatchedFile).
-	ends := []int64{hdr.DataStart()}
-	for _, t := range hdr.Tensors {
-		ends = append(ends, hdr.DataStart()+t.End)
+	changed := make(map[int]bool, len(cs))
+	for _, c := range cs {
+		changed[c.index] = true
 	}
 	tee := newSlimeSums(hdr.DataStart(), cs)
-	var sums []ID
-	var shaErr error
-	var shaDone sync.WaitGroup
-	shaDone.Add(1)
-	go func() {
-		defer shaDone.Done()
-		entry.SHA256, sums, shaErr = hashPieces(r, ends, tee, w.in.hashInOnePass)
-	}()
-	err = w.slimeTensors(entry, hdr, bf, r, cs)
-	shaDone.Wait()
-	if err == nil {
-		err = shaErr
-	}
+	err = w.storeOverlaid(entry, bf, overlaid{hdr: hdr, tee: tee,
+		open:    func() io.ReaderAt { return r }, // safe for concurrent use
+		changes: func(i int, _ delta.Tensor) bool { return changed[i] },
+	})
 	if err != nil {
 		return err
 	}
@@ -273,52 +258,8 @@ func (w *Writer) addSlimeFile(bf *manifestFile, baseV uint64, cs []*slimeTensorC
 				c.shard, hdr.Tensors[c.index].Name, got, c.checksum)
 		}
 	}
-	if sums[0] != entry.Header {
-		return fmt.Errorf("its header was stored as %s but reads as %s: %w", entry.Header, sums[0], ErrCorrupt)
-	}
-	for i := range entry.Tensors {
-		if t := &entry.Tensors[i]; sums[i+1] != t.ID {
-			return fmt.Errorf("tensor %s was stored as %s but reads as %s: %w", t.Name, t.ID, sums[i+1], ErrCorrupt)
-		}
-	}
 	w.s.mat.contentChecks().noteSums(keyOf(entry), tee.copySums.sums())
 	return w.addEntry(entry)
-}
-
-// slimeTensors fills entry's tensors: the changed ones by the ingest's tensor jobs from the
-// overlaid bytes, the others by reference to the base's objects.
-func (w *Writer) slimeTensors(entry *manifestFile, hdr *delta.Header, bf *manifestFile, r io.ReaderAt, cs []*slimeTensorChange) error {
-	changed := make(map[int]bool, len(cs))
-	for _, c := range cs {
-		changed[c.index] = true
-	}
-	entry.Tensors = make([]manifestTensor, len(hdr.Tensors))
-	errs := make([]error, len(hdr.Tensors))
-	var wg sync.WaitGroup
-	for i, t := range hdr.Tensors {
-		entry.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
-		bt := baseTensorAt(bf, i, t)
-		if bt == nil {
-			errs[i] = fmt.Errorf("tensor %s: the base's manifest does not hold it where its header does: %w", t.Name, ErrCorrupt)
-			continue
-		}
-		if !changed[i] {
-			et := &entry.Tensors[i]
-			et.ID, et.Base, et.Changed = bt.ID, bt.ID, 0
-			w.hold(bt.ID)
-			continue
-		}
-		w.in.workers <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-w.in.workers; wg.Done() }()
-			if errs[i] = w.ingestTensor(entry.Path, r, entry.HeaderLen, &entry.Tensors[i]); errs[i] != nil {
-				errs[i] = fmt.Errorf("tensor %s: %w", t.Name, errs[i])
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // slimeFile reads a file of the new version: the base's bytes (through the store's checked
