@@ -204,11 +204,11 @@ func TestGapsRefusals(t *testing.T) {
 		want error
 	}{
 		{func(m map[string]string, ts []Tensor) []Tensor { m["encoding"] = "leb128_gaps2"; return ts }, ErrUnsupportedVersion},
-		{func(m map[string]string, ts []Tensor) []Tensor { m["encoding"] = "raw"; return ts }, ErrMalformed},           // .gaps under raw
-		{func(m map[string]string, ts []Tensor) []Tensor { ts[0].DType = DTypeI8; return ts }, ErrMalformed},            // not U8
-		{func(m map[string]string, ts []Tensor) []Tensor { ts[0].Name = "w.indices"; return ts }, ErrMalformed},         // raw's name
-		{func(m map[string]string, ts []Tensor) []Tensor { ts[1].Shape = []int64{1, 2}; return ts }, ErrMalformed},      // 2-D values
-		{func(m map[string]string, ts []Tensor) []Tensor { ts[0].Shape = []int64{1, 2}; return ts }, ErrMalformed},      // 2-D gaps
+		{func(m map[string]string, ts []Tensor) []Tensor { m["encoding"] = "raw"; return ts }, ErrMalformed},             // .gaps under raw
+		{func(m map[string]string, ts []Tensor) []Tensor { ts[0].DType = DTypeI8; return ts }, ErrMalformed},             // not U8
+		{func(m map[string]string, ts []Tensor) []Tensor { ts[0].Name = "w.indices"; return ts }, ErrMalformed},          // raw's name
+		{func(m map[string]string, ts []Tensor) []Tensor { ts[1].Shape = []int64{1, 2}; return ts }, ErrMalformed},       // 2-D values
+		{func(m map[string]string, ts []Tensor) []Tensor { ts[0].Shape = []int64{1, 2}; return ts }, ErrMalformed},       // 2-D gaps
 		{func(m map[string]string, ts []Tensor) []Tensor { m["total_changed_elements"] = "3"; return ts }, ErrMalformed}, // counts
 	} {
 		b := reencodePatch(t, g, c.edit)
