@@ -30,9 +30,6 @@ const (
 	gapBuffer    = 1 << 16 // bytes of a stream read at once
 )
 
-// gapMarkEvery is how many pairs apart a stream's marks are (a variable: tests lower it).
-var gapMarkEvery int64 = cursorBatch
-
 // AppendGaps appends the leb128_gaps stream of idx (strictly ascending, non-negative) to dst.
 func AppendGaps(dst []byte, idx []int64) []byte {
 	last := int64(-1)
@@ -63,7 +60,7 @@ func gapVarint(b []byte) (v uint64, n int) {
 	return 0, 0
 }
 
-// gapMark is where a stream's pair k*gapMarkEvery starts: the file offset of its varint and
+// gapMark is where a stream's pair k*Patch.markEvery starts: the file offset of its varint and
 // the index before it (-1 for the first), so a cursor can start at any pair without decoding
 // the stream from its beginning.
 type gapMark struct{ off, last int64 }
@@ -146,6 +143,9 @@ func (p *Patch) indexEntry(name string) (Tensor, bool) {
 // construction, inside the tensor), that the stream holds exactly as many indices as the
 // values, and records the marks cursors start from. A malformed stream is refused at open.
 func (p *Patch) indexGaps() error {
+	if p.markEvery == 0 {
+		p.markEvery = cursorBatch
+	}
 	p.gaps = make(map[string]*gapTable, len(p.Plan.Tensors))
 	var buf []byte
 	for _, t := range p.Plan.Tensors {
@@ -153,7 +153,7 @@ func (p *Patch) indexGaps() error {
 		tb := &gapTable{begin: p.Header.DataStart() + e.Begin, end: p.Header.DataStart() + e.End}
 		s := &gapStream{r: p.r, off: tb.begin, end: tb.end, buf: buf, last: -1, elements: t.Elements, name: t.Name}
 		for k := int64(0); k < t.Changed; k++ {
-			if k%gapMarkEvery == 0 {
+			if k%p.markEvery == 0 {
 				tb.marks = append(tb.marks, gapMark{off: s.fileOff(), last: s.last})
 			}
 			if _, err := s.next(); err != nil {
@@ -173,13 +173,13 @@ func (p *Patch) indexGaps() error {
 // or before from, skipping the pairs in between at its first fill.
 func (p *Patch) gapCursor(c *patchCursor, from int64) {
 	tb := p.gaps[c.t.Name]
-	k := from / gapMarkEvery
+	k := from / p.markEvery
 	if tb == nil || k >= int64(len(tb.marks)) {
 		return // no pairs to read (left is 0)
 	}
 	m := tb.marks[k]
-	c.gaps = &gapStream{r: p.r, off: m.off, end: tb.end, last: m.last, decoded: k * gapMarkEvery, elements: c.t.Elements, name: c.t.Name}
-	c.skip = from - k*gapMarkEvery
+	c.gaps = &gapStream{r: p.r, off: m.off, end: tb.end, last: m.last, decoded: k * p.markEvery, elements: c.t.Elements, name: c.t.Name}
+	c.skip = from - k*p.markEvery
 }
 
 // fillGaps decodes the batch's n indices into c.idx, at the width of a raw patch's indices.

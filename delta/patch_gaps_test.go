@@ -59,21 +59,24 @@ func pairs(t *testing.T, p *Patch, pt PatchTensor, from, to int64) (idx []int64,
 // and three bytes).
 func TestGapsApply(t *testing.T) {
 	const name = "model.safetensors"
-	defer func(m int64) { gapMarkEvery = m }(gapMarkEvery)
-	gapMarkEvery = 1000 // marks inside a small tensor
+	const every = 1000 // marks inside a small tensor
 	for _, density := range []float64{0.3, 0.002} {
 		base, result := syntheticVersions(t, 256<<10, density, 3)
 		raw, p := buildTestPatch(t, 2, 1, map[string][]byte{name: base}, map[string][]byte{name: result}, []string{name})
 		g, gp := gapPatch(t, raw)
+		gp.markEvery = every
+		if err := gp.indexGaps(); err != nil {
+			t.Fatal(err)
+		}
 		if len(g) >= len(raw) {
 			t.Errorf("density %v: the gap patch is %d bytes, the raw one %d", density, len(g), len(raw))
 		}
 		pt := p.Plan.Tensors[0]
 		n := pt.Changed
-		if density > 0.1 && n < 2*gapMarkEvery+7 {
+		if density > 0.1 && n < 2*every+7 {
 			t.Fatalf("only %d changes", n)
 		}
-		for _, r := range [][2]int64{{0, n}, {1, 2}, {gapMarkEvery - 1, gapMarkEvery + 1}, {gapMarkEvery, 2*gapMarkEvery + 7}, {2*gapMarkEvery + 3, n}, {n - 1, n}} {
+		for _, r := range [][2]int64{{0, n}, {1, 2}, {every - 1, every + 1}, {every, 2*every + 7}, {2*every + 3, n}, {n - 1, n}} {
 			if r[1] > n || r[0] >= r[1] {
 				continue
 			}

@@ -21,10 +21,11 @@ type Patch struct {
 	ID [32]byte
 	// Encoding is the index encoding: EncodingRaw, or EncodingGaps (patch_gaps.go), whose
 	// streams OpenPatch reads once to check and index them.
-	Encoding string
-	r        io.ReaderAt
-	entries  map[string]Tensor    // by name, offsets relative to Header.DataStart()
-	gaps     map[string]*gapTable // EncodingGaps: each tensor's stream, by tensor name
+	Encoding  string
+	r         io.ReaderAt
+	entries   map[string]Tensor    // by name, offsets relative to Header.DataStart()
+	gaps      map[string]*gapTable // EncodingGaps: each tensor's stream, by tensor name
+	markEvery int64                // EncodingGaps: pairs between two marks of a stream (cursorBatch)
 }
 
 // OpenPatch reads the header of the patch file r (size bytes) and checks that its metadata
