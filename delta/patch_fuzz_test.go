@@ -14,6 +14,10 @@ func FuzzOpenPatch(f *testing.F) {
 	base, result, order := threeFileVersions(f)
 	raw, p := buildTestPatch(f, 43, 42, base, result, order)
 	f.Add(raw)
+	if g, err := RewriteGaps(p); err == nil { // the leb128_gaps encoding, and one stream cut short
+		f.Add(g)
+		f.Add(g[:len(g)-1])
+	}
 	idx := p.entries["model.wide.indices"]
 	for _, edit := range []func(b []byte){
 		func(b []byte) { b[p.Header.DataStart()+idx.Begin] = 3 },

@@ -18,14 +18,19 @@ type Patch struct {
 	Plan   PatchPlan // reconstructed from the metadata, tensors in data order
 	// ID is the SHA-256 of the patch's header bytes (which carry every file's hashes): the
 	// identity an interrupted apply records in its journal.
-	ID      [32]byte
-	r       io.ReaderAt
-	entries map[string]Tensor // by name, offsets relative to Header.DataStart()
+	ID [32]byte
+	// Encoding is the index encoding: EncodingRaw, or EncodingGaps (patch_gaps.go), whose
+	// streams OpenPatch reads once to check and index them.
+	Encoding  string
+	r         io.ReaderAt
+	entries   map[string]Tensor    // by name, offsets relative to Header.DataStart()
+	gaps      map[string]*gapTable // EncodingGaps: each tensor's stream, by tensor name
+	markEvery int64                // EncodingGaps: pairs between two marks of a stream (cursorBatch)
 }
 
 // OpenPatch reads the header of the patch file r (size bytes) and checks that its metadata
-// is present and consistent with its tensors. It does not read the data; Verify does.
-// An unknown format or version is refused with ErrUnsupportedVersion, anything else that is
+// is present and consistent with its tensors. It does not read the data (Verify does), but
+// for the gap streams of the leb128_gaps encoding, which it reads once and checks. An unknown format or version is refused with ErrUnsupportedVersion, anything else that is
 // wrong with ErrMalformed.
 func OpenPatch(r io.ReaderAt, size int64) (*Patch, error) {
 	h, err := ReadHeader(r, size)
@@ -54,10 +59,11 @@ func malformedPatch(format string, args ...any) error {
 func (p *Patch) readPlan() error {
 	meta := p.Header.Metadata
 	get := func(key string) (string, error) { return metaString(meta, key) }
-	if err := checkPatchFormat(meta); err != nil {
+	enc, err := checkPatchFormat(meta)
+	if err != nil {
 		return err
 	}
-	var err error
+	p.Encoding = enc
 	plan := &p.Plan
 	if plan.ModelVersion, err = metaUint(meta, metaModelVersion); err != nil {
 		return err
@@ -122,33 +128,44 @@ func (p *Patch) readPlan() error {
 	if want := 2*len(plan.Tensors) + len(wholeNames) + headerNames; len(p.Header.Tensors) != want {
 		return malformedPatch("file holds %d tensors but its metadata accounts for %d", len(p.Header.Tensors), want)
 	}
-	return p.validate()
+	if err := p.validate(); err != nil {
+		return err
+	}
+	if p.Encoding == EncodingGaps {
+		return p.indexGaps()
+	}
+	return nil
 }
 
 // checkPatchFormat checks the metadata that says which format a patch is in: a sparse weight
-// patch of PatchVersion with raw indices.
-func checkPatchFormat(meta map[string]string) error {
+// patch of PatchVersion with raw (the default when absent) or leb128_gaps indices, and returns
+// the index encoding.
+func checkPatchFormat(meta map[string]string) (string, error) {
 	format, ok := meta[metaFormat]
 	if !ok {
-		return malformedPatch("metadata has no %q: not a sparse weight patch", metaFormat)
+		return "", malformedPatch("metadata has no %q: not a sparse weight patch", metaFormat)
 	}
 	if format != PatchFormat {
-		return fmt.Errorf("%w: patch format %q (want %q)", ErrUnsupportedVersion, format, PatchFormat)
+		return "", fmt.Errorf("%w: patch format %q (want %q)", ErrUnsupportedVersion, format, PatchFormat)
 	}
 	if v, err := metaString(meta, metaVersion); err != nil {
-		return err
+		return "", err
 	} else if v != PatchVersion {
-		return fmt.Errorf("%w: patch version %q (want %q)", ErrUnsupportedVersion, v, PatchVersion)
+		return "", fmt.Errorf("%w: patch version %q (want %q)", ErrUnsupportedVersion, v, PatchVersion)
 	}
-	if enc, ok := meta[metaEncoding]; ok && enc != "raw" {
-		return fmt.Errorf("%w: patch index encoding %q (want \"raw\")", ErrUnsupportedVersion, enc)
+	enc, ok := meta[metaEncoding]
+	if !ok {
+		enc = EncodingRaw
+	}
+	if enc != EncodingRaw && enc != EncodingGaps {
+		return "", fmt.Errorf("%w: patch index encoding %q (want %q or %q)", ErrUnsupportedVersion, enc, EncodingRaw, EncodingGaps)
 	}
 	if v, err := metaString(meta, metaSparse); err != nil {
-		return err
+		return "", err
 	} else if v != "True" {
-		return malformedPatch("%q is %q, want \"True\"", metaSparse, v)
+		return "", malformedPatch("%q is %q, want \"True\"", metaSparse, v)
 	}
-	return nil
+	return enc, nil
 }
 
 // metaString is the metadata's value for key, which must be there.
@@ -311,18 +328,26 @@ func (p *Patch) readTensors(changedNames []string) error {
 		if t.DType.Size() == 0 || t.Elements < 1 {
 			return malformedPatch("tensor %q has dtype %q and %d elements", name, t.DType, t.Elements)
 		}
-		idx, okIdx := p.entries[name+indicesSuffix]
+		idx, okIdx := p.indexEntry(name)
 		val, okVal := p.entries[name+valuesSuffix]
 		if !okIdx || !okVal {
-			return malformedPatch("changed tensor %q lacks %q or %q", name, name+indicesSuffix, name+valuesSuffix)
+			return malformedPatch("changed tensor %q lacks its %s indices or %q", name, p.Encoding, name+valuesSuffix)
 		}
-		if idx.DType != t.IndexDType() || len(idx.Shape) != 1 {
-			return malformedPatch("%q is %s%v, want a 1-D %s for a tensor of %d elements", idx.Name, idx.DType, idx.Shape, t.IndexDType(), t.Elements)
+		if p.Encoding == EncodingGaps {
+			// The stream's length says nothing of the count: the values do, and indexGaps
+			// checks that the stream holds exactly that many.
+			if idx.DType != DTypeU8 || len(idx.Shape) != 1 || val.DType != t.DType || len(val.Shape) != 1 {
+				return malformedPatch("%q is %s%v and %q %s%v, want a 1-D U8 and a 1-D %s", idx.Name, idx.DType, idx.Shape, val.Name, val.DType, val.Shape, t.DType)
+			}
+		} else {
+			if idx.DType != t.IndexDType() || len(idx.Shape) != 1 {
+				return malformedPatch("%q is %s%v, want a 1-D %s for a tensor of %d elements", idx.Name, idx.DType, idx.Shape, t.IndexDType(), t.Elements)
+			}
+			if val.DType != t.DType || len(val.Shape) != 1 || val.Shape[0] != idx.Shape[0] {
+				return malformedPatch("%q is %s%v, want a 1-D %s of %d values", val.Name, val.DType, val.Shape, t.DType, idx.Shape[0])
+			}
 		}
-		if val.DType != t.DType || len(val.Shape) != 1 || val.Shape[0] != idx.Shape[0] {
-			return malformedPatch("%q is %s%v, want a 1-D %s of %d values", val.Name, val.DType, val.Shape, t.DType, idx.Shape[0])
-		}
-		t.Changed = idx.Shape[0]
+		t.Changed = val.Shape[0]
 		if t.Changed < 1 || t.Changed > t.Elements {
 			return malformedPatch("tensor %q has %d changes for %d elements", name, t.Changed, t.Elements)
 		}
@@ -331,7 +356,9 @@ func (p *Patch) readTensors(changedNames []string) error {
 	}
 	// Data order, so the plan re-encodes to the same bytes.
 	slices.SortStableFunc(p.Plan.Tensors, func(a, b PatchTensor) int {
-		return cmpInt64(p.entries[a.Name+indicesSuffix].Begin, p.entries[b.Name+indicesSuffix].Begin)
+		ia, _ := p.indexEntry(a.Name)
+		ib, _ := p.indexEntry(b.Name)
+		return cmpInt64(ia.Begin, ib.Begin)
 	})
 	return nil
 }
@@ -402,6 +429,8 @@ type patchCursor struct {
 	pos     int // next pair in the batch
 	n       int // pairs in the batch
 	last    int64
+	gaps    *gapStream // EncodingGaps: the stream fill decodes idx from
+	skip    int64      // EncodingGaps: pairs to decode past before the first
 }
 
 const cursorBatch = 1 << 16 // pairs per read
@@ -413,10 +442,14 @@ func (p *Patch) newCursor(t PatchTensor) *patchCursor {
 // newCursorRange reads only pairs [from, to) of the tensor (0 <= from <= to <= t.Changed).
 // Its first index is checked against the tensor's size but not against the pair before it.
 func (p *Patch) newCursorRange(t PatchTensor, from, to int64) *patchCursor {
-	idx, val := p.entries[t.Name+indicesSuffix], p.entries[t.Name+valuesSuffix]
+	idx, _ := p.indexEntry(t.Name)
+	val := p.entries[t.Name+valuesSuffix]
 	c := &patchCursor{p: p, t: t, width: t.DType.Size(), idxSize: t.IndexDType().Size(), left: to - from, last: -1}
 	c.idxOff = p.Header.DataStart() + idx.Begin + from*int64(c.idxSize)
 	c.valOff = p.Header.DataStart() + val.Begin + from*int64(c.width)
+	if p.Encoding == EncodingGaps && c.left > 0 {
+		p.gapCursor(c, from)
+	}
 	return c
 }
 
@@ -475,7 +508,11 @@ func (c *patchCursor) fill() error {
 	n := int(min(c.left, cursorBatch))
 	c.idx = grow(c.idx, n*c.idxSize)
 	c.val = grow(c.val, n*c.width)
-	if err := readFull(c.p.r, c.idx, c.idxOff); err != nil {
+	if c.gaps != nil {
+		if err := c.fillGaps(n); err != nil {
+			return err
+		}
+	} else if err := readFull(c.p.r, c.idx, c.idxOff); err != nil {
 		return fmt.Errorf("patch: read indices of %q: %w", c.t.Name, err)
 	}
 	if err := readFull(c.p.r, c.val, c.valOff); err != nil {
@@ -492,6 +529,9 @@ func (c *patchCursor) fill() error {
 func (c *patchCursor) reuse(done *patchCursor) {
 	c.idx, c.val = done.idx[:0], done.val[:0]
 	done.idx, done.val, done.pos, done.n = nil, nil, 0, 0
+	if c.gaps != nil && done.gaps != nil && c.gaps.buf == nil {
+		c.gaps.buf, done.gaps.buf = done.gaps.buf[:0], nil
+	}
 }
 
 // grow returns b resized to n bytes, reusing its storage when it can.

@@ -239,12 +239,16 @@ class WriterTest(unittest.TestCase):
                     self.assertEqual((p.model_version, p.base_version, len(p.tensors)), (6, 5, 0))
 
         a = self.both_ways(save)
+        self.assertEqual(w[0].encoding, "leb128_gaps")
         for v, (n, last) in written.items():
-            # The bytes the writer wrote are the store's own render of the version's patch (v8
-            # changed a shape: the patch carried shard 1 whole, and the store serves none).
+            # The writer wrote its indices gap-coded (the default): fewer bytes than the raw
+            # patch the store serves for the version, the same otherwise (v6 changed nothing;
+            # v8 changed a shape: the patch carried shard 1 whole, and the store serves none).
             served = served_patch(a.mnt, v)
-            if v != 8:
-                self.assertEqual((len(served), hashlib.sha256(served).hexdigest()), (n, last.sha256), f"v{v}")
+            if v == 6:  # no tensor: the raw patch but for the value of "encoding"
+                self.assertEqual(n, len(served) + len("leb128_gaps") - len("raw"), f"v{v}")
+            elif v != 8:
+                self.assertLess(n, len(served), f"v{v}")
 
         # A stale base: another save takes the mount to 11 behind the writer's back; the writer's
         # patch from 10 is refused at os.replace with the mount's reason, and nothing changes.
@@ -277,7 +281,8 @@ class WriterTest(unittest.TestCase):
             self.assertEqual(got, header + b"".join(state12[x][2].tobytes() for x, _, _, _, _ in laid), fname)
 
     def test_numpy_group(self):
-        """Two writers, one shard each (a writer group of two ranks on one node), numpy arrays."""
+        """Two writers, one shard each (a writer group of two ranks on one node), numpy arrays,
+        the patches written with raw indices."""
         ranks = [None, None]
         dtypes = {n: "BF16" for n, d in DT.items() if d == "BF16"}
 
@@ -295,11 +300,18 @@ class WriterTest(unittest.TestCase):
                 return
             parts = [ranks[0].prepare(mine[0], extra_files=extra), ranks[1].prepare(mine[1])]
             gathered = [pickle.loads(pickle.dumps(p)) for p in parts]  # what a gather_object carries
-            weightfs.write_patch(mnt, gathered)
+            written[v] = weightfs.write_patch(mnt, gathered, encoding="raw")
             for r, p in zip(ranks, parts):
                 r.commit(p)
 
-        self.both_ways(save)
+        written = {}
+        a = self.both_ways(save)
+        for v, last in written.items():
+            # Raw indices: the bytes the writer wrote are the store's own render of the
+            # version's patch (v8 changed a shape: the store serves none).
+            served = served_patch(a.mnt, v)
+            if v != 8:
+                self.assertEqual((len(served), hashlib.sha256(served).hexdigest()), (last.size, last.sha256), f"v{v}")
 
 
 class DiffPathsTest(unittest.TestCase):
@@ -359,11 +371,83 @@ class EncodeTest(unittest.TestCase):
              "tensors": [{"name": "w", "dtype": "BF16", "elements": 4, "shape": None,
                           "xxh3": "69b81da6cd3f4d4da9a9caec21020684",
                           "indices": np.array([1, 3], dtype="<i4"), "values": np.array([0x4001, 0x4081], dtype="<i2")}]}
-        header, pieces = _patch_bytes(2, 1, [f], 4)
+        header, pieces = _patch_bytes(2, 1, [f], 4, "raw")
         patch = header + b"".join(bytes(p) for p in pieces)
         self.assertEqual(len(patch), 908)
         self.assertEqual(patch[:8], bytes([0x78, 3, 0, 0, 0, 0, 0, 0]))
         self.assertEqual(patch[896:], bytes([1, 0, 0, 0, 3, 0, 0, 0, 0x01, 0x40, 0x81, 0x40]))
+        # The same in the leb128_gaps encoding (Part III §2, "Index encodings"): 902 bytes.
+        header, pieces = _patch_bytes(2, 1, [f], 4)
+        patch = header + b"".join(bytes(p) for p in pieces)
+        self.assertEqual(len(patch), 902)
+        self.assertIn(b'"encoding":"leb128_gaps"', patch)
+        self.assertIn(b'"w.gaps":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"w.values":{"dtype":"BF16","shape":[2],"data_offsets":[2,6]}}', patch)
+        self.assertEqual(patch[:8], bytes([0x78, 3, 0, 0, 0, 0, 0, 0]))
+        self.assertEqual(patch[896:], bytes([1, 1, 0x01, 0x40, 0x81, 0x40]))
+
+    def test_gaps(self):
+        """leb128_gaps: the varints of format.md's example, a round trip at RL density and
+        with wide gaps, and every refusal of the decoder."""
+        self.assertEqual(encode.leb128_gaps([0, 128, 257, 558, 16943]).tobytes().hex(" "), "00 7f 80 01 ac 02 80 80 01")
+        rng = np.random.default_rng(5)
+        for elements, idx in [(10 ** 6, np.flatnonzero(rng.random(10 ** 6) < 0.0247)),
+                              (3 << 31, np.sort(rng.choice(3 << 31, 1000, replace=False))), (1, np.array([0]))]:
+            g = encode.leb128_gaps(idx)
+            self.assertTrue(np.array_equal(encode.leb128_gaps_decode(g.tobytes(), len(idx), elements), idx))
+        for bad, n in [(b"\x81\x00\x01", 2), (b"\x81" + b"\x80" * 8 + b"\x00", 1), (b"\x01\x02", 2), (b"\x04", 1),
+                       (b"\x01", 2), (b"\x01\x81", 2), (b"\x01\x01\x00", 2), (b"", 1)]:
+            with self.assertRaises(encode.GapsError, msg=bad):
+                encode.leb128_gaps_decode(bad, n, 4)
+
+    def test_gaps_patch_reads_as_raw(self):
+        """A writer's parts written both ways and opened by weightfs.Patch: the same indices
+        and values, the same state after the apply; a damaged stream is refused."""
+        from weightfs.patch_out import _patch_bytes
+        rng = np.random.default_rng(3)
+        s1 = first_state(rng)
+        s2 = next_state(rng, s1, 2)
+        root = tempfile.mkdtemp(dir=fixtures.tmpdir())
+        dtypes = {n: "BF16" for n, d in DT.items() if d == "BF16"}
+        w = weightfs.PatchWriter(os.path.join(root, "m"), files=SHARDS, dtypes=dtypes)
+        w.save_whole(as_numpy(s1))
+        part = w.prepare(as_numpy(s2))
+        patches = {}
+        for enc in ("raw", "leb128_gaps"):
+            header, pieces = _patch_bytes(2, 1, sorted(part.files, key=lambda f: f["name"]), part.total_elements, enc)
+            path = os.path.join(root, enc + ".safetensors")
+            with open(path, "wb") as f:
+                f.write(header + b"".join(bytes(p) for p in pieces))
+            patches[enc] = weightfs.Patch.open(path)
+        raw, gaps = patches["raw"], patches["leb128_gaps"]
+        self.assertEqual((raw.encoding, gaps.encoding), ("raw", "leb128_gaps"))
+        self.assertLess(os.path.getsize(gaps.path), os.path.getsize(raw.path))
+        self.assertEqual(list(raw.tensors), list(gaps.tensors))
+        for name in raw.tensors:
+            self.assertTrue(np.array_equal(raw.indices(name), gaps.indices(name)), name)
+            self.assertEqual(raw.indices(name).dtype, gaps.indices(name).dtype)
+            self.assertTrue(np.array_equal(raw.values(name), gaps.values(name)), name)
+        got = {}
+        for enc, p in patches.items():
+            state = {n: a.copy().reshape(shape) for n, (_, shape, a) in s1.items()}
+            p.apply(state, strict=False)
+            got[enc] = state
+        for n, (_, _, want) in s2.items():
+            self.assertTrue(np.array_equal(got["raw"][n].reshape(-1), want), n)
+            self.assertTrue(np.array_equal(got["leb128_gaps"][n].reshape(-1), want), n)
+        # One varint made overlong: refused at open, naming the tensor.
+        with open(gaps.path, "rb") as f:
+            b = bytearray(f.read())
+        name = next(iter(gaps.tensors))
+        t = gaps._file.tensors[name + ".gaps"]
+        at = gaps._file.data_start + t.begin
+        b[at] |= 0x80
+        b[at + 1] = 0
+        bad = os.path.join(root, "bad.safetensors")
+        with open(bad, "wb") as f:
+            f.write(bytes(b))
+        with self.assertRaises(weightfs.MalformedPatch) as cm:
+            weightfs.Patch.open(bad)
+        self.assertIn(name, str(cm.exception))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,10 @@ writes); names and metadata of real checkpoints are plain ASCII, where every wri
 import json
 import struct
 
-__all__ = ["json_string", "safetensors_header", "patch_header", "index_json", "python_float"]
+import numpy as np
+
+__all__ = ["json_string", "safetensors_header", "patch_header", "index_json", "python_float", "leb128_gaps",
+           "leb128_gaps_decode", "GapsError"]
 
 # safetensors' Dtype enum order (safetensors/src/tensor.rs); save_file sorts widest (last) first.
 _ST_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32",
@@ -111,3 +114,68 @@ def index_json(weight_map, total_size):
     """model.safetensors.index.json as transformers' save_pretrained writes it."""
     index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
     return (json.dumps(index, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+class GapsError(ValueError):
+    """A leb128_gaps stream that is not one (patch.py raises it as MalformedPatch)."""
+
+
+def leb128_gaps(idx):
+    """The leb128_gaps stream (docs/format.md Part III §2, "Index encodings") of the strictly
+    ascending non-negative indices idx: a uint8 numpy array holding, as unsigned LEB128 varints
+    in their shortest form, the first index and then each idx[k]-idx[k-1]-1. Vectorized: one
+    numpy pass per byte of the longest varint, no Python loop per index."""
+    idx = np.asarray(idx).astype(np.int64, copy=False).reshape(-1)
+    if idx.size == 0:
+        return np.zeros(0, np.uint8)
+    gaps = np.empty(idx.size, np.int64)
+    gaps[0] = idx[0]
+    np.subtract(idx[1:], idx[:-1], out=gaps[1:])
+    gaps[1:] -= 1
+    if gaps.min() < 0:
+        raise ValueError("leb128_gaps: the indices are not strictly ascending and non-negative")
+    lens = np.ones(idx.size, np.int64)
+    for j in range(1, 9):
+        more = gaps >= (1 << (7 * j))
+        if not more.any():
+            break
+        lens += more
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    out = np.empty(int(ends[-1]), np.uint8)
+    out[starts] = (gaps & 0x7F) | np.where(lens > 1, 0x80, 0)
+    for j in range(1, int(lens.max())):
+        sel = np.flatnonzero(lens > j)
+        out[starts[sel] + j] = ((gaps[sel] >> (7 * j)) & 0x7F) | np.where(lens[sel] > j + 1, 0x80, 0)
+    return out
+
+
+def leb128_gaps_decode(stream, n, elements, index_dtype=np.int64):
+    """The n indices of a leb128_gaps stream (bytes or a uint8 array) of a tensor of elements
+    elements, as index_dtype; raises GapsError on what ``delta.OpenPatch`` refuses: a varint not
+    in its shortest form or of more than 9 bytes, a gap past the tensor's end, a stream that
+    does not hold exactly n varints."""
+    b = np.frombuffer(stream, np.uint8) if not isinstance(stream, np.ndarray) else stream.reshape(-1)
+    if n == 0:
+        if b.size:
+            raise GapsError("the gaps hold more bytes than their 0 indices")
+        return np.zeros(0, index_dtype)
+    ends = np.flatnonzero(b < 0x80)  # the last byte of each varint
+    if ends.size < n or (ends.size == n and ends[-1] != b.size - 1):
+        raise GapsError(f"the gaps end after {min(ends.size, n - 1)} indices, the values say {n}")
+    if ends.size > n or ends[-1] != b.size - 1:
+        raise GapsError(f"the gaps hold more bytes than their {n} indices")
+    starts = np.empty(n, np.int64)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lens = ends - starts + 1
+    if lens.max() > 9 or bool(np.any((lens > 1) & (b[ends] == 0))):
+        raise GapsError("a gap is an overlong varint")
+    shift = (np.arange(b.size, dtype=np.int64) - np.repeat(starts, lens)) * 7
+    gaps = np.add.reduceat((b & 0x7F).astype(np.uint64) << shift.astype(np.uint64), starts)
+    if int(gaps.max()) >= elements:
+        raise GapsError(f"a gap runs past the tensor's {elements} elements")
+    idx = np.cumsum(gaps + np.uint64(1)) - np.uint64(1)  # each term < elements < 2^63: no wrap below 2^64
+    if int(idx[-1]) >= elements:
+        raise GapsError(f"the gaps run past the tensor's {elements} elements")
+    return idx.astype(index_dtype)

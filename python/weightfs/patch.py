@@ -4,7 +4,10 @@ A patch ``patches/weight_vNNNNNN.safetensors`` holds, for every changed tensor N
 ``NAME.indices`` (I32, or I64 for tensors of 2^31 elements or more: ascending flat element
 indices) and ``NAME.values`` (the tensor's dtype: the new values), and changed files it cannot
 patch in place carried whole (``__file__:PATH``). Its metadata follows TRL's
-``sparse_weight_patch``. This module is the Python twin of ``delta.OpenPatch``: the same
+``sparse_weight_patch``. A patch whose ``encoding`` is ``leb128_gaps`` (what a trainer's
+:class:`weightfs.PatchWriter` writes into a mount) carries ``NAME.gaps`` (U8: LEB128 varints
+of the gaps) instead of ``NAME.indices``; :meth:`Patch.indices` decodes them (vectorized, once)
+into the same int32/int64 array. This module is the Python twin of ``delta.OpenPatch``: the same
 checks, the same errors, and an apply that is ``param.view(-1).index_copy_(0, indices,
 values)`` for torch tensors and fancy assignment for numpy arrays, moving values as integers
 of the element's width (no arithmetic: bit-exact, NaN payloads and -0 included).
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import encode
 from .safetensors import DTYPES, MalformedFile, SafetensorsFile, parse_header
 
 __all__ = ["Patch", "PatchTensor", "PatchError", "MalformedPatch", "UnsupportedPatch",
@@ -33,6 +37,7 @@ FORMAT, VERSION = "sparse_weight_patch", "1"
 WHOLE_PREFIX = "__file__:"
 HEADER_PREFIX = "__header__:"  # + path: the new header of a file whose header changed in place
 I64_THRESHOLD = 1 << 31  # tensors with this many elements or more get I64 indices
+GAPS = "leb128_gaps"  # the dense index encoding a trainer may write in: NAME.gaps, U8 varints
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _XXH3 = re.compile(r"[0-9a-f]{32}")
 
@@ -123,6 +128,7 @@ class Patch:
             raise MalformedPatch(f"patch: {e}") from None
         self.metadata = self._file.metadata
         self._checked = set()
+        self._decoded = {}  # leb128_gaps: tensor name -> its decoded indices
         self._whole_checked = set()  # files carried whole whose SHA-256 was checked
         self._read_plan()
         if check_indices:
@@ -151,8 +157,9 @@ class Patch:
             raise _malformed("metadata has no 'version'")
         if meta["version"] != VERSION:
             raise UnsupportedPatch(f"patch version {meta['version']!r} (want {VERSION!r})")
-        if meta.get("encoding", "raw") != "raw":
-            raise UnsupportedPatch(f"patch index encoding {meta['encoding']!r} (want 'raw')")
+        self.encoding = meta.get("encoding", "raw")
+        if self.encoding not in ("raw", GAPS):
+            raise UnsupportedPatch(f"patch index encoding {meta['encoding']!r} (want 'raw' or {GAPS!r})")
         if meta.get("sparse") != "True":
             raise _malformed(f"'sparse' is {meta.get('sparse')!r}, want 'True'")
         self.model_version = _uint(meta, "model_version")
@@ -235,6 +242,10 @@ class Patch:
                 self.whole_files[name] = t.shape[0]
             self.files[name] = f
 
+    @property
+    def _idx_suffix(self):
+        return ".gaps" if self.encoding == GAPS else ".indices"
+
     def _read_tensors(self, changed_names):
         entries = self._file.tensors
         by_name = {}
@@ -280,20 +291,25 @@ class Patch:
             fname, dt, elements, shape, xxh3 = by_name.pop(name)
             if elements < 1:
                 raise _malformed(f"tensor {name!r} has {elements} elements")
-            idx, val = entries.get(name + ".indices"), entries.get(name + ".values")
+            idx, val = entries.get(name + self._idx_suffix), entries.get(name + ".values")
             if idx is None or val is None:
-                raise _malformed(f"changed tensor {name!r} lacks {name + '.indices'!r} or {name + '.values'!r}")
-            want_idx = "I64" if elements >= I64_THRESHOLD else "I32"
-            if idx.dtype.name != want_idx or len(idx.shape) != 1:
-                raise _malformed(f"{idx.name!r} is {idx.dtype.name}{list(idx.shape)}, want a 1-D {want_idx} for a tensor of {elements} elements")
-            if val.dtype is not dt or len(val.shape) != 1 or val.shape[0] != idx.shape[0]:
-                raise _malformed(f"{val.name!r} is {val.dtype.name}{list(val.shape)}, want a 1-D {dt.name} of {idx.shape[0]} values")
-            n = idx.shape[0]
+                raise _malformed(f"changed tensor {name!r} lacks {name + self._idx_suffix!r} or {name + '.values'!r}")
+            if self.encoding == GAPS:  # the values give the count; indices() checks the stream holds that many
+                if idx.dtype.name != "U8" or len(idx.shape) != 1 or val.dtype is not dt or len(val.shape) != 1:
+                    raise _malformed(f"{idx.name!r} is {idx.dtype.name}{list(idx.shape)} and {val.name!r} "
+                                     f"{val.dtype.name}{list(val.shape)}, want a 1-D U8 and a 1-D {dt.name}")
+            else:
+                want_idx = "I64" if elements >= I64_THRESHOLD else "I32"
+                if idx.dtype.name != want_idx or len(idx.shape) != 1:
+                    raise _malformed(f"{idx.name!r} is {idx.dtype.name}{list(idx.shape)}, want a 1-D {want_idx} for a tensor of {elements} elements")
+                if val.dtype is not dt or len(val.shape) != 1 or val.shape[0] != idx.shape[0]:
+                    raise _malformed(f"{val.name!r} is {val.dtype.name}{list(val.shape)}, want a 1-D {dt.name} of {idx.shape[0]} values")
+            n = val.shape[0]
             if n < 1 or n > elements:
                 raise _malformed(f"tensor {name!r} has {n} changes for {elements} elements")
             tensors.append(PatchTensor(name, fname, dt, elements, n, shape, xxh3))
         # Data order, as the writer laid them out.
-        tensors.sort(key=lambda t: entries[t.name + ".indices"].begin)
+        tensors.sort(key=lambda t: entries[t.name + self._idx_suffix].begin)
         self.tensors = {t.name: t for t in tensors}
         for fname, f in self.files.items():
             if not f["whole"] and not any(t.file == fname for t in tensors):
@@ -305,6 +321,17 @@ class Patch:
         """The flat element indices of tensor name (a read-only int32/int64 numpy view),
         checked on first read: strictly ascending, inside the tensor."""
         t = self.tensors[name]
+        if self.encoding == GAPS:  # decoded once (docs/format.md Part III §2, "Index encodings")
+            idx = self._decoded.get(name)
+            if idx is None:
+                try:
+                    idx = encode.leb128_gaps_decode(self._file.array(name + ".gaps"), t.changed, t.elements,
+                                                    np.int64 if t.elements >= I64_THRESHOLD else np.int32)
+                except encode.GapsError as e:
+                    raise _malformed(f"tensor {name!r}: {e}") from None
+                idx.flags.writeable = False
+                self._decoded[name] = idx
+            return idx
         idx = self._file.array(name + ".indices")
         if name not in self._checked:
             if idx[0] < 0 or idx[-1] >= t.elements or (len(idx) > 1 and not bool(np.all(idx[1:] > idx[:-1]))):

@@ -2,11 +2,17 @@
 
 :func:`write_patch` merges the parts (:class:`weightfs.writer.Part`, one per writer of a group)
 into one patch, in the store's own layout (the files by path; each file's changed tensors in
-data order, their ``.indices`` and ``.values``; the files carried whole after them;
+data order, their indices and ``.values``; the files carried whole after them;
 ``__metadata__`` with sorted keys, compact JSON as Go writes it), writes it as
 ``MNT/patches/weight_vNNNNNN.safetensors.tmp``, fsyncs it and ``os.replace``s it onto its name:
 the mount seals the version or refuses it with EINVAL, and then :class:`PatchRejected` carries
 the mount's reason (``.rejected``).
+
+The indices are written in the ``leb128_gaps`` encoding by default (docs/format.md Part III §2,
+"Index encodings": per tensor a U8 ``NAME.gaps`` of LEB128 varints of the gaps, ~1 byte an
+index at RL rates instead of I32's 4: a bf16 patch is ~3 bytes per changed element instead
+of 6), which the mount reads and stores like a raw patch; ``encoding="raw"`` writes TRL's raw
+I32/I64 ``NAME.indices``, byte for byte the patch the store then serves for the version.
 """
 
 import collections
@@ -18,7 +24,10 @@ from . import encode
 from .safetensors import DTYPES
 from .versions import version_name
 
-__all__ = ["WriterError", "PatchRejected", "Written", "write_patch"]
+__all__ = ["WriterError", "PatchRejected", "Written", "write_patch", "ENCODINGS", "DEFAULT_ENCODING"]
+
+ENCODINGS = ("leb128_gaps", "raw")
+DEFAULT_ENCODING = "leb128_gaps"
 
 
 class WriterError(Exception):
@@ -37,11 +46,12 @@ class PatchRejected(WriterError, OSError):
 Written = collections.namedtuple("Written", "path size sha256")
 
 
-def write_patch(mnt, parts, version=None, timings=None):
+def write_patch(mnt, parts, version=None, timings=None, encoding=DEFAULT_ENCODING):
     """Merge the parts (one per writer of the group) into one patch and write it into
     MNT/patches/ (NAME.tmp, fsync, os.replace). Returns a :class:`Written`: its path, its size
     and its SHA-256. timings, a dict, gets the seconds of the write (to fsync's return) and of
-    the os.replace (the mount's seal) as "write_s" and "seal_s".
+    the os.replace (the mount's seal) as "write_s" and "seal_s". encoding: the indices'
+    encoding, "leb128_gaps" (the default) or "raw".
 
     Raises :class:`PatchRejected` with the mount's reason when the mount refuses it.
     """
@@ -52,7 +62,7 @@ def write_patch(mnt, parts, version=None, timings=None):
         raise WriterError("the parts are not of one version and one base")
     files = sorted((f for p in parts for f in p.files), key=lambda f: f["name"].encode("utf-8"))
     total = sum(p.total_elements for p in parts)
-    header, pieces = _patch_bytes(version, base, files, total)
+    header, pieces = _patch_bytes(version, base, files, total, encoding)
     final = os.path.join(mnt, "patches", version_name(version) + ".safetensors")
     tmp = final + ".tmp"
     began = time.perf_counter()
@@ -84,9 +94,11 @@ def write_patch(mnt, parts, version=None, timings=None):
     return Written(final, size, sha.hexdigest())
 
 
-def _patch_bytes(version, base, files, total):
+def _patch_bytes(version, base, files, total, encoding=DEFAULT_ENCODING):
     """The patch's header and its data pieces (docs/format.md Part III §2)."""
-    meta = {"format": "sparse_weight_patch", "version": "1", "sparse": "True", "encoding": "raw",
+    if encoding not in ENCODINGS:
+        raise WriterError(f"index encoding {encoding!r}: want one of {ENCODINGS}")
+    meta = {"format": "sparse_weight_patch", "version": "1", "sparse": "True", "encoding": encoding,
             "model_version": str(version), "base_version": str(base)}
     names, entries, pieces, whole, changed = [], [], [], [], 0
     for f in files:
@@ -112,10 +124,16 @@ def _patch_bytes(version, base, files, total):
             names.append(t["name"])
             k = len(t["indices"])
             changed += k
-            iw = t["indices"].dtype.itemsize
-            entries.append((t["name"] + ".indices", "I64" if iw == 8 else "I32", iw, k))
+            if encoding == "raw":
+                iw = t["indices"].dtype.itemsize
+                entries.append((t["name"] + ".indices", "I64" if iw == 8 else "I32", iw, k))
+                pieces.append(memoryview(t["indices"]).cast("B"))
+            else:
+                gaps = encode.leb128_gaps(t["indices"])
+                entries.append((t["name"] + ".gaps", "U8", 1, len(gaps)))
+                pieces.append(memoryview(gaps).cast("B"))
             entries.append((t["name"] + ".values", t["dtype"], DTYPES[t["dtype"]].width, k))
-            pieces += [memoryview(t["indices"]).cast("B"), memoryview(t["values"]).cast("B")]
+            pieces.append(memoryview(t["values"]).cast("B"))
         meta["params:" + n] = encode.go_json(params)
     for f in files:
         if f["whole"] is not None:

@@ -4,7 +4,8 @@
 diffs the trainer's ``state_dict`` against it bytewise on the tensors' own device (a GPU when
 the tensors are there, the CPU otherwise): ``new.view(intN) != old.view(intN)`` on integers of
 the element's width, no float arithmetic, so NaN payloads and -0 are exact. It writes the
-changed elements as the one-file patch of docs/format.md Part III §2 into
+changed elements as the one-file patch of docs/format.md Part III §2 (its indices gap-coded,
+``leb128_gaps``, unless ``encoding="raw"``) into
 ``MNT/patches/weight_vNNNNNN.safetensors.tmp``, fsyncs it and ``os.replace``s it onto its name,
 which seals version N on the read-write mount (Part III §5, "Writing a patch in"). Only the
 patch's bytes cross into the mount.
@@ -38,7 +39,7 @@ import os
 import numpy as np
 
 from . import encode
-from .patch_out import PatchRejected, Written, WriterError, write_patch
+from .patch_out import DEFAULT_ENCODING, ENCODINGS, PatchRejected, Written, WriterError, write_patch
 from .safetensors import DTYPES
 from .versions import version_dir
 
@@ -143,16 +144,21 @@ class PatchWriter:
     snapshot on the tensors' device too, so the diff reads no host memory: "auto" (when the
     device tensors take at most a third of the GPU's free memory at the first save), True or False.
     threads: how many files are diffed and hashed at once (default: as many as there are cores).
+    encoding: the patches' index encoding, "leb128_gaps" (default: ~3 bytes per changed bf16
+    element) or "raw" (TRL's I32/I64 indices, 6 bytes: the patch the store serves, byte for byte).
     """
 
     def __init__(self, mnt, files=None, metadata={"format": "pt"}, index=None, dtypes=None, device_snapshot="auto",
-                 threads=None):
+                 threads=None, encoding=DEFAULT_ENCODING):
         self.mnt, self.metadata, self.dtypes = mnt, metadata, dict(dtypes or {})
         self.files = {k: list(v) for k, v in files.items()} if files else None
         self.index = index
         self.device_snapshot = device_snapshot
         self._on_device = False  # decided at the first save (_device_fits)
         self.threads = threads  # files diffed and hashed at once (default: one per core)
+        if encoding not in ENCODINGS:
+            raise WriterError(f"index encoding {encoding!r}: want one of {ENCODINGS}")
+        self.encoding = encoding
         self.last_patch = None  # the Written of the last patch save wrote
         self.version = 0  # the last version written
         self._files = {}  # name -> _File
@@ -237,7 +243,7 @@ class PatchWriter:
             return self.save_whole(state, version, extra_files)
         part = self.prepare(state, version, extra_files)
         try:
-            self.last_patch = write_patch(self.mnt, [part])
+            self.last_patch = write_patch(self.mnt, [part], encoding=self.encoding)
         except BaseException:
             self.rollback(part)
             raise
