@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -94,7 +96,7 @@ type tensorsRun struct {
 	MountIdle, MountLs     memStatus
 	MountRead              memStatus
 	ReadSeconds            float64
-	Objects1, Objects2     int // files under the store's objects/ after each commit
+	Objects1, Objects2     int // files under the store's objects/ and packs/ after each commit
 	LsLines                int
 }
 
@@ -184,6 +186,20 @@ func countFiles(dir string) (int, error) {
 	return n, err
 }
 
+// storeFiles counts the files that hold objects: loose ones under objects/ (format 1 and 2)
+// and packs under packs/ (format 3), either of which may be absent.
+func storeFiles(st string) (int, error) {
+	total := 0
+	for _, sub := range []string{"objects", "packs"} {
+		n, err := countFiles(filepath.Join(st, sub))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
 func readStatus(pid int) (memStatus, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -217,7 +233,7 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 	if r.Commit1, _, err = b.timedWeightfs(ctx, label("commit1"), "commit", st, src(1)); err != nil {
 		return nil, err
 	}
-	if r.Objects1, err = countFiles(filepath.Join(st, "objects")); err != nil {
+	if r.Objects1, err = storeFiles(st); err != nil {
 		return nil, err
 	}
 	warmTree(src(2))
@@ -225,7 +241,7 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 	if r.Commit2, _, err = b.timedWeightfs(ctx, label("commit2"), "commit", st, src(2)); err != nil {
 		return nil, err
 	}
-	if r.Objects2, err = countFiles(filepath.Join(st, "objects")); err != nil {
+	if r.Objects2, err = storeFiles(st); err != nil {
 		return nil, err
 	}
 	b.logf("  tensors: %d: log", n)
@@ -340,7 +356,7 @@ func (b *bench) figTensors(ctx context.Context) ([]Row, error) {
 			Note: fmt.Sprintf("gen tiny --experts 256 --top-k 8 --deepseek, %d and %d layers, lr %g; a row's goal is %.1fx the tensor ratio (%.2fx): above it a cost grows faster than linearly",
 				cfgs[1].Layers, cfgs[0].Layers, deltaHighLR, tensorsSlack, tr),
 			Detail: map[string]any{"small": small, "large": large}},
-		row("  commit of version 2: object files it added to the store", "objects", float64(small.Objects2-small.Objects1), float64(large.Objects2-large.Objects1)),
+		row("  commit of version 2: files it added under objects/ and packs/", "objects", float64(small.Objects2-small.Objects1), float64(large.Objects2-large.Objects1)),
 		row("  commit of version 2: wall", "s", small.Commit2.Wall, large.Commit2.Wall),
 		row("  commit of version 2: CPU-s", "s", small.Commit2.CPU, large.Commit2.CPU),
 		row("  commit of version 2: peak RSS", "B", float64(small.Commit2.MaxRSS), float64(large.Commit2.MaxRSS)),
