@@ -96,6 +96,10 @@ type tensorsRun struct {
 	MountIdle, MountLs     memStatus
 	MountRead              memStatus
 	ReadSeconds            float64
+	// MountCPU is the mount's CPU from its start to after ls -l (its open: the store, the
+	// materialized copy), ReadCPU its CPU while both versions were read: CPU-s do not move
+	// with the machine's load as wall times do.
+	MountCPU, ReadCPU float64
 	Objects1, Objects2     int // files under the store's objects/ and packs/ after each commit
 	LsLines                int
 }
@@ -280,6 +284,11 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 	if r.MountLs, err = readStatus(d.Pid()); err != nil {
 		return nil, err
 	}
+	cpuLs, err := readCPU(d.Pid())
+	if err != nil {
+		return nil, err
+	}
+	r.MountCPU = cpuLs.Seconds()
 	began := time.Now()
 	for v := 2; v >= 1; v-- {
 		got, _, err := sha256Tree(filepath.Join(mnt, gen.VersionDirName(v)))
@@ -291,6 +300,11 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 		}
 	}
 	r.ReadSeconds = time.Since(began).Seconds()
+	cpuRead, err := readCPU(d.Pid())
+	if err != nil {
+		return nil, err
+	}
+	r.ReadCPU = cpuRead.sub(cpuLs).Seconds()
 	if r.MountRead, err = readStatus(d.Pid()); err != nil {
 		return nil, err
 	}
@@ -369,6 +383,8 @@ func (b *bench) figTensors(ctx context.Context) ([]Row, error) {
 		row("  read-only mount: RssAnon after ls -l of version 2", "B", float64(small.MountLs.RssAnon), float64(large.MountLs.RssAnon)),
 		row("  read-only mount: RssAnon after reading both versions", "B", float64(small.MountRead.RssAnon), float64(large.MountRead.RssAnon)),
 		row("  read-only mount: read both versions (SHA-256 = source)", "s", small.ReadSeconds, large.ReadSeconds),
+		row("  read-only mount: its CPU-s from its start to after ls -l", "s", small.MountCPU, large.MountCPU),
+		row("  read-only mount: its CPU-s reading both versions", "s", small.ReadCPU, large.ReadCPU),
 		row("  gc --keep-last 1 (drops version 1): wall", "s", small.GC.Wall, large.GC.Wall),
 		row("  gc --keep-last 1: CPU-s", "s", small.GC.CPU, large.GC.CPU),
 		row("  verify after gc: wall", "s", small.After.Wall, large.After.Wall),
