@@ -99,9 +99,9 @@ type tensorsRun struct {
 	// MountCPU is the mount's CPU from its start to after ls -l (its open: the store, the
 	// materialized copy), ReadCPU its CPU while both versions were read: CPU-s do not move
 	// with the machine's load as wall times do.
-	MountCPU, ReadCPU float64
-	Objects1, Objects2     int // files under the store's objects/ and packs/ after each commit
-	LsLines                int
+	MountCPU, ReadCPU  float64
+	Objects1, Objects2 int // files under the store's objects/ and packs/ after each commit
+	LsLines            int
 }
 
 // timedWeightfs runs weightfs with args to the end and returns its cost (CPU and peak RSS
