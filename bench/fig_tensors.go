@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -94,8 +96,12 @@ type tensorsRun struct {
 	MountIdle, MountLs     memStatus
 	MountRead              memStatus
 	ReadSeconds            float64
-	Objects1, Objects2     int // files under the store's objects/ after each commit
-	LsLines                int
+	// MountCPU is the mount's CPU from its start to after ls -l (its open: the store, the
+	// materialized copy), ReadCPU its CPU while both versions were read: CPU-s do not move
+	// with the machine's load as wall times do.
+	MountCPU, ReadCPU  float64
+	Objects1, Objects2 int // files under the store's objects/ and packs/ after each commit
+	LsLines            int
 }
 
 // timedWeightfs runs weightfs with args to the end and returns its cost (CPU and peak RSS
@@ -184,6 +190,20 @@ func countFiles(dir string) (int, error) {
 	return n, err
 }
 
+// storeFiles counts the files that hold objects: loose ones under objects/ (format 1 and 2)
+// and packs under packs/ (format 3), either of which may be absent.
+func storeFiles(st string) (int, error) {
+	total := 0
+	for _, sub := range []string{"objects", "packs"} {
+		n, err := countFiles(filepath.Join(st, sub))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
 func readStatus(pid int) (memStatus, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -217,7 +237,7 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 	if r.Commit1, _, err = b.timedWeightfs(ctx, label("commit1"), "commit", st, src(1)); err != nil {
 		return nil, err
 	}
-	if r.Objects1, err = countFiles(filepath.Join(st, "objects")); err != nil {
+	if r.Objects1, err = storeFiles(st); err != nil {
 		return nil, err
 	}
 	warmTree(src(2))
@@ -225,7 +245,7 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 	if r.Commit2, _, err = b.timedWeightfs(ctx, label("commit2"), "commit", st, src(2)); err != nil {
 		return nil, err
 	}
-	if r.Objects2, err = countFiles(filepath.Join(st, "objects")); err != nil {
+	if r.Objects2, err = storeFiles(st); err != nil {
 		return nil, err
 	}
 	b.logf("  tensors: %d: log", n)
@@ -264,6 +284,11 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 	if r.MountLs, err = readStatus(d.Pid()); err != nil {
 		return nil, err
 	}
+	cpuLs, err := readCPU(d.Pid())
+	if err != nil {
+		return nil, err
+	}
+	r.MountCPU = cpuLs.Seconds()
 	began := time.Now()
 	for v := 2; v >= 1; v-- {
 		got, _, err := sha256Tree(filepath.Join(mnt, gen.VersionDirName(v)))
@@ -275,6 +300,11 @@ func (b *bench) tensorsMeasure(ctx context.Context, dir string, cfg gen.Config, 
 		}
 	}
 	r.ReadSeconds = time.Since(began).Seconds()
+	cpuRead, err := readCPU(d.Pid())
+	if err != nil {
+		return nil, err
+	}
+	r.ReadCPU = cpuRead.sub(cpuLs).Seconds()
 	if r.MountRead, err = readStatus(d.Pid()); err != nil {
 		return nil, err
 	}
@@ -340,7 +370,7 @@ func (b *bench) figTensors(ctx context.Context) ([]Row, error) {
 			Note: fmt.Sprintf("gen tiny --experts 256 --top-k 8 --deepseek, %d and %d layers, lr %g; a row's goal is %.1fx the tensor ratio (%.2fx): above it a cost grows faster than linearly",
 				cfgs[1].Layers, cfgs[0].Layers, deltaHighLR, tensorsSlack, tr),
 			Detail: map[string]any{"small": small, "large": large}},
-		row("  commit of version 2: object files it added to the store", "objects", float64(small.Objects2-small.Objects1), float64(large.Objects2-large.Objects1)),
+		row("  commit of version 2: files it added under objects/ and packs/", "objects", float64(small.Objects2-small.Objects1), float64(large.Objects2-large.Objects1)),
 		row("  commit of version 2: wall", "s", small.Commit2.Wall, large.Commit2.Wall),
 		row("  commit of version 2: CPU-s", "s", small.Commit2.CPU, large.Commit2.CPU),
 		row("  commit of version 2: peak RSS", "B", float64(small.Commit2.MaxRSS), float64(large.Commit2.MaxRSS)),
@@ -353,6 +383,8 @@ func (b *bench) figTensors(ctx context.Context) ([]Row, error) {
 		row("  read-only mount: RssAnon after ls -l of version 2", "B", float64(small.MountLs.RssAnon), float64(large.MountLs.RssAnon)),
 		row("  read-only mount: RssAnon after reading both versions", "B", float64(small.MountRead.RssAnon), float64(large.MountRead.RssAnon)),
 		row("  read-only mount: read both versions (SHA-256 = source)", "s", small.ReadSeconds, large.ReadSeconds),
+		row("  read-only mount: its CPU-s from its start to after ls -l", "s", small.MountCPU, large.MountCPU),
+		row("  read-only mount: its CPU-s reading both versions", "s", small.ReadCPU, large.ReadCPU),
 		row("  gc --keep-last 1 (drops version 1): wall", "s", small.GC.Wall, large.GC.Wall),
 		row("  gc --keep-last 1: CPU-s", "s", small.GC.CPU, large.GC.CPU),
 		row("  verify after gc: wall", "s", small.After.Wall, large.After.Wall),

@@ -171,9 +171,7 @@ func (c *collector) sweepWithin(within map[ID]bool) (deleted int, freed int64, e
 			}
 		}
 	}
-	for _, id := range gone {
-		c.st.objects.forgetObject(id)
-	}
+	c.st.objects.forgetGone(gone)
 	if c.st.ingest.swept() {
 		if err := c.st.ix.setFlag(keyDirty, false); err != nil {
 			c.log.Warn("index: not updated", "err", err)
