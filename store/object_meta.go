@@ -163,17 +163,30 @@ func (o *objectStore) putMeta(id ID, m objMeta) {
 // forgetMeta drops what is known of id (its representation changed). Fills that began
 // before it are not cached (cacheFill), and a flush of metas under way ends first, so the
 // index keeps no old meta of id either.
-func (o *objectStore) forgetMeta(id ID) {
+func (o *objectStore) forgetMeta(id ID) { o.forgetMetas([]ID{id}) }
+
+// forgetMetas is forgetMeta of every id in ids, with one index transaction for them all (one
+// per object costs with the size of the index file: TestSweepForgetsInOneIndexWrite).
+func (o *objectStore) forgetMetas(ids []ID) {
+	if len(ids) == 0 {
+		return
+	}
 	o.fillMu.Lock()
 	o.forgets++
 	o.metaMu.Lock()
-	delete(o.metas, id)
-	delete(o.dirtyMetas, id)
+	for _, id := range ids {
+		delete(o.metas, id)
+		delete(o.dirtyMetas, id)
+	}
 	o.metaMu.Unlock()
-	o.objInfos.remove(id)
-	o.deltas.remove(id)
+	for _, id := range ids {
+		o.objInfos.remove(id)
+		o.deltas.remove(id)
+	}
 	o.fillMu.Unlock()
-	o.st.ix.deleteObjects([]ID{id})
+	if err := o.st.ix.deleteObjects(ids); err != nil {
+		o.log.Warn("index: not updated", "err", err)
+	}
 }
 
 // fillEpoch is taken before an object is read for a cache: cacheFill caches what was read

@@ -76,35 +76,16 @@ func (o *objectStore) wait() { o.ra.wait() }
 // forgetObject drops everything known of id (its file was rewritten, mended or removed): its
 // meta, in memory and in the index, its header and delta section, and that its CRC was
 // checked.
-func (o *objectStore) forgetObject(id ID) {
-	o.forgetMeta(id)
-	o.crcChecked.Delete(id)
-}
+func (o *objectStore) forgetObject(id ID) { o.forgetGone([]ID{id}) }
 
 // forgetGone is forgetObject of every id in ids (a sweep's deleted objects), with one index
 // transaction for them all: one per object was a read-write transaction each, whose commit
 // costs with the size of the index file (its free list), so that a gc dropping a version of
 // n tensors grew as n times the index (TestSweepForgetsInOneIndexWrite).
 func (o *objectStore) forgetGone(ids []ID) {
-	if len(ids) == 0 {
-		return
-	}
-	o.fillMu.Lock()
-	o.forgets++
-	o.metaMu.Lock()
+	o.forgetMetas(ids)
 	for _, id := range ids {
-		delete(o.metas, id)
-		delete(o.dirtyMetas, id)
-	}
-	o.metaMu.Unlock()
-	for _, id := range ids {
-		o.objInfos.remove(id)
-		o.deltas.remove(id)
 		o.crcChecked.Delete(id)
-	}
-	o.fillMu.Unlock()
-	if err := o.st.ix.deleteObjects(ids); err != nil {
-		o.log.Warn("index: not updated", "err", err)
 	}
 }
 
