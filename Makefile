@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin
 PKGS     := fuse3 iproute2 zstd python3-numpy python3-xxhash python3-zstandard python3-torch python3-pip python3-setuptools pocl-opencl-icd ocl-icd-libopencl1
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# Long tests (the 20-version ~100M-parameter run, kill -9 trials) are part of `make test`.
+# Long tests (20 versions of a model with the ~100M model's tensors, kill -9 trials) are part of `make test`.
 # TEST_TIMEOUT is go test's limit per package: far above what the longest packages (store,
 # tests) take on a loaded 2-core machine, so that only a hung test meets it; the waits inside
 # the tests are shorter still (minutes), so a test that waits in vain fails as itself and
@@ -61,8 +61,13 @@ static:
 
 # test prints each package's result as it ends, failing tests with their output, and the
 # running tests every two minutes of silence (scripts/test.sh).
+# TEST_VET=no leaves go vet out of make test: .ci/run sets it when make lint, which runs the
+# same go vet ./..., has just passed. make test on its own vets.
+TEST_VET ?= yes
 test: deps s3server
+ifneq ($(TEST_VET),no)
 	$(GO) vet ./...
+endif
 	GO="$(GO)" TEST_TIMEOUT="$(TEST_TIMEOUT)" ./scripts/test.sh
 
 demo: deps build

@@ -29,17 +29,19 @@ func TestCampaignAttacks(t *testing.T) {
 	weightfsBin(t)
 	c := sharedCampaignStore(t)
 	log := &campaignLog{}
+	g := newCampaignGroup(t)
 	n := 0
 	for _, kind := range append(campaignKinds[:len(campaignKinds):len(campaignKinds)], kindCacheDir) {
 		for _, attack := range campaignMoreAttacks[kind.name] {
-			t.Run(kind.name+"_"+attack, func(t *testing.T) {
-				// Trial numbers above the campaign's own: another file than its trials pick.
-				tr := newCampaignTrial(t, c, log, seed, 1000+n, kind, attack)
+			trial := 1000 + n // Trial numbers above the campaign's own: another file than its trials pick.
+			g.run(kind.name+"_"+attack, func(t *testing.T) {
+				tr := newCampaignTrial(t, c, log, seed, trial, kind, attack)
 				tr.run()
 			})
 			n++
 		}
 	}
+	g.wait()
 	log.summarize(t, seed)
 }
 

@@ -40,13 +40,15 @@ func TestCampaignPacks(t *testing.T) {
 		trials = campaignPackTrialsShort
 	}
 	log := &campaignLog{}
+	g := newCampaignGroup(t)
 	for i, kt := range trials {
-		t.Run(kt.kind.name+"_"+kt.attack, func(t *testing.T) {
+		g.run(kt.kind.name+"_"+kt.attack, func(t *testing.T) {
 			// Trial numbers above the other campaigns' own.
 			tr := newCampaignTrial(t, c, log, seed, 2000+i, kt.kind, kt.attack)
 			tr.run()
 		})
 	}
+	g.wait()
 	log.summarize(t, seed)
 }
 

@@ -24,7 +24,8 @@ import (
 // another version, no mount may refuse to start and no seal may fail except on a damaged
 // format file, and a missing object is EIO, never ENOENT.
 //
-// Trials run kinds x attacks in turn (trial i: kind i mod 6, attack i/6 mod 3); which file
+// Trials run kinds x attacks in turn, campaignConcurrency at a time (trial i: kind i mod 6,
+// attack i/6 mod 3); which file
 // and which byte or length come from a generator seeded by the campaign seed and the trial
 // number, so a trial is reproduced by its seed and name:
 //
@@ -55,16 +56,54 @@ func TestCampaign(t *testing.T) {
 	weightfsBin(t)
 	c := sharedCampaignStore(t)
 	log := &campaignLog{}
+	g := newCampaignGroup(t)
 	for i := 0; i < trials; i++ {
 		kind := campaignKinds[i%len(campaignKinds)]
 		attack := campaignAttacks[(i/len(campaignKinds))%len(campaignAttacks)]
-		t.Run(fmt.Sprintf("trial%02d_%s_%s", i, kind.name, attack), func(t *testing.T) {
+		g.run(fmt.Sprintf("trial%02d_%s_%s", i, kind.name, attack), func(t *testing.T) {
 			tr := newCampaignTrial(t, c, log, seed, i, kind, attack)
 			tr.run()
 		})
 	}
+	g.wait()
 	log.summarize(t, seed)
 }
+
+// campaignConcurrency is how many trials run at once (WEIGHTFS_CAMPAIGN_CONCURRENCY; 1: one
+// after another). A trial spends most of its time waiting for its commands and mounts (a
+// fraction of a core), and trials share nothing but the pristine store they copy and the
+// log, so running a few at once cuts make test's wall time and changes nothing a trial does
+// or checks (which file and which byte it damages come from the seed and its number alone).
+const campaignConcurrency = 3
+
+// campaignGroup runs subtests campaignConcurrency at a time: t.Run from goroutines, not
+// t.Parallel, so that go test's -parallel (2 on 2 cores, one of them held by
+// TestCommitTwentyVersions) does not hold them back.
+type campaignGroup struct {
+	t   *testing.T
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+func newCampaignGroup(t *testing.T) *campaignGroup {
+	n := int(campaignEnv(t, "WEIGHTFS_CAMPAIGN_CONCURRENCY", campaignConcurrency))
+	return &campaignGroup{t: t, sem: make(chan struct{}, max(n, 1))}
+}
+
+// run starts the subtest name once fewer than campaignConcurrency run, and returns.
+func (g *campaignGroup) run(name string, f func(t *testing.T)) {
+	g.sem <- struct{}{}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer func() { <-g.sem }()
+		g.t.Run(name, f)
+	}()
+}
+
+// wait returns when every subtest run started has ended (before the test's function returns,
+// as t.Run from goroutines requires).
+func (g *campaignGroup) wait() { g.wg.Wait() }
 
 // campaignEnv reads a number from the environment (def when unset).
 func campaignEnv(t *testing.T, name string, def uint64) uint64 {

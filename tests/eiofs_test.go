@@ -176,13 +176,14 @@ func TestVerifyRepairEIOEveryKind(t *testing.T) {
 	skipWithoutFUSE(t)
 	weightfsBin(t)
 	c := sharedCampaignStore(t)
+	g := newCampaignGroup(t) // a few at a time, as the campaign's trials: each has its own copy and loopback
 	for _, kind := range campaignKinds {
 		for _, fails := range []int{-1, 1} {
 			name := kind.name + "/always"
 			if fails > 0 {
 				name = kind.name + "/once"
 			}
-			t.Run(name, func(t *testing.T) {
+			g.run(name, func(t *testing.T) {
 				under, storeDir, efs := eioStore(t, c)
 				root := filepath.Join(under, "store")
 				if kind.cache {
@@ -219,6 +220,7 @@ func TestVerifyRepairEIOEveryKind(t *testing.T) {
 			})
 		}
 	}
+	g.wait()
 }
 
 // eioStore copies the campaign's pristine store (and its writer's cache) and mounts the EIO

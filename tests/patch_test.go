@@ -98,7 +98,7 @@ func TestEngineDeltas(t *testing.T) {
 	})
 
 	t.Run("apply_patch.py of v2-v20 from the read-only mount", func(t *testing.T) {
-		applyChain(t, ro, v1, want, pythonApply)
+		applyChain(t, ro, v1, want, startPythonApplier(t).apply)
 	})
 
 	t.Run("weightfs patch writes the mount's file", func(t *testing.T) {
