@@ -171,31 +171,55 @@ func parseTensorEntry(dec *json.Decoder, name string) (Tensor, error) {
 	return t, nil
 }
 
-// intArray reads a JSON array of non-negative integers (no fractions, no exponents).
+// intArray reads a JSON array of non-negative integers (no fractions, no exponents). The
+// array is taken whole (the decoder checks it is valid JSON) and cut at its commas: a token
+// each (dec.Token) cost allocations per number, and the header of a mixture of experts holds
+// tens of thousands of them. It accepts exactly what the token walk accepted
+// (TestIntArrayMatchesTokenWalk): every element a number, an integer in int64 range, >= 0.
 func intArray(dec *json.Decoder) ([]int64, error) {
-	if err := expectDelim(dec, '['); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		return nil, err
 	}
+	raw = bytes.Trim(raw, jsonSpace)
+	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
+		return nil, fmt.Errorf("want '[', got %.40s", raw)
+	}
+	inner := bytes.Trim(raw[1:len(raw)-1], jsonSpace)
+	if len(inner) == 0 {
+		return nil, nil
+	}
 	var out []int64
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
+	for i := 0; ; i++ {
+		el, rest, more := bytes.Cut(inner, []byte{','})
+		el = bytes.Trim(el, jsonSpace)
+		// Only a number's characters: a string, array, object or literal has others (a
+		// piece of one cut at a comma inside it too), and is refused at its first piece.
+		if len(el) == 0 || bytes.IndexFunc(el, notNumberChar) >= 0 {
+			return nil, fmt.Errorf("element %d is %.40s, not a number", i, el)
 		}
-		num, ok := tok.(json.Number)
-		if !ok {
-			return nil, fmt.Errorf("element %d is %v, not a number", len(out), tok)
-		}
-		v, err := strconv.ParseInt(string(num), 10, 64)
+		v, err := strconv.ParseInt(string(el), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("element %d (%s) is not an integer in int64 range", len(out), num)
+			return nil, fmt.Errorf("element %d (%s) is not an integer in int64 range", i, el)
 		}
 		if v < 0 {
-			return nil, fmt.Errorf("element %d (%d) is negative", len(out), v)
+			return nil, fmt.Errorf("element %d (%d) is negative", i, v)
 		}
 		out = append(out, v)
+		if !more {
+			break
+		}
+		inner = rest
 	}
-	return out, expectDelim(dec, ']')
+	return out, nil
+}
+
+// jsonSpace is JSON's whitespace.
+const jsonSpace = " \t\n\r"
+
+// notNumberChar reports a character no JSON number has.
+func notNumberChar(r rune) bool {
+	return !('0' <= r && r <= '9' || r == '-' || r == '+' || r == '.' || r == 'e' || r == 'E')
 }
 
 func stringToken(dec *json.Decoder) (string, error) {

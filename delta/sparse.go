@@ -40,7 +40,7 @@ type DeltaEncoder struct {
 	block   int64  // the block being collected, -1 before the first change
 	next    int64  // the smallest element index the next change may take
 	changed int64
-	cur     blockEncoder
+	cur     *blockEncoder  // from blockEncoders, back there at Finish
 	ctx     ContextFunc    // the context of a version-2 body (SetContext), nil for version 1
 	cur2    *block2Encoder // the coder of version-2 blocks
 
@@ -60,7 +60,8 @@ func NewDeltaEncoder(width int, float bool, elements int64) *DeltaEncoder {
 // blocks to get many of them from little data).
 func newDeltaEncoderShift(width int, float bool, elements int64, shift uint) *DeltaEncoder {
 	e := &DeltaEncoder{width: width, elements: elements, shift: shift, block: -1,
-		values: newValueMap(width, float)}
+		values: newValueMap(width, float), cur: blockEncoders.Get().(*blockEncoder)}
+	e.cur.reset()
 	switch {
 	case !validWidth(width):
 		e.err = fmt.Errorf("new delta encoder: %w: element width %d is not 1, 2, 4 or 8", ErrInvalidArgument, width)
@@ -202,6 +203,8 @@ func (e *DeltaEncoder) Finish() ([]byte, error) {
 	binary.LittleEndian.PutUint64(e.out[16:], uint64(e.changed))
 	body := e.out
 	e.out, e.done = nil, true
+	blockEncoders.Put(e.cur)
+	e.cur = nil // every later call stops at e.done
 	if e.cur2 != nil {
 		block2Encoders.Put(e.cur2)
 		e.cur2 = nil

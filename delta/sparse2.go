@@ -51,7 +51,7 @@ func (e *DeltaEncoder) appendBlock2() ([]byte, error) {
 	if err := checkContext(ctx, e.block, e.shift, e.width, e.values.float, blockLen); err != nil {
 		return e.out, err
 	}
-	return e.cur2.appendBlock(e.out, &e.cur, ctx, blockLen, e.values)
+	return e.cur2.appendBlock(e.out, e.cur, ctx, blockLen, e.values)
 }
 
 // decodeWith decodes block b of the body l (payload, count changes) against block b of ctx.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/fse"
 )
@@ -42,6 +43,10 @@ type blockEncoder struct {
 	rice    bitWriter
 	fse     fse.Scratch
 }
+
+// blockEncoders are the coders of version-1 blocks, reused across encoders: a MoE version
+// encodes tens of thousands of small tensors, and each grew its lists and FSE tables anew.
+var blockEncoders = sync.Pool{New: func() any { return new(blockEncoder) }}
 
 func (b *blockEncoder) reset() {
 	b.gaps = b.gaps[:0]

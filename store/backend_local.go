@@ -28,6 +28,8 @@ type localBackend struct {
 
 	// fsyncs counts every fsync of a file or directory this backend made (Fsyncs).
 	fsyncs atomic.Int64
+	// loose is whether objects/ was seen empty (noLooseObjects, ingest_dedup.go).
+	loose looseCheck
 }
 
 // Fsyncs is how many fsyncs of files and directories of the store the backend made since
@@ -107,6 +109,7 @@ func removeTempObject(f *os.File) {
 }
 
 func (b *localBackend) PutObject(id ID, tmp *os.File) error {
+	b.sawLoose()
 	return b.putFile("object", id, tmp, b.objectPath(id), false)
 }
 
@@ -148,6 +151,7 @@ func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
 }
 
 func (b *localBackend) StatObject(id ID) (int64, error) {
+	b.loose.stats.Add(1)
 	return statFile("object", id, b.objectPath(id))
 }
 

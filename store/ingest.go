@@ -315,16 +315,29 @@ func (w *Writer) ingestSafetensors(entry *manifestFile, r io.ReaderAt, hdr *delt
 	}
 	entry.Tensors = make([]manifestTensor, len(hdr.Tensors))
 	errs := make([]error, len(hdr.Tensors))
-	var wg sync.WaitGroup
 	for i, t := range hdr.Tensors {
 		entry.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
-		w.in.workers <- struct{}{} // bounds concurrent tensor jobs (memory and cores)
+	}
+	// A job takes a slot of w.in.workers (bounds concurrent tensor jobs: memory and cores)
+	// and then ingests tensors, the next not yet taken each time, until none is left: with
+	// tens of thousands of small tensors (MoE), a goroutine each grew a fresh stack each.
+	var next atomic.Int64
+	n := int64(len(hdr.Tensors))
+	var wg sync.WaitGroup
+	for next.Load() < n {
+		w.in.workers <- struct{}{}
+		if next.Load() >= n {
+			<-w.in.workers
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-w.in.workers; wg.Done() }()
-			errs[i] = w.ingestTensor(entry.Path, r, entry.HeaderLen, &entry.Tensors[i])
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("tensor %s: %w", t.Name, errs[i])
+			for i := next.Add(1) - 1; i < n; i = next.Add(1) - 1 {
+				errs[i] = w.ingestTensor(entry.Path, r, entry.HeaderLen, &entry.Tensors[i])
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("tensor %s: %w", hdr.Tensors[i].Name, errs[i])
+				}
 			}
 		}()
 	}
@@ -404,7 +417,7 @@ func (w *Writer) storeDiffed(t *manifestTensor, src io.ReaderAt, base tensorRef,
 		return nil
 	}
 	w.hold(id)
-	if w.in.exists(id) {
+	if w.in.existsToWrite(id) {
 		return nil
 	}
 	bm, err := s.objects.meta(base.tensor.ID)
@@ -472,7 +485,11 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	}
 	var cur []byte
 	if keep == nil {
-		cur = make([]byte, min(size, ingestChunk))
+		// Pooled: a MoE version diffs tens of thousands of small tensors, and a fresh
+		// buffer each was a large allocation (cleared) per tensor.
+		bp := diffChunks.Get().(*[]byte)
+		defer diffChunks.Put(bp)
+		cur = (*bp)[:min(size, ingestChunk)]
 	}
 	// Reads a cold copy with O_DIRECT, and ahead (stream_base.go).
 	base := baseReader{in: w.in, checksWhole: true, objects: fromObjects}
@@ -540,6 +557,9 @@ func (w *Writer) diffTensor(src io.ReaderAt, view *matView, baseID ID, size int6
 	return body, id, changed, crc, nil
 }
 
+// diffChunks holds diffTensor's buffers of the new tensor's bytes (*[]byte of ingestChunk).
+var diffChunks = sync.Pool{New: func() any { b := make([]byte, ingestChunk); return &b }}
+
 // errCopyBase says that base bytes read from the materialized copy failed the base's check
 // (the copy is marked broken; the caller diffs again from the objects).
 var errCopyBase = errors.New("the materialized copy's base does not match its check")
@@ -590,7 +610,7 @@ func (w *Writer) storeWhole(r io.ReaderAt, off, size int64, width int) (ID, erro
 		return ID{}, err
 	}
 	w.hold(id)
-	if w.in.exists(id) {
+	if w.in.existsToWrite(id) {
 		return id, nil
 	}
 	return id, w.putFull(fw, id, width, size, ID{}, 0)

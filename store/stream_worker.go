@@ -388,7 +388,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) (err error)
 	if !ts.hasBase {
 		t.ID, t.Changed = id, ts.elems
 		w.hold(id)
-		if w.in.exists(id) {
+		if w.in.existsToWrite(id) {
 			ts.fw.abort()
 			return nil
 		}
@@ -412,7 +412,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) (err error)
 	}
 	t.ID, t.Base, t.Changed = id, ts.base, ts.changed
 	w.hold(id)
-	if id == ts.base || w.in.exists(id) {
+	if id == ts.base || w.in.existsToWrite(id) {
 		ts.fw.abort()
 		return nil
 	}
@@ -490,7 +490,7 @@ func (st *FileStream) finishBlob() error {
 	w, s, blob := st.w, st.s, st.wk.blob
 	id := blob.sum()
 	w.hold(id)
-	if w.in.exists(id) {
+	if w.in.existsToWrite(id) {
 		blob.abort()
 	} else {
 		stored, err := blob.finish(id, ID{}, nil)
