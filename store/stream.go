@@ -90,6 +90,10 @@ type FileStream struct {
 	fill      *chunk // the chunk being filled; nil: none
 	fillLen   int
 	fillStart int64 // offset in the tensor of fill's first byte
+	// keepRoute: tensors' bytes are routed into their buffers in the base in memory, which
+	// are then the chunks (stream_keep.go); keep is the current tensor's (nil: none).
+	keepRoute bool
+	keep      []byte
 
 	jobs       chan streamJob
 	hashes     chan hashJob
@@ -162,6 +166,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	if seed != nil {
 		st.hs.seed.startSeed(seed, w.pool)
 	}
+	st.keepRoute = seed == nil && !w.in.streamReference // a seed writes whole pages of pool chunks
 	w.streams[st] = struct{}{}
 	w.mu.Unlock()
 	go st.runWorker()
@@ -285,7 +290,7 @@ func (st *FileStream) routeTensors(p []byte) []byte {
 		t := tensors[st.cur]
 		tlen := t.End - t.Begin
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.w.pool.get(filePad(st.pos)), 0, st.curOff
+			st.fill, st.fillLen, st.fillStart = st.tensorChunk(tlen), 0, st.curOff
 		}
 		take := int(min(int64(len(p)), tlen-st.curOff, int64(streamChunkSize-st.fillLen)))
 		copy(st.fill.buf[st.fillLen:], p[:take])
@@ -322,7 +327,7 @@ func (st *FileStream) dispatchFill(last bool) {
 		c.refs.Store(1 + st.hs.hashersOfTensors() + 1) // the worker, the hashers, the seed
 		first := st.fillStart == 0
 		st.hashTensorBytes(hashJob{c: c, data: data, tensor: st.cur, first: first, last: last})
-		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last}
+		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last, keep: st.keep}
 		return
 	}
 	c.refs.Store(3) // the worker, the file's hasher, the seed
