@@ -22,7 +22,8 @@ import (
 // at the end and redoes the file through the batch path from the objects it stored.
 //
 // Work is pipelined over four to six goroutines per stream: the caller of Write copies
-// bytes into 4 MiB chunks, a worker diffs and encodes, a finisher stores each tensor the
+// bytes into 4 MiB chunks (with the base in memory and no seed, pieces of the tensor's buffer
+// in the memory: stream_keep.go), a worker diffs and encodes, a finisher stores each tensor the
 // worker is done with (stream_finish.go), a hasher computes each tensor's SHA-256 (its
 // object's name) and the whole file's, both in one pass with the SHA extensions, else with a
 // second hasher for the file's (stream_pipe.go), and the bytes are written to the seed, the
