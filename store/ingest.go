@@ -52,6 +52,10 @@ type ingester struct {
 	// compare the fast path with it: ingest_patch_fast.go).
 	patchReference bool
 	patchFast      atomic.Int64 // files the fast path made (tests)
+	// streamReference makes streams take their reference path (stream_keep.go): each
+	// tensor's bytes copied from their chunks into the base in memory's buffer rather than
+	// routed there, and the worker's passes over whole chunks; tests compare the two.
+	streamReference bool
 	// manifestLimit is the manifest JSON length a seal accepts: maxManifestLen, the readers'
 	// bound; a field so that a test can reach the refusal with a small version.
 	manifestLimit uint64

@@ -24,7 +24,9 @@ import (
 // uses, keeps no multi-GB copy cached) and the source is read once (cached: its reads are not
 // the base's). It logs per version and store: the time to ingest the files and to seal, the
 // process's CPU per GB ingested, and the bytes the process read from and wrote to the disk
-// (/proc/self/io), and the base bytes served from memory.
+// (/proc/self/io), and the base bytes served from memory. With WEIGHTFS_BASEMEM_REFERENCE=1
+// both stores keep the base in memory, and the first ("ref") streams on the reference path
+// (ingester.streamReference: stream_keep.go), to measure the fast path against it.
 func TestBaseMemoryTiming(t *testing.T) {
 	src := os.Getenv("WEIGHTFS_BASEMEM_TIMING")
 	if src == "" {
@@ -33,9 +35,13 @@ func TestBaseMemoryTiming(t *testing.T) {
 	streamed := os.Getenv("WEIGHTFS_BASEMEM_STREAM") == "1"
 	quiet := logtest.New(func(string, ...any) {})
 	stores := map[string]*Store{}
-	for _, mode := range []string{"off", "on"} {
+	modes := []string{"off", "on"}
+	if os.Getenv("WEIGHTFS_BASEMEM_REFERENCE") == "1" {
+		modes[0] = "ref"
+	}
+	for _, mode := range modes {
 		opts := Options{Logger: quiet}
-		if mode == "on" {
+		if mode != "off" {
 			opts.BaseMemory = 4 << 30
 		}
 		// Not newStore: its Verify at the end would hash every version again.
@@ -48,6 +54,7 @@ func TestBaseMemoryTiming(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
+		s.ingest.streamReference = mode == "ref"
 		stores[mode] = s
 	}
 	var last uint64
@@ -57,7 +64,7 @@ func TestBaseMemoryTiming(t *testing.T) {
 			break
 		}
 		last = v
-		for _, mode := range []string{"off", "on"} {
+		for _, mode := range modes {
 			s := stores[mode]
 			dropFromPageCache(t, s.mat.path())
 			warm(t, dir)
@@ -77,7 +84,7 @@ func TestBaseMemoryTiming(t *testing.T) {
 	}
 	// A first read of the latest version by a reader of the writer's process: where the seal
 	// deferred the copy (copy_defer.go), the copy is written now, in the background.
-	for _, mode := range []string{"off", "on"} {
+	for _, mode := range modes {
 		s := stores[mode]
 		dropFromPageCache(t, s.mat.path())
 		r0, w0 := procIO(t)

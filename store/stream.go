@@ -22,7 +22,8 @@ import (
 // at the end and redoes the file through the batch path from the objects it stored.
 //
 // Work is pipelined over four to six goroutines per stream: the caller of Write copies
-// bytes into 4 MiB chunks, a worker diffs and encodes, a finisher stores each tensor the
+// bytes into 4 MiB chunks (with the base in memory and no seed, pieces of the tensor's buffer
+// in the memory: stream_keep.go), a worker diffs and encodes, a finisher stores each tensor the
 // worker is done with (stream_finish.go), a hasher computes each tensor's SHA-256 (its
 // object's name) and the whole file's, both in one pass with the SHA extensions, else with a
 // second hasher for the file's (stream_pipe.go), and the bytes are written to the seed, the
@@ -90,6 +91,10 @@ type FileStream struct {
 	fill      *chunk // the chunk being filled; nil: none
 	fillLen   int
 	fillStart int64 // offset in the tensor of fill's first byte
+	// keepRoute: tensors' bytes are routed into their buffers in the base in memory, which
+	// are then the chunks (stream_keep.go); keep is the current tensor's (nil: none).
+	keepRoute bool
+	keep      []byte
 
 	jobs       chan streamJob
 	hashes     chan hashJob
@@ -162,6 +167,7 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	if seed != nil {
 		st.hs.seed.startSeed(seed, w.pool)
 	}
+	st.keepRoute = seed == nil && !w.in.streamReference // a seed writes whole pages of pool chunks
 	w.streams[st] = struct{}{}
 	w.mu.Unlock()
 	go st.runWorker()
@@ -285,7 +291,7 @@ func (st *FileStream) routeTensors(p []byte) []byte {
 		t := tensors[st.cur]
 		tlen := t.End - t.Begin
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.w.pool.get(filePad(st.pos)), 0, st.curOff
+			st.fill, st.fillLen, st.fillStart = st.tensorChunk(tlen), 0, st.curOff
 		}
 		take := int(min(int64(len(p)), tlen-st.curOff, int64(streamChunkSize-st.fillLen)))
 		copy(st.fill.buf[st.fillLen:], p[:take])
@@ -322,7 +328,7 @@ func (st *FileStream) dispatchFill(last bool) {
 		c.refs.Store(1 + st.hs.hashersOfTensors() + 1) // the worker, the hashers, the seed
 		first := st.fillStart == 0
 		st.hashTensorBytes(hashJob{c: c, data: data, tensor: st.cur, first: first, last: last})
-		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last}
+		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last, keep: st.keep}
 		return
 	}
 	c.refs.Store(3) // the worker, the file's hasher, the seed

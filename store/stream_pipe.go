@@ -68,6 +68,9 @@ func (p *chunkPool) get(pad int) *chunk {
 func filePad(off int64) int { return int(off % directAlign) }
 
 func (p *chunkPool) put(c *chunk) {
+	if c.mem == nil {
+		return // a tensor's buffer in the base in memory (stream_keep.go), not the pool's
+	}
 	select {
 	case p.free <- c.mem:
 	default:

@@ -30,6 +30,9 @@ type streamJob struct {
 	off         int64
 	first, last bool // the tensor's first and last job
 	fromTensors bool
+	// keep is the tensor's buffer in the base in memory its bytes were routed into
+	// (FileStream.keepRoute; jobTensor; nil: none).
+	keep []byte
 }
 
 func (j streamJob) release(p *chunkPool) { j.c.release(p) }
@@ -108,7 +111,7 @@ func (st *FileStream) doJob(j streamJob) (consumed bool, err error) {
 		return true, nil
 	case jobTensor:
 		if j.first {
-			if err := st.startTensor(j.tensor); err != nil {
+			if err := st.startTensor(j.tensor, j.keep); err != nil {
 				return false, err
 			}
 		}
@@ -152,7 +155,7 @@ func (st *FileStream) doJob(j streamJob) (consumed bool, err error) {
 
 // startTensor sets up the work of tensor i: against its base (the same tensor of the latest
 // version) when there is one, else as a whole copy.
-func (st *FileStream) startTensor(i int) error {
+func (st *FileStream) startTensor(i int, routed []byte) error {
 	wk := &st.wk
 	t := &wk.entry.Tensors[i]
 	ts := &tensorState{idx: i, t: t, width: t.DType.Size(), size: t.End - t.Begin, float: t.DType.IsFloat()}
@@ -186,7 +189,9 @@ func (st *FileStream) startTensor(i int) error {
 		}
 		ts.fw = fw
 	}
-	ts.keep = st.w.mem.buffer(ts.size)
+	if ts.keep = routed; !st.keepRoute {
+		ts.keep = st.w.mem.buffer(ts.size)
+	}
 	wk.ts = ts
 	return nil
 }
@@ -195,12 +200,17 @@ func (st *FileStream) startTensor(i int) error {
 // against the base's bytes and fed to the encoder; into the whole copy, if one is written.
 // Only a failed read of the base leaves the bytes unconsumed.
 func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (bool, error) {
-	if ts.keep != nil && off == ts.kept {
-		copy(ts.keep[off:], data)
-		ts.keepCRC = crc32.Update(ts.keepCRC, castagnoli, data)
+	keep := ts.keep != nil && off == ts.kept
+	if keep {
+		if !routedTo(ts.keep, off, data) {
+			copy(ts.keep[off:], data)
+		}
 		ts.kept += int64(len(data))
 	}
 	if !ts.hasBase {
+		if keep {
+			ts.keepCRC = crc32.Update(ts.keepCRC, castagnoli, data)
+		}
 		ts.done += int64(len(data))
 		return true, ts.fw.write(data)
 	}
@@ -212,12 +222,22 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	if err != nil {
 		return false, err
 	}
-	if err := ts.check.add(base, off, checked, st.baseFromObjects(ts)); err != nil {
-		return false, err
-	}
-	found, err := st.w.in.diffInto(ts.enc, base, data, off/int64(ts.width), ts.width, &wk.ch)
-	if err != nil {
-		return false, err
+	// The CRC-32C of the bytes kept, the check of the base's and the diff, piece by piece
+	// (stream_keep.go): the bytes are read from memory once, not in three passes.
+	found := int64(0)
+	for at, piece := 0, st.workPiece(len(data)); at < len(data); at += piece {
+		d, b, boff := data[at:min(at+piece, len(data))], base[at:min(at+piece, len(data))], off+int64(at)
+		if keep {
+			ts.keepCRC = crc32.Update(ts.keepCRC, castagnoli, d)
+		}
+		if err := ts.check.add(b, boff, checked, st.baseFromObjects(ts)); err != nil {
+			return false, err
+		}
+		n, err := st.w.in.diffInto(ts.enc, b, d, boff/int64(ts.width), ts.width, &wk.ch)
+		if err != nil {
+			return false, err
+		}
+		found += n
 	}
 	ts.changed += found
 	ts.done += int64(len(data))
