@@ -32,7 +32,7 @@ var (
 	// it; writes stop until a renewal succeeds, to stay safe. Not ErrLocked.
 	ErrLeaseNotRenewed = errors.New("the writer's lease could not be renewed")
 	// ErrNotAStore marks a path that holds no weightfs store (no or an alien format file).
-	ErrNotAStore = errors.New("not a weightfs store")
+	ErrNotAStore = format.ErrNotAStore // the codecs' own (package store/format)
 	// ErrUnsupportedVersion marks a store, object or manifest of an unknown format version;
 	// it is refused, never read "best effort".
 	ErrUnsupportedVersion = format.ErrUnsupportedVersion // the codecs' own (package store/format)

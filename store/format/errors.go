@@ -11,6 +11,8 @@ var (
 	// ErrUnsupportedVersion marks a store, object or manifest of an unknown format version;
 	// it is refused, never read "best effort".
 	ErrUnsupportedVersion = errors.New("unsupported store format version")
+	// ErrNotAStore marks a path that holds no weightfs store (no or an alien format file).
+	ErrNotAStore = errors.New("not a weightfs store")
 	// ErrBadPath marks a path that is not a clean, relative, slash-separated path.
 	ErrBadPath = errors.New("invalid path")
 	// ErrVersionOutOfRange marks a version number above MaxVersion (refused by Commit,
