@@ -8,10 +8,9 @@
 // versions), the object file codec (object.go: header, chunk table), the manifest codec
 // (manifest.go: the manifest's types, encode, decode and validation, the bounds of version
 // numbers and names, the path check), the gc record (gcrecord.go), object identities (id.go),
-// the CRC-32C of every trailer
-// (crc.go) and the sentinel errors the codecs wrap (errors.go), which package store
-// re-exports under the same names so that errors.Is holds whichever package a caller tests
-// against. Package store/pack is the pack half of the format (pack files and pack indexes)
+// the CRC-32C of every trailer (crc.go) and the sentinel errors the codecs wrap (errors.go),
+// which package store re-exports under the same names so that errors.Is holds whichever
+// package a caller tests against. Package store/pack is the pack half of the format (pack files and pack indexes)
 // and stays its own package; the other records of the store (pins, the change hint, writer
 // groups' records, the index's records) are still coded in package store.
 //
