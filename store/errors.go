@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/weightfs/weightfs/store/format"
 )
 
 // Sentinel errors of the package. Callers test with errors.Is; the messages of the wrapping
@@ -10,7 +12,7 @@ import (
 var (
 	// ErrCorrupt marks store data that fails a check: a CRC, a SHA-256, a framing rule. Reads
 	// return it rather than wrong bytes; Verify reports it per object and per version.
-	ErrCorrupt = errors.New("corrupt store data")
+	ErrCorrupt = format.ErrCorrupt // the codecs' own (package store/format)
 	// ErrDamagedRender marks a cached render (a patch or a slime delta in the cache
 	// directory) whose bytes failed their sums or whose file went missing or short: the read
 	// served nothing, the render was dropped (and logged), and rendering it again from the
@@ -30,10 +32,10 @@ var (
 	// it; writes stop until a renewal succeeds, to stay safe. Not ErrLocked.
 	ErrLeaseNotRenewed = errors.New("the writer's lease could not be renewed")
 	// ErrNotAStore marks a path that holds no weightfs store (no or an alien format file).
-	ErrNotAStore = errors.New("not a weightfs store")
+	ErrNotAStore = format.ErrNotAStore // the codecs' own (package store/format)
 	// ErrUnsupportedVersion marks a store, object or manifest of an unknown format version;
 	// it is refused, never read "best effort".
-	ErrUnsupportedVersion = errors.New("unsupported store format version")
+	ErrUnsupportedVersion = format.ErrUnsupportedVersion // the codecs' own (package store/format)
 	// ErrPinUnsupported marks a pin asked of a store that cannot hold pin records (an S3
 	// store: gc_pins.go).
 	ErrPinUnsupported = errors.New("this store cannot hold reader pins")
@@ -52,7 +54,7 @@ var (
 	// ErrWriterDone marks a call on a Writer that has been sealed or aborted.
 	ErrWriterDone = errors.New("writer is already sealed or aborted")
 	// ErrBadPath marks a path that is not a clean, relative, slash-separated path.
-	ErrBadPath = errors.New("invalid path")
+	ErrBadPath = format.ErrBadPath // the codecs' own (package store/format)
 	// ErrNoPrevious marks a version that has no sealed predecessor, so no patch.
 	ErrNoPrevious = errors.New("version has no previous version")
 	// ErrLayoutChanged marks a version whose tensor layout (safetensors files, tensor names,
@@ -62,10 +64,10 @@ var (
 	ErrClosed = errors.New("store is closed")
 	// ErrVersionOutOfRange marks a version number above MaxVersion (refused by Commit,
 	// NewVersion and manifest validation).
-	ErrVersionOutOfRange = errors.New("version number is above the largest a store accepts")
+	ErrVersionOutOfRange = format.ErrVersionOutOfRange // the codecs' own (package store/format)
 	// ErrNameTooLong marks a path with an element longer than MaxNameLen bytes (the fs
 	// package answers ENAMETOOLONG).
-	ErrNameTooLong = errors.New("file name too long")
+	ErrNameTooLong = format.ErrNameTooLong // the codecs' own (package store/format)
 	// ErrSourceChanged marks a source file that changed while Commit or Writer.AddFile read
 	// it (two reads of its bytes disagree, or its size, mtime or ctime moved): nothing of it
 	// is added. Commit it again once its writer is done.

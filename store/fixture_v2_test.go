@@ -86,12 +86,12 @@ func TestFixtureV2(t *testing.T) {
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s: %w", p, err)
-		case h.hasDelta():
+		case h.HasDelta():
 			kind := "delta"
 			if h.Kind == kindFull {
 				kind = "link"
 			}
-			kinds[fmt.Sprintf("%s v%d", kind, b[h.deltaOffset()+4])]++
+			kinds[fmt.Sprintf("%s v%d", kind, b[h.DeltaOffset()+4])]++
 		default:
 			kinds["whole"]++
 		}

@@ -71,12 +71,12 @@ func TestFixtureV3(t *testing.T) {
 				t.Fatalf("record %x of pack %s: %v", e.ID[:4], p, err)
 			case h.ID != ID(e.ID):
 				t.Fatalf("record %x of pack %s names object %s", e.ID[:4], p, h.ID)
-			case h.hasDelta():
+			case h.HasDelta():
 				kind := "delta"
 				if h.Kind == kindFull {
 					kind = "link"
 				}
-				kinds[fmt.Sprintf("%s v%d", kind, rec[h.deltaOffset()+4])]++
+				kinds[fmt.Sprintf("%s v%d", kind, rec[h.DeltaOffset()+4])]++
 			default:
 				kinds["whole"]++
 			}

@@ -1,37 +1,24 @@
 package store
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+
+	"github.com/weightfs/weightfs/store/format"
 )
 
-// The store's format file, STORE/weightfs-store, is 16 bytes:
-//
-//	0  8  magic "WFSSTORE"
-//	8  4  store format version, u32 little-endian (1 or 2)
-//	12 4  CRC-32C of bytes 0..12, u32 little-endian
-//
-// Open checks the magic, then the version, then the checksum (the order bbolt's meta
-// validation uses: an alien file is "not a store", a newer one "unsupported", a damaged one
-// "corrupt"). Format 2 is format 1 whose objects may hold version-2 delta sections (coded
-// against a context, object_delta_context.go): a program that reads only format 1 refuses such a store
-// rather than taking its sections for damage. Format 3 is format 2 whose objects may be in
-// packs, found through pack indexes (pack_layer.go), and whose manifests may name those
-// indexes. This program reads all three; it creates stores of format 3, and a writer opening
-// a store of format 1 or 2 rewrites its format file as format 3 before it writes anything
-// (docs/format.md Part I §2); the loose objects of the old format stay where they are and
-// readable, new ones go into packs.
+// The store's format file, STORE/weightfs-store: its bytes and checks are package
+// store/format's (format/storefile.go says what each format version is); Init and the
+// writing of the file are here.
 const (
-	formatFileName     = "weightfs-store"
-	formatMagic        = "WFSSTORE"
-	storeFormatVersion = 3 // what Init writes and writers upgrade to
-	oldestFormat       = 1 // the oldest format this program reads
-	formatFileLen      = 16
+	formatFileName     = format.FormatFileName
+	storeFormatVersion = format.StoreFormatVersion // what Init writes and writers upgrade to
+	oldestFormat       = format.OldestFormat       // the oldest format this program reads
+	formatFileLen      = format.FormatFileLen
 )
 
 // FormatFileName is the name of the store's format file, STORE/weightfs-store (in S3,
@@ -44,40 +31,14 @@ func FormatFile() []byte { return encodeFormatFile() }
 // FormatVersion checks the bytes of a store's format file (ErrNotAStore, ErrCorrupt or
 // ErrUnsupportedVersion when they are not this program's store) and returns the store's
 // format version (for Opening.Format).
-func FormatVersion(b []byte) (uint32, error) {
-	if err := checkFormatFile(b); err != nil {
-		return 0, err
-	}
-	return binary.LittleEndian.Uint32(b[8:]), nil
-}
+func FormatVersion(b []byte) (uint32, error) { return format.FormatFileVersion(b) }
 
 func encodeFormatFile() []byte { return encodeFormatVersion(storeFormatVersion) }
 
 // encodeFormatVersion returns the format file of a store of format version v.
-func encodeFormatVersion(v uint32) []byte {
-	b := make([]byte, formatFileLen)
-	copy(b, formatMagic)
-	binary.LittleEndian.PutUint32(b[8:], v)
-	binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
-	return b
-}
+func encodeFormatVersion(v uint32) []byte { return format.EncodeFormatFile(v) }
 
-func checkFormatFile(b []byte) error {
-	if len(b) < len(formatMagic) || string(b[:len(formatMagic)]) != formatMagic {
-		return fmt.Errorf("%s has no weightfs magic: %w", formatFileName, ErrNotAStore)
-	}
-	if len(b) != formatFileLen {
-		return fmt.Errorf("%s is %d bytes, want %d: %w", formatFileName, len(b), formatFileLen, ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v < oldestFormat || v > storeFormatVersion {
-		return fmt.Errorf("%s: store format version %d (this program reads %d to %d): %w",
-			formatFileName, v, oldestFormat, storeFormatVersion, ErrUnsupportedVersion)
-	}
-	if got, want := binary.LittleEndian.Uint32(b[12:]), crc32c(b[:12]); got != want {
-		return fmt.Errorf("%s: checksum %08x, want %08x: %w", formatFileName, got, want, ErrCorrupt)
-	}
-	return nil
-}
+func checkFormatFile(b []byte) error { return format.CheckFormatFile(b) }
 
 // storeDirs are the directories Init creates (see docs/format.md (Part I)).
 var storeDirs = []string{"objects", "versions", "tmp", "cache"}

@@ -89,7 +89,7 @@ func TestParseObjectHeader(t *testing.T) {
 	good := validObjectHeader()
 	full := objectHeader{Kind: kindFull, Width: 1, ID: IDOf([]byte("x")), ContentLen: 3, FullLen: 20}
 	mod := func(h objectHeader, f func(b []byte)) []byte {
-		b := h.encode()
+		b := h.Encode()
 		f(b)
 		return b
 	}
@@ -99,20 +99,20 @@ func TestParseObjectHeader(t *testing.T) {
 		size int64
 		want error
 	}{
-		{"delta", good.encode(), good.fileSize(), nil},
-		{"full", full.encode(), full.fileSize(), nil},
-		{"bad magic", mod(good, func(b []byte) { b[0] = 'X' }), good.fileSize(), ErrCorrupt},
-		{"version 2", mod(good, func(b []byte) { b[4] = 2 }), good.fileSize(), ErrUnsupportedVersion},
-		{"kind 3", mod(good, func(b []byte) { b[6] = 3 }), good.fileSize(), ErrCorrupt},
-		{"width 3", mod(good, func(b []byte) { b[7] = 3 }), good.fileSize(), ErrCorrupt},
-		{"content not whole elements", mod(good, func(b []byte) { b[40] = 101 }), good.fileSize(), ErrCorrupt},
-		{"file longer", good.encode(), good.fileSize() + 1, ErrCorrupt},
-		{"file shorter", good.encode(), good.fileSize() - 1, ErrCorrupt},
-		{"delta without base", mod(good, func(b []byte) { clear(b[48:80]) }), good.fileSize(), ErrCorrupt},
-		{"delta with full section", mod(good, func(b []byte) { b[80] = 1 }), good.fileSize() + 1, ErrCorrupt},
-		{"own base", mod(good, func(b []byte) { copy(b[48:80], b[8:40]) }), good.fileSize(), ErrCorrupt},
-		{"huge lengths", mod(good, func(b []byte) { binary.LittleEndian.PutUint64(b[88:], 1<<63) }), good.fileSize(), ErrCorrupt},
-		{"short", good.encode()[:50], 50, ErrCorrupt},
+		{"delta", good.Encode(), good.FileSize(), nil},
+		{"full", full.Encode(), full.FileSize(), nil},
+		{"bad magic", mod(good, func(b []byte) { b[0] = 'X' }), good.FileSize(), ErrCorrupt},
+		{"version 2", mod(good, func(b []byte) { b[4] = 2 }), good.FileSize(), ErrUnsupportedVersion},
+		{"kind 3", mod(good, func(b []byte) { b[6] = 3 }), good.FileSize(), ErrCorrupt},
+		{"width 3", mod(good, func(b []byte) { b[7] = 3 }), good.FileSize(), ErrCorrupt},
+		{"content not whole elements", mod(good, func(b []byte) { b[40] = 101 }), good.FileSize(), ErrCorrupt},
+		{"file longer", good.Encode(), good.FileSize() + 1, ErrCorrupt},
+		{"file shorter", good.Encode(), good.FileSize() - 1, ErrCorrupt},
+		{"delta without base", mod(good, func(b []byte) { clear(b[48:80]) }), good.FileSize(), ErrCorrupt},
+		{"delta with full section", mod(good, func(b []byte) { b[80] = 1 }), good.FileSize() + 1, ErrCorrupt},
+		{"own base", mod(good, func(b []byte) { copy(b[48:80], b[8:40]) }), good.FileSize(), ErrCorrupt},
+		{"huge lengths", mod(good, func(b []byte) { binary.LittleEndian.PutUint64(b[88:], 1<<63) }), good.FileSize(), ErrCorrupt},
+		{"short", good.Encode()[:50], 50, ErrCorrupt},
 	} {
 		_, err := parseObjectHeader(tc.b, tc.size)
 		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
@@ -123,9 +123,9 @@ func TestParseObjectHeader(t *testing.T) {
 
 func FuzzParseObjectHeader(f *testing.F) {
 	h := validObjectHeader()
-	f.Add(h.encode(), h.fileSize())
+	f.Add(h.Encode(), h.FileSize())
 	full := objectHeader{Kind: kindFull, Width: 4, ContentLen: 8, FullLen: 30}
-	f.Add(full.encode(), full.fileSize())
+	f.Add(full.Encode(), full.FileSize())
 	f.Add([]byte("WFSO"), int64(4))
 	f.Fuzz(func(t *testing.T, b []byte, size int64) {
 		h, err := parseObjectHeader(b, size)
@@ -133,10 +133,10 @@ func FuzzParseObjectHeader(f *testing.F) {
 			return
 		}
 		// Whatever parses re-encodes to the same bytes and describes a consistent file.
-		if !bytes.Equal(h.encode(), b[:objectHeaderLen]) {
+		if !bytes.Equal(h.Encode(), b[:objectHeaderLen]) {
 			t.Fatalf("header does not re-encode to its bytes")
 		}
-		if h.fileSize() != size || h.ContentLen%int64(h.Width) != 0 {
+		if h.FileSize() != size || h.ContentLen%int64(h.Width) != 0 {
 			t.Fatalf("inconsistent header accepted: %+v for %d bytes", h, size)
 		}
 	})
@@ -168,7 +168,7 @@ func FuzzReadObjectInfo(f *testing.F) {
 			return
 		}
 		if info.hdr.Kind == kindFull {
-			last := info.table.offsets[len(info.table.offsets)-1]
+			last := info.table.Offsets[len(info.table.Offsets)-1]
 			if last != objectHeaderLen+info.hdr.FullLen || last > int64(len(file)) {
 				t.Fatalf("chunk table ends at %d in a %d-byte file", last, len(file))
 			}
@@ -265,7 +265,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := m.validate(); err != nil {
+		if err := m.Validate(); err != nil {
 			t.Fatalf("decoded manifest does not validate: %v", err)
 		}
 		// Anything accepted must round-trip (no field silently dropped).

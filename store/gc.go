@@ -46,8 +46,8 @@ func (c *collector) close() {
 	c.holds.close()
 }
 
-// roots adds the objects a manifest names to set.
-func (m *manifest) roots(set map[ID]bool) {
+// manifestRoots adds the objects a manifest names to set.
+func manifestRoots(m *manifest, set map[ID]bool) {
 	for i := range m.Files {
 		f := &m.Files[i]
 		if f.Kind == kindBlob {
@@ -228,7 +228,7 @@ func (c *collector) sweepVictims(without map[uint64]bool, whole, within map[ID]b
 		if err != nil {
 			return nil, err
 		}
-		ver.m.roots(roots)
+		manifestRoots(ver.m, roots)
 	}
 	if len(unreadable) > 0 {
 		// What they need is unknown: nothing is deleted until they are repaired.

@@ -61,7 +61,7 @@ func newHoldEnv(s *Store, pins *pinSet, rec *gcRecordKeeper) holdEnv {
 		},
 		pin: s.Pin,
 		removed: func(v uint64) bool {
-			if r, state, _ := rec.read(); state == gcRecordOK && r.dropped(v) {
+			if r, state, _ := rec.read(); state == gcRecordOK && r.Dropped(v) {
 				return true
 			}
 			numbers, err := s.be.ListManifests()

@@ -25,14 +25,14 @@ func (c *collector) sectionIsV2(id ID) (bool, error) {
 		return false, err
 	}
 	defer f.Close()
-	if !info.hdr.hasDelta() {
+	if !info.hdr.HasDelta() {
 		return false, nil
 	}
 	var head [5]byte // "WFSD" and the version (docs/format.md Part II)
 	if info.hdr.DeltaLen < int64(len(head)) {
 		return false, objectError(id, fmt.Errorf("delta section of %d bytes: %w", info.hdr.DeltaLen, ErrCorrupt))
 	}
-	if err := readFull(f, head[:], info.hdr.deltaOffset()); err != nil {
+	if err := readFull(f, head[:], info.hdr.DeltaOffset()); err != nil {
 		return false, objectError(id, err)
 	}
 	return head[4] >= 2, nil

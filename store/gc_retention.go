@@ -229,7 +229,7 @@ func (c *collector) removedByGC(v uint64, err error) error {
 	}
 	// The gc record holds every version gc dropped since it was made: a version above its
 	// Since that it does not hold went some other way, which is damage.
-	if r, state, _ := c.gcRecord.read(); state == gcRecordOK && v > r.Since && !r.dropped(v) {
+	if r, state, _ := c.gcRecord.read(); state == gcRecordOK && v > r.Since && !r.Dropped(v) {
 		return fmt.Errorf("version %d: its manifest is gone, and no gc dropped it: %w", v, err)
 	}
 	if _, logged := c.removedLogged.LoadOrStore(v, true); !logged {

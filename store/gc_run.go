@@ -227,7 +227,7 @@ func (c *collector) reanchorJobs(keep []VersionInfo) ([]reanchorJob, error) {
 		if err != nil {
 			return nil, err
 		}
-		ver.m.roots(kept)
+		manifestRoots(ver.m, kept)
 		keptVersions = append(keptVersions, ver)
 	}
 	var jobs []reanchorJob

@@ -49,7 +49,7 @@ func (s *Store) Usage() (Usage, error) {
 			continue // a damaged manifest: listed as damaged by log, its objects unreferenced here
 		}
 		roots := map[ID]bool{}
-		ver.m.roots(roots)
+		manifestRoots(ver.m, roots)
 		vu := VersionUsage{Number: info.Number}
 		// Each chain is walked until an object an older version counted (its bases were
 		// counted with it): every object header is read once for the whole store.

@@ -40,7 +40,7 @@ func TestGCRecordFormat(t *testing.T) {
 		t.Fatalf("parse: %+v, %v", r, err)
 	}
 	for v, want := range map[uint64]bool{1: true, 2: true, 3: false, 4: true, 5: false, 6: false} {
-		if r.dropped(v) != want {
+		if r.Dropped(v) != want {
 			t.Errorf("dropped(%d) = %v", v, !want)
 		}
 	}
@@ -85,7 +85,7 @@ func TestGCRecordFormat(t *testing.T) {
 }
 
 func FuzzParseGCRecord(f *testing.F) {
-	f.Add(encodeGCRecord(gcRecord{Since: 0, Ranges: []versionRange{{1, 2}, {4, 4}}}))
+	f.Add(encodeGCRecord(gcRecord{Since: 0, Ranges: []versionRange{{First: 1, Last: 2}, {First: 4, Last: 4}}}))
 	f.Add(encodeGCRecord(gcRecord{Since: 7}))
 	f.Add([]byte(gcRecordMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -111,15 +111,15 @@ func TestGCRecordAdd(t *testing.T) {
 	}{
 		{nil, []uint64{1, 2, 4}, []uint64{3, 5, 6}, "[{1 2} {4 4}]"},
 		{nil, []uint64{1, 5, 9}, []uint64{10}, "[{1 9}]"}, // numbers with gaps
-		{[]versionRange{{1, 2}, {4, 4}}, []uint64{5}, []uint64{3, 6, 7}, "[{1 2} {4 5}]"},
-		{[]versionRange{{1, 2}}, []uint64{3, 4}, []uint64{5}, "[{1 4}]"},
-		{[]versionRange{{1, 2}, {4, 4}}, []uint64{3}, []uint64{5}, "[{1 4}]"}, // the milestone goes
-		{[]versionRange{{1, 4}}, nil, []uint64{5}, "[{1 4}]"},
-		{nil, []uint64{2}, []uint64{1, 3}, "[{2 2}]"},                                   // a pinned oldest version stays
-		{[]versionRange{{1, 6}}, []uint64{7}, []uint64{3, 6, 8}, "[{1 2} {4 5} {7 7}]"}, // recorded, then kept
-		{[]versionRange{{1, 6}}, nil, []uint64{1, 6, 8}, "[{2 5}]"},
+		{[]versionRange{{First: 1, Last: 2}, {First: 4, Last: 4}}, []uint64{5}, []uint64{3, 6, 7}, "[{1 2} {4 5}]"},
+		{[]versionRange{{First: 1, Last: 2}}, []uint64{3, 4}, []uint64{5}, "[{1 4}]"},
+		{[]versionRange{{First: 1, Last: 2}, {First: 4, Last: 4}}, []uint64{3}, []uint64{5}, "[{1 4}]"}, // the milestone goes
+		{[]versionRange{{First: 1, Last: 4}}, nil, []uint64{5}, "[{1 4}]"},
+		{nil, []uint64{2}, []uint64{1, 3}, "[{2 2}]"},                                                // a pinned oldest version stays
+		{[]versionRange{{First: 1, Last: 6}}, []uint64{7}, []uint64{3, 6, 8}, "[{1 2} {4 5} {7 7}]"}, // recorded, then kept
+		{[]versionRange{{First: 1, Last: 6}}, nil, []uint64{1, 6, 8}, "[{2 5}]"},
 	} {
-		got := gcRecord{Since: 9, Ranges: c.old}.add(c.drop, c.remaining)
+		got := gcRecord{Since: 9, Ranges: c.old}.Add(c.drop, c.remaining)
 		if fmt.Sprint(got.Ranges) != c.want || got.Since != 9 {
 			t.Errorf("%v + drop %v (remaining %v): %+v, want ranges %s", c.old, c.drop, c.remaining, got, c.want)
 		}

@@ -387,7 +387,7 @@ func (w *Writer) partRecord(g *rankState, base uint64) (*partRecord, PartInfo, e
 		rec.Dirs = append(rec.Dirs, manifestDir{Path: p, Mode: mode})
 	}
 	refs := map[ID]bool{}
-	(&manifest{Files: rec.Files}).roots(refs)
+	manifestRoots(&manifest{Files: rec.Files}, refs)
 	info := PartInfo{Rank: g.member(), Version: w.v, Base: base, Files: len(rec.Files), Hashes: map[string]ID{}}
 	for i := range rec.Files {
 		info.Hashes[rec.Files[i].Path] = rec.Files[i].SHA256

@@ -268,7 +268,7 @@ func (w *Writer) takeParts(group string, parts []*partRecord) error {
 	reloaded := false
 	for _, p := range parts {
 		refs := map[ID]bool{}
-		(&manifest{Files: p.Files}).roots(refs)
+		manifestRoots(&manifest{Files: p.Files}, refs)
 		for id := range refs {
 			w.hold(id)
 			if !reloaded && !w.s.ingest.exists(id) {
@@ -506,7 +506,7 @@ func (p *groupPublisher) roots(roots map[ID]bool) (writing string, err error) {
 		if rec.Base != latest {
 			continue // diffed against an older version: it cannot be published
 		}
-		(&manifest{Files: rec.Files}).roots(roots)
+		manifestRoots(&manifest{Files: rec.Files}, roots)
 	}
 	return writing, nil
 }
@@ -522,7 +522,7 @@ func (p *groupPublisher) droppedObjects(drop []VersionInfo) map[ID]bool {
 		if err != nil {
 			return nil
 		}
-		ver.m.roots(roots)
+		manifestRoots(ver.m, roots)
 	}
 	objs, err := p.st.collector.liveSetWhole(roots, nil)
 	if err != nil {

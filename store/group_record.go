@@ -211,7 +211,7 @@ func (rec *partRecord) check(key recordKey) error {
 	}
 	// A manifest of the part alone must be valid: paths clean and unique, files whole.
 	m := &manifest{Version: rec.Version, Dirs: rec.Dirs, Files: rec.Files}
-	if err := m.validate(); err != nil {
+	if err := m.Validate(); err != nil {
 		return err
 	}
 	for _, o := range rec.Objects {

@@ -58,7 +58,7 @@ func (s *Store) Tensors(v uint64, path string) ([]TensorInfo, error) {
 	out := make([]TensorInfo, 0, len(f.Tensors))
 	for _, t := range f.Tensors {
 		out = append(out, TensorInfo{Name: t.Name, DType: t.DType, Shape: slices.Clone(t.Shape), Offset: f.HeaderLen + t.Begin,
-			Size: t.End - t.Begin, Elements: t.elements(), ID: t.ID, Base: t.Base, Changed: t.Changed})
+			Size: t.End - t.Begin, Elements: t.Elements(), ID: t.ID, Base: t.Base, Changed: t.Changed})
 	}
 	return out, nil
 }
@@ -94,7 +94,7 @@ func (s *Store) Diff(a, b uint64) ([]TensorDiff, error) {
 			continue
 		}
 		for _, t := range fa.Tensors {
-			out = append(out, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
+			out = append(out, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.Elements(), Changed: t.Elements(), Status: DiffRemoved})
 		}
 	}
 	return out, nil
@@ -113,13 +113,13 @@ func (in *ingester) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDif
 		rows := []TensorDiff{row}
 		if fa != nil && fa.Kind == kindSafetensors {
 			for _, t := range fa.Tensors {
-				rows = append(rows, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
+				rows = append(rows, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.Elements(), Changed: t.Elements(), Status: DiffRemoved})
 			}
 		}
 		if fb.Kind == kindSafetensors {
 			rows = rows[1:]
 			for _, t := range fb.Tensors {
-				rows = append(rows, TensorDiff{File: fb.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffAdded})
+				rows = append(rows, TensorDiff{File: fb.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.Elements(), Changed: t.Elements(), Status: DiffAdded})
 			}
 		}
 		return rows, nil
@@ -129,7 +129,7 @@ func (in *ingester) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDif
 	for j := range fb.Tensors {
 		tb := &fb.Tensors[j]
 		seen[tb.Name] = true
-		row := TensorDiff{File: fb.Path, Tensor: tb.Name, DType: tb.DType, Shape: tb.Shape, Elements: tb.elements()}
+		row := TensorDiff{File: fb.Path, Tensor: tb.Name, DType: tb.DType, Shape: tb.Shape, Elements: tb.Elements()}
 		var ta *manifestTensor
 		if fa != nil {
 			ta = va.tensorIn(fa, tb.Name)
@@ -152,7 +152,7 @@ func (in *ingester) diffFile(va, vb *version, fa, fb *manifestFile) ([]TensorDif
 	if fa != nil {
 		for _, t := range fa.Tensors {
 			if !seen[t.Name] {
-				rows = append(rows, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.elements(), Changed: t.elements(), Status: DiffRemoved})
+				rows = append(rows, TensorDiff{File: fa.Path, Tensor: t.Name, DType: t.DType, Shape: t.Shape, Elements: t.Elements(), Changed: t.Elements(), Status: DiffRemoved})
 			}
 		}
 	}

@@ -97,7 +97,7 @@ func TestUnchangedStoredOnceChangedAsDelta(t *testing.T) {
 	})
 	for _, name := range []string{"a", "b"} {
 		p := map[string]string{"a": "m-1.safetensors", "b": "m-2.safetensors"}[name]
-		if tt := tensorEntry(t, s, 5, p, name); !tt.Base.IsZero() || tt.Changed != tt.elements() {
+		if tt := tensorEntry(t, s, 5, p, name); !tt.Base.IsZero() || tt.Changed != tt.Elements() {
 			t.Fatalf("reshaped tensor %s: base %s changed %d", name, tt.Base, tt.Changed)
 		}
 	}

@@ -338,7 +338,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 		refs[f.ID], refs[f.Header] = true, true
 		for _, t := range f.Tensors {
 			refs[t.ID] = true
-			m.Stats.TotalElems += t.elements()
+			m.Stats.TotalElems += t.Elements()
 			m.Stats.ChangedElems += t.Changed
 		}
 	}
@@ -349,7 +349,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 			m.Stats.NewObjectBytes += size
 		}
 	}
-	if err := m.validate(); err != nil {
+	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("version %d: %w", w.v, err)
 	}
 	return m, nil

@@ -94,7 +94,7 @@ func TestPathNamesRefusedAndStored(t *testing.T) {
 		}
 		w.Abort()
 		m := &manifest{Version: 1, Dirs: []manifestDir{{Path: c.path, Mode: 0o755}}}
-		if err := m.validate(); !errors.Is(err, c.want) {
+		if err := m.Validate(); !errors.Is(err, c.want) {
 			t.Errorf("manifest with directory %.40q...: %v, want %v", c.path, err, c.want)
 		}
 	}

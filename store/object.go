@@ -1,223 +1,46 @@
 package store
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "github.com/weightfs/weightfs/store/format"
 
-// Object files (docs/format.md (Part I) has the byte-by-byte layout and a worked example):
-//
-//	0    4   magic "WFSO"
-//	4    2   object format version, u16 LE (1)
-//	6    1   kind: 1 full, 2 delta
-//	7    1   element width: 1, 2, 4 or 8
-//	8    32  identity: SHA-256 of the content
-//	40   8   content length, u64 LE
-//	48   32  base identity (delta: the base; full: the base of the link delta; zero: none)
-//	80   8   full section length F, u64 LE (0 for a delta object)
-//	88   8   delta section length D, u64 LE
-//	96   F   full section: chunk table and zstd frames
-//	96+F D   delta section: a delta.DeltaEncoder body (base -> content)
-//	...  4   CRC-32C of every preceding byte, u32 LE
-//
-// A full object may carry a delta section, the "link": the delta from its base to it. An
-// anchor keeps the link to the version before it, so a read can also walk back from an
-// anchor, and the materialized copy is brought forward over an anchor by the small link.
+// Object files: their bytes (header, chunk table, trailer) are package store/format's
+// (format/object.go; docs/format.md (Part I) has the layout). These names keep the rest of
+// the package as it was.
 const (
-	objectMagic         = "WFSO"
-	objectFormatVersion = 1
-	objectHeaderLen     = 96
-	objectTrailerLen    = 4
-
-	// fullChunkSize is the content bytes per zstd frame of a full object: the unit of random
-	// access. It is a multiple of every element width.
-	fullChunkSize = 1 << 20
-	// maxChunkSize bounds the chunk size a reader accepts (and so the memory one frame may
-	// decode to).
-	maxChunkSize = 16 << 20
-	// chunkTableHead is the fixed part of a full section: chunk size and chunk count.
-	chunkTableHead = 8
+	objectHeaderLen  = format.ObjectHeaderLen
+	objectTrailerLen = format.ObjectTrailerLen
+	fullChunkSize    = format.FullChunkSize
+	maxChunkSize     = format.MaxChunkSize
+	chunkTableHead   = format.ChunkTableHead
 )
 
-type objectKind uint8
+type objectKind = format.ObjectKind
 
 const (
-	kindFull  objectKind = 1
-	kindDelta objectKind = 2
+	kindFull  = format.KindFull
+	kindDelta = format.KindDelta
 )
 
-func (k objectKind) String() string {
-	switch k {
-	case kindFull:
-		return "full"
-	case kindDelta:
-		return "delta"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+type (
+	objectHeader = format.ObjectHeader
+	chunkTable   = format.ChunkTable
+)
 
-// objectHeader is the fixed 96-byte head of an object file.
-type objectHeader struct {
-	Kind       objectKind
-	Width      int
-	ID         ID
-	ContentLen int64
-	Base       ID
-	FullLen    int64
-	DeltaLen   int64
-}
-
-// fileSize is the length of the whole object file this header describes.
-func (h *objectHeader) fileSize() int64 {
-	return objectHeaderLen + h.FullLen + h.DeltaLen + objectTrailerLen
-}
-
-// hasDelta reports whether the object carries a delta from Base (a delta object, or a full
-// object with a link).
-func (h *objectHeader) hasDelta() bool { return h.DeltaLen > 0 }
-
-// deltaOffset is the file offset of the delta section.
-func (h *objectHeader) deltaOffset() int64 { return objectHeaderLen + h.FullLen }
-
-func (h *objectHeader) encode() []byte {
-	b := make([]byte, objectHeaderLen)
-	copy(b, objectMagic)
-	binary.LittleEndian.PutUint16(b[4:], objectFormatVersion)
-	b[6] = byte(h.Kind)
-	b[7] = byte(h.Width)
-	copy(b[8:40], h.ID[:])
-	binary.LittleEndian.PutUint64(b[40:], uint64(h.ContentLen))
-	copy(b[48:80], h.Base[:])
-	binary.LittleEndian.PutUint64(b[80:], uint64(h.FullLen))
-	binary.LittleEndian.PutUint64(b[88:], uint64(h.DeltaLen))
-	return b
-}
-
-// parseObjectHeader checks and decodes the head of an object file of fileSize bytes: magic,
-// then version, then every field against the others and the file size.
 func parseObjectHeader(b []byte, fileSize int64) (objectHeader, error) {
-	var h objectHeader
-	if len(b) < objectHeaderLen || fileSize < objectHeaderLen+objectTrailerLen {
-		return h, fmt.Errorf("object file of %d bytes is shorter than a header: %w", fileSize, ErrCorrupt)
-	}
-	if string(b[:4]) != objectMagic {
-		return h, fmt.Errorf("object file has no WFSO magic: %w", ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != objectFormatVersion {
-		return h, fmt.Errorf("object format version %d (this program reads %d): %w", v, objectFormatVersion, ErrUnsupportedVersion)
-	}
-	h.Kind = objectKind(b[6])
-	h.Width = int(b[7])
-	copy(h.ID[:], b[8:40])
-	copy(h.Base[:], b[48:80])
-	content := binary.LittleEndian.Uint64(b[40:])
-	full := binary.LittleEndian.Uint64(b[80:])
-	dlen := binary.LittleEndian.Uint64(b[88:])
-	const limit = 1 << 62 // far beyond any file; keeps the sums below from overflowing
-	if content > limit || full > limit || dlen > limit {
-		return h, fmt.Errorf("object header lengths out of range: %w", ErrCorrupt)
-	}
-	h.ContentLen, h.FullLen, h.DeltaLen = int64(content), int64(full), int64(dlen)
-	switch h.Width {
-	case 1, 2, 4, 8:
-	default:
-		return h, fmt.Errorf("object element width %d: %w", h.Width, ErrCorrupt)
-	}
-	if h.ContentLen%int64(h.Width) != 0 {
-		return h, fmt.Errorf("object content length %d is not a multiple of width %d: %w", h.ContentLen, h.Width, ErrCorrupt)
-	}
-	switch h.Kind {
-	case kindFull:
-		if h.FullLen < chunkTableHead {
-			return h, fmt.Errorf("full object with a %d-byte full section: %w", h.FullLen, ErrCorrupt)
-		}
-	case kindDelta:
-		if h.FullLen != 0 || h.DeltaLen == 0 {
-			return h, fmt.Errorf("delta object with section lengths %d/%d: %w", h.FullLen, h.DeltaLen, ErrCorrupt)
-		}
-	default:
-		return h, fmt.Errorf("object kind %d: %w", b[6], ErrCorrupt)
-	}
-	if h.hasDelta() && h.Base.IsZero() {
-		return h, fmt.Errorf("object with a delta section but no base: %w", ErrCorrupt)
-	}
-	if !h.hasDelta() && !h.Base.IsZero() {
-		return h, fmt.Errorf("object with a base but no delta section: %w", ErrCorrupt)
-	}
-	if h.Base == h.ID && !h.Base.IsZero() {
-		return h, fmt.Errorf("object is its own base: %w", ErrCorrupt)
-	}
-	if got := h.fileSize(); got != fileSize {
-		return h, fmt.Errorf("object header says %d bytes, file has %d: %w", got, fileSize, ErrCorrupt)
-	}
-	return h, nil
+	return format.ParseObjectHeader(b, fileSize)
 }
 
-// chunkTable locates the zstd frames of a full object: frame i holds content bytes
-// [i*size, min((i+1)*size, contentLen)) shuffled at the object's width, and sits at file
-// offsets [offsets[i], offsets[i+1]).
-type chunkTable struct {
-	size    int64
-	offsets []int64
-}
+func chunkCount(contentLen, size int64) int64 { return format.ChunkCount(contentLen, size) }
 
-func (t *chunkTable) count() int { return len(t.offsets) - 1 }
+func chunkTableLen(n int64) int64 { return format.ChunkTableLen(n) }
 
-// chunkCount is the number of chunks of content bytes at size bytes a chunk.
-func chunkCount(contentLen, size int64) int64 { return (contentLen + size - 1) / size }
-
-// chunkTableLen is the byte length of the table of a full section with n chunks.
-func chunkTableLen(n int64) int64 { return chunkTableHead + 4*n }
-
-// encodeChunkTable writes the table head and the compressed frame sizes.
 func encodeChunkTable(size int64, frameSizes []uint32) []byte {
-	b := make([]byte, chunkTableLen(int64(len(frameSizes))))
-	binary.LittleEndian.PutUint32(b, uint32(size))
-	binary.LittleEndian.PutUint32(b[4:], uint32(len(frameSizes)))
-	for i, s := range frameSizes {
-		binary.LittleEndian.PutUint32(b[chunkTableHead+4*i:], s)
-	}
-	return b
+	return format.EncodeChunkTable(size, frameSizes)
 }
 
-// readChunkTableHead decodes the first 8 bytes of a full section: chunk size and count,
-// checked against the header.
 func readChunkTableHead(b []byte, h *objectHeader) (size, n int64, err error) {
-	size = int64(binary.LittleEndian.Uint32(b))
-	n = int64(binary.LittleEndian.Uint32(b[4:]))
-	if size <= 0 || size > maxChunkSize || size%8 != 0 {
-		return 0, 0, fmt.Errorf("full object chunk size %d: %w", size, ErrCorrupt)
-	}
-	if n != chunkCount(h.ContentLen, size) {
-		return 0, 0, fmt.Errorf("full object has %d chunks, %d content bytes need %d: %w", n, h.ContentLen, chunkCount(h.ContentLen, size), ErrCorrupt)
-	}
-	if chunkTableLen(n) > h.FullLen {
-		return 0, 0, fmt.Errorf("full object chunk table runs past its section: %w", ErrCorrupt)
-	}
-	return size, n, nil
+	return format.ReadChunkTableHead(b, h)
 }
 
-// parseChunkSizes turns the frame sizes (table bytes after the head) into file offsets and
-// checks that the frames fill the full section exactly.
 func parseChunkSizes(b []byte, size, n int64, h *objectHeader) (chunkTable, error) {
-	t := chunkTable{size: size, offsets: make([]int64, n+1)}
-	off := objectHeaderLen + chunkTableLen(n)
-	t.offsets[0] = off
-	for i := int64(0); i < n; i++ {
-		s := int64(binary.LittleEndian.Uint32(b[4*i:]))
-		if s == 0 {
-			return t, fmt.Errorf("full object chunk %d has an empty frame: %w", i, ErrCorrupt)
-		}
-		off += s
-		t.offsets[i+1] = off
-	}
-	if end := objectHeaderLen + h.FullLen; off != end {
-		return t, fmt.Errorf("full object frames end at %d, section ends at %d: %w", off, end, ErrCorrupt)
-	}
-	return t, nil
-}
-
-// chunkLen is the content length of chunk i.
-func (t *chunkTable) chunkLen(i int, contentLen int64) int64 {
-	return min(t.size, contentLen-int64(i)*t.size)
+	return format.ParseChunkSizes(b, size, n, h)
 }

@@ -174,8 +174,8 @@ func TestStreamContextMatchesBatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.hasDelta() {
-			sections[file[h.deltaOffset()+4]]++
+		if h.HasDelta() {
+			sections[file[h.DeltaOffset()+4]]++
 		}
 	}
 	t.Logf("delta sections by body version: %v", sections)
@@ -207,7 +207,7 @@ func TestContextGC(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					ver.m.roots(kept)
+					manifestRoots(ver.m, kept)
 				}
 				anchors := 0 // whole copies whose version-2 link loses its context
 				for id := range kept {

@@ -30,7 +30,7 @@ func (o *objectStore) meta(id ID) (objMeta, error) {
 			return objMeta{}, err
 		}
 		h := info.hdr
-		m := objMeta{Kind: h.Kind, Width: h.Width, Base: h.Base, ContentLen: h.ContentLen, FileSize: h.fileSize(), DeltaLen: h.DeltaLen}
+		m := objMeta{Kind: h.Kind, Width: h.Width, Base: h.Base, ContentLen: h.ContentLen, FileSize: h.FileSize(), DeltaLen: h.DeltaLen}
 		if h.Kind == kindFull {
 			found = append(found, idMeta{cur, m})
 			base = m

@@ -63,7 +63,7 @@ func (o *objectStore) openObject(id ID) (ObjectFile, *objectInfo, error) {
 			}
 			return nil, nil, objectError(id, err)
 		}
-		o.cacheFill(epoch, func() { o.objInfos.add(id, info, int64(64+8*len(info.table.offsets))) })
+		o.cacheFill(epoch, func() { o.objInfos.add(id, info, int64(64+8*len(info.table.Offsets))) })
 		return f, info, nil
 	}
 }
@@ -190,11 +190,11 @@ func (o *objectStore) readChunk(id ID, i int, dst []byte) error {
 		}
 		return err
 	}
-	if i < 0 || i >= info.table.count() || int64(len(dst)) != info.table.chunkLen(i, info.hdr.ContentLen) {
+	if i < 0 || i >= info.table.Count() || int64(len(dst)) != info.table.ChunkLen(i, info.hdr.ContentLen) {
 		return objectError(id, fmt.Errorf("chunk %d of %d bytes out of range", i, len(dst)))
 	}
-	frame := make([]byte, info.table.offsets[i+1]-info.table.offsets[i])
-	if err := readFull(f, frame, info.table.offsets[i]); err != nil {
+	frame := make([]byte, info.table.Offsets[i+1]-info.table.Offsets[i])
+	if err := readFull(f, frame, info.table.Offsets[i]); err != nil {
 		return objectError(id, fmt.Errorf("read chunk %d: %w", i, err))
 	}
 	scratch := o.chunkScratch.Get().(*[]byte)
@@ -241,7 +241,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 	}
 	defer f.Close()
 	hdr := info.hdr
-	if !hdr.hasDelta() {
+	if !hdr.HasDelta() {
 		return nil, errStale
 	}
 	var body []byte
@@ -261,7 +261,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 			return nil, objectError(id, err)
 		}
 		o.crcChecked.Store(id, true)
-		body = file[hdr.deltaOffset() : hdr.deltaOffset()+hdr.DeltaLen]
+		body = file[hdr.DeltaOffset() : hdr.DeltaOffset()+hdr.DeltaLen]
 	} else {
 		if err := o.ensureCRC(id, f); err != nil {
 			if errors.Is(err, errOtherCopy) {
@@ -271,7 +271,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 			return nil, err
 		}
 		body = make([]byte, hdr.DeltaLen)
-		if err := readFull(f, body, hdr.deltaOffset()); err != nil {
+		if err := readFull(f, body, hdr.DeltaOffset()); err != nil {
 			return nil, objectError(id, fmt.Errorf("read link: %w", err))
 		}
 	}

@@ -154,7 +154,7 @@ func (w *fullWriter) finish(want ID, base ID, link []byte) (ID, error) {
 		Kind: kindFull, Width: w.width, ID: id, ContentLen: w.contentLen, Base: base,
 		FullLen: w.pos - objectHeaderLen - int64(len(link)), DeltaLen: int64(len(link)),
 	}
-	front := append(h.encode(), table...)
+	front := append(h.Encode(), table...)
 	if _, err := w.out.WriteAt(front, 0); err != nil {
 		return id, fmt.Errorf("write object header: %w", err)
 	}
@@ -193,8 +193,8 @@ func (w *fullWriter) abort() {
 // encodeDeltaObject returns the whole file of a delta object.
 func encodeDeltaObject(id ID, width int, contentLen int64, base ID, body []byte) []byte {
 	h := objectHeader{Kind: kindDelta, Width: width, ID: id, ContentLen: contentLen, Base: base, DeltaLen: int64(len(body))}
-	b := make([]byte, 0, h.fileSize())
-	b = append(b, h.encode()...)
+	b := make([]byte, 0, h.FileSize())
+	b = append(b, h.Encode()...)
 	b = append(b, body...)
 	var trailer [objectTrailerLen]byte
 	putUint32LE(trailer[:], crc32c(b))

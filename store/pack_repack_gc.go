@@ -159,7 +159,7 @@ func (c *collector) liveNow() (map[ID]bool, error) {
 		if err != nil {
 			return nil, nil
 		}
-		ver.m.roots(roots)
+		manifestRoots(ver.m, roots)
 	}
 	if err := c.pendingStored(roots); err != nil {
 		return nil, err

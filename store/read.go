@@ -478,11 +478,11 @@ func (o *objectStore) readFullRange(id ID, off int64, dst []byte) error {
 		return objectError(id, fmt.Errorf("read of content bytes [%d, %d) of an object of %d bytes: %w",
 			off, off+int64(len(dst)), info.hdr.ContentLen, ErrCorrupt))
 	}
-	size := info.table.size
+	size := info.table.Size
 	for len(dst) > 0 {
 		i := off / size
 		in := off - i*size
-		clen := info.table.chunkLen(int(i), info.hdr.ContentLen)
+		clen := info.table.ChunkLen(int(i), info.hdr.ContentLen)
 		if clen <= in { // every pass must move: never spin on a chunk with nothing left
 			return objectError(id, fmt.Errorf("chunk %d holds no content byte at %d: %w", i, off, ErrCorrupt))
 		}

@@ -247,7 +247,7 @@ func (o *objStream) finish(id, base ID, link []byte) (int64, error) {
 	table := encodeChunkTable(fullChunkSize, o.sizes)
 	h := objectHeader{Kind: kindFull, Width: o.width, ID: id, ContentLen: o.received, Base: base,
 		FullLen: int64(len(table)) + o.framesLen, DeltaLen: int64(len(link))}
-	front := append(h.encode(), table...)
+	front := append(h.Encode(), table...)
 	if _, err := out.WriteAt(front, 0); err != nil {
 		return 0, fmt.Errorf("write object header: %w", err)
 	}
@@ -272,7 +272,7 @@ func (o *objStream) finishInMemory(id, base ID, link []byte) (int64, error) {
 	table := encodeChunkTable(fullChunkSize, o.sizes)
 	h := objectHeader{Kind: kindFull, Width: o.width, ID: id, ContentLen: o.received, Base: base,
 		FullLen: int64(len(table)) + o.framesLen, DeltaLen: int64(len(link))}
-	front := append(h.encode(), table...)
+	front := append(h.Encode(), table...)
 	if int64(len(front)) != o.frameOff {
 		return 0, fmt.Errorf("object header of %d bytes, %d reserved", len(front), o.frameOff)
 	}

@@ -202,7 +202,7 @@ func (c *checker) verifyVersions(rep *VerifyReport, prog *verifyProgress, opts r
 			rep.add(Damage{Version: v, Err: err})
 			continue
 		}
-		ver.m.roots(named)
+		manifestRoots(ver.m, named)
 		c.notePrevious(&gone, rep, ver)
 		rep.Versions++
 		for j := range ver.m.Files {
@@ -410,7 +410,7 @@ func (c *checker) checkObject(id ID) (int, error) {
 		return 0, err
 	}
 	s.objects.noteCRC(id)
-	if !info.hdr.hasDelta() {
+	if !info.hdr.HasDelta() {
 		return 0, nil
 	}
 	d, err := s.objects.loadDelta(id)

@@ -32,7 +32,7 @@ func (c *checker) notePrevious(g *goneVersions, rep *VerifyReport, ver *version)
 		return
 	}
 	switch {
-	case g.recOK && g.rec.dropped(p):
+	case g.recOK && g.rec.Dropped(p):
 		// gc dropped it (its objects may wait for a sweep: an interrupted gc).
 	case g.recOK && p > g.rec.Since:
 		// gc records what it drops before the first manifest goes: this one
