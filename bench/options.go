@@ -134,6 +134,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	case o.MoETensors < 0 || (o.MoETensors > 0 && o.MoETensors < moeMinTensors):
 		return o, fmt.Errorf("-moe-tensors %d: at least %d (0: the default)", o.MoETensors, moeMinTensors)
 	}
+	if o.ProfileDir != "" {
+		// The daemons write their profiles there at exit, when an error could only be logged:
+		// make it now, or say why not.
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return o, fmt.Errorf("-profile: %w", err)
+		}
+	}
 	return o, nil
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -82,6 +84,25 @@ func TestParseOptions(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%v: error %v, want %q", tc.args, err, tc.wantErr)
 		}
+	}
+}
+
+// TestProfileDirMade: -profile makes its directory (the daemons write there at exit, when a
+// missing directory could only be logged), and names it when it cannot.
+func TestProfileDirMade(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	if _, err := parseOptions([]string{"-profile", dir}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("-profile %s: not made (%v)", dir, err)
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseOptions([]string{"-profile", filepath.Join(file, "d")}, io.Discard); err == nil || !strings.Contains(err.Error(), "-profile") {
+		t.Fatalf("-profile under a file: error %v, want one naming -profile", err)
 	}
 }
 
