@@ -12,7 +12,7 @@ import (
 
 // diskIO is what the machine's disks moved, and how long its CPUs waited for them: figure 2
 // shows it beside the ingest, since an ingest that diffs against a copy on disk reads the
-// previous version as it writes the next (docs/benchmarks.md, "Figures 2, 3 and 9 again (session 11)").
+// previous version as it writes the next (docs/benchmarks-history.md, "What the figures say (session 11)").
 type diskIO struct {
 	Read, Written int64         // bytes, summed over the whole disks of /proc/diskstats
 	IOWait        time.Duration // all CPUs' iowait time, from /proc/stat

@@ -17,8 +17,8 @@ import (
 // Storing the elements into the shared mapping instead costs a write fault per page, and on
 // ext4 each runs the file system's page_mkwrite (~1.4 µs: 0.39 CPU-s for a 1 GiB file,
 // measured with perf on the development machine), where the copy, the compare and the
-// pwrite of the same pages cost about half (docs/benchmarks.md, "figures 9 and 6, session
-// 10"). Only pages holding a change are written, as with the stores; the other bytes of
+// pwrite of the same pages cost about half (docs/benchmarks-history.md, "Issue 20:
+// figures 9 and 6 (session 10)"). Only pages holding a change are written, as with the stores; the other bytes of
 // those pages are the file's own, read a moment before under the apply's lock, so an
 // interrupted write leaves every byte either the base's or the result's (the file marked, as
 // with the stores), and running the apply again converges as before.

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestBaseMemoryTiming is a measuring tool, not a test (docs/benchmarks.md, "Base in
-// memory"): with WEIGHTFS_BASEMEM_TIMING=DIR, where DIR/weight_v000001, ... hold checkpoints
+// TestBaseMemoryTiming is a measuring tool, not a test (docs/benchmarks-history.md,
+// "Base in memory (issue 30 decision 3)"): with WEIGHTFS_BASEMEM_TIMING=DIR, where DIR/weight_v000001, ... hold checkpoints
 // (weightfs-gen), it seals them into two stores, one without the base in memory and one with
 // it, interleaved version by version, through the batch path (AddFile) or, with
 // WEIGHTFS_BASEMEM_STREAM=1, streamed in 4 MiB writes (no FUSE). Before each version the

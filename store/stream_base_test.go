@@ -9,7 +9,7 @@ import (
 // base reader of each tensor takes its O_DIRECT buffers from its ingester's free list and
 // gives them back, instead of ~260 KiB of fresh memory per tensor (at 100,000 tensors, 26 GB
 // allocated per commit and a garbage collector working 16x harder for 10x the tensors:
-// docs/benchmarks.md, "Tensor count").
+// docs/benchmarks-history.md, "Tensor count (issue 29 item 5)").
 func TestBaseReaderBuffersAreReused(t *testing.T) {
 	s, _ := newStore(t, Options{})
 	first := baseReader{in: s.ingest}

@@ -31,8 +31,8 @@ const versionCacheBytes = 64 << 20
 // versionCacheFloor is how many of the most recently used parsed versions are kept whatever
 // they cost: a patch reads two versions at once and a read-only mount's poller the newest
 // beside the one its readers use, so a bound that held one large version alone made them
-// parse a manifest of 100,000 tensors again at every turn (docs/benchmarks.md, "Tensor
-// count").
+// parse a manifest of 100,000 tensors again at every turn (docs/benchmarks-history.md,
+// "Tensor count (issue 29 item 5)", and its git history).
 const versionCacheFloor = 3
 
 func newVersionCache(limit int64) *versionCache {

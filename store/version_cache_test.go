@@ -6,7 +6,7 @@ import "testing"
 // the bound (a manifest of ~75,000 tensors and more) must not evict the other version a patch
 // or the poller needs at the same time. Before the floor, PatchNote's second load evicted the
 // first and a read-only mount's poller and readers re-parsed the newest manifest in turn
-// (docs/benchmarks.md, "Tensor count": decodeManifest 22-48x for 10x the tensors).
+// (docs/benchmarks-history.md, "Tensor count (issue 29 item 5)" and its git history: decodeManifest 22-48x for 10x the tensors).
 func TestVersionCacheKeepsTheVersionsInUse(t *testing.T) {
 	c := newVersionCache(100)
 	for v := uint64(1); v <= 3; v++ {
