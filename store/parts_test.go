@@ -126,10 +126,8 @@ func exportDataImporter(t *testing.T, fset *token.FileSet, files []*ast.File) ty
 			}
 		}
 	}
-	args := []string{"list", "-export", "-deps", "-f", "{{.ImportPath}}\t{{.Export}}"}
-	for _, p := range slices.Sorted(maps.Keys(imports)) {
-		args = append(args, p)
-	}
+	args := append([]string{"list", "-export", "-deps", "-f", "{{.ImportPath}}\t{{.Export}}"},
+		slices.Sorted(maps.Keys(imports))...)
 	out, err := exec.Command("go", args...).Output()
 	if err != nil {
 		t.Fatalf("go list -export: %v", err)
