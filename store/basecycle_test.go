@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -65,16 +66,31 @@ func v2Chain(t *testing.T, s *Store, v uint64, n int) ([]ID, string) {
 // on itself through the contexts, no panic), in a reader that opens after the forgery and in
 // one that read the file before it (and keeps the first section of the chain); Verify reports the damage.
 func TestBaseCycle(t *testing.T) {
+	// One store of six versions for every case, each case on its own copy of it (the forgery
+	// damages the copy): the chains are the same objects in every copy.
+	trees := testfiles.ShardedSeries(t, 6, 41)
+	w, pristine := newLooseStore(t, Options{})
+	w.objects.contextChain = 16
+	for k, files := range trees {
+		commitTree(t, w, uint64(k+1), files)
+	}
+	chains, files := map[int][]ID{}, map[int]string{}
+	for _, n := range []int{2, 3} {
+		chains[n], files[n] = v2Chain(t, w, 6, n)
+	}
+	if err := closeStore(t, w); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range []int{2, 3} {
 		for _, cached := range []bool{false, true} {
 			t.Run(fmt.Sprintf("cycle%d-cached%v", n, cached), func(t *testing.T) {
-				trees := testfiles.ShardedSeries(t, 6, 41)
-				s, root := newLooseStore(t, Options{})
-				s.objects.contextChain = 16
-				for k, files := range trees {
-					commitTree(t, s, uint64(k+1), files)
+				root := filepath.Join(t.TempDir(), "store")
+				if err := os.CopyFS(root, os.DirFS(pristine)); err != nil {
+					t.Fatal(err)
 				}
-				chain, file := v2Chain(t, s, 6, n)
+				s := openLoose(t, root, Options{})
+				s.objects.contextChain = 16
+				chain, file := chains[n], files[n]
 				var r *Store
 				if cached {
 					r = openLoose(t, root, Options{ReadOnly: true, CacheDir: t.TempDir(), FileCopyBytes: -1})

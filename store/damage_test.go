@@ -91,12 +91,14 @@ func TestFlippedByteInAnyObject(t *testing.T) {
 					t.Errorf("export of v%d failed without a clear message: %v", v, err)
 				}
 			}
-			closeStore(t, r)
+			// The damage was verified above, in a reader of its own: closeStore's Verify
+			// would read the same damaged files again.
+			r.Close()
 		}
 		if failed == 0 && !bypassed[name] {
 			t.Errorf("object %s damaged at byte %d, yet every version exported", name[:12], pos)
 		}
-		closeStore(t, r)
+		r.Close() // verified above, and nothing read since
 		os.Chmod(obj, 0o644)
 		if err := os.WriteFile(obj, orig, 0o444); err != nil {
 			t.Fatal(err)
