@@ -189,9 +189,13 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 			continue
 		}
 		p := inPlace{path: f.Path, off: f.HeaderLen + nt.Begin, size: nt.End - nt.Begin, width: nt.DType.Size()}
-		if nm, err := s.objects.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
+		// The record's header says whether it links the two identities (meta would also walk
+		// the chain below, reading the base's header and chunk table, and write the metas
+		// found into the index: per tensor, the most of a many-tensor catch-up). The header
+		// read stays cached for patch's loadDelta.
+		if nh, err := s.objects.objectInfoOf(nt.ID); err == nil && nh.hdr.HasDelta() && nh.hdr.Base == ot.ID {
 			p.obj, p.dir = nt.ID, delta.Forward
-		} else if om, err := s.objects.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
+		} else if oh, err := s.objects.objectInfoOf(ot.ID); err == nil && oh.hdr.HasDelta() && oh.hdr.Base == nt.ID {
 			p.obj, p.dir = ot.ID, delta.Backward
 		} else {
 			return nil, false
