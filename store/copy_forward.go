@@ -122,16 +122,26 @@ func (m *materialized) forward(cur, target *version) error {
 // chk is told of each patch written.
 func (m *materialized) apply(cur, target *version, patches []inPlace, rewrites map[string]string, chk *patchCheck) error {
 	var bufs patchBufs
-	for i, p := range patches {
-		if i == len(patches)/2 {
+	half := len(patches) / 2
+	for i := 0; i < len(patches); {
+		if i == half {
 			if err := m.s.failpoint("materialize-partial"); err != nil {
 				return err
 			}
 		}
-		if err := m.patch(p, &bufs); err != nil {
+		j := adjacentRun(patches, i, half)
+		var err error
+		if j == i+1 {
+			err = m.patch(patches[i], &bufs)
+		} else {
+			err = m.patchRun(patches[i:j], &bufs)
+		}
+		if err != nil {
 			return err
 		}
-		chk.done(i, target.files[p.path].Size)
+		for ; i < j; i++ {
+			chk.done(i, target.files[patches[i].path].Size)
+		}
 	}
 	for p, tmp := range rewrites {
 		if err := renameIn(m.dir, tmp, p); err != nil {
@@ -189,9 +199,13 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 			continue
 		}
 		p := inPlace{path: f.Path, off: f.HeaderLen + nt.Begin, size: nt.End - nt.Begin, width: nt.DType.Size()}
-		if nm, err := s.objects.meta(nt.ID); err == nil && nm.DeltaLen > 0 && nm.Base == ot.ID {
+		// The record's header says whether it links the two identities (meta would also walk
+		// the chain below, reading the base's header and chunk table, and write the metas
+		// found into the index: per tensor, the most of a many-tensor catch-up). The header
+		// read stays cached for patch's loadDelta.
+		if nh, err := s.objects.objectInfoOf(nt.ID); err == nil && nh.hdr.HasDelta() && nh.hdr.Base == ot.ID {
 			p.obj, p.dir = nt.ID, delta.Forward
-		} else if om, err := s.objects.meta(ot.ID); err == nil && om.DeltaLen > 0 && om.Base == nt.ID {
+		} else if oh, err := s.objects.objectInfoOf(ot.ID); err == nil && oh.hdr.HasDelta() && oh.hdr.Base == nt.ID {
 			p.obj, p.dir = ot.ID, delta.Backward
 		} else {
 			return nil, false
@@ -199,6 +213,54 @@ func (s *Store) patchPlan(old, f *manifestFile) ([]inPlace, bool) {
 		out = append(out, p)
 	}
 	return out, true
+}
+
+// adjacentRun returns the end j of the run patches[i:j] that patchRun can apply at once: the
+// tensors of one file that lie side by side (a MoE shard holds hundreds of small ones), at
+// most ingestChunk bytes together, not across patch stop (where the failpoint of apply sits).
+func adjacentRun(patches []inPlace, i, stop int) int {
+	j, n := i+1, patches[i].size
+	for j < len(patches) && j != stop && patches[j].path == patches[i].path &&
+		patches[j].off == patches[j-1].off+patches[j-1].size && n+patches[j].size <= ingestChunk {
+		n += patches[j].size
+		j++
+	}
+	return j
+}
+
+// patchRun is patch of adjacent tensors (adjacentRun) with one read and one write of the
+// copy for them all, instead of one each: what a catch-up costs follows its bytes, not its
+// tensors. Each delta is applied to its own tensor's bytes, as patch does.
+func (m *materialized) patchRun(ps []inPlace, bufs *patchBufs) error {
+	for _, p := range ps {
+		if _, err := m.s.objects.loadDelta(p.obj); err != nil {
+			return err
+		}
+	}
+	first, last := ps[0], ps[len(ps)-1]
+	f, err := m.file(first.path)
+	if err != nil {
+		return err
+	}
+	n := int(last.off + last.size - first.off)
+	if len(bufs.buf) < n {
+		bufs.buf, bufs.orig = make([]byte, n), make([]byte, n)
+	}
+	b, o := bufs.buf[:n], bufs.orig[:n]
+	if err := readFull(f, o, first.off); err != nil {
+		return fmt.Errorf("materialized %s: %w", first.path, err)
+	}
+	copy(b, o)
+	for _, p := range ps {
+		rel := p.off - first.off
+		if err := m.s.objects.applySteps([]planStep{{obj: p.obj, dir: p.dir}}, b[rel:rel+p.size], 0); err != nil {
+			return fmt.Errorf("apply to the materialized copy: %w", err)
+		}
+	}
+	if err := writeChangedRuns(f, o, b, first.off); err != nil {
+		return fmt.Errorf("materialized %s: %w", first.path, err)
+	}
+	return nil
 }
 
 // patchBufs are the buffers of patch, kept from one tensor to the next: made afresh, they were

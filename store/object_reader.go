@@ -235,6 +235,9 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 		return d, nil
 	}
 	epoch := o.fillEpoch()
+	if hdr, body, ok := o.readKnownDelta(id); ok {
+		return o.openDeltaSection(id, epoch, hdr, body, path)
+	}
 	f, info, err := o.openObject(id)
 	if err != nil {
 		return nil, err
@@ -275,6 +278,47 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 			return nil, objectError(id, fmt.Errorf("read link: %w", err))
 		}
 	}
+	return o.openDeltaSection(id, epoch, hdr, body, path)
+}
+
+// readKnownDelta reads delta object id whole in one read, when its header is cached
+// (a catch-up's plan read it: copy_forward.go patchPlan), instead of reading the header
+// again first. The record is checked as loadDeltaAt checks it (CRC-32C of the whole file)
+// and its header, parsed from the bytes read, must name id and match the cached one; on
+// any failure ok is false and loadDeltaAt reads the object the ordinary way, which reports
+// or routes around damage (recordDamage).
+func (o *objectStore) readKnownDelta(id ID) (hdr objectHeader, body []byte, ok bool) {
+	info, cached := o.objInfos.get(id)
+	if !cached || info.hdr.Kind != kindDelta {
+		return hdr, nil, false
+	}
+	f, err := o.st.be.OpenObject(id)
+	if err != nil {
+		return hdr, nil, false
+	}
+	defer f.Close()
+	size := f.Size()
+	if size != info.hdr.FileSize() || size < objectHeaderLen+objectTrailerLen {
+		return hdr, nil, false
+	}
+	file := make([]byte, size)
+	if readFull(f, file, 0) != nil {
+		return hdr, nil, false
+	}
+	if crc32c(file[:size-objectTrailerLen]) != binary.LittleEndian.Uint32(file[size-objectTrailerLen:]) {
+		return hdr, nil, false
+	}
+	hdr, err = parseObjectHeader(file[:objectHeaderLen], size)
+	if err != nil || hdr.ID != id || hdr != info.hdr || !hdr.HasDelta() {
+		return hdr, nil, false
+	}
+	o.crcChecked.Store(id, true)
+	return hdr, file[hdr.DeltaOffset() : hdr.DeltaOffset()+hdr.DeltaLen], true
+}
+
+// openDeltaSection is the end of loadDeltaAt: body, the delta section of object id whose
+// header is hdr, read and checked, is opened, checked against hdr and cached.
+func (o *objectStore) openDeltaSection(id ID, epoch uint64, hdr objectHeader, body []byte, path []ID) (*deltaObject, error) {
 	dd, err := delta.OpenDelta(body)
 	if err != nil {
 		return nil, objectError(id, fmt.Errorf("delta section: %v: %w", err, ErrCorrupt))

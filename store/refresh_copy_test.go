@@ -177,3 +177,31 @@ func TestReaderForwardStopsMidway(t *testing.T) {
 	fx.latestInCopy(t, "after the next Refresh", 2)
 	fx.check(t, "version 2 after the rebuild", 2)
 }
+
+// TestCatchUpWritesNoMetas: bringing a read-only store's copy forward plans each in-place
+// patch from the changed record's header alone; asking objectStore.meta instead walked down
+// to the base and put every meta found into the node-local index, per changed tensor (the
+// most of a many-tensor catch-up). The patched copy reads exactly.
+func TestCatchUpWritesNoMetas(t *testing.T) {
+	fx := newRefreshFixture(t)
+	if err := fx.r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	fx.latestInCopy(t, "after Refresh", 2)
+	fx.check(t, "after Refresh", 2)
+	n := 0
+	for _, f := range manifestOf(t, fx.r, 2).Files {
+		for _, tn := range f.Tensors {
+			n++
+			fx.r.objects.metaMu.Lock()
+			_, held := fx.r.objects.metas[tn.ID]
+			fx.r.objects.metaMu.Unlock()
+			if _, indexed := fx.r.ix.object(tn.ID); held || indexed {
+				t.Errorf("%s %s: the catch-up recorded the meta of object %s (held %v, in the index %v)", f.Path, tn.Name, tn.ID, held, indexed)
+			}
+		}
+	}
+	if n != 4 {
+		t.Fatalf("version 2 has %d tensors, want 4", n)
+	}
+}
