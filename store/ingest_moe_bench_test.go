@@ -23,52 +23,9 @@ import (
 // version 2 commits alone (FILE-dense-I, FILE-moe-I for
 // the I-th; `go tool pprof` merges them).
 func BenchmarkCommitMoE(b *testing.B) {
-	tensors := 3000
-	if s := os.Getenv("WEIGHTFS_BENCH_MOE_TENSORS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tensors = n
-	}
-	bytes := int64(tensors) * 50_000
-	dir := os.Getenv("WEIGHTFS_BENCH_MOE_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
-	var moe gen.Config
-	n := 0
-	for layers := 1; n < tensors; layers++ {
-		moe = gen.MoEConfigForParams(bytes/2, layers, gen.MoE{Experts: 128, TopK: 8}, 3e-6, 1)
-		ts, err := moe.Tensors()
-		if err != nil {
-			b.Fatal(err)
-		}
-		n = len(ts)
-	}
-	moe.Shards = 8
-	dense := gen.ConfigForParams(moe.ParamCount(), 3e-6, 1)
-	for dense.ParamCount() < moe.ParamCount() {
-		dense = gen.ConfigForParams(dense.ParamCount()+dense.ParamCount()/50+1, 3e-6, 1)
-	}
-	dense.Shards = 8
-	for _, c := range []struct {
-		name string
-		cfg  gen.Config
-	}{{"dense", dense}, {"moe", moe}} {
-		var srcs [2]string
-		for v := range srcs {
-			srcs[v] = filepath.Join(dir, fmt.Sprintf("%s-%d-v%d", c.name, tensors, v+1))
-			if _, err := os.Stat(srcs[v]); err == nil {
-				continue
-			}
-			if err := gen.StreamCheckpoint(c.cfg, v, srcs[v]+".tmp"); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Rename(srcs[v]+".tmp", srcs[v]); err != nil {
-				b.Fatal(err)
-			}
-		}
+	cases := moeBenchCheckpoints(b)
+	for _, c := range cases {
+		srcs := c.srcs
 		ts, _ := c.cfg.Tensors()
 		b.Run(fmt.Sprintf("%s-%d", c.name, len(ts)), func(b *testing.B) {
 			b.SetBytes(2 * c.cfg.ParamCount())
@@ -115,4 +72,65 @@ func BenchmarkCommitMoE(b *testing.B) {
 			b.ReportMetric(float64(writes)/float64(b.N), "indexwrites/op")
 		})
 	}
+}
+
+// moeBenchCase is one checkpoint of the MoE benchmarks: its name, its generator's config, and
+// its versions 1 and 2 on disk.
+type moeBenchCase struct {
+	name string
+	cfg  gen.Config
+	srcs [2]string
+}
+
+// moeBenchCheckpoints makes the dense and MoE checkpoints the MoE benchmarks measure: a MoE
+// (128 experts, top-8, 8 shards) of WEIGHTFS_BENCH_MOE_TENSORS tensors (3,000 by default) at
+// figure moe's 50 kB a tensor, and a dense one of at least its parameters, versions 1 and 2
+// (one RL step at lr 3e-6) of each generated into WEIGHTFS_BENCH_MOE_DIR (kept between runs)
+// or a temporary directory. It returns the two cases, dense first.
+func moeBenchCheckpoints(b *testing.B) []moeBenchCase {
+	tensors := 3000
+	if s := os.Getenv("WEIGHTFS_BENCH_MOE_TENSORS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tensors = n
+	}
+	bytes := int64(tensors) * 50_000
+	dir := os.Getenv("WEIGHTFS_BENCH_MOE_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	var moe gen.Config
+	for n, layers := 0, 1; n < tensors; layers++ {
+		moe = gen.MoEConfigForParams(bytes/2, layers, gen.MoE{Experts: 128, TopK: 8}, 3e-6, 1)
+		ts, err := moe.Tensors()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = len(ts)
+	}
+	moe.Shards = 8
+	dense := gen.ConfigForParams(moe.ParamCount(), 3e-6, 1)
+	for dense.ParamCount() < moe.ParamCount() {
+		dense = gen.ConfigForParams(dense.ParamCount()+dense.ParamCount()/50+1, 3e-6, 1)
+	}
+	dense.Shards = 8
+	cases := []moeBenchCase{{name: "dense", cfg: dense}, {name: "moe", cfg: moe}}
+	for i := range cases {
+		c := &cases[i]
+		for v := range c.srcs {
+			c.srcs[v] = filepath.Join(dir, fmt.Sprintf("%s-%d-v%d", c.name, tensors, v+1))
+			if _, err := os.Stat(c.srcs[v]); err == nil {
+				continue
+			}
+			if err := gen.StreamCheckpoint(c.cfg, v, c.srcs[v]+".tmp"); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Rename(c.srcs[v]+".tmp", c.srcs[v]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return cases
 }

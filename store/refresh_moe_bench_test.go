@@ -5,11 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/internal/logtest"
 )
 
@@ -21,52 +19,10 @@ import (
 // BenchmarkCommitMoE (WEIGHTFS_BENCH_MOE_PROFILE=FILE profiles the measured refreshes:
 // FILE-refresh-dense-I, FILE-refresh-moe-I).
 func BenchmarkRefreshMoE(b *testing.B) {
-	tensors := 3000
-	if s := os.Getenv("WEIGHTFS_BENCH_MOE_TENSORS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tensors = n
-	}
-	bytes := int64(tensors) * 50_000
-	dir := os.Getenv("WEIGHTFS_BENCH_MOE_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
-	var moe gen.Config
-	for n, layers := 0, 1; n < tensors; layers++ {
-		moe = gen.MoEConfigForParams(bytes/2, layers, gen.MoE{Experts: 128, TopK: 8}, 3e-6, 1)
-		ts, err := moe.Tensors()
-		if err != nil {
-			b.Fatal(err)
-		}
-		n = len(ts)
-	}
-	moe.Shards = 8
-	dense := gen.ConfigForParams(moe.ParamCount(), 3e-6, 1)
-	for dense.ParamCount() < moe.ParamCount() {
-		dense = gen.ConfigForParams(dense.ParamCount()+dense.ParamCount()/50+1, 3e-6, 1)
-	}
-	dense.Shards = 8
+	cases := moeBenchCheckpoints(b)
 	quiet := logtest.New(func(string, ...any) {})
-	for _, c := range []struct {
-		name string
-		cfg  gen.Config
-	}{{"dense", dense}, {"moe", moe}} {
-		var srcs [2]string
-		for v := range srcs {
-			srcs[v] = filepath.Join(dir, fmt.Sprintf("%s-%d-v%d", c.name, tensors, v+1))
-			if _, err := os.Stat(srcs[v]); err == nil {
-				continue
-			}
-			if err := gen.StreamCheckpoint(c.cfg, v, srcs[v]+".tmp"); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Rename(srcs[v]+".tmp", srcs[v]); err != nil {
-				b.Fatal(err)
-			}
-		}
+	for _, c := range cases {
+		srcs := c.srcs
 		ts, _ := c.cfg.Tensors()
 		b.Run(fmt.Sprintf("%s-%d", c.name, len(ts)), func(b *testing.B) {
 			b.SetBytes(2 * c.cfg.ParamCount())
