@@ -146,7 +146,10 @@
 //     patches/weight_vNNNNNN.safetensors.rejected (view_patches_in.go).
 //   - ENODATA: a seal of a tree that holds no file (an open version with DONE alone).
 //   - ESTALE: an open of a file of an open version that was sealed meanwhile through a
-//     cached path; the kernel then looks the path up again and finds the sealed file.
+//     cached path; the kernel then looks the path up again and finds the sealed file. So
+//     does the open or stat of a patch or delta file written in once it was sealed or
+//     refused and no handle holds it (staged_upload.go): the name then shows what the view
+//     serves there, never the upload's size beside the served bytes.
 //
 // A refused seal (DONE's close, or the rename of a staging directory) also leaves its reason
 // and what to do in DIR/.refused, at the top of the directory that was to be sealed: a file

@@ -64,7 +64,20 @@ func (s *stagedUpload) drop() {
 	}
 }
 
+// Getattr of an upload that is no longer in its view and that no handle holds is ESTALE, as
+// its Open is: the kernel may still hold the name's dentry (from the create, moved by the
+// rename) and would otherwise give stat(2) the upload's size while open(2), looking the name
+// up again, reads what the view serves there now (the sealed version's patch:
+// TestDroppedUploadStatIsStale). With ESTALE the kernel looks the name up again for the stat
+// too. While a handle holds it (a writer that keeps its descriptor past the rename, or past
+// an unlink), it answers: Linux's fstat sends no handle, so the open count decides.
 func (s *stagedUpload) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s.mu.Lock()
+	stale := s.dropped && s.handles == 0
+	s.mu.Unlock()
+	if stale {
+		return syscall.ESTALE
+	}
 	s.fillAttr(&out.Attr)
 	return 0
 }
