@@ -18,7 +18,8 @@ import (
 // render cache and for retention: TestSlimeVersionsLikeAnyOther and
 // TestPatchedVersionsLikeAnyOther cover verify, catch-up patches, slime deltas and gc.
 
-// deltaInSeries is the model of TestSlimeVersionsLikeAnyOther: n versions of one file of two
+// deltaInSeries is the model of the tests of versions that came in as deltas
+// (TestPatchedVersionsLikeAnyOther, TestSlimeVersionsLikeAnyOther and this file's): n versions of one file of two
 // tensors, a changing by 2% every version and b by 30% every other one. It returns each
 // version's files and tensors.
 func deltaInSeries(t testing.TB, n int) (versions, tensors []map[string][]byte) {
@@ -307,4 +308,14 @@ func TestSlimeDeltaKeepsUnchangedFilesInMemory(t *testing.T) {
 	if got := s.BaseMemory(); got.Version != 2 || e == nil {
 		t.Fatalf("after the slime delta the base in memory (%+v) does not hold tensor o of the unchanged sub/other.safetensors", got)
 	}
+}
+
+// catchupPatch is the catch-up patch of s from version from to v.
+func catchupPatch(t testing.TB, s *Store, v, from uint64) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := s.WritePatchFrom(v, from, &writerAtBuffer{&buf}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -268,22 +268,7 @@ func TestCommitPatchCrash(t *testing.T) {
 // serves the same catch-up patches and slime deltas, and gc leaves both stores the same
 // versions with the same bytes.
 func TestPatchedVersionsLikeAnyOther(t *testing.T) {
-	rng := rand.New(rand.NewPCG(41, 2))
-	a0, b0 := bf16Like(rng, 30_000), bf16Like(rng, 20_000)
-	var versions []map[string][]byte
-	for i := range 5 {
-		if i > 0 {
-			a0 = perturb(rng, a0, 2, 0.02)
-			if i%2 == 0 {
-				b0 = perturb(rng, b0, 2, 0.3)
-			}
-		}
-		versions = append(versions, map[string][]byte{
-			"model.safetensors": safetensorsFile(t, testTensor{"a", delta.DTypeBF16, []int64{30_000}, a0},
-				testTensor{"b", delta.DTypeBF16, []int64{20_000}, b0}),
-			"config.json": []byte(`{"model": "x"}`),
-		})
-	}
+	versions, _ := deltaInSeries(t, 5)
 	a, _ := newStore(t, Options{})
 	commitAll(t, a, versions)
 	b, _ := newStore(t, Options{})
@@ -300,15 +285,8 @@ func TestPatchedVersionsLikeAnyOther(t *testing.T) {
 	if rep, err := b.Verify(nil); err != nil || len(rep.Damaged) != 0 || rep.Versions != 5 {
 		t.Fatalf("verify of the store whose versions came as patches: %+v %v", rep, err)
 	}
-	catchup := func(s *Store, v, from uint64) []byte {
-		var buf bytes.Buffer
-		if _, err := s.WritePatchFrom(v, from, &writerAtBuffer{&buf}); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
-	mustEqualBytes(t, "catch-up patch 1 -> 5", catchup(b, 5, 1), catchup(a, 5, 1))
-	mustEqualBytes(t, "catch-up patch 3 -> 5", catchup(b, 5, 3), catchup(a, 5, 3))
+	mustEqualBytes(t, "catch-up patch 1 -> 5", catchupPatch(t, b, 5, 1), catchupPatch(t, a, 5, 1))
+	mustEqualBytes(t, "catch-up patch 3 -> 5", catchupPatch(t, b, 5, 3), catchupPatch(t, a, 5, 3))
 	_, fa, err := a.RenderSlime(4)
 	if err != nil {
 		t.Fatal(err)

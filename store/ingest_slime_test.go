@@ -361,25 +361,7 @@ func TestCommitSlimeDeltaOnSeed(t *testing.T) {
 // verify clean, serve the catch-up patches and slime deltas of a store that ingested them
 // whole, and gc keeps and drops them as it does the others.
 func TestSlimeVersionsLikeAnyOther(t *testing.T) {
-	rng := rand.New(rand.NewPCG(41, 3))
-	cur := map[string][]byte{"a": bf16Like(rng, 30_000), "b": bf16Like(rng, 20_000)}
-	var tensors []map[string][]byte
-	var versions []map[string][]byte
-	for i := range 5 {
-		if i > 0 {
-			next := map[string][]byte{"a": perturb(rng, cur["a"], 2, 0.02), "b": cur["b"]}
-			if i%2 == 0 {
-				next["b"] = perturb(rng, cur["b"], 2, 0.3)
-			}
-			cur = next
-		}
-		tensors = append(tensors, cur)
-		versions = append(versions, map[string][]byte{
-			"model.safetensors": safetensorsFile(t, testTensor{"a", delta.DTypeBF16, []int64{30_000}, cur["a"]},
-				testTensor{"b", delta.DTypeBF16, []int64{20_000}, cur["b"]}),
-			"config.json": []byte(`{"model": "x"}`),
-		})
-	}
+	versions, tensors := deltaInSeries(t, 5)
 	a, _ := newStore(t, Options{})
 	commitAll(t, a, versions)
 	b, _ := newStore(t, Options{})
@@ -394,15 +376,8 @@ func TestSlimeVersionsLikeAnyOther(t *testing.T) {
 	if rep, err := b.Verify(nil); err != nil || len(rep.Damaged) != 0 || rep.Versions != 5 {
 		t.Fatalf("verify of the store whose versions came as slime deltas: %+v %v", rep, err)
 	}
-	catchup := func(s *Store, v, from uint64) []byte {
-		var buf bytes.Buffer
-		if _, err := s.WritePatchFrom(v, from, &writerAtBuffer{&buf}); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
-	mustEqualBytes(t, "catch-up patch 1 -> 5", catchup(b, 5, 1), catchup(a, 5, 1))
-	mustEqualBytes(t, "catch-up patch 3 -> 5", catchup(b, 5, 3), catchup(a, 5, 3))
+	mustEqualBytes(t, "catch-up patch 1 -> 5", catchupPatch(t, b, 5, 1), catchupPatch(t, a, 5, 1))
+	mustEqualBytes(t, "catch-up patch 3 -> 5", catchupPatch(t, b, 5, 3), catchupPatch(t, a, 5, 3))
 	for v := uint64(2); v <= 5; v++ {
 		da, db := renderedSlime(t, a, v), renderedSlime(t, b, v)
 		if !reflect.DeepEqual(da, db) {
