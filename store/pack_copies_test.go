@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/weightfs/weightfs/internal/logtest"
-	"github.com/weightfs/weightfs/store/pack"
 )
 
 // TestPackCopiesFallback: the record that serves an object (the index of the highest
@@ -27,25 +26,7 @@ func TestPackCopiesFallback(t *testing.T) {
 	}
 	// A second record of the object, in a pack of its own, indexed with sequence number 3:
 	// it wins the map.
-	tmp, err := f.lb.CreateTemp()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := pack.NewWriter(tmp)
-	if err := w.Add(e.ID, b); err != nil {
-		t.Fatal(err)
-	}
-	pid, size, ents, err := w.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.lb.PutPack(pid, tmp); err != nil {
-		t.Fatal(err)
-	}
-	x := pack.Index{Seq: 3, Packs: []pack.IndexedPack{{ID: pid, Size: size, Entries: ents}}}
-	if err := f.lb.PutRecord(RecordIndex, pack.Name(3, x.Encode()), x.Encode()); err != nil {
-		t.Fatal(err)
-	}
+	pid, ents := f.addSecondRecord(t, e.ID, b)
 	if err := os.Remove(f.lb.objectPath(id)); err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,33 @@ func newPackedFixture(t *testing.T) *packedFixture {
 	return f
 }
 
+// addSecondRecord writes object id's file b again as the one record of a pack of its own,
+// indexed with sequence number 3: that record wins the pack map. It returns the new pack and
+// its entries.
+func (f *packedFixture) addSecondRecord(t *testing.T, id ID, b []byte) (pack.ID, []pack.Entry) {
+	t.Helper()
+	tmp, err := f.lb.CreateTemp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := pack.NewWriter(tmp)
+	if err := w.Add(id, b); err != nil {
+		t.Fatal(err)
+	}
+	pid, size, ents, err := w.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.lb.PutPack(pid, tmp); err != nil {
+		t.Fatal(err)
+	}
+	x := pack.Index{Seq: 3, Packs: []pack.IndexedPack{{ID: pid, Size: size, Entries: ents}}}
+	if err := f.lb.PutRecord(RecordIndex, pack.Name(3, x.Encode()), x.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	return pid, ents
+}
+
 func (f *packedFixture) packPath(i int) string { return f.lb.packPath(f.packs[i]) }
 func (f *packedFixture) indexPath(i int) string {
 	return filepath.Join(f.lb.root, indexDir, f.indexes[i])
@@ -268,25 +295,7 @@ func TestCheckPacksSupersededRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp, err := f.lb.CreateTemp()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := pack.NewWriter(tmp)
-	if err := w.Add(e.ID, b); err != nil {
-		t.Fatal(err)
-	}
-	pid, size, ents, err := w.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.lb.PutPack(pid, tmp); err != nil {
-		t.Fatal(err)
-	}
-	x := pack.Index{Seq: 3, Packs: []pack.IndexedPack{{ID: pid, Size: size, Entries: ents}}}
-	if err := f.lb.PutRecord(RecordIndex, pack.Name(3, x.Encode()), x.Encode()); err != nil {
-		t.Fatal(err)
-	}
+	f.addSecondRecord(t, e.ID, b)
 	rewriteFile(t, f.packPath(0), flipAt(func(int) int { return int(e.Offset + 120) }))
 	rep := f.check(t)
 	if len(rep.Damaged) != 0 || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "serves the object") {
