@@ -40,14 +40,24 @@ func (s *Store) CommitPatch(r io.ReaderAt, size int64, v uint64) (VersionInfo, e
 		return VersionInfo{}, err
 	}
 	v = p.Plan.ModelVersion
+	return sealDeltaIn(s, "patch", v, p.Plan.BaseVersion, func(w *Writer) (VersionInfo, error) {
+		return w.applyPatch(p, base)
+	})
+}
+
+// sealDeltaIn makes version v through a Writer with apply, which stores the version's files
+// (from a delta against version from) and seals it; when apply fails the Writer is aborted, its
+// objects swept, and nothing is sealed. what names the kind of input in errors. CommitPatch and
+// CommitSlimeDelta end here.
+func sealDeltaIn(s *Store, what string, v, from uint64, apply func(*Writer) (VersionInfo, error)) (VersionInfo, error) {
 	w, err := s.NewVersion(v)
 	if err != nil {
-		return VersionInfo{}, fmt.Errorf("patch to version %d: %w", v, err)
+		return VersionInfo{}, fmt.Errorf("%s to version %d: %w", what, v, err)
 	}
-	info, err := w.applyPatch(p, base)
+	info, err := apply(w)
 	if err != nil {
 		w.Abort()
-		return VersionInfo{}, fmt.Errorf("patch %d -> %d: %w", p.Plan.BaseVersion, v, err)
+		return VersionInfo{}, fmt.Errorf("%s %d -> %d: %w", what, from, v, err)
 	}
 	return info, nil
 }

@@ -42,16 +42,9 @@ func (s *Store) CommitSlimeDelta(index []byte, open SlimeShardOpener, v uint64) 
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	w, err := s.NewVersion(v)
-	if err != nil {
-		return VersionInfo{}, fmt.Errorf("slime delta to version %d: %w", v, err)
-	}
-	info, err := w.applySlime(d, base)
-	if err != nil {
-		w.Abort()
-		return VersionInfo{}, fmt.Errorf("slime delta %d -> %d: %w", base.m.Version, v, err)
-	}
-	return info, nil
+	return sealDeltaIn(s, "slime delta", v, base.m.Version, func(w *Writer) (VersionInfo, error) {
+		return w.applySlime(d, base)
+	})
 }
 
 // slimeTensorChange is one changed tensor of an incoming delta: its byte positions (from the

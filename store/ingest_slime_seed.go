@@ -77,16 +77,13 @@ func (s *Store) CommitSlimeDeltaOnSeed(dir string, index []byte, open SlimeShard
 			return VersionInfo{}, err
 		}
 	}
-	w, err := s.NewVersion(v)
-	if err != nil {
-		return VersionInfo{}, fmt.Errorf("slime delta to version %d: %w", v, err)
-	}
-	info, err := w.addSeeded(files, dirs, dataStart, d)
-	if err != nil {
-		w.Abort()
-		return VersionInfo{}, fmt.Errorf("slime delta 0 -> %d on the seed %s: %w", v, dir, err)
-	}
-	return info, nil
+	return sealDeltaIn(s, "slime delta", v, 0, func(w *Writer) (VersionInfo, error) {
+		info, err := w.addSeeded(files, dirs, dataStart, d)
+		if err != nil {
+			return VersionInfo{}, fmt.Errorf("on the seed %s: %w", dir, err)
+		}
+		return info, nil
+	})
 }
 
 // checkSeedSums reads each changed tensor of the seed file f with the delta laid over it and
