@@ -134,18 +134,7 @@ func slimeSendVersion(t *testing.T, dir string, v uint64, encoding string, old, 
 // delta from another base is refused at the index's rename with EINVAL, seals nothing, and
 // says why in weight_vNNNNNN.rejected.
 func TestSlimeDeltaIn(t *testing.T) {
-	newStore := func() *store.Store {
-		root := filepath.Join(t.TempDir(), "store")
-		if err := store.Init(root); err != nil {
-			t.Fatal(err)
-		}
-		st, err := store.Open(root, store.Options{CacheDir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	newStore := func() *store.Store { return newEmptyStore(t) }
 	commit := func(st *store.Store, v uint64, files map[string][]byte) {
 		dir := t.TempDir()
 		for p, b := range files {

@@ -38,15 +38,7 @@ func patchBetween(t *testing.T, v, baseV uint64, base, result map[string][]byte)
 // written as NAME.tmp and renamed into place does the same; a bad patch fails cp with EINVAL,
 // seals nothing and leaves its reason in NAME.rejected.
 func TestPatchIn(t *testing.T) {
-	root := filepath.Join(t.TempDir(), "store")
-	if err := store.Init(root); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(root, store.Options{CacheDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := newEmptyStore(t)
 	w, n := pattern(1, 8192), pattern(2, 64)
 	model := func() []byte {
 		return viewSafetensors(t, viewTensor{"w", []int64{4096}, w}, viewTensor{"norm", []int64{32}, n})

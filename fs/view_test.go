@@ -37,9 +37,9 @@ func viewSafetensors(t *testing.T, tensors ...viewTensor) []byte {
 	return out
 }
 
-// viewStore commits a small history to a new store: v1; v2 and v5 change a few elements; v7
-// reshapes a tensor. It returns the open writer store.
-func viewStore(t *testing.T) *store.Store {
+// newEmptyStore opens a new, empty store as its writer, with a cache directory of its own,
+// closed when the test ends.
+func newEmptyStore(t *testing.T) *store.Store {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "store")
 	if err := store.Init(root); err != nil {
@@ -50,6 +50,14 @@ func viewStore(t *testing.T) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// viewStore commits a small history to a new store: v1; v2 and v5 change a few elements; v7
+// reshapes a tensor. It returns the open writer store.
+func viewStore(t *testing.T) *store.Store {
+	t.Helper()
+	st := newEmptyStore(t)
 	w := pattern(1, 4096)
 	n := pattern(2, 64)
 	for _, v := range []uint64{1, 2, 5, 7} {
