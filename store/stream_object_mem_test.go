@@ -46,23 +46,7 @@ func TestStreamSmallObjectsInMemory(t *testing.T) {
 			before := objStreamTemps.Load()
 			s := streamAndBatch(t, versions, 3, nil)
 			temps := objStreamTemps.Load() - before
-			kinds := map[string]int{}
-			for _, file := range reachable(t, s) {
-				h, _ := parseObjectHeader(file, int64(len(file)))
-				switch {
-				case h.Kind == kindDelta:
-					kinds["delta"]++
-				case h.DeltaLen > 0:
-					kinds["anchor with link"]++
-				default:
-					kinds["whole"]++
-				}
-			}
-			for _, k := range []string{"delta", "anchor with link", "whole"} {
-				if kinds[k] == 0 {
-					t.Errorf("no %s object in the series: %v", k, kinds)
-				}
-			}
+			kinds := seriesTookEveryKind(t, s)
 			if bound > 0 && temps != 0 {
 				t.Errorf("streamed %v objects of small tensors through %d temporary files, want none", kinds, temps)
 			}

@@ -242,11 +242,13 @@ func TestStreamMatchesBatch(t *testing.T) {
 	}
 }
 
-func streamMatchesBatch(t *testing.T, oneHasher bool) {
-	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, func(s *Store) { s.ingest.hashInOnePass = oneHasher })
-	// The series took every way of storing a tensor.
+// seriesTookEveryKind fails t unless the objects s's versions reach include a delta, an anchor
+// with its link and a whole object: a series that tests the ways of storing a tensor took them
+// all. It returns the count of each.
+func seriesTookEveryKind(t *testing.T, s *Store) map[string]int {
+	t.Helper()
 	kinds := map[string]int{}
-	for _, file := range reachable(t, b) {
+	for _, file := range reachable(t, s) {
 		h, _ := parseObjectHeader(file, int64(len(file)))
 		switch {
 		case h.Kind == kindDelta:
@@ -262,6 +264,13 @@ func streamMatchesBatch(t *testing.T, oneHasher bool) {
 			t.Errorf("no %s object in the series: %v", k, kinds)
 		}
 	}
+	return kinds
+}
+
+func streamMatchesBatch(t *testing.T, oneHasher bool) {
+	b := streamAndBatch(t, streamSeries(t, 6, 1), 5, func(s *Store) { s.ingest.hashInOnePass = oneHasher })
+	// The series took every way of storing a tensor.
+	seriesTookEveryKind(t, b)
 }
 
 // streamAndBatch seals the versions into two stores, through the batch path and streamed in
