@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/weightfs/weightfs/store/format"
 )
 
 // localBackend keeps a store in a local directory:
@@ -70,22 +71,11 @@ func (b *localBackend) manifestPath(v uint64) string {
 	return filepath.Join(b.root, "versions", manifestName(v))
 }
 
-// manifestName is "v" and the number, zero-padded to six digits (longer numbers keep all
-// their digits).
-func manifestName(v uint64) string { return fmt.Sprintf("v%06d", v) }
+// manifestName is "v" and the number (format.ManifestName).
+func manifestName(v uint64) string { return format.ManifestName(v) }
 
-// parseManifestName is the inverse of manifestName; ok is false for other names, and for
-// numbers above MaxVersion (no version of this program seals one).
-func parseManifestName(name string) (uint64, bool) {
-	if len(name) < 7 || name[0] != 'v' {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(name[1:], 10, 64)
-	if err != nil || v == 0 || v > MaxVersion || manifestName(v) != name {
-		return 0, false
-	}
-	return v, true
-}
+// parseManifestName is the inverse of manifestName (format.ParseManifestName).
+func parseManifestName(name string) (uint64, bool) { return format.ParseManifestName(name) }
 
 func (b *localBackend) CreateTemp() (*os.File, error) {
 	return createTempObject(filepath.Join(b.root, "tmp"))
