@@ -299,7 +299,7 @@ func FuzzSmallParsers(f *testing.F) {
 	f.Add([]byte("v000043"))
 	f.Add([]byte(IDOf(nil).String()))
 	m := objMeta{Kind: kindDelta, Width: 2, Base: IDOf([]byte("b")), ContentLen: 10, FileSize: 120, DeltaLen: 20, Depth: 3, ChainBytes: 60}
-	f.Add(m.encode())
+	f.Add(m.Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if checkFormatFile(b) == nil && !bytes.Equal(b, encodeFormatFile()) {
 			t.Fatalf("format file %x accepted", b)
@@ -310,7 +310,7 @@ func FuzzSmallParsers(f *testing.F) {
 		if id, err := ParseID(string(b)); err == nil && id.String() != string(b) {
 			t.Fatalf("id %q parsed to %s", b, id)
 		}
-		if m, ok := decodeObjMeta(b); ok && !bytes.Equal(m.encode(), b) {
+		if m, ok := decodeObjMeta(b); ok && !bytes.Equal(m.Encode(), b) {
 			t.Fatalf("index entry %x does not re-encode", b)
 		}
 	})
