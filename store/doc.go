@@ -13,7 +13,7 @@
 // # Backends
 //
 // The store keeps its bytes through Backend, and nothing else: the local directory
-// (backend_local.go, opened by Open) or another kind given to OpenBackend (package store/s3
+// (backend_local*.go over package store/local's file operations, opened by Open) or another kind given to OpenBackend (package store/s3
 // for s3://bucket/prefix; package store/location chooses from a STORE argument). The
 // contract is Backend's comments, and package store/backendtest checks every backend
 // against it. A backend with a local cache of a remote store's objects (RemoteCache: the object cache) is told by the

@@ -110,7 +110,7 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 	if err := local.mkdirAllModes(groupRoot); err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
-	lock, err := acquireWriterLock(filepath.Join(groupRoot, fmt.Sprintf("rank-%d.lock", r.Rank)), modes.file)
+	lock, err := acquireWriterLock(filepath.Join(groupRoot, fmt.Sprintf("rank-%d.lock", r.Rank)), modes.File)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
