@@ -90,8 +90,6 @@ func (b *localBackend) PutObject(id ID, tmp *os.File) error {
 	return b.putFile("object", id, tmp, b.objectPath(id), false)
 }
 
-func (b *localBackend) markDirty(dir string) { b.syncer.MarkDirty(dir) }
-
 // SyncObjects fsyncs the directories that objects and packs were renamed into (and those
 // that gained fan-out directories), the deepest first.
 func (b *localBackend) SyncObjects() error { return b.syncer.SyncDirty() }

@@ -38,8 +38,6 @@ func encodeFormatFile() []byte { return encodeFormatVersion(storeFormatVersion) 
 // encodeFormatVersion returns the format file of a store of format version v.
 func encodeFormatVersion(v uint32) []byte { return format.EncodeFormatFile(v) }
 
-func checkFormatFile(b []byte) error { return format.CheckFormatFile(b) }
-
 // storeDirs are the directories Init creates (see docs/format.md (Part I)).
 var storeDirs = []string{"objects", "versions", "tmp", "cache"}
 

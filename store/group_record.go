@@ -9,8 +9,6 @@ import "github.com/weightfs/weightfs/store/format"
 const (
 	// MaxRanks is the largest number of ranks a writer group may have.
 	MaxRanks = format.MaxRanks
-	// maxPartLen bounds a part record's JSON, as maxManifestLen bounds a manifest's.
-	maxPartLen = format.MaxPartLen
 	// partHeadLen is the records' framing head, before the JSON.
 	partHeadLen = format.RecordHeadLen
 )
