@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
+
+	"github.com/weightfs/weightfs/store/format"
+	"github.com/weightfs/weightfs/store/local"
 )
 
 // localBackend keeps a store in a local directory:
@@ -23,29 +23,27 @@ type localBackend struct {
 	root  string
 	modes storeModes
 
-	mu        sync.Mutex
-	dirtyDirs map[string]bool // object directories with renames not yet fsynced
-
-	// fsyncs counts every fsync of a file or directory this backend made (Fsyncs).
-	fsyncs atomic.Int64
+	// syncer keeps the directories with renames not yet fsynced and counts every fsync of a
+	// file or directory this backend made (Fsyncs).
+	syncer local.Syncer
 	// loose is whether objects/ was seen empty (noLooseObjects, ingest_dedup.go).
 	loose looseCheck
 }
 
 // Fsyncs is how many fsyncs of files and directories of the store the backend made since
 // it was opened (objects, their directories, manifests, records): Stats.Fsyncs.
-func (b *localBackend) Fsyncs() int64 { return b.fsyncs.Load() }
+func (b *localBackend) Fsyncs() int64 { return b.syncer.Fsyncs() }
 
 // fsyncDir is syncDir, counted.
-func (b *localBackend) fsyncDir(dir string) error { return syncDirCounting(dir, &b.fsyncs) }
+func (b *localBackend) fsyncDir(dir string) error { return b.syncer.SyncDir(dir) }
 
 // writeSynced is writeFileSynced, counted.
 func (b *localBackend) writeSynced(path, tmpDir string, data []byte, mode fs.FileMode) error {
-	return writeFileSyncedCounting(path, tmpDir, data, mode, &b.fsyncs)
+	return b.syncer.WriteFileSynced(path, tmpDir, data, mode)
 }
 
 func newLocalBackend(root string, modes storeModes) *localBackend {
-	return &localBackend{root: root, modes: modes, dirtyDirs: map[string]bool{}}
+	return &localBackend{root: root, modes: modes}
 }
 
 var _ Backend = (*localBackend)(nil)
@@ -62,30 +60,18 @@ func (b *localBackend) localDir() string { return b.root }
 func (b *localBackend) Close() error { return nil }
 
 func (b *localBackend) objectPath(id ID) string {
-	h := id.String()
-	return filepath.Join(b.root, "objects", h[:2], h)
+	return local.FanOutPath(filepath.Join(b.root, local.ObjectDir), id)
 }
 
 func (b *localBackend) manifestPath(v uint64) string {
 	return filepath.Join(b.root, "versions", manifestName(v))
 }
 
-// manifestName is "v" and the number, zero-padded to six digits (longer numbers keep all
-// their digits).
-func manifestName(v uint64) string { return fmt.Sprintf("v%06d", v) }
+// manifestName is "v" and the number (format.ManifestName).
+func manifestName(v uint64) string { return format.ManifestName(v) }
 
-// parseManifestName is the inverse of manifestName; ok is false for other names, and for
-// numbers above MaxVersion (no version of this program seals one).
-func parseManifestName(name string) (uint64, bool) {
-	if len(name) < 7 || name[0] != 'v' {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(name[1:], 10, 64)
-	if err != nil || v == 0 || v > MaxVersion || manifestName(v) != name {
-		return 0, false
-	}
-	return v, true
-}
+// parseManifestName is the inverse of manifestName (format.ParseManifestName).
+func parseManifestName(name string) (uint64, bool) { return format.ParseManifestName(name) }
 
 func (b *localBackend) CreateTemp() (*os.File, error) {
 	return createTempObject(filepath.Join(b.root, "tmp"))
@@ -94,57 +80,19 @@ func (b *localBackend) CreateTemp() (*os.File, error) {
 func (b *localBackend) RemoveTemp(f *os.File) { removeTempObject(f) }
 
 // createTempObject creates a temporary object file in dir (both backends' CreateTemp).
-func createTempObject(dir string) (*os.File, error) {
-	f, err := os.CreateTemp(dir, "obj-*")
-	if err != nil {
-		return nil, fmt.Errorf("create temporary object file: %w", err)
-	}
-	return f, nil
-}
+func createTempObject(dir string) (*os.File, error) { return local.CreateTemp(dir) }
 
 // removeTempObject closes and removes a temporary object file (both backends' RemoveTemp).
-func removeTempObject(f *os.File) {
-	f.Close()
-	os.Remove(f.Name())
-}
+func removeTempObject(f *os.File) { local.RemoveTemp(f) }
 
 func (b *localBackend) PutObject(id ID, tmp *os.File) error {
 	b.sawLoose()
 	return b.putFile("object", id, tmp, b.objectPath(id), false)
 }
 
-func (b *localBackend) markDirty(dir string) {
-	b.mu.Lock()
-	b.dirtyDirs[dir] = true
-	b.mu.Unlock()
-}
-
-func (b *localBackend) SyncObjects() error {
-	b.mu.Lock()
-	dirs := make([]string, 0, len(b.dirtyDirs))
-	for d := range b.dirtyDirs {
-		dirs = append(dirs, d)
-	}
-	b.mu.Unlock()
-	// Sub-directories first, then objects/ itself (which gained the new sub-directories).
-	slices.SortFunc(dirs, func(x, y string) int { return len(y) - len(x) })
-	for _, d := range dirs {
-		if err := b.fsyncDir(d); err != nil {
-			return err
-		}
-		b.mu.Lock()
-		delete(b.dirtyDirs, d)
-		b.mu.Unlock()
-	}
-	return nil
-}
-
-type localObject struct {
-	*os.File
-	size int64
-}
-
-func (o localObject) Size() int64 { return o.size }
+// SyncObjects fsyncs the directories that objects and packs were renamed into (and those
+// that gained fan-out directories), the deepest first.
+func (b *localBackend) SyncObjects() error { return b.syncer.SyncDirty() }
 
 func (b *localBackend) OpenObject(id ID) (ObjectFile, error) {
 	return openRegularFile("object", id, b.objectPath(id))
@@ -164,7 +112,7 @@ func (b *localBackend) DeleteObject(id ID) error {
 }
 
 func (b *localBackend) PutManifest(v uint64, data []byte) error {
-	if err := b.writeSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data, b.modes.file); err != nil {
+	if err := b.writeSynced(b.manifestPath(v), filepath.Join(b.root, "tmp"), data, b.modes.File); err != nil {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
 	return nil
@@ -209,7 +157,7 @@ func (b *localBackend) CleanTemp() error {
 		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("clean temporary files: %w", err)
 		}
-		if err := mkdirMode(dir, b.modes.dir); err != nil {
+		if err := mkdirMode(dir, b.modes.Dir); err != nil {
 			return fmt.Errorf("clean temporary files: %w", err)
 		}
 		return b.fsyncDir(b.root)
@@ -231,7 +179,7 @@ func (b *localBackend) CleanTemp() error {
 func (b *localBackend) quarantineDir(sub string) (string, error) {
 	dir := filepath.Join(b.root, "quarantine")
 	for _, d := range []string{dir, filepath.Join(dir, sub)} {
-		if err := mkdirMode(d, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := mkdirMode(d, b.modes.Dir); err != nil && !errors.Is(err, fs.ErrExist) {
 			return "", fmt.Errorf("create %s: %w", d, err)
 		}
 	}
@@ -349,7 +297,7 @@ func (b *localBackend) PutRecord(kind RecordKind, name string, data []byte) erro
 	case RecordIndex:
 		err = b.putIndexRecord(p, data)
 	default:
-		err = b.writeSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
+		err = b.writeSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.File)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", recordWhat(kind, name), err)

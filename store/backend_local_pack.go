@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/weightfs/weightfs/store/local"
 	"github.com/weightfs/weightfs/store/pack"
 )
 
@@ -15,15 +16,14 @@ import (
 // when the first pack or index is written.
 
 const (
-	packDir  = "packs"
-	indexDir = "index"
+	packDir  = local.PackDir
+	indexDir = local.IndexDir
 )
 
 var _ PackBackend = (*localBackend)(nil)
 
 func (b *localBackend) packPath(id ID) string {
-	h := id.String()
-	return filepath.Join(b.root, packDir, h[:2], h)
+	return local.FanOutPath(filepath.Join(b.root, packDir), id)
 }
 
 func (b *localBackend) PutPack(id ID, tmp *os.File) error {
@@ -59,14 +59,14 @@ func (b *localBackend) indexFile(name string) (string, error) {
 func (b *localBackend) putIndexRecord(p string, data []byte) error {
 	dir := filepath.Dir(p)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := mkdirMode(dir, b.modes.Dir); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 		if err := b.fsyncDir(b.root); err != nil {
 			return err
 		}
 	}
-	return b.writeSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.file)
+	return b.writeSynced(p, filepath.Join(b.root, "tmp"), data, b.modes.File)
 }
 
 func (b *localBackend) listIndexRecords() ([]string, error) {

@@ -60,7 +60,7 @@ func (b *localBackend) keepQuarantinedObject(id ID, data []byte) (string, error)
 	if _, err := os.Lstat(dst); err == nil {
 		return dst, nil
 	}
-	if err := writeFileSynced(dst, filepath.Join(b.root, "tmp"), data, b.modes.object); err != nil {
+	if err := writeFileSynced(dst, filepath.Join(b.root, "tmp"), data, b.modes.Object); err != nil {
 		return "", fmt.Errorf("quarantine object %s: %w", id, err)
 	}
 	return dst, nil

@@ -4,14 +4,16 @@
 // materialized copy of the latest version, ingest, reads of any version at any offset,
 // verification and garbage collection. docs/format.md (Part I) has every byte and the
 // crash-safety argument; docs/design.md the reasons. The bytes themselves (the format file,
-// object files, manifests, the gc record, identities) are package store/format, and those of packs and pack
-// indexes package store/pack: this package does with them what a store does (I/O, caches,
-// state), under its old names for them (object.go, manifest.go, format.go, id.go are aliases).
+// object files, manifests, readers' pins, the gc record, writer groups' records, the index's
+// records, identities) are package store/format, and those of packs and pack indexes
+// package store/pack: this package does with them what a store does (I/O, caches, state),
+// under its old names for them (object.go, manifest.go, format.go, id.go, group_record.go
+// and the heads of gc_record.go, gc_pins.go and index.go are aliases).
 //
 // # Backends
 //
 // The store keeps its bytes through Backend, and nothing else: the local directory
-// (backend_local.go, opened by Open) or another kind given to OpenBackend (package store/s3
+// (backend_local*.go over package store/local's file operations, opened by Open) or another kind given to OpenBackend (package store/s3
 // for s3://bucket/prefix; package store/location chooses from a STORE argument). The
 // contract is Backend's comments, and package store/backendtest checks every backend
 // against it. A backend with a local cache of a remote store's objects (RemoteCache: the object cache) is told by the

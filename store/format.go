@@ -6,9 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 
 	"github.com/weightfs/weightfs/store/format"
+	"github.com/weightfs/weightfs/store/local"
 )
 
 // The store's format file, STORE/weightfs-store: its bytes and checks are package
@@ -38,8 +38,6 @@ func encodeFormatFile() []byte { return encodeFormatVersion(storeFormatVersion) 
 // encodeFormatVersion returns the format file of a store of format version v.
 func encodeFormatVersion(v uint32) []byte { return format.EncodeFormatFile(v) }
 
-func checkFormatFile(b []byte) error { return format.CheckFormatFile(b) }
-
 // storeDirs are the directories Init creates (see docs/format.md (Part I)).
 var storeDirs = []string{"objects", "versions", "tmp", "cache"}
 
@@ -66,7 +64,7 @@ func initStoreFormat(path string, shared bool, v uint32) error {
 	entries, err := os.ReadDir(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := os.MkdirAll(path, modes.dir); err != nil {
+		if err := os.MkdirAll(path, modes.Dir); err != nil {
 			return fmt.Errorf("init store: %w", err)
 		}
 	case err != nil:
@@ -74,11 +72,11 @@ func initStoreFormat(path string, shared bool, v uint32) error {
 	case len(entries) > 0:
 		return fmt.Errorf("init store %s: directory is not empty", path)
 	}
-	if err := os.Chmod(path, modes.dir); err != nil {
+	if err := os.Chmod(path, modes.Dir); err != nil {
 		return fmt.Errorf("init store: %w", err)
 	}
 	for _, d := range storeDirs {
-		mode := modes.dir
+		mode := modes.Dir
 		if d == "cache" {
 			mode = cacheDirPerm
 		}
@@ -88,7 +86,7 @@ func initStoreFormat(path string, shared bool, v uint32) error {
 	}
 	// The format file comes last: a directory without it is not a store, so an interrupted
 	// Init is refused by Open rather than half-used.
-	if err := writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), encodeFormatVersion(v), modes.file); err != nil {
+	if err := writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), encodeFormatVersion(v), modes.File); err != nil {
 		return fmt.Errorf("init store %s: %w", path, err)
 	}
 	return nil
@@ -96,68 +94,7 @@ func initStoreFormat(path string, shared bool, v uint32) error {
 
 // writeFileSynced writes data to a temporary file in tmpDir, fsyncs it, renames it to path
 // and fsyncs path's directory: afterwards path holds data (with permission bits mode) or
-// (after a crash) its old content.
+// (after a crash) its old content (local.WriteFileSynced).
 func writeFileSynced(path, tmpDir string, data []byte, mode fs.FileMode) error {
-	return writeFileSyncedCounting(path, tmpDir, data, mode, nil)
-}
-
-// writeFileSyncedCounting is writeFileSynced adding its fsyncs (two) to n (nil: uncounted):
-// Stats.Fsyncs.
-func writeFileSyncedCounting(path, tmpDir string, data []byte, mode fs.FileMode, n *atomic.Int64) error {
-	f, err := os.CreateTemp(tmpDir, "put-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(mode); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	err = f.Sync()
-	countFsync(n)
-	if err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	return syncDirCounting(filepath.Dir(path), n)
-}
-
-// syncDirCounting fsyncs a directory so that renames and creations in it are durable, and
-// adds the fsync to n (nil: uncounted): Stats.Fsyncs. The local backend calls it as fsyncDir.
-func syncDirCounting(dir string, n *atomic.Int64) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	countFsync(n)
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-// countFsync adds one fsync made (whether or not it succeeded) to n, if n is not nil.
-func countFsync(n *atomic.Int64) {
-	if n != nil {
-		n.Add(1)
-	}
+	return local.WriteFileSynced(path, tmpDir, data, mode, nil)
 }

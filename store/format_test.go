@@ -4,61 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/weightfs/weightfs/delta"
 )
-
-func TestFormatFile(t *testing.T) {
-	good := encodeFormatFile()
-	if len(good) != formatFileLen || string(good[:8]) != "WFSSTORE" {
-		t.Fatalf("format file %x", good)
-	}
-	if v, err := FormatVersion(good); v != 3 || err != nil {
-		t.Fatalf("a new store's format: %d, %v; want 3", v, err)
-	}
-	// The worked examples of docs/format.md Part I §2.
-	for v, want := range map[uint32]string{1: "5746535354 4f524501000000eee61f2a", 2: "5746535354 4f524502000000d76f3d48",
-		3: "5746535354 4f5245030000006fc57895"} {
-		if got := fmt.Sprintf("%x", encodeFormatVersion(v)); got != strings.ReplaceAll(want, " ", "") {
-			t.Errorf("format file of format %d: %s, want %s", v, got, want)
-		}
-	}
-	version := func(v uint32) []byte {
-		b := append([]byte(nil), good...)
-		binary.LittleEndian.PutUint32(b[8:], v)
-		binary.LittleEndian.PutUint32(b[12:], crc32c(b[:12]))
-		return b
-	}
-	older, newer, zero := version(1), version(4), version(0)
-	flipped := append([]byte(nil), good...)
-	flipped[13] ^= 1
-	for _, tc := range []struct {
-		name string
-		b    []byte
-		want error
-	}{
-		{"good", good, nil},
-		{"format 1", older, nil},
-		{"format 2", version(2), nil},
-		{"format 0", zero, ErrUnsupportedVersion},
-		{"alien", []byte("hello world, not a store"), ErrNotAStore},
-		{"empty", nil, ErrNotAStore},
-		{"newer version", newer, ErrUnsupportedVersion},
-		{"flipped checksum", flipped, ErrCorrupt},
-		{"truncated", good[:12], ErrCorrupt},
-	} {
-		err := checkFormatFile(tc.b)
-		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
-			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
-		}
-	}
-}
 
 func TestOpenRefusesNonStores(t *testing.T) {
 	dir := t.TempDir()
@@ -79,67 +31,6 @@ func TestOpenRefusesNonStores(t *testing.T) {
 	if _, err := Open(root, Options{}); !errors.Is(err, ErrUnsupportedVersion) {
 		t.Fatalf("open of a format-9 store: %v", err)
 	}
-}
-
-func validObjectHeader() objectHeader {
-	return objectHeader{Kind: kindDelta, Width: 2, ID: IDOf([]byte("x")), ContentLen: 100, Base: IDOf([]byte("y")), DeltaLen: 10}
-}
-
-func TestParseObjectHeader(t *testing.T) {
-	good := validObjectHeader()
-	full := objectHeader{Kind: kindFull, Width: 1, ID: IDOf([]byte("x")), ContentLen: 3, FullLen: 20}
-	mod := func(h objectHeader, f func(b []byte)) []byte {
-		b := h.Encode()
-		f(b)
-		return b
-	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-		size int64
-		want error
-	}{
-		{"delta", good.Encode(), good.FileSize(), nil},
-		{"full", full.Encode(), full.FileSize(), nil},
-		{"bad magic", mod(good, func(b []byte) { b[0] = 'X' }), good.FileSize(), ErrCorrupt},
-		{"version 2", mod(good, func(b []byte) { b[4] = 2 }), good.FileSize(), ErrUnsupportedVersion},
-		{"kind 3", mod(good, func(b []byte) { b[6] = 3 }), good.FileSize(), ErrCorrupt},
-		{"width 3", mod(good, func(b []byte) { b[7] = 3 }), good.FileSize(), ErrCorrupt},
-		{"content not whole elements", mod(good, func(b []byte) { b[40] = 101 }), good.FileSize(), ErrCorrupt},
-		{"file longer", good.Encode(), good.FileSize() + 1, ErrCorrupt},
-		{"file shorter", good.Encode(), good.FileSize() - 1, ErrCorrupt},
-		{"delta without base", mod(good, func(b []byte) { clear(b[48:80]) }), good.FileSize(), ErrCorrupt},
-		{"delta with full section", mod(good, func(b []byte) { b[80] = 1 }), good.FileSize() + 1, ErrCorrupt},
-		{"own base", mod(good, func(b []byte) { copy(b[48:80], b[8:40]) }), good.FileSize(), ErrCorrupt},
-		{"huge lengths", mod(good, func(b []byte) { binary.LittleEndian.PutUint64(b[88:], 1<<63) }), good.FileSize(), ErrCorrupt},
-		{"short", good.Encode()[:50], 50, ErrCorrupt},
-	} {
-		_, err := parseObjectHeader(tc.b, tc.size)
-		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
-			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
-		}
-	}
-}
-
-func FuzzParseObjectHeader(f *testing.F) {
-	h := validObjectHeader()
-	f.Add(h.Encode(), h.FileSize())
-	full := objectHeader{Kind: kindFull, Width: 4, ContentLen: 8, FullLen: 30}
-	f.Add(full.Encode(), full.FileSize())
-	f.Add([]byte("WFSO"), int64(4))
-	f.Fuzz(func(t *testing.T, b []byte, size int64) {
-		h, err := parseObjectHeader(b, size)
-		if err != nil {
-			return
-		}
-		// Whatever parses re-encodes to the same bytes and describes a consistent file.
-		if !bytes.Equal(h.Encode(), b[:objectHeaderLen]) {
-			t.Fatalf("header does not re-encode to its bytes")
-		}
-		if h.FileSize() != size || h.ContentLen%int64(h.Width) != 0 {
-			t.Fatalf("inconsistent header accepted: %+v for %d bytes", h, size)
-		}
-	})
 }
 
 // FuzzReadObjectInfo feeds whole object files (header, chunk table) to the reader.
@@ -275,43 +166,6 @@ func FuzzDecodeManifest(f *testing.F) {
 		}
 		if _, err := decodeManifest(again); err != nil {
 			t.Fatalf("re-encoded manifest refused: %v", err)
-		}
-	})
-}
-
-func TestParseID(t *testing.T) {
-	id := IDOf([]byte("x"))
-	got, err := ParseID(id.String())
-	if err != nil || got != id {
-		t.Fatalf("ParseID(String()) = %s, %v", got, err)
-	}
-	for _, bad := range []string{"", "abc", id.String()[:63] + "G", "AB" + id.String()[2:]} {
-		if _, err := ParseID(bad); err == nil {
-			t.Errorf("ParseID(%q) accepted", bad)
-		}
-	}
-}
-
-// FuzzSmallParsers feeds the store's small decoders: the format file, manifest names, object
-// ids and index entries. None may panic; what they accept must round-trip.
-func FuzzSmallParsers(f *testing.F) {
-	f.Add(encodeFormatFile())
-	f.Add([]byte("v000043"))
-	f.Add([]byte(IDOf(nil).String()))
-	m := objMeta{Kind: kindDelta, Width: 2, Base: IDOf([]byte("b")), ContentLen: 10, FileSize: 120, DeltaLen: 20, Depth: 3, ChainBytes: 60}
-	f.Add(m.encode())
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if checkFormatFile(b) == nil && !bytes.Equal(b, encodeFormatFile()) {
-			t.Fatalf("format file %x accepted", b)
-		}
-		if v, ok := parseManifestName(string(b)); ok && manifestName(v) != string(b) {
-			t.Fatalf("manifest name %q parsed to %d", b, v)
-		}
-		if id, err := ParseID(string(b)); err == nil && id.String() != string(b) {
-			t.Fatalf("id %q parsed to %s", b, id)
-		}
-		if m, ok := decodeObjMeta(b); ok && !bytes.Equal(m.encode(), b) {
-			t.Fatalf("index entry %x does not re-encode", b)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/weightfs/weightfs/internal/jsonrecord"
+	"github.com/weightfs/weightfs/store/format"
 )
 
 // A reader's pin keeps a version from gc while the reader serves it: a small JSON record
@@ -28,38 +27,17 @@ import (
 // PinLease is how long a pin record holds without being renewed.
 const PinLease = 2 * time.Minute
 
-// pinFormat names the pin record's layout; a record of another format is refused.
-const pinFormat = "weightfs-pin-1"
+// The pin record's bytes are package store/format's (format/pin.go).
+const (
+	pinFormat = format.PinFormat
+	// pinDir is the pins' directory in a local store.
+	pinDir = format.PinDir
+)
 
-// pinDir is the pins' directory in a local store.
-const pinDir = "pins"
-
-// pinRecord is the JSON content of a pin record.
-type pinRecord struct {
-	Format  string    `json:"format"`
-	Version uint64    `json:"version"`
-	Expires time.Time `json:"expires"`
-	Host    string    `json:"host"`
-	PID     int       `json:"pid"`
-}
+type pinRecord = format.PinRecord
 
 // decodePin parses and checks a pin record.
-func decodePin(b []byte) (pinRecord, error) {
-	var rec pinRecord
-	if err := jsonrecord.Decode(b, &rec, "pin record"); err != nil {
-		return pinRecord{}, err
-	}
-	if rec.Format != pinFormat {
-		return pinRecord{}, fmt.Errorf("pin record of format %q (this program reads %q): %w", rec.Format, pinFormat, ErrUnsupportedVersion)
-	}
-	if rec.Version == 0 {
-		return pinRecord{}, errors.New("pin record: version 0")
-	}
-	if rec.Expires.IsZero() {
-		return pinRecord{}, errors.New("pin record: no expiry time")
-	}
-	return rec, nil
-}
+func decodePin(b []byte) (pinRecord, error) { return format.DecodePin(b) }
 
 // Pin is a reader's hold on a version; Close releases it.
 type Pin struct {
@@ -124,11 +102,11 @@ func (p *Pin) Path() string { return p.records.RecordPath(RecordPin, p.name) }
 func (p *Pin) write(now time.Time) error {
 	rec := p.rec
 	rec.Expires = now.Add(PinLease).UTC().Truncate(time.Second)
-	data, err := json.Marshal(rec)
+	data, err := format.EncodePin(rec)
 	if err != nil {
 		return err
 	}
-	return p.records.PutRecord(RecordPin, p.name, append(data, '\n'))
+	return p.records.PutRecord(RecordPin, p.name, data)
 }
 
 func (p *Pin) renewLoop() {

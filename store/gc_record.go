@@ -17,12 +17,7 @@ import (
 // GCRecordName is the record's name in a store's layout (STORE/NAME, PREFIX/NAME in S3).
 const GCRecordName = format.GCRecordName
 
-const gcRecordMagic = format.GCRecordMagic
-
-type (
-	versionRange = format.VersionRange
-	gcRecord     = format.GCRecord
-)
+type gcRecord = format.GCRecord
 
 func encodeGCRecord(r gcRecord) []byte { return format.EncodeGCRecord(r) }
 

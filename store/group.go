@@ -110,7 +110,7 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 	if err := local.mkdirAllModes(groupRoot); err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
-	lock, err := acquireWriterLock(filepath.Join(groupRoot, fmt.Sprintf("rank-%d.lock", r.Rank)), modes.file)
+	lock, err := acquireWriterLock(filepath.Join(groupRoot, fmt.Sprintf("rank-%d.lock", r.Rank)), modes.File)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
@@ -188,7 +188,7 @@ func (s *Store) NewPart(v uint64, own ...string) (*Writer, error) {
 	if ref, err := g.refusal(v); err != nil {
 		return nil, fmt.Errorf("%s: new part of version %d: %w", g.member(), v, err)
 	} else if ref != nil {
-		return nil, fmt.Errorf("%s: %w", g.member(), ref.err())
+		return nil, fmt.Errorf("%s: %w", g.member(), refusalErr(ref))
 	}
 	base, _ := s.Latest()
 	marker, err := encodePart(g.newPart(v, base))
@@ -328,7 +328,7 @@ func (w *Writer) SealPart() (PartInfo, error) {
 	}
 	name := g.recordName(w.v, recordPart)
 	key, _ := parseRecordName(name)
-	if err := rec.check(key); err != nil {
+	if err := checkPart(rec, key); err != nil {
 		return PartInfo{}, fmt.Errorf("%s: part of version %d: %w", g.member(), w.v, err)
 	}
 	if err := s.failpoint("part-objects-written"); err != nil {
@@ -394,7 +394,7 @@ func (w *Writer) partRecord(g *rankState, base uint64) (*partRecord, PartInfo, e
 	}
 	for id, size := range w.created {
 		if refs[id] {
-			rec.Objects = append(rec.Objects, partObject{id, size})
+			rec.Objects = append(rec.Objects, partObject{ID: id, Size: size})
 			info.NewObjects++
 			info.ObjectBytes += size
 		}

@@ -26,7 +26,7 @@ func TestDocPartExample(t *testing.T) {
 	w.mu.Unlock()
 	w.Abort()
 	rec := &partRecord{Group: "train", Version: 2, Rank: 1, Ranks: 2, Base: 1, Writer: "node7 pid 4242", Dirs: []manifestDir{},
-		Files: []manifestFile{f}, Objects: []partObject{{f.ID, size}}}
+		Files: []manifestFile{f}, Objects: []partObject{{ID: f.ID, Size: size}}}
 	data, err := encodePart(rec)
 	if err != nil {
 		t.Fatal(err)

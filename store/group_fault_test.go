@@ -229,34 +229,6 @@ func TestGroupSidesRefused(t *testing.T) {
 	}
 }
 
-// FuzzDecodePart: no input makes the part record decoder panic, and whatever it accepts
-// encodes back to the same bytes.
-func FuzzDecodePart(f *testing.F) {
-	key, _ := parseRecordName("g/v000002/rank-1.part")
-	rec := &partRecord{Group: "g", Version: 2, Rank: 1, Ranks: 2, Base: 1, Writer: "h pid 1", Dirs: []manifestDir{},
-		Files: []manifestFile{{Path: "a.json", Mode: 0o644, Size: 2, Kind: kindBlob, ID: ID{1}, SHA256: ID{1}}}, Objects: []partObject{{ID{1}, 40}}}
-	good, err := encodePart(rec)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(good)
-	f.Add(good[:20])
-	f.Add([]byte("WFSP"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodePart(b, key)
-		if err != nil {
-			return
-		}
-		again, err := encodePart(got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := decodePart(again, key); err != nil {
-			t.Fatalf("an accepted record does not read back: %v", err)
-		}
-	})
-}
-
 // TestGroupRankCrashPoints kills a rank at each point of its SealPart: before its part
 // record the version waits for it (and takes it once the restarted rank writes again); after
 // it, the part counts, its leftover open marker notwithstanding.

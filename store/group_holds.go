@@ -63,7 +63,7 @@ func (s *Store) WaitPublished(ctx context.Context, v uint64, poll time.Duration)
 		// An unreadable refusal is asked again at the next poll (S3 may be away).
 		if ref, err := g.refusal(v); err == nil && ref != nil {
 			g.forget(v)
-			return VersionInfo{}, fmt.Errorf("%s: %w", g.member(), ref.err())
+			return VersionInfo{}, fmt.Errorf("%s: %w", g.member(), refusalErr(ref))
 		}
 		// Whoever writes version v meanwhile: named if it publishes v without this rank (a
 		// listing of every group's records, at most once a second).

@@ -39,7 +39,7 @@ func (b *localBackend) mkdirAllModes(dir string) error {
 			return err
 		}
 	}
-	if err := mkdirMode(dir, b.modes.dir); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := mkdirMode(dir, b.modes.Dir); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return b.fsyncDir(filepath.Dir(dir))
@@ -56,7 +56,7 @@ func (b *localBackend) putGroupRecord(p string, data []byte) error {
 		}
 		// The temporary file sits beside the record (no other process's clean-up of tmp/
 		// can take it away) and is not a record's name.
-		if err = b.writeSynced(p, filepath.Dir(p), data, b.modes.file); !errors.Is(err, fs.ErrNotExist) {
+		if err = b.writeSynced(p, filepath.Dir(p), data, b.modes.File); !errors.Is(err, fs.ErrNotExist) {
 			break
 		}
 	}

@@ -172,7 +172,7 @@ func (s *Store) PublishGroup(group string, v uint64, ranks int) (VersionInfo, er
 	if ref, err := readRefusal(gr, group, v); err != nil {
 		return VersionInfo{}, fmt.Errorf("publish version %d of group %s: %w", v, group, err)
 	} else if ref != nil {
-		return VersionInfo{}, fmt.Errorf("publish: %w", ref.err())
+		return VersionInfo{}, fmt.Errorf("publish: %w", refusalErr(ref))
 	}
 	latest, _ := s.Latest()
 	parts, err := s.groups.publisher.collectParts(gr, group, v, ranks, latest)

@@ -1,13 +1,13 @@
 package store
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
+
+	"github.com/weightfs/weightfs/store/format"
 )
 
 // Refusals (docs/format.md Part I §9): when the publisher refuses a version for a reason
@@ -20,72 +20,26 @@ import (
 // the group's other records once a later version is published (the clean-up of §9), or
 // with AbortGroupVersion.
 
+// The kinds of refusal (the record's "kind"); the record's bytes are format/group.go's.
 const (
-	refusalMagic         = "WFSR"
-	refusalFormatVersion = 1
-)
-
-// Kinds of refusal (the record's "kind").
-const (
-	RefusedConflict = "conflict" // two ranks wrote one path
-	RefusedMismatch = "mismatch" // ranks disagree on the version number, W or the base
-	RefusedDamaged  = "damaged"  // a part record fails its checks, or names a missing object
-	RefusedAborted  = "aborted"  // AbortGroupVersion: an operator ended the version
+	RefusedConflict = format.RefusedConflict // two ranks wrote one path
+	RefusedMismatch = format.RefusedMismatch // ranks disagree on the version number, W or the base
+	RefusedDamaged  = format.RefusedDamaged  // a part record fails its checks, or names a missing object
+	RefusedAborted  = format.RefusedAborted  // AbortGroupVersion: an operator ended the version
 )
 
 // refusalRecord is the JSON content of a refusal record.
-type refusalRecord struct {
-	Group   string `json:"group"`
-	Version uint64 `json:"version"`
-	Ranks   int    `json:"ranks"`  // W, as the publisher was told it
-	Kind    string `json:"kind"`   // one of the Refused* kinds
-	Blamed  []int  `json:"blamed"` // the ranks the reason names, sorted (may be empty)
-	Reason  string `json:"reason"` // the publisher's error, for people
-	Writer  string `json:"writer"` // the publisher, "host pid N"
-}
+type refusalRecord = format.RefusalRecord
 
-func encodeRefusal(rec *refusalRecord) ([]byte, error) {
-	js, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("encode refusal record: %w", err)
-	}
-	return frameRecord(refusalMagic, refusalFormatVersion, js), nil
-}
+func encodeRefusal(rec *refusalRecord) ([]byte, error) { return format.EncodeRefusal(rec) }
 
 // decodeRefusal checks a refusal record's framing and JSON (strictly) against its name.
 func decodeRefusal(b []byte, key recordKey) (*refusalRecord, error) {
-	js, err := unframeRecord(b, refusalMagic, refusalFormatVersion, "refusal record")
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	var rec refusalRecord
-	if err := dec.Decode(&rec); err != nil {
-		return nil, fmt.Errorf("refusal record JSON: %v: %w", err, ErrCorrupt)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("refusal record JSON has trailing data: %w", ErrCorrupt)
-	}
-	switch {
-	case rec.Group != key.group || rec.Version != key.v:
-		return nil, fmt.Errorf("refusal record says group %q version %d, but is stored as %s: %w", rec.Group, rec.Version,
-			recordName(key.group, key.v, -1, recordRefused), ErrCorrupt)
-	case rec.Ranks < 1 || rec.Ranks > MaxRanks:
-		return nil, fmt.Errorf("refusal record of %d ranks: %w", rec.Ranks, ErrCorrupt)
-	case !slices.Contains([]string{RefusedConflict, RefusedMismatch, RefusedDamaged, RefusedAborted}, rec.Kind):
-		return nil, fmt.Errorf("refusal record of kind %q: %w", rec.Kind, ErrCorrupt)
-	}
-	for _, r := range rec.Blamed {
-		if r < 0 || r >= MaxRanks {
-			return nil, fmt.Errorf("refusal record blames rank %d: %w", r, ErrCorrupt)
-		}
-	}
-	return &rec, nil
+	return format.DecodeRefusal(b, key.format())
 }
 
-// err is the error a rank gets for a refused version.
-func (rec *refusalRecord) err() error {
+// refusalErr is the error a rank gets for a refused version.
+func refusalErr(rec *refusalRecord) error {
 	return fmt.Errorf("version %d of group %s was refused by its publisher (%s): %s: %w", rec.Version, rec.Group, rec.Writer, rec.Reason, ErrGroupRefused)
 }
 

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -143,39 +142,6 @@ func TestGroupWaitBound(t *testing.T) {
 	}
 }
 
-// TestRefusalRecordBytes: the framing of a refusal record is checked as a part's, and an
-// unknown format version is refused as unsupported.
-func TestRefusalRecordBytes(t *testing.T) {
-	rec := &refusalRecord{Group: "g", Version: 3, Ranks: 2, Kind: RefusedConflict, Blamed: []int{0, 1}, Reason: "r", Writer: "w"}
-	b, err := encodeRefusal(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := recordKey{"g", 3, -1, recordRefused}
-	if got, err := decodeRefusal(b, key); err != nil || got.Reason != "r" || !slices.Equal(got.Blamed, []int{0, 1}) {
-		t.Fatalf("decode: %+v, %v", got, err)
-	}
-	if !bytes.HasPrefix(b, []byte("WFSR\x01\x00\x00\x00")) {
-		t.Fatalf("head % x", b[:8])
-	}
-	v2 := bytes.Clone(b)
-	v2[4] = 2
-	if _, err := decodeRefusal(v2, key); !errors.Is(err, ErrUnsupportedVersion) {
-		t.Fatalf("format version 2: %v", err)
-	}
-	bad := bytes.Clone(b)
-	bad[20] ^= 1
-	if _, err := decodeRefusal(bad, key); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("flipped byte: %v", err)
-	}
-	if _, err := decodeRefusal(b, recordKey{"g", 4, -1, recordRefused}); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("under another version's name: %v", err)
-	}
-	if k, ok := parseRecordName("g/v000003/refused"); !ok || k != key {
-		t.Fatalf("parse refused name: %v %v", k, ok)
-	}
-}
-
 // TestGroupStatusAndCancel: GroupStatus says, by version, which ranks sealed, which are
 // writing and how many ranks there are; a reader (no writer's lock: the publisher runs
 // beside it) cancels a version that cannot complete, blaming the ranks without a part; the
@@ -222,30 +188,4 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	if sts, err := rd.GroupStatus("g"); err != nil || len(sts) != 0 {
 		t.Fatalf("status after the publish: %+v, %v", sts, err)
 	}
-}
-
-// FuzzDecodeRefusal: no input makes the refusal record decoder panic, and whatever it
-// accepts encodes back to a record it accepts again.
-func FuzzDecodeRefusal(f *testing.F) {
-	key := recordKey{"g", 3, -1, recordRefused}
-	good, err := encodeRefusal(&refusalRecord{Group: "g", Version: 3, Ranks: 2, Kind: RefusedMismatch, Blamed: []int{1}, Reason: "r", Writer: "h pid 1"})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(good)
-	f.Add(good[:20])
-	f.Add([]byte("WFSR"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeRefusal(b, key)
-		if err != nil {
-			return
-		}
-		again, err := encodeRefusal(got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := decodeRefusal(again, key); err != nil {
-			t.Fatalf("an accepted record does not read back: %v", err)
-		}
-	})
 }

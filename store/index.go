@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weightfs/weightfs/store/format"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -52,9 +52,9 @@ func (ix *index) writeCount() int64 {
 	return ix.writes.Load()
 }
 
-// indexFormat 2: every value ends in a CRC-32C (index_records.go). An index of another
+// indexFormat 2: every value ends in a CRC-32C (format/index.go). An index of another
 // format, or of another store (meta/store, index_identity.go), is emptied at open.
-const indexFormat = "2"
+const indexFormat = format.IndexFormat
 
 var (
 	bucketMeta     = []byte("meta")
@@ -67,47 +67,11 @@ var (
 	keyOpen = []byte("open")
 )
 
-// objMeta is what planning and the anchor policy need of an object without opening it.
-type objMeta struct {
-	Kind       objectKind
-	Width      int
-	Base       ID // delta: its base; full: the base of its link (zero: none)
-	ContentLen int64
-	FileSize   int64
-	DeltaLen   int64
-	// Depth counts the deltas between this object and the nearest whole copy it is built
-	// from (0 for a full object); ChainBytes sums their delta sections.
-	Depth      int
-	ChainBytes int64
-}
+// objMeta is what planning and the anchor policy need of an object without opening it: the
+// index's record of it (format/index.go has its bytes).
+type objMeta = format.IndexObject
 
-const objMetaLen = 1 + 1 + 32 + 8 + 8 + 8 + 4 + 8
-
-func (m *objMeta) encode() []byte {
-	b := make([]byte, 0, objMetaLen)
-	b = append(b, byte(m.Kind), byte(m.Width))
-	b = append(b, m.Base[:]...)
-	b = binary.LittleEndian.AppendUint64(b, uint64(m.ContentLen))
-	b = binary.LittleEndian.AppendUint64(b, uint64(m.FileSize))
-	b = binary.LittleEndian.AppendUint64(b, uint64(m.DeltaLen))
-	b = binary.LittleEndian.AppendUint32(b, uint32(m.Depth))
-	return binary.LittleEndian.AppendUint64(b, uint64(m.ChainBytes))
-}
-
-func decodeObjMeta(b []byte) (objMeta, bool) {
-	var m objMeta
-	if len(b) != objMetaLen {
-		return m, false
-	}
-	m.Kind, m.Width = objectKind(b[0]), int(b[1])
-	copy(m.Base[:], b[2:34])
-	m.ContentLen = int64(binary.LittleEndian.Uint64(b[34:]))
-	m.FileSize = int64(binary.LittleEndian.Uint64(b[42:]))
-	m.DeltaLen = int64(binary.LittleEndian.Uint64(b[50:]))
-	m.Depth = int(binary.LittleEndian.Uint32(b[58:]))
-	m.ChainBytes = int64(binary.LittleEndian.Uint64(b[62:]))
-	return m, m.Kind == kindFull || m.Kind == kindDelta
-}
+func decodeObjMeta(b []byte) (objMeta, bool) { return format.DecodeIndexObject(b) }
 
 // matState is the state of the materialized copy: which version it holds and whether it is
 // complete (Clean false: an update was interrupted, rebuild before use).
@@ -118,7 +82,7 @@ type matState struct {
 
 // errIndexDamaged marks a failure of the index file itself (bbolt's error or panic, a
 // record failing its CRC): the index is recreated. It never reaches the store's callers.
-var errIndexDamaged = errors.New("index is damaged")
+var errIndexDamaged = format.ErrIndexDamaged
 
 // errIndexBusy is returned by Open when another process holds the index.
 var errIndexBusy = errors.New("index is in use by another process (give each reader its own cache directory)")

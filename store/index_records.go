@@ -5,36 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
+	"github.com/weightfs/weightfs/store/format"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// The records of the index. Every value is its payload followed by the CRC-32C (u32 LE) of
-// the key and the payload: bbolt checks no data page, and a flipped byte in a record (an
-// object's base, the version the materialized copy holds) would otherwise be believed. A
-// record that fails its CRC is damage (errIndexDamaged): the index is recreated.
+// The records of the index: every value is its payload followed by the CRC-32C of the key
+// and the payload (format/index.go has the bytes); a record that fails its CRC is damage
+// (errIndexDamaged): the index is recreated.
 
-func sealValue(key, payload []byte) []byte {
-	crc := crc32.Update(crc32c(key), castagnoli, payload)
-	return binary.LittleEndian.AppendUint32(append(make([]byte, 0, len(payload)+4), payload...), crc)
-}
+func sealValue(key, payload []byte) []byte { return format.SealIndexValue(key, payload) }
 
 // openValue checks a stored value and returns its payload; a nil value is a miss (nil, nil).
-func openValue(key, v []byte) ([]byte, error) {
-	if v == nil {
-		return nil, nil
-	}
-	if len(v) < 4 {
-		return nil, fmt.Errorf("record %x of %d bytes: %w", key, len(v), errIndexDamaged)
-	}
-	payload := v[:len(v)-4]
-	if crc32.Update(crc32c(key), castagnoli, payload) != binary.LittleEndian.Uint32(v[len(v)-4:]) {
-		return nil, fmt.Errorf("record %x fails its CRC-32C: %w", key, errIndexDamaged)
-	}
-	return payload, nil
-}
+func openValue(key, v []byte) ([]byte, error) { return format.OpenIndexValue(key, v) }
 
 // get returns the payload of key in bucket name (nil: none).
 func get(tx *bolt.Tx, name, key []byte) ([]byte, error) {
@@ -75,7 +59,7 @@ func (ix *index) putObjects(metas map[ID]objMeta) error {
 	}
 	return ix.write(func(tx *bolt.Tx) error {
 		for id, m := range metas {
-			if err := put(tx, bucketObjects, id[:], m.encode()); err != nil {
+			if err := put(tx, bucketObjects, id[:], m.Encode()); err != nil {
 				return err
 			}
 		}

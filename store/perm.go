@@ -1,9 +1,9 @@
 package store
 
 import (
-	"fmt"
 	"io/fs"
-	"os"
+
+	"github.com/weightfs/weightfs/store/local"
 )
 
 // Permissions (docs/format.md (Part I) §1). A store is private by default, as restic's
@@ -18,26 +18,11 @@ const (
 	cacheFilePerm fs.FileMode = 0o600
 )
 
-// storeModes are the permission bits of what a writer creates in a store.
-type storeModes struct {
-	dir    fs.FileMode // objects/, versions/, tmp/ and objects' fan-out directories
-	file   fs.FileMode // the format file, manifests, the lock file
-	object fs.FileMode // objects: read-only, so that nothing writes them in place
-}
+// storeModes are the permission bits of what a writer creates in a store (local.Modes).
+type storeModes = local.Modes
 
 // modesFor derives a store's modes from its format file's permission bits.
-func modesFor(format fs.FileMode) storeModes {
-	r := format.Perm() & 0o044 // read for the group, for others
-	return storeModes{dir: 0o700 | r | r>>2, file: 0o600 | r, object: 0o400 | r}
-}
+func modesFor(format fs.FileMode) storeModes { return local.ModesFor(format) }
 
 // mkdirMode creates directory dir with exactly mode (the umask takes nothing away).
-func mkdirMode(dir string, mode fs.FileMode) error {
-	if err := os.Mkdir(dir, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return fmt.Errorf("chmod %s: %w", dir, err)
-	}
-	return nil
-}
+func mkdirMode(dir string, mode fs.FileMode) error { return local.MkdirMode(dir, mode) }

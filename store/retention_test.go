@@ -189,36 +189,6 @@ func writePinFile(t *testing.T, root, name string, rec pinRecord) {
 	}
 }
 
-func TestDecodePin(t *testing.T) {
-	for _, tc := range []struct {
-		in string
-		ok bool
-	}{
-		{`{"format":"weightfs-pin-1","version":2,"expires":"2026-01-01T00:00:00Z","host":"h","pid":1}`, true},
-		{`{"format":"weightfs-pin-2","version":2,"expires":"2026-01-01T00:00:00Z","host":"h","pid":1}`, false},
-		{`{"version":2,"expires":"2026-01-01T00:00:00Z"}`, false},
-		{`{"format":"weightfs-pin-1","version":0,"expires":"2026-01-01T00:00:00Z"}`, false},
-		{`{"format":"weightfs-pin-1","version":2}`, false},
-		{`{"format":"weightfs-pin-1","version":2,"expires":"2026-01-01T00:00:00Z","extra":1}`, false},
-		{`{"format":"weightfs-pin-1","version":2,"expires":"2026-01-01T00:00:00Z"} {}`, false},
-		{`{"format":"weightfs-pin-1","ver`, false},
-	} {
-		if _, err := decodePin([]byte(tc.in)); (err == nil) != tc.ok {
-			t.Errorf("%s: %v", tc.in, err)
-		}
-	}
-}
-
-func FuzzDecodePin(f *testing.F) {
-	f.Add([]byte(`{"format":"weightfs-pin-1","version":2,"expires":"2026-01-01T00:00:00Z","host":"h","pid":1}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		rec, err := decodePin(b)
-		if err == nil && (rec.Format != pinFormat || rec.Version == 0 || rec.Expires.IsZero()) {
-			t.Fatalf("accepted %+v", rec)
-		}
-	})
-}
-
 func TestUsageTotalIsObjectFiles(t *testing.T) {
 	s, root := newLooseStore(t, Options{})
 	commitModel(t, s, 8)

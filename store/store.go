@@ -165,14 +165,14 @@ func Open(path string, opts Options) (*Store, error) {
 	o := Opening{Root: path, Format: format, NewBackend: func(string) (Backend, error) { return newLocalBackend(path, modes), nil },
 		StoreID: func() (string, error) { return localStoreID(path) }}
 	if !opts.ReadOnly {
-		lock, err := acquireWriterLock(filepath.Join(path, "lock"), modes.file)
+		lock, err := acquireWriterLock(filepath.Join(path, "lock"), modes.File)
 		if err != nil {
 			return nil, fmt.Errorf("open store %s for writing: %w", path, err)
 		}
 		o.Lock = lock
 		o.WriterCacheDir = filepath.Join(path, "cache")
 		o.UpgradeFormat = func(data []byte) error {
-			return writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), data, modes.file)
+			return writeFileSynced(filepath.Join(path, formatFileName), filepath.Join(path, "tmp"), data, modes.File)
 		}
 	}
 	return OpenBackend(o, opts)

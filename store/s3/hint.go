@@ -2,10 +2,7 @@ package s3
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"sync"
@@ -13,6 +10,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/weightfs/weightfs/store/format"
 )
 
 // The change hint: PREFIX/latest, a 32-byte object the writer rewrites after every change of
@@ -27,64 +26,18 @@ import (
 // format is refused (the reader lists at its fallback rate, as if there were none); one that
 // changes when nothing else did costs a LIST.
 
-// hintKey is the hint's key under the prefix.
-const hintKey = "latest"
-
-// The hint's layout: magic, format version, the newest version the writer knew of, the time
-// of the write (which also makes every write's bytes, and so its ETag, new), CRC-32C.
+// The hint's bytes are package store/format's (format/hint.go); these are its names here.
 const (
-	hintMagic   = "WFSLATST"
-	hintVersion = 1
-	hintSize    = 32
+	hintKey   = format.HintName // the hint's key under the prefix
+	hintMagic = format.HintMagic
+	hintSize  = format.HintSize
 )
 
-var hintCRC = crc32.MakeTable(crc32.Castagnoli)
+type changeHint = format.ChangeHint
 
-// Errors of parseHint.
-var (
-	errHintMagic   = errors.New("not a weightfs change hint (bad magic)")
-	errHintVersion = errors.New("change hint of an unknown format version")
-	errHintCRC     = errors.New("change hint is corrupt (CRC-32C mismatch)")
-	errHintSize    = errors.New("change hint has the wrong size")
-)
+func encodeHint(h changeHint) []byte { return format.EncodeHint(h) }
 
-// changeHint is the content of PREFIX/latest.
-type changeHint struct {
-	Latest  uint64 // the newest sealed version when it was written (0: none)
-	Written int64  // Unix nanoseconds of the write
-}
-
-// encodeHint returns the 32 bytes of h.
-func encodeHint(h changeHint) []byte {
-	b := make([]byte, hintSize)
-	copy(b, hintMagic)
-	binary.LittleEndian.PutUint32(b[8:], hintVersion)
-	binary.LittleEndian.PutUint64(b[12:], h.Latest)
-	binary.LittleEndian.PutUint64(b[20:], uint64(h.Written))
-	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], hintCRC))
-	return b
-}
-
-// parseHint checks the magic, then the version, then the size and the CRC, as the format file's
-// reader does.
-func parseHint(b []byte) (changeHint, error) {
-	if len(b) < len(hintMagic) || string(b[:len(hintMagic)]) != hintMagic {
-		return changeHint{}, errHintMagic
-	}
-	if len(b) < 12 {
-		return changeHint{}, errHintSize
-	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != hintVersion {
-		return changeHint{}, fmt.Errorf("%w (%d; this weightfs reads %d)", errHintVersion, v, hintVersion)
-	}
-	if len(b) != hintSize {
-		return changeHint{}, fmt.Errorf("%w (%d bytes, want %d)", errHintSize, len(b), hintSize)
-	}
-	if binary.LittleEndian.Uint32(b[28:]) != crc32.Checksum(b[:28], hintCRC) {
-		return changeHint{}, errHintCRC
-	}
-	return changeHint{Latest: binary.LittleEndian.Uint64(b[12:]), Written: int64(binary.LittleEndian.Uint64(b[20:]))}, nil
-}
+func parseHint(b []byte) (changeHint, error) { return format.ParseHint(b) }
 
 // hintState is a process's side of the hint: the writer's last write, the reader's last ETag.
 type hintState struct {
