@@ -58,6 +58,8 @@ type versionFile struct {
 	opts readOpts
 	// lastEnd is the furthest any read has reached: reads near it are sequential (read_ahead.go).
 	lastEnd atomic.Int64
+	// checkNext is the first segment whose check the read-ahead has not started (checkAhead).
+	checkNext atomic.Int64
 	// vouched: the file's composition was checked (verify_vouch.go).
 	vouched atomic.Bool
 	// whole: whether the materialized copy holds the file whole (copy_read_file.go).

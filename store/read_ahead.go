@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // Read-ahead of rebuilt pages. A page of a version that is not the materialized latest is
@@ -22,13 +23,19 @@ const copyReadAheadBytes = 32 * pageSize
 
 // readAhead holds the background builders of one Store.
 type readAhead struct {
-	tokens   chan struct{}
-	building sync.Map // pageKey -> true: a background build is under way
-	wg       sync.WaitGroup
+	tokens chan struct{}
+	// checks are the checks ahead under way (checkAhead): one per two cores, at least one.
+	checks   chan struct{}
+	building sync.Map // pageKey -> true: a background build is under way; {id, -1}: a check
+	// aheadBytes counts the content bytes of the checks started ahead (the benchmarks' share
+	// of the bytes read whose hash ran off the reader's path).
+	aheadBytes atomic.Int64
+	wg         sync.WaitGroup
 }
 
 func newReadAhead() *readAhead {
-	return &readAhead{tokens: make(chan struct{}, 2*max(1, runtime.NumCPU()))}
+	return &readAhead{tokens: make(chan struct{}, 2*max(1, runtime.NumCPU())),
+		checks: make(chan struct{}, max(1, runtime.NumCPU()/2))}
 }
 
 // wait returns when no background build runs (Close).
@@ -68,11 +75,12 @@ func (f *versionFile) prefetch(from, to int64) {
 		pg int64
 	}
 	var jobs []job
+	var checks []int // segments whose checks to start ahead, in file order
 	// Segments are in file order: start at the first that ends after from (a model may
 	// have tens of thousands of tensors, and this runs on every read).
 	i := sort.Search(len(f.segs), func(i int) bool { return f.segs[i].end > from })
 	advised := false
-	for _, sg := range f.segs[i:] {
+	for k, sg := range f.segs[i:] {
 		if sg.start >= to {
 			break
 		}
@@ -90,6 +98,9 @@ func (f *versionFile) prefetch(from, to int64) {
 		if f.s.memHolds(sg.id) {
 			continue // read from the base in memory (read_basemem.go)
 		}
+		if f.opts.check && sg.start >= from && int64(i+k) >= f.checkNext.Load() {
+			checks = append(checks, i+k) // a tensor the reader has not reached: it checks its own
+		}
 		first := (max(from, sg.start) - sg.start) / pageSize
 		last := (min(to, sg.end) - 1 - sg.start) / pageSize
 		for pg := first; pg <= last; pg++ {
@@ -99,11 +110,56 @@ func (f *versionFile) prefetch(from, to int64) {
 		}
 	}
 	view.release() // before any build: a build takes its own hold
+	// The checks first: the reader waits for a tensor's check before its first byte, and
+	// a check builds the tensor's pages itself (these jobs' among them).
+	for _, k := range checks {
+		if !o.checkAhead(f.segs[k].id, f.segs[k].hint, f.segs[k].end-f.segs[k].start) {
+			break // every slot is busy: tried again at the next read
+		}
+		for next := f.checkNext.Load(); next <= int64(k) && !f.checkNext.CompareAndSwap(next, int64(k)+1); next = f.checkNext.Load() {
+		}
+	}
 	for _, j := range jobs {
 		if !o.buildAhead(j.sg.id, j.sg.hint, j.pg) {
 			return // every builder is busy: the reader will build what it needs
 		}
 	}
+}
+
+// checkAheadShare bounds the objects whose checks the read-ahead starts (checkAhead) to this
+// share of the page cache: the check of a larger one would push the pages of the tensor being
+// read out of the cache before the reader is done with them, and have them built again.
+const checkAheadShare = 4
+
+// checkAhead starts a background check (read_check.go) of object id, size content bytes, the
+// next tensor a sequential reader will reach, so that the check, which the reader would wait
+// for at its first byte, runs on another core while the reader is served the tensors before
+// it. It reports whether the reader may count the check as started: true also when one is
+// under way, when the object is too large to be checked ahead (the reader checks it), and
+// false, starting nothing, when every slot for checks ahead is busy. The check's verdict is
+// the reader's to see when it gets there: a failure to hash is remembered (checkTensor), any
+// other error is the reader's own check's to meet again.
+func (o *objectStore) checkAhead(id ID, hint objHint, size int64) bool {
+	if size > o.pages.limit/checkAheadShare {
+		return true
+	}
+	key := pageKey{id, -1}
+	if _, busy := o.ra.building.LoadOrStore(key, true); busy {
+		return true
+	}
+	select {
+	case o.ra.checks <- struct{}{}:
+	default:
+		o.ra.building.Delete(key)
+		return false
+	}
+	o.ra.wg.Add(1)
+	o.ra.aheadBytes.Add(size)
+	go func() {
+		defer func() { o.ra.building.Delete(key); <-o.ra.checks; o.ra.wg.Done() }()
+		o.st.checker.checkTensor(id, hint)
+	}()
+	return true
 }
 
 // willNeed starts the kernel reading the copy's bytes of object id from content offset off

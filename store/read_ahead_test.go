@@ -2,12 +2,14 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 
 	"github.com/weightfs/weightfs/delta"
+	"github.com/weightfs/weightfs/internal/logtest"
 )
 
 // TestOldVersionReadsWithReadAhead reads a version several deltas behind the latest through
@@ -129,5 +131,58 @@ func TestLatestReadAdvisesCopyAhead(t *testing.T) {
 	}
 	if got, want := advisedTo(), int64(4<<20)+copyReadAheadBytes-pageSize; got < want {
 		t.Fatalf("after reading 4 MiB in order the copy is advised up to %d, want at least %d", got, want)
+	}
+}
+
+// TestReadAheadChecksTheNextTensors reads the first bytes of a file of a version three deltas
+// behind the latest: the read-ahead starts the checks of the tensors after them (checkAhead),
+// so they are checked before the reader reaches them, and the whole file then reads exactly.
+// With a byte of one tensor's object flipped, the check ahead finds it and the reads of that
+// tensor fail with ErrCorrupt, never other bytes, while the tensor before it reads exactly.
+func TestReadAheadChecksTheNextTensors(t *testing.T) {
+	for _, damaged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("damaged=%v", damaged), func(t *testing.T) {
+			versions := modelVersions(t, 4, 85)
+			w, root := newLooseStore(t, Options{}) // object files: one to flip a byte of
+			commitAll(t, w, versions)
+			closeStore(t, w)
+			r := openLoose(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: -1, Logger: logtest.New(func(string, ...any) {})})
+			emb, embBytes := tensorOf(t, r, 1, "model.embed_tokens.weight", versions[0])
+			mlp, _ := tensorOf(t, r, 1, "model.layers.0.mlp.weight", versions[0])
+			if damaged {
+				expectDamage(r)
+				flipByte(t, r.be.given.(*localBackend).objectPath(mlp.ID))
+			}
+			f, err := r.OpenFile(1, "model.safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.ReadAt(make([]byte, 4096), 0); err != nil {
+				t.Fatal(err)
+			}
+			r.objects.ra.wait()
+			checked := checkedObjects(r)
+			if !checked[emb.ID] || (!damaged && !checked[mlp.ID]) {
+				t.Fatalf("after a read of the file's first 4096 bytes: embed checked %v, mlp checked %v; want both checked ahead of the reader",
+					checked[emb.ID], checked[mlp.ID])
+			}
+			if !damaged {
+				mustEqualBytes(t, "version 1", readWhole(t, r, 1, "model.safetensors"), versions[0]["model.safetensors"])
+				return
+			}
+			if checked[mlp.ID] {
+				t.Fatal("the damaged tensor's object was recorded as checked")
+			}
+			b, err := readTensor(r, 1, emb)
+			if err != nil {
+				t.Fatalf("the tensor before the damaged one: %v", err)
+			}
+			mustEqualBytes(t, "embed", b, embBytes)
+			for i := 0; i < 2; i++ {
+				if b, err := readTensor(r, 1, mlp); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("read %d of the damaged tensor: %d bytes, %v, want ErrCorrupt", i, len(b), err)
+				}
+			}
+		})
 	}
 }

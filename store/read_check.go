@@ -16,7 +16,9 @@ import (
 //
 // The codec keeps no digest of a part of a tensor, so the first read of any byte of a tensor
 // hashes the whole tensor (its pages are built ahead by the read-ahead's builders and then
-// served from the page cache). An object checked once is remembered (checks.checkedObject: in
+// served from the page cache). A sequential reader's read-ahead starts the checks of the next
+// tensors before it reaches them (objectStore.checkAhead, read_ahead.go), so their hashes run
+// on other cores while it is served. An object checked once is remembered (checks.checkedObject: in
 // memory, and in the index of the cache directory, bucket vouched, so a restarted reader does
 // not hash it again); one that does not hash to its identity fails every read of it with
 // ErrCorrupt naming the file, the tensor and the object, never wrong bytes. Bytes served from

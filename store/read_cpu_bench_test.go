@@ -2,6 +2,8 @@ package store
 
 import (
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"syscall"
@@ -17,8 +19,14 @@ import (
 // the measurement, then the kernel's caches dropped when run as root), reads every file of
 // the latest version and of the version ten behind it (WEIGHTFS_BENCH_BEHIND) in order, 1 MiB
 // at a time through ReadSlices (the mount's path, FUSE left out), and reports the process's
-// CPU (user + sys, every goroutine: builders, checks, file copies) per GB read and the delta
-// blocks decoded per read. CPU, not time: the machine is shared (docs/benchmarks.md).
+// CPU (user + sys, every goroutine: builders, checks, file copies) per GB read, the wall time
+// per GB (secondary: the machine is shared, docs/benchmarks.md), the delta blocks decoded per
+// read, the pages missed in the cache (built, or waited for), the share of the bytes whose
+// check the read-ahead started (checkAhead), and the bytes and objects allocated per GB read
+// (runtime.MemStats: every goroutine's).
+// WEIGHTFS_BENCH_READ=old (or latest) reads that version only; WEIGHTFS_BENCH_PROFILE=FILE
+// writes CPU profiles of the reads alone (FILE.1, FILE.2, ...: not of Open, which builds the
+// copy).
 func BenchmarkKeptStoreRead(b *testing.B) {
 	root := os.Getenv("WEIGHTFS_BENCH_STORE")
 	if root == "" {
@@ -32,9 +40,30 @@ func BenchmarkKeptStoreRead(b *testing.B) {
 		}
 		behind = n
 	}
+	profiling := func(bool) {}
 	var cpu = map[string]time.Duration{}
 	var bytes = map[string]int64{}
-	var decoded int64
+	var allocBytes, allocs = map[string]uint64{}, map[string]uint64{}
+	only := os.Getenv("WEIGHTFS_BENCH_READ")
+	if path := os.Getenv("WEIGHTFS_BENCH_PROFILE"); path != "" {
+		n := 0
+		var prof *os.File
+		profiling = func(on bool) {
+			if !on {
+				pprof.StopCPUProfile()
+				prof.Close()
+				return
+			}
+			n++
+			var err error
+			if prof, err = os.Create(path + "." + strconv.Itoa(n)); err != nil {
+				b.Fatal(err)
+			}
+			pprof.StartCPUProfile(prof)
+		}
+	}
+	var decoded, built, ahead int64
+	var wall = map[string]time.Duration{}
 	for range b.N {
 		opts := Options{ReadOnly: true, Materialize: true, CacheDir: b.TempDir(), Logger: logtest.New(func(string, ...any) {})}
 		if os.Getenv("WEIGHTFS_BENCH_NO_FILE_COPIES") != "" {
@@ -53,13 +82,27 @@ func BenchmarkKeptStoreRead(b *testing.B) {
 			name string
 			v    uint64
 		}{{"old", latest - behind}, {"latest", latest}} {
-			d0, c0 := r.objects.bufs.decoded.Load(), processCPU()
+			if only != "" && only != c.name {
+				continue
+			}
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			profiling(true)
+			d0, c0, t0 := r.objects.bufs.decoded.Load(), processCPU(), time.Now()
+			p0, a0 := r.objects.stats.pageMisses.Load(), r.objects.ra.aheadBytes.Load()
 			bytes[c.name] += readVersionSlices(b, r, c.v)
 			r.objects.ra.wait()
 			r.files.bg.Wait() // the file copies written behind the reads
 			cpu[c.name] += processCPU() - c0
+			wall[c.name] += time.Since(t0)
+			profiling(false)
+			runtime.ReadMemStats(&m1)
+			allocBytes[c.name] += m1.TotalAlloc - m0.TotalAlloc
+			allocs[c.name] += m1.Mallocs - m0.Mallocs
 			if c.name == "old" {
 				decoded += r.objects.bufs.decoded.Load() - d0
+				built += r.objects.stats.pageMisses.Load() - p0
+				ahead += r.objects.ra.aheadBytes.Load() - a0
 			}
 		}
 		if err := r.Close(); err != nil {
@@ -67,9 +110,17 @@ func BenchmarkKeptStoreRead(b *testing.B) {
 		}
 	}
 	for name, d := range cpu {
-		b.ReportMetric(d.Seconds()/(float64(bytes[name])/1e9), name+"-CPU-s/GB")
+		gb := float64(bytes[name]) / 1e9
+		b.ReportMetric(d.Seconds()/gb, name+"-CPU-s/GB")
+		b.ReportMetric(wall[name].Seconds()/gb, name+"-wall-s/GB")
+		b.ReportMetric(float64(allocBytes[name])/1e6/gb, name+"-alloc-MB/GB")
+		b.ReportMetric(float64(allocs[name])/gb, name+"-allocs/GB")
 	}
 	b.ReportMetric(float64(decoded)/float64(b.N), "blocks-decoded/old-read")
+	b.ReportMetric(float64(built)/float64(b.N), "page-misses/old-read")
+	if bytes["old"] > 0 {
+		b.ReportMetric(float64(ahead)/float64(bytes["old"]), "old-checked-ahead-share")
+	}
 }
 
 // readVersionSlices reads every file of version v in order of path, 1 MiB at a time through
