@@ -13,7 +13,7 @@ import (
 // library alternative; its defaults are not encoding/json's rules, so it is not a drop-in),
 // and the codec in use (fast: manifest_encode.go, manifest_decode.go). live-objects/op is
 // the heap objects one decoded manifest keeps alive (what the garbage collector scans while
-// a version is held). docs/benchmarks.md, "The manifest's codec", has a run.
+// a version is held). docs/benchmarks.md, "Tensor count (figure 11)", has a run.
 //
 //	go test -run XXX -bench Manifest -benchmem ./store/format/
 

@@ -14,9 +14,9 @@ import (
 // The manifest's JSON is decoded without reflection: a walk of its fields over the tokens of
 // jsontext (github.com/go-json-experiment/json, the encoding/json/v2 of Go 1.27, which
 // validates the JSON grammar and UTF-8 and unquotes strings). encoding/json's reflection
-// costs ~10 µs a tensor and leaves 5-6 heap objects per tensor; this walk costs a fraction of
-// that (docs/benchmarks.md, "The manifest's codec") and leaves none per tensor: the paths and
-// names of a manifest share one string, its shapes a few arrays.
+// costs ~10 µs a tensor and leaves 3 heap objects per tensor; this walk costs a fraction of
+// that (docs/benchmarks.md, "Tensor count (figure 11)") and leaves none per tensor: the
+// paths and names of a manifest share one string, its shapes a few arrays.
 //
 // The walk covers the JSON the encoder writes and what differs from it only in whitespace,
 // key order and string escapes. Anything else (a key spelt in another case, which

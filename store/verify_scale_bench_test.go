@@ -1,0 +1,76 @@
+package store
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// BenchmarkVerifyTensors is `verify` of a store of two versions of n tiny tensors (version 2
+// changes one in a hundred), at 10,000 and 100,000 tensors: figure 11's verify in process,
+// without its checkpoints' bytes. Besides the time it reports the CPU, the garbage collector's
+// cycles and the heap objects at their peak during Verify (sampled every 20 ms) and after it
+// (what the open store keeps): what grows faster than the tensors at 100,000 is the collector
+// (docs/benchmarks.md, "Tensor count (figure 11)").
+//
+//	go test -run XXX -bench VerifyTensors -benchtime 3x ./store/
+func BenchmarkVerifyTensors(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			s, root := newStore(b, Options{})
+			for v := uint64(1); v <= 2; v++ {
+				commitTree(b, s, v, map[string][]byte{"model.safetensors": tinyTensorFile(b, n, int(v))})
+			}
+			s.Close()
+			var cpu time.Duration
+			var gcs uint32
+			var peak, after uint64
+			for range b.N {
+				b.StopTimer()
+				r := openStore(b, root, Options{})
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				gc0, cpu0 := ms.NumGC, processCPU()
+				stop, sampled := make(chan struct{}), make(chan uint64)
+				go func() { // the peak of heap objects, live or not yet swept
+					var most uint64
+					var ms runtime.MemStats
+					t := time.NewTicker(20 * time.Millisecond)
+					defer t.Stop()
+					for {
+						runtime.ReadMemStats(&ms)
+						most = max(most, ms.HeapObjects)
+						select {
+						case <-stop:
+							sampled <- most
+							return
+						case <-t.C:
+						}
+					}
+				}()
+				b.StartTimer()
+				rep, err := r.Verify(nil)
+				b.StopTimer()
+				cpu += processCPU() - cpu0
+				close(stop)
+				peak = max(peak, <-sampled)
+				runtime.ReadMemStats(&ms)
+				gcs += ms.NumGC - gc0
+				if err != nil || len(rep.Damaged) > 0 || len(rep.Unreadable) > 0 {
+					b.Fatalf("verify: %v %+v", err, rep)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				after = ms.HeapObjects
+				r.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+			b.ReportMetric(float64(gcs)/float64(b.N), "gcs/op")
+			b.ReportMetric(float64(peak), "peak-heap-objects")
+			b.ReportMetric(float64(after), "heap-objects-after")
+		})
+	}
+}
