@@ -2,7 +2,10 @@ package store
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 )
@@ -15,6 +18,9 @@ import (
 // (docs/benchmarks.md, "Tensor count (figure 11)").
 //
 //	go test -run XXX -bench VerifyTensors -benchtime 3x ./store/
+//
+// WEIGHTFS_BENCH_VERIFY_HEAP=DIR writes DIR/verify-N.heap, a heap profile of what the store
+// keeps after Verify (go tool pprof -sample_index=inuse_objects).
 func BenchmarkVerifyTensors(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
@@ -64,6 +70,9 @@ func BenchmarkVerifyTensors(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&ms)
 				after = ms.HeapObjects
+				if dir := os.Getenv("WEIGHTFS_BENCH_VERIFY_HEAP"); dir != "" {
+					writeHeapProfile(b, filepath.Join(dir, fmt.Sprintf("verify-%d.heap", n)))
+				}
 				r.Close()
 				b.StartTimer()
 			}
@@ -72,5 +81,16 @@ func BenchmarkVerifyTensors(b *testing.B) {
 			b.ReportMetric(float64(peak), "peak-heap-objects")
 			b.ReportMetric(float64(after), "heap-objects-after")
 		})
+	}
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -2,7 +2,9 @@ package format
 
 import (
 	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 )
@@ -13,7 +15,7 @@ import (
 // library alternative; its defaults are not encoding/json's rules, so it is not a drop-in),
 // and the codec in use (fast: manifest_encode.go, manifest_decode.go). live-objects/op is
 // the heap objects one decoded manifest keeps alive (what the garbage collector scans while
-// a version is held). docs/benchmarks.md, "Tensor count (figure 11)", has a run.
+// a version is held); cpu-ns/op is the process's CPU per operation. docs/benchmarks.md, "Tensor count (figure 11)", has a run.
 //
 //	go test -run XXX -bench Manifest -benchmem ./store/format/
 
@@ -35,12 +37,14 @@ func BenchmarkManifestDecode(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(js)))
+			cpu0 := processCPU()
 			for range b.N {
 				if _, err := c.decode(js); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.StopTimer()
+			reportCPU(b, cpu0)
 			b.ReportMetric(float64(liveObjects(func() any { m, _ := c.decode(js); return m })), "live-objects/op")
 		})
 	}
@@ -57,13 +61,30 @@ func BenchmarkManifestEncode(b *testing.B) {
 		{"fast", func(m *Manifest) ([]byte, error) { return appendManifestJSON(make([]byte, 0, manifestJSONLen(m)), m) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			cpu0 := processCPU()
 			for range b.N {
 				if _, err := c.encode(m); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.StopTimer()
+			reportCPU(b, cpu0)
 		})
 	}
+}
+
+// processCPU is the CPU time of the process so far (its garbage collector's included): on a
+// machine shared with other work, the measure to compare (ns/op is wall time).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // liveObjects is the number of heap objects what make returns keeps alive.
