@@ -1,6 +1,7 @@
 package format
 
 import (
+	"encoding/json"
 	"runtime"
 	"syscall"
 	"testing"
@@ -98,3 +99,43 @@ func liveObjects(make func() any) int64 {
 	runtime.KeepAlive(v)
 	return int64(after.HeapObjects) - int64(before.HeapObjects)
 }
+
+// BenchmarkManifestHead: the head of the MoE manifest (what listing versions reads), by
+// encoding/json into store's manifestSummary (copied here) and by DecodeManifestHead.
+func BenchmarkManifestHead(b *testing.B) {
+	js, err := ManifestBody(mustEncode(b, moeManifest(20_000, 8)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	type summary struct {
+		Version  uint64        `json:"version"`
+		Created  time.Time     `json:"created"`
+		Previous uint64        `json:"previous"`
+		Files    []skipped     `json:"files"`
+		Stats    ManifestStats `json:"stats"`
+		Indexes  []string      `json:"indexes"`
+	}
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) error
+	}{
+		{"reflect", func(js []byte) error { var s summary; return json.Unmarshal(js, &s) }},
+		{"fast", func(js []byte) error { _, err := DecodeManifestHead(js); return err }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(js)))
+			cpu0 := processCPU()
+			for range b.N {
+				if err := c.decode(js); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			reportCPU(b, cpu0)
+		})
+	}
+}
+
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
