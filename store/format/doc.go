@@ -7,7 +7,8 @@
 // It holds so far the format file (storefile.go: STORE/weightfs-store, the store format
 // versions), the object file codec (object.go: header, chunk table), the manifest codec
 // (manifest.go: the manifest's types, encode, decode and validation, the bounds of version
-// numbers and names, the path check), the gc record (gcrecord.go), object identities (id.go),
+// numbers and names, the path check; manifest_encode.go and manifest_decode.go: its JSON
+// without reflection, encoding/json kept as the reference), the gc record (gcrecord.go), object identities (id.go),
 // the CRC-32C of every trailer (crc.go) and the sentinel errors the codecs wrap (errors.go),
 // which package store re-exports under the same names so that errors.Is holds whichever
 // package a caller tests against. Package store/pack is the pack half of the format (pack files and pack indexes)
