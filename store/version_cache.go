@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/weightfs/weightfs/store/format"
 )
 
 // versionCache holds parsed versions (manifests with their lookups), bounded by their
@@ -114,8 +116,9 @@ func (vl *versionList) versionSummaryIndexes(v uint64) (VersionInfo, []string, e
 	return info, indexes, nil
 }
 
-// manifestSummary is what the version list needs of a manifest. Its files are counted and
-// skipped: json hands each to skipped.UnmarshalJSON as a slice of the input, copying nothing.
+// manifestSummary is what the version list needs of a manifest, as encoding/json reads it
+// (decodeManifestHeadReflect: the reference of format.DecodeManifestHead). Its files are
+// counted and skipped: json hands each to skipped.UnmarshalJSON as a slice of the input.
 type manifestSummary struct {
 	Version  uint64        `json:"version"`
 	Created  time.Time     `json:"created"`
@@ -143,17 +146,30 @@ func decodeManifestSummaryIndexes(b []byte) (VersionInfo, []string, error) {
 	if err != nil {
 		return VersionInfo{}, nil, err
 	}
-	var m manifestSummary
-	if err := json.Unmarshal(js, &m); err != nil {
-		return VersionInfo{}, nil, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
+	m, err := format.DecodeManifestHead(js) // without reflection; else as encoding/json reads it:
+	if err != nil {
+		if m, err = decodeManifestHeadReflect(js); err != nil {
+			return VersionInfo{}, nil, err
+		}
 	}
 	if m.Version == 0 || m.Previous >= m.Version {
 		return VersionInfo{}, nil, fmt.Errorf("manifest of version %d, previous %d: %w", m.Version, m.Previous, ErrCorrupt)
 	}
 	return VersionInfo{
-		Number: m.Version, Created: m.Created, Files: len(m.Files),
+		Number: m.Version, Created: m.Created, Files: m.Files,
 		LogicalBytes: m.Stats.LogicalBytes, StoredBytes: m.Stats.NewObjectBytes,
 		ChangedElems: m.Stats.ChangedElems, TotalElems: m.Stats.TotalElems,
 		PreviousNumber: m.Previous,
 	}, m.Indexes, nil
+}
+
+// decodeManifestHeadReflect is format.DecodeManifestHead by encoding/json (manifestSummary):
+// the reference it is tested against, and the decoder of what it leaves alone.
+func decodeManifestHeadReflect(js []byte) (format.ManifestHead, error) {
+	var m manifestSummary
+	if err := json.Unmarshal(js, &m); err != nil {
+		return format.ManifestHead{}, fmt.Errorf("manifest JSON: %v: %w", err, ErrCorrupt)
+	}
+	return format.ManifestHead{Version: m.Version, Created: m.Created, Previous: m.Previous, Files: len(m.Files),
+		Stats: m.Stats, Indexes: m.Indexes}, nil
 }

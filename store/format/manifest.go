@@ -147,19 +147,24 @@ func (t *ManifestTensor) Elements() int64 {
 	return n
 }
 
-// EncodeManifest returns the manifest file bytes of m.
+// EncodeManifest returns the manifest file bytes of m. The JSON is appendManifestJSON's
+// (manifest_encode.go), the bytes encoding/json writes for m (encodeManifestJSONReflect).
 func EncodeManifest(m *Manifest) ([]byte, error) {
-	js, err := json.Marshal(m)
+	b := make([]byte, ManifestHeadLen, ManifestHeadLen+manifestJSONLen(m)+4)
+	b, err := appendManifestJSON(b, m)
 	if err != nil {
+		_, err = encodeManifestJSONReflect(m) // encoding/json's words for it
 		return nil, fmt.Errorf("encode Manifest of version %d: %w", m.Version, err)
 	}
-	b := make([]byte, ManifestHeadLen, ManifestHeadLen+len(js)+4)
 	copy(b, ManifestMagic)
 	binary.LittleEndian.PutUint16(b[4:], m.FormatVersion())
-	binary.LittleEndian.PutUint64(b[8:], uint64(len(js)))
-	b = append(b, js...)
+	binary.LittleEndian.PutUint64(b[8:], uint64(len(b)-ManifestHeadLen))
 	return binary.LittleEndian.AppendUint32(b, CRC32C(b)), nil
 }
+
+// encodeManifestJSONReflect is the manifest's JSON as encoding/json writes it: the reference
+// appendManifestJSON is tested against.
+func encodeManifestJSONReflect(m *Manifest) ([]byte, error) { return json.Marshal(m) }
 
 // FormatVersion is the format version m is written in: ManifestIndexes if it names pack
 // indexes, ManifestLongPaths if it holds a path longer than ManifestV1PathLen, else
@@ -182,11 +187,30 @@ func (m *Manifest) FormatVersion() uint16 {
 }
 
 // DecodeManifest checks magic, version and CRC, decodes the JSON strictly and validates it.
+// The JSON is decoded by decodeManifestFast (manifest_decode.go), or, for JSON it leaves alone,
+// by encoding/json (decodeManifestJSONReflect): either way into the value, and with the
+// verdict, of encoding/json.
 func DecodeManifest(b []byte) (*Manifest, error) {
 	js, err := ManifestBody(b)
 	if err != nil {
 		return nil, err
 	}
+	m, err := decodeManifestFast(js)
+	if err != nil {
+		if m, err = decodeManifestJSONReflect(js); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("Manifest of version %d: %w: %w", m.Version, err, ErrCorrupt)
+	}
+	return m, nil
+}
+
+// decodeManifestJSONReflect decodes manifest JSON with encoding/json: unknown fields and
+// trailing data are refused, keys match in any case, invalid UTF-8 becomes U+FFFD. It is the
+// reference decodeManifestFast is tested against, and the decoder of what that leaves alone.
+func decodeManifestJSONReflect(js []byte) (*Manifest, error) {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	var m Manifest
@@ -195,9 +219,6 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("Manifest JSON has trailing data: %w", ErrCorrupt)
-	}
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("Manifest of version %d: %w: %w", m.Version, err, ErrCorrupt)
 	}
 	return &m, nil
 }
