@@ -1,11 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -73,9 +75,19 @@ func (ix *index) putObjects(metas map[ID]objMeta) error {
 	if len(metas) == 0 {
 		return nil
 	}
+	ids := make([]ID, 0, len(metas))
+	for id := range metas {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
 	return ix.write(func(tx *bolt.Tx) error {
-		for id, m := range metas {
-			if err := put(tx, bucketObjects, id[:], m.encode()); err != nil {
+		b, err := bucket(tx, bucketObjects)
+		if err != nil {
+			return err
+		}
+		for i := range ids {
+			m := metas[ids[i]]
+			if err := b.Put(ids[i][:], sealValue(ids[i][:], m.encode())); err != nil {
 				return err
 			}
 		}
