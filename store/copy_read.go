@@ -226,6 +226,13 @@ func (v *matView) readFileInto(path string, raw []byte, abs, n int64) (b []byte,
 // falls back to the objects when they do not match): the sums would check the same bytes a
 // second time, and under a small tensor read and check up to two chunks of its neighbours
 // (three times the bytes for a 64 KiB expert; issue 29).
+//
+// A read of at most smallBaseRead bytes goes through the page cache even when it does not
+// hold them (it then returns true as well): a batch commit of a mixture of experts diffs
+// thousands of such tensors one after the other, and one O_DIRECT read each was a wait on
+// the disk per tensor, of three times its bytes; through the page cache, the kernel's read
+// ahead brings the next tensors in with the first, and the seal's bring-forward of the copy
+// (copy_forward.go, which reads the copy through the page cache) finds them there.
 func (v *matView) readCached(id ID, p []byte, off int64) (bool, error) {
 	loc, ok := v.m.locs[id]
 	if !ok {
@@ -240,14 +247,22 @@ func (v *matView) readCached(id ID, p []byte, off int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if all, known := rangeCached(f, abs, n); !all && known {
-		return false, nil
+	if n > smallBaseRead {
+		if all, known := rangeCached(f, abs, n); !all && known {
+			return false, nil
+		}
 	}
 	if err := readFull(f, p, abs); err != nil {
 		return false, v.m.failed(fmt.Errorf("read %s: %w", loc.path, err))
 	}
 	return true, nil
 }
+
+// smallBaseRead is the longest read of readCached that goes through the page cache when it
+// does not hold the bytes: a small tensor read whole (experts of a mixture are tens to
+// hundreds of KiB). Longer reads (a large tensor's chunks) stay on O_DIRECT with the read
+// ahead of stream_base.go.
+const smallBaseRead = 1 << 20
 
 // readAt reads bytes [off, off+len(p)) of object id from the copy.
 func (v *matView) readAt(id ID, p []byte, off int64) error {

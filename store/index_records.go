@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weightfs/weightfs/store/format"
 	bolt "go.etcd.io/bbolt"
@@ -57,9 +59,19 @@ func (ix *index) putObjects(metas map[ID]objMeta) error {
 	if len(metas) == 0 {
 		return nil
 	}
+	ids := make([]ID, 0, len(metas))
+	for id := range metas {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
 	return ix.write(func(tx *bolt.Tx) error {
-		for id, m := range metas {
-			if err := put(tx, bucketObjects, id[:], m.Encode()); err != nil {
+		b, err := bucket(tx, bucketObjects)
+		if err != nil {
+			return err
+		}
+		for i := range ids {
+			m := metas[ids[i]]
+			if err := b.Put(ids[i][:], sealValue(ids[i][:], m.Encode())); err != nil {
 				return err
 			}
 		}

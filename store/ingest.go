@@ -446,6 +446,7 @@ func (w *Writer) storeDiffed(t *manifestTensor, src io.ReaderAt, base tensorRef,
 		if err := putObjectBytes(s.be, id, file); err != nil {
 			return err
 		}
+		s.objects.wroteDelta(id, file) // for the seal's bring-forward of the copy
 		w.noteCreated(id, int64(len(file)))
 		s.objects.putMeta(id, objMeta{Kind: kindDelta, Width: width, Base: base.tensor.ID, ContentLen: size,
 			FileSize: int64(len(file)), DeltaLen: int64(len(body)), Depth: depth, ChainBytes: chainBytes})

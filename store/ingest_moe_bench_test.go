@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -32,11 +34,20 @@ func BenchmarkCommitMoE(b *testing.B) {
 			var fsyncs, writes int64
 			var cpu time.Duration
 			profile := os.Getenv("WEIGHTFS_BENCH_MOE_PROFILE")
+			cold := os.Getenv("WEIGHTFS_BENCH_MOE_COLD") == "1"
 			for i := range b.N {
 				b.StopTimer()
-				s, _ := newStore(b, Options{Logger: logtest.New(func(string, ...any) {})})
+				s, root := newStore(b, Options{Logger: logtest.New(func(string, ...any) {})})
 				if _, err := s.Commit(srcs[0], CommitOptions{}); err != nil {
 					b.Fatal(err)
+				}
+				if cold {
+					if err := evictTree(root); err != nil {
+						b.Fatal(err)
+					}
+					if err := warmTree(srcs[1]); err != nil {
+						b.Fatal(err)
+					}
 				}
 				before := s.Stats()
 				var prof *os.File
@@ -133,4 +144,20 @@ func moeBenchCheckpoints(b *testing.B) []moeBenchCase {
 		}
 	}
 	return cases
+}
+
+// warmTree reads every regular file under dir once (into the page cache).
+func warmTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(io.Discard, f)
+		return err
+	})
 }

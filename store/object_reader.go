@@ -234,6 +234,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 	if d, ok := o.deltas.get(id); ok {
 		return d, nil
 	}
+	o.deltaReads.Add(1)
 	epoch := o.fillEpoch()
 	if hdr, body, ok := o.readKnownDelta(id); ok {
 		return o.openDeltaSection(id, epoch, hdr, body, path)
@@ -314,6 +315,27 @@ func (o *objectStore) readKnownDelta(id ID) (hdr objectHeader, body []byte, ok b
 	}
 	o.crcChecked.Store(id, true)
 	return hdr, file[hdr.DeltaOffset() : hdr.DeltaOffset()+hdr.DeltaLen], true
+}
+
+// wroteDelta caches the header and the delta section of delta object id, whose file this
+// process just wrote (file, as put): the seal's bring-forward of the copy (copy_forward.go)
+// plans and applies every changed tensor's delta, and read back from the pack, a MoE
+// version's thousands of small records cost a header read, a record read and a CRC each
+// (issue 29). The bytes are the ones the writer encoded and put; the copy they patch is
+// checked against the sums of the bytes the writer hashed (copy_check.go). Nothing is
+// cached when the file does not parse as a delta object of id.
+func (o *objectStore) wroteDelta(id ID, file []byte) {
+	if len(file) < objectHeaderLen+objectTrailerLen {
+		return
+	}
+	epoch := o.fillEpoch()
+	hdr, err := parseObjectHeader(file[:objectHeaderLen], int64(len(file)))
+	if err != nil || hdr.ID != id || hdr.Kind != kindDelta || !hdr.HasDelta() {
+		return
+	}
+	info := &objectInfo{hdr: hdr}
+	o.cacheFill(epoch, func() { o.objInfos.add(id, info, 64) })
+	o.openDeltaSection(id, epoch, hdr, file[hdr.DeltaOffset():hdr.DeltaOffset()+hdr.DeltaLen], nil) // an error: read back later
 }
 
 // openDeltaSection is the end of loadDeltaAt: body, the delta section of object id whose

@@ -3,6 +3,7 @@ package store
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/singleflight"
 )
@@ -36,6 +37,7 @@ type objectStore struct {
 	deltas       *lru[ID, *deltaObject] // loaded delta sections, with their contexts
 	crcChecked   sync.Map               // ID -> true: the object's CRC was verified by this process
 	chunkScratch sync.Pool              // *[]byte: a frame's decompression scratch (readChunk)
+	deltaReads   atomic.Int64           // delta sections loaded from the backend, not the cache (tests)
 
 	// contextChain is the most version-2 delta sections a chain of contexts may hold when a
 	// new one is written (maxContextChain; 0 writes version 1 only: tests, object_delta_context.go).

@@ -41,7 +41,13 @@ func TestStatsFsyncsOfAManyTensorCommit(t *testing.T) {
 	packsBefore, indexesBefore := countFilesUnder(t, root, "packs"), countFilesUnder(t, root, "index")
 	before := s.Stats()
 	looseStats := s.be.given.(*localBackend).loose.stats.Load()
+	deltaReads := s.objects.deltaReads.Load()
 	info, _ := commitTree(t, s, 2, version(2))
+	// The seal brings the copy forward with the deltas the writer just put, not read back
+	// from the pack (objectStore.wroteDelta).
+	if n := s.objects.deltaReads.Load() - deltaReads; n > 0 {
+		t.Errorf("commit of version 2 read %d delta sections back from the store, want 0", n)
+	}
 	// No stat of a loose object file per new object: the store has none (ingest_dedup.go).
 	if n := s.be.given.(*localBackend).loose.stats.Load() - looseStats; n > 0 {
 		t.Errorf("commit of version 2 stated %d loose object files, want 0 in a store of packs only", n)
