@@ -11,8 +11,8 @@ package store
 // may wait for a thread on a loaded machine, and a queue of three 50 kB jobs let the worker
 // run only 150 kB ahead of the writes, where a dense file's queue is three 4 MiB chunks. So
 // the jobs of a stream, and its pieces for the hashers, are gathered (pend) and handed over
-// when they hold a chunk's bytes (or at a switch to a whole-file object, at Close, at Replay):
-// each channel carries about a chunk per item whatever the tensors' sizes, the worker hands
+// when they hold a MiB (streamBatchBytes), when a pool chunk is full, and at Close and Replay:
+// each channel carries a MiB or more per item whatever the tensors' sizes, the worker hands
 // the finisher the tensors it finished in a batch at once (finisher.flush) and the hasher
 // publishes the sums of a batch at once. And a tensor's bytes that go to a pool chunk (no base
 // in memory for them: stream_keep.go) share it with the tensors before them instead of
@@ -31,14 +31,23 @@ type pendingJobs struct {
 	hashes []hashJob
 	files  []hashJob
 	bytes  int // of the jobs' data
+
+	queued, batches int // jobs queued and batches sent to the worker, in all (tests)
 }
 
+// streamBatchBytes is how many bytes of jobs a batch gathers before it goes: the mount's
+// largest write. Not more: every byte in the pipeline holds a tensor's buffer in the base in
+// memory that the memory cannot yet take back for the next tensors (fresh pages to touch),
+// and the queues hold streamQueue batches.
+const streamBatchBytes = 1 << 20
+
 // queueJob adds a job for the worker after the pieces for the hashers queued before it; the
-// batch goes once it holds a chunk's bytes (at once without batching).
+// batch goes once it holds streamBatchBytes (at once without batching).
 func (st *FileStream) queueJob(j streamJob) {
 	st.pend.jobs = append(st.pend.jobs, j)
 	st.pend.bytes += len(j.data)
-	if !st.batch || st.pend.bytes >= streamChunkSize {
+	st.pend.queued++
+	if !st.batch || st.pend.bytes >= streamBatchBytes {
 		st.flushJobs()
 	}
 }
@@ -65,8 +74,9 @@ func (st *FileStream) flushJobs() {
 	}
 	if len(p.jobs) > 0 {
 		st.jobs <- p.jobs
+		p.batches++
 	}
-	*p = pendingJobs{}
+	*p = pendingJobs{queued: p.queued, batches: p.batches}
 }
 
 // newFill makes c the chunk being filled; the router holds a reference to it until dropFill.
@@ -94,6 +104,7 @@ type seedRun struct {
 	c    *chunk
 	data []byte
 	n    int
+	puts int // calls of the seed writer, in all (tests)
 }
 
 // add takes the next piece of the file for the seed (with its reference to c).
@@ -113,10 +124,11 @@ func (r *seedRun) flush(w *seedWriter, p *chunkPool) {
 		return
 	}
 	w.put(r.c, r.data)
+	r.puts++
 	for range r.n - 1 {
 		r.c.release(p)
 	}
-	*r = seedRun{}
+	*r = seedRun{puts: r.puts}
 }
 
 // follows says whether b's bytes come right after a's in memory (both pieces of one buffer).

@@ -115,6 +115,8 @@ type hasherState struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	sums map[int]ID
+
+	seedPuts atomic.Int64 // calls of the seed writer (tests: stream_batch.go)
 }
 
 // cachePiece is how many bytes one goroutine takes through all its passes before the next
@@ -165,6 +167,7 @@ func (st *FileStream) runFileHasher() {
 	defer close(st.fileHasherDone)
 	h := &st.hs
 	var run seedRun
+	defer func() { h.seedPuts.Add(int64(run.puts)) }()
 	for batch := range st.fileHashes {
 		for _, j := range batch {
 			h.file.Write(j.data)
@@ -181,6 +184,7 @@ func (st *FileStream) runHasher() {
 	defer close(st.hasherDone)
 	h := &st.hs
 	var run seedRun
+	defer func() { h.seedPuts.Add(int64(run.puts)) }()
 	var sums []tensorSum // of the batch, published at its end
 	for batch := range st.hashes {
 		for _, j := range batch {
