@@ -460,6 +460,9 @@ func (st *FileStream) stopLocked() {
 	if st.jobs == nil {
 		return
 	}
+	if st.fill != nil && st.fillLen == st.fillAt {
+		st.dropFill() // a pool chunk shared by the last tensors, all handed over: back to the pool
+	}
 	st.flushJobs()
 	close(st.jobs)
 	close(st.hashes)

@@ -78,6 +78,9 @@ func TestStreamBatchEqualsReference(t *testing.T) {
 						if err := st.Close(); err != nil {
 							t.Fatalf("close %s: %v", p, err)
 						}
+						if out := len(w.pool.sem); out != 0 {
+							t.Fatalf("v%d %s: %d pool chunks still out after Close", v, p, out)
+						}
 						if p == "model.safetensors" {
 							seeds += checkBatching(t, fmt.Sprintf("v%d %s", v, p), s == ref, st, files[p])
 						}
