@@ -90,19 +90,25 @@ type FileStream struct {
 	curOff    int64  // bytes of it received
 	fill      *chunk // the chunk being filled; nil: none
 	fillLen   int
-	fillStart int64 // offset in the tensor of fill's first byte
+	fillAt    int   // fill's bytes before fillAt went to the pipeline (stream_batch.go)
+	fillStart int64 // offset in the tensor of fill's byte at fillAt
 	// keepRoute: tensors' bytes are routed into their buffers in the base in memory, which
 	// are then the chunks (stream_keep.go); keep is the current tensor's (nil: none).
 	keepRoute bool
 	keep      []byte
+	// batch: jobs go to the pipeline in batches of about a chunk's bytes, and a tensor's bytes
+	// share a pool chunk with the tensors before it (stream_batch.go); pend is the batch being
+	// gathered. Off with ingester.streamReference.
+	batch bool
+	pend  pendingJobs
 
-	jobs       chan streamJob
-	hashes     chan hashJob
+	jobs       chan []streamJob
+	hashes     chan []hashJob
 	workerDone chan struct{}
 	hasherDone chan struct{}
 	// fileHashes feed the file hasher: every byte, for the whole file's SHA-256, on a core of
 	// its own beside the tensors' SHA-256 (the two are most of ingest's work).
-	fileHashes     chan hashJob
+	fileHashes     chan []hashJob
 	fileHasherDone chan struct{}
 
 	wk  workerState // owned by the worker goroutine until it has exited
@@ -136,11 +142,12 @@ func (w *Writer) StreamFile(hint string) (*FileStream, error) {
 	}
 	st := &FileStream{
 		w: w, s: w.s, hint: hint, basis: basis,
-		jobs:           make(chan streamJob, streamQueue),
-		hashes:         make(chan hashJob, streamQueue),
+		jobs:           make(chan []streamJob, streamQueue),
+		hashes:         make(chan []hashJob, streamQueue),
 		workerDone:     make(chan struct{}),
 		hasherDone:     make(chan struct{}),
-		fileHashes:     make(chan hashJob, streamQueue),
+		fileHashes:     make(chan []hashJob, streamQueue),
+		batch:          !w.in.streamReference,
 		fileHasherDone: make(chan struct{}),
 	}
 	st.hs.init(w.in.hashInOnePass)
@@ -267,7 +274,7 @@ func (st *FileStream) startTensors(hdr *delta.Header, implied int64) {
 		e.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
 	}
 	st.hashFileBytes(nil, header)
-	st.jobs <- streamJob{kind: jobHeader, data: header}
+	st.queueJob(streamJob{kind: jobHeader, data: header})
 	st.skipEmptyTensors()
 }
 
@@ -276,7 +283,7 @@ func (st *FileStream) startTensors(hdr *delta.Header, implied int64) {
 func (st *FileStream) startBlob(class streamClass, soFar []byte) {
 	st.class = class
 	st.hashFileBytes(nil, soFar)
-	st.jobs <- streamJob{kind: jobBlobStart, data: soFar}
+	st.queueJob(streamJob{kind: jobBlobStart, data: soFar})
 }
 
 // routeTensors copies bytes into the chunks of the tensor they belong to.
@@ -290,8 +297,11 @@ func (st *FileStream) routeTensors(p []byte) []byte {
 		}
 		t := tensors[st.cur]
 		tlen := t.End - t.Begin
+		if st.curOff == 0 {
+			st.startRoute(tlen)
+		}
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.tensorChunk(tlen), 0, st.curOff
+			st.newFill(st.tensorChunk(tlen))
 		}
 		take := int(min(int64(len(p)), tlen-st.curOff, int64(streamChunkSize-st.fillLen)))
 		copy(st.fill.buf[st.fillLen:], p[:take])
@@ -316,31 +326,43 @@ func (st *FileStream) routeTensors(p []byte) []byte {
 func (st *FileStream) skipEmptyTensors() {
 	for tensors := st.hdr.Tensors; st.cur < len(tensors) && tensors[st.cur].End == tensors[st.cur].Begin; st.cur++ {
 		st.hashTensorBytes(hashJob{tensor: st.cur, first: true, last: true})
-		st.jobs <- streamJob{kind: jobTensor, tensor: st.cur, first: true, last: true}
+		st.queueJob(streamJob{kind: jobTensor, tensor: st.cur, first: true, last: true})
 	}
 }
 
-// dispatchFill hands the chunk being filled to the worker and the hashers.
+// dispatchFill hands the bytes of the chunk being filled not yet handed over to the worker and
+// the hashers. last: they end the current tensor; a pool chunk with room left then takes the
+// next tensor's bytes too (stream_batch.go).
 func (st *FileStream) dispatchFill(last bool) {
-	c, data := st.fill, st.fill.buf[:st.fillLen]
-	st.fill = nil
+	c, data := st.fill, st.fill.buf[st.fillAt:st.fillLen]
+	st.fillAt = st.fillLen
+	pooled := c.mem != nil
 	if st.class == classSafetensors {
-		c.refs.Store(1 + st.hs.hashersOfTensors() + 1) // the worker, the hashers, the seed
+		c.refs.Add(1 + st.hs.hashersOfTensors() + 1) // the worker, the hashers, the seed
 		first := st.fillStart == 0
 		st.hashTensorBytes(hashJob{c: c, data: data, tensor: st.cur, first: first, last: last})
-		st.jobs <- streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last, keep: st.keep}
-		return
+		st.queueJob(streamJob{kind: jobTensor, c: c, data: data, tensor: st.cur, off: st.fillStart, first: first, last: last, keep: st.keep})
+		if last && st.sharesChunk(c) {
+			st.fillStart = 0 // the next tensor's first byte
+			return
+		}
+		st.dropFill()
+	} else {
+		c.refs.Add(3) // the worker, the file's hasher, the seed
+		st.hashFileBytes(c, data)
+		st.queueJob(streamJob{kind: jobBlob, c: c, data: data})
+		st.dropFill()
 	}
-	c.refs.Store(3) // the worker, the file's hasher, the seed
-	st.hashFileBytes(c, data)
-	st.jobs <- streamJob{kind: jobBlob, c: c, data: data}
+	if pooled {
+		st.flushJobs() // the batch holds no pool chunk but the one being filled
+	}
 }
 
 // routeBlob copies the bytes of a blob into chunks.
 func (st *FileStream) routeBlob(p []byte) []byte {
 	for len(p) > 0 {
 		if st.fill == nil {
-			st.fill, st.fillLen, st.fillStart = st.w.pool.get(filePad(st.pos)), 0, 0
+			st.newFill(st.w.pool.get(filePad(st.pos)))
 		}
 		take := copy(st.fill.buf[st.fillLen:], p)
 		st.fillLen += take
@@ -358,10 +380,9 @@ func (st *FileStream) routeBlob(p []byte) []byte {
 // filled (perhaps not whole elements: the file ended) follow as bytes of the blob.
 func (st *FileStream) switchToBlob(reason string) {
 	st.class, st.reason = classBlob, reason
-	st.jobs <- streamJob{kind: jobBlobStart, fromTensors: true}
-	if st.fill != nil && st.fillLen == 0 {
-		st.w.pool.put(st.fill)
-		st.fill = nil
+	st.queueJob(streamJob{kind: jobBlobStart, fromTensors: true})
+	if st.fill != nil && st.fillLen == st.fillAt {
+		st.dropFill()
 	}
 	if st.fill != nil {
 		st.dispatchFill(false)
@@ -388,11 +409,11 @@ func (st *FileStream) Close() error {
 		case st.class == classSafetensors && st.size != st.implied:
 			// A tensor's chunk being filled is never its last: that one goes at once.
 			st.switchToBlob("it is shorter than its header says")
-		case st.fill != nil && st.fillLen > 0:
+		case st.fill != nil && st.fillLen > st.fillAt:
 			st.dispatchFill(false) // the last chunk of a blob
 		}
 		if st.class != classSafetensors {
-			st.jobs <- streamJob{kind: jobFinishBlob}
+			st.queueJob(streamJob{kind: jobFinishBlob})
 		}
 	}
 	st.stopLocked()
@@ -439,6 +460,10 @@ func (st *FileStream) stopLocked() {
 	if st.jobs == nil {
 		return
 	}
+	if st.fill != nil && st.fillLen == st.fillAt {
+		st.dropFill() // a pool chunk shared by the last tensors, all handed over: back to the pool
+	}
+	st.flushJobs()
 	close(st.jobs)
 	close(st.hashes)
 	close(st.fileHashes)
@@ -469,8 +494,7 @@ func (st *FileStream) Abort() {
 // releaseLocked frees the chunks and temporary files of a stopped stream.
 func (st *FileStream) releaseLocked() {
 	if st.fill != nil {
-		st.w.pool.put(st.fill)
-		st.fill = nil
+		st.dropFill()
 	}
 	for _, j := range st.wk.unprocessed {
 		j.release(st.w.pool)

@@ -21,8 +21,11 @@ const finisherQueue = 2
 
 type finisher struct {
 	st   *FileStream
-	ch   chan *tensorState
+	ch   chan []*tensorState
 	done chan struct{}
+	// handing: tensors handed over and not yet sent to the finisher (the worker's: it sends
+	// those of a batch of jobs at once, flush).
+	handing []*tensorState
 
 	mu       sync.Mutex
 	settled  *sync.Cond     // signalled when a tensor is stored or given up
@@ -35,25 +38,38 @@ type finisher struct {
 
 func (f *finisher) init(st *FileStream) {
 	f.st = st
-	f.ch = make(chan *tensorState, finisherQueue)
+	f.ch = make(chan []*tensorState, finisherQueue)
 	f.done = make(chan struct{})
 	f.settled = sync.NewCond(&f.mu)
 }
 
-// hand gives the finisher a tensor whose bytes the worker has all processed (worker only).
+// hand gives the finisher a tensor whose bytes the worker has all processed (worker only); it
+// is sent with the others of the worker's batch (flush).
 func (f *finisher) hand(ts *tensorState) {
 	f.mu.Lock()
 	f.unstored = append(f.unstored, ts)
 	f.inQueue++
 	f.mu.Unlock()
-	f.ch <- ts
+	f.handing = append(f.handing, ts)
+}
+
+// flush sends the finisher the tensors handed over since the last flush (worker only).
+func (f *finisher) flush() {
+	if len(f.handing) > 0 {
+		f.ch <- f.handing
+		f.handing = nil
+	}
 }
 
 // close tells the finisher no more tensors come (worker only, as it exits).
-func (f *finisher) close() { close(f.ch) }
+func (f *finisher) close() {
+	f.flush()
+	close(f.ch)
+}
 
 // drain waits until every tensor handed over is stored or given up (worker only).
 func (f *finisher) drain() {
+	f.flush()
 	f.mu.Lock()
 	for f.inQueue > 0 {
 		f.settled.Wait()
@@ -70,26 +86,33 @@ func (f *finisher) progress() (int, []*tensorState) {
 }
 
 func (f *finisher) run() {
-	st := f.st
 	defer close(f.done)
 	defer f.src.close()
-	for ts := range f.ch {
-		// After a failure nothing more is stored: the stored tensors stay a prefix.
-		ran := st.failed() == nil
-		var err error
-		if ran {
-			err = st.finishTensor(ts, &f.src)
+	for batch := range f.ch {
+		for _, ts := range batch {
+			f.finish(ts)
 		}
-		f.mu.Lock()
-		if ran && err == nil {
-			f.unstored = f.unstored[1:]
-			f.stored = ts.idx + 1
-		}
-		f.inQueue--
-		f.settled.Broadcast()
-		f.mu.Unlock()
-		if err != nil {
-			st.setFailed(fmt.Errorf("tensor %s: %w", ts.t.Name, err))
-		}
+	}
+}
+
+// finish stores one tensor handed over, unless the stream failed.
+func (f *finisher) finish(ts *tensorState) {
+	st := f.st
+	// After a failure nothing more is stored: the stored tensors stay a prefix.
+	ran := st.failed() == nil
+	var err error
+	if ran {
+		err = st.finishTensor(ts, &f.src)
+	}
+	f.mu.Lock()
+	if ran && err == nil {
+		f.unstored = f.unstored[1:]
+		f.stored = ts.idx + 1
+	}
+	f.inQueue--
+	f.settled.Broadcast()
+	f.mu.Unlock()
+	if err != nil {
+		st.setFailed(fmt.Errorf("tensor %s: %w", ts.t.Name, err))
 	}
 }

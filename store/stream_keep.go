@@ -29,18 +29,24 @@ import "github.com/weightfs/weightfs/delta"
 // rule that gives up the delta for a whole copy is applied at the same points (after each
 // chunk), so the objects stored are the same bytes.
 
+// startRoute is called at the first byte of each tensor with bytes (tlen of them): with
+// keepRoute, its buffer in the base in memory is taken, and a pool chunk still being filled
+// with the tensors before it is let go (the tensor's bytes go to its buffer).
+func (st *FileStream) startRoute(tlen int64) {
+	if !st.keepRoute {
+		return
+	}
+	if st.keep = st.w.mem.buffer(tlen); st.keep != nil && st.fill != nil {
+		st.dropFill()
+	}
+}
+
 // tensorChunk returns the chunk for the next bytes of the current tensor (tlen bytes long):
-// a piece of its buffer in the base in memory when keepRoute (taken at its first byte), else
-// a pool chunk.
+// a piece of its buffer in the base in memory when it has one (startRoute), else a pool chunk.
 func (st *FileStream) tensorChunk(tlen int64) *chunk {
-	if st.keepRoute {
-		if st.curOff == 0 {
-			st.keep = st.w.mem.buffer(tlen)
-		}
-		if st.keep != nil {
-			// Not counted in the pool (put leaves it alone): the memory's budget bounds it.
-			return &chunk{buf: st.keep[st.curOff:min(tlen, st.curOff+streamChunkSize)]}
-		}
+	if st.keep != nil {
+		// Not counted in the pool (put leaves it alone): the memory's budget bounds it.
+		return &chunk{buf: st.keep[st.curOff:min(tlen, st.curOff+streamChunkSize)]}
 	}
 	return st.w.pool.get(filePad(st.pos))
 }

@@ -115,6 +115,8 @@ type hasherState struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	sums map[int]ID
+
+	seedPuts atomic.Int64 // calls of the seed writer (tests: stream_batch.go)
 }
 
 // cachePiece is how many bytes one goroutine takes through all its passes before the next
@@ -138,11 +140,7 @@ func (h *hasherState) init(oneHasher bool) {
 // hashFileBytes queues bytes of the file that are no tensor's (a header, a blob), for the
 // file's SHA-256.
 func (st *FileStream) hashFileBytes(c *chunk, data []byte) {
-	if st.hs.oneHasher {
-		st.hashes <- hashJob{c: c, data: data, tensor: -1}
-	} else {
-		st.fileHashes <- hashJob{c: c, data: data, tensor: -1}
-	}
+	st.queueHash(hashJob{c: c, data: data, tensor: -1}, !st.hs.oneHasher)
 }
 
 // hashTensorBytes queues a piece of a tensor, for its SHA-256 and the file's SHA-256.
@@ -150,9 +148,9 @@ func (st *FileStream) hashFileBytes(c *chunk, data []byte) {
 // which the hasher of the file's bytes hands on.
 func (st *FileStream) hashTensorBytes(j hashJob) {
 	if !st.hs.oneHasher && len(j.data) > 0 {
-		st.fileHashes <- hashJob{c: j.c, data: j.data, tensor: -1}
+		st.queueHash(hashJob{c: j.c, data: j.data, tensor: -1}, true)
 	}
-	st.hashes <- j
+	st.queueHash(j, false)
 }
 
 // hashersOfTensors is how many hashers take each piece of a tensor.
@@ -168,11 +166,16 @@ func (h *hasherState) hashersOfTensors() int32 {
 func (st *FileStream) runFileHasher() {
 	defer close(st.fileHasherDone)
 	h := &st.hs
-	for j := range st.fileHashes {
-		h.file.Write(j.data)
-		h.seed.sum(j.data)
-		h.seed.put(j.c, j.data) // the chunk's reference for the seed
-		j.c.release(st.w.pool)
+	var run seedRun
+	defer func() { h.seedPuts.Add(int64(run.puts)) }()
+	for batch := range st.fileHashes {
+		for _, j := range batch {
+			h.file.Write(j.data)
+			h.seed.sum(j.data)
+			run.add(h.seed, st.w.pool, j.c, j.data) // the chunk's reference for the seed
+			j.c.release(st.w.pool)
+		}
+		run.flush(h.seed, st.w.pool)
 	}
 }
 
@@ -180,43 +183,67 @@ func (st *FileStream) runFileHasher() {
 func (st *FileStream) runHasher() {
 	defer close(st.hasherDone)
 	h := &st.hs
-	for j := range st.hashes {
-		if j.tensor < 0 { // oneHasher: bytes of the file outside its tensors
-			h.file.Write(j.data)
-			h.seed.sum(j.data)
-			h.seed.put(j.c, j.data) // the chunk's reference for the seed
-			j.c.release(st.w.pool)
-			continue
-		}
-		if j.first {
-			h.tensor.Reset()
-			h.cur = j.tensor
-		}
-		// In pieces that stay in the core's cache from the SHA-256s to the sums' CRC.
-		for data := j.data; len(data) > 0; {
-			piece := data[:min(len(data), cachePiece)]
-			data = data[len(piece):]
-			if h.oneHasher {
-				sha256x2.WriteBoth(h.both[0], h.both[1], piece)
-				h.seed.sum(piece)
-			} else {
-				h.tensor.Write(piece)
+	var run seedRun
+	defer func() { h.seedPuts.Add(int64(run.puts)) }()
+	var sums []tensorSum // of the batch, published at its end
+	for batch := range st.hashes {
+		for _, j := range batch {
+			if j.tensor < 0 { // oneHasher: bytes of the file outside its tensors
+				h.file.Write(j.data)
+				h.seed.sum(j.data)
+				run.add(h.seed, st.w.pool, j.c, j.data) // the chunk's reference for the seed
+				j.c.release(st.w.pool)
+				continue
 			}
+			if j.first {
+				h.tensor.Reset()
+				h.cur = j.tensor
+			}
+			// In pieces that stay in the core's cache from the SHA-256s to the sums' CRC.
+			for data := j.data; len(data) > 0; {
+				piece := data[:min(len(data), cachePiece)]
+				data = data[len(piece):]
+				if h.oneHasher {
+					sha256x2.WriteBoth(h.both[0], h.both[1], piece)
+					h.seed.sum(piece)
+				} else {
+					h.tensor.Write(piece)
+				}
+			}
+			if h.oneHasher {
+				run.add(h.seed, st.w.pool, j.c, j.data) // the chunk's reference for the seed
+			}
+			if j.last {
+				var id ID
+				h.tensor.Sum(id[:0])
+				sums = append(sums, tensorSum{j.tensor, id})
+				h.cur = -1
+			}
+			j.c.release(st.w.pool)
 		}
-		if h.oneHasher {
-			h.seed.put(j.c, j.data) // the chunk's reference for the seed
-		}
-		if j.last {
-			var id ID
-			h.tensor.Sum(id[:0])
-			h.mu.Lock()
-			h.sums[j.tensor] = id
-			h.cond.Broadcast()
-			h.mu.Unlock()
-			h.cur = -1
-		}
-		j.c.release(st.w.pool)
+		run.flush(h.seed, st.w.pool)
+		h.publish(sums)
+		sums = sums[:0]
 	}
+}
+
+// tensorSum is a tensor's SHA-256 (its object's name).
+type tensorSum struct {
+	tensor int
+	id     ID
+}
+
+// publish gives the finisher the sums of a batch's tensors at once.
+func (h *hasherState) publish(sums []tensorSum) {
+	if len(sums) == 0 {
+		return
+	}
+	h.mu.Lock()
+	for _, s := range sums {
+		h.sums[s.tensor] = s.id
+	}
+	h.cond.Broadcast()
+	h.mu.Unlock()
 }
 
 // tensorSumOf waits for the SHA-256 of tensor i (the finisher's side; the hasher always gets a

@@ -51,8 +51,8 @@ func (st *FileStream) Replay(dst io.Writer) error {
 			}
 		}
 	}
-	if st.fill != nil && st.fillLen > 0 {
-		return sink.write(st.fill.buf[:st.fillLen])
+	if st.fill != nil && st.fillLen > st.fillAt {
+		return sink.write(st.fill.buf[st.fillAt:st.fillLen])
 	}
 	return nil
 }

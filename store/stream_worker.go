@@ -80,20 +80,23 @@ func (st *FileStream) runWorker() {
 	defer close(st.workerDone)
 	defer st.fin.close()
 	wk := &st.wk
-	for j := range st.jobs {
-		if st.failed() != nil {
-			wk.unprocessed = append(wk.unprocessed, j)
-			continue
+	for batch := range st.jobs {
+		for _, j := range batch {
+			if st.failed() != nil {
+				wk.unprocessed = append(wk.unprocessed, j)
+				continue
+			}
+			consumed, err := st.doJob(j)
+			if !consumed {
+				wk.unprocessed = append(wk.unprocessed, j)
+			} else {
+				j.release(st.w.pool)
+			}
+			if err != nil {
+				st.setFailed(err)
+			}
 		}
-		consumed, err := st.doJob(j)
-		if !consumed {
-			wk.unprocessed = append(wk.unprocessed, j)
-		} else {
-			j.release(st.w.pool)
-		}
-		if err != nil {
-			st.setFailed(err)
-		}
+		st.fin.flush() // the tensors finished in the batch, at once (stream_batch.go)
 	}
 }
 
