@@ -2,8 +2,13 @@ package store
 
 import (
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
+
+	"github.com/weightfs/weightfs/internal/logtest"
 )
 
 // fakeRemote is a RemoteCache that records what it is asked to fetch; fakePackRemote keeps
@@ -83,5 +88,88 @@ func TestCachePolicyPrefetchesPacks(t *testing.T) {
 	}
 	if !slices.Equal(packed.prefetched, []ID{c}) || !slices.Equal(packed.packs, []ID{p1}) {
 		t.Fatalf("with a locator: objects %v, packs %v; want [c] and [pack 1] (pack 2 is cached)", packed.prefetched, packed.packs)
+	}
+}
+
+// remoteLocal is a local store's backend dressed as a remote one's local cache
+// (RemoteCache, with nothing to fetch), so that a store opened on it has a cache policy; it
+// counts the manifests read.
+type remoteLocal struct {
+	*localBackend
+	manifestReads atomic.Int64
+}
+
+func (r *remoteLocal) GetManifest(v uint64) ([]byte, error) {
+	r.manifestReads.Add(1)
+	return r.localBackend.GetManifest(v)
+}
+func (r *remoteLocal) CachedVersions() []uint64 { return nil }
+func (r *remoteLocal) CacheLimit() int64        { return 1 << 40 }
+func (r *remoteLocal) IsCached(ID) bool         { return true }
+func (r *remoteLocal) Prefetch([]ID) error      { return nil }
+func (r *remoteLocal) VersionsRemoved([]uint64) {}
+
+// TestFetchAheadParsesManifestOnce: a reader behind a cache policy that catches up with a
+// new version reads its manifest for the listing and once more to parse it, which the fetch
+// ahead and the copy brought forward share (the version cache); the policy read and decoded
+// the new manifest and the one before on its own as well (four reads, three decodes of a
+// manifest of as many tensors as the model). The objects it fetches ahead are those of the
+// manifests as decoded directly (the reference path, manifestObjects without a loader).
+func TestFetchAheadParsesManifestOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	a, b := bf16Like(rng, 24<<10), bf16Like(rng, 8<<10)
+	file := func(a, b []byte) []byte {
+		return safetensorsFile(t, testTensor{"a", "BF16", []int64{int64(len(a) / 2)}, a}, testTensor{"b", "BF16", []int64{int64(len(b) / 2)}, b})
+	}
+	v1 := map[string][]byte{"model.safetensors": file(a, b), "config.json": []byte(`{"v": 1}`)}
+	v2 := map[string][]byte{"model.safetensors": file(perturb(rng, a, 2, 0.01), perturb(rng, b, 2, 0.01)), "config.json": []byte(`{"v": 2}`)}
+	w, root := newStore(t, Options{Logger: logtest.New(func(string, ...any) {})})
+	commitTree(t, w, 1, v1)
+	_, format, err := localFormat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var be *remoteLocal
+	r, err := OpenBackend(Opening{Root: root, Format: format, NewBackend: func(string) (Backend, error) {
+		lb, err := NewLocalBackend(root)
+		if err != nil {
+			return nil, err
+		}
+		be = &remoteLocal{localBackend: lb.(*localBackend)}
+		return be, nil
+	}}, Options{ReadOnly: true, Materialize: true, CacheDir: t.TempDir(), Logger: logtest.New(func(string, ...any) {})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeStore(t, r) })
+	if r.be.policy == nil {
+		t.Fatal("the reader has no cache policy")
+	}
+	commitTree(t, w, 2, v2)
+	be.manifestReads.Store(0)
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := r.Latest(); v != 2 {
+		t.Fatalf("latest %d after Refresh, want 2", v)
+	}
+	if n := be.manifestReads.Load(); n > 2 {
+		t.Errorf("the catch-up read %d manifests, want 2 (version 2's: listed, then parsed once)", n)
+	}
+	for p, want := range v2 {
+		mustEqualBytes(t, p, readWhole(t, r, 2, p), want)
+	}
+	for _, v := range []uint64{1, 2} {
+		fast, err := r.be.policy.manifestObjects(v, r.versions.parsedManifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := r.be.policy.manifestObjects(v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(fast, ref) || len(ref) != 4 {
+			t.Fatalf("version %d: the parsed manifest names %d objects, the decoded one %d (want 4: the header, two tensors, the config; the same)", v, len(fast), len(ref))
+		}
 	}
 }

@@ -99,12 +99,15 @@ func (p *cachePolicy) ListManifests() ([]uint64, error) {
 // prefetchListed is told of a listing of the versions (vs, ascending) that the store is
 // about to publish (versionList.fetchAhead): a reader that keeps a materialized copy has the
 // objects of the versions new since the last such listing fetched (prefetchNew). A failed
-// fetch is returned, and the next listing it is told of fetches them again.
-func (p *cachePolicy) prefetchListed(vs []uint64) error {
+// fetch is returned, and the next listing it is told of fetches them again. load gives the
+// parsed manifest of a version (versionList.loadVersion: the cache of parsed versions, so the
+// new version is parsed once for the fetch and the copy brought forward, and the version
+// before is usually parsed already); nil: each manifest is read and decoded here.
+func (p *cachePolicy) prefetchListed(vs []uint64, load manifestLoader) error {
 	if !p.prefetch {
 		return nil
 	}
-	if err := p.prefetchNew(vs); err != nil {
+	if err := p.prefetchNew(vs, load); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -140,7 +143,7 @@ func (p *cachePolicy) noticeRemoved(vs []uint64) {
 
 // prefetchNew has the cache fetch the objects the versions new in this listing added. The
 // cache is fresh when no version of the listing was fetched before.
-func (p *cachePolicy) prefetchNew(vs []uint64) error {
+func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader) error {
 	p.mu.Lock()
 	fresh := true
 	var news []uint64
@@ -160,7 +163,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 		// The newest readable version: a damaged manifest is skipped, as the version list
 		// skips it (logged there, and here).
 		for i := len(news) - 1; i >= 0; i-- {
-			objs, err := p.manifestObjects(news[i])
+			objs, err := p.manifestObjects(news[i], load)
 			if p.skipDamaged(news[i], err) {
 				continue
 			}
@@ -172,7 +175,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 		}
 	} else {
 		for _, v := range news {
-			objs, err := p.manifestObjects(v)
+			objs, err := p.manifestObjects(v, load)
 			if p.skipDamaged(v, err) {
 				continue
 			}
@@ -181,7 +184,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 			}
 			i, _ := slices.BinarySearch(vs, v)
 			if i > 0 {
-				prev, err := p.manifestObjects(vs[i-1])
+				prev, err := p.manifestObjects(vs[i-1], load)
 				if err != nil && !p.skipDamaged(vs[i-1], err) {
 					return err
 				}
@@ -223,9 +226,25 @@ func (p *cachePolicy) skipDamaged(v uint64, err error) bool {
 	return true
 }
 
+// manifestLoader returns the parsed manifest of version v, checked (versionList.loadVersion).
+type manifestLoader func(v uint64) (*manifest, error)
+
 // manifestObjects returns the objects version v's manifest names, with their content
-// lengths.
-func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
+// lengths: from load's parsed manifest, or (load nil) from the manifest read and decoded.
+func (p *cachePolicy) manifestObjects(v uint64, load manifestLoader) (map[ID]int64, error) {
+	if load == nil {
+		load = p.decodedManifest
+	}
+	m, err := load(v)
+	if err != nil {
+		return nil, err
+	}
+	return manifestObjectSizes(m), nil
+}
+
+// decodedManifest reads and decodes version v's manifest: manifestObjects without a cache of
+// parsed versions.
+func (p *cachePolicy) decodedManifest(v uint64) (*manifest, error) {
 	data, err := p.GetManifest(v)
 	if err != nil {
 		return nil, err
@@ -234,6 +253,11 @@ func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manifest of version %d: %w", v, err)
 	}
+	return m, nil
+}
+
+// manifestObjectSizes returns the objects manifest m names, with their content lengths.
+func manifestObjectSizes(m *manifest) map[ID]int64 {
 	objs := map[ID]int64{}
 	for i := range m.Files {
 		f := &m.Files[i]
@@ -247,7 +271,7 @@ func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
 			objs[t.ID] = t.End - t.Begin
 		}
 	}
-	return objs, nil
+	return objs
 }
 
 // The quarantine of a backend of another package (store/s3), through Quarantiner. One that

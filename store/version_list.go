@@ -181,13 +181,29 @@ func (vl *versionList) loadPackIndexes(l versionScan) error {
 // remote store) of scan l before it is published: a reader that keeps a materialized copy
 // has the objects its new versions added fetched into the cache, so that bringing the copy
 // forward needs no request. A failed fetch is returned: the list is then not published, and
-// the next Refresh tries again. Nothing for a store without such a backend.
+// the next Refresh tries again. Nothing for a store without such a backend. The manifests
+// the policy reads are parsed through the cache of parsed versions: the new version's is then
+// parsed once for the fetch and the copy (Refresh loads it next), not twice.
 func (vl *versionList) fetchAhead(l versionScan) error {
 	p := vl.st.be.policy
 	if p == nil {
 		return nil
 	}
-	return p.prefetchListed(l.listed)
+	return p.prefetchListed(l.listed, vl.parsedManifest)
+}
+
+// parsedManifest is the policy's manifestLoader: version v's parsed manifest from the cache
+// of parsed versions (loadVersion); a version found damaged before is its error, without
+// reading the manifest again.
+func (vl *versionList) parsedManifest(v uint64) (*manifest, error) {
+	if err := vl.damagedError(v); err != nil {
+		return nil, err
+	}
+	ver, err := vl.loadVersion(v)
+	if err != nil {
+		return nil, err
+	}
+	return ver.m, nil
 }
 
 // publishVersions makes a scan the store's list of versions: what Latest, Versions and every
