@@ -1,10 +1,12 @@
 package store
 
 import (
+	"errors"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -63,7 +65,7 @@ func TestCachePolicyPrefetchesPacks(t *testing.T) {
 
 	plain := &fakePackRemote{cached: map[ID]bool{}}
 	p := newCachePolicy(nil, plain, true, "test", log)
-	if err := p.prefetchObjects(all); err != nil {
+	if err := p.prefetchObjects(all, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(plain.sorted(), sortedIDs(all)) || len(plain.packs) != 0 {
@@ -73,7 +75,7 @@ func TestCachePolicyPrefetchesPacks(t *testing.T) {
 	noPacks := &fakeRemote{}
 	p = newCachePolicy(nil, noPacks, true, "test", log)
 	p.setPacksOf(locate)
-	if err := p.prefetchObjects(all); err != nil {
+	if err := p.prefetchObjects(all, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(noPacks.sorted(), sortedIDs(all)) {
@@ -83,11 +85,67 @@ func TestCachePolicyPrefetchesPacks(t *testing.T) {
 	packed := &fakePackRemote{cached: map[ID]bool{p2: true}}
 	p = newCachePolicy(nil, packed, true, "test", log)
 	p.setPacksOf(locate)
-	if err := p.prefetchObjects(all); err != nil {
+	if err := p.prefetchObjects(all, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(packed.prefetched, []ID{c}) || !slices.Equal(packed.packs, []ID{p1}) {
 		t.Fatalf("with a locator: objects %v, packs %v; want [c] and [pack 1] (pack 2 is cached)", packed.prefetched, packed.packs)
+	}
+}
+
+// TestCachePolicyEarlyPacks: packs named before the objects are known (the new version's own
+// pack indexes) are fetched at once, unless cached or more than half the cache; the fetch of
+// the objects then asks for none of them again, waits for them, and fails with their fetch
+// only when it needed one of them.
+func TestCachePolicyEarlyPacks(t *testing.T) {
+	a, b, c := IDOf([]byte("a")), IDOf([]byte("b")), IDOf([]byte("c"))
+	p1, p2, p3 := IDOf([]byte("pack 1")), IDOf([]byte("pack 2")), IDOf([]byte("pack 3"))
+	locate := func(ids []ID) (packs, loose []ID) {
+		for _, id := range ids {
+			switch id {
+			case a:
+				packs = append(packs, p1)
+			case b:
+				packs = append(packs, p2)
+			default:
+				loose = append(loose, id)
+			}
+		}
+		return packs, loose
+	}
+	log := slog.New(slog.DiscardHandler)
+	remote := &fakePackRemote{cached: map[ID]bool{p3: true}}
+	p := newCachePolicy(nil, remote, true, "test", log)
+	p.setPacksOf(locate)
+	early := p.startEarly(map[ID]int64{p1: 100, p3: 100})
+	if err := early.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(remote.packs, []ID{p1}) {
+		t.Fatalf("early fetch: packs %v, want [pack 1] (pack 3 is cached)", remote.packs)
+	}
+	if err := p.prefetchObjects([]ID{a, b, c}, early); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(remote.packs, []ID{p1, p2}) || !slices.Equal(remote.prefetched, []ID{c}) {
+		t.Fatalf("after the objects' fetch: packs %v, objects %v; want [pack 1, pack 2] and [c]", remote.packs, remote.prefetched)
+	}
+	if e := p.startEarly(map[ID]int64{p2: remote.CacheLimit()}); e != nil {
+		t.Fatal("an early fetch of more than half the cache was started")
+	}
+
+	// An early fetch that failed: its error is the objects' fetch's when that needs one of
+	// its packs, and no pack of it is asked for again.
+	failing := &fakePackRemote{cached: map[ID]bool{}}
+	p = newCachePolicy(nil, failing, true, "test", log)
+	p.setPacksOf(locate)
+	early = &earlyPacks{ids: map[ID]bool{p1: true}, done: make(chan struct{}), err: errors.New("early failed")}
+	close(early.done)
+	if err := p.prefetchObjects([]ID{a, c}, early); err == nil || !strings.Contains(err.Error(), "early failed") || len(failing.packs) != 0 {
+		t.Fatalf("objects of pack 1, whose early fetch failed: %v (packs fetched %v), want that failure and none", err, failing.packs)
+	}
+	if err := p.prefetchObjects([]ID{b, c}, early); err != nil || !slices.Equal(failing.packs, []ID{p2}) {
+		t.Fatalf("objects of pack 2 beside the failed early fetch of pack 1: %v (packs %v), want no error and [pack 2]", err, failing.packs)
 	}
 }
 

@@ -103,11 +103,14 @@ func (p *cachePolicy) ListManifests() ([]uint64, error) {
 // parsed manifest of a version (versionList.loadVersion: the cache of parsed versions, so the
 // new version is parsed once for the fetch and the copy brought forward, and the version
 // before is usually parsed already); nil: each manifest is read and decoded here.
-func (p *cachePolicy) prefetchListed(vs []uint64, load manifestLoader) error {
+//
+// packs are the packs that the new versions' own pack indexes list (packedObjects.packsNamed;
+// nil: none known): their fetch starts at once, while the manifests are parsed.
+func (p *cachePolicy) prefetchListed(vs []uint64, load manifestLoader, packs map[ID]int64) error {
 	if !p.prefetch {
 		return nil
 	}
-	if err := p.prefetchNew(vs, load); err != nil {
+	if err := p.prefetchNew(vs, load, packs); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -143,7 +146,7 @@ func (p *cachePolicy) noticeRemoved(vs []uint64) {
 
 // prefetchNew has the cache fetch the objects the versions new in this listing added. The
 // cache is fresh when no version of the listing was fetched before.
-func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader) error {
+func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader, packs map[ID]int64) error {
 	p.mu.Lock()
 	fresh := true
 	var news []uint64
@@ -158,6 +161,9 @@ func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader) error {
 	if len(news) == 0 {
 		return nil
 	}
+	// Waited for on every return; a failure of it that matters is prefetchObjects's.
+	early := p.startEarly(packs)
+	defer early.wait()
 	want := map[ID]int64{} // object -> content length (a bound of its file's size)
 	if fresh {
 		// The newest readable version: a damaged manifest is skipped, as the version list
@@ -209,7 +215,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader) error {
 		p.log.Info(fmt.Sprintf("%s: not prefetching %d objects (%d bytes of content) of v%d: more than half the object cache", p.root, len(ids), total, news[len(news)-1]))
 		return nil
 	}
-	if err := p.prefetchObjects(ids); err != nil {
+	if err := p.prefetchObjects(ids, early); err != nil {
 		return fmt.Errorf("prefetch %d new objects: %w", len(ids), err)
 	}
 	return nil

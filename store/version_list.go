@@ -183,13 +183,18 @@ func (vl *versionList) loadPackIndexes(l versionScan) error {
 // forward needs no request. A failed fetch is returned: the list is then not published, and
 // the next Refresh tries again. Nothing for a store without such a backend. The manifests
 // the policy reads are parsed through the cache of parsed versions: the new version's is then
-// parsed once for the fetch and the copy (Refresh loads it next), not twice.
+// parsed once for the fetch and the copy (Refresh loads it next), not twice; the packs its
+// own pack indexes list are fetched meanwhile (loadPackIndexes loaded them).
 func (vl *versionList) fetchAhead(l versionScan) error {
 	p := vl.st.be.policy
 	if p == nil {
 		return nil
 	}
-	return p.prefetchListed(l.listed, vl.parsedManifest)
+	var packs map[ID]int64
+	if pl := vl.st.be.packs; pl != nil {
+		packs = pl.packsNamed(l.indexes)
+	}
+	return p.prefetchListed(l.listed, vl.parsedManifest, packs)
 }
 
 // parsedManifest is the policy's manifestLoader: version v's parsed manifest from the cache
