@@ -149,6 +149,30 @@ func TestCachePolicyEarlyPacks(t *testing.T) {
 	}
 }
 
+// TestCachePolicyEarlyPacksOfFetchedVersions: the packs fetched early are those of the
+// versions whose objects are fetched: the new ones since the last listing, and for a fresh
+// cache the newest alone (not every version a first listing read).
+func TestCachePolicyEarlyPacksOfFetchedVersions(t *testing.T) {
+	remote := &fakePackRemote{cached: map[ID]bool{}}
+	p := newCachePolicy(nil, remote, true, "test", slog.New(slog.DiscardHandler))
+	p.setPacksOf(func(ids []ID) (packs, loose []ID) { return nil, ids })
+	load := func(v uint64) (*manifest, error) { return &manifest{Version: v}, nil }
+	var asked [][]uint64
+	packs := func(vs []uint64) map[ID]int64 {
+		asked = append(asked, slices.Clone(vs))
+		return nil
+	}
+	if err := p.prefetchListed([]uint64{1, 2, 3}, load, packs); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.prefetchListed([]uint64{1, 2, 3, 4, 5}, load, packs); err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 2 || !slices.Equal(asked[0], []uint64{3}) || !slices.Equal(asked[1], []uint64{4, 5}) {
+		t.Fatalf("early packs asked for versions %v, want [[3] [4 5]]", asked)
+	}
+}
+
 // remoteLocal is a local store's backend dressed as a remote one's local cache
 // (RemoteCache, with nothing to fetch), so that a store opened on it has a cache policy; it
 // counts the manifests read.

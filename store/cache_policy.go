@@ -104,9 +104,10 @@ func (p *cachePolicy) ListManifests() ([]uint64, error) {
 // new version is parsed once for the fetch and the copy brought forward, and the version
 // before is usually parsed already); nil: each manifest is read and decoded here.
 //
-// packs are the packs that the new versions' own pack indexes list (packedObjects.packsNamed;
-// nil: none known): their fetch starts at once, while the manifests are parsed.
-func (p *cachePolicy) prefetchListed(vs []uint64, load manifestLoader, packs map[ID]int64) error {
+// packs returns the packs that versions' own pack indexes list (packedObjects.packsNamed; nil:
+// none known): those of the versions whose objects are fetched start at once, while the
+// manifests are parsed.
+func (p *cachePolicy) prefetchListed(vs []uint64, load manifestLoader, packs func(vs []uint64) map[ID]int64) error {
 	if !p.prefetch {
 		return nil
 	}
@@ -146,7 +147,7 @@ func (p *cachePolicy) noticeRemoved(vs []uint64) {
 
 // prefetchNew has the cache fetch the objects the versions new in this listing added. The
 // cache is fresh when no version of the listing was fetched before.
-func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader, packs map[ID]int64) error {
+func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader, packs func(vs []uint64) map[ID]int64) error {
 	p.mu.Lock()
 	fresh := true
 	var news []uint64
@@ -161,8 +162,18 @@ func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader, packs map[ID
 	if len(news) == 0 {
 		return nil
 	}
-	// Waited for on every return; a failure of it that matters is prefetchObjects's.
-	early := p.startEarly(packs)
+	// The packs of the versions whose objects are fetched: all the new ones, or for a fresh
+	// cache the newest (the one fetched unless its manifest is damaged; a wasted fetch is
+	// bounded like any). Waited for on every return; a failure of it that matters is
+	// prefetchObjects's.
+	var early *earlyPacks
+	if packs != nil {
+		if fresh {
+			early = p.startEarly(packs(news[len(news)-1:]))
+		} else {
+			early = p.startEarly(packs(news))
+		}
+	}
 	defer early.wait()
 	want := map[ID]int64{} // object -> content length (a bound of its file's size)
 	if fresh {

@@ -82,6 +82,7 @@ type versionScan struct {
 	// indexes are the pack indexes the manifests read by the scan name: loaded
 	// (loadPackIndexes) before the versions are published.
 	indexes []string
+	named   map[uint64][]string // the same names, by the version whose manifest names them
 }
 
 // top is the newest version of the scan; ok is false when it has none.
@@ -118,6 +119,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 	}
 	var add []VersionInfo
 	var indexes []string
+	named := map[uint64][]string{}
 	infos := make([]VersionInfo, 0, len(numbers))
 	present := map[uint64]bool{}
 	read := map[uint64]bool{}
@@ -140,6 +142,9 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 		}
 		read[v] = true
 		indexes = append(indexes, names...)
+		if len(names) > 0 {
+			named[v] = names
+		}
 		infos = append(infos, info)
 		add = append(add, info)
 	}
@@ -163,7 +168,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 	if err := vl.st.ix.updateVersions(add, del); err != nil {
 		return versionScan{}, fmt.Errorf("update index: %w", err)
 	}
-	return versionScan{infos: infos, present: present, listed: numbers, indexes: indexes}, nil
+	return versionScan{infos: infos, present: present, listed: numbers, indexes: indexes, named: named}, nil
 }
 
 // loadPackIndexes has the pack layer load the pack indexes that the scan's new manifests
@@ -190,9 +195,15 @@ func (vl *versionList) fetchAhead(l versionScan) error {
 	if p == nil {
 		return nil
 	}
-	var packs map[ID]int64
+	var packs func(vs []uint64) map[ID]int64
 	if pl := vl.st.be.packs; pl != nil {
-		packs = pl.packsNamed(l.indexes)
+		packs = func(vs []uint64) map[ID]int64 {
+			var names []string
+			for _, v := range vs {
+				names = append(names, l.named[v]...)
+			}
+			return pl.packsNamed(names)
+		}
 	}
 	return p.prefetchListed(l.listed, vl.parsedManifest, packs)
 }
