@@ -99,12 +99,19 @@ func (p *cachePolicy) ListManifests() ([]uint64, error) {
 // prefetchListed is told of a listing of the versions (vs, ascending) that the store is
 // about to publish (versionList.fetchAhead): a reader that keeps a materialized copy has the
 // objects of the versions new since the last such listing fetched (prefetchNew). A failed
-// fetch is returned, and the next listing it is told of fetches them again.
-func (p *cachePolicy) prefetchListed(vs []uint64) error {
+// fetch is returned, and the next listing it is told of fetches them again. load gives the
+// parsed manifest of a version (versionList.loadVersion: the cache of parsed versions, so the
+// new version is parsed once for the fetch and the copy brought forward, and the version
+// before is usually parsed already); nil: each manifest is read and decoded here.
+//
+// packs returns the packs that versions' own pack indexes list (packedObjects.packsNamed; nil:
+// none known): those of the versions whose objects are fetched start at once, while the
+// manifests are parsed.
+func (p *cachePolicy) prefetchListed(vs []uint64, load manifestLoader, packs func(vs []uint64) map[ID]int64) error {
 	if !p.prefetch {
 		return nil
 	}
-	if err := p.prefetchNew(vs); err != nil {
+	if err := p.prefetchNew(vs, load, packs); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -140,7 +147,7 @@ func (p *cachePolicy) noticeRemoved(vs []uint64) {
 
 // prefetchNew has the cache fetch the objects the versions new in this listing added. The
 // cache is fresh when no version of the listing was fetched before.
-func (p *cachePolicy) prefetchNew(vs []uint64) error {
+func (p *cachePolicy) prefetchNew(vs []uint64, load manifestLoader, packs func(vs []uint64) map[ID]int64) error {
 	p.mu.Lock()
 	fresh := true
 	var news []uint64
@@ -155,12 +162,25 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 	if len(news) == 0 {
 		return nil
 	}
+	// The packs of the versions whose objects are fetched: all the new ones, or for a fresh
+	// cache the newest (the one fetched unless its manifest is damaged; a wasted fetch is
+	// bounded like any). Waited for on every return; a failure of it that matters is
+	// prefetchObjects's.
+	var early *earlyPacks
+	if packs != nil {
+		if fresh {
+			early = p.startEarly(packs(news[len(news)-1:]))
+		} else {
+			early = p.startEarly(packs(news))
+		}
+	}
+	defer early.wait()
 	want := map[ID]int64{} // object -> content length (a bound of its file's size)
 	if fresh {
 		// The newest readable version: a damaged manifest is skipped, as the version list
 		// skips it (logged there, and here).
 		for i := len(news) - 1; i >= 0; i-- {
-			objs, err := p.manifestObjects(news[i])
+			objs, err := p.manifestObjects(news[i], load)
 			if p.skipDamaged(news[i], err) {
 				continue
 			}
@@ -172,7 +192,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 		}
 	} else {
 		for _, v := range news {
-			objs, err := p.manifestObjects(v)
+			objs, err := p.manifestObjects(v, load)
 			if p.skipDamaged(v, err) {
 				continue
 			}
@@ -181,7 +201,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 			}
 			i, _ := slices.BinarySearch(vs, v)
 			if i > 0 {
-				prev, err := p.manifestObjects(vs[i-1])
+				prev, err := p.manifestObjects(vs[i-1], load)
 				if err != nil && !p.skipDamaged(vs[i-1], err) {
 					return err
 				}
@@ -206,7 +226,7 @@ func (p *cachePolicy) prefetchNew(vs []uint64) error {
 		p.log.Info(fmt.Sprintf("%s: not prefetching %d objects (%d bytes of content) of v%d: more than half the object cache", p.root, len(ids), total, news[len(news)-1]))
 		return nil
 	}
-	if err := p.prefetchObjects(ids); err != nil {
+	if err := p.prefetchObjects(ids, early); err != nil {
 		return fmt.Errorf("prefetch %d new objects: %w", len(ids), err)
 	}
 	return nil
@@ -223,9 +243,25 @@ func (p *cachePolicy) skipDamaged(v uint64, err error) bool {
 	return true
 }
 
+// manifestLoader returns the parsed manifest of version v, checked (versionList.loadVersion).
+type manifestLoader func(v uint64) (*manifest, error)
+
 // manifestObjects returns the objects version v's manifest names, with their content
-// lengths.
-func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
+// lengths: from load's parsed manifest, or (load nil) from the manifest read and decoded.
+func (p *cachePolicy) manifestObjects(v uint64, load manifestLoader) (map[ID]int64, error) {
+	if load == nil {
+		load = p.decodedManifest
+	}
+	m, err := load(v)
+	if err != nil {
+		return nil, err
+	}
+	return manifestObjectSizes(m), nil
+}
+
+// decodedManifest reads and decodes version v's manifest: manifestObjects without a cache of
+// parsed versions.
+func (p *cachePolicy) decodedManifest(v uint64) (*manifest, error) {
 	data, err := p.GetManifest(v)
 	if err != nil {
 		return nil, err
@@ -234,6 +270,11 @@ func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manifest of version %d: %w", v, err)
 	}
+	return m, nil
+}
+
+// manifestObjectSizes returns the objects manifest m names, with their content lengths.
+func manifestObjectSizes(m *manifest) map[ID]int64 {
 	objs := map[ID]int64{}
 	for i := range m.Files {
 		f := &m.Files[i]
@@ -247,7 +288,7 @@ func (p *cachePolicy) manifestObjects(v uint64) (map[ID]int64, error) {
 			objs[t.ID] = t.End - t.Begin
 		}
 	}
-	return objs, nil
+	return objs
 }
 
 // The quarantine of a backend of another package (store/s3), through Quarantiner. One that

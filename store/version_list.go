@@ -82,6 +82,7 @@ type versionScan struct {
 	// indexes are the pack indexes the manifests read by the scan name: loaded
 	// (loadPackIndexes) before the versions are published.
 	indexes []string
+	named   map[uint64][]string // the same names, by the version whose manifest names them
 }
 
 // top is the newest version of the scan; ok is false when it has none.
@@ -118,6 +119,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 	}
 	var add []VersionInfo
 	var indexes []string
+	named := map[uint64][]string{}
 	infos := make([]VersionInfo, 0, len(numbers))
 	present := map[uint64]bool{}
 	read := map[uint64]bool{}
@@ -140,6 +142,9 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 		}
 		read[v] = true
 		indexes = append(indexes, names...)
+		if len(names) > 0 {
+			named[v] = names
+		}
 		infos = append(infos, info)
 		add = append(add, info)
 	}
@@ -163,7 +168,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 	if err := vl.st.ix.updateVersions(add, del); err != nil {
 		return versionScan{}, fmt.Errorf("update index: %w", err)
 	}
-	return versionScan{infos: infos, present: present, listed: numbers, indexes: indexes}, nil
+	return versionScan{infos: infos, present: present, listed: numbers, indexes: indexes, named: named}, nil
 }
 
 // loadPackIndexes has the pack layer load the pack indexes that the scan's new manifests
@@ -181,13 +186,40 @@ func (vl *versionList) loadPackIndexes(l versionScan) error {
 // remote store) of scan l before it is published: a reader that keeps a materialized copy
 // has the objects its new versions added fetched into the cache, so that bringing the copy
 // forward needs no request. A failed fetch is returned: the list is then not published, and
-// the next Refresh tries again. Nothing for a store without such a backend.
+// the next Refresh tries again. Nothing for a store without such a backend. The manifests
+// the policy reads are parsed through the cache of parsed versions: the new version's is then
+// parsed once for the fetch and the copy (Refresh loads it next), not twice; the packs its
+// own pack indexes list are fetched meanwhile (loadPackIndexes loaded them).
 func (vl *versionList) fetchAhead(l versionScan) error {
 	p := vl.st.be.policy
 	if p == nil {
 		return nil
 	}
-	return p.prefetchListed(l.listed)
+	var packs func(vs []uint64) map[ID]int64
+	if pl := vl.st.be.packs; pl != nil {
+		packs = func(vs []uint64) map[ID]int64 {
+			var names []string
+			for _, v := range vs {
+				names = append(names, l.named[v]...)
+			}
+			return pl.packsNamed(names)
+		}
+	}
+	return p.prefetchListed(l.listed, vl.parsedManifest, packs)
+}
+
+// parsedManifest is the policy's manifestLoader: version v's parsed manifest from the cache
+// of parsed versions (loadVersion); a version found damaged before is its error, without
+// reading the manifest again.
+func (vl *versionList) parsedManifest(v uint64) (*manifest, error) {
+	if err := vl.damagedError(v); err != nil {
+		return nil, err
+	}
+	ver, err := vl.loadVersion(v)
+	if err != nil {
+		return nil, err
+	}
+	return ver.m, nil
 }
 
 // publishVersions makes a scan the store's list of versions: what Latest, Versions and every

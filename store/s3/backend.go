@@ -76,6 +76,8 @@ type Backend struct {
 	listMu sync.Mutex // one full object listing at a time
 
 	hint hintState // the change hint: the writer's last write, the reader's last ETag
+
+	manifests checkedManifests // the manifests read, written or checked (manifest_cache.go)
 }
 
 var (
@@ -375,6 +377,7 @@ func (b *Backend) PutManifest(v uint64, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write manifest of version %d: %w", v, err)
 	}
+	b.manifests.note(v, data)
 	b.cacheManifest(v, data)
 	b.putHint(v)
 	b.writeStats()
@@ -406,9 +409,15 @@ func (b *Backend) cacheManifest(v uint64, data []byte) {
 func (b *Backend) GetManifest(v uint64) ([]byte, error) {
 	if data, err := os.ReadFile(b.manifestCachePath(v)); err == nil {
 		// A cached manifest is a cache: checked before it is served, fetched again if it
-		// fails (the bucket's copy is checked by the store as always).
+		// fails (the bucket's copy is checked by the store as always). One this process
+		// read or wrote is checked by its CRC-32C alone (manifest_cache.go).
+		if b.manifests.holds(v, data) {
+			return data, nil
+		}
+		b.manifests.fullChecks.Add(1)
 		err := store.CheckCachedManifest(v, data)
 		if err == nil {
+			b.manifests.note(v, data)
 			return data, nil
 		}
 		os.Remove(b.manifestCachePath(v))
@@ -420,6 +429,7 @@ func (b *Backend) GetManifest(v uint64) ([]byte, error) {
 		return nil, fmt.Errorf("read manifest of version %d: %w", v, err)
 	}
 	b.c.stats.add(&b.c.stats.manifestDownloads, 1)
+	b.manifests.note(v, data)
 	b.cacheManifest(v, data)
 	b.writeStats()
 	return data, nil
@@ -459,6 +469,7 @@ func (b *Backend) DeleteManifest(v uint64) error {
 		return fmt.Errorf("delete manifest of version %d: %w", v, err)
 	}
 	os.Remove(b.manifestCachePath(v))
+	b.manifests.forget(v)
 	b.putHint(0)
 	return nil
 }

@@ -59,6 +59,7 @@ func (b *Backend) VersionsRemoved(vs []uint64) {
 	b.mu.Unlock()
 	for _, v := range vs {
 		os.Remove(b.manifestCachePath(v))
+		b.manifests.forget(v)
 	}
 	b.cache.purge()
 }
