@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -15,11 +16,11 @@ import (
 // model.safetensors) then seals on one core. Here the tensors are made by `workers`
 // goroutines at once, each as the pass makes it (its base read once, the patch laid over it,
 // encoded, stored, its piece's SHA-256 its identity or the check of its base object), while
-// one more goroutine reads the new file again in order (the base through the store's
-// checked read path with the patch laid over it, as the reference path reads it) for the
-// file's SHA-256 and the copy's sums. It costs that second read and one more SHA-256 pass
-// (the pieces' digests are no longer taken in the file's pass), about a fifth more CPU, for
-// the wall time of the slowest of the goroutines. The manifest and objects are the pass's
+// one more goroutine reads the new file again in order (each tensor's base from the
+// materialized copy, checked by its sums, with the patch laid over it) for the file's
+// SHA-256 and the copy's sums. It costs that second read and one more SHA-256 pass (the
+// pieces' digests are no longer taken in the file's pass), for the wall time of the slowest
+// of the goroutines. The manifest and objects are the pass's
 // (TestCommitPatchSplitEqualsPass). addPatchedFiles takes it when the files leave cores
 // free (GOMAXPROCS / files >= 2).
 
@@ -29,32 +30,13 @@ import (
 // bytes, hdr its parse, bases the base tensor of each. errPatchSlow as the pass gives it.
 func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
 	hdr *delta.Header, bases []*manifestTensor, tensors []manifestTensor, workers int) (ID, *fileSums, error) {
-	src, err := w.s.OpenFile(baseV, bf.Path)
-	if err != nil {
-		return ID{}, nil, err
-	}
-	defer src.Close()
-
 	var file ID
 	var sums sumWriter
 	var fileErr error
 	hashed := make(chan struct{})
 	go func() {
 		defer close(hashed)
-		h := sha256.New()
-		r := &patchedFile{base: src, prefix: prefix, size: bf.Size, cp: cp.Fork()}
-		buf := make([]byte, min(bf.Size, ingestChunk))
-		for off := int64(0); off < bf.Size; {
-			b := buf[:min(int64(len(buf)), bf.Size-off)]
-			if fileErr = readAtFull(r, b, off); fileErr != nil {
-				fileErr = fmt.Errorf("hash file: %w", fileErr)
-				return
-			}
-			h.Write(b)
-			sums.Write(b)
-			off += int64(len(b))
-		}
-		h.Sum(file[:0])
+		file, fileErr = w.hashPatchedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, &sums)
 	}()
 
 	errs := make([]error, len(hdr.Tensors))
@@ -89,4 +71,64 @@ func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFil
 		return ID{}, nil, fileErr
 	}
 	return file, sums.sums(), nil
+}
+
+// hashPatchedFile reads the new file of base bf in order, each tensor's base bytes from the
+// materialized copy (checked by its sums) or else through the store's read path, never from
+// the base in memory (a reference there would keep the pass from carrying the entry to the
+// next version), with cp's changes laid over them, and returns its SHA-256, the copy's sums
+// of it written to sums.
+func (w *Writer) hashPatchedFile(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
+	hdr *delta.Header, bases []*manifestTensor, sums *sumWriter) (ID, error) {
+	h := sha256.New()
+	h.Write(prefix)
+	sums.Write(prefix)
+	end := hdr.DataStart()
+	buf := make([]byte, min(bf.Size, ingestChunk))
+	for i, t := range hdr.Tensors {
+		if hdr.DataStart()+t.Begin != end {
+			return ID{}, fmt.Errorf("tensor %s: its data does not follow the tensor before it: %w", t.Name, ErrCorrupt)
+		}
+		if err := w.hashPatchedTensor(cp, baseV, bf.Path, t, bases[i].ID, buf, h, sums); err != nil {
+			return ID{}, fmt.Errorf("hash file: tensor %s: %w", t.Name, err)
+		}
+		end = hdr.DataStart() + t.End
+	}
+	if end != bf.Size {
+		return ID{}, fmt.Errorf("its tensors end at %d, the file at %d: %w", end, bf.Size, ErrCorrupt)
+	}
+	var id ID
+	h.Sum(id[:0])
+	return id, nil
+}
+
+// hashPatchedTensor writes tensor t's new bytes (base object id with cp's changes) to h and
+// sums, in order.
+func (w *Writer) hashPatchedTensor(cp *delta.ChunkPatcher, baseV uint64, path string, t delta.Tensor, id ID, buf []byte,
+	h io.Writer, sums *sumWriter) error {
+	b := &tensorBase{w: w, id: id, hint: objHint{path: path, tensor: t.Name}, rd: baseReader{in: w.in}}
+	if v := w.s.mat.view(); v != nil && v.holds(id) {
+		b.view = v
+	} else {
+		v.release()
+	}
+	defer w.releaseBase(b)
+	changes := cp.Changes(t.Name)
+	size := t.End - t.Begin
+	for off := int64(0); off < size; off += ingestChunk {
+		n := min(ingestChunk, size-off)
+		c, err := b.read(off, n)
+		if err != nil {
+			return err
+		}
+		if changes {
+			c = buf[:copy(buf[:n], c)]
+			if err := cp.Patch(c, t.Begin+off); err != nil {
+				return patchInputError(err)
+			}
+		}
+		h.Write(c)
+		sums.Write(c)
+	}
+	return nil
 }
