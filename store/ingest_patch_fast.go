@@ -442,9 +442,12 @@ func (w *Writer) addPatchedFiles(p *delta.Patch, files []delta.PatchFile, base *
 	errs := make([]error, len(files))
 	procs := runtime.GOMAXPROCS(0)
 	tokens := make(chan struct{}, max(1, min(procs, len(files))))
-	split := w.in.patchSplit // the cores the files leave free make each file's tensors at once
+	// The cores the files leave free make each file's tensors at once, one of them the
+	// file's hash: the split pass costs more CPU (ingest_patch_split.go), so it is taken only
+	// where a file gets three cores or more.
+	split := w.in.patchSplit
 	if split == 0 && len(files) > 0 {
-		split = procs / len(files)
+		split = procs/len(files) - 1
 	}
 	var wg sync.WaitGroup
 	for i, pf := range files {

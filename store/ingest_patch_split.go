@@ -21,8 +21,10 @@ import (
 // SHA-256 and the copy's sums. It costs that second read and one more SHA-256 pass (the
 // pieces' digests are no longer taken in the file's pass), for the wall time of the slowest
 // of the goroutines. The manifest and objects are the pass's
-// (TestCommitPatchSplitEqualsPass). addPatchedFiles takes it when the files leave cores
-// free (GOMAXPROCS / files >= 2).
+// (TestCommitPatchFastEqualsReference). addPatchedFiles takes it when the files leave cores
+// free: GOMAXPROCS / files - 1 goroutines per file, when that is 2 or more. On the 2-core
+// development VM (never taken there by default) it cost 10-45% more CPU than the one pass
+// and its wall time was lost in the machine's load (docs/benchmarks.md, figure 14).
 
 // passSplit makes the tensors of the file of base bf (of version baseV) that cp patches into
 // tensors (its manifest entries: names and places filled in) on workers goroutines, and
