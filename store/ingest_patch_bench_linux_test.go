@@ -26,7 +26,7 @@ import (
 // WFS_PATCH_PROF=FILE writes a CPU profile of the first fast CommitPatch alone.
 // WFS_PATCH_FILES=1 puts the eight tensors in one file (a trainer's model.safetensors) and
 // WFS_PATCH_SPLIT=N makes the fast path's files on N goroutines each (ingest_patch_split.go;
-// 1: one pass per file; default: GOMAXPROCS / files - 1).
+// 1: one pass per file; default: cores / files - 1).
 //
 //	go test -run '^$' -bench BenchmarkCommitPatch -benchtime 1x ./store/
 func BenchmarkCommitPatch(b *testing.B) {

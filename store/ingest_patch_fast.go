@@ -444,10 +444,10 @@ func (w *Writer) addPatchedFiles(p *delta.Patch, files []delta.PatchFile, base *
 	tokens := make(chan struct{}, max(1, min(procs, len(files))))
 	// The cores the files leave free make each file's tensors at once, one of them the
 	// file's hash: the split pass costs more CPU (ingest_patch_split.go), so it is taken only
-	// where a file gets three cores or more.
+	// where a file gets three cores or more (cores, not Ps: a mount runs 2 Ps a core).
 	split := w.in.patchSplit
 	if split == 0 && len(files) > 0 {
-		split = procs/len(files) - 1
+		split = min(procs, runtime.NumCPU())/len(files) - 1
 	}
 	var wg sync.WaitGroup
 	for i, pf := range files {

@@ -22,7 +22,7 @@ import (
 // pieces' digests are no longer taken in the file's pass), for the wall time of the slowest
 // of the goroutines. The manifest and objects are the pass's
 // (TestCommitPatchFastEqualsReference). addPatchedFiles takes it when the files leave cores
-// free: GOMAXPROCS / files - 1 goroutines per file, when that is 2 or more. On the 2-core
+// free: cores / files - 1 goroutines per file, when that is 2 or more. On the 2-core
 // development VM (never taken there by default) it cost 10-45% more CPU than the one pass
 // and its wall time was lost in the machine's load (docs/benchmarks.md, figure 14).
 
