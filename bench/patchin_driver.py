@@ -10,6 +10,7 @@ plain full save of the same weights (each file's save_file header and every tens
 written in order into MNT/weight_v000002/, then DONE's close seals it). Prints one JSON object:
 wall seconds of the save (to the seal's return), this process's CPU seconds and the bytes it
 wrote (/proc/self/io wchar), the daemon's CPU seconds to the seal's return and until it is idle.
+The save starts once the daemon is idle after version 1 (its copy brought forward), on both sides.
 """
 
 import json
@@ -32,6 +33,18 @@ def daemon_cpu(pid):
         s = f.read()
     rest = s[s.rindex(")") + 2:].split()
     return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(pid, last=None, limit=120):
+    """The daemon's CPU seconds once it is idle (0.5 s without a clock tick), at most limit s."""
+    last = daemon_cpu(pid) if last is None else last
+    began = quiet = time.perf_counter()
+    while time.perf_counter() - quiet < 0.5 and time.perf_counter() - began < limit:
+        time.sleep(0.1)
+        now = daemon_cpu(pid)
+        if now - last > 0.011:
+            last, quiet = now, time.perf_counter()
+    return last
 
 
 def wchar():
@@ -93,6 +106,7 @@ def main():
     del state
     files2, state, extra2, _ = load(v2)
     assert files2 == files, "versions 1 and 2 have other files"
+    wait_idle(pid)  # what version 1 left the daemon to do (its copy brought forward) is not the save's
     t0, c0, w0, d0 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)
     split = {}
     if mode == "patch":  # writer.save, in its steps: diff and hash, write, seal
@@ -103,13 +117,7 @@ def main():
     else:
         n = full_save(mnt, 2, files, state, extra2, writer.metadata)
     t1, c1, w1, d1 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)
-    # The daemon's CPU until it is idle (0.5 s without a clock tick), at most two minutes.
-    last, quiet = d1, time.perf_counter()
-    while time.perf_counter() - quiet < 0.5 and time.perf_counter() - t1 < 120:
-        time.sleep(0.1)
-        now = daemon_cpu(pid)
-        if now - last > 0.011:
-            last, quiet = now, time.perf_counter()
+    last = wait_idle(pid, d1)
     assert weightfs.latest(mnt) == 2, f"latest is {weightfs.latest(mnt)} after the save"
     size = sum(os.path.getsize(os.path.join(v2, f)) for f in os.listdir(v2))
     print(json.dumps({"mode": mode, "torch": torch is not None, "wall_s": t1 - t0, "trainer_cpu_s": c1 - c0,

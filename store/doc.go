@@ -111,7 +111,10 @@
 // memory or the copy) with the patch's values laid over them, each changed tensor encoded
 // against its base by the ingest's encoder and stored by its rules, one sha256x2 pass for the
 // file's and the tensors' SHA-256; unchanged tensors and files by reference: the objects and
-// manifest a full ingest of the same bytes would store, and no full copy. The reference path
+// manifest a full ingest of the same bytes would store, and no full copy. When the patch's
+// files leave cores free (one big file on 3 cores or more), each file's tensors are made on
+// several goroutines while one more reads the new file again for its SHA-256
+// (ingest_patch_split.go). The reference path
 // (ingest_patch.go: the base through OpenFile, the ingest's tensor job) makes what the fast
 // path cannot (the copy is not at the patch's base). CommitSlimeDelta does the same from
 // slime's delta checkpoint (overwrite or xor, what slime's sender writes into MNT/deltas/),

@@ -52,6 +52,9 @@ type ingester struct {
 	// compare the fast path with it: ingest_patch_fast.go).
 	patchReference bool
 	patchFast      atomic.Int64 // files the fast path made (tests)
+	// patchSplit, when not 0, is how many goroutines make one patched file's tensors (tests
+	// run both passes: ingest_patch_split.go); 0 lets the patch's file count decide.
+	patchSplit int
 	// streamReference makes streams take their reference path (stream_keep.go): each
 	// tensor's bytes copied from their chunks into the base in memory's buffer rather than
 	// routed there, and the worker's passes over whole chunks; tests compare the two.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -23,11 +24,19 @@ import (
 // CommitPatch; fast: by its fast path); the figure is version 3. It reports the process's
 // CPU-seconds of each (steadier than wall time on a loaded machine) and the ratios.
 // WFS_PATCH_PROF=FILE writes a CPU profile of the first fast CommitPatch alone.
+// WFS_PATCH_FILES=1 puts the eight tensors in one file (a trainer's model.safetensors) and
+// WFS_PATCH_SPLIT=N makes the fast path's files on N goroutines each (ingest_patch_split.go;
+// 1: one pass per file; default: cores / files - 1).
 //
 //	go test -run '^$' -bench BenchmarkCommitPatch -benchtime 1x ./store/
 func BenchmarkCommitPatch(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	const files, perFile, elems = 2, 4, 16 << 20 // 32 MiB tensors
+	files, perFile := 2, 4
+	const elems = 16 << 20 // 32 MiB tensors
+	if os.Getenv("WFS_PATCH_FILES") == "1" {
+		files, perFile = 1, 8
+	}
+	split, _ := strconv.Atoi(os.Getenv("WFS_PATCH_SPLIT"))
 	versions := []map[string][]byte{{}, {}, {}}
 	for f := range files {
 		var ts [3][]testTensor
@@ -67,6 +76,7 @@ func BenchmarkCommitPatch(b *testing.B) {
 				ref, _ := newStore(b, Options{BaseMemory: mem, Logger: quiet})
 				fast, _ := newStore(b, Options{BaseMemory: mem, Logger: quiet})
 				ref.ingest.patchReference = true
+				fast.ingest.patchSplit = split
 				var patches [][]byte
 				var fullCPU, fullWall float64
 				for i, files := range versions {
@@ -107,7 +117,7 @@ func BenchmarkCommitPatch(b *testing.B) {
 					pprof.StopCPUProfile()
 					prof = nil // the first run's only
 				}
-				if n := fast.ingest.patchFast.Load() - before; n != files {
+				if n := fast.ingest.patchFast.Load() - before; n != int64(files) {
 					b.Fatalf("the fast path made %d files of %d", n, files)
 				}
 				if mf, mr := manifestOf(b, full, 3), manifestOf(b, fast, 3); !reflect.DeepEqual(mf.Files, mr.Files) {

@@ -48,7 +48,7 @@ var errPatchSlow = errors.New("the patch's fast path does not apply")
 // has the SHA extensions (sha256x2), else as two crypto/sha256 streams.
 type pieceHasher struct {
 	both        bool
-	file, piece hash.Hash
+	file, piece hash.Hash // file nil: the piece's digest only (the split pass)
 }
 
 func newPieceHasher(both bool) *pieceHasher {
@@ -59,6 +59,10 @@ func newPieceHasher(both bool) *pieceHasher {
 }
 
 func (h *pieceHasher) write(b []byte) {
+	if h.file == nil { // the split pass: another goroutine hashes the file
+		h.piece.Write(b)
+		return
+	}
 	if h.both {
 		sha256x2.WriteBoth(h.file.(*sha256x2.Digest), h.piece.(*sha256x2.Digest), b)
 		return
@@ -79,14 +83,25 @@ type filePass struct {
 	path   string
 	baseV  uint64
 	hasher *pieceHasher
-	sums   sumWriter           // the copy's sums of the new file (copy_sums.go)
+	sums   *sumWriter          // the copy's sums of the new file (copy_sums.go); nil in the split pass
 	cp     *delta.ChunkPatcher // one for the pass: chunks come in file order
 	buf    []byte              // a chunk of new bytes when the memory does not take them
 }
 
+// write takes the next bytes of the file (of the current piece) in order.
+func (fp *filePass) write(c []byte) {
+	fp.hasher.write(c)
+	if fp.sums != nil {
+		fp.sums.Write(c)
+	}
+}
+
 // addPatchedFileFast is addPatchedFile at the patch's cost (above); errPatchSlow: use
 // addPatchedFile.
-func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV uint64, bf *manifestFile) error {
+//
+// workers > 1 makes the file's tensors on that many goroutines while another hashes the
+// file (the split pass, ingest_patch_split.go); else one pass makes the file in order.
+func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV uint64, bf *manifestFile, workers int) error {
 	prefix := make([]byte, bf.HeaderLen)
 	if err := w.in.readBase(bf.Header, objHint{path: bf.Path, header: true}, 0, prefix, readOpts{}); err != nil {
 		return fmt.Errorf("read the base's header: %w", err)
@@ -114,35 +129,51 @@ func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV ui
 	}
 	w.noteFileStart()
 
-	fp := &filePass{path: bf.Path, baseV: baseV, hasher: newPieceHasher(w.in.hashInOnePass), cp: cp}
-	fp.hasher.write(prefix)
-	fp.sums.Write(prefix)
-	if got := fp.hasher.endPiece(); got != entry.Header {
+	if got := ID(sha256.Sum256(prefix)); got != entry.Header {
 		return fmt.Errorf("its header was stored as %s but reads as %s: %w", entry.Header, got, ErrCorrupt)
 	}
 	entry.Tensors = make([]manifestTensor, len(hdr.Tensors))
 	for i, t := range hdr.Tensors {
-		et := &entry.Tensors[i]
-		*et = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
-		if cp.Changes(t.Name) {
-			err = w.passChangedTensor(fp, t, bases[i], et)
-		} else {
-			err = w.passUnchangedTensor(fp, t, bases[i], et)
-		}
-		if err != nil {
-			if errors.Is(err, errPatchSlow) {
-				return err
-			}
-			return fmt.Errorf("tensor %s: %w", t.Name, err)
-		}
+		entry.Tensors[i] = manifestTensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: t.Begin, End: t.End}
 	}
-	fp.hasher.file.Sum(entry.SHA256[:0])
+	var sums *fileSums
+	if workers > 1 {
+		entry.SHA256, sums, err = w.passSplit(cp, baseV, bf, prefix, hdr, bases, entry.Tensors, workers)
+	} else {
+		fp := &filePass{path: bf.Path, baseV: baseV, hasher: newPieceHasher(w.in.hashInOnePass), sums: &sumWriter{}, cp: cp}
+		fp.write(prefix)
+		fp.hasher.endPiece()
+		for i, t := range hdr.Tensors {
+			if err = w.passTensor(fp, t, bases[i], &entry.Tensors[i]); err != nil {
+				break
+			}
+		}
+		fp.hasher.file.Sum(entry.SHA256[:0])
+		sums = fp.sums.sums()
+	}
+	if err != nil {
+		return err
+	}
 	if entry.SHA256 != ID(pf.ResultSHA256) {
 		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", entry.SHA256, pf.ResultSHA256)
 	}
-	w.s.mat.contentChecks().noteSums(keyOf(entry), fp.sums.sums())
+	w.s.mat.contentChecks().noteSums(keyOf(entry), sums)
 	w.in.patchFast.Add(1)
 	return w.addEntry(entry)
+}
+
+// passTensor makes one tensor of the pass, changed or not as the patch says.
+func (w *Writer) passTensor(fp *filePass, t delta.Tensor, bt, et *manifestTensor) error {
+	var err error
+	if fp.cp.Changes(t.Name) {
+		err = w.passChangedTensor(fp, t, bt, et)
+	} else {
+		err = w.passUnchangedTensor(fp, t, bt, et)
+	}
+	if err != nil && !errors.Is(err, errPatchSlow) {
+		return fmt.Errorf("tensor %s: %w", t.Name, err)
+	}
+	return err
 }
 
 // patchHeader is the header of the new file: the base's (prefix, read from it), or the
@@ -223,8 +254,7 @@ func (w *Writer) passUnchangedTensor(fp *filePass, t delta.Tensor, bt *manifestT
 		if err != nil {
 			return err
 		}
-		fp.hasher.write(c)
-		fp.sums.Write(c)
+		fp.write(c)
 		if keep != nil || !knownCRC {
 			crc = crc32.Update(crc, castagnoli, c)
 		}
@@ -341,8 +371,7 @@ func (w *Writer) passChangedBytes(fp *filePass, b *tensorBase, hb *baseCheck, t 
 		if err := fp.cp.Patch(c, t.Begin+off); err != nil {
 			return nil, id, 0, 0, patchInputError(err)
 		}
-		fp.hasher.write(c)
-		fp.sums.Write(c)
+		fp.write(c)
 		crc = crc32.Update(crc, castagnoli, c)
 		hb.Write(base)
 		found, err := w.in.diffInto(enc, base, c, off/int64(width), width, &ch)
@@ -411,14 +440,22 @@ func (r *patchedTensor) ReadAt(b []byte, off int64) (int, error) {
 // in the patch's file order is returned.
 func (w *Writer) addPatchedFiles(p *delta.Patch, files []delta.PatchFile, base *version) error {
 	errs := make([]error, len(files))
-	tokens := make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), len(files))))
+	procs := runtime.GOMAXPROCS(0)
+	tokens := make(chan struct{}, max(1, min(procs, len(files))))
+	// The cores the files leave free make each file's tensors at once, one of them the
+	// file's hash: the split pass costs more CPU (ingest_patch_split.go), so it is taken only
+	// where a file gets three cores or more (cores, not Ps: a mount runs 2 Ps a core).
+	split := w.in.patchSplit
+	if split == 0 && len(files) > 0 {
+		split = min(procs, runtime.NumCPU())/len(files) - 1
+	}
 	var wg sync.WaitGroup
 	for i, pf := range files {
 		tokens <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-tokens; wg.Done() }()
-			if err := w.addPatched(p, pf, base.m.Version, base.files[pf.Name]); err != nil {
+			if err := w.addPatched(p, pf, base.m.Version, base.files[pf.Name], split); err != nil {
 				errs[i] = fmt.Errorf("file %s: %w", pf.Name, err)
 			}
 		}()
@@ -435,10 +472,10 @@ func (w *Writer) addPatchedFiles(p *delta.Patch, files []delta.PatchFile, base *
 // addPatched adds one file the patch changes by tensor: by the fast path, made again when
 // the base in memory failed its check (it is dropped: the copy is read) or the copy was found
 // damaged (it is rebuilt first); by the reference path where the fast one does not apply.
-func (w *Writer) addPatched(p *delta.Patch, pf delta.PatchFile, baseV uint64, bf *manifestFile) error {
+func (w *Writer) addPatched(p *delta.Patch, pf delta.PatchFile, baseV uint64, bf *manifestFile, workers int) error {
 	err := errPatchSlow
 	for try := 0; !w.in.patchReference; try++ {
-		err = w.addPatchedFileFast(p, pf, baseV, bf)
+		err = w.addPatchedFileFast(p, pf, baseV, bf, workers)
 		if err == nil || try == 2 {
 			break
 		}

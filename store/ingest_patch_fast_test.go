@@ -16,14 +16,17 @@ import (
 // 4 MiB chunks; dtypes of every width; a header changed in place; a file the patch leaves
 // out), the fast path and the reference path of CommitPatch seal the same manifest and
 // store the same objects, byte for byte, with the base in memory and without; the fast path
-// made every patched file; and a third version, patched onto the second, agrees too.
+// made every patched file; and a third version, patched onto the second, agrees too. The
+// fast path runs as one pass per file (split 1) and split over goroutines (2, 3:
+// ingest_patch_split.go), which must not change a byte either.
 func TestCommitPatchFastEqualsReference(t *testing.T) {
 	for seed := range uint64(3) {
 		mem := int64(0)
 		if seed == 1 {
 			mem = 64 << 20
 		}
-		t.Run(fmt.Sprintf("seed=%d,base_memory=%d", seed, mem), func(t *testing.T) {
+		split := []int{1, 3, 2}[seed]
+		t.Run(fmt.Sprintf("seed=%d,base_memory=%d,split=%d", seed, mem, split), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 31))
 			versions := randomPatchModels(t, rng, 3)
 			full, _ := newStore(t, Options{})
@@ -31,6 +34,7 @@ func TestCommitPatchFastEqualsReference(t *testing.T) {
 			fast, _ := newStore(t, Options{BaseMemory: mem})
 			ref, _ := newStore(t, Options{BaseMemory: mem})
 			ref.ingest.patchReference = true
+			fast.ingest.patchSplit = split
 			commitTree(t, fast, 1, versions[0])
 			commitTree(t, ref, 1, versions[0])
 			for v := uint64(2); v <= 3; v++ {

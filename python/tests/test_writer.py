@@ -347,6 +347,52 @@ class DiffPathsTest(unittest.TestCase):
             self.assertEqual(wt.prepare({n: x.to(device) for n, x in as_torch(states[-1]).items()}).files, [])
 
 
+class DiffHostTest(unittest.TestCase):
+    """The host diff (numpy, DIFF_CHUNK elements at a time into one mask) against a plain
+    flatnonzero, with changes on every side of the chunks' edges; and prepare's hashes (the
+    result's bytes hashed on a thread of their own while the diff runs) against the bytes."""
+
+    def test_chunk_edges(self):
+        from weightfs.writer import DIFF_CHUNK, diff_host
+        rng = np.random.default_rng(7)
+        for n in (0, 1, DIFF_CHUNK - 1, DIFF_CHUNK, DIFF_CHUNK + 1, 2 * DIFF_CHUNK + 5):
+            old = rng.integers(-(1 << 15), 1 << 15, n, dtype=np.int64).astype(np.int16)
+            for at in ([], [0], [n - 1], [DIFF_CHUNK - 1, DIFF_CHUNK], "all", "random"):
+                new = old.copy()
+                if at == "all":
+                    new ^= 1
+                elif at == "random":
+                    new[rng.random(n) < 0.03] ^= 0x40
+                else:
+                    sel = [i for i in at if 0 <= i < n]
+                    new[sel] ^= -0x8000  # the sign bit only: -0 against +0 in bf16
+                want = np.flatnonzero(new != old)
+                got = diff_host(old, new)
+                self.assertEqual(got.dtype, np.int64)
+                self.assertTrue(np.array_equal(got, want), f"n={n} at={at}")
+
+    def test_prepare_hashes_the_result(self):
+        rng = np.random.default_rng(8)
+        st1 = first_state(rng)
+        st2 = next_state(rng, st1, 2)
+        dtypes = {n: "BF16" for n, d in DT.items() if d == "BF16"}
+        root = tempfile.mkdtemp(dir=fixtures.tmpdir())
+        states = [as_numpy(st1), as_numpy(st2)]
+        if torch is not None:
+            states.append(as_torch(st2))
+        for state2 in states[1:]:
+            w = weightfs.PatchWriter(root, files=SHARDS, dtypes=dtypes, index=False)
+            w.save_whole(states[0], version=1)
+            part = w.prepare(state2)
+            for f in part.files:
+                header, laid = encode.safetensors_header([(n, DTYPES[st2[n][0]], st2[n][1]) for n in SHARDS[f["name"]]],
+                                                         {"format": "pt"})
+                data = header + b"".join(st2[n][2].tobytes() for n, _, _, _, _ in laid)
+                self.assertEqual(f["result_sha256"], hashlib.sha256(data).hexdigest(), f["name"])
+            w.rollback(part)
+            shutil.rmtree(weightfs.version_dir(root, 1))
+
+
 class EncodeTest(unittest.TestCase):
     def test_save_file_header(self):
         """The header safetensors' save_file writes for these tensors: sorted by dtype, widest

@@ -3,7 +3,9 @@
 :class:`PatchWriter` keeps a snapshot of the last version it wrote and, at each :meth:`save`,
 diffs the trainer's ``state_dict`` against it bytewise on the tensors' own device (a GPU when
 the tensors are there, the CPU otherwise): ``new.view(intN) != old.view(intN)`` on integers of
-the element's width, no float arithmetic, so NaN payloads and -0 are exact. It writes the
+the element's width, no float arithmetic, so NaN payloads and -0 are exact. On the host the
+diff is numpy's, in cache-sized chunks (:func:`diff_host`), and the result's file hashes run on
+a thread of their own over the state's bytes while the diff runs. It writes the
 changed elements as the one-file patch of docs/format.md Part III §2 (its indices gap-coded,
 ``leb128_gaps``, unless ``encoding="raw"``) into
 ``MNT/patches/weight_vNNNNNN.safetensors.tmp``, fsyncs it and ``os.replace``s it onto its name,
@@ -35,6 +37,8 @@ failed). See docs/engines.md, "Trainers that already diff".
 import concurrent.futures
 import hashlib
 import os
+import queue
+import threading
 
 import numpy as np
 
@@ -105,6 +109,69 @@ class _Hasher:
 
 def _xxh3(b):
     return xxhash.xxh3_128_hexdigest(b) if xxhash else None
+
+
+DIFF_CHUNK = 1 << 19  # elements compared at once by diff_host: its inputs and mask stay in cache
+
+
+def diff_host(old, new, mask=None):
+    """The positions (int64, ascending) where the numpy arrays old and new (of one integer
+    dtype and size) differ, compared DIFF_CHUNK elements at a time into mask (a bool array of
+    at least DIFF_CHUNK elements; a fresh one if None)."""
+    if mask is None:
+        mask = np.empty(DIFF_CHUNK, bool)
+    parts = []
+    for s in range(0, old.size, DIFF_CHUNK):
+        e = min(s + DIFF_CHUNK, old.size)
+        m = mask[:e - s]
+        np.not_equal(new[s:e], old[s:e], out=m)
+        w = np.flatnonzero(m)
+        if w.size:
+            if s:
+                w += s
+            parts.append(w)
+    if not parts:
+        return np.zeros(0, np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _bytes_of(flat):
+    """The bytes of a flat host tensor (numpy, or torch on the CPU), without a copy."""
+    return memoryview(flat.numpy() if _is_torch(flat) else flat).cast("B")
+
+
+class _FileHasher:
+    """A file's SHA-256 and xxh3-128 on a thread of its own, fed the file's bytes in order
+    (hashlib and xxhash let go of the GIL over large buffers): the hashes of a result overlap
+    its diff."""
+
+    def __init__(self, first):
+        self._h, self._q, self._err = _Hasher(), queue.SimpleQueue(), None
+        self._q.put(first)
+        self._t = threading.Thread(target=self._run, name="weightfs-hash", daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while True:
+            b = self._q.get()
+            if b is None:
+                return
+            if self._err is None:
+                try:
+                    self._h.update(b)
+                except BaseException as e:  # raised by close
+                    self._err = e
+
+    def feed(self, b):
+        self._q.put(b)
+
+    def close(self):
+        """The digests, once every byte fed is hashed."""
+        self._q.put(None)
+        self._t.join()
+        if self._err is not None:
+            raise self._err
+        return self._h.digests()
 
 
 class Part:
@@ -394,21 +461,38 @@ class PatchWriter:
             ((t.name, t.dt, t.shape) for t in old.tensors), key=lambda t: t[0])
         if not same:
             return self._prepare_whole(part, fname, desc, state, old)
-        h = _Hasher()
-        h.update(old.header)
-        entry = {"name": fname, "whole": None, "tensors": [], "base_sha256": old.sha256, "base_xxh3": old.xxh3}
+        flats = []
         for t in old.tensors:
-            idx, vals = self._diff(t, state[t.name])
-            if len(idx):
-                part._undo.append((t.host, idx, t.host[idx].copy()))
-                t.host[idx] = vals
-                part._apply.append((t, idx, vals))
-            b = memoryview(t.host).cast("B")
-            h.update(b)
-            if len(idx):
-                entry["tensors"].append({"name": t.name, "dtype": t.dt.name, "elements": t.host.size, "shape": t.shape,
-                                         "xxh3": _xxh3(b), "indices": idx, "values": vals})
-        entry["result_sha256"], entry["result_xxh3"] = h.digests()
+            flat = self._flat_int(state[t.name], t.dt)
+            if flat.shape[0] != t.host.size:
+                raise WriterError(f"tensor {t.name!r} has {flat.shape[0]} elements, the snapshot {t.host.size}")
+            flats.append(flat)
+        # The result's bytes are the state's own when it is on the host: the file is hashed
+        # from them on a thread of its own while this one diffs. A device state's come to the
+        # host with its changes, so each tensor is hashed from the snapshot once it is updated.
+        on_host = all(not _is_torch(f) or f.device.type == "cpu" for f in flats)
+        hasher = _FileHasher(old.header)
+        try:
+            if on_host:
+                for flat in flats:
+                    hasher.feed(_bytes_of(flat))
+            entry = {"name": fname, "whole": None, "tensors": [], "base_sha256": old.sha256, "base_xxh3": old.xxh3}
+            mask = np.empty(DIFF_CHUNK, bool)
+            for t, flat in zip(old.tensors, flats):
+                idx, vals = self._diff(t, flat, mask)
+                if len(idx):
+                    part._undo.append((t.host, idx, t.host[idx]))
+                    t.host[idx] = vals
+                    part._apply.append((t, idx, vals))
+                b = memoryview(t.host).cast("B")
+                if not on_host:
+                    hasher.feed(b)
+                if len(idx):
+                    entry["tensors"].append({"name": t.name, "dtype": t.dt.name, "elements": t.host.size,
+                                             "shape": t.shape, "xxh3": _xxh3(b), "indices": idx, "values": vals})
+        finally:
+            digests = hasher.close()  # joined before a rollback may write the snapshot back
+        entry["result_sha256"], entry["result_xxh3"] = digests
         if entry["tensors"]:
             part.files.append(entry)
 
@@ -431,28 +515,23 @@ class PatchWriter:
                            "result_sha256": sha, "result_xxh3": xx})
         part._new_files[fname] = _File(fname, header, tensors, sha, xx)
 
-    def _diff(self, t, x):
-        """(indices, values) of the elements of x whose bytes differ from the snapshot, as
-        host numpy arrays: I32 indices (I64 for 2^31 elements or more), values as integers of
-        the element's width. The comparison runs where x is."""
-        flat = self._flat_int(x, t.dt)
-        if flat.shape[0] != t.host.size:
-            raise WriterError(f"tensor {t.name!r} has {flat.shape[0]} elements, the snapshot {t.host.size}")
+    def _diff(self, t, flat, mask):
+        """(indices, values) of the elements of flat (the tensor as _flat_int gives it) whose
+        bytes differ from the snapshot, as host numpy arrays: I32 indices (I64 for 2^31
+        elements or more), values as integers of the element's width. The comparison runs
+        where flat is: numpy's for a host tensor (a third of torch's CPU nonzero), in chunks of
+        DIFF_CHUNK elements compared into mask, so nothing of the tensor's size is allocated."""
         idx_dtype = np.int64 if t.host.size >= I64_THRESHOLD else np.int32
-        if not _is_torch(flat):
-            idx = np.flatnonzero(flat != t.host).astype(idx_dtype)
-            return idx, flat[idx]
-        import torch
-        if flat.device.type == "cpu":
-            old = torch.from_numpy(t.host)
-        elif t.device is not None:
-            old = t.device
-        else:
-            old = torch.from_numpy(t.host).to(flat.device, non_blocking=True)
-        idx = torch.nonzero(flat != old).reshape(-1)
-        vals = flat[idx]
-        idx = idx.to(torch.int64 if idx_dtype == np.int64 else torch.int32)
-        return idx.cpu().numpy(), vals.cpu().numpy()
+        if _is_torch(flat) and flat.device.type != "cpu":
+            import torch
+            old = t.device if t.device is not None else torch.from_numpy(t.host).to(flat.device, non_blocking=True)
+            idx = torch.nonzero(flat != old).reshape(-1)
+            vals = flat[idx]
+            idx = idx.to(torch.int64 if idx_dtype == np.int64 else torch.int32)
+            return idx.cpu().numpy(), vals.cpu().numpy()
+        new = flat.numpy() if _is_torch(flat) else flat
+        idx = diff_host(t.host, new, mask).astype(idx_dtype, copy=False)
+        return idx, new[idx]
 
     def commit(self, part):
         """The patch of part sealed: the snapshot is the new version."""

@@ -1,0 +1,136 @@
+package store
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/weightfs/weightfs/delta"
+)
+
+// The split pass: one patched file over several cores (issue 31, figure 14). The fast path's
+// pass (ingest_patch_fast.go) makes a file in order on one goroutine, because the file's
+// SHA-256 and the copy's sums are one stream each; a patch of one big file (a trainer's
+// model.safetensors) then seals on one core. Here the tensors are made by `workers`
+// goroutines at once, each as the pass makes it (its base read once, the patch laid over it,
+// encoded, stored, its piece's SHA-256 its identity or the check of its base object), while
+// one more goroutine reads the new file again in order (each tensor's base from the
+// materialized copy, checked by its sums, with the patch laid over it) for the file's
+// SHA-256 and the copy's sums. It costs that second read and one more SHA-256 pass (the
+// pieces' digests are no longer taken in the file's pass), for the wall time of the slowest
+// of the goroutines. The manifest and objects are the pass's
+// (TestCommitPatchFastEqualsReference). addPatchedFiles takes it when the files leave cores
+// free: cores / files - 1 goroutines per file, when that is 2 or more. On the 2-core
+// development VM (never taken there by default) it cost 10-45% more CPU than the one pass
+// and its wall time was lost in the machine's load (docs/benchmarks.md, figure 14).
+
+// passSplit makes the tensors of the file of base bf (of version baseV) that cp patches into
+// tensors (its manifest entries: names and places filled in) on workers goroutines, and
+// returns the new file's SHA-256 and the copy's sums of it. prefix is the new file's header
+// bytes, hdr its parse, bases the base tensor of each. errPatchSlow as the pass gives it.
+func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
+	hdr *delta.Header, bases []*manifestTensor, tensors []manifestTensor, workers int) (ID, *fileSums, error) {
+	var file ID
+	var sums sumWriter
+	var fileErr error
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		file, fileErr = w.hashPatchedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, &sums)
+	}()
+
+	errs := make([]error, len(hdr.Tensors))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, len(hdr.Tensors)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each goroutine takes the next tensor in file order: its patcher's chunks ascend.
+			fp := &filePass{path: bf.Path, baseV: baseV, hasher: &pieceHasher{piece: sha256.New()}, cp: cp.Fork()}
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(hdr.Tensors) {
+					return
+				}
+				if errs[i] = w.passTensor(fp, hdr.Tensors[i], bases[i], &tensors[i]); errs[i] != nil {
+					next.Store(int64(len(hdr.Tensors))) // the others stop after their tensor
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	<-hashed
+	for _, err := range errs {
+		if err != nil {
+			return ID{}, nil, err // errPatchSlow unwrapped, as the pass returns it
+		}
+	}
+	if fileErr != nil {
+		return ID{}, nil, fileErr
+	}
+	return file, sums.sums(), nil
+}
+
+// hashPatchedFile reads the new file of base bf in order, each tensor's base bytes from the
+// materialized copy (checked by its sums) or else through the store's read path, never from
+// the base in memory (a reference there would keep the pass from carrying the entry to the
+// next version), with cp's changes laid over them, and returns its SHA-256, the copy's sums
+// of it written to sums.
+func (w *Writer) hashPatchedFile(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
+	hdr *delta.Header, bases []*manifestTensor, sums *sumWriter) (ID, error) {
+	h := sha256.New()
+	h.Write(prefix)
+	sums.Write(prefix)
+	end := hdr.DataStart()
+	buf := make([]byte, min(bf.Size, ingestChunk))
+	for i, t := range hdr.Tensors {
+		if hdr.DataStart()+t.Begin != end {
+			return ID{}, fmt.Errorf("tensor %s: its data does not follow the tensor before it: %w", t.Name, ErrCorrupt)
+		}
+		if err := w.hashPatchedTensor(cp, baseV, bf.Path, t, bases[i].ID, buf, h, sums); err != nil {
+			return ID{}, fmt.Errorf("hash file: tensor %s: %w", t.Name, err)
+		}
+		end = hdr.DataStart() + t.End
+	}
+	if end != bf.Size {
+		return ID{}, fmt.Errorf("its tensors end at %d, the file at %d: %w", end, bf.Size, ErrCorrupt)
+	}
+	var id ID
+	h.Sum(id[:0])
+	return id, nil
+}
+
+// hashPatchedTensor writes tensor t's new bytes (base object id with cp's changes) to h and
+// sums, in order.
+func (w *Writer) hashPatchedTensor(cp *delta.ChunkPatcher, baseV uint64, path string, t delta.Tensor, id ID, buf []byte,
+	h io.Writer, sums *sumWriter) error {
+	b := &tensorBase{w: w, id: id, hint: objHint{path: path, tensor: t.Name}, rd: baseReader{in: w.in}}
+	if v := w.s.mat.view(); v != nil && v.holds(id) {
+		b.view = v
+	} else {
+		v.release()
+	}
+	defer w.releaseBase(b)
+	changes := cp.Changes(t.Name)
+	size := t.End - t.Begin
+	for off := int64(0); off < size; off += ingestChunk {
+		n := min(ingestChunk, size-off)
+		c, err := b.read(off, n)
+		if err != nil {
+			return err
+		}
+		if changes {
+			c = buf[:copy(buf[:n], c)]
+			if err := cp.Patch(c, t.Begin+off); err != nil {
+				return patchInputError(err)
+			}
+		}
+		h.Write(c)
+		sums.Write(c)
+	}
+	return nil
+}
