@@ -294,10 +294,10 @@ func (f *openFile) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno 
 		// The close of the last handle ends the file's stream now, not at the RELEASE that
 		// follows asynchronously: a read right after close(2) then finds it closed.
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		if f.handles <= 1 {
-			f.closeStreamLocked()
+			return f.closeStreamLocked()
 		}
-		f.mu.Unlock()
 		return 0
 	}
 	return f.t.m.sealOpenVersion(f.t)

@@ -139,14 +139,24 @@ func (f *openFile) writeStreamLocked(data []byte, off int64) (handled bool, errn
 }
 
 // closeStreamLocked ends the stream of a file nobody has open any more, so that the seal only
-// adds it. A stream that fails to close switches the file to its staging file.
-func (f *openFile) closeStreamLocked() {
+// adds it. A stream that fails to close switches the file to its staging file; if that fails
+// too (a full disk), the errno is returned for close(2) to report, and the whole file counts
+// as a failed write until it is written again: the stream hands its work to the store in
+// batches, so a failure (ENOSPC from the store) can come after the last write was taken, and
+// the writer, told at close, must not find the version sealed with the file anyway.
+func (f *openFile) closeStreamLocked() syscall.Errno {
 	if f.stream == nil || f.detached || f.addedAs != "" {
-		return // no stream, or one a seal has taken (and may have ended)
+		return 0 // no stream, or one a seal has taken (and may have ended)
 	}
-	if err := f.stream.Close(); err != nil {
-		f.unstreamLocked(fmt.Sprintf("closing its stream failed (%v)", err))
+	err := f.stream.Close()
+	if err == nil {
+		return 0
 	}
+	errno := f.unstreamLocked(fmt.Sprintf("closing its stream failed (%v)", err))
+	if errno != 0 && f.broken == nil {
+		f.failed.add(0, f.size, errno)
+	}
+	return errno
 }
 
 // addStreamLocked adds a streamed file to the version at the seal. handled is false when the
