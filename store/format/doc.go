@@ -7,8 +7,9 @@
 // It holds the format file (storefile.go: STORE/weightfs-store, the store format versions),
 // the object file codec (object.go: header, chunk table), the manifest codec (manifest.go:
 // the manifest's types, encode, decode and validation, the bounds of version numbers and
-// names, the path check; manifest_encode.go and manifest_decode.go: its JSON without
-// reflection, encoding/json kept as the reference) and manifests' names (layout.go), readers' pins (pin.go), the change
+// names, the path check; manifest_encode.go, manifest_decode.go and manifest_head.go (the
+// head a version list reads): its JSON without reflection, encoding/json kept as the
+// reference) and manifests' names (layout.go), readers' pins (pin.go), the change
 // hint of an S3 store (hint.go), the gc record (gcrecord.go), a writer group's records
 // (group.go: part records, open markers, refusal records and their names), the records of
 // the node-local index (index.go: values sealed with a CRC-32C, the object record), object
