@@ -1,9 +1,7 @@
 package store
 
 import (
-	"io/fs"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,15 +10,7 @@ import (
 // first (dirty pages stay cached), then dropped (POSIX_FADV_DONTNEED), as `echo 3 >
 // drop_caches` would, for these files alone.
 func evictTree(dir string) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
+	return eachRegularFile(dir, func(f *os.File) error {
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
 			return err
 		}

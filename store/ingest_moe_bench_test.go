@@ -148,6 +148,14 @@ func moeBenchCheckpoints(b *testing.B) []moeBenchCase {
 
 // warmTree reads every regular file under dir once (into the page cache).
 func warmTree(dir string) error {
+	return eachRegularFile(dir, func(f *os.File) error {
+		_, err := io.Copy(io.Discard, f)
+		return err
+	})
+}
+
+// eachRegularFile opens every regular file under dir in turn and hands it to do.
+func eachRegularFile(dir string, do func(*os.File) error) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
@@ -157,7 +165,6 @@ func warmTree(dir string) error {
 			return err
 		}
 		defer f.Close()
-		_, err = io.Copy(io.Discard, f)
-		return err
+		return do(f)
 	})
 }
