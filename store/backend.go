@@ -64,7 +64,7 @@ type backendCaps struct {
 	Backend
 	given      Backend       // the backend as opened (Store.Backend)
 	policy     *cachePolicy  // the object cache's policy around given; nil: no RemoteCache
-	quarantine quarantiner   // nil: nothing can be moved aside (Repair refuses)
+	quarantine Quarantiner   // nil: nothing can be moved aside (Repair refuses)
 	records    Records       // nil: no gc record, no writer groups, no pins
 	hinter     VersionHinter // nil: Poll lists every time
 	remoteStat RemoteStat    // nil: StatObject asks the storage itself
@@ -99,7 +99,7 @@ func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logg
 	}
 	// A backend of another package quarantines through the cache policy (Quarantiner); a
 	// policy around one that cannot leaves none.
-	if q, ok := b.Backend.(quarantiner); ok {
+	if q, ok := b.Backend.(Quarantiner); ok {
 		if c, wraps := b.Backend.(interface{ canQuarantine() bool }); !wraps || c.canQuarantine() {
 			b.quarantine = q
 		}
@@ -109,7 +109,7 @@ func (b *backendCaps) use(be Backend, prefetch bool, root string, log *slog.Logg
 	b.remoteStat, _ = be.(RemoteStat)
 	b.fsyncer, _ = be.(fsyncCounter)
 	if l, ok := be.(localDirBackend); ok {
-		b.localDir = l.localDir()
+		b.localDir = l.LocalDir()
 	}
 }
 

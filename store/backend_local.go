@@ -51,10 +51,11 @@ var _ Backend = (*localBackend)(nil)
 // localDirBackend is a backend that keeps the store in a local directory: a writer's
 // default cache lives beside the objects there (Verify checks it: verify_caches.go).
 type localDirBackend interface {
-	localDir() string
+	LocalDir() string
 }
 
-func (b *localBackend) localDir() string { return b.root }
+// LocalDir is the store's directory.
+func (b *localBackend) LocalDir() string { return b.root }
 
 // Close has nothing to end: every call of the local backend is done when it returns.
 func (b *localBackend) Close() error { return nil }
@@ -86,7 +87,7 @@ func createTempObject(dir string) (*os.File, error) { return local.CreateTemp(di
 func removeTempObject(f *os.File) { local.RemoveTemp(f) }
 
 func (b *localBackend) PutObject(id ID, tmp *os.File) error {
-	b.sawLoose()
+	b.SawLoose()
 	return b.putFile("object", id, tmp, b.objectPath(id), false)
 }
 
@@ -197,7 +198,7 @@ func (b *localBackend) moveAside(src, dstDir, name string) (string, error) {
 	return dst, b.fsyncDir(filepath.Dir(src))
 }
 
-func (b *localBackend) quarantineManifest(v uint64) (string, error) {
+func (b *localBackend) QuarantineManifest(v uint64) (string, error) {
 	dir, err := b.quarantineDir("")
 	if err != nil {
 		return "", err
@@ -209,7 +210,7 @@ func (b *localBackend) quarantineManifest(v uint64) (string, error) {
 	return dst, nil
 }
 
-func (b *localBackend) quarantineObject(id ID) (string, error) {
+func (b *localBackend) QuarantineObject(id ID) (string, error) {
 	dir, err := b.quarantineDir("objects")
 	if err != nil {
 		return "", err
@@ -221,7 +222,7 @@ func (b *localBackend) quarantineObject(id ID) (string, error) {
 	return dst, nil
 }
 
-func (b *localBackend) listQuarantined() ([]uint64, error) {
+func (b *localBackend) ListQuarantined() ([]uint64, error) {
 	entries, err := os.ReadDir(filepath.Join(b.root, "quarantine"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -239,11 +240,11 @@ func (b *localBackend) listQuarantined() ([]uint64, error) {
 	return vs, nil
 }
 
-func (b *localBackend) quarantineManifestPath(v uint64) string {
+func (b *localBackend) QuarantineManifestPath(v uint64) string {
 	return filepath.Join(b.root, "quarantine", manifestName(v))
 }
 
-func (b *localBackend) quarantineObjectPath(id ID) string {
+func (b *localBackend) QuarantineObjectPath(id ID) string {
 	return filepath.Join(b.root, "quarantine", "objects", id.String())
 }
 

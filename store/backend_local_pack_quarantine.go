@@ -11,9 +11,9 @@ import (
 // made durable; quarantine/objects/<id> for the bytes of a damaged record copied out of its
 // pack (the pack stays until gc rewrites it).
 
-var _ packQuarantiner = (*localBackend)(nil)
+var _ PackQuarantiner = (*localBackend)(nil)
 
-func (b *localBackend) quarantineIndex(name string) (string, error) {
+func (b *localBackend) QuarantineIndex(name string) (string, error) {
 	src, err := b.indexFile(name)
 	if err != nil {
 		return "", err
@@ -29,11 +29,11 @@ func (b *localBackend) quarantineIndex(name string) (string, error) {
 	return dst, nil
 }
 
-func (b *localBackend) quarantineIndexPath(name string) string {
+func (b *localBackend) QuarantineIndexPath(name string) string {
 	return filepath.Join(b.root, "quarantine", indexDir, name)
 }
 
-func (b *localBackend) quarantinePack(id ID) (string, error) {
+func (b *localBackend) QuarantinePack(id ID) (string, error) {
 	dir, err := b.quarantineDir(packDir)
 	if err != nil {
 		return "", err
@@ -45,13 +45,13 @@ func (b *localBackend) quarantinePack(id ID) (string, error) {
 	return dst, nil
 }
 
-func (b *localBackend) quarantinePackPath(id ID) string {
+func (b *localBackend) QuarantinePackPath(id ID) string {
 	return filepath.Join(b.root, "quarantine", packDir, id.String())
 }
 
-// keepQuarantinedObject writes data durably as quarantine/objects/<id>, read-only like an
+// KeepQuarantinedObject writes data durably as quarantine/objects/<id>, read-only like an
 // object. A file there already (the same object quarantined before) is kept as it is.
-func (b *localBackend) keepQuarantinedObject(id ID, data []byte) (string, error) {
+func (b *localBackend) KeepQuarantinedObject(id ID, data []byte) (string, error) {
 	dir, err := b.quarantineDir("objects")
 	if err != nil {
 		return "", err

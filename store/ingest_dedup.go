@@ -21,8 +21,8 @@ func (p *packedObjects) absent(id ID) bool {
 	if _, _, ok := p.lookup(id); ok {
 		return false
 	}
-	lb, ok := p.Backend.(interface{ noLooseObjects() bool })
-	return ok && lb.noLooseObjects()
+	lb, ok := p.Backend.(interface{ NoLooseObjects() bool })
+	return ok && lb.NoLooseObjects()
 }
 
 // existsToWrite is exists for the check before an object is written (dedup): absent first.
@@ -45,10 +45,10 @@ type looseCheck struct {
 	stats atomic.Int64
 }
 
-// noLooseObjects reports that objects/ has no entry (no fan-out directory: no loose object
+// NoLooseObjects reports that objects/ has no entry (no fan-out directory: no loose object
 // was ever put, or every one was removed with its directory), read at most once a
 // looseRecheck.
-func (b *localBackend) noLooseObjects() bool {
+func (b *localBackend) NoLooseObjects() bool {
 	c := &b.loose
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -58,8 +58,8 @@ func (b *localBackend) noLooseObjects() bool {
 	return c.none
 }
 
-// sawLoose forgets what noLooseObjects read: this process puts a loose object.
-func (b *localBackend) sawLoose() {
+// SawLoose forgets what NoLooseObjects read: this process puts a loose object.
+func (b *localBackend) SawLoose() {
 	b.loose.mu.Lock()
 	b.loose.at, b.loose.none = time.Time{}, false
 	b.loose.mu.Unlock()
