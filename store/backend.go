@@ -55,6 +55,13 @@ type RemoteCache interface {
 	VersionsRemoved(vs []uint64)
 }
 
+// RemoteStat is the optional part of a Backend whose StatObject answers from what this
+// process knows (store/s3's writer: one listing and its own puts since): StatRemote asks
+// the storage itself, for an object another process put (a writer group's rank).
+type RemoteStat interface {
+	StatRemote(id ID) (int64, error)
+}
+
 // backendCaps is the store's backend and the optional parts it has, asserted once, at open
 // (use): every call of the store on its backend goes through it.
 type backendCaps struct {
