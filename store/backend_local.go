@@ -40,7 +40,7 @@ type localDirBackend interface {
 	LocalDir() string
 }
 
-// The directories of a local store's layout that store's tests name.
+// The directories of a local store's layout that store (OpenRank) and its tests name.
 const (
 	packDir  = local.PackDir
 	indexDir = local.IndexDir
