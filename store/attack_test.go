@@ -42,7 +42,7 @@ func TestObjectNotARegularFileIsCorrupt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, root, victim := twoVersionsAndAVictim(t, 9, 1)
-			tc.attack(t, s.be.given.(*localBackend).objectPath(victim))
+			tc.attack(t, s.be.given.(*localBackend).ObjectPath(victim))
 
 			r := openLoose(t, root, Options{ReadOnly: true})
 			expectDamage(r)
@@ -253,7 +253,7 @@ func TestFIFOInAStoreFileNeverHangs(t *testing.T) {
 		}
 	}
 
-	fifo(s.be.given.(*localBackend).objectPath(victim))
+	fifo(s.be.given.(*localBackend).ObjectPath(victim))
 	r := openLoose(t, root, Options{ReadOnly: true})
 	expectDamage(r)
 	err := within("read", func() error {

@@ -16,7 +16,7 @@ import (
 // base, with a valid CRC-32C (which is no MAC: anyone who can write the files can do this).
 func forgeBase(t *testing.T, root string, id, base ID) {
 	t.Helper()
-	p := (&localBackend{root: root}).objectPath(id)
+	p := newLocalBackend(root, storeModes{}).ObjectPath(id)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)

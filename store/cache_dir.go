@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/weightfs/weightfs/store/local"
 )
 
 // cacheDirState is a Store's cache directory: where it is (Options.CacheDir, STORE/cache
@@ -51,7 +53,7 @@ func (s *Store) cacheMkdirAll(dir string) error {
 // errNotRegular marks a file that this program writes as a regular file but is not one (a
 // directory, a FIFO, a device in its place), refused before it is read: a cache that holds
 // one is damaged, and is dropped and made again; a pin record stops gc.
-var errNotRegular = errors.New("not a regular file")
+var errNotRegular = local.ErrNotRegular
 
 // openCacheFile is os.Open for a file of a cache, which only this program writes, as regular
 // files: anything else in its place is refused, looked at before it is opened (opening a FIFO

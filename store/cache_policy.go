@@ -291,42 +291,43 @@ func manifestObjectSizes(m *manifest) map[ID]int64 {
 	return objs
 }
 
-// The quarantine of a backend of another package (store/s3), through Quarantiner. One that
-// has none lists nothing in quarantine, and Repair refuses it (canQuarantine).
+// The quarantine of a backend with a remote cache (store/s3), forwarded to its Quarantiner:
+// the policy is a Quarantiner in front of it. One that has none lists nothing in
+// quarantine, and Repair refuses it (canQuarantine).
 
 func (p *cachePolicy) canQuarantine() bool {
 	return p.q != nil
 }
 
-func (p *cachePolicy) quarantineManifest(v uint64) (string, error) {
+func (p *cachePolicy) QuarantineManifest(v uint64) (string, error) {
 	if p.q != nil {
 		return p.q.QuarantineManifest(v)
 	}
 	return "", fmt.Errorf("quarantine version %d: not supported for this store's backend", v)
 }
 
-func (p *cachePolicy) quarantineObject(id ID) (string, error) {
+func (p *cachePolicy) QuarantineObject(id ID) (string, error) {
 	if p.q != nil {
 		return p.q.QuarantineObject(id)
 	}
 	return "", fmt.Errorf("quarantine object %s: not supported for this store's backend", id)
 }
 
-func (p *cachePolicy) listQuarantined() ([]uint64, error) {
+func (p *cachePolicy) ListQuarantined() ([]uint64, error) {
 	if p.q != nil {
 		return p.q.ListQuarantined()
 	}
 	return nil, nil
 }
 
-func (p *cachePolicy) quarantineManifestPath(v uint64) string {
+func (p *cachePolicy) QuarantineManifestPath(v uint64) string {
 	if p.q != nil {
 		return p.q.QuarantineManifestPath(v)
 	}
 	return ""
 }
 
-func (p *cachePolicy) quarantineObjectPath(id ID) string {
+func (p *cachePolicy) QuarantineObjectPath(id ID) string {
 	if p.q != nil {
 		return p.q.QuarantineObjectPath(id)
 	}

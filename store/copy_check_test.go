@@ -235,7 +235,7 @@ func TestSwappedObjectsAreNotServed(t *testing.T) {
 					t.Fatal(err)
 				}
 				ts := ver.files["twins.safetensors"].Tensors
-				pa, pb := w.be.given.(*localBackend).objectPath(ts[0].ID), w.be.given.(*localBackend).objectPath(ts[1].ID)
+				pa, pb := w.be.given.(*localBackend).ObjectPath(ts[0].ID), w.be.given.(*localBackend).ObjectPath(ts[1].ID)
 				closeStore(t, w)
 				a, err := os.ReadFile(pa)
 				if err != nil {

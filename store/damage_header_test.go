@@ -27,7 +27,7 @@ func TestFlippedDeltaHeaderByteNeverHangs(t *testing.T) {
 	var obj string
 	s.be.ListObjects(func(id ID, _ int64) error {
 		if m, err := s.objects.meta(id); err == nil && m.Kind == kindDelta && obj == "" {
-			obj = s.be.given.(*localBackend).objectPath(id)
+			obj = s.be.given.(*localBackend).ObjectPath(id)
 		}
 		return nil
 	})

@@ -14,7 +14,7 @@ func allObjectFiles(t testing.TB, s *Store) []string {
 	t.Helper()
 	var out []string
 	s.be.ListObjects(func(id ID, _ int64) error {
-		out = append(out, s.be.given.(*localBackend).objectPath(id))
+		out = append(out, s.be.given.(*localBackend).ObjectPath(id))
 		return nil
 	})
 	if len(out) == 0 {
@@ -140,7 +140,7 @@ func TestMissingObjectAndManifestDamage(t *testing.T) {
 	ver, _ := r.versions.sealedVersion(2)
 	victim := ver.files["model.safetensors"].Tensors[1].ID
 	closeStore(t, r)
-	os.Remove(r.be.given.(*localBackend).objectPath(victim))
+	os.Remove(r.be.given.(*localBackend).ObjectPath(victim))
 	r = openLoose(t, root, Options{ReadOnly: true})
 	expectDamage(r)
 	if _, err := r.Verify(nil); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), victim.String()) {

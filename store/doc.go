@@ -13,13 +13,14 @@
 // # Backends
 //
 // The store keeps its bytes through Backend, and nothing else: the local directory
-// (backend_local*.go over package store/local's file operations, opened by Open) or another kind given to OpenBackend (package store/s3
-// for s3://bucket/prefix; package store/location chooses from a STORE argument). The
-// contract is Backend's comments, and package store/backendtest checks every backend
-// against it. A backend with a local cache of a remote store's objects (RemoteCache: the object cache) is told by the
+// (package store/local, which Open and OpenRank build) or another kind given to OpenBackend
+// (package store/s3 for s3://bucket/prefix; package store/location chooses from a STORE
+// argument). The contract is package store/backend's types, which this package names by
+// the same names (backend.go), and package store/backendtest checks every backend against
+// it. A backend with a local cache of a remote store's objects (RemoteCache: the object cache) is told by the
 // store what to fetch ahead and when to empty it: that policy is the store's
 // (cache_policy.go). The optional parts of a backend (RemoteCache, Records, VersionHinter,
-// RemoteStat, Quarantiner) are asserted once, at open, into the store's backendCaps
+// RemoteStat, Quarantiner, PackQuarantiner) are asserted once, at open, into the store's backendCaps
 // (backend.go). The small records both real backends keep, the gc record, a writer group's
 // records and readers' pins, are one API, Records.
 // A backend that also keeps packs (PackBackend, store format 3) gets the pack layer in front

@@ -11,7 +11,7 @@ import (
 func SetClock(s *Store, now func() time.Time) { s.ingest.now = now }
 
 // NewLocalBackend opens the backend of the local store at root (made by Init), for the
-// contract suite (backend_local_test.go).
+// store's own tests.
 func NewLocalBackend(root string) (Backend, error) {
 	info, err := os.Stat(filepath.Join(root, formatFileName))
 	if err != nil {

@@ -201,7 +201,7 @@ func TestDamagedFileGetsNoCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flipByte(t, w.be.given.(*localBackend).objectPath(ver.files["twins.safetensors"].Tensors[0].ID))
+	flipByte(t, w.be.given.(*localBackend).ObjectPath(ver.files["twins.safetensors"].Tensors[0].ID))
 	expectDamage(w)
 	closeStore(t, w)
 	r := openLoose(t, root, Options{ReadOnly: true, Materialize: true, Logger: logtest.New(func(string, ...any) {})})

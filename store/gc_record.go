@@ -86,7 +86,7 @@ func (k *gcRecordKeeper) storedVersionNumbers() ([]uint64, error) {
 		return nil, err
 	}
 	if q := k.be.quarantine; q != nil {
-		qs, err := q.listQuarantined()
+		qs, err := q.ListQuarantined()
 		if err != nil {
 			return nil, err
 		}

@@ -223,7 +223,7 @@ func (c *collector) removedByGC(v uint64, err error) error {
 		return err
 	}
 	if q := c.st.be.quarantine; q != nil {
-		if qs, qerr := q.listQuarantined(); qerr != nil || slices.Contains(qs, v) {
+		if qs, qerr := q.ListQuarantined(); qerr != nil || slices.Contains(qs, v) {
 			return err
 		}
 	}

@@ -107,14 +107,14 @@ func OpenRank(path string, r Rank, opts Options) (*Store, error) {
 	}
 	local := newLocalBackend(path, modes)
 	groupRoot := filepath.Join(path, groupDir, r.Group)
-	if err := local.mkdirAllModes(groupRoot); err != nil {
+	if err := local.MkdirAll(groupRoot); err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
 	lock, err := acquireWriterLock(filepath.Join(groupRoot, fmt.Sprintf("rank-%d.lock", r.Rank)), modes.File)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s as %s: %w", path, r, err)
 	}
-	be := &rankBackend{localBackend: local, tmpDir: filepath.Join(groupRoot, "tmp", fmt.Sprintf("rank-%d", r.Rank))}
+	be := newRankBackend(local, filepath.Join(groupRoot, "tmp", fmt.Sprintf("rank-%d", r.Rank)))
 	if opts.CacheDir == "" {
 		opts.CacheDir = filepath.Join(groupRoot, "cache", fmt.Sprintf("rank-%d", r.Rank))
 	}

@@ -288,7 +288,7 @@ func TestContextDamage(t *testing.T) {
 		id = d.hdr.Base
 	}
 	target := chain[2]
-	path := s.be.given.(*localBackend).objectPath(target)
+	path := s.be.given.(*localBackend).ObjectPath(target)
 	orig, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -20,17 +20,17 @@ func TestPackCopiesFallback(t *testing.T) {
 	f := newPackedFixture(t)
 	e := f.entries[0][0]
 	id := ID(e.ID)
-	b, err := os.ReadFile(f.lb.objectPath(id))
+	b, err := os.ReadFile(f.lb.ObjectPath(id))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A second record of the object, in a pack of its own, indexed with sequence number 3:
 	// it wins the map.
 	pid, ents := f.addSecondRecord(t, e.ID, b)
-	if err := os.Remove(f.lb.objectPath(id)); err != nil {
+	if err := os.Remove(f.lb.ObjectPath(id)); err != nil {
 		t.Fatal(err)
 	}
-	rewriteFile(t, f.lb.packPath(ID(pid)), flipAt(func(int) int { return int(ents[0].Offset + ents[0].Length/2) }))
+	rewriteFile(t, f.lb.PackPath(ID(pid)), flipAt(func(int) int { return int(ents[0].Offset + ents[0].Length/2) }))
 
 	po := f.s.be.Backend.(*packedObjects)
 	var mu sync.Mutex

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"time"
 )
 
@@ -23,16 +22,6 @@ type packRepacker interface {
 // age is unknown.
 type packAger interface {
 	PackModTime(id ID) (time.Time, error)
-}
-
-// PackModTime is when pack id was written: its file's modification time (the temporary
-// file's last write; a rename keeps it).
-func (b *localBackend) PackModTime(id ID) (time.Time, error) {
-	st, err := os.Stat(b.packPath(id))
-	if err != nil {
-		return time.Time{}, fmt.Errorf("stat pack %s: %w", id, err)
-	}
-	return st.ModTime(), nil
 }
 
 // orphanPackAge is how old a pack no index names must be before gc removes it. A writer puts

@@ -324,7 +324,7 @@ func TestRewritePacksDamagedRecord(t *testing.T) {
 	r.putIndex(a)
 	id3, _ := repackRecord(3, 0)
 	e, _ := pack.Find(a.Entries, id3)
-	p := r.be.packPath(ID(a.ID))
+	p := r.be.PackPath(ID(a.ID))
 	if err := os.Chmod(p, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestSweepOrphanPacks(t *testing.T) {
 	old := r.putPack(0, 4)
 	aged := time.Now().Add(-2 * time.Hour)
 	for _, id := range []pack.ID{named.ID, old.ID} {
-		if err := os.Chtimes(r.be.packPath(ID(id)), aged, aged); err != nil {
+		if err := os.Chtimes(r.be.PackPath(ID(id)), aged, aged); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -540,7 +540,7 @@ func TestGCRepacks(t *testing.T) {
 	r := &repackRig{t: t, be: be, records: map[ID][]byte{}}
 	orphan := r.putPack(0, 1)
 	aged := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(be.packPath(ID(orphan.ID)), aged, aged); err != nil {
+	if err := os.Chtimes(be.PackPath(ID(orphan.ID)), aged, aged); err != nil {
 		t.Fatal(err)
 	}
 	if err := be.PutRecord(RecordIndex, "0000000000000001-0000000000000000", []byte("WFSX damaged")); err != nil {
@@ -639,7 +639,7 @@ func TestRewritePacksUnreadable(t *testing.T) {
 		a := r.putPack(0, n, n+1, n+2)
 		r.putIndex(a)
 		r.putIndex(r.putPack(1, n, n+3)) // shadows a's copy of n
-		p := r.be.packPath(ID(a.ID))
+		p := r.be.PackPath(ID(a.ID))
 		if err := os.Chmod(p, 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -151,7 +151,7 @@ func TestReadAheadChecksTheNextTensors(t *testing.T) {
 			mlp, _ := tensorOf(t, r, 1, "model.layers.0.mlp.weight", versions[0])
 			if damaged {
 				expectDamage(r)
-				flipByte(t, r.be.given.(*localBackend).objectPath(mlp.ID))
+				flipByte(t, r.be.given.(*localBackend).ObjectPath(mlp.ID))
 			}
 			f, err := r.OpenFile(1, "model.safetensors")
 			if err != nil {

@@ -179,8 +179,8 @@ func TestDamageFailsItsTensorOnly(t *testing.T) {
 			s := openLoose(t, root, Options{ReadOnly: true, FileCopyBytes: -1})
 			mlp, _ := tensorOf(t, s, 2, "model.layers.0.mlp.weight", versions[1])
 			emb, embBytes := tensorOf(t, s, 2, "model.embed_tokens.weight", versions[1])
-			mlpPath := s.be.given.(*localBackend).objectPath(mlp.ID)
-			embPath := s.be.given.(*localBackend).objectPath(emb.ID)
+			mlpPath := s.be.given.(*localBackend).ObjectPath(mlp.ID)
+			embPath := s.be.given.(*localBackend).ObjectPath(emb.ID)
 			closeStore(t, s)
 			switch tc {
 			case "flipped byte":

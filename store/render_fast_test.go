@@ -144,7 +144,7 @@ func TestFastPatchDamagedDelta(t *testing.T) {
 		t.Fatal("version 3 has no delta object")
 	}
 	_, want := fastAndReference(t, s, 3)
-	obj := s.be.given.(*localBackend).objectPath(victim)
+	obj := s.be.given.(*localBackend).ObjectPath(victim)
 	data := readFile(t, obj)
 	data[len(data)-10] ^= 0x01 // in the delta section
 	os.Chmod(obj, 0o644)

@@ -44,7 +44,9 @@ import (
 // gc, like any unreferenced object.
 
 // Quarantiner is a Backend that can move damaged files aside, out of the store's view but
-// kept (store/s3: under PREFIX/quarantine/). Repair needs one; the local backend is one.
+// kept (store/local: under STORE/quarantine/; store/s3: under PREFIX/quarantine/). Repair
+// needs one. A backend with a remote cache is asked through the cache policy, which forwards
+// to it (cache_policy.go).
 type Quarantiner interface {
 	// QuarantineManifest moves version v's manifest aside and says where it went.
 	QuarantineManifest(v uint64) (string, error)
@@ -55,19 +57,6 @@ type Quarantiner interface {
 	// QuarantineManifestPath and QuarantineObjectPath say where those would move a file.
 	QuarantineManifestPath(v uint64) string
 	QuarantineObjectPath(id ID) string
-}
-
-// quarantiner is a backend that can move damaged files aside (the local one; a backend of
-// another package, through Quarantiner: cachePolicy).
-type quarantiner interface {
-	quarantineManifest(v uint64) (string, error)
-	quarantineObject(id ID) (string, error)
-	// quarantineManifestPath and quarantineObjectPath say where those would move a file (a
-	// dry run's report).
-	quarantineManifestPath(v uint64) string
-	quarantineObjectPath(id ID) string
-	// listQuarantined lists the version numbers in quarantine, ascending.
-	listQuarantined() ([]uint64, error)
 }
 
 // RepairReport says what Repair found and did (or, for a dry run, would do).
@@ -132,7 +121,7 @@ func (s *Store) RepairWith(opts RepairOptions) (RepairReport, error) {
 
 // repair is RepairWith on an open store, with its backend's quarantine (and the writer's
 // lock, unless it is a dry run).
-func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error) {
+func (c *checker) repair(q Quarantiner, opts RepairOptions) (RepairReport, error) {
 	s := c.st
 	rep := RepairReport{DryRun: opts.DryRun}
 	r := &repairer{c: c, s: s}
@@ -157,10 +146,10 @@ func (c *checker) repair(q quarantiner, opts RepairOptions) (RepairReport, error
 	if opts.DryRun {
 		rep.Quarantined, rep.QuarantinedObjects, rep.Kept = plan.versions, plan.objects, plan.kept
 		for _, v := range plan.versions {
-			rep.Moved = append(rep.Moved, q.quarantineManifestPath(v))
+			rep.Moved = append(rep.Moved, q.QuarantineManifestPath(v))
 		}
 		for _, id := range plan.objects {
-			rep.Moved = append(rep.Moved, q.quarantineObjectPath(id))
+			rep.Moved = append(rep.Moved, q.QuarantineObjectPath(id))
 		}
 		return rep, nil
 	}
@@ -241,7 +230,7 @@ func (r *repairer) verifyForRepair(progress func(done, total int64)) (VerifyRepo
 }
 
 // applyQuarantine records the lost manifests and moves the versions and objects of plan.
-func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairReport) error {
+func (r *repairer) applyQuarantine(q Quarantiner, plan repairPlan, rep *RepairReport) error {
 	s := r.s
 	if len(plan.lost) > 0 {
 		// A lost manifest leaves nothing to move: the loss is recorded, as gc records what it
@@ -253,7 +242,7 @@ func (r *repairer) applyQuarantine(q quarantiner, plan repairPlan, rep *RepairRe
 		s.log.Info("repair: lost manifests recorded as gone in the gc record", "versions", plan.lost)
 	}
 	for _, v := range plan.versions {
-		dst, err := q.quarantineManifest(v)
+		dst, err := q.QuarantineManifest(v)
 		if err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}

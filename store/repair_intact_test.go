@@ -143,7 +143,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				}
 			}
 			if tc.flip {
-				flipByte(t, s.be.given.(*localBackend).objectPath(bad))
+				flipByte(t, s.be.given.(*localBackend).ObjectPath(bad))
 				expectDamage(s)
 			}
 			fb := &faultBackend{localBackend: s.be.given.(*localBackend), fails: map[ID]int{}, errno: tc.errno}

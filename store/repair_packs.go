@@ -33,16 +33,20 @@ import (
 //
 // An I/O error anywhere (no verdict) stops it before it changes anything.
 
-// packQuarantiner is a backend that can move pack files and index records aside and keep a
-// damaged record's bytes (the local one: backend_local_pack_quarantine.go).
-type packQuarantiner interface {
-	quarantineIndex(name string) (string, error)
-	quarantineIndexPath(name string) string
-	quarantinePack(id ID) (string, error)
-	quarantinePackPath(id ID) string
-	// keepQuarantinedObject writes data as quarantine/objects/<id> (an object's record that
+// PackQuarantiner is the optional part of a PackBackend that can move pack files and index
+// records aside and keep a damaged record's bytes (store/local).
+type PackQuarantiner interface {
+	// QuarantineIndex moves pack index name aside and says where it went.
+	QuarantineIndex(name string) (string, error)
+	// QuarantineIndexPath says where QuarantineIndex would move it.
+	QuarantineIndexPath(name string) string
+	// QuarantinePack moves pack id aside and says where it went.
+	QuarantinePack(id ID) (string, error)
+	// QuarantinePackPath says where QuarantinePack would move it.
+	QuarantinePackPath(id ID) string
+	// KeepQuarantinedObject writes data as quarantine/objects/<id> (an object's record that
 	// stays in its pack).
-	keepQuarantinedObject(id ID, data []byte) (string, error)
+	KeepQuarantinedObject(id ID, data []byte) (string, error)
 }
 
 // packRepairPlan is what a repair of packs does: what checkPacks found, in actions.
@@ -260,7 +264,7 @@ func rebuildIndexes(env packEnv) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, _ := env.be.(packQuarantiner)
+	q, _ := env.be.(PackQuarantiner)
 	name, _, err := applyIndexRebuild(env, plan, q)
 	if name == "" {
 		return nil, err
@@ -271,14 +275,14 @@ func rebuildIndexes(env packEnv) ([]string, error) {
 // applyIndexRebuild carries out the index part of plan: the new index first, durable, then
 // the index records it replaces moved aside (q nil: left). It returns the new index's name
 // ("" for none) and where it moved each.
-func applyIndexRebuild(env packEnv, plan packRepairPlan, q packQuarantiner) (string, []string, error) {
+func applyIndexRebuild(env packEnv, plan packRepairPlan, q PackQuarantiner) (string, []string, error) {
 	name, err := writeRebuiltIndex(env, plan.orphans)
 	if err != nil || q == nil {
 		return name, nil, err
 	}
 	var moved []string
 	for _, bad := range plan.badIndexes {
-		dst, err := q.quarantineIndex(bad)
+		dst, err := q.QuarantineIndex(bad)
 		if err != nil {
 			return name, moved, fmt.Errorf("repair: %w", err)
 		}

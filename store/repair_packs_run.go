@@ -24,7 +24,7 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 	if err != nil || plan.empty() {
 		return err
 	}
-	q, _ := env.be.(packQuarantiner)
+	q, _ := env.be.(PackQuarantiner)
 	defer r.packsChanged()
 	if dryRun {
 		for _, p := range plan.orphans {
@@ -38,10 +38,10 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 		}
 		if q != nil {
 			for _, n := range plan.badIndexes {
-				rep.Moved = append(rep.Moved, q.quarantineIndexPath(n))
+				rep.Moved = append(rep.Moved, q.QuarantineIndexPath(n))
 			}
 			for _, id := range plan.badPacks {
-				rep.Moved = append(rep.Moved, q.quarantinePackPath(id))
+				rep.Moved = append(rep.Moved, q.QuarantinePackPath(id))
 			}
 		}
 		return nil
@@ -73,7 +73,7 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 		return nil
 	}
 	for _, id := range plan.badPacks {
-		dst, err := q.quarantinePack(id)
+		dst, err := q.QuarantinePack(id)
 		if err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}
@@ -86,7 +86,7 @@ func (r *repairer) repairPacks(dryRun bool, rep *RepairReport) error {
 // keepDamagedRecords copies the bytes of each damaged record into quarantine/objects/<id>
 // and leaves its pack: the pack is rewritten without it by gc (rewritePacks), not here; what
 // stays is said at the end of the repair (packsLeft).
-func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []PackDamage, rep *RepairReport) error {
+func (r *repairer) keepDamagedRecords(env packEnv, q PackQuarantiner, bad []PackDamage, rep *RepairReport) error {
 	if len(bad) == 0 {
 		return nil
 	}
@@ -108,7 +108,7 @@ func (r *repairer) keepDamagedRecords(env packEnv, q packQuarantiner, bad []Pack
 		if err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}
-		dst, err := q.keepQuarantinedObject(d.Object, b)
+		dst, err := q.KeepQuarantinedObject(d.Object, b)
 		if err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}
@@ -163,14 +163,14 @@ func (r *repairer) packsLeft(rep *RepairReport) error {
 // is moved, a packed object's record is copied (its pack is left to gc, which rewrites it
 // without the record once no version names it). A record cut off (its pack cut short) has
 // nothing to copy: "" and no error.
-func (r *repairer) quarantineObject(q quarantiner, id ID) (string, error) {
+func (r *repairer) quarantineObject(q Quarantiner, id ID) (string, error) {
 	env := r.c.packEnv()
-	pq, ok := env.be.(packQuarantiner)
+	pq, ok := env.be.(PackQuarantiner)
 	if env.packs == nil || !ok {
-		return q.quarantineObject(id)
+		return q.QuarantineObject(id)
 	}
 	if _, err := env.be.StatObject(id); !errors.Is(err, fs.ErrNotExist) {
-		return q.quarantineObject(id)
+		return q.QuarantineObject(id)
 	}
 	ents, err := packEntries(env)
 	if err != nil {
@@ -187,8 +187,8 @@ func (r *repairer) quarantineObject(q quarantiner, id ID) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			return pq.keepQuarantinedObject(id, b)
+			return pq.KeepQuarantinedObject(id, b)
 		}
 	}
-	return q.quarantineObject(id)
+	return q.QuarantineObject(id)
 }

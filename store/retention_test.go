@@ -405,11 +405,11 @@ func TestReadOfAVersionLostNotByGCIsDamage(t *testing.T) {
 	expectDamage(r)
 	lb := s.be.given.(*localBackend)
 	for _, tn := range ver.files["model.safetensors"].Tensors {
-		if err := os.Remove(lb.objectPath(tn.ID)); err != nil && !os.IsNotExist(err) {
+		if err := os.Remove(lb.ObjectPath(tn.ID)); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Remove(lb.manifestPath(2)); err != nil {
+	if err := os.Remove(lb.ManifestPath(2)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.ReadAt(make([]byte, 4096), f.Size()/2)

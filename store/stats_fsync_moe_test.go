@@ -40,7 +40,7 @@ func TestStatsFsyncsOfAManyTensorCommit(t *testing.T) {
 	commitTree(t, s, 1, version(1))
 	packsBefore, indexesBefore := countFilesUnder(t, root, "packs"), countFilesUnder(t, root, "index")
 	before := s.Stats()
-	looseStats := s.be.given.(*localBackend).loose.stats.Load()
+	looseStats := s.be.given.(*localBackend).StatObjectCalls()
 	deltaReads := s.objects.deltaReads.Load()
 	info, _ := commitTree(t, s, 2, version(2))
 	// The seal brings the copy forward with the deltas the writer just put, not read back
@@ -49,7 +49,7 @@ func TestStatsFsyncsOfAManyTensorCommit(t *testing.T) {
 		t.Errorf("commit of version 2 read %d delta sections back from the store, want 0", n)
 	}
 	// No stat of a loose object file per new object: the store has none (ingest_dedup.go).
-	if n := s.be.given.(*localBackend).loose.stats.Load() - looseStats; n > 0 {
+	if n := s.be.given.(*localBackend).StatObjectCalls() - looseStats; n > 0 {
 		t.Errorf("commit of version 2 stated %d loose object files, want 0 in a store of packs only", n)
 	}
 	after := s.Stats()

@@ -225,7 +225,7 @@ func (c *checker) verifyVersions(rep *VerifyReport, prog *verifyProgress, opts r
 func (c *checker) quarantinedVersions() (map[uint64]bool, error) {
 	quarantined := map[uint64]bool{}
 	if q := c.st.be.quarantine; q != nil {
-		qs, err := q.listQuarantined()
+		qs, err := q.ListQuarantined()
 		if err != nil {
 			return nil, err
 		}

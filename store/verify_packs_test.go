@@ -48,7 +48,7 @@ func newPackedFixture(t *testing.T) *packedFixture {
 		}
 		w := pack.NewWriter(tmp)
 		for _, id := range group {
-			b, err := os.ReadFile(lb.objectPath(id))
+			b, err := os.ReadFile(lb.ObjectPath(id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,9 +104,9 @@ func (f *packedFixture) addSecondRecord(t *testing.T, id ID, b []byte) (pack.ID,
 	return pid, ents
 }
 
-func (f *packedFixture) packPath(i int) string { return f.lb.packPath(f.packs[i]) }
+func (f *packedFixture) packPath(i int) string { return f.lb.PackPath(f.packs[i]) }
 func (f *packedFixture) indexPath(i int) string {
-	return filepath.Join(f.lb.root, indexDir, f.indexes[i])
+	return filepath.Join(f.lb.LocalDir(), indexDir, f.indexes[i])
 }
 
 func (f *packedFixture) check(t *testing.T) packReport {
@@ -291,7 +291,7 @@ func TestCheckPacksNamesDamage(t *testing.T) {
 func TestCheckPacksSupersededRecord(t *testing.T) {
 	f := newPackedFixture(t)
 	e := f.entries[0][0]
-	b, err := os.ReadFile(f.lb.objectPath(e.ID))
+	b, err := os.ReadFile(f.lb.ObjectPath(e.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestRepairPacks(t *testing.T) {
 					}
 				}
 				e := f.entries[1][0]
-				q := filepath.Join(f.lb.root, "quarantine", "objects", ID(e.ID).String())
+				q := filepath.Join(f.lb.LocalDir(), "quarantine", "objects", ID(e.ID).String())
 				if b, err := os.ReadFile(q); tc.name == "record flip" && (err != nil || int64(len(b)) != e.Length) {
 					t.Errorf("quarantine of the damaged record: %d bytes, %v; want %d", len(b), err, e.Length)
 				}

@@ -102,7 +102,7 @@ func (vl *versionList) scanVersions() (versionScan, error) {
 		return versionScan{}, err
 	}
 	if q := vl.st.be.quarantine; q != nil {
-		quarantined, err := q.listQuarantined()
+		quarantined, err := q.ListQuarantined()
 		if err != nil {
 			return versionScan{}, err
 		}

@@ -3,7 +3,7 @@
 // whatever keeps its bytes, and the optional parts of store format 3 (store.PackBackend and
 // records of kind store.RecordIndex: pack.go) where a backend has them. Every backend's tests
 // run it: the local directory's in
-// store/backend_local_test.go, S3's (on the test server) in store/s3/backend_test.go. It is
+// store/local/contract_test.go, S3's (on the test server) in store/s3/backend_test.go. It is
 // test support only: nothing but tests imports it.
 //
 // The objects it writes are well-formed object files as far as a backend can tell (bytes

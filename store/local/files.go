@@ -17,11 +17,17 @@ import (
 // the fan-out directories. One function each serves both; kind ("object", "pack") names the
 // file in errors.
 
+// ErrNotRegular marks a file that this program writes as a regular file but is not one (a
+// directory, a FIFO, a device in its place), refused before it is read (store's caches and
+// its pins test for it: store's errNotRegular is this value).
+var ErrNotRegular = errors.New("not a regular file")
+
 // Directories of a store's layout (docs/format.md Part I §1).
 const (
 	ObjectDir = "objects"
 	PackDir   = "packs"
 	IndexDir  = "index"
+	GroupDir  = "groups"
 )
 
 // FanOutPath is the file of id in fan-out directory top (STORE/objects, STORE/packs):

@@ -1,14 +1,17 @@
-package store_test
+package local_test
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/weightfs/weightfs/store"
 	"github.com/weightfs/weightfs/store/backendtest"
+	"github.com/weightfs/weightfs/store/local"
 )
 
-// TestLocalBackendContract runs the backend contract suite against the local directory.
+// TestLocalBackendContract runs the backend contract suite against the local directory, as
+// store/s3's tests run it against a bucket.
 func TestLocalBackendContract(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Opener {
 		root := filepath.Join(t.TempDir(), "store")
@@ -16,11 +19,11 @@ func TestLocalBackendContract(t *testing.T) {
 			t.Fatal(err)
 		}
 		return func(t *testing.T, writer bool) store.Backend {
-			b, err := store.NewLocalBackend(root)
+			info, err := os.Stat(filepath.Join(root, store.FormatFileName))
 			if err != nil {
 				t.Fatal(err)
 			}
-			return b
+			return local.New(root, local.ModesFor(info.Mode()))
 		}
 	})
 }
