@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,6 +92,91 @@ func TestCommitPatchXXH3Claims(t *testing.T) {
 			for name, content := range v2 {
 				mustEqualBytes(t, fmt.Sprintf("%s (%s path)", name, path), readWhole(t, s, 2, name), content)
 			}
+		})
+	}
+}
+
+// xxh3OnlyPatch is patch (a raw one, as a store renders it) as a trainer may write it into a
+// mount: every file's SHA-256 keys left out, its xxh3-128 ones kept (docs/format.md Part III
+// §2).
+func xxh3OnlyPatch(t testing.TB, patch []byte) []byte {
+	t.Helper()
+	p, err := delta.OpenPatch(bytes.NewReader(patch), int64(len(patch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := p.Plan
+	if hdr, _, err := delta.EncodePatchHeader(plan); err != nil || !bytes.Equal(hdr, patch[:p.Header.DataStart()]) {
+		t.Fatalf("the patch's plan does not encode to its header (%v)", err)
+	}
+	plan.Files = slices.Clone(plan.Files)
+	for i := range plan.Files {
+		f := &plan.Files[i]
+		f.XXH3Only, f.BaseSHA256, f.ResultSHA256 = true, [32]byte{}, [32]byte{}
+	}
+	hdr, _, err := delta.EncodePatchHeader(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(hdr, []byte("sha256")) {
+		t.Fatalf("the xxh3-only patch's header names a SHA-256: %s", hdr)
+	}
+	return append(hdr, patch[p.Header.DataStart():]...)
+}
+
+// TestCommitPatchXXH3Only: a patch that records its files' xxh3-128 and no SHA-256 (what a
+// trainer may write in) seals the version a full ingest seals, on every path, the store
+// computing each file's SHA-256 itself; its base and result claims are checked all the same.
+func TestCommitPatchXXH3Only(t *testing.T) {
+	v1, v2 := patchVersions(t)
+	full, good := renderedPatch(t, v1, v2)
+	only := xxh3OnlyPatch(t, good)
+	p, err := delta.OpenPatch(bytes.NewReader(only), int64(len(only)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, _ := p.File("model.safetensors")
+	config, _ := p.File("config.json")
+	if !model.XXH3Only || model.New() {
+		t.Fatalf("model.safetensors in the xxh3-only patch: %+v", model)
+	}
+	bad := []struct {
+		name  string
+		patch []byte
+		says  string
+	}{
+		{"base_xxh3", forgeDigest(t, only, model.BaseXXH3[:]), "base_xxh3"},
+		{"result_xxh3", forgeDigest(t, only, model.ResultXXH3[:]), "result_xxh3"},
+		{"base_xxh3 of a file carried whole", forgeDigest(t, only, config.BaseXXH3[:]), "base_xxh3"},
+		{"result_xxh3 of a file carried whole", forgeDigest(t, only, config.ResultXXH3[:]), "result_xxh3"},
+	}
+	for _, path := range []string{"fast", "split", "reference"} {
+		t.Run(path, func(t *testing.T) {
+			s, _ := newStore(t, Options{})
+			s.ingest.patchReference = path == "reference"
+			if path == "split" {
+				s.ingest.patchSplit = 2
+			}
+			commitTree(t, s, 1, v1)
+			for _, c := range bad {
+				if _, err := s.CommitPatch(bytes.NewReader(c.patch), int64(len(c.patch)), 2); !errors.Is(err, ErrBadPatch) || !strings.Contains(err.Error(), c.says) {
+					t.Fatalf("%s: got %v, want ErrBadPatch saying %q", c.name, err, c.says)
+				}
+			}
+			if _, err := s.CommitPatch(bytes.NewReader(only), int64(len(only)), 2); err != nil {
+				t.Fatal(err)
+			}
+			if mf, mi := manifestOf(t, s, 2), manifestOf(t, full, 2); !reflect.DeepEqual(mf.Files, mi.Files) {
+				t.Fatalf("the xxh3-only patch's manifest differs from a full ingest's:\n%+v\n%+v", mf.Files, mi.Files)
+			}
+			for name, content := range v2 {
+				mustEqualBytes(t, name, readWhole(t, s, 2, name), content)
+			}
+			var again bytes.Buffer // what the store serves for the version records both digests
+			if _, err := s.WritePatch(2, &writerAtBuffer{&again}); err != nil {
+				t.Fatal(err)
+			}
+			mustEqualBytes(t, "the version's patch", again.Bytes(), good)
 		})
 	}
 }
