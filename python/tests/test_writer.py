@@ -438,6 +438,23 @@ class EncodeTest(unittest.TestCase):
         self.assertIn(b'"w.gaps":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"w.values":{"dtype":"BF16","shape":[2],"data_offsets":[2,6]}}', patch)
         self.assertEqual(patch[:8], bytes([0x78, 3, 0, 0, 0, 0, 0, 0]))
         self.assertEqual(patch[896:], bytes([1, 1, 0x01, 0x40, 0x81, 0x40]))
+        # By xxh3-128 alone, as the writer writes it by default (Part III §2): 708 bytes, and the
+        # reader takes it (no SHA-256 of the file).
+        fx = dict(f, base_sha256=None, result_sha256=None)
+        header, pieces = _patch_bytes(2, 1, [fx], 4, "raw")
+        patch = header + b"".join(bytes(p) for p in pieces)
+        self.assertEqual(len(patch), 708)
+        self.assertEqual(patch[:8], bytes([0xb0, 2, 0, 0, 0, 0, 0, 0]))
+        self.assertEqual(patch[696:], bytes([1, 0, 0, 0, 3, 0, 0, 0, 0x01, 0x40, 0x81, 0x40]))
+        self.assertNotIn(b"sha256", patch)
+        path = os.path.join(tempfile.mkdtemp(dir=fixtures.tmpdir()), "p.safetensors")
+        with open(path, "wb") as out:
+            out.write(patch)
+        p = weightfs.Patch.open(path)
+        self.assertEqual(p.files["model.safetensors"]["result_sha256"], None)
+        self.assertEqual(p.files["model.safetensors"]["base_xxh3"], f["base_xxh3"])
+        with self.assertRaises(weightfs.WriterError):  # neither digest of the result
+            _patch_bytes(2, 1, [dict(fx, result_xxh3=None)], 4, "raw")
 
     def test_gaps(self):
         """leb128_gaps: the varints of format.md's example, a round trip at RL density and
