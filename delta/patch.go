@@ -96,6 +96,11 @@ type PatchFile struct {
 	BaseXXH3   [16]byte
 	ResultXXH3 [16]byte
 	HasXXH3    bool
+	// XXH3Only says the patch records the file's xxh3-128 digests and no SHA-256
+	// (BaseSHA256 and ResultSHA256 are zero): what a trainer may write into a mount's
+	// patches/ to save a SHA-256 pass over its checkpoint (docs/format.md Part III §2). The
+	// store computes the file's SHA-256 itself; apply checks the xxh3-128. It needs HasXXH3.
+	XXH3Only bool
 	// Whole carries the file's new bytes as one U8 tensor (a non-safetensors file, or a
 	// safetensors file whose header changed); WholeSize is their length.
 	Whole     bool
@@ -105,6 +110,15 @@ type PatchFile struct {
 	// apply writes them with the changed elements. Carried as the U8 tensor HeaderPrefix+Name
 	// and listed in "header_files".
 	NewHeader []byte
+}
+
+// New reports whether the file is new in the result: the patch names no base of it (no
+// base_sha256, and no base_xxh3 where it records xxh3-128 only).
+func (f PatchFile) New() bool {
+	if f.XXH3Only {
+		return f.BaseXXH3 == [16]byte{}
+	}
+	return f.BaseSHA256 == [32]byte{}
 }
 
 // PatchPlan describes a patch before its data is written.
@@ -145,8 +159,11 @@ func (p *PatchPlan) validate() error {
 		if _, dup := files[f.Name]; dup {
 			return fmt.Errorf("patch plan: file %q listed twice", f.Name)
 		}
-		if !f.Whole && f.BaseSHA256 == ([32]byte{}) {
+		if !f.Whole && f.New() {
 			return fmt.Errorf("patch plan: file %q is patched sparsely but has no base hash", f.Name)
+		}
+		if f.XXH3Only && (!f.HasXXH3 || f.BaseSHA256 != [32]byte{} || f.ResultSHA256 != [32]byte{}) {
+			return fmt.Errorf("patch plan: file %q records xxh3-128 only but has no xxh3-128 or a SHA-256", f.Name)
 		}
 		if f.Whole && f.WholeSize < 0 {
 			return fmt.Errorf("patch plan: file %q has negative size %d", f.Name, f.WholeSize)
@@ -255,12 +272,14 @@ func (p *PatchPlan) metadata() (map[string]string, error) {
 	}
 	for _, f := range p.Files {
 		files = append(files, f.Name)
-		if f.BaseSHA256 != ([32]byte{}) {
-			meta[metaBasePrefix+f.Name] = hex.EncodeToString(f.BaseSHA256[:])
+		if !f.XXH3Only {
+			if !f.New() {
+				meta[metaBasePrefix+f.Name] = hex.EncodeToString(f.BaseSHA256[:])
+			}
+			meta[metaResultPrefix+f.Name] = hex.EncodeToString(f.ResultSHA256[:])
 		}
-		meta[metaResultPrefix+f.Name] = hex.EncodeToString(f.ResultSHA256[:])
 		if f.HasXXH3 {
-			if f.BaseSHA256 != ([32]byte{}) {
+			if !f.New() {
 				meta[metaBaseXXH3+f.Name] = hex.EncodeToString(f.BaseXXH3[:])
 			}
 			meta[metaResultXXH3+f.Name] = hex.EncodeToString(f.ResultXXH3[:])

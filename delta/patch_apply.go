@@ -62,7 +62,8 @@ type ApplyOptions struct {
 	// file). It costs a writeback of every page the changes touch.
 	Sync bool
 	// VerifySHA256 checks the base and result by SHA-256 even when the patch records
-	// xxh3-128 (which is several times faster). Patches without xxh3 always use SHA-256.
+	// xxh3-128 (which is several times faster). Patches without xxh3 always use SHA-256; a
+	// file recorded by xxh3-128 only (PatchFile.XXH3Only) is then refused.
 	VerifySHA256 bool
 	// NoWait makes ApplyPatchFileWith refuse at once, with an error wrapping ErrLocked that names
 	// the holder, when another apply of the same file holds its lock. By default it waits for
@@ -189,7 +190,10 @@ func applyPatch(p *Patch, target ApplyTarget, size int64, name string, journal J
 	if f.Whole {
 		return res, fmt.Errorf("file %q is carried whole in the patch, not as sparse changes: replace it with the bytes of Patch.WholeFile", name)
 	}
-	kind := chooseDigest(f, cfg.opts)
+	kind, err := chooseDigest(f, cfg.opts)
+	if err != nil {
+		return res, err
+	}
 	res.Hash = kind.String()
 	rec, resuming, err := loadJournal(journal, p, name, size)
 	if err != nil {

@@ -181,18 +181,22 @@ func patchFileName(p *Patch, base string) string {
 // The bytes are streamed to a temporary file and hashed on the way; only a copy that hashes
 // to the recorded result, given the old file's owner and mode, is renamed over the target.
 func replaceWholeFile(p *Patch, f PatchFile, target string, opts ApplyOptions) (ApplyResult, error) {
-	kind := chooseDigest(f, opts)
-	res := ApplyResult{File: f.Name, ModelVersion: p.Plan.ModelVersion, BaseVersion: p.Plan.BaseVersion, Hash: kind.String(), Synced: opts.Sync}
+	res := ApplyResult{File: f.Name, ModelVersion: p.Plan.ModelVersion, BaseVersion: p.Plan.BaseVersion, Synced: opts.Sync}
+	kind, err := chooseDigest(f, opts)
+	if err != nil {
+		return res, err
+	}
+	res.Hash = kind.String()
 	base, result := kind.want(f)
 	have, old, err := hashTarget(target, kind)
 	switch {
-	case errors.Is(err, os.ErrNotExist) && f.BaseSHA256 == ([32]byte{}):
+	case errors.Is(err, os.ErrNotExist) && f.New():
 	case err != nil:
 		return res, err
 	case have == result:
 		res.AlreadyApplied = true
 		return res, nil
-	case f.BaseSHA256 == ([32]byte{}) || have != base:
+	case f.New() || have != base:
 		return res, fmt.Errorf("%w: %s has %s %s, which is neither the patch's base %s nor its result %s; nothing was written",
 			ErrBaseMismatch, f.Name, kind, have, base, result)
 	}

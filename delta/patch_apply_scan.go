@@ -34,11 +34,15 @@ func (k digestKind) String() string {
 }
 
 // chooseDigest is xxh3-128 when the patch records it for f and SHA-256 was not asked for.
-func chooseDigest(f PatchFile, opts ApplyOptions) digestKind {
-	if f.HasXXH3 && !opts.VerifySHA256 {
-		return digestXXH3
+// SHA-256 asked of a file the patch records by xxh3-128 only is an error.
+func chooseDigest(f PatchFile, opts ApplyOptions) (digestKind, error) {
+	if f.XXH3Only && opts.VerifySHA256 {
+		return digestSHA256, fmt.Errorf("the patch records no SHA-256 of %q (xxh3-128 only), so it cannot be checked by SHA-256", f.Name)
 	}
-	return digestSHA256
+	if f.HasXXH3 && !opts.VerifySHA256 {
+		return digestXXH3, nil
+	}
+	return digestSHA256, nil
 }
 
 // digest is a hash value of either kind (xxh3 uses the first 16 bytes); comparable.

@@ -47,7 +47,10 @@ func FuzzOpenPatch(f *testing.F) {
 			for _, cfg := range []applyConfig{{chunk: 512}, {chunk: 512, sequential: true, opts: ApplyOptions{VerifySHA256: true}}} {
 				target := &memTarget{b: bytes.Clone(model)}
 				res, err := applyPatch(p, target, int64(len(model)), file.Name, &memJournal{}, cfg)
-				kind := chooseDigest(file, cfg.opts)
+				kind, kindErr := chooseDigest(file, cfg.opts)
+				if kindErr != nil && err == nil {
+					t.Fatalf("apply of %s succeeded without a digest to check (%v)", file.Name, kindErr)
+				}
 				_, want := kind.want(file)
 				switch {
 				case err != nil && !bytes.Equal(target.b, model):

@@ -214,32 +214,53 @@ func parseDigest(meta map[string]string, key string, dst []byte, what string) (o
 	return true, nil
 }
 
-// readXXH3 fills f's xxh3-128 digests from the optional base_xxh3:/result_xxh3: keys: both
-// or neither for a file with a base, the result alone for a new file.
-func (p *Patch) readXXH3(f *PatchFile, hasBase bool) error {
+// readDigests fills f's digests from the per-file keys. Each kind (SHA-256, xxh3-128) is
+// recorded for the result, and for the base exactly when the file has one, or not at all; at
+// least one kind is (a patch weightfs writes records both, a patch written into a mount may
+// record xxh3-128 only: XXH3Only). A file patched by tensor has a base.
+func (p *Patch) readDigests(f *PatchFile) error {
 	meta := p.Header.Metadata
-	base, hasBaseX, err := parseXXH3(meta, metaBaseXXH3+f.Name)
+	name := f.Name
+	base, hasBase, err := parseSHA256(meta, metaBasePrefix+name)
 	if err != nil {
 		return err
 	}
-	result, hasResultX, err := parseXXH3(meta, metaResultXXH3+f.Name)
+	result, hasResult, err := parseSHA256(meta, metaResultPrefix+name)
 	if err != nil {
 		return err
 	}
+	baseX, hasBaseX, err := parseXXH3(meta, metaBaseXXH3+name)
+	if err != nil {
+		return err
+	}
+	resultX, hasResultX, err := parseXXH3(meta, metaResultXXH3+name)
+	if err != nil {
+		return err
+	}
+	hasAnyBase := hasBase || hasBaseX
 	switch {
-	case !hasResultX && !hasBaseX:
-		return nil
-	case !hasResultX, hasBaseX != hasBase:
-		return malformedPatch("file %q has %q without %q, or an xxh3 base hash without a SHA-256 one",
-			f.Name, metaBaseXXH3+f.Name, metaResultXXH3+f.Name)
+	case !hasResult && !hasResultX:
+		return malformedPatch("file %q lacks its %q (or its %q)", name, metaResultPrefix+name, metaResultXXH3+name)
+	case hasBase && !hasResult:
+		return malformedPatch("file %q has %q without %q", name, metaBasePrefix+name, metaResultPrefix+name)
+	case hasBaseX && !hasResultX:
+		return malformedPatch("file %q has %q without %q", name, metaBaseXXH3+name, metaResultXXH3+name)
+	case hasResult && hasAnyBase && !hasBase:
+		return malformedPatch("file %q lacks its %q: its %q names a base (an xxh3 base hash without a SHA-256 one)",
+			name, metaBasePrefix+name, metaBaseXXH3+name)
+	case hasResultX && hasAnyBase && !hasBaseX:
+		return malformedPatch("file %q has %q without %q", name, metaResultXXH3+name, metaBaseXXH3+name)
+	case !hasAnyBase && !f.Whole:
+		return malformedPatch("file %q lacks its %q or %q", name, metaBasePrefix+name, metaBaseXXH3+name)
 	}
-	f.BaseXXH3, f.ResultXXH3, f.HasXXH3 = base, result, true
+	f.BaseSHA256, f.ResultSHA256 = base, result
+	f.BaseXXH3, f.ResultXXH3, f.HasXXH3 = baseX, resultX, hasResultX
+	f.XXH3Only = !hasResult
 	return nil
 }
 
 // readFiles fills Plan.Files from the files list and the per-file keys.
 func (p *Patch) readFiles(fileNames, wholeNames []string) error {
-	meta := p.Header.Metadata
 	whole := make(map[string]bool, len(wholeNames))
 	for _, w := range wholeNames {
 		whole[w] = true
@@ -251,19 +272,7 @@ func (p *Patch) readFiles(fileNames, wholeNames []string) error {
 		}
 		seen[name] = true
 		f := PatchFile{Name: name, Whole: whole[name]}
-		base, hasBase, err := parseSHA256(meta, metaBasePrefix+name)
-		if err != nil {
-			return err
-		}
-		result, hasResult, err := parseSHA256(meta, metaResultPrefix+name)
-		if err != nil {
-			return err
-		}
-		if !hasResult || (!hasBase && !f.Whole) {
-			return malformedPatch("file %q lacks its %q or %q", name, metaBasePrefix+name, metaResultPrefix+name)
-		}
-		f.BaseSHA256, f.ResultSHA256 = base, result
-		if err := p.readXXH3(&f, hasBase); err != nil {
+		if err := p.readDigests(&f); err != nil {
 			return err
 		}
 		if f.Whole {

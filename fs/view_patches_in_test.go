@@ -35,8 +35,9 @@ func patchBetween(t *testing.T, v, baseV uint64, base, result map[string][]byte)
 
 // TestPatchIn: on a read-write mount, cp of a patch into patches/ seals the version it makes
 // (its files read back with the SHA-256 of the checkpoint the patch was made from); a patch
-// written as NAME.tmp and renamed into place does the same; a bad patch fails cp with EINVAL,
-// seals nothing and leaves its reason in NAME.rejected.
+// written as NAME.tmp and renamed into place does the same (by xxh3-128 alone); a bad patch
+// (a stale base, a wrong result_xxh3) fails cp with EINVAL, seals nothing and leaves its
+// reason in NAME.rejected.
 func TestPatchIn(t *testing.T) {
 	st := newEmptyStore(t)
 	w, n := pattern(1, 8192), pattern(2, 64)
@@ -100,15 +101,44 @@ func TestPatchIn(t *testing.T) {
 	if latest, _ := st.Latest(); latest != 2 {
 		t.Fatalf("latest %d after a refused patch", latest)
 	}
+	// A patch whose result_xxh3 is wrong (its SHA-256 right) is refused the same way.
+	good3 := patchBetween(t, 3, 2, v2, v3)
+	gp, err := delta.OpenPatch(bytes.NewReader(good3), int64(len(good3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf, _ := gp.File("model.safetensors")
+	x := []byte(hex.EncodeToString(mf.ResultXXH3[:]))
+	forged := bytes.Replace(good3, x, append([]byte{x[0] ^ 1}, x[1:]...), 1)
+	writeFile(t, bad, forged)
+	if out, err := exec.Command("cp", bad, filepath.Join(patches, PatchName(3))).CombinedOutput(); err == nil || !strings.Contains(string(out), "Invalid argument") {
+		t.Fatalf("cp of a patch with a wrong result_xxh3: %v: %s", err, out)
+	}
+	if note, err := os.ReadFile(filepath.Join(patches, PatchName(3)+rejectedSuffix)); err != nil || !strings.Contains(string(note), "result_xxh3") {
+		t.Fatalf("the note of the patch with a wrong result_xxh3: %v: %s", err, note)
+	}
+	if latest, _ := st.Latest(); latest != 2 {
+		t.Fatalf("latest %d after a refused patch", latest)
+	}
 
 	// Written as NAME.tmp, fsynced and renamed into place (os.replace): seals at the rename,
-	// and the note of the refusal goes.
+	// and the note of the refusal goes. This one names its files by xxh3-128 alone, as the
+	// Python writer does (docs/format.md Part III §2).
 	tmp := filepath.Join(patches, PatchName(3)+".tmp")
 	f, err := os.Create(tmp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Write(patchBetween(t, 3, 2, v2, v3)); err != nil {
+	plan := gp.Plan
+	plan.Files = append([]delta.PatchFile(nil), plan.Files...)
+	for i := range plan.Files {
+		plan.Files[i].XXH3Only, plan.Files[i].BaseSHA256, plan.Files[i].ResultSHA256 = true, [32]byte{}, [32]byte{}
+	}
+	hdr, _, err := delta.EncodePatchHeader(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(append(hdr, good3[gp.Header.DataStart():]...)); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Sync(); err != nil {

@@ -27,10 +27,12 @@ import (
 // bytes). v is the version the patch's name gives (0: its model_version); they must agree.
 // A patch that cannot make that version is refused with an error wrapping ErrBadPatch that
 // names the file and the tensor: its base_version is not the latest version, a file's
-// base_sha256 is not the latest version's file, it names a file or tensor the base lacks or
-// gives another dtype, element count or shape, it is truncated or malformed, an index does
-// not ascend or lies outside its tensor, or the result is not its result_sha256. Damage of
-// the store is ErrCorrupt, as on any read. Nothing is sealed on an error.
+// base_sha256 or base_xxh3 is not the latest version's file, it names a file or tensor the
+// base lacks or gives another dtype, element count or shape, it is truncated or malformed, an
+// index does not ascend or lies outside its tensor, or the result is not its result_sha256,
+// its result_xxh3 or a changed tensor's "xxh3" (every claim it makes is checked; a patch may
+// record a file's xxh3-128 and no SHA-256, docs/format.md Part III §2). Damage of the store
+// is ErrCorrupt, as on any read. Nothing is sealed on an error.
 func (s *Store) CommitPatch(r io.ReaderAt, size int64, v uint64) (VersionInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
@@ -105,15 +107,15 @@ func (in *ingester) checkPatch(r io.ReaderAt, size int64, v uint64) (*delta.Patc
 	for _, pf := range p.Plan.Files {
 		bf := base.files[pf.Name]
 		switch {
-		case pf.BaseSHA256 == [32]byte{} && bf != nil:
+		case pf.New() && bf != nil:
 			return nil, nil, badPatch("file %s: the patch adds it, version %d has it", pf.Name, latest)
-		case pf.BaseSHA256 == [32]byte{}:
+		case pf.New():
 			if err := checkPath(pf.Name); err != nil {
 				return nil, nil, badPatch("file %s: %v", pf.Name, err)
 			}
 		case bf == nil:
 			return nil, nil, badPatch("file %s: version %d has no such file", pf.Name, latest)
-		case ID(pf.BaseSHA256) != bf.SHA256:
+		case !pf.XXH3Only && ID(pf.BaseSHA256) != bf.SHA256: // base_xxh3 is checked as the file is read
 			return nil, nil, badPatch("file %s: base_sha256 %x is not version %d's file (%s)", pf.Name, pf.BaseSHA256, latest, bf.SHA256)
 		case !pf.Whole && bf.Kind != kindSafetensors:
 			return nil, nil, badPatch("file %s: patched by tensor, but version %d's file is not safetensors", pf.Name, latest)
@@ -135,7 +137,7 @@ func (w *Writer) applyPatch(p *delta.Patch, base *version) (VersionInfo, error) 
 			patched = append(patched, pf)
 			continue
 		}
-		if err := w.addWholeFromPatch(p, pf, base.files[pf.Name]); err != nil {
+		if err := w.addWholeFromPatch(p, pf, base.m.Version, base.files[pf.Name]); err != nil {
 			return VersionInfo{}, fmt.Errorf("file %s: %w", pf.Name, err)
 		}
 	}
@@ -218,8 +220,9 @@ func (w *Writer) fileSHA256(p string) (ID, bool) {
 	return ID{}, false
 }
 
-// addWholeFromPatch ingests a file the patch carries whole, like any file written whole.
-func (w *Writer) addWholeFromPatch(p *delta.Patch, pf delta.PatchFile, bf *manifestFile) error {
+// addWholeFromPatch ingests a file the patch carries whole, like any file written whole, and
+// checks its claims: result_sha256 (unless it records xxh3-128 only), and the xxh3-128.
+func (w *Writer) addWholeFromPatch(p *delta.Patch, pf delta.PatchFile, baseV uint64, bf *manifestFile) error {
 	r, err := p.WholeFile(pf.Name)
 	if err != nil {
 		return patchInputError(err)
@@ -231,10 +234,10 @@ func (w *Writer) addWholeFromPatch(p *delta.Patch, pf delta.PatchFile, bf *manif
 	if err := w.AddFile(pf.Name, r, pf.WholeSize, mode); err != nil {
 		return err
 	}
-	if sum, _ := w.fileSHA256(pf.Name); sum != ID(pf.ResultSHA256) {
+	if sum, _ := w.fileSHA256(pf.Name); sum != ID(pf.ResultSHA256) && !pf.XXH3Only {
 		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", sum, pf.ResultSHA256)
 	}
-	return nil
+	return w.checkWholeXXH3(pf, r, pf.WholeSize, baseV, bf)
 }
 
 // addPatchedFile ingests a safetensors file the patch changes by tensor: the base file of
@@ -265,15 +268,22 @@ func (w *Writer) addPatchedFile(p *delta.Patch, pf delta.PatchFile, baseV uint64
 		return fmt.Errorf("store header: %w", err)
 	}
 	var copySums sumWriter
-	err = w.storeOverlaid(entry, bf, overlaid{hdr: hdr, tee: &copySums,
+	var tee io.Writer = &copySums
+	x := newXXH3Claims(p, pf, hdr)
+	var hashed io.ReaderAt
+	if x != nil { // the hash pass reads both files in order: the base's bytes to x too
+		tee = io.MultiWriter(&copySums, x)
+		hashed = &patchedFile{base: src, prefix: prefix, size: bf.Size, cp: cp.Fork(), baseTee: x.writeBase}
+	}
+	err = w.storeOverlaid(entry, bf, overlaid{hdr: hdr, tee: tee, hashed: hashed,
 		open:    func() io.ReaderAt { return &patchedFile{base: src, prefix: prefix, size: bf.Size, cp: cp.Fork()} },
 		changes: func(_ int, t delta.Tensor) bool { return cp.Changes(t.Name) },
 	})
 	if err != nil {
 		return err
 	}
-	if entry.SHA256 != ID(pf.ResultSHA256) {
-		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", entry.SHA256, pf.ResultSHA256)
+	if err := checkPatchedFile(pf, entry.SHA256, x); err != nil {
+		return err
 	}
 	w.s.mat.contentChecks().noteSums(keyOf(entry), copySums.sums())
 	return w.addEntry(entry)
@@ -286,6 +296,7 @@ type overlaid struct {
 	open    func() io.ReaderAt               // the new file's bytes: one reader per goroutine
 	changes func(i int, t delta.Tensor) bool // whether the i-th tensor changes
 	tee     io.Writer                        // takes the new file's bytes in order (the copy's sums)
+	hashed  io.ReaderAt                      // what the hash pass reads (nil: a reader of open)
 }
 
 // storeOverlaid fills entry (the new file of base file bf, its header stored and held) with
@@ -302,9 +313,13 @@ func (w *Writer) storeOverlaid(entry, bf *manifestFile, f overlaid) error {
 	var shaErr error
 	var shaDone sync.WaitGroup
 	shaDone.Add(1)
+	r := f.hashed
+	if r == nil {
+		r = f.open()
+	}
 	go func() {
 		defer shaDone.Done()
-		entry.SHA256, sums, shaErr = hashPieces(f.open(), ends, f.tee, w.in.hashInOnePass)
+		entry.SHA256, sums, shaErr = hashPieces(r, ends, f.tee, w.in.hashInOnePass)
 	}()
 	err := w.overlaidTensors(entry, bf, f)
 	shaDone.Wait()
@@ -412,12 +427,18 @@ type patchedFile struct {
 	prefix []byte // the result's bytes [0, data start)
 	size   int64
 	cp     *delta.ChunkPatcher
+	// baseTee, when set, takes the base's bytes read before anything is laid over them (the
+	// hash pass's reader: its reads ascend from 0).
+	baseTee func([]byte)
 }
 
 func (f *patchedFile) ReadAt(b []byte, off int64) (int, error) {
 	b, atEnd, err := readBaseUnder(f.base, f.size, b, off)
 	if err != nil || len(b) == 0 {
 		return 0, err
+	}
+	if f.baseTee != nil {
+		f.baseTee(b)
 	}
 	hl := int64(len(f.prefix))
 	if off < hl {

@@ -86,6 +86,7 @@ type filePass struct {
 	sums   *sumWriter          // the copy's sums of the new file (copy_sums.go); nil in the split pass
 	cp     *delta.ChunkPatcher // one for the pass: chunks come in file order
 	buf    []byte              // a chunk of new bytes when the memory does not take them
+	x      *xxh3Claims         // the patch's xxh3-128 claims (nil: none, or the split pass)
 }
 
 // write takes the next bytes of the file (of the current piece) in order.
@@ -94,6 +95,7 @@ func (fp *filePass) write(c []byte) {
 	if fp.sums != nil {
 		fp.sums.Write(c)
 	}
+	fp.x.Write(c)
 }
 
 // addPatchedFileFast is addPatchedFile at the patch's cost (above); errPatchSlow: use
@@ -106,6 +108,7 @@ func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV ui
 	if err := w.in.readBase(bf.Header, objHint{path: bf.Path, header: true}, 0, prefix, readOpts{}); err != nil {
 		return fmt.Errorf("read the base's header: %w", err)
 	}
+	basePrefix := prefix
 	prefix, hdr, err := patchHeader(pf, bf, prefix)
 	if err != nil {
 		return err
@@ -114,6 +117,8 @@ func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV ui
 	if err != nil {
 		return patchInputError(err)
 	}
+	x := newXXH3Claims(p, pf, hdr)
+	x.writeBase(basePrefix)
 	bases := make([]*manifestTensor, len(hdr.Tensors))
 	for i, t := range hdr.Tensors {
 		if bases[i] = baseTensorAt(bf, i, t); bases[i] == nil {
@@ -138,9 +143,9 @@ func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV ui
 	}
 	var sums *fileSums
 	if workers > 1 {
-		entry.SHA256, sums, err = w.passSplit(cp, baseV, bf, prefix, hdr, bases, entry.Tensors, workers)
+		entry.SHA256, sums, err = w.passSplit(cp, baseV, bf, prefix, hdr, bases, entry.Tensors, workers, x)
 	} else {
-		fp := &filePass{path: bf.Path, baseV: baseV, hasher: newPieceHasher(w.in.hashInOnePass), sums: &sumWriter{}, cp: cp}
+		fp := &filePass{path: bf.Path, baseV: baseV, hasher: newPieceHasher(w.in.hashInOnePass), sums: &sumWriter{}, cp: cp, x: x}
 		fp.write(prefix)
 		fp.hasher.endPiece()
 		for i, t := range hdr.Tensors {
@@ -154,8 +159,8 @@ func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV ui
 	if err != nil {
 		return err
 	}
-	if entry.SHA256 != ID(pf.ResultSHA256) {
-		return badPatch("the patch makes a file of SHA-256 %s, its result_sha256 is %x", entry.SHA256, pf.ResultSHA256)
+	if err := checkPatchedFile(pf, entry.SHA256, x); err != nil {
+		return err
 	}
 	w.s.mat.contentChecks().noteSums(keyOf(entry), sums)
 	w.in.patchFast.Add(1)
@@ -255,6 +260,7 @@ func (w *Writer) passUnchangedTensor(fp *filePass, t delta.Tensor, bt *manifestT
 			return err
 		}
 		fp.write(c)
+		fp.x.writeBase(c) // the base's bytes too
 		if keep != nil || !knownCRC {
 			crc = crc32.Update(crc, castagnoli, c)
 		}
@@ -368,6 +374,7 @@ func (w *Writer) passChangedBytes(fp *filePass, b *tensorBase, hb *baseCheck, t 
 			c = fp.buf[:n]
 		}
 		copy(c, base)
+		fp.x.writeBase(base)
 		if err := fp.cp.Patch(c, t.Begin+off); err != nil {
 			return nil, id, 0, 0, patchInputError(err)
 		}

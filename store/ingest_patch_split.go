@@ -31,14 +31,14 @@ import (
 // returns the new file's SHA-256 and the copy's sums of it. prefix is the new file's header
 // bytes, hdr its parse, bases the base tensor of each. errPatchSlow as the pass gives it.
 func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
-	hdr *delta.Header, bases []*manifestTensor, tensors []manifestTensor, workers int) (ID, *fileSums, error) {
+	hdr *delta.Header, bases []*manifestTensor, tensors []manifestTensor, workers int, x *xxh3Claims) (ID, *fileSums, error) {
 	var file ID
 	var sums sumWriter
 	var fileErr error
 	hashed := make(chan struct{})
 	go func() {
 		defer close(hashed)
-		file, fileErr = w.hashPatchedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, &sums)
+		file, fileErr = w.hashPatchedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, &sums, x)
 	}()
 
 	errs := make([]error, len(hdr.Tensors))
@@ -79,19 +79,20 @@ func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFil
 // materialized copy (checked by its sums) or else through the store's read path, never from
 // the base in memory (a reference there would keep the pass from carrying the entry to the
 // next version), with cp's changes laid over them, and returns its SHA-256, the copy's sums
-// of it written to sums.
+// of it written to sums, and both files' bytes to x (the base's header already written).
 func (w *Writer) hashPatchedFile(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
-	hdr *delta.Header, bases []*manifestTensor, sums *sumWriter) (ID, error) {
+	hdr *delta.Header, bases []*manifestTensor, sums *sumWriter, x *xxh3Claims) (ID, error) {
 	h := sha256.New()
 	h.Write(prefix)
 	sums.Write(prefix)
+	x.Write(prefix)
 	end := hdr.DataStart()
 	buf := make([]byte, min(bf.Size, ingestChunk))
 	for i, t := range hdr.Tensors {
 		if hdr.DataStart()+t.Begin != end {
 			return ID{}, fmt.Errorf("tensor %s: its data does not follow the tensor before it: %w", t.Name, ErrCorrupt)
 		}
-		if err := w.hashPatchedTensor(cp, baseV, bf.Path, t, bases[i].ID, buf, h, sums); err != nil {
+		if err := w.hashPatchedTensor(cp, baseV, bf.Path, t, bases[i].ID, buf, h, sums, x); err != nil {
 			return ID{}, fmt.Errorf("hash file: tensor %s: %w", t.Name, err)
 		}
 		end = hdr.DataStart() + t.End
@@ -104,10 +105,10 @@ func (w *Writer) hashPatchedFile(cp *delta.ChunkPatcher, baseV uint64, bf *manif
 	return id, nil
 }
 
-// hashPatchedTensor writes tensor t's new bytes (base object id with cp's changes) to h and
-// sums, in order.
+// hashPatchedTensor writes tensor t's new bytes (base object id with cp's changes) to h, sums
+// and x, and its base bytes to x, in order.
 func (w *Writer) hashPatchedTensor(cp *delta.ChunkPatcher, baseV uint64, path string, t delta.Tensor, id ID, buf []byte,
-	h io.Writer, sums *sumWriter) error {
+	h io.Writer, sums *sumWriter, x *xxh3Claims) error {
 	b := &tensorBase{w: w, id: id, hint: objHint{path: path, tensor: t.Name}, rd: baseReader{in: w.in}}
 	if v := w.s.mat.view(); v != nil && v.holds(id) {
 		b.view = v
@@ -123,6 +124,7 @@ func (w *Writer) hashPatchedTensor(cp *delta.ChunkPatcher, baseV uint64, path st
 		if err != nil {
 			return err
 		}
+		x.writeBase(c)
 		if changes {
 			c = buf[:copy(buf[:n], c)]
 			if err := cp.Patch(c, t.Begin+off); err != nil {
@@ -131,6 +133,7 @@ func (w *Writer) hashPatchedTensor(cp *delta.ChunkPatcher, baseV uint64, path st
 		}
 		h.Write(c)
 		sums.Write(c)
+		x.Write(c)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import time
 import unittest
 
 import numpy as np
+import xxhash
 
 import fixtures  # first: it finds the weightfs package when it is not installed
 import weightfs
@@ -289,8 +290,11 @@ class WriterTest(unittest.TestCase):
         def save(mnt, v, state, extra):
             arrs = as_numpy(state)
             if ranks[0] is None:
-                ranks[0] = weightfs.PatchWriter(mnt, files={k: SHARDS[k] for k in list(SHARDS)[:1]}, index=False, dtypes=dtypes)
-                ranks[1] = weightfs.PatchWriter(mnt, files={k: SHARDS[k] for k in list(SHARDS)[1:]}, index=False, dtypes=dtypes)
+                # SHA-256 too: with raw indices, the store's own render of the patch, byte for byte.
+                ranks[0] = weightfs.PatchWriter(mnt, files={k: SHARDS[k] for k in list(SHARDS)[:1]}, index=False, dtypes=dtypes,
+                                                sha256=True)
+                ranks[1] = weightfs.PatchWriter(mnt, files={k: SHARDS[k] for k in list(SHARDS)[1:]}, index=False, dtypes=dtypes,
+                                                sha256=True)
             mine = [{n: arrs[n] for ns in r.files.values() for n in ns} for r in ranks]
             if v == 1:  # rank 0 writes the index of every rank's files, as save_pretrained's rank 0 does
                 wmap = {n: f for f, ns in SHARDS.items() for n in ns}
@@ -380,15 +384,19 @@ class DiffHostTest(unittest.TestCase):
         states = [as_numpy(st1), as_numpy(st2)]
         if torch is not None:
             states.append(as_torch(st2))
-        for state2 in states[1:]:
-            w = weightfs.PatchWriter(root, files=SHARDS, dtypes=dtypes, index=False)
+        for state2, sha in [(s, sha) for s in states[1:] for sha in (False, True)]:
+            # By default the file's xxh3-128 alone (the mount computes the SHA-256); SHA-256
+            # too when asked.
+            w = weightfs.PatchWriter(root, files=SHARDS, dtypes=dtypes, index=False, sha256=sha)
             w.save_whole(states[0], version=1)
             part = w.prepare(state2)
             for f in part.files:
                 header, laid = encode.safetensors_header([(n, DTYPES[st2[n][0]], st2[n][1]) for n in SHARDS[f["name"]]],
                                                          {"format": "pt"})
                 data = header + b"".join(st2[n][2].tobytes() for n, _, _, _, _ in laid)
-                self.assertEqual(f["result_sha256"], hashlib.sha256(data).hexdigest(), f["name"])
+                self.assertEqual(f["result_xxh3"], xxhash.xxh3_128_hexdigest(data), f["name"])
+                self.assertEqual(f["result_sha256"], hashlib.sha256(data).hexdigest() if sha else None, f["name"])
+                self.assertEqual(f["base_sha256"] is not None, sha, f["name"])
             w.rollback(part)
             shutil.rmtree(weightfs.version_dir(root, 1))
 
@@ -430,6 +438,23 @@ class EncodeTest(unittest.TestCase):
         self.assertIn(b'"w.gaps":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"w.values":{"dtype":"BF16","shape":[2],"data_offsets":[2,6]}}', patch)
         self.assertEqual(patch[:8], bytes([0x78, 3, 0, 0, 0, 0, 0, 0]))
         self.assertEqual(patch[896:], bytes([1, 1, 0x01, 0x40, 0x81, 0x40]))
+        # By xxh3-128 alone, as the writer writes it by default (Part III §2): 708 bytes, and the
+        # reader takes it (no SHA-256 of the file).
+        fx = dict(f, base_sha256=None, result_sha256=None)
+        header, pieces = _patch_bytes(2, 1, [fx], 4, "raw")
+        patch = header + b"".join(bytes(p) for p in pieces)
+        self.assertEqual(len(patch), 708)
+        self.assertEqual(patch[:8], bytes([0xb0, 2, 0, 0, 0, 0, 0, 0]))
+        self.assertEqual(patch[696:], bytes([1, 0, 0, 0, 3, 0, 0, 0, 0x01, 0x40, 0x81, 0x40]))
+        self.assertNotIn(b"sha256", patch)
+        path = os.path.join(tempfile.mkdtemp(dir=fixtures.tmpdir()), "p.safetensors")
+        with open(path, "wb") as out:
+            out.write(patch)
+        p = weightfs.Patch.open(path)
+        self.assertEqual(p.files["model.safetensors"]["result_sha256"], None)
+        self.assertEqual(p.files["model.safetensors"]["base_xxh3"], f["base_xxh3"])
+        with self.assertRaises(weightfs.WriterError):  # neither digest of the result
+            _patch_bytes(2, 1, [dict(fx, result_xxh3=None)], 4, "raw")
 
     def test_gaps(self):
         """leb128_gaps: the varints of format.md's example, a round trip at RL density and

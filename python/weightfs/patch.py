@@ -230,11 +230,19 @@ class Patch:
                     if v is not None and not rx.fullmatch(v):
                         raise _malformed(f"'{side}_{kind}:{name}' is {v!r}, not lowercase hex")
                     f[f"{side}_{kind}"] = v
-            if f["result_sha256"] is None or (f["base_sha256"] is None and not f["whole"]):
-                raise _malformed(f"file {name!r} lacks its 'base_sha256:' or 'result_sha256:'")
-            has_x = f["result_xxh3"] is not None or f["base_xxh3"] is not None
-            if has_x and (f["result_xxh3"] is None or (f["base_xxh3"] is not None) != (f["base_sha256"] is not None)):
-                raise _malformed(f"file {name!r} has an xxh3 key without its partner")
+            # Each kind is recorded for the result, and for the base exactly when the file has
+            # one, or not at all; at least one kind (a patch written into a mount may record
+            # xxh3-128 only: docs/format.md Part III §2).
+            has_base = f["base_sha256"] is not None or f["base_xxh3"] is not None
+            if f["result_sha256"] is None and f["result_xxh3"] is None:
+                raise _malformed(f"file {name!r} lacks its 'result_sha256:' (or its 'result_xxh3:')")
+            if not has_base and not f["whole"]:
+                raise _malformed(f"file {name!r} lacks its 'base_sha256:' or 'base_xxh3:'")
+            for kind in ("sha256", "xxh3"):
+                if f[f"result_{kind}"] is None and f[f"base_{kind}"] is not None:
+                    raise _malformed(f"file {name!r} has 'base_{kind}:' without 'result_{kind}:'")
+                if f[f"result_{kind}"] is not None and has_base and f[f"base_{kind}"] is None:
+                    raise _malformed(f"file {name!r} lacks its 'base_{kind}:' (an xxh3 key without its partner)")
             if f["whole"]:
                 t = self._file.tensors.get(WHOLE_PREFIX + name)
                 if t is None or t.dtype.name != "U8" or len(t.shape) != 1:
@@ -346,15 +354,20 @@ class Patch:
 
     def whole_file(self, path, verify=True):
         """The complete new bytes of a file carried whole (read-only numpy uint8 view), checked
-        against the file's recorded ``result_sha256`` (DigestMismatch) unless verify=False."""
+        against the file's recorded ``result_sha256`` (its ``result_xxh3`` when the patch records
+        it by xxh3-128 only; DigestMismatch) unless verify=False."""
         if path not in self.whole_files:
             raise KeyError(f"the patch carries no whole file {path!r}")
         raw = self._file.raw(WHOLE_PREFIX + path)
         if verify and path not in self._whole_checked:
-            got = hashlib.sha256(memoryview(raw)).hexdigest()
-            if got != self.files[path]["result_sha256"]:
-                raise DigestMismatch(f"{self.path}: file {path!r}, carried whole, hashes to SHA-256 {got}, the patch "
-                                     f"records {self.files[path]['result_sha256']}: the patch is damaged")
+            f = self.files[path]
+            if f["result_sha256"] is not None:
+                kind, want, got = "SHA-256", f["result_sha256"], hashlib.sha256(memoryview(raw)).hexdigest()
+            else:  # recorded by xxh3-128 only
+                kind, want, got = "xxh3-128", f["result_xxh3"], _xxh3_bytes(raw)
+            if got != want:
+                raise DigestMismatch(f"{self.path}: file {path!r}, carried whole, hashes to {kind} {got}, the patch "
+                                     f"records {want}: the patch is damaged")
             self._whole_checked.add(path)
         return raw
 

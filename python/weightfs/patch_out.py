@@ -103,13 +103,15 @@ def _patch_bytes(version, base, files, total, encoding=DEFAULT_ENCODING):
     names, entries, pieces, whole, changed = [], [], [], [], 0
     for f in files:
         n = f["name"]
-        if f["base_sha256"]:
-            meta["base_sha256:" + n] = f["base_sha256"]
-        meta["result_sha256:" + n] = f["result_sha256"]
-        if f["result_xxh3"]:
-            if f["base_sha256"]:
-                meta["base_xxh3:" + n] = f["base_xxh3"]
-            meta["result_xxh3:" + n] = f["result_xxh3"]
+        # Each kind of digest for the result, and for the base when there is one; a writer
+        # may record xxh3-128 alone (docs/format.md Part III §2).
+        if not f.get("result_sha256") and not f.get("result_xxh3"):
+            raise WriterError(f"file {n!r} has neither a SHA-256 nor an xxh3-128")
+        for kind in ("sha256", "xxh3"):
+            if f.get("result_" + kind):
+                if f.get("base_" + kind):
+                    meta[f"base_{kind}:" + n] = f["base_" + kind]
+                meta[f"result_{kind}:" + n] = f["result_" + kind]
         if f["whole"] is not None:
             whole.append(n)
             continue

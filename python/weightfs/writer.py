@@ -16,8 +16,10 @@ The snapshot lives in host memory (pinned when torch has CUDA, so the changed el
 back at full speed), and, when it fits (``device_snapshot="auto"``, the default: the tensors on
 the GPU take at most a third of its free memory) or when asked (``True``), also on the
 tensors' device, where the diff then reads it without a host-to-device copy. The host copy is the result's bytes: the
-file SHA-256 and xxh3-128 every patch records are hashed from it, with each changed tensor's
-xxh3-128. A refused patch changes nothing here: the snapshot keeps the base.
+file's xxh3-128 the patch records is hashed from it, with each changed tensor's xxh3-128. The
+patch names its files by xxh3-128 alone (docs/format.md Part III §2: the mount computes their
+SHA-256 itself), which saves a SHA-256 pass over the checkpoint; ``sha256=True`` records
+SHA-256 too. A refused patch changes nothing here: the snapshot keeps the base.
 
 The files are bit-exact with what safetensors' ``save_file`` (``save_pretrained``) writes for
 the same weights: the first version's headers are laid out as save_file lays them out
@@ -94,17 +96,30 @@ class _File:
 
 
 class _Hasher:
-    def __init__(self):
-        self.sha = hashlib.sha256()
+    """A file's SHA-256 (unless sha=False) and xxh3-128 (when xxhash is installed)."""
+
+    def __init__(self, sha=True):
+        self.sha = hashlib.sha256() if sha else None
         self.xxh = xxhash.xxh3_128() if xxhash else None
 
     def update(self, b):
-        self.sha.update(b)
+        if self.sha is not None:
+            self.sha.update(b)
         if self.xxh is not None:
             self.xxh.update(b)
 
     def digests(self):
-        return self.sha.hexdigest(), (self.xxh.hexdigest() if self.xxh is not None else None)
+        return (self.sha.hexdigest() if self.sha is not None else None), (self.xxh.hexdigest() if self.xxh is not None else None)
+
+
+def _want_sha256(sha256):
+    """Whether a writer records SHA-256 digests: as asked, else only without xxhash (a patch
+    records at least one kind of digest of each file)."""
+    if sha256 is None:
+        return xxhash is None
+    if not sha256 and xxhash is None:
+        raise WriterError("sha256=False needs xxhash (a patch records at least one digest of each file)")
+    return bool(sha256)
 
 
 def _xxh3(b):
@@ -145,8 +160,8 @@ class _FileHasher:
     (hashlib and xxhash let go of the GIL over large buffers): the hashes of a result overlap
     its diff."""
 
-    def __init__(self, first):
-        self._h, self._q, self._err = _Hasher(), queue.SimpleQueue(), None
+    def __init__(self, first, sha=True):
+        self._h, self._q, self._err = _Hasher(sha), queue.SimpleQueue(), None
         self._q.put(first)
         self._t = threading.Thread(target=self._run, name="weightfs-hash", daemon=True)
         self._t.start()
@@ -212,11 +227,15 @@ class PatchWriter:
     device tensors take at most a third of the GPU's free memory at the first save), True or False.
     threads: how many files are diffed and hashed at once (default: as many as there are cores).
     encoding: the patches' index encoding, "leb128_gaps" (default: ~3 bytes per changed bf16
-    element) or "raw" (TRL's I32/I64 indices, 6 bytes: the patch the store serves, byte for byte).
+    element) or "raw" (TRL's I32/I64 indices, 6 bytes: with sha256=True, the patch the store
+    serves, byte for byte). sha256: record each file's SHA-256 beside its xxh3-128 (default:
+    only when xxhash is not installed). A patch written into a mount may name its files by
+    xxh3-128 alone (docs/format.md Part III §2); the mount computes their SHA-256 itself, and
+    the writer saves a SHA-256 pass over the checkpoint at every save.
     """
 
     def __init__(self, mnt, files=None, metadata={"format": "pt"}, index=None, dtypes=None, device_snapshot="auto",
-                 threads=None, encoding=DEFAULT_ENCODING):
+                 threads=None, encoding=DEFAULT_ENCODING, sha256=None):
         self.mnt, self.metadata, self.dtypes = mnt, metadata, dict(dtypes or {})
         self.files = {k: list(v) for k, v in files.items()} if files else None
         self.index = index
@@ -226,6 +245,7 @@ class PatchWriter:
         if encoding not in ENCODINGS:
             raise WriterError(f"index encoding {encoding!r}: want one of {ENCODINGS}")
         self.encoding = encoding
+        self._sha = _want_sha256(sha256)
         self.last_patch = None  # the Written of the last patch save wrote
         self.version = 0  # the last version written
         self._files = {}  # name -> _File
@@ -241,6 +261,7 @@ class PatchWriter:
         from .safetensors import SafetensorsFile
         from .versions import latest
         version = latest(mnt) if version is None else version
+        sha = _want_sha256(kwargs.get("sha256"))
         d = version_dir(mnt, version)
         files, tensors, extra = {}, {}, {}
         for root, _, names in os.walk(d):
@@ -258,7 +279,7 @@ class PatchWriter:
                 for t in st.tensors.values():  # data order
                     raw = buf[st.data_start + t.begin:st.data_start + t.end].view(_NP_INT[t.dtype.width]).copy()
                     ts.append(_Tensor(t.name, t.dtype, t.shape, raw))
-                h = _Hasher()
+                h = _Hasher(sha)
                 h.update(data)
                 tensors[rel] = _File(rel, data[:st.data_start], ts, *h.digests())
                 files[rel] = [t.name for t in ts]
@@ -329,7 +350,7 @@ class PatchWriter:
         written, files = 0, {}
         for fname in sorted(layout):
             header, laid = encode.safetensors_header([self._describe(n, state[n]) for n in layout[fname]], self.metadata)
-            h = _Hasher()
+            h = _Hasher(self._sha)
             tensors = []
             with open(os.path.join(d, fname), "wb", buffering=0) as f:
                 f.write(header)
@@ -397,11 +418,11 @@ class PatchWriter:
                 old = self._extra.get(name)
                 if old == b:
                     continue
-                h = _Hasher()
+                h = _Hasher(self._sha)
                 h.update(b)
                 sha, xx = h.digests()
                 part.files.append({"name": name, "whole": b, "tensors": [],
-                                   "base_sha256": hashlib.sha256(old).hexdigest() if old is not None else None,
+                                   "base_sha256": hashlib.sha256(old).hexdigest() if old is not None and self._sha else None,
                                    "base_xxh3": _xxh3(old) if old is not None else None,
                                    "result_sha256": sha, "result_xxh3": xx})
                 part._new_extra[name] = b
@@ -471,7 +492,7 @@ class PatchWriter:
         # from them on a thread of its own while this one diffs. A device state's come to the
         # host with its changes, so each tensor is hashed from the snapshot once it is updated.
         on_host = all(not _is_torch(f) or f.device.type == "cpu" for f in flats)
-        hasher = _FileHasher(old.header)
+        hasher = _FileHasher(old.header, self._sha)
         try:
             if on_host:
                 for flat in flats:
@@ -499,7 +520,7 @@ class PatchWriter:
     def _prepare_whole(self, part, fname, desc, state, old):
         """A file that is new or whose layout changed: carried whole with a save_file header."""
         header, laid = encode.safetensors_header(desc, self.metadata)
-        h = _Hasher()
+        h = _Hasher(self._sha)
         chunks = [header]
         tensors = []
         for name, dt, shape, _, _ in laid:
