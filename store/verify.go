@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -140,32 +141,40 @@ func (c *checker) verify(progress func(done, total int64)) (VerifyReport, error)
 func (c *checker) checkObjects(rep *VerifyReport, prog *verifyProgress) (ids []ID, bad map[ID]bool, sections2 []ID, err error) {
 	s := c.st
 	bad = map[ID]bool{}
-	sizes := map[ID]int64{}
+	// Each object's size beside its id, sorted together: no map of every object (one
+	// entry per object is heap the collector walks, and lookups that miss the CPU's caches).
+	type listed struct {
+		id   ID
+		size int64
+	}
+	var all []listed
 	if err := s.be.ListObjects(func(id ID, size int64) error {
-		ids = append(ids, id)
-		sizes[id] = size
+		all = append(all, listed{id, size})
 		prog.total += size
 		return nil
 	}); err != nil {
 		return nil, nil, nil, err
 	}
-	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(string(a[:]), string(b[:])) })
-	for _, id := range ids {
-		version, err := c.checkObject(id)
+	// (bytes.Compare: string(a[:]) allocated twice a comparison, n log n allocations.)
+	slices.SortFunc(all, func(a, b listed) int { return bytes.Compare(a.id[:], b.id[:]) })
+	ids = make([]ID, len(all))
+	for i, o := range all {
+		ids[i] = o.id
+		version, err := c.checkObject(o.id)
 		var cf *contextFailure
 		switch {
 		case err != nil && errors.As(err, &cf):
 			// Its own file passed; its base's section did not load: that is reported with
 			// the base (its own check), or with the versions read through it.
 		case err != nil:
-			rep.add(Damage{Object: id, Err: err})
-			bad[id] = true
+			rep.add(Damage{Object: o.id, Err: err})
+			bad[o.id] = true
 		}
 		if version >= 2 {
-			sections2 = append(sections2, id)
+			sections2 = append(sections2, o.id)
 		}
 		rep.Objects++
-		prog.add(sizes[id])
+		prog.add(o.size)
 	}
 	return ids, bad, sections2, nil
 }
