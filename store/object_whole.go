@@ -39,15 +39,40 @@ func (o *objectStore) readRecord(id ID, buf []byte) (rec []byte, hdr objectHeade
 	if readFull(f, rec, 0) != nil {
 		return nil, hdr, buf, false
 	}
-	body := size - objectTrailerLen
-	if crc32c(rec[:body]) != binary.LittleEndian.Uint32(rec[body:]) {
-		return nil, hdr, buf, false
-	}
-	hdr, err = parseObjectHeader(rec[:objectHeaderLen], size)
-	if err != nil || hdr.ID != id {
+	if hdr, _, ok = checkRecordBytes(rec); !ok || hdr.ID != id {
 		return nil, hdr, buf, false
 	}
 	return rec, hdr, buf, true
+}
+
+// checkRecordBytes checks a record (an object file) held whole: its CRC-32C against its
+// trailer and its header against its length. It returns the header and the CRC stored.
+func checkRecordBytes(rec []byte) (hdr objectHeader, crc uint32, ok bool) {
+	if len(rec) < objectHeaderLen+objectTrailerLen {
+		return hdr, 0, false
+	}
+	body := len(rec) - objectTrailerLen
+	crc = binary.LittleEndian.Uint32(rec[body:])
+	if crc32c(rec[:body]) != crc {
+		return hdr, 0, false
+	}
+	hdr, err := parseObjectHeader(rec[:objectHeaderLen], int64(len(rec)))
+	return hdr, crc, err == nil
+}
+
+// chunkTableBytes parses the chunk table of a full object's record held whole (hdr its
+// header, checked).
+func chunkTableBytes(rec []byte, hdr *objectHeader) (chunkTable, bool) {
+	at := int64(objectHeaderLen + chunkTableHead)
+	if int64(len(rec)) < at {
+		return chunkTable{}, false
+	}
+	size, n, err := readChunkTableHead(rec[objectHeaderLen:], hdr)
+	if err != nil || at+4*n > int64(len(rec)) {
+		return chunkTable{}, false
+	}
+	t, err := parseChunkSizes(rec[at:at+4*n], size, n, hdr)
+	return t, err == nil
 }
 
 // checkWhole is Verify's check of one object file (checker.checkObject) for a small record
@@ -63,15 +88,7 @@ func (o *objectStore) checkWhole(id ID, buf []byte) (version int, _ []byte, ok b
 	}
 	info := &objectInfo{hdr: hdr}
 	if hdr.Kind == kindFull {
-		size, n, err := readChunkTableHead(rec[objectHeaderLen:], &hdr)
-		if err != nil {
-			return 0, buf, false
-		}
-		at := int64(objectHeaderLen + chunkTableHead)
-		if at+4*n > int64(len(rec)) {
-			return 0, buf, false
-		}
-		if info.table, err = parseChunkSizes(rec[at:at+4*n], size, n, &hdr); err != nil {
+		if info.table, ok = chunkTableBytes(rec, &hdr); !ok {
 			return 0, buf, false
 		}
 	}
