@@ -3,6 +3,8 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+
+	"github.com/weightfs/weightfs/delta"
 )
 
 // Whole reads of small objects, for Verify: a record read in one pread into a buffer the
@@ -19,6 +21,10 @@ import (
 // wholeRecordMax is the largest record read whole: larger ones are few, and their
 // per-object costs small beside their bytes.
 const wholeRecordMax = 4 << 20
+
+// wholeContentMax is the most content bytes read whole (a record of 4 MiB may hold far more
+// of a compressible tensor).
+const wholeContentMax = 16 << 20
 
 // readRecord reads object id's record whole into buf (grown as needed) and checks its
 // CRC-32C and its header, which must name id. It returns the record, its header and buf.
@@ -118,7 +124,7 @@ func (o *objectStore) checkWhole(id ID, buf []byte) (version int, _ []byte, ok b
 // SHA-256. It returns the content and the buffers, to be reused.
 func (o *objectStore) readWholeFull(id ID, rec, content []byte) (_, _, _ []byte, ok bool) {
 	info, cached := o.objInfos.get(id)
-	if !cached || info.hdr.Kind != kindFull || info.hdr.FileSize() > wholeRecordMax {
+	if !cached || info.hdr.Kind != kindFull || info.hdr.FileSize() > wholeRecordMax || info.hdr.ContentLen > wholeContentMax {
 		return nil, rec, content, false
 	}
 	r, hdr, rec, ok := o.readRecord(id, rec)
@@ -146,6 +152,29 @@ func (o *objectStore) readWholeFull(id ID, rec, content []byte) (_, _, _ []byte,
 		if *scratch, err = o.st.codec.decompressChunk(dst, r[lo:hi], *scratch, hdr.Width); err != nil {
 			return nil, rec, content, false
 		}
+	}
+	return out, rec, content, true
+}
+
+// readWhole is readWholeFull of a full object, and of a delta object whose base is a small
+// full object: the base read whole, the delta section (loaded and checked by Verify's
+// checkWhole, else read now) applied forward to it, block by block as a page build applies
+// it (applySteps). Longer chains take the ordinary path.
+func (o *objectStore) readWhole(id ID, rec, content []byte) (_, _, _ []byte, ok bool) {
+	info, cached := o.objInfos.get(id)
+	if !cached || info.hdr.Kind != kindDelta {
+		return o.readWholeFull(id, rec, content)
+	}
+	d, err := o.loadDelta(id)
+	if err != nil || d.hdr != info.hdr {
+		return nil, rec, content, false
+	}
+	out, rec, content, ok := o.readWholeFull(d.hdr.Base, rec, content)
+	if !ok || int64(len(out)) != d.hdr.ContentLen {
+		return nil, rec, content, false
+	}
+	if o.applySteps([]planStep{{id, delta.Forward}}, out, 0) != nil {
+		return nil, rec, content, false
 	}
 	return out, rec, content, true
 }

@@ -449,8 +449,8 @@ func (c *checker) loadVersionFresh(v uint64) (*version, error) {
 type wholeBufs struct{ rec, content []byte }
 
 // verifyFile reconstructs one file, checking each object's and the file's SHA-256. Objects
-// whose content checked out are added to checked. A small full object is read whole
-// (readWholeFull) rather than page by page through the read path's page cache.
+// whose content checked out are added to checked. A small full object, or a delta on one, is
+// read whole (readWhole) rather than page by page through the read path's page cache.
 func (c *checker) verifyFile(ver *version, f *manifestFile, opts readOpts, checked map[ID]bool, bufs *wholeBufs) (int64, error) {
 	s := c.st
 	vf := s.newVersionFile(ver, f, opts)
@@ -460,7 +460,7 @@ func (c *checker) verifyFile(ver *version, f *manifestFile, opts readOpts, check
 	for _, sg := range vf.segs {
 		objHash.Reset()
 		size := sg.end - sg.start
-		content, rec, cbuf, whole := s.objects.readWholeFull(sg.id, bufs.rec, bufs.content)
+		content, rec, cbuf, whole := s.objects.readWhole(sg.id, bufs.rec, bufs.content)
 		bufs.rec, bufs.content = rec, cbuf
 		if whole && int64(len(content)) == size {
 			objHash.Write(content)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -211,13 +212,12 @@ func checkPack(packs PackBackend, id ID, s *packSeen, serving map[ID]ID, rep *pa
 		rep.Notes = append(rep.Notes, fmt.Sprintf("pack %s: no intact pack index names it (a writer that stopped before writing its index, or an index lost or damaged): verify --repair indexes it, gc removes it after an hour", id))
 	}
 	buf := make([]byte, 1<<20)
-	var w packWindow
-	for _, e := range s.entries {
+	intact := entriesIntact(f, s.entries, buf)
+	for i, e := range s.entries {
 		rep.Records++
-		if w.intact(f, e, buf) {
+		if intact[i] {
 			continue
 		}
-		w = packWindow{} // checkRecord reads through buf
 		err := checkRecord(f, e, buf)
 		if err == nil {
 			continue
@@ -254,6 +254,23 @@ func checkRecord(f ObjectFile, e pack.Entry, buf []byte) error {
 		err = fmt.Errorf("record holds object %s: %w", info.hdr.ID, ErrCorrupt)
 	}
 	return err
+}
+
+// entriesIntact says of each entry's record whether it passes checkRecord's checks, read in
+// the order of their offsets through packWindow (an index lists its entries in the order of
+// their ids: read in that order, every record cost a read of its own window).
+func entriesIntact(f ObjectFile, entries []pack.Entry, buf []byte) []bool {
+	order := make([]int32, len(entries))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(entries[a].Offset, entries[b].Offset) })
+	intact := make([]bool, len(entries))
+	var w packWindow
+	for _, i := range order {
+		intact[i] = w.intact(f, entries[i], buf)
+	}
+	return intact
 }
 
 // packWindow is the part of a pack that checkPack read last: the records of a pack, in the
