@@ -1,13 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"slices"
-	"strings"
 
 	"github.com/weightfs/weightfs/store/pack"
 )
@@ -134,7 +134,7 @@ func checkPacks(env packEnv) (packReport, error) {
 			ids = append(ids, id)
 		}
 	}
-	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(string(a[:]), string(b[:])) })
+	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
 	for _, id := range ids {
 		checkPack(env.packs, id, seen[id], serving, &rep)
 	}
