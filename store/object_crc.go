@@ -71,3 +71,42 @@ func gf2Square(square, mat *[32]uint32) {
 		square[n] = gf2Times(mat, mat[n])
 	}
 }
+
+// crcSet is the objects whose file's CRC-32C this process checked (objectStore.crcChecked).
+// A plain map of ids under a lock, not a sync.Map: each object is added once and looked up
+// a few times, and a sync.Map boxed every id and kept a node of pointers per object, heap the
+// collector walked at every cycle (Verify of 100,000 tensors, issue 29); this map holds no
+// pointers.
+type crcSet struct {
+	mu  sync.Mutex
+	ids map[ID]struct{}
+}
+
+func (c *crcSet) has(id ID) bool {
+	c.mu.Lock()
+	_, ok := c.ids[id]
+	c.mu.Unlock()
+	return ok
+}
+
+func (c *crcSet) add(id ID) {
+	c.mu.Lock()
+	if c.ids == nil {
+		c.ids = map[ID]struct{}{}
+	}
+	c.ids[id] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *crcSet) remove(id ID) {
+	c.mu.Lock()
+	delete(c.ids, id)
+	c.mu.Unlock()
+}
+
+// clear forgets every object (the map's memory too: a Verify of a large store filled it).
+func (c *crcSet) clear() {
+	c.mu.Lock()
+	c.ids = nil
+	c.mu.Unlock()
+}

@@ -154,13 +154,13 @@ func checkCRC(f ObjectFile) error {
 // ensureCRC checks the CRC of object id once per process (random-access reads of a full
 // object then trust the file plus each frame's own checksum).
 func (o *objectStore) ensureCRC(id ID, f ObjectFile) error {
-	if _, ok := o.crcChecked.Load(id); ok {
+	if o.crcChecked.has(id) {
 		return nil
 	}
 	if err := checkCRC(f); err != nil {
 		return objectError(id, err)
 	}
-	o.crcChecked.Store(id, true)
+	o.crcChecked.add(id)
 	return nil
 }
 
@@ -169,7 +169,7 @@ func (o *objectStore) ensureCRC(id ID, f ObjectFile) error {
 func (o *objectStore) forgetCopy(id ID) {
 	o.objInfos.remove(id)
 	o.deltas.remove(id)
-	o.crcChecked.Delete(id)
+	o.crcChecked.remove(id)
 }
 
 // readChunk decompresses chunk i of full object id into dst (exactly the chunk's length).
@@ -264,7 +264,7 @@ func (o *objectStore) loadDeltaAt(id ID, path []ID) (*deltaObject, error) {
 			}
 			return nil, objectError(id, err)
 		}
-		o.crcChecked.Store(id, true)
+		o.crcChecked.add(id)
 		body = file[hdr.DeltaOffset() : hdr.DeltaOffset()+hdr.DeltaLen]
 	} else {
 		if err := o.ensureCRC(id, f); err != nil {
@@ -313,7 +313,7 @@ func (o *objectStore) readKnownDelta(id ID) (hdr objectHeader, body []byte, ok b
 	if err != nil || hdr.ID != id || hdr != info.hdr || !hdr.HasDelta() {
 		return hdr, nil, false
 	}
-	o.crcChecked.Store(id, true)
+	o.crcChecked.add(id)
 	return hdr, file[hdr.DeltaOffset() : hdr.DeltaOffset()+hdr.DeltaLen], true
 }
 

@@ -35,7 +35,7 @@ type objectStore struct {
 
 	objInfos     *lru[ID, *objectInfo]  // headers and chunk tables (object_reader.go)
 	deltas       *lru[ID, *deltaObject] // loaded delta sections, with their contexts
-	crcChecked   sync.Map               // ID -> true: the object's CRC was verified by this process
+	crcChecked   crcSet                 // the objects whose CRC was verified by this process (object_crc.go)
 	chunkScratch sync.Pool              // *[]byte: a frame's decompression scratch (readChunk)
 	deltaReads   atomic.Int64           // delta sections loaded from the backend, not the cache (tests)
 
@@ -87,12 +87,12 @@ func (o *objectStore) forgetObject(id ID) { o.forgetGone([]ID{id}) }
 func (o *objectStore) forgetGone(ids []ID) {
 	o.forgetMetas(ids)
 	for _, id := range ids {
-		o.crcChecked.Delete(id)
+		o.crcChecked.remove(id)
 	}
 }
 
 // noteCRC records that the CRC of object id was checked (by Verify, say).
-func (o *objectStore) noteCRC(id ID) { o.crcChecked.Store(id, true) }
+func (o *objectStore) noteCRC(id ID) { o.crcChecked.add(id) }
 
 // dropHeaders drops every object header and delta section held: they are read again from
 // the files.
@@ -102,7 +102,7 @@ func (o *objectStore) dropHeaders() {
 }
 
 // dropCRCs forgets which objects' CRCs were checked: each is checked again at its next read.
-func (o *objectStore) dropCRCs() { o.crcChecked.Clear() }
+func (o *objectStore) dropCRCs() { o.crcChecked.clear() }
 
 // dropPages drops every rebuilt page held.
 func (o *objectStore) dropPages() { o.pages.clear() }

@@ -30,7 +30,7 @@ func (o *objectStore) forgetObjects(id ID, hint objHint) int {
 	}
 	for x := range drop {
 		o.forgetMeta(x)
-		o.crcChecked.Delete(x)
+		o.crcChecked.remove(x)
 	}
 	o.blocks.removeIf(func(k blockKey) bool { return drop[k.id] })
 	o.pages.removeIf(func(k pageKey) bool { return drop[k.id] })

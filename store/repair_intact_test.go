@@ -151,7 +151,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 			t.Cleanup(func() { s.be.Backend = fb.localBackend })
 			s.objects.objInfos.clear()
 			s.objects.deltas.clear()
-			s.objects.crcChecked.Clear()
+			s.objects.crcChecked.clear()
 			s.objects.pages.clear()
 
 			exact := map[uint64]bool{}
@@ -231,7 +231,7 @@ func TestRepairMovesOnlyWhatIsDamaged(t *testing.T) {
 				fb.mu.Unlock()
 				s.objects.objInfos.clear()
 				s.objects.deltas.clear()
-				s.objects.crcChecked.Clear()
+				s.objects.crcChecked.clear()
 				s.objects.pages.clear()
 				for v := uint64(1); v <= 6; v++ {
 					if !readsExactly(s, v, want[v]) {
