@@ -44,7 +44,7 @@ type fastScratch struct {
 	spare  []uint32
 	idxB   []uint32
 	ks     [classB][]uint32 // per class A, its members' context indices and a sentinel
-	posA   []uint32         // the changes of classes A, by position, and a sentinel
+	posA   []uint32         // the changes of classes A, by position
 	symA   []byte
 	escPos []uint32 // classes A's escaped changes: positions and codes
 	escA   []uint64
@@ -119,7 +119,7 @@ func (d *block2Decoder) decodeFast(payload []byte, count int, blockLen uint64, c
 		s.idxB = idxB
 		return false
 	}
-	s.idxB = append(idxB, math.MaxUint32)
+	s.idxB = append(idxB, math.MaxUint32) // a sentinel above every position
 	return s.mergeAB(count, db)
 }
 
@@ -235,20 +235,20 @@ func (d *block2Decoder) fastValues(c int, section []byte, n int) bool {
 	return len(escapes) == 0
 }
 
-// mergeA merges the nA members of classes A by context index into s.posA and s.symA (each
-// with a sentinel), their value codes from the numbers stored and the context's codes; the
-// codes of escapeSymbol or more go to s.escPos and s.escA. It reports false for a code 0.
+// mergeA merges the nA members of classes A by context index into s.posA and s.symA, their value codes from the numbers stored and the context's codes; the codes of
+// escapeSymbol or more go to s.escPos and s.escA. It reports false for a code 0.
 func (d *block2Decoder) mergeA(ctx *DecodedBlock, nA int) bool {
 	s := &d.fs
 	k1, k2 := s.ks[classA1], s.ks[classA2]
 	v1, v2 := s.vals[classA1], s.vals[classA2]
-	posA := slices.Grow(s.posA[:0], nA+1)[:nA+1]
-	symA := slices.Grow(s.symA[:0], nA+1)[:nA+1]
+	posA := slices.Grow(s.posA[:0], nA)[:nA]
+	symA := slices.Grow(s.symA[:0], nA)[:nA]
+	symA = symA[:len(posA)]
 	escPos, escA := s.escPos[:0], s.escA[:0]
 	values := d.values
 	cpos, csym := ctx.pos, ctx.symbols[:len(ctx.pos)]
 	i, j := 0, 0
-	for o := range posA[:nA] {
+	for o := range posA {
 		// Which class comes next is a coin flip to a branch predictor: select by arithmetic.
 		// A class's list ends in a sentinel above every index; the other is taken then.
 		a, b := k1[i], k2[j]
@@ -281,41 +281,41 @@ func (d *block2Decoder) mergeA(ctx *DecodedBlock, nA int) bool {
 			escPos, escA = append(escPos, p), append(escA, code)
 		}
 	}
-	posA[nA], symA[nA] = math.MaxUint32, 0
 	s.posA, s.symA, s.escPos, s.escA = posA, symA, escPos, escA
 	return true
 }
 
-// mergeAB merges the changes of classes A (s.posA, s.symA) and B (s.idxB, s.syms[classB]),
-// each ending in a sentinel, into db's compact form. It reports false for a position in both.
+// mergeAB merges the changes of classes A (s.posA, s.symA) and B (s.idxB, ending in a
+// sentinel, and s.syms[classB]) into db's compact form. It reports false for a position in
+// both. Class B's changes are most of them: they are copied in runs, one per change of
+// classes A, whose ends are the only branches that miss.
 func (s *fastScratch) mergeAB(count int, db *DecodedBlock) bool {
-	pos := slices.Grow(db.pos[:0], count)[:count]
-	symbols := slices.Grow(db.symbols[:0], count)[:count]
-	db.pos, db.symbols = pos, symbols
 	posA, symA := s.posA, s.symA
 	posB, symB := s.idxB, s.syms[classB]
-	if len(posA)+len(posB) != count+2 || len(symA) != len(posA) || len(symB) != len(posB) {
+	nB := len(posB) - 1
+	if len(posA)+nB != count || len(symB) < len(posB) || len(symA) != len(posA) {
 		return false
 	}
-	i, j := 0, 0
-	for o := range pos {
-		// Without a branch on the data, as mergeKeys; a position in both is met at the heads
-		// of both lists before either is taken, and ends the merge there (so neither list
-		// is read past its sentinel).
-		a, b := posA[i], posB[j]
-		if a == b {
+	pos := slices.Grow(db.pos[:0], count)[:count]
+	symbols := slices.Grow(db.symbols[:0], count)[:count]
+	symbols = symbols[:len(pos)]
+	db.pos, db.symbols = pos, symbols
+	// Each change is written once: o = t + j stays below count = len(posA) + nB.
+	o, j := 0, 0
+	for t, a := range posA {
+		for posB[j] < a {
+			pos[o], symbols[o] = posB[j], symB[j]
+			o++
+			j++
+		}
+		if posB[j] == a {
 			return false
 		}
-		var t int // class A's comes first
-		if a < b {
-			t = 1
-		}
-		sa, sb := symA[i], symB[j]
-		pos[o] = b ^ (a^b)&-uint32(t)
-		symbols[o] = sb ^ (sa^sb)&-uint8(t)
-		i += t
-		j += 1 - t
+		pos[o], symbols[o] = a, symA[t]
+		o++
 	}
+	copy(pos[o:], posB[j:nB])
+	copy(symbols[o:], symB[j:nB])
 	// The escaped codes, found by a byte search (they are rare): each is the next of class
 	// A's or of class B's, whichever is at its position.
 	escAt, escCode := db.escAt[:0], db.escCode[:0]
