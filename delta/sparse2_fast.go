@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -245,7 +246,7 @@ func (d *block2Decoder) mergeA(ctx *DecodedBlock, nA int) bool {
 	symA := slices.Grow(s.symA[:0], nA)[:nA]
 	symA = symA[:len(posA)]
 	escPos, escA := s.escPos[:0], s.escA[:0]
-	values := d.values
+	mask, signShift := d.values.mask, uint(bits.TrailingZeros64(d.values.sign))
 	cpos, csym := ctx.pos, ctx.symbols[:len(ctx.pos)]
 	i, j := 0, 0
 	for o := range posA {
@@ -271,7 +272,12 @@ func (d *block2Decoder) mergeA(ctx *DecodedBlock, nA int) bool {
 		if c == escapeSymbol {
 			c = ctx.code(int(k))
 		}
-		code := values.fromContext(v, c)
+		// values.fromContext(v, c), written out (the call was not inlined).
+		d := v>>1 ^ mask&-(v&1)
+		d = (d + (c>>1 + c&1)) & mask
+		neg := -(c & 1)
+		d = ((d ^ neg) - neg) & mask
+		code := (d<<1)&mask ^ mask&-(d>>signShift&1)
 		if code == 0 {
 			return false
 		}
