@@ -302,6 +302,7 @@ func (s *fastScratch) mergeAB(count int, db *DecodedBlock) bool {
 	if len(posA)+nB != count || len(symB) < len(posB) || len(symA) != len(posA) {
 		return false
 	}
+	symB = symB[:len(posB)] // equal lengths: one bounds check serves both
 	pos := slices.Grow(db.pos[:0], count)[:count]
 	symbols := slices.Grow(db.symbols[:0], count)[:count]
 	symbols = symbols[:len(pos)]
