@@ -9,7 +9,7 @@ import (
 )
 
 // decodeBothWays decodes block b of d against ctx with the reference decoder (decode, then
-// compact) and with the fast one (decodeFast, fresh decoders each) and fails the test unless
+// compact) and with the fast one (decodeFast) and fails the test unless
 // the fast one accepts exactly what the reference accepts and decodes it to the same block,
 // and decodeInto returns the reference's error. It returns whether the block was good.
 func decodeBothWays(t testing.TB, d *Delta, ctx ContextFunc, b int64) bool {
@@ -24,14 +24,21 @@ func decodeBothWays(t testing.TB, d *Delta, ctx ContextFunc, b int64) bool {
 	}
 	payload := d.l.body[d.offsets[b]:d.offsets[b+1]]
 	values := newValueMap(d.l.Width, d.l.Float)
-	newDecoder := func() *block2Decoder { return &block2Decoder{width: d.l.Width, values: values} }
+	// Pooled decoders, as the read path's: their lists hold earlier blocks' leftovers.
+	newDecoder := func() *block2Decoder {
+		dec := block2Decoders.Get().(*block2Decoder)
+		dec.width, dec.values = d.l.Width, values
+		return dec
+	}
 	ref := newDecoder()
+	defer block2Decoders.Put(ref)
 	want := &DecodedBlock{width: d.l.Width, values: values}
 	refErr := ref.decode(payload, int(count), d.l.blockLen(b), cb)
 	if refErr == nil {
 		ref.compact(want)
 	}
 	fast := newDecoder()
+	defer block2Decoders.Put(fast)
 	got := &DecodedBlock{width: d.l.Width, values: values}
 	ok := fast.decodeFast(payload, int(count), d.l.blockLen(b), cb, got)
 	if ok != (refErr == nil) {
