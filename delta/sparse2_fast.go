@@ -11,11 +11,12 @@ import (
 // The fast decoder of version-2 blocks, the read path's (DecodeBlock). decode
 // (sparse2_decode.go) stays the reference: it builds a key per change and merges them, marks
 // every change of the context, holds every value code as eight bytes, and then compacts. This
-// one writes the block's compact form (positions, symbols, escaped codes) in one merge of the
-// changes of classes A and class B, touches the context's changes only to find the
-// candidates, and keeps class B's symbols as the bytes they are (a class-B symbol is its
-// change's compact symbol). Measured on a block of 2^20 bf16 elements with ~2.5% changed
-// (BenchmarkDecodeBlockVersions): see docs/benchmarks.md, "Figure 4: reads".
+// one writes the block's compact form (positions, symbols, escaped codes) straight from a
+// merge of classes A's few changes into class B's many, touches the context's changes only
+// to find the candidates, and keeps class B's symbols as the bytes they are (a class-B symbol
+// is its change's compact symbol). No allocation once its lists have grown. Measured by
+// BenchmarkDecodeBlockV2 and BenchmarkDecodeBlockV2Ref (0.61-0.67x the reference's CPU per
+// change): docs/benchmarks.md, "Figure 4: reads".
 //
 // It accepts exactly what the reference accepts and decodes it to the same block; to keep
 // the errors the same without a second copy of every check's message, it only reports
