@@ -290,46 +290,44 @@ func (d *fseDecoder) decodeStream(dst, in []byte) error {
 	s2 := r.take(d.tableLog)
 	o, ok := fseBulk(dst, table, &r, &s1, &s2)
 	if !ok {
-		return fmt.Errorf("%w: more than %d symbols", errFSE, len(dst))
+		return fseTooMany(len(dst))
 	}
 
 	// The tail: one symbol at a time, each state checked for the end of the stream (all
-	// bits read, and a next state that would need more).
-	full := fmt.Errorf("%w: more than %d symbols", errFSE, len(dst))
-	emit := func(b uint8) bool {
-		if o >= len(dst) {
-			return false
-		}
-		dst[o] = b
-		o++
-		return true
-	}
-	finished := func(s uint32) bool { return r.used >= 64 && r.off == 0 && table[s&tableMask].nbBits() > 0 }
-	step := func(s *uint32) uint8 {
-		e := table[*s&tableMask]
-		*s = e.newState() + r.take(e.nbBits())
-		return e.symbol()
-	}
+	// bits read, and a next state that would need more). Written out without closures:
+	// closures over the reader moved it to the heap, an allocation per stream.
 	for {
-		if finished(s1) {
-			if !emit(table[s1&tableMask].symbol()) || !emit(table[s2&tableMask].symbol()) {
-				return full
+		if r.used >= 64 && r.off == 0 && table[s1&tableMask].nbBits() > 0 {
+			if o+2 > len(dst) {
+				return fseTooMany(len(dst))
 			}
+			dst[o], dst[o+1] = table[s1&tableMask].symbol(), table[s2&tableMask].symbol()
+			o += 2
 			break
 		}
 		r.refill()
-		if !emit(step(&s1)) {
-			return full
+		if o >= len(dst) {
+			return fseTooMany(len(dst))
 		}
-		if finished(s2) {
-			if !emit(table[s2&tableMask].symbol()) || !emit(table[s1&tableMask].symbol()) {
-				return full
+		e := table[s1&tableMask]
+		s1 = e.newState() + r.take(e.nbBits())
+		dst[o] = e.symbol()
+		o++
+		if r.used >= 64 && r.off == 0 && table[s2&tableMask].nbBits() > 0 {
+			if o+2 > len(dst) {
+				return fseTooMany(len(dst))
 			}
+			dst[o], dst[o+1] = table[s2&tableMask].symbol(), table[s1&tableMask].symbol()
+			o += 2
 			break
 		}
-		if !emit(step(&s2)) {
-			return full
+		if o >= len(dst) {
+			return fseTooMany(len(dst))
 		}
+		e = table[s2&tableMask]
+		s2 = e.newState() + r.take(e.nbBits())
+		dst[o] = e.symbol()
+		o++
 	}
 	switch {
 	case r.used > 64:
@@ -339,6 +337,10 @@ func (d *fseDecoder) decodeStream(dst, in []byte) error {
 	}
 	return nil
 }
+
+// fseTooMany is the error of a stream that decodes to more than n symbols, built only when
+// returned (built on every call, it was most of an old version's read allocations).
+func fseTooMany(n int) error { return fmt.Errorf("%w: more than %d symbols", errFSE, n) }
 
 // fseBulk decodes four symbols at a time while at least eight bytes are left to load, with
 // the reader and both states in locals (registers): a refill, then one symbol per state, twice

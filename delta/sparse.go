@@ -282,7 +282,7 @@ func applyDelta(body []byte, ctx ContextFunc, dst []byte, first int64, dir Direc
 			continue
 		}
 		if dec2 != nil {
-			if err := dec2.decodeWith(ctx, b, &l, payload, int(count)); err != nil {
+			if err := dec2.decodeWith(ctx, b, &l, payload, int(count), nil); err != nil {
 				return fmt.Errorf("apply sparse delta: block %d: %w", b, err)
 			}
 			dec2.unpack()

@@ -54,8 +54,9 @@ func (e *DeltaEncoder) appendBlock2() ([]byte, error) {
 	return e.cur2.appendBlock(e.out, e.cur, ctx, blockLen, e.values)
 }
 
-// decodeWith decodes block b of the body l (payload, count changes) against block b of ctx.
-func (d *block2Decoder) decodeWith(ctx ContextFunc, b int64, l *deltaLayout, payload []byte, count int) error {
+// decodeWith decodes block b of the body l (payload, count changes) against block b of ctx:
+// into into's compact form (the fast decoder), or with into nil for unpack (the reference).
+func (d *block2Decoder) decodeWith(ctx ContextFunc, b int64, l *deltaLayout, payload []byte, count int, into *DecodedBlock) error {
 	if ctx == nil {
 		return ErrNoContext
 	}
@@ -65,6 +66,9 @@ func (d *block2Decoder) decodeWith(ctx ContextFunc, b int64, l *deltaLayout, pay
 	}
 	if err := checkContext(cb, b, l.shift, l.Width, l.Float, l.blockLen(b)); err != nil {
 		return fmt.Errorf("%w (%w)", err, ErrMalformed)
+	}
+	if into != nil {
+		return d.decodeInto(payload, count, l.blockLen(b), cb, into)
 	}
 	return d.decode(payload, count, l.blockLen(b), cb)
 }

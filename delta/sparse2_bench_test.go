@@ -1,8 +1,12 @@
 package delta
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // BenchmarkDecodeBlockVersions decodes one block of 2^20 bf16 elements, about 2.5% of them
@@ -141,4 +145,111 @@ func BenchmarkReadPathVersions(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDecodeBlockV2 decodes one version-2 block of 2^20 bf16 elements against the step
+// before, at the densities of lr 3e-6 in steady state (~1-3% of the elements changed per
+// version): the read path's decoder (DecodeBlockInto). It reports the process's CPU time per
+// change (cpu-ns/change, from getrusage: on a loaded machine wall time is not the cost).
+func BenchmarkDecodeBlockV2(b *testing.B) {
+	for _, density := range []float64{0.01, 0.025} {
+		rng := rand.New(rand.NewPCG(20, 11))
+		const n = 1 << 20
+		versions := driftChain(rng, n, 2, true, 2, density)
+		prev, err := EncodeDelta(nil, versions[0], versions[1], 2, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pd, _ := OpenDelta(prev)
+		ctxBlock, err := pd.DecodeBlock(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := func(int64) (*DecodedBlock, error) { return ctxBlock, nil }
+		d, _ := OpenDelta(encodeAgainst(b, versions[1], versions[2], 2, true, defaultBlockShift, ctx))
+		d.SetContext(ctx)
+		changes := float64(d.Info().Changed)
+		b.Run(fmt.Sprintf("density-%g", density), func(b *testing.B) {
+			b.SetBytes(2 * n)
+			b.ReportAllocs()
+			var into *DecodedBlock
+			cpu0 := processCPU()
+			for range b.N {
+				if into, err = d.DecodeBlockInto(0, into); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/changes, "cpu-ns/change")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/changes, "ns/change")
+		})
+	}
+}
+
+// processCPU is the process's user and system CPU time so far, in nanoseconds.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkDecodeBlockV2Ref is BenchmarkDecodeBlockV2 with today's reference decoder (decode,
+// then compact) and the fast one alternated block by block on one locked thread, each timed
+// by the thread's CPU clock: on a loaded machine, the ratio of the two is the number to read
+// (fast/ref), the absolute times move with the load.
+func BenchmarkDecodeBlockV2Ref(b *testing.B) {
+	for _, density := range []float64{0.01, 0.025} {
+		rng := rand.New(rand.NewPCG(20, 11))
+		const n = 1 << 20
+		versions := driftChain(rng, n, 2, true, 2, density)
+		prev, err := EncodeDelta(nil, versions[0], versions[1], 2, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pd, _ := OpenDelta(prev)
+		ctxBlock, err := pd.DecodeBlock(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := func(int64) (*DecodedBlock, error) { return ctxBlock, nil }
+		d, _ := OpenDelta(encodeAgainst(b, versions[1], versions[2], 2, true, defaultBlockShift, ctx))
+		count, _ := d.l.entry(0)
+		payload, blockLen := d.l.body[d.offsets[0]:d.offsets[1]], d.l.blockLen(0)
+		b.Run(fmt.Sprintf("density-%g", density), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			values := newValueMap(2, true)
+			ref := &block2Decoder{width: 2, values: values}
+			fast := &block2Decoder{width: 2, values: values}
+			into := &DecodedBlock{width: 2, values: values}
+			var refCPU, fastCPU int64
+			for range b.N {
+				t0 := threadCPU()
+				if err := ref.decode(payload, int(count), blockLen, ctxBlock); err != nil {
+					b.Fatal(err)
+				}
+				ref.compact(into)
+				t1 := threadCPU()
+				if err := fast.decodeInto(payload, int(count), blockLen, ctxBlock, into); err != nil {
+					b.Fatal(err)
+				}
+				t2 := threadCPU()
+				refCPU, fastCPU = refCPU+t1-t0, fastCPU+t2-t1
+			}
+			per := float64(b.N) * float64(count)
+			b.ReportMetric(float64(refCPU)/per, "ref-cpu-ns/change")
+			b.ReportMetric(float64(fastCPU)/per, "fast-cpu-ns/change")
+			b.ReportMetric(float64(fastCPU)/float64(refCPU), "fast/ref")
+		})
+	}
+}
+
+// threadCPU is the calling thread's CPU time so far, in nanoseconds.
+func threadCPU() int64 {
+	var ts syscall.Timespec
+	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 3 /* CLOCK_THREAD_CPUTIME_ID */, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		return 0
+	}
+	return ts.Nano()
 }

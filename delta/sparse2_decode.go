@@ -31,6 +31,7 @@ type block2Decoder struct {
 	syms    []byte
 	rle     []byte
 	fast    fseDecoder
+	fs      fastScratch // decodeFast's
 }
 
 var block2Decoders = sync.Pool{New: func() any { return new(block2Decoder) }}

@@ -93,10 +93,9 @@ func (d *Delta) decodeBlock(b int64, ctx ContextFunc, into *DecodedBlock) (*Deco
 		dec := block2Decoders.Get().(*block2Decoder)
 		defer block2Decoders.Put(dec)
 		dec.width, dec.values = d.l.Width, db.values
-		if err := dec.decodeWith(ctx, b, &d.l, d.l.body[d.offsets[b]:d.offsets[b+1]], int(count)); err != nil {
+		if err := dec.decodeWith(ctx, b, &d.l, d.l.body[d.offsets[b]:d.offsets[b+1]], int(count), db); err != nil {
 			return nil, fmt.Errorf("decode sparse delta block %d: %w", b, err)
 		}
-		dec.compact(db)
 		return db, nil
 	}
 	dec := compactDecoders.Get().(*blockDecoder)
