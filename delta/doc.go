@@ -12,4 +12,8 @@
 // (patch_apply_dir.go, patch_apply_dir_files.go). Functions are safe for concurrent use unless
 // a type's comment says otherwise; no state lives in package variables but pools of scratch
 // encoders and decoders.
+//
+// A safetensors header is read by a hand-written scanner for the shape writers produce
+// (safetensors_fast.go); whatever it is not sure of goes to the token walk that defines what
+// is accepted (safetensors_json.go), so both accept and refuse the same headers.
 package delta

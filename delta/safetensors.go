@@ -150,21 +150,76 @@ func HeaderLength(first8 []byte, fileSize int64) (int64, error) {
 // length equal to elements x dtype size, tensors contiguous from offset 0 and ending exactly
 // at the end of the file. Errors wrap ErrMalformed and say what is wrong.
 func ParseHeader(prefix []byte, fileSize int64) (*Header, error) {
+	return parseHeader(prefix, fileSize, true)
+}
+
+// parseHeader is ParseHeader with the fast scanner (safetensors_fast.go) tried first when fast
+// is set; without it, the reference alone.
+func parseHeader(prefix []byte, fileSize int64, fast bool) (*Header, error) {
 	n, err := HeaderLength(prefix, fileSize)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(prefix)) < headerLenLen+n {
-		return nil, fmt.Errorf("%w: header needs %d bytes, only %d given", ErrMalformed, headerLenLen+n, len(prefix))
-	}
-	h := &Header{HeaderLen: n}
-	if err := parseHeaderJSON(prefix[headerLenLen:headerLenLen+n], h); err != nil {
+	h, err := parseHeaderObject(prefix, n, fast)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkLayout(h.Tensors, fileSize-h.DataStart()); err != nil {
 		return nil, err
 	}
 	return h, nil
+}
+
+// parseHeaderObject parses the JSON object of a header of n bytes held in prefix (after the
+// 8-byte length): the fast scanner first when fast is set, the reference if it is not sure.
+func parseHeaderObject(prefix []byte, n int64, fast bool) (*Header, error) {
+	if int64(len(prefix)) < headerLenLen+n {
+		return nil, fmt.Errorf("%w: header needs %d bytes, only %d given", ErrMalformed, headerLenLen+n, len(prefix))
+	}
+	js := prefix[headerLenLen : headerLenLen+n]
+	h := &Header{HeaderLen: n}
+	if fast && parseHeaderFast(js, h) {
+		return h, nil
+	}
+	*h = Header{HeaderLen: n}
+	if err := parseHeaderJSON(js, h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// ParseHeaderAnySize parses and validates the header held in prefix (at least 8+HeaderLen
+// bytes) of a safetensors file whose size is not known yet, and returns the file size its
+// tensors imply: 8 + HeaderLen + the largest end offset. ParseHeader(prefix, size) accepts
+// the header for that size, and for no other; when this refuses, ParseHeader refuses it for
+// every size. A stream classifies a file from its first bytes with it (store/stream_header.go).
+func ParseHeaderAnySize(prefix []byte) (*Header, int64, error) {
+	return parseHeaderAnySize(prefix, true)
+}
+
+func parseHeaderAnySize(prefix []byte, fast bool) (*Header, int64, error) {
+	if len(prefix) < headerLenLen {
+		return nil, 0, fmt.Errorf("%w: %d bytes are shorter than the 8-byte header length", ErrMalformed, len(prefix))
+	}
+	n := binary.LittleEndian.Uint64(prefix)
+	if n > MaxHeaderLen {
+		return nil, 0, fmt.Errorf("%w: header length %d exceeds the limit of %d bytes", ErrMalformed, n, MaxHeaderLen)
+	}
+	h, err := parseHeaderObject(prefix, int64(n), fast)
+	if err != nil {
+		return nil, 0, err
+	}
+	var end int64
+	for _, t := range h.Tensors {
+		end = max(end, t.End)
+	}
+	if end > 1<<63-1-h.DataStart() {
+		return nil, 0, fmt.Errorf("%w: tensors end at data offset %d, past the largest file size", ErrMalformed, end)
+	}
+	if err := checkLayout(h.Tensors, end); err != nil {
+		return nil, 0, err
+	}
+	return h, h.DataStart() + end, nil
 }
 
 // checkLayout sorts tensors by offset and checks they tile [0, dataLen) exactly.

@@ -153,22 +153,29 @@ func parseTensorEntry(dec *json.Decoder, name string) (Tensor, error) {
 	case !haveOffsets:
 		return t, fmt.Errorf("missing data_offsets")
 	}
+	return t, checkTensorEntry(t)
+}
+
+// checkTensorEntry checks a tensor entry on its own, once its three fields are read: known
+// dtype, offsets in order, byte length matching the shape. The reference and the fast
+// parser (safetensors_fast.go) both end with it.
+func checkTensorEntry(t Tensor) error {
 	size := t.DType.Size()
 	if size == 0 {
-		return t, fmt.Errorf("unknown dtype %q", t.DType)
+		return fmt.Errorf("unknown dtype %q", t.DType)
 	}
 	if t.End < t.Begin {
-		return t, fmt.Errorf("data_offsets [%d, %d] end before they begin", t.Begin, t.End)
+		return fmt.Errorf("data_offsets [%d, %d] end before they begin", t.Begin, t.End)
 	}
 	elements, byteLen, err := checkedElements(t.Shape, size)
 	if err != nil {
-		return t, err
+		return err
 	}
 	if t.End-t.Begin != byteLen {
-		return t, fmt.Errorf("data_offsets [%d, %d] hold %d bytes, but shape %v of %s needs %d elements x %d bytes = %d",
+		return fmt.Errorf("data_offsets [%d, %d] hold %d bytes, but shape %v of %s needs %d elements x %d bytes = %d",
 			t.Begin, t.End, t.End-t.Begin, t.Shape, t.DType, elements, size, byteLen)
 	}
-	return t, nil
+	return nil
 }
 
 // intArray reads a JSON array of non-negative integers (no fractions, no exponents). The

@@ -154,7 +154,8 @@ func FuzzStreamMatchesBatch(f *testing.F) {
 }
 
 // FuzzClassifyHeader checks the stream's guess of a header against the batch rule: when it
-// says safetensors of size S, the batch path agrees for S and for no other size.
+// says safetensors of size S, the batch path agrees for S and for no other size; and that
+// the guess equals the reference's (classifyHeaderReference).
 func FuzzClassifyHeader(f *testing.F) {
 	f.Add(rawSafetensors(`{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}`, nil))
 	f.Add(rawSafetensors(`{"__metadata__": {"x": "y"}, "a": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}}`, nil))
@@ -166,6 +167,7 @@ func FuzzClassifyHeader(f *testing.F) {
 		if need < 0 || int64(len(prefix)) < need {
 			return
 		}
+		classifyAgree(t, prefix)
 		class, hdr, size := classifyHeader(prefix[:need])
 		if class != classSafetensors {
 			return

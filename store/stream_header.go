@@ -42,8 +42,25 @@ func headerNeed(prefix []byte) int64 {
 }
 
 // classifyHeader decides the class of a file whose first headerNeed bytes are prefix. For a
-// safetensors file it returns the parsed header and the file size it implies.
+// safetensors file it returns the parsed header and the file size it implies. The header is
+// parsed once (delta.ParseHeaderAnySize); classifyHeaderReference, which guesses the size
+// with encoding/json and then parses for it, is the definition it must agree with
+// (TestClassifyHeaderMatchesReference, FuzzClassifyHeader).
 func classifyHeader(prefix []byte) (streamClass, *delta.Header, int64) {
+	need := headerNeed(prefix)
+	if need < 0 {
+		return classBlob, nil, 0
+	}
+	hdr, size, err := delta.ParseHeaderAnySize(prefix[:need])
+	if err != nil {
+		return classBlobUnsure, nil, 0
+	}
+	return classSafetensors, hdr, size
+}
+
+// classifyHeaderReference is classifyHeader as it was: the size guessed from the offsets
+// (impliedDataLen), then the header parsed and checked for that size.
+func classifyHeaderReference(prefix []byte) (streamClass, *delta.Header, int64) {
 	need := headerNeed(prefix)
 	if need < 0 {
 		return classBlob, nil, 0
