@@ -274,9 +274,10 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.ix.updateVersions([]VersionInfo{info}, nil); err != nil {
 		s.log.Warn("index: not updated", "err", err)
 	}
-	s.objects.flushMetasBehind()
 	w.noteSealed(info, sealStart)
 	w.finish(m)
+	// After finish, whose index write (the dirty flag) would otherwise wait for it.
+	s.objects.flushMetasBehind()
 	if err := s.failpoint("seal-index-updated"); err != nil {
 		return info, err
 	}
