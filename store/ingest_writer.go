@@ -45,6 +45,8 @@ type Writer struct {
 	// (stats.go).
 	started  time.Time
 	streamed map[string]bool
+	// refs are the objects the manifest of the last buildManifest names (finish reuses them).
+	refs map[ID]bool
 
 	// mem takes in the version's tensors for the base in memory (nil: off; ingest_basemem.go).
 	mem *memCapture
@@ -237,7 +239,10 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.failpoint("seal-objects-written"); err != nil {
 		return VersionInfo{}, err
 	}
+	// The manifest is checked while the objects are made durable (manifest_precheck.go).
+	pre := precheckManifest(m, w.indexes, w.in.manifestLimit)
 	if err := s.be.SyncObjects(); err != nil {
+		<-pre.done
 		return VersionInfo{}, fmt.Errorf("seal version %d: %w", w.v, err)
 	}
 	if err := s.failpoint("seal-objects-synced"); err != nil {
@@ -247,10 +252,11 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	// manifest: a reader loads them before it reads the version.
 	own, err := s.be.unsealedIndexes()
 	if err != nil {
+		<-pre.done
 		return VersionInfo{}, fmt.Errorf("seal version %d: %w", w.v, err)
 	}
 	m.Indexes = mergeIndexNames(w.indexes, own)
-	data, err := encodeManifestChecked(m, w.in.manifestLimit)
+	data, err := pre.finalManifest(m, w.in.manifestLimit)
 	if err != nil {
 		return VersionInfo{}, err
 	}
@@ -268,9 +274,10 @@ func (w *Writer) Seal() (VersionInfo, error) {
 	if err := s.ix.updateVersions([]VersionInfo{info}, nil); err != nil {
 		s.log.Warn("index: not updated", "err", err)
 	}
-	s.objects.flushMetas()
 	w.noteSealed(info, sealStart)
 	w.finish(m)
+	// After finish, whose index write (the dirty flag) would otherwise wait for it.
+	s.objects.flushMetasBehind()
 	if err := s.failpoint("seal-index-updated"); err != nil {
 		return info, err
 	}
@@ -352,6 +359,7 @@ func (w *Writer) buildManifest() (*manifest, error) {
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("version %d: %w", w.v, err)
 	}
+	w.refs = refs
 	return m, nil
 }
 
@@ -372,7 +380,9 @@ func (w *Writer) finish(m *manifest) {
 	leftovers := false
 	if len(w.created) > 0 {
 		refs := map[ID]bool{}
-		if m != nil {
+		if m != nil && w.refs != nil {
+			refs = w.refs // buildManifest's, of the same files
+		} else if m != nil {
 			for _, f := range m.Files {
 				refs[f.ID], refs[f.Header] = true, true
 				for _, t := range f.Tensors {

@@ -25,6 +25,7 @@ type objectStore struct {
 	metaMu     sync.Mutex
 	metas      map[ID]objMeta // in front of the index's objects bucket
 	dirtyMetas map[ID]objMeta // not yet written to the index
+	flushing   sync.WaitGroup // flushes behind a seal (flushMetasBehind)
 
 	// fillMu orders the fills of the caches of objects (metas, headers, delta sections, the
 	// index's metas) against forgetMeta: a fill that read an object before gc rewrote it
@@ -72,8 +73,12 @@ func newObjectStore(s *Store, cacheBytes int64) *objectStore {
 // materialized copy, of file copies and of renders share.
 func (o *objectStore) buffers() *recycler { return o.bufs }
 
-// wait returns when no background build of pages runs (Close).
-func (o *objectStore) wait() { o.ra.wait() }
+// wait returns when no background build of pages and no flush of metas behind a seal runs
+// (Close).
+func (o *objectStore) wait() {
+	o.ra.wait()
+	o.flushing.Wait()
+}
 
 // forgetObject drops everything known of id (its file was rewritten, mended or removed): its
 // meta, in memory and in the index, its header and delta section, and that its CRC was
