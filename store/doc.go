@@ -79,8 +79,9 @@
 // cannot be built is dropped with a log line (reads replay), never an error of Open or Seal.
 // Every byte a file read through OpenFile serves is checked per tensor (read_check.go): bytes
 // rebuilt from the objects only once the tensor's whole content, as the read path rebuilds it,
-// hashed to its identity (the SHA-256 the manifest binds to the tensor's file, name and
-// offsets), once per process and recorded in the index; a mismatch fails the reads of that
+// hashed to the tensor's xxh3-128 that its manifest keeps (manifest format 4), else to its
+// identity (the SHA-256; the manifest binds both to the tensor's file, name and offsets), once
+// per process and recorded in the index; a mismatch fails the reads of that
 // tensor with ErrCorrupt, never wrong bytes. No read waits for a pass over a whole file. The
 // checks guard against damage, bugs and mistakes, not against one who can write the store and
 // recompute its checksums (docs/design.md, "What the checks guard against"). A file of an older

@@ -118,14 +118,14 @@ func TestDecodeManifestRefusesBadInput(t *testing.T) {
 	flip := append([]byte(nil), good...)
 	flip[40] ^= 0x20
 	v3 := append([]byte(nil), good...)
-	v3[4] = manifestIndexes + 1 // the first manifest format version no reader knows
+	v3[4] = manifestTensorDigests + 1 // the first manifest format version no reader knows
 	for _, tc := range []struct {
 		name string
 		b    []byte
 		want error
 	}{
 		{"magic", []byte("XXXX" + string(good[4:])), ErrCorrupt},
-		{"version 4", v3, ErrUnsupportedVersion},
+		{"version 5", v3, ErrUnsupportedVersion},
 		{"bad index name", reencode(func(m *manifest) { m.Indexes = []string{"../x"} }), ErrCorrupt},
 		{"flipped byte", flip, ErrCorrupt},
 		{"truncated", good[:len(good)-1], ErrCorrupt},

@@ -25,9 +25,11 @@ import (
 // move showed that the move changed no byte of any object or manifest, on either backend. It
 // changed once since, when version-2 delta sections came (docs/format.md Part I §3.3):
 // TestStoredBytesOnlySectionsV2 shows that the change is those sections alone (and the
-// manifests' new_object_bytes). A change of it is a change of the stored format:
-// docs/format.md first.
-const storedBytesSHA256 = "cc571c7b9b55abf841c60ed84f05a1fbcf9e359aab9d06480f751a3e50469f94"
+// manifests' new_object_bytes). It changed again when manifests came to keep each tensor's
+// xxh3-128 (manifest format 4, docs/format.md Part I §4): the objects are the same, the
+// manifests carry the digests (TestCommitRecordsTensorDigests). A change of it is a change
+// of the stored format: docs/format.md first.
+const storedBytesSHA256 = "fe2228aef4fd983b5bcf18fde2ff72de934d457f879e56475801e8c536b1ad53"
 
 // TestStoredBytesPinned commits a fixed generated series (a batch commit, a streamed
 // version, a staged one, a batch one again) into a local store and into an S3 store on the

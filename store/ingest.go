@@ -360,7 +360,9 @@ func (w *Writer) ingestTensor(path string, r io.ReaderAt, dataStart int64, t *ma
 	width := t.DType.Size()
 	size := t.End - t.Begin
 	elems := size / int64(width)
-	var src io.ReaderAt = io.NewSectionReader(r, dataStart+t.Begin, size)
+	xr := newXXH3Reader(io.NewSectionReader(r, dataStart+t.Begin, size), size) // the manifest's xxh3, in the id's pass
+	defer func() { t.XXH3 = xr.sum() }()
+	var src io.ReaderAt = xr
 	// The tensor's bytes are kept for the next version's diff when the memory takes them
 	// (ingest_basemem.go): read into keep as they are hashed.
 	keep := w.mem.buffer(size)

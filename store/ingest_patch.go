@@ -356,7 +356,7 @@ func (w *Writer) overlaidTensors(entry, bf *manifestFile, f overlaid) error {
 		}
 		if !f.changes(i, t) {
 			et := &entry.Tensors[i]
-			et.ID, et.Base, et.Changed = bt.ID, bt.ID, 0
+			et.ID, et.Base, et.Changed, et.XXH3 = bt.ID, bt.ID, 0, bt.XXH3
 			w.hold(bt.ID)
 			continue
 		}

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/weightfs/weightfs/delta"
 	"github.com/weightfs/weightfs/internal/sha256x2"
 )
@@ -49,6 +51,10 @@ var errPatchSlow = errors.New("the patch's fast path does not apply")
 type pieceHasher struct {
 	both        bool
 	file, piece hash.Hash // file nil: the piece's digest only (the split pass)
+	// xxh is the piece's xxh3-128 (a tensor's, for its manifest entry); pieceXXH3 the last
+	// ended piece's.
+	xxh       *xxh3.Hasher128
+	pieceXXH3 xxh3Digest
 }
 
 func newPieceHasher(both bool) *pieceHasher {
@@ -59,6 +65,10 @@ func newPieceHasher(both bool) *pieceHasher {
 }
 
 func (h *pieceHasher) write(b []byte) {
+	if h.xxh == nil {
+		h.xxh = xxh3.New128()
+	}
+	h.xxh.Write(b)
 	if h.file == nil { // the split pass: another goroutine hashes the file
 		h.piece.Write(b)
 		return
@@ -75,6 +85,10 @@ func (h *pieceHasher) write(b []byte) {
 func (h *pieceHasher) endPiece() (id ID) {
 	h.piece.Sum(id[:0])
 	h.piece.Reset()
+	if h.xxh != nil {
+		h.pieceXXH3 = xxh3Sum(h.xxh.Sum128())
+		h.xxh.Reset()
+	}
 	return id
 }
 
@@ -282,7 +296,7 @@ func (w *Writer) passUnchangedTensor(fp *filePass, t delta.Tensor, bt *manifestT
 	if !knownCRC {
 		w.s.mat.noteBaseCRC(bt.ID, crc)
 	}
-	et.ID, et.Base, et.Changed = bt.ID, bt.ID, 0
+	et.ID, et.Base, et.Changed, et.XXH3 = bt.ID, bt.ID, 0, bt.XXH3
 	w.hold(bt.ID)
 	if b.mem != nil {
 		w.in.mem.note(size)
@@ -341,6 +355,7 @@ func (w *Writer) passChangedTensor(fp *filePass, t delta.Tensor, bt *manifestTen
 	if err := w.storeDiffed(et, src, ref, body, id, changed); err != nil {
 		return err
 	}
+	et.XXH3 = fp.hasher.pieceXXH3 // of the bytes id was taken of (passChangedBytes)
 	w.mem.add(id, keep, crc)
 	w.in.mem.used(fp.baseV, bt.ID)
 	return nil

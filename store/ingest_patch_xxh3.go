@@ -139,7 +139,7 @@ func (w *Writer) checkWholeXXH3(pf delta.PatchFile, r io.ReaderAt, size int64, b
 		if err != nil {
 			return err
 		}
-		got, err := xxh3Of(src, bf.Size)
+		got, err := xxh3OfReader(src, bf.Size)
 		src.Close()
 		if err != nil {
 			return fmt.Errorf("read the base: %w", err)
@@ -148,7 +148,7 @@ func (w *Writer) checkWholeXXH3(pf delta.PatchFile, r io.ReaderAt, size int64, b
 			return badPatch("base_xxh3 %x is not the latest version's file (xxh3-128 %x)", pf.BaseXXH3, got)
 		}
 	}
-	got, err := xxh3Of(r, size)
+	got, err := xxh3OfReader(r, size)
 	if err != nil {
 		return patchInputError(err)
 	}
@@ -158,8 +158,8 @@ func (w *Writer) checkWholeXXH3(pf delta.PatchFile, r io.ReaderAt, size int64, b
 	return nil
 }
 
-// xxh3Of is the xxh3-128 of r's first size bytes.
-func xxh3Of(r io.ReaderAt, size int64) ([16]byte, error) {
+// xxh3OfReader is the xxh3-128 of r's first size bytes.
+func xxh3OfReader(r io.ReaderAt, size int64) ([16]byte, error) {
 	h := xxh3.New()
 	if _, err := io.Copy(h, io.NewSectionReader(r, 0, size)); err != nil {
 		return [16]byte{}, err

@@ -48,7 +48,7 @@ func TestDocManifestV2Example(t *testing.T) {
 	var found bool
 	for _, d := range docDumps(t, section) {
 		head, ok := d[0]
-		if !ok || !bytes.HasPrefix(head, []byte("WFSM")) {
+		if !ok || !bytes.HasPrefix(head, []byte("WFSM\x02")) { // format 4's example: TestDocManifestV4Example
 			continue
 		}
 		found = true

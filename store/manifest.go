@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/weightfs/weightfs/store/format"
 )
 
@@ -15,6 +17,7 @@ const (
 	manifestFormatVersion = format.ManifestFormatVersion
 	manifestLongPaths     = format.ManifestLongPaths
 	manifestIndexes       = format.ManifestIndexes
+	manifestTensorDigests = format.ManifestTensorDigests
 	maxManifestLen        = format.MaxManifestLen
 )
 
@@ -39,7 +42,12 @@ type (
 	manifestFile   = format.ManifestFile
 	manifestTensor = format.ManifestTensor
 	manifestStats  = format.ManifestStats
+	// xxh3Digest is a tensor's xxh3-128 as its manifest keeps it (format.XXH3).
+	xxh3Digest = format.XXH3
 )
+
+// xxh3Sum is the digest of a finished xxh3 hasher's Sum128.
+func xxh3Sum(u xxh3.Uint128) xxh3Digest { return format.XXH3FromSum(u) }
 
 func checkVersionNumber(v uint64) error { return format.CheckVersionNumber(v) }
 
@@ -86,3 +94,6 @@ func encodeManifestChecked(m *manifest, limit uint64) ([]byte, error) {
 
 // fileMode turns stored permission bits into a FileMode.
 func fileMode(bits uint32) fs.FileMode { return fs.FileMode(bits) & fs.ModePerm }
+
+// xxh3Of is the xxh3-128 of b.
+func xxh3Of(b []byte) xxh3Digest { return format.XXH3Of(b) }

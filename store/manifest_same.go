@@ -50,7 +50,7 @@ func sameManifestFile(a, b *manifestFile) bool {
 		x, y := &a.Tensors[i], &b.Tensors[i]
 		if x.Name != y.Name || x.DType != y.DType || !sameJSONSlice(x.Shape, y.Shape) ||
 			!slices.Equal(x.Shape, y.Shape) || x.Begin != y.Begin || x.End != y.End ||
-			x.ID != y.ID || x.Base != y.Base || x.Changed != y.Changed {
+			x.ID != y.ID || x.Base != y.Base || x.Changed != y.Changed || x.XXH3 != y.XXH3 {
 			return false
 		}
 	}

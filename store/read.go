@@ -41,6 +41,7 @@ type objHint struct {
 	path   string
 	tensor string
 	header bool
+	xxh    xxh3Digest // the tensor's xxh3-128 from its manifest; zero: none (checked by id)
 }
 
 // segment is one object's bytes within a file.
@@ -94,7 +95,7 @@ func (s *Store) newVersionFile(ver *version, f *manifestFile, opts readOpts) *ve
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
 		if t.End > t.Begin {
-			vf.segs = append(vf.segs, segment{f.HeaderLen + t.Begin, f.HeaderLen + t.End, t.ID, objHint{path: f.Path, tensor: t.Name}})
+			vf.segs = append(vf.segs, segment{f.HeaderLen + t.Begin, f.HeaderLen + t.End, t.ID, objHint{path: f.Path, tensor: t.Name, xxh: t.XXH3}})
 		}
 	}
 	return vf

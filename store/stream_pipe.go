@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/weightfs/weightfs/internal/sha256x2"
 )
 
@@ -109,12 +111,14 @@ type hasherState struct {
 	both      [2]*sha256x2.Digest // oneHasher: the tensor's and the file's
 	file      hash.Hash
 	tensor    hash.Hash
-	cur       int // the tensor being hashed; -1: none
+	xxh       *xxh3.Hasher128 // the tensor's xxh3-128, kept in the manifest beside its id
+	cur       int             // the tensor being hashed; -1: none
 	seed      *seedWriter
 
 	mu   sync.Mutex
 	cond *sync.Cond
 	sums map[int]ID
+	xxhs map[int]xxh3Digest
 
 	seedPuts atomic.Int64 // calls of the seed writer (tests: stream_batch.go)
 }
@@ -132,9 +136,10 @@ func (h *hasherState) init(oneHasher bool) {
 	} else {
 		h.file, h.tensor = sha256.New(), sha256.New()
 	}
+	h.xxh = xxh3.New128()
 	h.cur = -1
 	h.cond = sync.NewCond(&h.mu)
-	h.sums = map[int]ID{}
+	h.sums, h.xxhs = map[int]ID{}, map[int]xxh3Digest{}
 }
 
 // hashFileBytes queues bytes of the file that are no tensor's (a header, a blob), for the
@@ -197,12 +202,14 @@ func (st *FileStream) runHasher() {
 			}
 			if j.first {
 				h.tensor.Reset()
+				h.xxh.Reset()
 				h.cur = j.tensor
 			}
 			// In pieces that stay in the core's cache from the SHA-256s to the sums' CRC.
 			for data := j.data; len(data) > 0; {
 				piece := data[:min(len(data), cachePiece)]
 				data = data[len(piece):]
+				h.xxh.Write(piece)
 				if h.oneHasher {
 					sha256x2.WriteBoth(h.both[0], h.both[1], piece)
 					h.seed.sum(piece)
@@ -216,7 +223,7 @@ func (st *FileStream) runHasher() {
 			if j.last {
 				var id ID
 				h.tensor.Sum(id[:0])
-				sums = append(sums, tensorSum{j.tensor, id})
+				sums = append(sums, tensorSum{j.tensor, id, xxh3Sum(h.xxh.Sum128())})
 				h.cur = -1
 			}
 			j.c.release(st.w.pool)
@@ -231,6 +238,7 @@ func (st *FileStream) runHasher() {
 type tensorSum struct {
 	tensor int
 	id     ID
+	xxh    xxh3Digest
 }
 
 // publish gives the finisher the sums of a batch's tensors at once.
@@ -240,7 +248,7 @@ func (h *hasherState) publish(sums []tensorSum) {
 	}
 	h.mu.Lock()
 	for _, s := range sums {
-		h.sums[s.tensor] = s.id
+		h.sums[s.tensor], h.xxhs[s.tensor] = s.id, s.xxh
 	}
 	h.cond.Broadcast()
 	h.mu.Unlock()
@@ -257,6 +265,13 @@ func (h *hasherState) tensorSumOf(i int) ID {
 		}
 		h.cond.Wait()
 	}
+}
+
+// tensorXXH3Of is the xxh3-128 of tensor i, once tensorSumOf(i) has returned.
+func (h *hasherState) tensorXXH3Of(i int) xxh3Digest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.xxhs[i]
 }
 
 // fileSum is the SHA-256 of every byte hashed (after the hasher has exited).

@@ -408,6 +408,7 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) (err error)
 		}
 	}()
 	id := st.hs.tensorSumOf(ts.idx)
+	t.XXH3 = st.hs.tensorXXH3Of(ts.idx)
 	if !ts.hasBase {
 		t.ID, t.Changed = id, ts.elems
 		w.hold(id)

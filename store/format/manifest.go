@@ -18,7 +18,7 @@ import (
 //
 //	0     4  magic "WFSM"
 //	4     2  manifest format version, u16 LE (1; 2 when a path is longer than 3072 bytes; 3
-//	         when it names pack indexes)
+//	         when it names pack indexes; 4 when its tensors carry xxh3-128 digests)
 //	6     2  zero
 //	8     8  JSON length L, u64 LE
 //	16    L  the manifest as JSON (manifest below)
@@ -38,6 +38,11 @@ const (
 	// version's writers added (store format 3): a program that reads formats 1 and 2 refuses
 	// it rather than read a field it does not know. It may hold long paths too.
 	ManifestIndexes = 3
+	// ManifestTensorDigests is the format version of a manifest some of whose tensors carry
+	// the xxh3-128 of their raw bytes (ManifestTensor.XXH3): a program that reads formats 1
+	// to 3 refuses it as of an unknown format (its decoders refuse unknown fields: it would
+	// take the manifest for damage otherwise). It may hold long paths and pack indexes too.
+	ManifestTensorDigests = 4
 )
 
 // MaxManifestLen bounds the JSON a reader accepts (a model with a million tensors stays far
@@ -127,6 +132,10 @@ type ManifestTensor struct {
 	// differ from it (all elements when there is no base).
 	Base    ID    `json:"base,omitzero"`
 	Changed int64 `json:"changed"`
+	// XXH3 is the xxh3-128 of the tensor's raw bytes (the content of object ID), computed
+	// by the writer in the pass that computes ID; zero: not recorded (manifests written
+	// before format ManifestTensorDigests), and a reader checks the rebuilt bytes against ID.
+	XXH3 XXH3 `json:"xxh3,omitzero"`
 }
 
 // ManifestStats are the statistics of a version.
@@ -166,10 +175,17 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 // appendManifestJSON is tested against.
 func encodeManifestJSONReflect(m *Manifest) ([]byte, error) { return json.Marshal(m) }
 
-// FormatVersion is the format version m is written in: ManifestIndexes if it names pack
-// indexes, ManifestLongPaths if it holds a path longer than ManifestV1PathLen, else
-// ManifestFormatVersion.
+// FormatVersion is the format version m is written in: ManifestTensorDigests if a tensor
+// carries its xxh3-128, ManifestIndexes if it names pack indexes, ManifestLongPaths if it
+// holds a path longer than ManifestV1PathLen, else ManifestFormatVersion.
 func (m *Manifest) FormatVersion() uint16 {
+	for i := range m.Files {
+		for j := range m.Files[i].Tensors {
+			if !m.Files[i].Tensors[j].XXH3.IsZero() {
+				return ManifestTensorDigests
+			}
+		}
+	}
 	if len(m.Indexes) > 0 {
 		return ManifestIndexes
 	}
@@ -232,8 +248,8 @@ func ManifestBody(b []byte) ([]byte, error) {
 	if len(b) < ManifestHeadLen+4 {
 		return nil, fmt.Errorf("Manifest of %d bytes is truncated: %w", len(b), ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != ManifestFormatVersion && v != ManifestLongPaths && v != ManifestIndexes {
-		return nil, fmt.Errorf("Manifest format version %d (this program reads %d to %d): %w", v, ManifestFormatVersion, ManifestIndexes, ErrUnsupportedVersion)
+	if v := binary.LittleEndian.Uint16(b[4:]); v < ManifestFormatVersion || v > ManifestTensorDigests {
+		return nil, fmt.Errorf("Manifest format version %d (this program reads %d to %d): %w", v, ManifestFormatVersion, ManifestTensorDigests, ErrUnsupportedVersion)
 	}
 	n := binary.LittleEndian.Uint64(b[8:])
 	if n > MaxManifestLen || uint64(len(b)) != ManifestHeadLen+n+4 {

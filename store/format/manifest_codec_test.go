@@ -27,7 +27,8 @@ func moeManifest(n, files int) *Manifest {
 		for i := 0; i < per && k < n; i++ {
 			t := ManifestTensor{Name: fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s_proj.weight", k/384, k/3%128, []string{"gate", "up", "down"}[k%3]),
 				DType: delta.DTypeBF16, Shape: []int64{64, 512}, Begin: off, End: off + 64*512*2,
-				ID: IDOf(fmt.Appendf(nil, "id%d", k)), Base: IDOf(fmt.Appendf(nil, "base%d", k)), Changed: 655}
+				ID: IDOf(fmt.Appendf(nil, "id%d", k)), Base: IDOf(fmt.Appendf(nil, "base%d", k)), Changed: 655,
+				XXH3: XXH3Of(fmt.Appendf(nil, "id%d", k))}
 			off = t.End
 			mf.Tensors = append(mf.Tensors, t)
 			k++
@@ -57,6 +58,9 @@ func oddManifests() []*Manifest {
 			}
 			f.Tensors = append(f.Tensors, ManifestTensor{Name: n, DType: delta.DType([]string{"F32", "BF16", "F8_E4M3", "X\x01"}[i%4]), Shape: shape,
 				Begin: int64(i), End: int64(i + 1), ID: IDOf([]byte(n)), Changed: int64(-i)})
+			if i%2 == 1 {
+				f.Tensors[i].XXH3 = XXH3Of([]byte(n)) // some tensors with a digest, some without
+			}
 		}
 		m.Files = []ManifestFile{f, {Path: "blob", Kind: KindBlob, ID: IDOf([]byte("b")), Size: -1, Tensors: []ManifestTensor{}}}
 		return m
@@ -184,6 +188,11 @@ func TestManifestCodecsAgree(t *testing.T) {
 		{"invalid utf-8", strings.Replace(string(js), `"plain"`, "\"pl\xffin\"", 1), false},
 		{"string number", strings.Replace(string(js), `"version":7`, `"version":"7"`, 1), false},
 		{"null element", `{"version":1,"files":[null]}`, false},
+		{"xxh3", strings.Replace(string(js), `"changed":0}`, `"changed":0,"xxh3":"0123456789abcdef0123456789abcdef"}`, 1), true},
+		{"xxh3 upper case", strings.Replace(string(js), `"changed":0}`, `"changed":0,"xxh3":"0123456789ABCDEF0123456789abcdef"}`, 1), false},
+		{"xxh3 short", strings.Replace(string(js), `"changed":0}`, `"changed":0,"xxh3":"0123456789abcdef0123456789abcde"}`, 1), false},
+		{"xxh3 null", strings.Replace(string(js), `"changed":0}`, `"changed":0,"xxh3":null}`, 1), false},
+		{"xxh3 number", strings.Replace(string(js), `"changed":0}`, `"changed":0,"xxh3":1}`, 1), false},
 		{"bad time", strings.Replace(string(js), `"created":"2026`, `"created":"x2026`, 1), false},
 	} {
 		if got := checkDecodersAgree(t, []byte(tc.js)); got != tc.fast {
@@ -232,6 +241,7 @@ func FuzzManifestDecoders(f *testing.F) {
 	f.Add([]byte(`{"version":1,"files":null,"dirs":[],"indexes":null,"stats":{"total_elements":3}}`))
 	f.Add([]byte(`{"files":[{"path":"a","tensors":[{"shape":[1,2,3],"name":"x\u00e9","dtype":"F16"}]}]} `))
 	f.Add([]byte(`{"Version":1,"version":2}`))
+	f.Add([]byte(`{"files":[{"tensors":[{"xxh3":"0123456789abcdef0123456789abcdeF"}]}]}`))
 	f.Fuzz(func(t *testing.T, js []byte) {
 		checkDecodersAgree(t, js)
 	})

@@ -219,6 +219,18 @@ func (md *manifestDecoder) id(id *ID) error {
 	return nil
 }
 
+// xxh3 reads a tensor's digest: what XXH3.UnmarshalText accepts (32 lowercase hex digits).
+func (md *manifestDecoder) xxh3(x *XXH3) error {
+	b, err := md.str()
+	if err != nil {
+		return err
+	}
+	if x.UnmarshalText(b) != nil {
+		return errNotCanonical // the reference refuses it, in its words
+	}
+	return nil
+}
+
 // lowerHex is the value of each lowercase hex digit, 0xff for every other byte.
 var lowerHex = func() (t [256]byte) {
 	for i := range t {
@@ -406,6 +418,9 @@ func (md *manifestDecoder) tensor(t *ManifestTensor) error {
 		case "changed":
 			bit = 1 << 7
 			t.Changed, err = md.int64()
+		case "xxh3":
+			bit = 1 << 8
+			err = md.xxh3(&t.XXH3)
 		default:
 			err = errNotCanonical
 		}

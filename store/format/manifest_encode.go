@@ -150,6 +150,11 @@ func appendTensorJSON(b []byte, t *ManifestTensor) []byte {
 	}
 	b = append(b, `,"changed":`...)
 	b = strconv.AppendInt(b, t.Changed, 10)
+	if !t.XXH3.IsZero() {
+		b = append(b, `,"xxh3":"`...)
+		b = hex.AppendEncode(b, t.XXH3[:])
+		b = append(b, '"')
+	}
 	return append(b, '}')
 }
 
@@ -182,7 +187,7 @@ func manifestJSONLen(m *Manifest) int {
 		n += 320 + len(f.Path)
 		for j := range f.Tensors {
 			t := &f.Tensors[j]
-			n += 330 + len(t.Name) + 20*len(t.Shape)
+			n += 370 + len(t.Name) + 20*len(t.Shape)
 		}
 	}
 	return n
