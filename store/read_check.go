@@ -21,7 +21,8 @@ import (
 // read waits for a pass over a whole file. Under the threat model (damage, bugs, mistakes; not
 // one who recomputes checksums) the two are as strong: a 128-bit digest of the bytes, bound by
 // the checked manifest to the tensor; xxh3 runs at memory speed where SHA-256 was 16-18% of an
-// old version's read. verify still hashes every object with SHA-256 (the deep check).
+// old version's read. verify still hashes every object with SHA-256 (the deep check), and
+// each tensor with its xxh3-128 too.
 //
 // The codec keeps no digest of a part of a tensor, so the first read of any byte of a tensor
 // hashes the whole tensor (its pages are built ahead by the read-ahead's builders and then

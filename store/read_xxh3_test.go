@@ -62,6 +62,7 @@ func TestReadChecksTensorDigest(t *testing.T) {
 	setTensorDigests(t, root, 1, versions[0], "model.embed_tokens.weight")
 	var log logLines
 	r := openStore(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: -1, Logger: logtest.New(log.logf)})
+	expectDamage(r) // its cleanup's Verify finds the wrong digest too (TestVerifyChecksTensorDigests)
 	emb, _ := tensorOf(t, r, 1, "model.embed_tokens.weight", versions[0])
 	mlp, mlpBytes := tensorOf(t, r, 1, "model.layers.0.mlp.weight", versions[0])
 	if emb.XXH3.IsZero() || mlp.XXH3.IsZero() {
@@ -93,6 +94,7 @@ func TestReadChecksTensorDigest(t *testing.T) {
 
 	// A fresh reader; a page of mlp rebuilt wrong is refused by its xxh3.
 	r = openStore(t, root, Options{ReadOnly: true, Materialize: true, FileCopyBytes: -1, Logger: logtest.New(log.logf)})
+	expectDamage(r)
 	page := r.objects.bufs.newPage(min(pageSize, int64(len(mlpBytes))))
 	copy(page.b, mlpBytes)
 	page.b[len(page.b)/2] ^= 0x10
@@ -132,5 +134,31 @@ func TestCommitRecordsTensorDigests(t *testing.T) {
 		if n == 0 {
 			t.Fatalf("version %d has no tensors", v)
 		}
+	}
+}
+
+// TestVerifyChecksTensorDigests: Verify compares each tensor's bytes with the xxh3-128 its
+// manifest records, as reads do, so a digest a writer got wrong is found by verify and not
+// first by a reader's EIO; a store whose digests are right verifies clean.
+func TestVerifyChecksTensorDigests(t *testing.T) {
+	versions, root := committedVersions(t, 3, 85)
+	r := openStore(t, root, Options{ReadOnly: true})
+	if _, err := r.Verify(nil); err != nil {
+		t.Fatalf("verify of a store with right digests: %v", err)
+	}
+	closeStore(t, r)
+	setTensorDigests(t, root, 2, versions[1], "model.embed_tokens.weight")
+	r = openStore(t, root, Options{ReadOnly: true})
+	expectDamage(r)
+	rep, err := r.Verify(nil)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("verify of a tensor whose bytes are not its manifest's xxh3: %v, want ErrCorrupt", err)
+	}
+	found := false
+	for _, d := range rep.Damaged {
+		found = found || (d.Version == 2 && strings.Contains(d.Err.Error(), "xxh3") && strings.Contains(d.Err.Error(), "model.embed_tokens.weight"))
+	}
+	if !found {
+		t.Fatalf("report does not name version 2's tensor and its xxh3: %v", rep.Damaged)
 	}
 }

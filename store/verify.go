@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Damage is one damaged object or version found by Verify, or (Object and Version zero) a
@@ -55,7 +57,8 @@ type VerifyReport struct {
 
 // Verify re-reads every object (its CRC, header and framing), reconstructs every file of
 // every version from the store's objects alone (not the materialized copy) and checks each
-// object's SHA-256 and each file's SHA-256, then reconstructs the objects no version names.
+// object's SHA-256, each tensor's xxh3-128 where its manifest keeps one, and each file's
+// SHA-256, then reconstructs the objects no version names.
 // A version that a later version names as its previous, but whose manifest is gone, is
 // damage (a lost manifest) when the gc record covers it and does not list it as dropped
 // (gc_record.go, verify_gone.go); one the record does not cover is damage when that later
@@ -456,14 +459,25 @@ func (c *checker) verifyFile(ver *version, f *manifestFile, opts readOpts, check
 	vf := s.newVersionFile(ver, f, opts)
 	fileHash := sha256.New()
 	var objHash hash.Hash = sha256.New()
+	tensorHash := xxh3.New128()
 	var done int64
 	for _, sg := range vf.segs {
 		objHash.Reset()
+		tensorHash.Reset()
+		// Where the manifest keeps the tensor's xxh3-128, reads check that (read_check.go):
+		// Verify checks it too, so that a wrong digest is found here and not by a reader.
+		byXXH3 := !sg.hint.xxh.IsZero()
+		hashes := func(b []byte) {
+			objHash.Write(b)
+			if byXXH3 {
+				tensorHash.Write(b)
+			}
+		}
 		size := sg.end - sg.start
 		content, rec, cbuf, whole := s.objects.readWhole(sg.id, bufs.rec, bufs.content)
 		bufs.rec, bufs.content = rec, cbuf
 		if whole && int64(len(content)) == size {
-			objHash.Write(content)
+			hashes(content)
 			fileHash.Write(content)
 			done += size
 			size = 0 // read
@@ -477,7 +491,7 @@ func (c *checker) verifyFile(ver *version, f *manifestFile, opts readOpts, check
 			if err := s.objects.readObject(sg.id, sg.hint, off, buf[:n], opts); err != nil {
 				return done, err
 			}
-			objHash.Write(buf[:n])
+			hashes(buf[:n])
 			fileHash.Write(buf[:n])
 			off += n
 			done += n
@@ -486,6 +500,12 @@ func (c *checker) verifyFile(ver *version, f *manifestFile, opts readOpts, check
 		objHash.Sum(got[:0])
 		if got != sg.id {
 			return done, objectError(sg.id, fmt.Errorf("content hashes to %s: %w", got, ErrCorrupt))
+		}
+		if byXXH3 {
+			if sum := xxh3Digest(tensorHash.Sum128().Bytes()); sum != sg.hint.xxh {
+				return done, fmt.Errorf("%s: its bytes (object %s, which checks) have xxh3-128 %s, its manifest says %s: %w",
+					describeObject(sg.hint), sg.id, sum, sg.hint.xxh, ErrCorrupt)
+			}
 		}
 		checked[sg.id] = true
 	}
