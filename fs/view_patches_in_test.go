@@ -109,7 +109,11 @@ func TestPatchIn(t *testing.T) {
 	}
 	mf, _ := gp.File("model.safetensors")
 	x := []byte(hex.EncodeToString(mf.ResultXXH3[:]))
-	forged := bytes.Replace(good3, x, append([]byte{x[0] ^ 1}, x[1:]...), 1)
+	other := byte('0') // another lowercase hex digit: a wrong digest, not a malformed one
+	if x[0] == '0' {
+		other = '1'
+	}
+	forged := bytes.Replace(good3, x, append([]byte{other}, x[1:]...), 1)
 	writeFile(t, bad, forged)
 	if out, err := exec.Command("cp", bad, filepath.Join(patches, PatchName(3))).CombinedOutput(); err == nil || !strings.Contains(string(out), "Invalid argument") {
 		t.Fatalf("cp of a patch with a wrong result_xxh3: %v: %s", err, out)
