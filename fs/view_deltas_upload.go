@@ -39,5 +39,8 @@ func (f *deltaFile) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno
 	if e := u.NotifyEntry(delta.SlimeIndexName); e != 0 && e != syscall.ENOENT {
 		u.d.m.log.Warn("invalidate an entry in the kernel", "name", u.d.where+"/"+u.name, "err", e)
 	}
+	if errno != 0 {
+		u.d.in().noteSeen(u.name)
+	}
 	return errno
 }

@@ -82,6 +82,16 @@ func (w writesIn) note(name string, errno syscall.Errno, reason string) {
 	go w.v.NotifyEntry(name + rejectedSuffix)
 }
 
+// noteSeen makes the kernel look name's note up again before the close(2) that refused name
+// returns (note's own invalidation runs behind it): a zero entry timeout is checked only at
+// the next jiffy, so a writer reading the note at once could get the previous refusal's.
+// Only from a handler that holds no directory lock (FLUSH).
+func (w writesIn) noteSeen(name string) {
+	if e := w.v.NotifyEntry(name + rejectedSuffix); e != 0 && e != syscall.ENOENT {
+		w.v.m.log.Warn("invalidate an entry in the kernel", "name", w.v.where+"/"+name+rejectedSuffix, "err", e)
+	}
+}
+
 // forget drops the note of name, sealed now.
 func (w writesIn) forget(name string) {
 	w.mu.Lock()

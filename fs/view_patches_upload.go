@@ -49,5 +49,8 @@ func (u *patchUpload) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Err
 	if e := p.NotifyEntry(name); e != 0 && e != syscall.ENOENT {
 		p.m.log.Warn("invalidate an entry in the kernel", "name", p.where+"/"+name, "err", e)
 	}
+	if errno != 0 {
+		p.in().noteSeen(name)
+	}
 	return errno
 }
