@@ -94,8 +94,9 @@ func TestPacksRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := data[4]; got != manifestIndexes {
-			t.Fatalf("manifest of version %d has format %d, want %d", v, got, manifestIndexes)
+		// Format 4 (its tensors' xxh3-128), which holds indexes too.
+		if got := data[4]; got != manifestTensorDigests {
+			t.Fatalf("manifest of version %d has format %d, want %d", v, got, manifestTensorDigests)
 		}
 	}
 	// The first pack holds every object of version 1: 150 tensors, the header, the config.
