@@ -69,14 +69,9 @@ func TestCommitPatchXXH3Claims(t *testing.T) {
 		{"result_xxh3 of a file carried whole", forgeDigest(t, good, config.ResultXXH3[:]), "result_xxh3"},
 		{"base_xxh3 of a file carried whole", forgeDigest(t, good, config.BaseXXH3[:]), "base_xxh3"},
 	}
-	for _, path := range []string{"fast", "split", "reference"} {
+	for _, path := range patchPaths {
 		t.Run(path, func(t *testing.T) {
-			s, _ := newStore(t, Options{})
-			s.ingest.patchReference = path == "reference"
-			if path == "split" {
-				s.ingest.patchSplit = 2
-			}
-			commitTree(t, s, 1, v1)
+			s := storeOnPatchPath(t, path, v1)
 			for _, c := range cases {
 				_, err := s.CommitPatch(bytes.NewReader(c.patch), int64(len(c.patch)), 2)
 				if !errors.Is(err, ErrBadPatch) || !strings.Contains(err.Error(), c.says) {
@@ -150,14 +145,9 @@ func TestCommitPatchXXH3Only(t *testing.T) {
 		{"base_xxh3 of a file carried whole", forgeDigest(t, only, config.BaseXXH3[:]), "base_xxh3"},
 		{"result_xxh3 of a file carried whole", forgeDigest(t, only, config.ResultXXH3[:]), "result_xxh3"},
 	}
-	for _, path := range []string{"fast", "split", "reference"} {
+	for _, path := range patchPaths {
 		t.Run(path, func(t *testing.T) {
-			s, _ := newStore(t, Options{})
-			s.ingest.patchReference = path == "reference"
-			if path == "split" {
-				s.ingest.patchSplit = 2
-			}
-			commitTree(t, s, 1, v1)
+			s := storeOnPatchPath(t, path, v1)
 			for _, c := range bad {
 				if _, err := s.CommitPatch(bytes.NewReader(c.patch), int64(len(c.patch)), 2); !errors.Is(err, ErrBadPatch) || !strings.Contains(err.Error(), c.says) {
 					t.Fatalf("%s: got %v, want ErrBadPatch saying %q", c.name, err, c.says)
@@ -179,4 +169,21 @@ func TestCommitPatchXXH3Only(t *testing.T) {
 			mustEqualBytes(t, "the version's patch", again.Bytes(), good)
 		})
 	}
+}
+
+// patchPaths are CommitPatch's three ways through a file: the fast path, the fast path split
+// over goroutines, and the reference path.
+var patchPaths = []string{"fast", "split", "reference"}
+
+// storeOnPatchPath is a new store whose CommitPatch takes path (one of patchPaths), holding
+// version 1 = files.
+func storeOnPatchPath(t *testing.T, path string, files map[string][]byte) *Store {
+	t.Helper()
+	s, _ := newStore(t, Options{})
+	s.ingest.patchReference = path == "reference"
+	if path == "split" {
+		s.ingest.patchSplit = 2
+	}
+	commitTree(t, s, 1, files)
+	return s
 }
