@@ -200,26 +200,23 @@ func (d *block2Decoder) fastValues(c int, section []byte, n int) bool {
 			return false
 		}
 		esc := s.escB[:0]
-		for i := 0; ; i++ {
-			j := bytes.IndexByte(syms[i:], escapeSymbol)
-			if j < 0 {
-				break
-			}
-			i += j
-			e, k := binary.Uvarint(escapes)
-			if k <= 0 || e > mask-escapeSymbol {
-				return false
-			}
-			escapes = escapes[k:]
-			esc = append(esc, escapeSymbol+e)
-		}
+		ok := eachEscape(syms, escapes, mask, func(_ int, e uint64) { esc = append(esc, escapeSymbol+e) })
 		s.escB = esc
-		return len(escapes) == 0
+		return ok
 	}
 	vals := slices.Grow(s.vals[c][:0], n)[:n]
 	for i, sy := range syms {
 		vals[i] = uint64(sy)
 	}
+	ok := eachEscape(syms, escapes, mask, func(i int, e uint64) { vals[i] += e })
+	s.vals[c] = vals
+	return ok
+}
+
+// eachEscape gives fn the position and the varint of each escaped symbol of syms, the
+// varints read in order from escapes; false when a varint is missing or out of range, or
+// when escapes holds more than the symbols escape.
+func eachEscape(syms, escapes []byte, mask uint64, fn func(i int, e uint64)) bool {
 	for i := 0; ; i++ {
 		j := bytes.IndexByte(syms[i:], escapeSymbol)
 		if j < 0 {
@@ -231,9 +228,8 @@ func (d *block2Decoder) fastValues(c int, section []byte, n int) bool {
 			return false
 		}
 		escapes = escapes[k:]
-		vals[i] += e
+		fn(i, e)
 	}
-	s.vals[c] = vals
 	return len(escapes) == 0
 }
 
