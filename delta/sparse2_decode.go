@@ -112,21 +112,7 @@ func (d *block2Decoder) decode(payload []byte, count int, blockLen uint64, ctx *
 		return fmt.Errorf("%w (%w): the block was coded against a context block of %d changes with checksum %08x, this one has %d with %08x",
 			ErrContextMismatch, ErrMalformed, h.m, h.sum, m, ctx.contextSum())
 	}
-	// The candidates of classes A: the indices of the context's changes of each class. Without
-	// a branch on the data: a context change's class is a coin flip to a branch predictor.
-	c1 := slices.Grow(d.cands[classA1][:0], m)[:m]
-	c2 := slices.Grow(d.cands[classA2][:0], m)[:m]
-	n1, n2 := 0, 0
-	for k, s := range ctx.symbols[:m] {
-		var a1 int
-		if s <= 2 {
-			a1 = 1
-		}
-		c1[n1], c2[n2] = uint32(k), uint32(k)
-		n1 += a1
-		n2 += 1 - a1
-	}
-	d.cands[classA1], d.cands[classA2] = c1[:n1], c2[:n2]
+	n1, n2 := d.contextCandidates(ctx)
 	var cand [numClasses]uint64
 	cand[classA1], cand[classA2], cand[classB] = uint64(n1), uint64(n2), blockLen
 
@@ -388,4 +374,24 @@ func (d *block2Decoder) compact(db *DecodedBlock) {
 		escAt, escCode = append(escAt, uint32(i)), append(escCode, all[uint32(d.keys[i])])
 	}
 	db.pos, db.symbols, db.escAt, db.escCode = pos, symbols, escAt, escCode
+}
+
+// contextCandidates sets d.cands of classes A to the indices of ctx's changes of each class
+// and returns their counts. Without a branch on the data: a context change's class is a coin
+// flip to a branch predictor. (decode and decodeFast both.)
+func (d *block2Decoder) contextCandidates(ctx *DecodedBlock) (n1, n2 int) {
+	m := len(ctx.pos)
+	c1 := slices.Grow(d.cands[classA1][:0], m)[:m]
+	c2 := slices.Grow(d.cands[classA2][:0], m)[:m]
+	for k, s := range ctx.symbols[:m] {
+		var a1 int
+		if s <= 2 {
+			a1 = 1
+		}
+		c1[n1], c2[n2] = uint32(k), uint32(k)
+		n1 += a1
+		n2 += 1 - a1
+	}
+	d.cands[classA1], d.cands[classA2] = c1[:n1], c2[:n2]
+	return n1, n2
 }

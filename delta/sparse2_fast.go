@@ -64,20 +64,7 @@ func (d *block2Decoder) decodeFast(payload []byte, count int, blockLen uint64, c
 	if h.m != uint64(m) || uint32(h.sum) != ctx.contextSum() {
 		return false
 	}
-	// The candidates of classes A, as decode finds them.
-	c1 := slices.Grow(d.cands[classA1][:0], m)[:m]
-	c2 := slices.Grow(d.cands[classA2][:0], m)[:m]
-	n1, n2 := 0, 0
-	for k, sy := range ctx.symbols[:m] {
-		var a1 int
-		if sy <= 2 {
-			a1 = 1
-		}
-		c1[n1], c2[n2] = uint32(k), uint32(k)
-		n1 += a1
-		n2 += 1 - a1
-	}
-	d.cands[classA1], d.cands[classA2] = c1[:n1], c2[:n2]
+	n1, n2 := d.contextCandidates(ctx)
 	cand := [numClasses]uint64{uint64(n1), uint64(n2), blockLen}
 
 	streams := h.payload
