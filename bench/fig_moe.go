@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/weightfs/weightfs/gen"
 	"github.com/weightfs/weightfs/store/s3"
 )
@@ -16,12 +18,14 @@ import (
 // (Qwen3-MoE naming, `model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight`, 128 experts,
 // top-8, 8 shards: gen's --experts 128 --top-k 8) of at least 20,000 tensors and 1 GB,
 // against a dense checkpoint of the same bytes in at most 500 tensors, both at lr 3e-6;
-// version 2 (one RL step on) is measured against version 1 in each case (fig_moe_run.go):
+// version 2 (one RL step on) is measured against version 1 in each case (fig_moe_run.go),
+// and through the mount versions 2-4 too, each on the one before (fig_moe_mount.go):
 //   - ingest through the read-write mount of a `weightfs mount` daemon (fig_ingest.go's
 //     writeVersion: first create -> DONE closed, the daemon's CPU to the seal and until it is
-//     idle again), and `weightfs commit` (store.Commit, in this process): wall and CPU per GB,
+//     idle again; the median of versions 2-4, the two checkpoints' versions written in
+//     turns), and `weightfs commit` (store.Commit, in this process): wall and CPU per GB,
 //     MoE at most 1.3x dense;
-//   - on the local store of each, the fsyncs version 2 cost: the store's Stats.Fsyncs (the
+//   - on the local store of each, the fsyncs a version cost: the store's Stats.Fsyncs (the
 //     mount's from its metrics endpoint; the node-local index is opened without fsyncs, as
 //     the derived cache it is, so its writes, Stats.IndexWrites, are printed but cost none),
 //     at most 8 + the packs the version added (files under
@@ -111,6 +115,9 @@ type moeLocal struct {
 	// Fsyncs and IndexWrites are the growth of the store's Stats over the version.
 	Fsyncs, IndexWrites int64
 	Objects, Packs      int // files the version added under STORE/objects and STORE/packs
+	// Steps is each version's cost through the mount (the values above: the median's, and
+	// the counts of the version with the most fsyncs beyond its packs); none for commit.
+	Steps []moeMountStep `json:",omitempty"`
 }
 
 // Syncs is the fsyncs the version cost: the store's own and bbolt's two per index write.
@@ -136,10 +143,14 @@ type moeCase struct {
 	Kind    string // "MoE" or "dense"
 	Cfg     gen.Config
 	Tensors int
-	Bytes   int64 // version 2's files
-	Mount   moeLocal
+	Bytes   int64    // version 2's files
+	Mount   moeLocal // the median of versions 2 .. 1+moeSteadyVersions (fig_moe_mount.go)
 	Commit  moeLocal
 	S3      moeS3
+
+	dir     string   // the case's work directory
+	srcs    []string // versions 1 .. 1+moeSteadyVersions
+	hashes2 map[string]xxh3.Uint128
 }
 
 // s3Delta is the growth of the counters the figure reads from a to b.
@@ -191,13 +202,34 @@ func (b *bench) figMoE(ctx context.Context) ([]Row, error) {
 		defer srv.stop()
 		defer setAWSEnv(srv)()
 	}
-	var cases []*moeCase
-	for _, c := range []*moeCase{{Kind: "dense", Cfg: dcfg, Tensors: dn}, {Kind: "MoE", Cfg: mcfg, Tensors: mn}} {
+	cases := []*moeCase{{Kind: "dense", Cfg: dcfg, Tensors: dn}, {Kind: "MoE", Cfg: mcfg, Tensors: mn}}
+	for _, c := range cases {
 		c.S3.Skipped = skipS3
-		if err := b.moeMeasure(ctx, c, srv); err != nil {
+		err := b.moeSources(ctx, c)
+		if c.dir != "" {
+			defer b.discard(c.dir)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.Kind, err)
 		}
-		cases = append(cases, c)
+	}
+	for _, c := range cases {
+		if c.Commit, err = b.moeCommit(c.dir, c.Kind, c.firstTwo()); err != nil {
+			return nil, fmt.Errorf("%s: commit: %w", c.Kind, err)
+		}
+	}
+	if err := b.moeMountSteady(ctx, cases); err != nil {
+		return nil, fmt.Errorf("through the mount: %w", err)
+	}
+	for _, c := range cases {
+		if srv == nil {
+			continue
+		}
+		if c.S3, err = b.moeS3(ctx, c.dir, c.Kind, srv, c.firstTwo(), c.hashes2); err != nil {
+			// The local rows stand without S3's.
+			b.logf("  moe: %s: on S3: %v", c.Kind, err)
+			c.S3 = moeS3{Failed: err.Error()}
+		}
 	}
 	return moeRows(cases[1], cases[0]), nil
 }
@@ -211,16 +243,21 @@ func moeRows(m, d *moeCase) []Row {
 	row := func(name string, mv, dv float64, unit string, goal *Goal, note string) Row {
 		return Row{Figure: fig, Name: name, Measured: mv, Unit: unit, Baseline: dv, BaselineName: "dense, same run", Goal: goal, Note: note}
 	}
-	rows := []Row{{Figure: fig, Name: fmt.Sprintf("moe: MoE of %d tensors vs dense of %d, %s each, %d shards, version 2 on version 1", m.Tensors, d.Tensors, humanBytes(m.Bytes), moeShards),
+	rows := []Row{{Figure: fig, Name: fmt.Sprintf("moe: MoE of %d tensors vs dense of %d, %s each, %d shards, each version on the one before", m.Tensors, d.Tensors, humanBytes(m.Bytes), moeShards),
 		Measured: float64(m.Tensors), Unit: "tensors", Baseline: float64(d.Tensors), BaselineName: "dense tensors",
 		Note: fmt.Sprintf("MoE: %d layers, %d experts (width %d), top-%d, %s; dense: %d layers, hidden %d, %s; bytes %d and %d",
 			m.Cfg.Layers, m.Cfg.MoE.Experts, m.Cfg.MoE.ExpertIntermediate, m.Cfg.MoE.TopK, describeConfig(m.Cfg),
 			d.Cfg.Layers, d.Cfg.Hidden, describeConfig(d.Cfg), m.Bytes, d.Bytes),
 		Detail: map[string]any{"moe": m, "dense": d}},
-		row("  ingest through the mount, first create -> seal: wall per GB", perGB(m.Mount.Wall, m.Bytes), perGB(d.Mount.Wall, d.Bytes), "s/GB", ratioAtMost(moeCostSlack),
-			fmt.Sprintf("MoE %.2f s, dense %.2f s", m.Mount.Wall, d.Mount.Wall)),
-		row("  ingest: daemon CPU per GB, first create -> idle again", perGB(m.Mount.CPUIdle, m.Bytes), perGB(d.Mount.CPUIdle, d.Bytes), "CPU-s/GB", ratioAtMost(moeCostSlack),
-			fmt.Sprintf("to the seal: MoE %.2f, dense %.2f CPU-s/GB", perGB(m.Mount.CPU, m.Bytes), perGB(d.Mount.CPU, d.Bytes))),
+		row(fmt.Sprintf("  ingest through the mount, first create -> seal: wall per GB (median of versions 2-%d, written in turns)", 1+moeSteadyVersions),
+			perGB(m.Mount.Wall, m.Bytes), perGB(d.Mount.Wall, d.Bytes), "s/GB", ratioAtMost(moeCostSlack),
+			fmt.Sprintf("MoE %s; dense %s s/GB", moeStepsNote(m.Mount.Steps, m.Bytes, func(s moeMountStep) float64 { return s.Wall }),
+				moeStepsNote(d.Mount.Steps, d.Bytes, func(s moeMountStep) float64 { return s.Wall }))),
+		row("  ingest: daemon CPU per GB, first create -> idle again (median of the same versions)", perGB(m.Mount.CPUIdle, m.Bytes), perGB(d.Mount.CPUIdle, d.Bytes), "CPU-s/GB", ratioAtMost(moeCostSlack),
+			fmt.Sprintf("MoE %s; dense %s CPU-s/GB; to the seal (median): MoE %.2f, dense %.2f",
+				moeStepsNote(m.Mount.Steps, m.Bytes, func(s moeMountStep) float64 { return s.CPUIdle }),
+				moeStepsNote(d.Mount.Steps, d.Bytes, func(s moeMountStep) float64 { return s.CPUIdle }),
+				perGB(m.Mount.CPU, m.Bytes), perGB(d.Mount.CPU, d.Bytes))),
 		row("  weightfs commit (store.Commit, in the bench's process): wall per GB", perGB(m.Commit.Wall, m.Bytes), perGB(d.Commit.Wall, d.Bytes), "s/GB", ratioAtMost(moeCostSlack),
 			fmt.Sprintf("MoE %.2f s, dense %.2f s", m.Commit.Wall, d.Commit.Wall)),
 		row("  commit: CPU per GB", perGB(m.Commit.CPU, m.Bytes), perGB(d.Commit.CPU, d.Bytes), "CPU-s/GB", ratioAtMost(moeCostSlack), ""),
@@ -234,7 +271,11 @@ func moeRows(m, d *moeCase) []Row {
 			if l.v.Packs > 0 {
 				packs = fmt.Sprintf("packs %d", l.v.Packs)
 			}
-			rows = append(rows, Row{Figure: fig, Name: fmt.Sprintf("  local store, %s, %s: fsyncs per version", c.Kind, l.how),
+			how := l.how
+			if len(l.v.Steps) > 1 {
+				how += fmt.Sprintf(" (the worst of versions 2-%d)", 1+moeSteadyVersions)
+			}
+			rows = append(rows, Row{Figure: fig, Name: fmt.Sprintf("  local store, %s, %s: fsyncs per version", c.Kind, how),
 				Measured: float64(l.v.Syncs()), Unit: "fsyncs", Goal: atMost(float64(moeFsyncBase+l.v.Packs), "fsyncs"),
 				Note: fmt.Sprintf("store Fsyncs %d (and %d writes of the index, which syncs nothing); %s; %d new object files", l.v.Fsyncs, l.v.IndexWrites, packs, l.v.Objects)})
 		}

@@ -23,42 +23,29 @@ import (
 // figure moe's measurements of one checkpoint (fig_moe.go): the sources, then commit, the
 // mount and S3, each on a store of its own, removed when measured.
 
-// moeMeasure generates versions 1 and 2 of c.Cfg and measures them every way.
-func (b *bench) moeMeasure(ctx context.Context, c *moeCase, srv *s3Server) error {
-	dir := filepath.Join(b.work, "moe-"+c.Kind)
-	defer b.discard(dir)
-	var srcs [2]string
-	var hashes2 map[string]xxh3.Uint128
-	for v := 1; v <= 2; v++ {
-		srcs[v-1] = filepath.Join(dir, fmt.Sprintf("src-v%d", v))
-		b.logf("  moe: %s: generating version %d (%d tensors, %s)", c.Kind, v, c.Tensors, describeConfig(c.Cfg))
-		if err := gen.StreamCheckpoint(c.Cfg, v-1, srcs[v-1]); err != nil {
-			return fmt.Errorf("generate version %d: %w", v, err)
-		}
+// moeSources generates versions 1 .. 1+moeSteadyVersions of c.Cfg under c.dir (removed by
+// the caller), stepping one model in memory (gen.WriteSeries), and hashes version 2's files.
+func (b *bench) moeSources(ctx context.Context, c *moeCase) error {
+	c.dir = filepath.Join(b.work, "moe-"+c.Kind)
+	out := filepath.Join(c.dir, "src")
+	b.logf("  moe: %s: generating versions 1-%d (%d tensors, %s)", c.Kind, 1+moeSteadyVersions, c.Tensors, describeConfig(c.Cfg))
+	err := gen.WriteSeries(gen.SeriesOptions{Config: c.Cfg, Out: out, Start: 1, Versions: 1 + moeSteadyVersions}, func(r gen.VersionReport) error {
+		c.srcs = append(c.srcs, r.Dir)
+		return ctx.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
-	rs, err := readTree(srcs[1], 4<<20, nil)
+	rs, err := readTree(c.srcs[1], 4<<20, nil)
 	if err != nil {
 		return err
 	}
-	c.Bytes, hashes2 = rs.Bytes, rs.Hashes
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if c.Commit, err = b.moeCommit(dir, c.Kind, srcs); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	if c.Mount, err = b.moeMount(ctx, dir, c.Kind, srcs); err != nil {
-		return fmt.Errorf("through the mount: %w", err)
-	}
-	if srv != nil {
-		if c.S3, err = b.moeS3(ctx, dir, c.Kind, srv, srcs, hashes2); err != nil {
-			// The local rows stand without S3's.
-			b.logf("  moe: %s: on S3: %v", c.Kind, err)
-			c.S3 = moeS3{Failed: err.Error()}
-		}
-	}
+	c.Bytes, c.hashes2 = rs.Bytes, rs.Hashes
 	return nil
 }
+
+// firstTwo is versions 1 and 2 of c's sources, which commit and S3 measure.
+func (c *moeCase) firstTwo() [2]string { return [2]string{c.srcs[0], c.srcs[1]} }
 
 // filesUnder counts the regular files under dir (0 if there is no dir).
 func filesUnder(dir string) (int, error) {
@@ -178,69 +165,6 @@ func scrapeSyncs(addr string) (fsyncs, indexWrites int64, err error) {
 		return 0, 0, fmt.Errorf("metrics at %s: no weightfs_fsyncs_total or weightfs_index_writes_total", addr)
 	}
 	return int64(f), int64(w), nil
-}
-
-// moeMount writes version 1 and then, measured, version 2 through the read-write mount of a
-// daemon on a fresh local store, reading its store's counters from its metrics endpoint.
-func (b *bench) moeMount(ctx context.Context, dir, kind string, srcs [2]string) (moeLocal, error) {
-	var out moeLocal
-	root, mnt := filepath.Join(dir, "store-mount"), filepath.Join(dir, "mnt")
-	defer b.discard(root)
-	if _, err := b.weightfsCmd(ctx, "init", root); err != nil {
-		return out, err
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return out, err
-	}
-	name := "moe-" + kind
-	d, err := b.startDaemon(ctx, name+"-mount", mnt, b.opts.Weightfs, "mount", "--metrics-addr", addr, root, mnt)
-	if err != nil {
-		return out, err
-	}
-	defer d.stop()
-	b.logf("  moe: %s: version 1 through the mount", kind)
-	v1 := filepath.Join(mnt, gen.VersionDirName(1))
-	if _, err := writeTree(srcs[0], v1, b.opts.WriteSize, false); err != nil {
-		return out, err
-	}
-	if _, err := seal(v1); err != nil {
-		return out, err
-	}
-	cpu, err := readCPU(d.Pid())
-	if err != nil {
-		return out, err
-	}
-	if _, _, err := waitIdle(ctx, d.Pid(), cpu, time.Now()); err != nil {
-		return out, err
-	}
-	f0, w0, err := scrapeSyncs(addr)
-	if err != nil {
-		return out, err
-	}
-	objs, packs, err := objectsAndPacks(root)
-	if err != nil {
-		return out, err
-	}
-	sampler := startRSSSampler(d.Pid(), rssInterval)
-	defer sampler.Stop()
-	step, err := b.writeVersion(ctx, name, d, 2, srcs[1], sampler, 1)
-	if err != nil {
-		return out, err
-	}
-	f1, w1, err := scrapeSyncs(addr)
-	if err != nil {
-		return out, err
-	}
-	out.Wall, out.CPU, out.CPUIdle = step.Seconds(), step.CPU.Seconds(), step.CPUToIdle.Seconds()
-	out.Fsyncs, out.IndexWrites = f1-f0, w1-w0
-	o2, p2, err := objectsAndPacks(root)
-	if err != nil {
-		return out, err
-	}
-	out.Objects, out.Packs = o2-objs, p2-packs
-	b.logf("  moe: %s: through the mount: %d fsyncs + %d index writes; %d object files, %d packs", kind, out.Fsyncs, out.IndexWrites, out.Objects, out.Packs)
-	return out, d.stop()
 }
 
 // moeS3 writes version 1 through a writer mount on an S3 store, starts a read-only mount
