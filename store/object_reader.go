@@ -319,9 +319,10 @@ func (o *objectStore) readKnownDelta(id ID) (hdr objectHeader, body []byte, ok b
 
 // wroteDelta caches the header and the delta section of delta object id, whose file this
 // process just wrote (file, as put): the seal's bring-forward of the copy (copy_forward.go)
-// plans and applies every changed tensor's delta, and read back from the pack, a MoE
-// version's thousands of small records cost a header read, a record read and a CRC each
-// (issue 29). The bytes are the ones the writer encoded and put; the copy they patch is
+// plans and applies every changed tensor's delta, and the next version's encoder codes each
+// tensor against the section that led to its base (writeContextOf); read back from the
+// pack, a MoE version's thousands of small records cost a header read, a record read and a
+// CRC each (issue 29). Both writers call it: the batch path and the stream. The bytes are the ones the writer encoded and put; the copy they patch is
 // checked against the sums of the bytes the writer hashed (copy_check.go). Nothing is
 // cached when the file does not parse as a delta object of id.
 func (o *objectStore) wroteDelta(id ID, file []byte) {

@@ -474,6 +474,10 @@ func (st *FileStream) finishTensor(ts *tensorState, src *baseSource) (err error)
 		if err := putObjectBytes(s.be, id, file); err != nil {
 			return err
 		}
+		// The next version's encoder codes against this section (its context), and the
+		// seal's bring-forward applies it: kept, as the batch path keeps it, rather than
+		// read back from the pack per tensor (TestStreamKeepsWrittenDeltas).
+		s.objects.wroteDelta(id, file)
 		ts.fw.abort()
 		w.noteCreated(id, int64(len(file)))
 		s.objects.putMeta(id, objMeta{Kind: kindDelta, Width: ts.width, Base: ts.base, ContentLen: ts.size,
