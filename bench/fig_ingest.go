@@ -108,7 +108,7 @@ func (b *bench) ingestWeightfs(ctx context.Context, name string, cfg gen.Config,
 		return nil, err
 	}
 	defer os.RemoveAll(storePath)
-	d, err := b.startDaemon(ctx, name+"-weightfs", mnt, b.opts.Weightfs, "mount", storePath, mnt)
+	d, err := b.startDaemon(ctx, name+"-weightfs", mnt, b.opts.Weightfs, append(append([]string{"mount"}, baseMemoryArgs(res.Bytes)...), storePath, mnt)...)
 	if err != nil {
 		return nil, err
 	}
