@@ -4,8 +4,10 @@
 diffs the trainer's ``state_dict`` against it bytewise on the tensors' own device (a GPU when
 the tensors are there, the CPU otherwise): ``new.view(intN) != old.view(intN)`` on integers of
 the element's width, no float arithmetic, so NaN payloads and -0 are exact. On the host the
-diff is numpy's, in cache-sized chunks (:func:`diff_host`), and the result's file hashes run on
-a thread of their own over the state's bytes while the diff runs. It writes the
+diff is numpy's, in cache-sized chunks, each chunk's changes gathered and written into the
+snapshot while it is in cache (:func:`diff_update_host`), and the result's hashes (the file's
+and each tensor's, in one pass) run on a thread of their own over the state's bytes while the
+diff runs. It writes the
 changed elements as the one-file patch of docs/format.md Part III §2 (its indices gap-coded,
 ``leb128_gaps``, unless ``encoding="raw"``) into
 ``MNT/patches/weight_vNNNNNN.safetensors.tmp``, fsyncs it and ``os.replace``s it onto its name,
