@@ -405,6 +405,29 @@ class DiffHostTest(unittest.TestCase):
                     self.assertEqual(undo.tobytes(), base[want].tobytes())
                     self.assertEqual(old.tobytes(), new.tobytes(), f"{dt} n={n} at={at}: the snapshot is not the new state")
 
+    def test_diff_update_error_leaves_old(self):
+        """An error in the third chunk's gather: diff_update_host raises it with old as it was
+        (the two chunks already brought up put back)."""
+        from weightfs.writer import DIFF_CHUNK, diff_update_host
+
+        class Boom(np.ndarray):
+            gathers = 0
+
+            def __getitem__(self, key):
+                if isinstance(key, np.ndarray):
+                    Boom.gathers += 1
+                    if Boom.gathers == 3:
+                        raise MemoryError("boom")
+                return super().__getitem__(key)
+
+        base = np.arange(3 * DIFF_CHUNK, dtype=np.int16)
+        new = base ^ 1
+        old = base.copy()
+        with self.assertRaises(MemoryError):
+            diff_update_host(old, new.view(Boom))
+        self.assertEqual(Boom.gathers, 3)
+        self.assertEqual(old.tobytes(), base.tobytes())
+
     def test_prepare_hashes_the_result(self):
         rng = np.random.default_rng(8)
         st1 = first_state(rng)

@@ -162,20 +162,25 @@ def diff_update_host(old, new, mask=None):
     if mask is None:
         mask = np.empty(DIFF_CHUNK, bool)
     pos, vals, undo = [], [], []
-    for s in range(0, old.size, DIFF_CHUNK):
-        e = min(s + DIFF_CHUNK, old.size)
-        m = mask[:e - s]
-        o, x = old[s:e], new[s:e]
-        np.not_equal(x, o, out=m)
-        w = np.flatnonzero(m)
-        if w.size:
-            v = x[w]
-            undo.append(o[w])
-            o[w] = v
-            if s:
-                w += s
-            pos.append(w)
-            vals.append(v)
+    try:
+        for s in range(0, old.size, DIFF_CHUNK):
+            e = min(s + DIFF_CHUNK, old.size)
+            m = mask[:e - s]
+            o, x = old[s:e], new[s:e]
+            np.not_equal(x, o, out=m)
+            w = np.flatnonzero(m)
+            if w.size:
+                v, u = x[w], o[w]
+                o[w] = v
+                if s:
+                    w += s
+                pos.append(w)
+                vals.append(v)
+                undo.append(u)
+    except BaseException:  # old as it was: the chunks already brought up go back
+        for p, u in zip(pos, undo):
+            old[p] = u
+        raise
     if not pos:
         return np.zeros(0, np.int64), new[:0].copy(), old[:0].copy()
     if len(pos) == 1:
