@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -29,5 +31,38 @@ func TestPatchinDriverKeys(t *testing.T) {
 	}
 	if r.WallS != 5.08 || r.TrainerWchar != 15520000 || r.Split["seal_s"] != 3.46 || !r.Torch {
 		t.Fatalf("decoded %+v", r)
+	}
+}
+
+// TestPatchinSplitKeys checks that every key of the split the figure reads is written by the
+// driver or by the writer's timings (writer.py's prepare, patch_out.py's write_patch): a key
+// renamed on one side would read as 0 and move the split's seconds silently.
+func TestPatchinSplitKeys(t *testing.T) {
+	pkg, err := pythonPackageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(patchinDriver)
+	for _, f := range []string{"writer.py", "patch_out.py"} {
+		b, err := os.ReadFile(filepath.Join(pkg, "weightfs", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src += string(b)
+	}
+	for _, k := range patchinSplitKeys {
+		if !strings.Contains(src, `"`+k+`"`) && !strings.Contains(src, k+"=") {
+			t.Errorf("neither the driver nor the writer writes the split's %q", k)
+		}
+	}
+}
+
+// TestSaveWithoutDiff: the save's wall less the diff and the hashes' wait after it, plus the
+// hashes' own time.
+func TestSaveWithoutDiff(t *testing.T) {
+	r := &patchinRun{WallS: 1.5, Split: map[string]float64{"prepare_s": 0.4, "diff_s": 0.3, "hash_wait_s": 0.05,
+		"hash_s": 0.12, "encode_s": 0.04, "write_s": 0.03, "seal_s": 0.9, "commit_s": 0.01}}
+	if got, want := saveWithoutDiff(r), 1.5-0.3-0.05+0.12; got != want {
+		t.Fatalf("saveWithoutDiff = %v, want %v", got, want)
 	}
 }

@@ -9,7 +9,11 @@ against its snapshot, the patch into MNT/patches/, os.replace seals it); MODE "f
 plain full save of the same weights (each file's save_file header and every tensor's bytes
 written in order into MNT/weight_v000002/, then DONE's close seals it). Prints one JSON object:
 wall seconds of the save (to the seal's return), this process's CPU seconds and the bytes it
-wrote (/proc/self/io wchar), the daemon's CPU seconds to the seal's return and until it is idle.
+wrote (/proc/self/io wchar), the daemon's CPU seconds to the seal's return and until it is idle,
+and for the patch the save's steps ("split"): prepare_s (the writer's prepare: diff_s, the diff's
+wall on the main thread, with the result's hashes beside it on a thread of their own, hash_s their
+own time, hash_wait_s what they took after the diff), encode_s, write_s and seal_s (write_patch's:
+the patch's bytes, written and fsynced, os.replace) and commit_s.
 The save starts once the daemon is idle after version 1 (its copy brought forward), on both sides.
 """
 
@@ -109,11 +113,13 @@ def main():
     wait_idle(pid)  # what version 1 left the daemon to do (its copy brought forward) is not the save's
     t0, c0, w0, d0 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)
     split = {}
-    if mode == "patch":  # writer.save, in its steps: diff and hash, write, seal
-        part = writer.prepare(state, extra_files=extra2)
+    if mode == "patch":  # writer.save, in its steps: diff and hashes, encode, write, seal, commit
+        part = writer.prepare(state, extra_files=extra2, timings=split)
         split["prepare_s"] = time.perf_counter() - t0
         n = weightfs.write_patch(mnt, [part], timings=split).size
+        began = time.perf_counter()
         writer.commit(part)
+        split["commit_s"] = time.perf_counter() - began
     else:
         n = full_save(mnt, 2, files, state, extra2, writer.metadata)
     t1, c1, w1, d1 = time.perf_counter(), time.process_time(), wchar(), daemon_cpu(pid)

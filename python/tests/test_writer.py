@@ -375,6 +375,59 @@ class DiffHostTest(unittest.TestCase):
                 self.assertEqual(got.dtype, np.int64)
                 self.assertTrue(np.array_equal(got, want), f"n={n} at={at}")
 
+    def test_diff_update_chunk_edges(self):
+        """diff_update_host: diff_host's positions, the new and old values there, and old made
+        equal to new, byte for byte, with changes on every side of the chunks' edges, in every
+        width, NaN payloads and -0 among them (bf16 0x8000, f32 0x7FC00123)."""
+        from weightfs.writer import DIFF_CHUNK, diff_host, diff_update_host
+        rng = np.random.default_rng(11)
+        mask = np.empty(DIFF_CHUNK, bool)
+        for dt in (np.uint8, np.int16, np.int32, np.int64):
+            bits = 8 * np.dtype(dt).itemsize
+            for n in (0, 1, DIFF_CHUNK - 1, DIFF_CHUNK + 1, 2 * DIFF_CHUNK + 5):
+                base = rng.integers(0, 1 << min(bits, 62), n, dtype=np.int64).astype(dt)
+                for at in ([], [0], [n - 1], [DIFF_CHUNK - 1, DIFF_CHUNK], "all", "random"):
+                    new = base.copy()
+                    if at == "all":
+                        new ^= 1
+                    elif at == "random":
+                        sel = np.flatnonzero(rng.random(n) < 0.03)
+                        new[sel] = np.array([0x80, 0x8000, 0x7FC00123, -1], dtype=np.int64).astype(dt)[sel % 4]
+                    else:
+                        new[[i for i in at if 0 <= i < n]] ^= 1
+                    old = base.copy()
+                    want = diff_host(base, new)
+                    pos, vals, undo = diff_update_host(old, new, mask if n % 2 else None)
+                    self.assertEqual(pos.dtype, np.int64)
+                    self.assertTrue(np.array_equal(pos, want), f"{dt} n={n} at={at}")
+                    self.assertEqual((vals.dtype, undo.dtype), (new.dtype, base.dtype))
+                    self.assertEqual(vals.tobytes(), new[want].tobytes())
+                    self.assertEqual(undo.tobytes(), base[want].tobytes())
+                    self.assertEqual(old.tobytes(), new.tobytes(), f"{dt} n={n} at={at}: the snapshot is not the new state")
+
+    def test_diff_update_error_leaves_old(self):
+        """An error in the third chunk's gather: diff_update_host raises it with old as it was
+        (the two chunks already brought up put back)."""
+        from weightfs.writer import DIFF_CHUNK, diff_update_host
+
+        class Boom(np.ndarray):
+            gathers = 0
+
+            def __getitem__(self, key):
+                if isinstance(key, np.ndarray):
+                    Boom.gathers += 1
+                    if Boom.gathers == 3:
+                        raise MemoryError("boom")
+                return super().__getitem__(key)
+
+        base = np.arange(3 * DIFF_CHUNK, dtype=np.int16)
+        new = base ^ 1
+        old = base.copy()
+        with self.assertRaises(MemoryError):
+            diff_update_host(old, new.view(Boom))
+        self.assertEqual(Boom.gathers, 3)
+        self.assertEqual(old.tobytes(), base.tobytes())
+
     def test_prepare_hashes_the_result(self):
         rng = np.random.default_rng(8)
         st1 = first_state(rng)
@@ -469,6 +522,26 @@ class EncodeTest(unittest.TestCase):
                        (b"\x01", 2), (b"\x01\x81", 2), (b"\x01\x01\x00", 2), (b"", 1)]:
             with self.assertRaises(encode.GapsError, msg=bad):
                 encode.leb128_gaps_decode(bad, n, 4)
+
+    def test_gaps_against_a_loop(self):
+        """leb128_gaps against a plain loop of LEB128 varints, one index at a time: RL densities
+        (nearly every varint one byte), gaps of every length up to 9 bytes, int32 and int64."""
+        def loop(idx):
+            out, prev = bytearray(), -1
+            for i in idx:
+                g = int(i) - prev - 1
+                prev = int(i)
+                while g >= 0x80:
+                    out.append(g & 0x7F | 0x80)
+                    g >>= 7
+                out.append(g)
+            return bytes(out)
+        rng = np.random.default_rng(12)
+        cases = [np.flatnonzero(rng.random(20000) < p).astype(dt) for p in (0.001, 0.025, 0.5) for dt in (np.int32, np.int64)]
+        cases += [np.cumsum(rng.integers(1, 1 << b, 100, dtype=np.int64)) for b in (7, 8, 14, 15, 21, 28, 35, 42, 49, 56)]
+        cases += [np.array([0, 127, 255, 256, 16639, (1 << 63) - 1]), np.array([128], np.int32), np.array([0, 1, 2], np.int32)]
+        for idx in cases:
+            self.assertEqual(encode.leb128_gaps(idx).tobytes(), loop(idx), idx[:8])
 
     def test_gaps_patch_reads_as_raw(self):
         """A writer's parts written both ways and opened by weightfs.Patch: the same indices

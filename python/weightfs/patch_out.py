@@ -49,9 +49,10 @@ Written = collections.namedtuple("Written", "path size sha256")
 def write_patch(mnt, parts, version=None, timings=None, encoding=DEFAULT_ENCODING):
     """Merge the parts (one per writer of the group) into one patch and write it into
     MNT/patches/ (NAME.tmp, fsync, os.replace). Returns a :class:`Written`: its path, its size
-    and its SHA-256. timings, a dict, gets the seconds of the write (to fsync's return) and of
-    the os.replace (the mount's seal) as "write_s" and "seal_s". encoding: the indices'
-    encoding, "leb128_gaps" (the default) or "raw".
+    and its SHA-256. timings, a dict, gets the seconds of the patch's encoding (its header and
+    the indices' varints), of the write (to fsync's return) and of the os.replace (the mount's
+    seal) as "encode_s", "write_s" and "seal_s". encoding: the indices' encoding,
+    "leb128_gaps" (the default) or "raw".
 
     Raises :class:`PatchRejected` with the mount's reason when the mount refuses it.
     """
@@ -62,6 +63,7 @@ def write_patch(mnt, parts, version=None, timings=None, encoding=DEFAULT_ENCODIN
         raise WriterError("the parts are not of one version and one base")
     files = sorted((f for p in parts for f in p.files), key=lambda f: f["name"].encode("utf-8"))
     total = sum(p.total_elements for p in parts)
+    encoding_began = time.perf_counter()
     header, pieces = _patch_bytes(version, base, files, total, encoding)
     final = os.path.join(mnt, "patches", version_name(version) + ".safetensors")
     tmp = final + ".tmp"
@@ -90,7 +92,7 @@ def write_patch(mnt, parts, version=None, timings=None, encoding=DEFAULT_ENCODIN
             pass
         raise PatchRejected(e.errno, final, reason) from e
     if timings is not None:
-        timings.update(write_s=written - began, seal_s=time.perf_counter() - written)
+        timings.update(encode_s=began - encoding_began, write_s=written - began, seal_s=time.perf_counter() - written)
     return Written(final, size, sha.hexdigest())
 
 
