@@ -17,7 +17,8 @@ import (
 // (gen, lr 3e-6: ~2.5% of elements change) saved by the Python writer (weightfs.PatchWriter,
 // python/weightfs/writer.py) through MNT/patches/, against a full save of the same weights
 // through the mount (every file written whole in save_file's layout, then DONE), each into a
-// fresh store of its own `weightfs mount` daemon, in one run. The trainer is one Python process
+// fresh store of its own `weightfs mount` daemon (its base in memory sized to hold the checkpoint,
+// baseMemoryArgs), in one run. The trainer is one Python process
 // per side (patchin_driver.py): it writes version 1 whole (not measured), loads version 2, and
 // measures the save (to the seal's return): wall time, its own CPU seconds and the bytes it
 // wrote (/proc/self/io wchar), and the daemon's CPU seconds (/proc/PID/stat) to the seal's
@@ -155,7 +156,7 @@ func (b *bench) patchinSide(ctx context.Context, dir, pkg, driver, mode string, 
 		return nil, err
 	}
 	defer os.RemoveAll(storePath)
-	d, err := b.startDaemon(ctx, "patchin-"+mode, mnt, b.opts.Weightfs, "mount", storePath, mnt)
+	d, err := b.startDaemon(ctx, "patchin-"+mode, mnt, b.opts.Weightfs, append(append([]string{"mount"}, baseMemoryArgs(b.sz.IngestBytes)...), storePath, mnt)...)
 	if err != nil {
 		return nil, err
 	}
