@@ -23,24 +23,31 @@ func decodeBothWays(t testing.TB, d *Delta, ctx ContextFunc, b int64) bool {
 		return false // refused before either decoder runs
 	}
 	payload := d.l.body[d.offsets[b]:d.offsets[b+1]]
-	values := newValueMap(d.l.Width, d.l.Float)
+	return decodeBothWaysLen(t, payload, int(count), d.l.blockLen(b), cb, d.l.Width, d.l.Float, b)
+}
+
+// decodeBothWaysLen is decodeBothWays on one block's payload of count changes, decoded as a
+// block of blockLen elements against cb (of the delta's width and float).
+func decodeBothWaysLen(t testing.TB, payload []byte, count int, blockLen uint64, cb *DecodedBlock, width int, float bool, b int64) bool {
+	t.Helper()
+	values := newValueMap(width, float)
 	// Pooled decoders, as the read path's: their lists hold earlier blocks' leftovers.
 	newDecoder := func() *block2Decoder {
 		dec := block2Decoders.Get().(*block2Decoder)
-		dec.width, dec.values = d.l.Width, values
+		dec.width, dec.values = width, values
 		return dec
 	}
 	ref := newDecoder()
 	defer block2Decoders.Put(ref)
-	want := &DecodedBlock{width: d.l.Width, values: values}
-	refErr := ref.decode(payload, int(count), d.l.blockLen(b), cb)
+	want := &DecodedBlock{width: width, values: values}
+	refErr := ref.decode(payload, count, blockLen, cb)
 	if refErr == nil {
 		ref.compact(want)
 	}
 	fast := newDecoder()
 	defer block2Decoders.Put(fast)
-	got := &DecodedBlock{width: d.l.Width, values: values}
-	ok := fast.decodeFast(payload, int(count), d.l.blockLen(b), cb, got)
+	got := &DecodedBlock{width: width, values: values}
+	ok := fast.decodeFast(payload, count, blockLen, cb, got)
 	if ok != (refErr == nil) {
 		t.Fatalf("block %d: the fast decoder says ok=%t, the reference %v", b, ok, refErr)
 	}
@@ -49,8 +56,8 @@ func decodeBothWays(t testing.TB, d *Delta, ctx ContextFunc, b int64) bool {
 			b, got.pos, got.symbols, got.escAt, got.escCode, want.pos, want.symbols, want.escAt, want.escCode)
 	}
 	// decodeInto, on a decoder that decoded another block before (reused lists).
-	into := &DecodedBlock{width: d.l.Width, values: values, pos: []uint32{7}, symbols: []byte{9}}
-	err = fast.decodeInto(payload, int(count), d.l.blockLen(b), cb, into)
+	into := &DecodedBlock{width: width, values: values, pos: []uint32{7}, symbols: []byte{9}}
+	err := fast.decodeInto(payload, count, blockLen, cb, into)
 	if (err == nil) != (refErr == nil) || err != nil && err.Error() != refErr.Error() {
 		t.Fatalf("block %d: decodeInto's error %v, the reference's %v", b, err, refErr)
 	}
@@ -183,6 +190,47 @@ func TestDecodeFastMatchesReference(t *testing.T) {
 				decodeAllBothWays(t, bad, ctx)
 			}
 		}
+	}
+}
+
+// TestDecodeFastRefusesPositionsPastTheBlock: blocks decoded as shorter blocks than they
+// were coded for, so that changes of class B fall past the block's end (the last one, or
+// half of them, in the stream's first groups or its last): the reference refuses them, and
+// so does the fast decoder (whose runs test the positions once per group of codes).
+func TestDecodeFastRefusesPositionsPastTheBlock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(30, 19))
+	// The context changes only the first quarter of the elements, the block all of them:
+	// the block decodes as a block cut anywhere past that quarter.
+	const n = 1 << 16
+	drift := driftChain(rng, n, 2, true, 3, 0.02)
+	v1 := bytes.Clone(drift[0])
+	copy(v1[:n/2], drift[1][:n/2])
+	versions := [][]byte{drift[0], v1, drift[2], drift[3]}
+	_, deltas := openChain(t, versions, 2, true, defaultBlockShift)
+	d, ctx := deltas[1], deltas[0].AsContext()
+	count, _ := d.l.entry(0)
+	cb, err := ctx(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := d.l.body[d.offsets[0]:d.offsets[1]]
+	full, err := d.DecodeBlock(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := 0
+	for _, i := range []int{full.Changes() - 1, full.Changes() * 3 / 4, full.Changes() / 2, 200, 130, 1} {
+		blockLen := uint64(full.pos[i]) // change i and those after it are outside
+		if checkContext(cb, 0, d.l.shift, 2, true, blockLen) != nil {
+			continue // the context has changes there: refused before decoding
+		}
+		cut++
+		if decodeBothWaysLen(t, payload, int(count), blockLen, cb, 2, true, 0) {
+			t.Fatalf("a block cut before its change %d of %d is accepted", i, full.Changes())
+		}
+	}
+	if cut < 3 {
+		t.Fatalf("only %d cuts past the context's changes", cut)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 // read, the pages missed in the cache (built, or waited for), the share of the bytes whose
 // check the read-ahead started (checkAhead), and the bytes and objects allocated per GB read
 // (runtime.MemStats: every goroutine's).
+// WEIGHTFS_BENCH_CACHE_BYTES sets Options.CacheBytes (the page cache is an eighth of it).
 // WEIGHTFS_BENCH_READ=old (or latest) reads that version only; WEIGHTFS_BENCH_PROFILE=FILE
 // writes CPU profiles of the reads alone (FILE.1, FILE.2, ...: not of Open, which builds the
 // copy).
@@ -66,6 +67,13 @@ func BenchmarkKeptStoreRead(b *testing.B) {
 	var wall = map[string]time.Duration{}
 	for range b.N {
 		opts := Options{ReadOnly: true, Materialize: true, CacheDir: b.TempDir(), Logger: logtest.New(func(string, ...any) {})}
+		if s := os.Getenv("WEIGHTFS_BENCH_CACHE_BYTES"); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts.CacheBytes = n // the read cache (Options.CacheBytes): pages get an eighth
+		}
 		if os.Getenv("WEIGHTFS_BENCH_NO_FILE_COPIES") != "" {
 			opts.FileCopyBytes = -1 // reads of the old version replay, no copy written behind them
 		}
