@@ -33,6 +33,13 @@ import (
 // its result_xxh3 or a changed tensor's "xxh3" (every claim it makes is checked; a patch may
 // record a file's xxh3-128 and no SHA-256, docs/format.md Part III §2). Damage of the store
 // is ErrCorrupt, as on any read. Nothing is sealed on an error.
+//
+// What a claim is checked against where the fast path does not hash the bytes again: a
+// changed tensor's "xxh3" against the xxh3-128 the pass took of its bytes for its manifest
+// entry; base_xxh3 against the digest the last patch's pass (or a render) found for the same
+// base file, by its SHA-256 (renders.knownFileXXH3), else the base file's bytes as read. A
+// materialized copy deferred at the latest version (the base in memory holds it) stays
+// deferred: the bases come from memory, or through the store's read path.
 func (s *Store) CommitPatch(r io.ReaderAt, size int64, v uint64) (VersionInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err

@@ -24,7 +24,9 @@ import (
 //
 //   - every tensor's base bytes are read once: from the base in memory when it holds the
 //     latest version (Options.BaseMemory), else from the materialized copy (the copy's sums
-//     check them as they are read, as for any diff);
+//     check them as they are read, as for any diff), else, while the copy is deferred at the
+//     latest version (copy_defer.go: CommitPatch does not bring it forward), through the
+//     store's read path (patchBasis);
 //   - a changed tensor's new bytes are its base bytes with the patch's values laid over them
 //     (delta.ChunkPatcher, the apply's own cursors and index checks), and are encoded by the
 //     ingest's own encoder against the same base (DeltaEncoder.AddDiff: elements whose new
@@ -38,7 +40,9 @@ import (
 // The manifest and the objects are those of the reference path (TestCommitPatchFastEqualsReference),
 // and so those of a full ingest. Whatever the pass cannot do as the reference would (the
 // copy is not at the patch's base, a base tensor is not where the manifest says) goes back
-// to the reference path for that file (errPatchSlow).
+// to the reference path for that file (errPatchSlow). The patch's xxh3-128 claims of the
+// changed tensors are compared with the digests the pass takes for their manifest entries
+// (xxh3Claims.fromEntry), not hashed a second time.
 
 // errPatchSlow says that the fast path cannot make a file as the reference path would: the
 // file goes through the reference path.

@@ -23,8 +23,11 @@ import (
 // of the goroutines. The manifest and objects are the pass's
 // (TestCommitPatchFastEqualsReference). addPatchedFiles takes it when the files leave cores
 // free: cores / files - 1 goroutines per file, when that is 2 or more. On the 2-core
-// development VM (never taken there by default) it cost 10-45% more CPU than the one pass
-// and its wall time was lost in the machine's load (docs/benchmarks.md, figure 14).
+// development VM it cost 10-45% more CPU than the one pass and its wall time was lost in the
+// machine's load (docs/benchmarks.md, figure 14). Where the base in memory holds the base
+// version, the goroutines hand each tensor's bytes to the hasher in memory instead of its
+// reading the file again (ingest_patch_hand.go), and the split is taken at cores / files
+// goroutines per file, when that is 2 or more.
 
 // passSplit makes the tensors of the file of base bf (of version baseV) that cp patches into
 // tensors (its manifest entries: names and places filled in) on workers goroutines, and
