@@ -110,15 +110,17 @@
 // CommitPatch seals the next version from a one-file patch against the latest version (what a
 // trainer writes into MNT/patches/): checked whole first (ErrBadPatch), then each changed file
 // is made in one pass (ingest_patch_fast.go): the base's bytes read once (from the base in
-// memory or the copy) with the patch's values laid over them, each changed tensor encoded
-// against its base by the ingest's encoder and stored by its rules, one sha256x2 pass for the
-// file's and the tensors' SHA-256; unchanged tensors and files by reference: the objects and
-// manifest a full ingest of the same bytes would store, and no full copy. When the patch's
-// files leave cores free (one big file on 3 cores or more), each file's tensors are made on
-// several goroutines while one more reads the new file again for its SHA-256
-// (ingest_patch_split.go). The reference path
+// memory, the copy, or, while the copy is deferred, the store's read path: a patch does not
+// bring a deferred copy forward) with the patch's values laid over them, each changed tensor
+// encoded against its base by the ingest's encoder and stored by its rules, one sha256x2 pass
+// for the file's and the tensors' SHA-256; unchanged tensors and files by reference: the
+// objects and manifest a full ingest of the same bytes would store, and no full copy. When the
+// patch's files leave cores free (a file on 2 cores or more with the base in memory, else 3),
+// each file's tensors are made on several goroutines while one more hashes the new file in
+// order: from the tensors' bytes in memory, handed to it (ingest_patch_hand.go), else read
+// again (ingest_patch_split.go). The reference path
 // (ingest_patch.go: the base through OpenFile, the ingest's tensor job) makes what the fast
-// path cannot (the copy is not at the patch's base). CommitSlimeDelta does the same from
+// path cannot (the copy neither at the patch's base nor deferred there). CommitSlimeDelta does the same from
 // slime's delta checkpoint (overwrite or xor, what slime's sender writes into MNT/deltas/),
 // checking each changed tensor's xxh3-128 in the pass that hashes its file; slime's first
 // delta, from its seed 000000, is CommitSlimeDeltaOnSeed: applied to the seed checkpoint on

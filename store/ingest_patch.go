@@ -33,6 +33,13 @@ import (
 // its result_xxh3 or a changed tensor's "xxh3" (every claim it makes is checked; a patch may
 // record a file's xxh3-128 and no SHA-256, docs/format.md Part III §2). Damage of the store
 // is ErrCorrupt, as on any read. Nothing is sealed on an error.
+//
+// What a claim is checked against where the fast path does not hash the bytes again: a
+// changed tensor's "xxh3" against the xxh3-128 the pass took of its bytes for its manifest
+// entry; base_xxh3 against the digest the last patch's pass (or a render) found for the same
+// base file, by its SHA-256 (renders.knownFileXXH3), else the base file's bytes as read. A
+// materialized copy deferred at the latest version (the base in memory holds it) stays
+// deferred: the bases come from memory, or through the store's read path.
 func (s *Store) CommitPatch(r io.ReaderAt, size int64, v uint64) (VersionInfo, error) {
 	if err := s.checkOpen(); err != nil {
 		return VersionInfo{}, err
@@ -126,7 +133,7 @@ func (in *ingester) checkPatch(r io.ReaderAt, size int64, v uint64) (*delta.Patc
 
 // applyPatch adds every file of the new version to w and seals it.
 func (w *Writer) applyPatch(p *delta.Patch, base *version) (VersionInfo, error) {
-	if err := w.startFrom(base); err != nil {
+	if err := w.startFrom(base, true); err != nil {
 		return VersionInfo{}, err
 	}
 	changed := map[string]bool{}
@@ -151,9 +158,16 @@ func (w *Writer) applyPatch(p *delta.Patch, base *version) (VersionInfo, error) 
 }
 
 // startFrom begins a version made from base and changes laid over it (a patch, a slime
-// delta): the materialized copy at base, and base's directories.
-func (w *Writer) startFrom(base *version) error {
-	if err := w.s.mat.ensure(); err != nil {
+// delta): the materialized copy at base, and base's directories. deferOK (a patch) leaves a
+// copy deferred at base where it is (copy_defer.go): the base in memory holds base's
+// tensors, the patch's pass reads them from there (a tensor it does not hold through the
+// store's read path), and the copy is not brought forward inside the seal.
+func (w *Writer) startFrom(base *version, deferOK bool) error {
+	ensure := w.s.mat.ensure
+	if deferOK {
+		ensure = w.s.mat.ensureForWriter
+	}
+	if err := ensure(); err != nil {
 		return err
 	}
 	for _, d := range base.m.Dirs {
@@ -285,6 +299,7 @@ func (w *Writer) addPatchedFile(p *delta.Patch, pf delta.PatchFile, baseV uint64
 	if err := checkPatchedFile(pf, entry.SHA256, x); err != nil {
 		return err
 	}
+	x.note(w.s.renders, entry.SHA256, bf.SHA256)
 	w.s.mat.contentChecks().noteSums(keyOf(entry), copySums.sums())
 	return w.addEntry(entry)
 }

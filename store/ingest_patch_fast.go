@@ -8,8 +8,6 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"runtime"
-	"sync"
 
 	"github.com/zeebo/xxh3"
 
@@ -26,7 +24,9 @@ import (
 //
 //   - every tensor's base bytes are read once: from the base in memory when it holds the
 //     latest version (Options.BaseMemory), else from the materialized copy (the copy's sums
-//     check them as they are read, as for any diff);
+//     check them as they are read, as for any diff), else, while the copy is deferred at the
+//     latest version (copy_defer.go: CommitPatch does not bring it forward), through the
+//     store's read path (patchBasis);
 //   - a changed tensor's new bytes are its base bytes with the patch's values laid over them
 //     (delta.ChunkPatcher, the apply's own cursors and index checks), and are encoded by the
 //     ingest's own encoder against the same base (DeltaEncoder.AddDiff: elements whose new
@@ -40,7 +40,9 @@ import (
 // The manifest and the objects are those of the reference path (TestCommitPatchFastEqualsReference),
 // and so those of a full ingest. Whatever the pass cannot do as the reference would (the
 // copy is not at the patch's base, a base tensor is not where the manifest says) goes back
-// to the reference path for that file (errPatchSlow).
+// to the reference path for that file (errPatchSlow). The patch's xxh3-128 claims of the
+// changed tensors are compared with the digests the pass takes for their manifest entries
+// (xxh3Claims.fromEntry), not hashed a second time.
 
 // errPatchSlow says that the fast path cannot make a file as the reference path would: the
 // file goes through the reference path.
@@ -85,10 +87,11 @@ func (h *pieceHasher) write(b []byte) {
 func (h *pieceHasher) endPiece() (id ID) {
 	h.piece.Sum(id[:0])
 	h.piece.Reset()
-	if h.xxh != nil {
-		h.pieceXXH3 = xxh3Sum(h.xxh.Sum128())
-		h.xxh.Reset()
+	if h.xxh == nil { // an empty piece first: its digest is the empty input's, not zero
+		h.xxh = xxh3.New128()
 	}
+	h.pieceXXH3 = xxh3Sum(h.xxh.Sum128())
+	h.xxh.Reset()
 	return id
 }
 
@@ -101,6 +104,9 @@ type filePass struct {
 	cp     *delta.ChunkPatcher // one for the pass: chunks come in file order
 	buf    []byte              // a chunk of new bytes when the memory does not take them
 	x      *xxh3Claims         // the patch's xxh3-128 claims (nil: none, or the split pass)
+	// hand, in the split pass with the base in memory, takes the current tensor's bytes to
+	// the file's hasher (ingest_patch_hand.go); nil: none.
+	hand *tensorHand
 }
 
 // write takes the next bytes of the file (of the current piece) in order.
@@ -132,6 +138,8 @@ func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV ui
 		return patchInputError(err)
 	}
 	x := newXXH3Claims(p, pf, hdr)
+	x.knownBase(w.s.renders, bf.SHA256)
+	x.fromEntry() // every claimed tensor is changed: the pass hashes it (passChangedTensor)
 	x.writeBase(basePrefix)
 	bases := make([]*manifestTensor, len(hdr.Tensors))
 	for i, t := range hdr.Tensors {
@@ -173,9 +181,11 @@ func (w *Writer) addPatchedFileFast(p *delta.Patch, pf delta.PatchFile, baseV ui
 	if err != nil {
 		return err
 	}
+	x.tensorDigests(entry.Tensors)
 	if err := checkPatchedFile(pf, entry.SHA256, x); err != nil {
 		return err
 	}
+	x.note(w.s.renders, entry.SHA256, bf.SHA256)
 	w.s.mat.contentChecks().noteSums(keyOf(entry), sums)
 	w.in.patchFast.Add(1)
 	return w.addEntry(entry)
@@ -235,7 +245,14 @@ func (b *tensorBase) read(off, n int64) ([]byte, error) {
 	if int64(len(b.buf)) < n {
 		b.buf = make([]byte, n)
 	}
-	return b.buf[:n], b.w.in.readBase(b.id, b.hint, off, b.buf[:n], readOpts{})
+	return b.buf[:n], b.w.readBaseObject(b.id, b.hint, off, b.buf[:n])
+}
+
+// readBaseObject reads base bytes [off, off+len(p)) of object id through the store's read
+// path (counted in BaseMemoryStats.FromObjects).
+func (w *Writer) readBaseObject(id ID, h objHint, off int64, p []byte) error {
+	w.in.mem.fromObjs.Add(int64(len(p)))
+	return w.in.readBase(id, h, off, p, readOpts{})
 }
 
 // releaseBase lets go of what b reads from.
@@ -300,13 +317,27 @@ func (w *Writer) passUnchangedTensor(fp *filePass, t delta.Tensor, bt *manifestT
 	w.hold(bt.ID)
 	if b.mem != nil {
 		w.in.mem.note(size)
+		mem := b.mem
+		if fp.hand != nil { // held until the hasher hashed its bytes, then carried
+			b.mem = nil
+		}
 		w.releaseBase(b)
 		*b = tensorBase{} // released: the deferred release does nothing
+		if fp.hand != nil {
+			fp.hand.give(mem.b, mem.b, func() {
+				w.in.mem.release(mem)
+				w.carryUnchanged(fp.baseV, bt.ID, size)
+			})
+			return nil
+		}
 		w.carryUnchanged(fp.baseV, bt.ID, size)
 		return nil
 	}
 	w.mem.add(bt.ID, keep, crc)
 	w.in.mem.used(fp.baseV, bt.ID)
+	if keep != nil {
+		fp.hand.give(keep, keep, nil) // the base's bytes, unchanged, in a buffer of its own
+	}
 	return nil
 }
 
@@ -327,12 +358,11 @@ func (w *Writer) carryUnchanged(baseV uint64, id ID, size int64) {
 func (w *Writer) passChangedTensor(fp *filePass, t delta.Tensor, bt *manifestTensor, et *manifestTensor) error {
 	s := w.s
 	size := t.End - t.Begin
-	view := s.mat.view()
-	if view == nil || view.ver.m.Version != fp.baseV {
-		view.release()
+	view, basis := w.patchBasis(fp.baseV)
+	if basis == nil {
 		return errPatchSlow
 	}
-	ref, ok := view.ver.findBase(fp.path, t.Name, t.DType, t.Shape)
+	ref, ok := basis.findBase(fp.path, t.Name, t.DType, t.Shape)
 	if !ok || ref.tensor.ID != bt.ID {
 		view.release()
 		return errPatchSlow
@@ -344,6 +374,12 @@ func (w *Writer) passChangedTensor(fp *filePass, t delta.Tensor, bt *manifestTen
 	}
 	keep := w.mem.buffer(size)
 	body, id, changed, crc, err := w.passChangedBytes(fp, b, hb, t, keep)
+	// Handed to the split pass's hasher: the base's entry in memory (its bytes, for
+	// base_xxh3) is held until the hasher hashed them (ingest_patch_hand.go).
+	mem, handed := b.mem, err == nil && fp.hand != nil && keep != nil
+	if handed {
+		b.mem = nil
+	}
 	w.releaseBase(b)
 	if err != nil {
 		return err
@@ -353,12 +389,46 @@ func (w *Writer) passChangedTensor(fp *filePass, t delta.Tensor, bt *manifestTen
 		src = &patchedTensor{w: w, base: bt.ID, hint: b.hint, cp: fp.cp.Fork(), begin: t.Begin, size: size}
 	}
 	if err := w.storeDiffed(et, src, ref, body, id, changed); err != nil {
+		if handed {
+			w.in.mem.release(mem)
+		}
 		return err
 	}
 	et.XXH3 = fp.hasher.pieceXXH3 // of the bytes id was taken of (passChangedBytes)
 	w.mem.add(id, keep, crc)
+	if handed {
+		var baseB []byte
+		if mem != nil {
+			baseB = mem.b
+		}
+		fp.hand.give(keep, baseB, func() {
+			w.in.mem.release(mem)
+			w.in.mem.used(fp.baseV, bt.ID)
+		})
+		return nil
+	}
 	w.in.mem.used(fp.baseV, bt.ID)
 	return nil
+}
+
+// patchBasis is the version a changed tensor's diff takes its base from, as the ingest's
+// diff would (Writer.baseFor): the copy's version, which must be the patch's base baseV (view
+// is the copy's, held: release it), or, while the copy is deferred at baseV (copy_defer.go:
+// the base in memory holds it), baseV itself, read from memory or through the store's read
+// path (view nil), the copy left where it is. basis nil: neither (the reference path).
+func (w *Writer) patchBasis(baseV uint64) (view *matView, basis *version) {
+	view = w.s.mat.view()
+	if view != nil && view.ver.m.Version == baseV {
+		return view, view.ver
+	}
+	view.release()
+	if w.s.mat.deferredTo() != baseV {
+		return nil, nil
+	}
+	if latest, err := w.s.versions.latestVersion(); err == nil && latest != nil && latest.m.Version == baseV {
+		return nil, latest
+	}
+	return nil, nil
 }
 
 // passChangedBytes is passChangedTensor's loop over the tensor's chunks (diffTensor's, with
@@ -413,6 +483,9 @@ func (w *Writer) passChangedBytes(fp *filePass, b *tensorBase, hb *baseCheck, t 
 			w.progressAdd(-size)
 			return nil, id, 0, 0, fmt.Errorf("base object %s in memory: %w", b.id, errMemBase)
 		}
+		if b.view == nil { // read through the store's read path, which checks what it serves
+			return nil, id, 0, 0, fmt.Errorf("base object %s reads as other bytes: %w", b.id, ErrCorrupt)
+		}
 		b.view.m.markBroken()
 		return nil, id, 0, 0, fmt.Errorf("the materialized copy of base object %s does not match it (rebuilding the copy)", b.id)
 	}
@@ -454,73 +527,4 @@ func (r *patchedTensor) ReadAt(b []byte, off int64) (int, error) {
 		return 0, patchInputError(err)
 	}
 	return len(b), atEnd
-}
-
-// addPatchedFiles adds the files the patch changes by tensor, several at once (each file's
-// pass is sequential: its SHA-256 is one stream), each by the fast path unless it does not
-// apply (or ingester.patchReference says so), then by the reference path. The first error
-// in the patch's file order is returned.
-func (w *Writer) addPatchedFiles(p *delta.Patch, files []delta.PatchFile, base *version) error {
-	errs := make([]error, len(files))
-	procs := runtime.GOMAXPROCS(0)
-	tokens := make(chan struct{}, max(1, min(procs, len(files))))
-	// The cores the files leave free make each file's tensors at once, one of them the
-	// file's hash: the split pass costs more CPU (ingest_patch_split.go), so it is taken only
-	// where a file gets three cores or more (cores, not Ps: a mount runs 2 Ps a core).
-	split := w.in.patchSplit
-	if split == 0 && len(files) > 0 {
-		split = min(procs, runtime.NumCPU())/len(files) - 1
-	}
-	var wg sync.WaitGroup
-	for i, pf := range files {
-		tokens <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-tokens; wg.Done() }()
-			if err := w.addPatched(p, pf, base.m.Version, base.files[pf.Name], split); err != nil {
-				errs[i] = fmt.Errorf("file %s: %w", pf.Name, err)
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addPatched adds one file the patch changes by tensor: by the fast path, made again when
-// the base in memory failed its check (it is dropped: the copy is read) or the copy was found
-// damaged (it is rebuilt first); by the reference path where the fast one does not apply.
-func (w *Writer) addPatched(p *delta.Patch, pf delta.PatchFile, baseV uint64, bf *manifestFile, workers int) error {
-	err := errPatchSlow
-	for try := 0; !w.in.patchReference; try++ {
-		err = w.addPatchedFileFast(p, pf, baseV, bf, workers)
-		if err == nil || try == 2 {
-			break
-		}
-		if w.s.mat.isBroken() {
-			if err := w.s.mat.ensure(); err != nil {
-				return err
-			}
-			continue
-		}
-		if !errors.Is(err, errMemBase) {
-			break
-		}
-	}
-	if !errors.Is(err, errPatchSlow) {
-		return err
-	}
-	err = w.addPatchedFile(p, pf, baseV, bf)
-	if err != nil && w.s.mat.isBroken() {
-		// The materialized copy was damaged under us: rebuild it and try once more.
-		if err := w.s.mat.ensure(); err != nil {
-			return err
-		}
-		err = w.addPatchedFile(p, pf, baseV, bf)
-	}
-	return err
 }

@@ -23,8 +23,11 @@ import (
 // of the goroutines. The manifest and objects are the pass's
 // (TestCommitPatchFastEqualsReference). addPatchedFiles takes it when the files leave cores
 // free: cores / files - 1 goroutines per file, when that is 2 or more. On the 2-core
-// development VM (never taken there by default) it cost 10-45% more CPU than the one pass
-// and its wall time was lost in the machine's load (docs/benchmarks.md, figure 14).
+// development VM it cost 10-45% more CPU than the one pass and its wall time was lost in the
+// machine's load (docs/benchmarks.md, figure 14). Where the base in memory holds the base
+// version, the goroutines hand each tensor's bytes to the hasher in memory instead of its
+// reading the file again (ingest_patch_hand.go), and the split is taken at cores / files
+// goroutines per file, when that is 2 or more.
 
 // passSplit makes the tensors of the file of base bf (of version baseV) that cp patches into
 // tensors (its manifest entries: names and places filled in) on workers goroutines, and
@@ -36,8 +39,22 @@ func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFil
 	var sums sumWriter
 	var fileErr error
 	hashed := make(chan struct{})
+	// With the base version in memory the makers hand each tensor's bytes to the hasher
+	// (ingest_patch_hand.go); else the hasher reads the file again.
+	var hands []tensorHand
+	stop := make(chan struct{})
+	if w.in.mem.holds(baseV) {
+		hands = make([]tensorHand, len(hdr.Tensors))
+		for i := range hands {
+			hands[i].done = make(chan struct{})
+		}
+	}
 	go func() {
 		defer close(hashed)
+		if hands != nil {
+			file, fileErr = w.hashHandedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, hands, stop, &sums, x)
+			return
+		}
 		file, fileErr = w.hashPatchedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, &sums, x)
 	}()
 
@@ -55,7 +72,14 @@ func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFil
 				if i >= len(hdr.Tensors) {
 					return
 				}
-				if errs[i] = w.passTensor(fp, hdr.Tensors[i], bases[i], &tensors[i]); errs[i] != nil {
+				if hands != nil {
+					fp.hand = &hands[i]
+				}
+				errs[i] = w.passTensor(fp, hdr.Tensors[i], bases[i], &tensors[i])
+				if hands != nil {
+					close(hands[i].done)
+				}
+				if errs[i] != nil {
 					next.Store(int64(len(hdr.Tensors))) // the others stop after their tensor
 					return
 				}
@@ -63,7 +87,9 @@ func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFil
 		}()
 	}
 	wg.Wait()
+	close(stop)
 	<-hashed
+	giveUp(hands) // those the hasher did not reach
 	for _, err := range errs {
 		if err != nil {
 			return ID{}, nil, err // errPatchSlow unwrapped, as the pass returns it

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -186,4 +187,70 @@ func storeOnPatchPath(t *testing.T, path string, files map[string][]byte) *Store
 	}
 	commitTree(t, s, 1, files)
 	return s
+}
+
+// TestCommitPatchKnownBaseXXH3: a patch's base_xxh3 is checked against the digest the last
+// patch's pass found for the same file (renders.knownFileXXH3; the fast paths then do not
+// hash the base file again): a wrong one is still refused, of a file patched by tensor and of
+// one carried whole, on every path, and the good patch seals.
+func TestCommitPatchKnownBaseXXH3(t *testing.T) {
+	versions := randomPatchModels(t, rand.New(rand.NewPCG(5, 6)), 3)
+	full, _ := newStore(t, Options{})
+	commitAll(t, full, versions)
+	patchOf := func(v uint64) []byte {
+		var b bytes.Buffer
+		if _, err := full.WritePatch(v, &writerAtBuffer{&b}); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	p2, p3 := patchOf(2), patchOf(3)
+	p, err := delta.OpenPatch(bytes.NewReader(p3), int64(len(p3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases [][2]string // file, what the refusal says
+	for _, f := range p.Plan.Files {
+		if f.HasXXH3 && !f.New() && (f.Name == "config.json" || f.Name == "model-00001-of-00002.safetensors") {
+			cases = append(cases, [2]string{f.Name, "base_xxh3"})
+		}
+	}
+	if len(cases) != 2 {
+		t.Fatalf("the patch of version 3 has %d of the two files the test forges", len(cases))
+	}
+	for _, path := range patchPaths {
+		t.Run(path, func(t *testing.T) {
+			s := storeOnPatchPath(t, path, versions[0])
+			if _, err := s.CommitPatch(bytes.NewReader(p2), int64(len(p2)), 2); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cases {
+				m := manifestOf(t, s, 2)
+				var sum ID
+				for _, f := range m.Files {
+					if f.Path == c[0] {
+						sum = f.SHA256
+					}
+				}
+				if _, ok := s.renders.knownFileXXH3(sum); !ok {
+					t.Fatalf("version 2's %s: its xxh3-128 is not known after its patch sealed", c[0])
+				}
+				f, _ := p.File(c[0])
+				forged := forgeDigest(t, p3, f.BaseXXH3[:])
+				_, err := s.CommitPatch(bytes.NewReader(forged), int64(len(forged)), 3)
+				if !errors.Is(err, ErrBadPatch) || !strings.Contains(err.Error(), c[1]) || !strings.Contains(err.Error(), c[0]) {
+					t.Fatalf("a wrong base_xxh3 of %s: got %v, want ErrBadPatch naming it", c[0], err)
+				}
+				if latest, _ := s.Latest(); latest != 2 {
+					t.Fatalf("latest %d after a refusal", latest)
+				}
+			}
+			if _, err := s.CommitPatch(bytes.NewReader(p3), int64(len(p3)), 3); err != nil {
+				t.Fatalf("the good patch after the refusals: %v", err)
+			}
+			if mf, mi := manifestOf(t, s, 3), manifestOf(t, full, 3); !reflect.DeepEqual(mf.Files, mi.Files) {
+				t.Fatal("version 3's manifest is not a full ingest's")
+			}
+		})
+	}
 }

@@ -185,7 +185,7 @@ func sortedKeys(m map[string]string) []string {
 
 // applySlime adds every file of the new version to w and seals it, as applyPatch does.
 func (w *Writer) applySlime(d *slimeIn, base *version) (VersionInfo, error) {
-	if err := w.startFrom(base); err != nil {
+	if err := w.startFrom(base, false); err != nil {
 		return VersionInfo{}, err
 	}
 	changed := map[string]bool{}
