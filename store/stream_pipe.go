@@ -7,9 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/weightfs/weightfs/internal/sha256x2"
+	"github.com/weightfs/weightfs/internal/xxh3s"
 )
 
 // The plumbing of a stream's pipeline: the chunks it moves and the hasher goroutines.
@@ -111,9 +110,11 @@ type hasherState struct {
 	both      [2]*sha256x2.Digest // oneHasher: the tensor's and the file's
 	file      hash.Hash
 	tensor    hash.Hash
-	xxh       *xxh3.Hasher128 // the tensor's xxh3-128, kept in the manifest beside its id
-	cur       int             // the tensor being hashed; -1: none
-	seed      *seedWriter
+	// xxh is the tensor's xxh3-128, kept in the manifest beside its id: xxh3s reads the
+	// pieces in place (zeebo's Hasher128 copied every byte into its buffer first).
+	xxh  *xxh3s.Hasher128
+	cur  int // the tensor being hashed; -1: none
+	seed *seedWriter
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -136,7 +137,7 @@ func (h *hasherState) init(oneHasher bool) {
 	} else {
 		h.file, h.tensor = sha256.New(), sha256.New()
 	}
-	h.xxh = xxh3.New128()
+	h.xxh = xxh3s.New()
 	h.cur = -1
 	h.cond = sync.NewCond(&h.mu)
 	h.sums, h.xxhs = map[int]ID{}, map[int]xxh3Digest{}
