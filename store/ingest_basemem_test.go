@@ -147,14 +147,24 @@ func TestBaseMemoryOverBudget(t *testing.T) {
 // check of its base: the memory is dropped, and nothing diffed against the damaged bytes is
 // stored. The batch path diffs the tensor again from the copy; a stream fails, and its file
 // goes on through the batch path (as the mount does: Replay, then AddFile), which reads the
-// copy. Either way the version is the same as without the memory.
+// copy. Either way the version is the same as without the memory. The entries of a version
+// 1 the batch path took in are checked by their CRC-32C, those of a streamed version 1 by
+// their xxh3-128 (memSum): both kinds are damaged.
 func TestBaseMemoryDamagedIsNotServed(t *testing.T) {
-	for _, streamed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("streamed %v", streamed), func(t *testing.T) {
+	for _, c := range []struct{ v1Streamed, streamed bool }{{false, false}, {false, true}, {true, true}} {
+		streamed := c.streamed
+		t.Run(fmt.Sprintf("v1 streamed %v, streamed %v", c.v1Streamed, streamed), func(t *testing.T) {
 			var lines logLines
 			plain, mem := memStores(t, 64<<20, &lines)
 			versions := streamSeries(t, 2, 6)
-			sealBoth(t, plain, mem, 1, versions[0], false, nil)
+			sealBoth(t, plain, mem, 1, versions[0], c.v1Streamed, rand.New(rand.NewPCG(6, 7)))
+			mem.ingest.memory().mu.Lock()
+			for id, e := range mem.ingest.memory().byID {
+				if e.sum.byXXH != c.v1Streamed {
+					t.Fatalf("entry %s of version 1 (streamed %v) checked by %+v", id, c.v1Streamed, e.sum)
+				}
+			}
+			mem.ingest.memory().mu.Unlock()
 			var once sync.Once
 			mem.ingest.memory().tamper = func(id ID, b []byte) {
 				once.Do(func() { b[len(b)/2] ^= 0x10 }) // one bit, once: the entry stays damaged
