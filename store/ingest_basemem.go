@@ -77,7 +77,10 @@ type baseMemory struct {
 	// free holds the buffers of entries that left by use and that no diff reads, by length:
 	// the next version's tensors are taken into them, so that the process does not allocate
 	// a version's bytes at every version (Go's collector would let the heap grow to about
-	// twice them between collections). At most the budget; emptied at install.
+	// twice them between collections). At most the budget; at install, what is left is kept
+	// only while it fits beside the version installed (spareLocked): a version takes in its
+	// tensors before the last of the same size of the version before it are used (its
+	// largest tensor, the first of each size), so those buffers are the next version's.
 	free      map[int][][]byte
 	freeBytes int64
 	reused    atomic.Int64 // bytes taken in into a free buffer (tests)
@@ -241,8 +244,25 @@ func (m *baseMemory) install(c *memCapture, man *manifest) {
 	// left to the collector: never marked gone, they are never recycled.
 	m.ver, m.byID, m.uses, m.held = man.Version, byID, uses, held
 	m.whole = whole
-	m.free, m.freeBytes = nil, 0
+	m.spareLocked()
 	m.mu.Unlock()
+}
+
+// spareLocked lets go of free buffers until they fit the budget beside the entries held: at
+// rest, the memory holds no more than its budget.
+func (m *baseMemory) spareLocked() {
+	for n, list := range m.free {
+		for len(list) > 0 && m.held+m.freeBytes > m.budget {
+			list[len(list)-1] = nil // to the collector
+			list = list[:len(list)-1]
+			m.freeBytes -= int64(n)
+		}
+		if len(list) == 0 {
+			delete(m.free, n)
+		} else {
+			m.free[n] = list
+		}
+	}
 }
 
 // holds says whether the memory was installed with every tensor of version v: the copy need

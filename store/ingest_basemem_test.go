@@ -329,3 +329,52 @@ func TestBaseMemoryOfARank(t *testing.T) {
 		t.Fatalf("the group stored %d objects and manifests hashing to %s; one writer %d hashing to %s", m, got, n, want)
 	}
 }
+
+// TestBaseMemoryKeepsSpareBuffersAcrossVersions: buffers freed during a version and not taken
+// in again (a version's tensors of a size are taken in before the last of the version before
+// them are used: its largest tensor, the first of each size) stay free for the next version
+// while the held version and they fit the budget, so that a steady state allocates nothing;
+// beyond the budget they are let go at install.
+func TestBaseMemoryKeepsSpareBuffersAcrossVersions(t *testing.T) {
+	for _, c := range []struct {
+		budget int64
+		spare  bool
+	}{{1000, true}, {250, true}, {150, false}} {
+		m := newBaseMemory(c.budget, logtest.New(func(string, ...any) {}))
+		version := func(ver uint64, ids ...ID) {
+			cp := m.newCapture()
+			man := &manifest{Version: ver, Files: []manifestFile{{Path: "f", Kind: kindSafetensors}}}
+			for i, id := range ids {
+				b := cp.buffer(100)
+				b[0] = byte(i)
+				cp.add(id, b, crc32.Checksum(b, castagnoli))
+				man.Files[0].Tensors = append(man.Files[0].Tensors, manifestTensor{Name: fmt.Sprint(i), ID: id, Begin: int64(100 * i), End: int64(100*i + 100)})
+			}
+			m.install(cp, man)
+		}
+		a, b, x := ID{1}, ID{2}, ID{3}
+		m.mu.Lock()
+		if c.budget < 200 {
+			m.budget = 200 // version 1 must fit
+		}
+		m.mu.Unlock()
+		version(1, a, b)
+		m.budget = c.budget
+		m.used(1, a)
+		m.used(1, b) // both buffers free
+		version(2, x)
+		if m.reused.Load() != 100 {
+			t.Fatalf("budget %d: version 2 reused %d bytes, want 100", c.budget, m.reused.Load())
+		}
+		want := int64(0)
+		if c.spare {
+			want = 100
+		}
+		if m.freeBytes != want || m.stats().Bytes != 100 {
+			t.Fatalf("budget %d: after version 2's install %d bytes free, %d held; want %d and 100", c.budget, m.freeBytes, m.stats().Bytes, want)
+		}
+		if got := m.newCapture().buffer(100); got == nil || m.reused.Load() != 100+want {
+			t.Fatalf("budget %d: version 3 reused %d bytes in all, want %d", c.budget, m.reused.Load(), 100+want)
+		}
+	}
+}
