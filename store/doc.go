@@ -104,7 +104,8 @@
 // copy (an anchor, which bounds how many deltas a read replays), or not at all when its
 // content is already stored. With Options.BaseMemory the writer keeps the tensors of the
 // version it sealed in memory, and the next version's diffs read their bases from there
-// instead of the copy, checked by a CRC-32C taken with them (ingest_basemem.go). Nothing is
+// instead of the copy, checked by a digest taken with them (a streamed tensor's xxh3-128, else
+// a CRC-32C: ingest_basemem.go). Nothing is
 // visible until Seal writes the manifest. A crash at any point leaves every sealed version intact and the interrupted one absent.
 //
 // CommitPatch seals the next version from a one-file patch against the latest version (what a

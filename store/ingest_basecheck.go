@@ -5,6 +5,8 @@ import (
 	"hash"
 	"hash/crc32"
 	"sync"
+
+	"github.com/zeebo/xxh3"
 )
 
 // contentCRCs remembers the CRC-32C of the content of objects, computed in the same pass as
@@ -52,11 +54,14 @@ func (c *contentCRCs) forget(old, now map[ID]matLoc) {
 }
 
 // baseCheck hashes the base bytes a tensor is diffed against, to check them at the end:
-// with CRC-32C when the content's CRC is known, else with SHA-256 (its identity).
+// with CRC-32C when the content's CRC is known, with xxh3-128 for a base in memory a stream
+// took in (memBaseCheck), else with SHA-256 (its identity).
 type baseCheck struct {
 	hash.Hash
 	crc    uint32
 	useCRC bool
+	xxh    xxh3Digest
+	useXXH bool
 }
 
 func newBaseCheck(m *materialized, base ID) *baseCheck {
@@ -71,6 +76,9 @@ func (b *baseCheck) matches(base ID) bool {
 	if b.useCRC {
 		return b.Hash.(hash.Hash32).Sum32() == b.crc
 	}
+	if b.useXXH {
+		return xxh3Sum(b.Hash.(*xxh3.Hasher128).Sum128()) == b.xxh
+	}
 	var got ID
 	b.Sum(got[:0])
 	return got == base
@@ -80,6 +88,9 @@ func (b *baseCheck) matches(base ID) bool {
 func (b *baseCheck) fresh() hash.Hash {
 	if b.useCRC {
 		return crc32.New(castagnoli)
+	}
+	if b.useXXH {
+		return xxh3.New128()
 	}
 	return sha256.New()
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+
+	"github.com/zeebo/xxh3"
 )
 
 // The base in memory (docs/design.md, "The base in memory"; Options.BaseMemory). Every
@@ -24,13 +26,16 @@ import (
 //     identity and size. A lookup names the base version (the one the diff's base tensor
 //     comes from) and the base tensor's identity in that version's manifest: an entry of
 //     another version, another identity or another size is never served.
-//   - Content. An entry carries the CRC-32C of its bytes, computed as they were taken in
-//     (from the bytes the object's SHA-256 was computed from). The diff hashes the base bytes
-//     it used and compares them with that CRC before anything is stored (the batch path's
-//     baseCheck, the stream's streamBaseCheck): an entry damaged in memory (a flipped bit, a
-//     bug) fails that check, the whole memory is dropped and the tensor is diffed again from
-//     the materialized copy (batch), or the stream fails and the file goes on through the
-//     batch path (the mount's fallback), which reads the copy. Nothing damaged is stored.
+//   - Content. An entry carries a digest of its bytes, computed as they were taken in (from
+//     the bytes the object's SHA-256 was computed from): a tensor a stream took in carries its
+//     xxh3-128, the one the hasher computes for the manifest anyway (memSum; the stream
+//     computed a CRC-32C for this alone before, a pass over every byte), the batch and patch
+//     paths a CRC-32C. The diff hashes the base bytes it used and compares them with that
+//     digest before anything is stored (the batch path's baseCheck, the stream's
+//     streamBaseCheck): an entry damaged in memory (a flipped bit, a bug) fails that check,
+//     the whole memory is dropped and the tensor is diffed again from the materialized copy
+//     (batch), or the stream fails and the file goes on through the batch path (the mount's
+//     fallback), which reads the copy. Nothing damaged is stored.
 //
 // Budget: a version whose tensors' bytes exceed it is kept not at all (whole version or
 // nothing, logged once at info). The entries of the latest version are dropped as the next
@@ -44,7 +49,7 @@ var errMemBase = errors.New("the base in memory does not match its check")
 // memTensor is one tensor's bytes in memory.
 type memTensor struct {
 	b   []byte
-	crc uint32 // CRC-32C of b, computed as b was taken in
+	sum memSum // of b, computed as b was taken in
 	// refs counts the diffs reading b (base, release); gone: the entry left the memory by
 	// use (used). Its buffer is taken in again by a tensor of the next version once both say
 	// so (baseMemory.free), never while a diff may read it. (baseMemory.mu)
@@ -72,7 +77,10 @@ type baseMemory struct {
 	// free holds the buffers of entries that left by use and that no diff reads, by length:
 	// the next version's tensors are taken into them, so that the process does not allocate
 	// a version's bytes at every version (Go's collector would let the heap grow to about
-	// twice them between collections). At most the budget; emptied at install.
+	// twice them between collections). At most the budget; at install, what is left is kept
+	// only while it fits beside the version installed (spareLocked): a version takes in its
+	// tensors before the last of the same size of the version before it are used (its
+	// largest tensor, the first of each size), so those buffers are the next version's.
 	free      map[int][][]byte
 	freeBytes int64
 	reused    atomic.Int64 // bytes taken in into a free buffer (tests)
@@ -159,7 +167,10 @@ func (m *baseMemory) recycleLocked(e *memTensor) {
 }
 
 // add keeps b, the content of object id (its bytes hashed to id), with crc its CRC-32C.
-func (c *memCapture) add(id ID, b []byte, crc uint32) {
+func (c *memCapture) add(id ID, b []byte, crc uint32) { c.addSum(id, b, memSum{crc: crc}) }
+
+// addSum keeps b, the content of object id, with sum its digest.
+func (c *memCapture) addSum(id ID, b []byte, sum memSum) {
 	if c == nil || b == nil {
 		return
 	}
@@ -172,7 +183,7 @@ func (c *memCapture) add(id ID, b []byte, crc uint32) {
 		c.overflowLocked()
 		return
 	}
-	c.byID[id] = &memTensor{b: b, crc: crc}
+	c.byID[id] = &memTensor{b: b, sum: sum}
 	c.size += int64(len(b))
 }
 
@@ -233,8 +244,25 @@ func (m *baseMemory) install(c *memCapture, man *manifest) {
 	// left to the collector: never marked gone, they are never recycled.
 	m.ver, m.byID, m.uses, m.held = man.Version, byID, uses, held
 	m.whole = whole
-	m.free, m.freeBytes = nil, 0
+	m.spareLocked()
 	m.mu.Unlock()
+}
+
+// spareLocked lets go of free buffers until they fit the budget beside the entries held: at
+// rest, the memory holds no more than its budget.
+func (m *baseMemory) spareLocked() {
+	for n, list := range m.free {
+		for len(list) > 0 && m.held+m.freeBytes > m.budget {
+			list[len(list)-1] = nil // to the collector
+			list = list[:len(list)-1]
+			m.freeBytes -= int64(n)
+		}
+		if len(list) == 0 {
+			delete(m.free, n)
+		} else {
+			m.free[n] = list
+		}
+	}
 }
 
 // holds says whether the memory was installed with every tensor of version v: the copy need
@@ -350,9 +378,20 @@ func (s *Store) BaseMemory() BaseMemoryStats { return s.ingest.memory().stats() 
 // memory is the ingester's base in memory.
 func (in *ingester) memory() *baseMemory { return in.mem }
 
-// memBaseCheck is the check of base bytes served from e: their CRC-32C against e's.
+// memSum is the digest an entry's bytes are checked against: their xxh3-128 (byXXH: a
+// stream's tensor, whose hasher computes it for the manifest) or their CRC-32C.
+type memSum struct {
+	crc   uint32
+	xxh   xxh3Digest
+	byXXH bool
+}
+
+// memBaseCheck is the check of base bytes served from e: their digest against e's.
 func memBaseCheck(e *memTensor) *baseCheck {
-	return &baseCheck{Hash: crc32.New(castagnoli), crc: e.crc, useCRC: true}
+	if e.sum.byXXH {
+		return &baseCheck{Hash: xxh3.New128(), xxh: e.sum.xxh, useXXH: true}
+	}
+	return &baseCheck{Hash: crc32.New(castagnoli), crc: e.sum.crc, useCRC: true}
 }
 
 // captureReader reads r and copies every byte read, at its offset, into buf (a tensor's
@@ -373,8 +412,10 @@ func (c captureReader) ReadAt(p []byte, off int64) (int, error) {
 // keptTensor notes a tensor the stream stored: its bytes, all taken in, are kept for the next
 // version, and the base it was diffed against is used.
 func (st *FileStream) keptTensor(ts *tensorState) {
-	if ts.keep != nil && ts.kept == ts.size {
-		st.w.mem.add(ts.t.ID, ts.keep, ts.keepCRC)
+	if ts.keep != nil && ts.kept == ts.size && !ts.t.XXH3.IsZero() {
+		// Checked by the xxh3-128 of the bytes the hasher read: the bytes kept, or (not
+		// routed: stream_keep.go) those the worker copied into them.
+		st.w.mem.addSum(ts.t.ID, ts.keep, memSum{xxh: ts.t.XXH3, byXXH: true})
 	}
 	if ts.hasBase {
 		if ts.mem != nil {
@@ -458,6 +499,6 @@ func (m *baseMemory) carry(c *memCapture, ver uint64, id ID, size int64) bool {
 	delete(m.uses, id)
 	m.held -= size
 	m.mu.Unlock()
-	c.add(id, e.b, e.crc)
+	c.addSum(id, e.b, e.sum)
 	return true
 }

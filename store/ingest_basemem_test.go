@@ -147,14 +147,24 @@ func TestBaseMemoryOverBudget(t *testing.T) {
 // check of its base: the memory is dropped, and nothing diffed against the damaged bytes is
 // stored. The batch path diffs the tensor again from the copy; a stream fails, and its file
 // goes on through the batch path (as the mount does: Replay, then AddFile), which reads the
-// copy. Either way the version is the same as without the memory.
+// copy. Either way the version is the same as without the memory. The entries of a version
+// 1 the batch path took in are checked by their CRC-32C, those of a streamed version 1 by
+// their xxh3-128 (memSum): both kinds are damaged.
 func TestBaseMemoryDamagedIsNotServed(t *testing.T) {
-	for _, streamed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("streamed %v", streamed), func(t *testing.T) {
+	for _, c := range []struct{ v1Streamed, streamed bool }{{false, false}, {false, true}, {true, true}} {
+		streamed := c.streamed
+		t.Run(fmt.Sprintf("v1 streamed %v, streamed %v", c.v1Streamed, streamed), func(t *testing.T) {
 			var lines logLines
 			plain, mem := memStores(t, 64<<20, &lines)
 			versions := streamSeries(t, 2, 6)
-			sealBoth(t, plain, mem, 1, versions[0], false, nil)
+			sealBoth(t, plain, mem, 1, versions[0], c.v1Streamed, rand.New(rand.NewPCG(6, 7)))
+			mem.ingest.memory().mu.Lock()
+			for id, e := range mem.ingest.memory().byID {
+				if e.sum.byXXH != c.v1Streamed {
+					t.Fatalf("entry %s of version 1 (streamed %v) checked by %+v", id, c.v1Streamed, e.sum)
+				}
+			}
+			mem.ingest.memory().mu.Unlock()
 			var once sync.Once
 			mem.ingest.memory().tamper = func(id ID, b []byte) {
 				once.Do(func() { b[len(b)/2] ^= 0x10 }) // one bit, once: the entry stays damaged
@@ -317,5 +327,54 @@ func TestBaseMemoryOfARank(t *testing.T) {
 	got, m := objectsDigest(t, root)
 	if got != want || n != m {
 		t.Fatalf("the group stored %d objects and manifests hashing to %s; one writer %d hashing to %s", m, got, n, want)
+	}
+}
+
+// TestBaseMemoryKeepsSpareBuffersAcrossVersions: buffers freed during a version and not taken
+// in again (a version's tensors of a size are taken in before the last of the version before
+// them are used: its largest tensor, the first of each size) stay free for the next version
+// while the held version and they fit the budget, so that a steady state allocates nothing;
+// beyond the budget they are let go at install.
+func TestBaseMemoryKeepsSpareBuffersAcrossVersions(t *testing.T) {
+	for _, c := range []struct {
+		budget int64
+		spare  bool
+	}{{1000, true}, {250, true}, {150, false}} {
+		m := newBaseMemory(c.budget, logtest.New(func(string, ...any) {}))
+		version := func(ver uint64, ids ...ID) {
+			cp := m.newCapture()
+			man := &manifest{Version: ver, Files: []manifestFile{{Path: "f", Kind: kindSafetensors}}}
+			for i, id := range ids {
+				b := cp.buffer(100)
+				b[0] = byte(i)
+				cp.add(id, b, crc32.Checksum(b, castagnoli))
+				man.Files[0].Tensors = append(man.Files[0].Tensors, manifestTensor{Name: fmt.Sprint(i), ID: id, Begin: int64(100 * i), End: int64(100*i + 100)})
+			}
+			m.install(cp, man)
+		}
+		a, b, x := ID{1}, ID{2}, ID{3}
+		m.mu.Lock()
+		if c.budget < 200 {
+			m.budget = 200 // version 1 must fit
+		}
+		m.mu.Unlock()
+		version(1, a, b)
+		m.budget = c.budget
+		m.used(1, a)
+		m.used(1, b) // both buffers free
+		version(2, x)
+		if m.reused.Load() != 100 {
+			t.Fatalf("budget %d: version 2 reused %d bytes, want 100", c.budget, m.reused.Load())
+		}
+		want := int64(0)
+		if c.spare {
+			want = 100
+		}
+		if m.freeBytes != want || m.stats().Bytes != 100 {
+			t.Fatalf("budget %d: after version 2's install %d bytes free, %d held; want %d and 100", c.budget, m.freeBytes, m.stats().Bytes, want)
+		}
+		if got := m.newCapture().buffer(100); got == nil || m.reused.Load() != 100+want {
+			t.Fatalf("budget %d: version 3 reused %d bytes in all, want %d", c.budget, m.reused.Load(), 100+want)
+		}
 	}
 }

@@ -81,7 +81,7 @@ func (c *streamBaseCheck) sameAs(again *streamBaseCheck) (same, known bool) {
 func (c *streamBaseCheck) again() *streamBaseCheck {
 	a := newStreamBaseCheck(c.m, c.base)
 	if c.hb != nil {
-		a.hb = &baseCheck{Hash: c.hb.fresh(), crc: c.hb.crc, useCRC: c.hb.useCRC}
+		a.hb = &baseCheck{Hash: c.hb.fresh(), crc: c.hb.crc, useCRC: c.hb.useCRC, xxh: c.hb.xxh, useXXH: c.hb.useXXH}
 	}
 	return a
 }

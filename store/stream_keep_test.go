@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/weightfs/weightfs/internal/logtest"
 )
 
@@ -70,7 +72,7 @@ func sealStreamedRouted(t *testing.T, s *Store, v uint64, files map[string][]byt
 }
 
 // sameBaseMemory requires the two stores' base in memory to hold version v with the same
-// entries: bytes, and a CRC-32C that is theirs.
+// entries: bytes, and a digest that is theirs (a stream's entries: their xxh3-128).
 func sameBaseMemory(t *testing.T, what string, a, b *Store, v uint64) {
 	t.Helper()
 	ma, mb := a.ingest.mem, b.ingest.mem
@@ -88,8 +90,18 @@ func sameBaseMemory(t *testing.T, what string, a, b *Store, v uint64) {
 			t.Fatalf("%s: entry %s only in the reference's memory", what, id)
 		case !bytes.Equal(ea.b, eb.b):
 			t.Fatalf("%s: entry %s holds other bytes", what, id)
-		case ea.crc != eb.crc || eb.crc != crc32.Checksum(eb.b, castagnoli):
-			t.Fatalf("%s: entry %s: CRC-32C %08x and %08x, its bytes' %08x", what, id, ea.crc, eb.crc, crc32.Checksum(eb.b, castagnoli))
+		case !ea.sum.byXXH || !eb.sum.byXXH:
+			t.Fatalf("%s: entry %s of a stream is not checked by its xxh3-128: %+v, %+v", what, id, ea.sum, eb.sum)
+		case ea.sum != eb.sum || memSumOf(eb.b, eb.sum.byXXH) != eb.sum:
+			t.Fatalf("%s: entry %s: sums %+v and %+v, its bytes' %+v", what, id, ea.sum, eb.sum, memSumOf(eb.b, eb.sum.byXXH))
 		}
 	}
+}
+
+// memSumOf is the digest of b an entry would carry: its xxh3-128 (byXXH) or its CRC-32C.
+func memSumOf(b []byte, byXXH bool) memSum {
+	if byXXH {
+		return memSum{xxh: xxh3Sum(xxh3.Hash128(b)), byXXH: true}
+	}
+	return memSum{crc: crc32.Checksum(b, castagnoli)}
 }

@@ -23,7 +23,8 @@ import (
 // Reported: stream-s/op and stream-cpu-s/op (the writes and Close of every file: the
 // pipeline), seal-s/op and seal-cpu-s/op, cpu-s/op (both), and the allocations of the whole
 // (-benchmem). WEIGHTFS_BENCH_MOE_PROFILE=FILE writes a CPU profile of each version 2
-// (FILE-stream-{mem,copy}-{dense,moe}-I). The files are read into memory first: the
+// (FILE-stream-{mem,copy}-{dense,moe}-I); WEIGHTFS_BENCH_MOE_V1=stream streams version 1
+// as well instead of committing it. The files are read into memory first: the
 // benchmark measures the store's side of the writes, not the reads of the source.
 func BenchmarkStreamMoE(b *testing.B) {
 	cases := moeBenchCheckpoints(b)
@@ -33,6 +34,13 @@ func BenchmarkStreamMoE(b *testing.B) {
 	}{{"mem", 4 << 30}, {"copy", 0}} {
 		for _, c := range cases {
 			files := streamBenchFiles(b, c.srcs[1])
+			// WEIGHTFS_BENCH_MOE_V1=stream streams version 1 too (as the mount does: its
+			// tensors in the base in memory are then a stream's), else Commit stores it.
+			streamV1 := os.Getenv("WEIGHTFS_BENCH_MOE_V1") == "stream"
+			var files1 []streamBenchFile
+			if streamV1 {
+				files1 = streamBenchFiles(b, c.srcs[0])
+			}
 			ts, _ := c.cfg.Tensors()
 			b.Run(fmt.Sprintf("%s/%s-%d", mode.name, c.name, len(ts)), func(b *testing.B) {
 				b.SetBytes(2 * c.cfg.ParamCount())
@@ -41,7 +49,18 @@ func BenchmarkStreamMoE(b *testing.B) {
 				for i := range b.N {
 					b.StopTimer()
 					s, _ := newStore(b, Options{BaseMemory: mode.budget, Logger: logtest.New(func(string, ...any) {})})
-					if _, err := s.Commit(c.srcs[0], CommitOptions{}); err != nil {
+					if streamV1 {
+						w, err := s.NewVersion(1)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for _, f := range files1 {
+							streamBenchOne(b, w, f.path, f.data, 1<<20)
+						}
+						if _, err := w.Seal(); err != nil {
+							b.Fatal(err)
+						}
+					} else if _, err := s.Commit(c.srcs[0], CommitOptions{}); err != nil {
 						b.Fatal(err)
 					}
 					runtime.GC()

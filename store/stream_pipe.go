@@ -7,9 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/weightfs/weightfs/internal/sha256x2"
+	"github.com/zeebo/xxh3"
 )
 
 // The plumbing of a stream's pipeline: the chunks it moves and the hasher goroutines.
@@ -111,9 +110,10 @@ type hasherState struct {
 	both      [2]*sha256x2.Digest // oneHasher: the tensor's and the file's
 	file      hash.Hash
 	tensor    hash.Hash
-	xxh       *xxh3.Hasher128 // the tensor's xxh3-128, kept in the manifest beside its id
-	cur       int             // the tensor being hashed; -1: none
-	seed      *seedWriter
+	// xxh is the tensor's xxh3-128, kept in the manifest beside its id.
+	xxh  *xxh3.Hasher128
+	cur  int // the tensor being hashed; -1: none
+	seed *seedWriter
 
 	mu   sync.Mutex
 	cond *sync.Cond

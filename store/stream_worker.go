@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/weightfs/weightfs/delta"
 )
@@ -68,12 +67,11 @@ type tensorState struct {
 	changed int64
 	done    int64 // bytes processed
 	// mem is the base's content in memory, read instead of the copy (nil: none); keep takes in
-	// the tensor's bytes, [0, kept), with their CRC-32C, for the next version's (nil: not
-	// kept; ingest_basemem.go).
-	mem     *memTensor
-	keep    []byte
-	kept    int64
-	keepCRC uint32
+	// the tensor's bytes, [0, kept), for the next version's (nil: not kept; checked there by
+	// the tensor's xxh3-128: ingest_basemem.go).
+	mem  *memTensor
+	keep []byte
+	kept int64
 }
 
 func (st *FileStream) runWorker() {
@@ -211,9 +209,6 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 		ts.kept += int64(len(data))
 	}
 	if !ts.hasBase {
-		if keep {
-			ts.keepCRC = crc32.Update(ts.keepCRC, castagnoli, data)
-		}
 		ts.done += int64(len(data))
 		return true, ts.fw.write(data)
 	}
@@ -225,14 +220,12 @@ func (st *FileStream) addTensorBytes(ts *tensorState, data []byte, off int64) (b
 	if err != nil {
 		return false, err
 	}
-	// The CRC-32C of the bytes kept, the check of the base's and the diff, piece by piece
-	// (stream_keep.go): the bytes are read from memory once, not in three passes.
+	// The check of the base's bytes and the diff, piece by piece (stream_keep.go): the bytes
+	// are read from memory once, not in two passes. (The bytes kept need no pass of their
+	// own: the hasher's xxh3-128 of them is their check.)
 	found := int64(0)
 	for at, piece := 0, st.workPiece(len(data)); at < len(data); at += piece {
 		d, b, boff := data[at:min(at+piece, len(data))], base[at:min(at+piece, len(data))], off+int64(at)
-		if keep {
-			ts.keepCRC = crc32.Update(ts.keepCRC, castagnoli, d)
-		}
 		if err := ts.check.add(b, boff, checked, st.baseFromObjects(ts)); err != nil {
 			return false, err
 		}
