@@ -19,8 +19,11 @@ import (
 // through the mount (every file written whole in save_file's layout, then DONE), each into a
 // fresh store of its own `weightfs mount` daemon (its base in memory sized to hold the checkpoint,
 // baseMemoryArgs), in one run. The trainer is one Python process
-// per side (patchin_driver.py): it writes version 1 whole (not measured), loads version 2, and
-// measures the save (to the seal's return): wall time, its own CPU seconds and the bytes it
+// per side (patchin_driver.py): it writes version 1 whole (not measured), saves version 2 in its
+// mode (not measured), then version 3, measured: the steady state of a trainer that saves a
+// version a step, not the first save after a whole version (the patch side's daemon finds its
+// copy deferred and the base file's digest known from the patch before). It measures the save
+// (to the seal's return): wall time, its own CPU seconds and the bytes it
 // wrote (/proc/self/io wchar), and the daemon's CPU seconds (/proc/PID/stat) to the seal's
 // return and until it is idle again. Goals: the save <= 0.1x the full save's wall time, the
 // bytes <= 0.05x. The patch save's note splits its wall into the writer's diff (on the CPU
@@ -32,6 +35,10 @@ import (
 var patchinDriver []byte
 
 const (
+	// patchinVersions is the versions each side saves: 1 whole, then one step each in its
+	// mode; the last is measured (a trainer's steady state, not the first save after a whole
+	// version).
+	patchinVersions  = 3
 	patchinWallGoal  = 0.1
 	patchinBytesGoal = 0.05
 	benchPython      = "/usr/bin/python3" // Debian's, with numpy (and torch: `make deps`)
@@ -89,7 +96,10 @@ func (b *bench) figPatchIn(ctx context.Context) ([]Row, error) {
 	}
 	dir := filepath.Join(b.work, "patchin")
 	defer os.RemoveAll(dir)
-	src := [2]string{filepath.Join(dir, "src-v1"), filepath.Join(dir, "src-v2")}
+	var src [patchinVersions]string
+	for i := range src {
+		src[i] = filepath.Join(dir, fmt.Sprintf("src-v%d", i+1))
+	}
 	for i, s := range src {
 		b.logf("patchin: generating version %d (%s)", i+1, describeConfig(cfg))
 		if err := gen.StreamCheckpoint(cfg, i, s); err != nil {
@@ -115,7 +125,7 @@ func (b *bench) figPatchIn(ctx context.Context) ([]Row, error) {
 	detail := map[string]any{"full": full, "patch": patch}
 	sp := patch.Split
 	return []Row{
-		{Figure: "14", Name: "save of v2: PatchWriter through patches/ vs full save (first byte -> seal returns) (" + what + ")",
+		{Figure: "14", Name: fmt.Sprintf("save of v%d: PatchWriter through patches/ vs full save (first byte -> seal returns) (%s)", patchinVersions, what),
 			Measured: patch.WallS, Unit: "s", Baseline: full.WallS, BaselineName: "full save through the mount",
 			Goal: ratioAtMost(patchinWallGoal), Detail: detail,
 			Note: fmt.Sprintf("writer: diff %.2f s (compare, gather, the snapshot's update, here on the CPU; a GPU trainer's runs in device memory), "+
@@ -150,7 +160,7 @@ func saveWithoutDiff(r *patchinRun) float64 {
 var patchinSplitKeys = []string{"prepare_s", "diff_s", "hash_s", "hash_wait_s", "encode_s", "write_s", "seal_s", "commit_s"}
 
 // patchinSide mounts a fresh store and runs the driver in mode against it.
-func (b *bench) patchinSide(ctx context.Context, dir, pkg, driver, mode string, src [2]string) (*patchinRun, error) {
+func (b *bench) patchinSide(ctx context.Context, dir, pkg, driver, mode string, src [patchinVersions]string) (*patchinRun, error) {
 	storePath, mnt := filepath.Join(dir, mode+"-store"), filepath.Join(dir, mode+"-mnt")
 	if _, err := b.weightfsCmd(ctx, "init", storePath); err != nil {
 		return nil, err
@@ -162,8 +172,8 @@ func (b *bench) patchinSide(ctx context.Context, dir, pkg, driver, mode string, 
 	}
 	defer d.stop()
 	dropCaches()
-	b.logf("patchin: %s save of version 2 through %s", mode, mnt)
-	cmd := exec.CommandContext(ctx, benchPython, driver, mode, d.mnt, fmt.Sprint(d.Pid()), src[0], src[1])
+	b.logf("patchin: %s saves of versions 2-%d through %s (the last measured)", mode, patchinVersions, mnt)
+	cmd := exec.CommandContext(ctx, benchPython, append([]string{driver, mode, d.mnt, fmt.Sprint(d.Pid())}, src[:]...)...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pkg, "PYTHONDONTWRITEBYTECODE=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
