@@ -19,10 +19,10 @@ import (
 // top-8, 8 shards: gen's --experts 128 --top-k 8) of at least 20,000 tensors and 1 GB,
 // against a dense checkpoint of the same bytes in at most 500 tensors, both at lr 3e-6;
 // version 2 (one RL step on) is measured against version 1 in each case (fig_moe_run.go),
-// and through the mount versions 2-4 too, each on the one before (fig_moe_mount.go):
+// and through the mount versions 2-6 too, each on the one before (fig_moe_mount.go):
 //   - ingest through the read-write mount of a `weightfs mount` daemon (fig_ingest.go's
 //     writeVersion: first create -> DONE closed, the daemon's CPU to the seal and until it is
-//     idle again; the median of versions 2-4, the two checkpoints' versions written in
+//     idle again; the median of versions 2-6, the two checkpoints' versions written in
 //     turns), and `weightfs commit` (store.Commit, in this process): wall and CPU per GB,
 //     MoE at most 1.3x dense;
 //   - on the local store of each, the fsyncs a version cost: the store's Stats.Fsyncs (the

@@ -13,7 +13,7 @@ import (
 
 // figure moe's ingest through the mount (fig_moe.go): both checkpoints' daemons run side by
 // side and their versions are written in turns (dense 2, MoE 2, MoE 3, dense 3, dense 4, MoE
-// 4), so that whatever the host does to this VM over the minutes the figure takes falls on
+// 4, MoE 5, ...), so that whatever the host does to this VM over the minutes the figure takes falls on
 // both; each checkpoint's cost is the median of its moeSteadyVersions versions. Issue 29 asks
 // for the steady state of an RL run, a version a step, which one version alone measured
 // badly: in four quiet runs of session 18, one binary's MoE version 2 cost 3.03-4.20
@@ -21,7 +21,7 @@ import (
 
 // moeSteadyVersions is how many versions after the first the mount ingests of each
 // checkpoint (versions 2 .. 1+moeSteadyVersions).
-const moeSteadyVersions = 3
+const moeSteadyVersions = 5
 
 // moeMountStep is one version's cost through the mount.
 type moeMountStep struct {

@@ -201,7 +201,7 @@ func (s sizes) diskNeed(figure string) int64 {
 	case "tensors":
 		return 1 * giB
 	case "moe":
-		return 14 * s.MoEBytes // each checkpoint's 4 versions, and the stores
+		return 18 * s.MoEBytes // each checkpoint's 6 versions, and the stores
 	case "patchin":
 		return 6 * s.IngestBytes
 	}
