@@ -17,26 +17,8 @@ import (
 // test of counts (Stats.Fsyncs, files under packs/ and index/), not of time.
 func TestStatsFsyncsOfAManyTensorCommit(t *testing.T) {
 	const files, perFile, elems = 4, 256, 512
-	rng := rand.New(rand.NewPCG(29, 2))
 	s, root := newStore(t, Options{})
-	ws := make([][]byte, files*perFile)
-	version := func(v uint64) map[string][]byte {
-		tree := map[string][]byte{"config.json": []byte(`{"experts": 128}`)}
-		for f := range files {
-			ts := make([]testTensor, perFile)
-			for i := range ts {
-				k := f*perFile + i
-				if v == 1 {
-					ws[k] = bf16Like(rng, elems)
-				} else {
-					ws[k] = perturb(rng, ws[k], 2, 0.02)
-				}
-				ts[i] = testTensor{fmt.Sprintf("model.layers.%d.mlp.experts.%d.up_proj.weight", f, i), delta.DTypeBF16, []int64{elems}, ws[k]}
-			}
-			tree[fmt.Sprintf("model-%05d-of-%05d.safetensors", f+1, files)] = safetensorsFile(t, ts...)
-		}
-		return tree
-	}
+	version := expertSeries(t, rand.New(rand.NewPCG(29, 2)), files, perFile, elems)
 	commitTree(t, s, 1, version(1))
 	packsBefore, indexesBefore := countFilesUnder(t, root, "packs"), countFilesUnder(t, root, "index")
 	before := s.Stats()
@@ -87,4 +69,29 @@ func countFilesUnder(t *testing.T, root, dir string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// expertSeries returns the versions of a checkpoint of many small tensors, as a mixture of
+// experts has them: files shards of perFile bf16 tensors of elems elements, version 1 drawn
+// from rng and each later one an RL step on the one before (2% of elements moved). Versions
+// must be asked for in order.
+func expertSeries(t *testing.T, rng *rand.Rand, files, perFile, elems int) func(v uint64) map[string][]byte {
+	ws := make([][]byte, files*perFile)
+	return func(v uint64) map[string][]byte {
+		tree := map[string][]byte{"config.json": []byte(`{"experts": 128}`)}
+		for f := range files {
+			ts := make([]testTensor, perFile)
+			for i := range ts {
+				k := f*perFile + i
+				if v == 1 {
+					ws[k] = bf16Like(rng, elems)
+				} else {
+					ws[k] = perturb(rng, ws[k], 2, 0.02)
+				}
+				ts[i] = testTensor{fmt.Sprintf("model.layers.%d.mlp.experts.%d.up_proj.weight", f, i), delta.DTypeBF16, []int64{int64(elems)}, ws[k]}
+			}
+			tree[fmt.Sprintf("model-%05d-of-%05d.safetensors", f+1, files)] = safetensorsFile(t, ts...)
+		}
+		return tree
+	}
 }

@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-
-	"github.com/weightfs/weightfs/delta"
 )
 
 // TestStreamKeepsWrittenDeltas: from version 3 on, the encoder codes each tensor's delta
@@ -19,26 +17,8 @@ import (
 // more CPU than version 2). The versions still read back byte for byte.
 func TestStreamKeepsWrittenDeltas(t *testing.T) {
 	const files, perFile, elems = 2, 128, 512
-	rng := rand.New(rand.NewPCG(29, 3))
 	s, _ := newStore(t, Options{BaseMemory: 64 << 20})
-	ws := make([][]byte, files*perFile)
-	version := func(v uint64) map[string][]byte {
-		tree := map[string][]byte{"config.json": []byte(`{"experts": 128}`)}
-		for f := range files {
-			ts := make([]testTensor, perFile)
-			for i := range ts {
-				k := f*perFile + i
-				if v == 1 {
-					ws[k] = bf16Like(rng, elems)
-				} else {
-					ws[k] = perturb(rng, ws[k], 2, 0.02)
-				}
-				ts[i] = testTensor{fmt.Sprintf("model.layers.%d.mlp.experts.%d.up_proj.weight", f, i), delta.DTypeBF16, []int64{elems}, ws[k]}
-			}
-			tree[fmt.Sprintf("model-%05d-of-%05d.safetensors", f+1, files)] = safetensorsFile(t, ts...)
-		}
-		return tree
-	}
+	version := expertSeries(t, rand.New(rand.NewPCG(29, 3)), files, perFile, elems)
 	trees := map[uint64]map[string][]byte{1: version(1)}
 	commitTree(t, s, 1, trees[1])
 	for v := uint64(2); v <= 4; v++ {
