@@ -171,9 +171,10 @@ func TestMountDoneAfterDiskFull(t *testing.T) {
 	if !strings.Contains(out, "Input/output error") {
 		t.Errorf("touch DONE after writes failed: %v: %s (want EIO)", err, out)
 	}
-	if !strings.Contains(d.out.String(), "write it again") {
-		t.Errorf("the daemon's log does not say what to do:\n%s", d.out.String())
-	}
+	// The daemon logs the refusal as the close returns, not before: wait for the line.
+	waitFor(t, "the daemon's log to say what to do (write it again)", func() bool {
+		return strings.Contains(d.out.String(), "write it again")
+	}, d.out.String)
 	// The trainer reads why without the daemon's log.
 	note, err := os.ReadFile(filepath.Join(versionDir(mnt, 2), ".refused"))
 	if err != nil || !strings.Contains(string(note), "write it again") || !strings.Contains(string(note), "ENOSPC") {
