@@ -1,12 +1,5 @@
 package store
 
-import (
-	"crypto/sha256"
-	"fmt"
-
-	"github.com/weightfs/weightfs/delta"
-)
-
 // The split pass's tensors handed to its hasher (issue 31, figure 14). The split pass
 // (ingest_patch_split.go) makes a file's tensors on several goroutines while one more hashes
 // the new file in order (its SHA-256, the copy's sums, the patch's xxh3-128 of the file and of
@@ -46,63 +39,40 @@ func (h *tensorHand) give(newB, baseB []byte, release func()) {
 // goroutine of the pass returned.
 func giveUp(hands []tensorHand) {
 	for i := range hands {
-		if r := hands[i].release; r != nil {
-			hands[i].release = nil
-			r()
+		hands[i].letGo()
+	}
+}
+
+// wait waits until the tensor was made, or until stop is closed (every maker returned), and
+// says whether it was made.
+func (h *tensorHand) wait(stop <-chan struct{}) bool {
+	select {
+	case <-h.done:
+		return true
+	case <-stop:
+		select {
+		case <-h.done:
+			return true
+		default:
+			return false
 		}
 	}
 }
 
-// hashHandedFile is hashPatchedFile with the tensors' bytes taken from hands where handed:
-// each waits for its tensor's hand (stop closed: the makers all returned; a tensor never made
-// ends the hash, the makers' error says why).
-func (w *Writer) hashHandedFile(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
-	hdr *delta.Header, bases []*manifestTensor, hands []tensorHand, stop <-chan struct{}, sums *sumWriter, x *xxh3Claims) (ID, error) {
-	h := sha256.New()
-	h.Write(prefix)
-	sums.Write(prefix)
-	x.Write(prefix)
-	end := hdr.DataStart()
-	var buf []byte
-	for i, t := range hdr.Tensors {
-		if hdr.DataStart()+t.Begin != end {
-			return ID{}, fmt.Errorf("tensor %s: its data does not follow the tensor before it: %w", t.Name, ErrCorrupt)
-		}
-		hd := &hands[i]
-		select {
-		case <-hd.done:
-		case <-stop:
-			select {
-			case <-hd.done:
-			default:
-				return ID{}, fmt.Errorf("tensor %s: not made", t.Name)
-			}
-		}
-		if hd.newB != nil && int64(len(hd.newB)) == t.End-t.Begin && (!x.needsBase() || len(hd.baseB) == len(hd.newB)) {
-			x.writeBase(hd.baseB)
-			h.Write(hd.newB)
-			sums.Write(hd.newB)
-			x.Write(hd.newB)
-		} else {
-			if buf == nil {
-				buf = make([]byte, min(bf.Size, ingestChunk))
-			}
-			if err := w.hashPatchedTensor(cp, baseV, bf.Path, t, bases[i].ID, buf, h, sums, x); err != nil {
-				return ID{}, fmt.Errorf("hash file: tensor %s: %w", t.Name, err)
-			}
-		}
-		if r := hd.release; r != nil {
-			hd.release = nil
-			r()
-		}
-		end = hdr.DataStart() + t.End
+// handed says whether the tensor's bytes, size of them, were handed with everything x needs
+// (its base's too, where x hashes the base file). A nil hand: not handed.
+func (h *tensorHand) handed(size int64, x *xxh3Claims) bool {
+	return h != nil && h.newB != nil && int64(len(h.newB)) == size && (!x.needsBase() || len(h.baseB) == len(h.newB))
+}
+
+// letGo lets go of what the hand holds, once the hasher is done with the tensor (a nil hand:
+// nothing).
+func (h *tensorHand) letGo() {
+	if h != nil && h.release != nil {
+		r := h.release
+		h.release = nil
+		r()
 	}
-	if end != bf.Size {
-		return ID{}, fmt.Errorf("its tensors end at %d, the file at %d: %w", end, bf.Size, ErrCorrupt)
-	}
-	var id ID
-	h.Sum(id[:0])
-	return id, nil
 }
 
 // needsBase says whether the claims hash the base file's bytes (base_xxh3 claimed, not known).

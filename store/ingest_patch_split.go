@@ -51,11 +51,7 @@ func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFil
 	}
 	go func() {
 		defer close(hashed)
-		if hands != nil {
-			file, fileErr = w.hashHandedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, hands, stop, &sums, x)
-			return
-		}
-		file, fileErr = w.hashPatchedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, &sums, x)
+		file, fileErr = w.hashPatchedFile(cp.Fork(), baseV, bf, prefix, hdr, bases, hands, stop, &sums, x)
 	}()
 
 	errs := make([]error, len(hdr.Tensors))
@@ -106,21 +102,42 @@ func (w *Writer) passSplit(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFil
 // the base in memory (a reference there would keep the pass from carrying the entry to the
 // next version), with cp's changes laid over them, and returns its SHA-256, the copy's sums
 // of it written to sums, and both files' bytes to x (the base's header already written).
+// With hands (ingest_patch_hand.go), a tensor whose maker handed its bytes is hashed from
+// them instead of read again: each waits for its tensor's hand (stop closed: the makers all
+// returned; a tensor never made ends the hash, the makers' error says why).
 func (w *Writer) hashPatchedFile(cp *delta.ChunkPatcher, baseV uint64, bf *manifestFile, prefix []byte,
-	hdr *delta.Header, bases []*manifestTensor, sums *sumWriter, x *xxh3Claims) (ID, error) {
+	hdr *delta.Header, bases []*manifestTensor, hands []tensorHand, stop <-chan struct{}, sums *sumWriter, x *xxh3Claims) (ID, error) {
 	h := sha256.New()
 	h.Write(prefix)
 	sums.Write(prefix)
 	x.Write(prefix)
 	end := hdr.DataStart()
-	buf := make([]byte, min(bf.Size, ingestChunk))
+	var buf []byte
 	for i, t := range hdr.Tensors {
 		if hdr.DataStart()+t.Begin != end {
 			return ID{}, fmt.Errorf("tensor %s: its data does not follow the tensor before it: %w", t.Name, ErrCorrupt)
 		}
-		if err := w.hashPatchedTensor(cp, baseV, bf.Path, t, bases[i].ID, buf, h, sums, x); err != nil {
-			return ID{}, fmt.Errorf("hash file: tensor %s: %w", t.Name, err)
+		var hd *tensorHand
+		if hands != nil {
+			hd = &hands[i]
+			if !hd.wait(stop) {
+				return ID{}, fmt.Errorf("tensor %s: not made", t.Name)
+			}
 		}
+		if hd.handed(t.End-t.Begin, x) {
+			x.writeBase(hd.baseB)
+			h.Write(hd.newB)
+			sums.Write(hd.newB)
+			x.Write(hd.newB)
+		} else {
+			if buf == nil {
+				buf = make([]byte, min(bf.Size, ingestChunk))
+			}
+			if err := w.hashPatchedTensor(cp, baseV, bf.Path, t, bases[i].ID, buf, h, sums, x); err != nil {
+				return ID{}, fmt.Errorf("hash file: tensor %s: %w", t.Name, err)
+			}
+		}
+		hd.letGo()
 		end = hdr.DataStart() + t.End
 	}
 	if end != bf.Size {
