@@ -116,11 +116,7 @@ func (b *bench) moeMountStart(ctx context.Context, c *moeCase) (*moeMountSide, e
 // moeMountVersion writes version v of s's checkpoint through its mount, measured, reading
 // its store's counters from the daemon's metrics endpoint around it.
 func (b *bench) moeMountVersion(ctx context.Context, s *moeMountSide, v int) error {
-	f0, w0, err := scrapeSyncs(s.addr)
-	if err != nil {
-		return err
-	}
-	objs, packs, err := objectsAndPacks(s.root)
+	before, err := s.counts()
 	if err != nil {
 		return err
 	}
@@ -128,19 +124,28 @@ func (b *bench) moeMountVersion(ctx context.Context, s *moeMountSide, v int) err
 	if err != nil {
 		return err
 	}
-	f1, w1, err := scrapeSyncs(s.addr)
-	if err != nil {
-		return err
-	}
-	o2, p2, err := objectsAndPacks(s.root)
+	after, err := s.counts()
 	if err != nil {
 		return err
 	}
 	m := moeMountStep{Version: v, Wall: step.Seconds(), CPU: step.CPU.Seconds(), CPUIdle: step.CPUToIdle.Seconds(),
-		Fsyncs: f1 - f0, IndexWrites: w1 - w0, Objects: o2 - objs, Packs: p2 - packs}
+		Fsyncs: after.Fsyncs - before.Fsyncs, IndexWrites: after.IndexWrites - before.IndexWrites,
+		Objects: after.Objects - before.Objects, Packs: after.Packs - before.Packs}
 	s.steps = append(s.steps, m)
 	b.logf("  moe: %s: version %d through the mount: %d fsyncs + %d index writes; %d object files, %d packs", s.c.Kind, v, m.Fsyncs, m.IndexWrites, m.Objects, m.Packs)
 	return nil
+}
+
+// counts is s's store's counters now: fsyncs and index writes (the daemon's metrics), object
+// files and packs (its files).
+func (s *moeMountSide) counts() (moeMountStep, error) {
+	var c moeMountStep
+	var err error
+	if c.Fsyncs, c.IndexWrites, err = scrapeSyncs(s.addr); err != nil {
+		return c, err
+	}
+	c.Objects, c.Packs, err = objectsAndPacks(s.root)
+	return c, err
 }
 
 // moeMountSummary is the mount's row values from its versions: wall and CPU the median of

@@ -53,3 +53,26 @@ func TestMoEConfigs(t *testing.T) {
 		t.Errorf("dense config %+v: %d tensors, %d bytes", d, dn, 2*d.ParamCount())
 	}
 }
+
+// TestMoEMountSummary: the mount's rows are the median of the versions' wall and CPU, and
+// the counts of the version with the most fsyncs beyond its packs (the goal's worst case).
+func TestMoEMountSummary(t *testing.T) {
+	steps := []moeMountStep{
+		{Version: 2, Wall: 3, CPU: 30, CPUIdle: 31, Fsyncs: 7, Packs: 1},
+		{Version: 3, Wall: 1, CPU: 10, CPUIdle: 11, Fsyncs: 9, Packs: 1, Objects: 4},
+		{Version: 4, Wall: 2, CPU: 20, CPUIdle: 21, Fsyncs: 9, Packs: 3},
+	}
+	got := moeMountSummary(steps)
+	if got.Wall != 2 || got.CPU != 20 || got.CPUIdle != 21 {
+		t.Errorf("wall, CPU, CPU to idle = %v, %v, %v; want the medians 2, 20, 21", got.Wall, got.CPU, got.CPUIdle)
+	}
+	if got.Fsyncs != 9 || got.Packs != 1 || got.Objects != 4 {
+		t.Errorf("counts %+v; want version 3's (9 fsyncs, 1 pack, 4 objects: 8 beyond its packs)", got)
+	}
+	if note := moeStepsNote(steps, 1e9, func(s moeMountStep) float64 { return s.CPU }); note != "v2 30.00, v3 10.00, v4 20.00" {
+		t.Errorf("note %q", note)
+	}
+	if got := moeMountSummary(nil); got.Wall != 0 || got.Steps != nil {
+		t.Errorf("no versions: %+v", got)
+	}
+}
