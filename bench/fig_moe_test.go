@@ -60,7 +60,7 @@ func TestMoEMountSummary(t *testing.T) {
 	steps := []moeMountStep{
 		{Version: 2, Wall: 3, CPU: 30, CPUIdle: 31, Fsyncs: 7, Packs: 1},
 		{Version: 3, Wall: 1, CPU: 10, CPUIdle: 11, Fsyncs: 9, Packs: 1, Objects: 4},
-		{Version: 4, Wall: 2, CPU: 20, CPUIdle: 21, Fsyncs: 9, Packs: 3},
+		{Version: 4, Wall: 2, CPU: 20, CPUIdle: 21, Fsyncs: 10, Packs: 3}, // 7 beyond its packs
 	}
 	got := moeMountSummary(steps)
 	if got.Wall != 2 || got.CPU != 20 || got.CPUIdle != 21 {
