@@ -232,17 +232,7 @@ func sealStreamedOrBatch(t *testing.T, s *Store, v uint64, files map[string][]by
 // reads it (release), in either order; an entry dropped or replaced is never recycled.
 func TestBaseMemoryRecyclesOnlyUnreadBuffers(t *testing.T) {
 	m := newBaseMemory(1<<20, logtest.New(func(string, ...any) {}))
-	mk := func(ver uint64, ids ...ID) {
-		c := m.newCapture()
-		man := &manifest{Version: ver, Files: []manifestFile{{Path: "f", Kind: kindSafetensors}}}
-		for i, id := range ids {
-			b := c.buffer(100)
-			b[0] = byte(i)
-			c.add(id, b, crc32.Checksum(b, castagnoli))
-			man.Files[0].Tensors = append(man.Files[0].Tensors, manifestTensor{Name: fmt.Sprint(i), ID: id, Begin: int64(100 * i), End: int64(100*i + 100)})
-		}
-		m.install(c, man)
-	}
+	mk := func(ver uint64, ids ...ID) { installTiny(m, ver, ids...) }
 	a, b := ID{1}, ID{2}
 	mk(1, a, b, a) // a twice: two tensors diff against it
 	if e := m.base(2, a, 100); e != nil {
@@ -341,17 +331,7 @@ func TestBaseMemoryKeepsSpareBuffersAcrossVersions(t *testing.T) {
 		spare  bool
 	}{{1000, true}, {250, true}, {150, false}} {
 		m := newBaseMemory(c.budget, logtest.New(func(string, ...any) {}))
-		version := func(ver uint64, ids ...ID) {
-			cp := m.newCapture()
-			man := &manifest{Version: ver, Files: []manifestFile{{Path: "f", Kind: kindSafetensors}}}
-			for i, id := range ids {
-				b := cp.buffer(100)
-				b[0] = byte(i)
-				cp.add(id, b, crc32.Checksum(b, castagnoli))
-				man.Files[0].Tensors = append(man.Files[0].Tensors, manifestTensor{Name: fmt.Sprint(i), ID: id, Begin: int64(100 * i), End: int64(100*i + 100)})
-			}
-			m.install(cp, man)
-		}
+		version := func(ver uint64, ids ...ID) { installTiny(m, ver, ids...) }
 		a, b, x := ID{1}, ID{2}, ID{3}
 		m.mu.Lock()
 		if c.budget < 200 {
@@ -377,4 +357,19 @@ func TestBaseMemoryKeepsSpareBuffersAcrossVersions(t *testing.T) {
 			t.Fatalf("budget %d: version 3 reused %d bytes in all, want %d", c.budget, m.reused.Load(), 100+want)
 		}
 	}
+}
+
+// installTiny installs version ver in m: one file of a tensor of 100 bytes per id (the i-th
+// starting with byte i), each taken into a buffer of the memory's (a spare one when it has
+// one).
+func installTiny(m *baseMemory, ver uint64, ids ...ID) {
+	c := m.newCapture()
+	man := &manifest{Version: ver, Files: []manifestFile{{Path: "f", Kind: kindSafetensors}}}
+	for i, id := range ids {
+		b := c.buffer(100)
+		b[0] = byte(i)
+		c.add(id, b, crc32.Checksum(b, castagnoli))
+		man.Files[0].Tensors = append(man.Files[0].Tensors, manifestTensor{Name: fmt.Sprint(i), ID: id, Begin: int64(100 * i), End: int64(100*i + 100)})
+	}
+	m.install(c, man)
 }
