@@ -76,10 +76,13 @@ func TestCopyDeferredReadsFromMemory(t *testing.T) {
 	uses := m.uses[id]
 	m.mu.Unlock()
 	e := m.forRead(2, id)
+	if e == nil || len(e.b) == 0 {
+		t.Fatalf("no entry of version 2 for object %s to read", id)
+	}
+	held := &e.b[0]
 	for range uses {
 		m.used(2, id)
 	}
-	held := &e.b[0]
 	for b := m.takeFree(int64(size)); b != nil; b = m.takeFree(int64(size)) {
 		if &b[0] == held {
 			t.Fatal("the buffer of an entry a read holds was given to the next version")
