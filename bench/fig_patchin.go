@@ -48,6 +48,7 @@ const (
 type patchinRun struct {
 	Mode            string  `json:"mode"`
 	Torch           bool    `json:"torch"`
+	Version         int     `json:"version"` // the version measured (patchinVersions)
 	WallS           float64 `json:"wall_s"`
 	TrainerCPUS     float64 `json:"trainer_cpu_s"`
 	TrainerWchar    int64   `json:"trainer_wchar"`
@@ -184,6 +185,9 @@ func (b *bench) patchinSide(ctx context.Context, dir, pkg, driver, mode string, 
 	var r patchinRun
 	if err := json.Unmarshal(out, &r); err != nil {
 		return nil, fmt.Errorf("driver output %q: %w", out, err)
+	}
+	if r.Version != patchinVersions {
+		return nil, fmt.Errorf("driver output %q: it measured version %d, not %d", out, r.Version, patchinVersions)
 	}
 	b.logf("patchin: %s: %.2f s, trainer %.2f CPU-s and %s written, daemon %.2f CPU-s (%.2f to idle)", mode,
 		r.WallS, r.TrainerCPUS, humanBytes(r.TrainerWchar), r.DaemonCPUS, r.DaemonCPUIdleS)

@@ -21,7 +21,7 @@ func TestPatchinDriverKeys(t *testing.T) {
 		}
 	}
 	var r patchinRun
-	out := `{"mode": "patch", "torch": true, "wall_s": 5.08, "trainer_cpu_s": 0.68, "trainer_wchar": 15520000,
+	out := `{"mode": "patch", "torch": true, "version": 3, "wall_s": 5.08, "trainer_cpu_s": 0.68, "trainer_wchar": 15520000,
 		"bytes_saved": 15500000, "daemon_cpu_s": 1.49, "daemon_cpu_idle_s": 1.49, "checkpoint_bytes": 208300000,
 		"split": {"prepare_s": 1.5, "write_s": 0.11, "seal_s": 3.46}}`
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -29,7 +29,7 @@ func TestPatchinDriverKeys(t *testing.T) {
 	if err := dec.Decode(&r); err != nil {
 		t.Fatal(err)
 	}
-	if r.WallS != 5.08 || r.TrainerWchar != 15520000 || r.Split["seal_s"] != 3.46 || !r.Torch {
+	if r.WallS != 5.08 || r.TrainerWchar != 15520000 || r.Split["seal_s"] != 3.46 || !r.Torch || r.Version != 3 {
 		t.Fatalf("decoded %+v", r)
 	}
 }
